@@ -1,0 +1,11 @@
+#include "apps/commands.hpp"
+
+namespace kktrain {
+
+Config load_app_config(const ParsedArgs& args, const AppContext& ctx) {
+  LoadOptions opts;
+  opts.world_size = ctx.mpi->size();
+  return load_config(args.positionals.at(0), args.overrides, opts);
+}
+
+}  // namespace kktrain

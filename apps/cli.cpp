@@ -1,0 +1,64 @@
+#include "apps/cli.hpp"
+
+#include "core/errors.hpp"
+
+namespace kktrain {
+
+ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& args) {
+  ParsedArgs p;
+  p.options = spec.options;
+  const std::string cmd = std::string("kktrain ") + spec.name;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      p.help = true;
+      return p;
+    }
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a, value;
+      const auto eq = a.find('=');
+      const bool inline_value = eq != std::string::npos;
+      if (inline_value) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+      }
+      if (spec.flags.count(name)) {
+        if (inline_value) throw UsageError(cmd + ": " + name + " takes no value");
+        p.flags.insert(name);
+      } else if (spec.options.count(name)) {
+        if (!inline_value) {
+          if (i + 1 >= args.size()) throw UsageError(cmd + ": " + name + " needs a value");
+          value = args[++i];
+        }
+        p.options[name] = value;
+      } else {
+        throw UsageError(cmd + ": unknown option '" + name + "' (see kktrain " + spec.name +
+                         " --help)");
+      }
+      continue;
+    }
+    if (p.positionals.size() < spec.positionals.size()) {
+      p.positionals.push_back(a);
+    } else if (spec.takes_overrides && a.find('=') != std::string::npos) {
+      p.overrides.push_back(a);
+    } else {
+      throw UsageError(cmd + ": unexpected argument '" + a + "'" +
+                       (spec.takes_overrides ? " (overrides are key.path=VALUE)" : ""));
+    }
+  }
+  if (p.positionals.size() < spec.positionals.size()) {
+    throw UsageError(cmd + ": missing " + spec.positionals[p.positionals.size()] + " (usage: kktrain " +
+                     spec.synopsis + ")");
+  }
+  for (const auto& r : spec.required_options) {
+    if (p.options[r].empty()) throw UsageError(cmd + ": " + r + " is required");
+  }
+  return p;
+}
+
+std::string command_help(const CommandSpec& spec) {
+  return std::string("usage: kktrain ") + spec.synopsis + "\n\n" + spec.summary + "\n\n" +
+         spec.details;
+}
+
+}  // namespace kktrain

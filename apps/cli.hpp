@@ -1,0 +1,40 @@
+// Command-line parsing shared by every kktrain subcommand.
+//
+// Grammar: kktrain COMMAND POSITIONAL... [key.path=VALUE ...] [--flag] [--option VALUE]
+// Anything containing '=' that is not an option value is a config override.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kktrain {
+
+struct CommandSpec {
+  const char* name;
+  const char* synopsis;  // usage line after "kktrain "
+  const char* summary;   // one line for `kktrain --help`
+  const char* details;   // per-command help text
+  std::vector<std::string> positionals;     // names of required positional arguments
+  bool takes_overrides;                     // accepts key.path=VALUE
+  std::set<std::string> flags;              // e.g. --json
+  std::map<std::string, std::string> options;  // option -> default ("" = required if listed
+                                               // in required_options)
+  std::set<std::string> required_options;
+};
+
+struct ParsedArgs {
+  std::vector<std::string> positionals;
+  std::vector<std::string> overrides;
+  std::set<std::string> flags;
+  std::map<std::string, std::string> options;
+  bool help = false;
+};
+
+// Throws UsageError naming the offending argument.
+ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& args);
+
+std::string command_help(const CommandSpec& spec);
+
+}  // namespace kktrain

@@ -1,0 +1,33 @@
+// The kktrain subcommands. Each cmd_*.cpp defines one; main.cpp dispatches.
+#pragma once
+
+#include <vector>
+
+#include "apps/cli.hpp"
+#include "core/config.hpp"
+#include "parallel/communicator.hpp"
+
+namespace kktrain {
+
+struct AppContext {
+  MpiRuntime* mpi = nullptr;
+};
+
+using CommandFn = int (*)(const ParsedArgs&, AppContext&);
+
+struct Command {
+  CommandSpec spec;
+  CommandFn run;
+  bool needs_kokkos;  // initialize Kokkos before running
+};
+
+Command config_command();
+Command audit_command();
+Command grads_command();
+Command train_command();
+
+// Loads CONFIG (positional 0) with the overrides, for this process's world size, resolving
+// `model.dtype: auto` with `model.init_from` through the checkpoint reader.
+Config load_app_config(const ParsedArgs& args, const AppContext& ctx);
+
+}  // namespace kktrain

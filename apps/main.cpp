@@ -1,0 +1,87 @@
+// kktrain: the command-line entry point. Dispatches to subcommands, owns process-wide runtime
+// setup (MPI when launched by mpirun, Kokkos when the command computes), and turns every error
+// into one line on stderr with the documented exit status.
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "apps/commands.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+
+using namespace kktrain;
+
+namespace {
+
+std::vector<Command> all_commands() {
+  return {config_command()};
+}
+
+void print_main_help(const std::vector<Command>& cmds) {
+  std::printf(
+      "usage: kktrain COMMAND [ARGS...]\n\n"
+      "Mixed-precision training of Llama-style decoder LMs on Kokkos.\n\n"
+      "commands:\n");
+  for (const auto& c : cmds) std::printf("  %-8s %s\n", c.spec.name, c.spec.summary);
+  std::printf(
+      "\nRun 'kktrain COMMAND --help' for a command's arguments. Launch with\n"
+      "'mpirun -np N kktrain train CONFIG' to train on N ranks.\n"
+      "Exit status: 0 success, 1 run failure, 2 invalid input (config, override, data, file).\n");
+}
+
+int dispatch(int argc, char** argv, MpiRuntime& mpi) {
+  const auto cmds = all_commands();
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "help")) {
+    print_main_help(cmds);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("kktrain 0.1.0 (Kokkos %d.%d.%d)\n", KOKKOS_VERSION / 10000,
+                KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
+    return 0;
+  }
+  const std::string name = argv[1];
+  for (const auto& c : cmds) {
+    if (name != c.spec.name) continue;
+    std::vector<std::string> rest(argv + 2, argv + argc);
+    ParsedArgs args = parse_args(c.spec, rest);
+    if (args.help) {
+      std::fputs(command_help(c.spec).c_str(), stdout);
+      return 0;
+    }
+    AppContext ctx;
+    ctx.mpi = &mpi;
+    if (!c.needs_kokkos) return c.run(args, ctx);
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    return c.run(args, ctx);
+  }
+  throw UsageError("unknown command '" + name + "' (run 'kktrain --help')");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiRuntime mpi(&argc, &argv);
+  log::set_rank(mpi.rank());
+  int rc = 0;
+  try {
+    rc = dispatch(argc, argv, mpi);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kktrain: error: %s\n", e.what());
+    rc = e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kktrain: error: internal error: %s\n", e.what());
+    rc = 1;
+  }
+  if (rc != 0 && mpi.active() && mpi.size() > 1) {
+    // One rank failing must not leave the others hanging in a collective.
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, rc);
+  }
+  return rc;
+}

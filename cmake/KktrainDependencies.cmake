@@ -1,0 +1,163 @@
+# Finds every external dependency and exposes each through one kktrain-owned interface target,
+# so the rest of the build never cares which flavour was found:
+#   kktrain::kokkos   Kokkos core + Kokkos Kernels (standalone 4.x, or Debian's Trilinos 3.4)
+#   kktrain::mpi      MPI (C API)
+#   kktrain::hdf5     parallel HDF5 (a serial HDF5 is refused)
+#   kktrain::yaml     yaml-cpp
+#   kktrain::nccl     NCCL + CUDA runtime (only when KKTRAIN_ENABLE_NCCL)
+# and records what was found for the feature summary printed at the end of configuration.
+
+include_guard(GLOBAL)
+
+# ---------------------------------------------------------------------------------------------
+# Kokkos and Kokkos Kernels
+# ---------------------------------------------------------------------------------------------
+# Two flavours exist in the wild:
+#  * standalone Kokkos 4.x (Spack, source builds): targets Kokkos::kokkos, Kokkos::kokkoskernels;
+#  * Debian's Trilinos packaging (Kokkos 3.4.01, Serial): targets trilinos_kokkoscore and
+#    trilinos_kokkoskernels, headers in <prefix>/include/trilinos. Its Kokkos::kokkos target is
+#    broken (it points at /usr/lib/include), so it must not be used.
+find_package(Kokkos CONFIG REQUIRED)
+add_library(kktrain_kokkos INTERFACE)
+add_library(kktrain::kokkos ALIAS kktrain_kokkos)
+
+if(TARGET trilinos_kokkoscore)
+  set(KKTRAIN_KOKKOS_FLAVOUR "Trilinos")
+  find_package(KokkosKernels CONFIG REQUIRED)
+  if(NOT TARGET trilinos_kokkoskernels)
+    message(FATAL_ERROR "kktrain: found Trilinos Kokkos but not trilinos_kokkoskernels; "
+                        "install libtrilinos-kokkos-kernels-dev")
+  endif()
+  target_link_libraries(kktrain_kokkos INTERFACE trilinos_kokkoskernels trilinos_kokkoscore)
+  target_include_directories(kktrain_kokkos SYSTEM INTERFACE ${Kokkos_INCLUDE_DIRS})
+  # The Trilinos config does not export a usable version; read it from the generated header.
+  find_file(_kk_core_config KokkosCore_config.h PATHS ${Kokkos_INCLUDE_DIRS} NO_DEFAULT_PATH)
+  file(STRINGS "${_kk_core_config}" _kk_ver_line REGEX "#define KOKKOS_VERSION ")
+  string(REGEX MATCH "[0-9]+" _kk_ver "${_kk_ver_line}")
+  math(EXPR _kk_major "${_kk_ver} / 10000")
+  math(EXPR _kk_minor "(${_kk_ver} / 100) % 100")
+  math(EXPR _kk_patch "${_kk_ver} % 100")
+  set(KKTRAIN_KOKKOS_VERSION "${_kk_major}.${_kk_minor}.${_kk_patch}")
+  set(KKTRAIN_KOKKOS_DEVICES ${Kokkos_DEVICES})
+else()
+  set(KKTRAIN_KOKKOS_FLAVOUR "standalone")
+  find_package(KokkosKernels CONFIG REQUIRED)
+  set(KKTRAIN_KOKKOS_VERSION "${Kokkos_VERSION}")
+  if(KKTRAIN_KOKKOS_VERSION VERSION_GREATER_EQUAL 5)
+    message(FATAL_ERROR "kktrain: Kokkos ${KKTRAIN_KOKKOS_VERSION} requires C++20; kktrain is "
+                        "C++17 and supports Kokkos 3.4 to 4.x")
+  endif()
+  if(KKTRAIN_KOKKOS_VERSION VERSION_LESS 3.4)
+    message(FATAL_ERROR "kktrain: Kokkos ${KKTRAIN_KOKKOS_VERSION} is too old (need 3.4 to 4.x)")
+  endif()
+  target_link_libraries(kktrain_kokkos INTERFACE Kokkos::kokkos Kokkos::kokkoskernels)
+  set(KKTRAIN_KOKKOS_DEVICES ${Kokkos_DEVICES})
+endif()
+
+set(KKTRAIN_KOKKOS_HAS_CUDA OFF)
+set(KKTRAIN_KOKKOS_HAS_HIP OFF)
+if("CUDA" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_CUDA)
+  set(KKTRAIN_KOKKOS_HAS_CUDA ON)
+endif()
+if("HIP" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_HIP)
+  set(KKTRAIN_KOKKOS_HAS_HIP ON)
+endif()
+
+# Which BLAS answers Kokkos Kernels' float GEMM on the host. Debian routes libblas.so through the
+# alternatives system; the reference BLAS is ~25x slower than OpenBLAS, so say which one it is.
+set(KKTRAIN_BLAS "unknown")
+if(EXISTS "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/libblas.so")
+  get_filename_component(_blas_real "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/libblas.so" REALPATH)
+  if(_blas_real MATCHES "openblas")
+    set(KKTRAIN_BLAS "OpenBLAS (${_blas_real})")
+  elseif(_blas_real MATCHES "blas/libblas")
+    set(KKTRAIN_BLAS "reference BLAS (${_blas_real}) -- SLOW, install libopenblas-dev")
+  else()
+    set(KKTRAIN_BLAS "${_blas_real}")
+  endif()
+endif()
+if(KKTRAIN_KOKKOS_HAS_CUDA)
+  set(KKTRAIN_BLAS "${KKTRAIN_BLAS}; cuBLAS on device")
+elseif(KKTRAIN_KOKKOS_HAS_HIP)
+  set(KKTRAIN_BLAS "${KKTRAIN_BLAS}; rocBLAS on device")
+endif()
+
+# ---------------------------------------------------------------------------------------------
+# MPI
+# ---------------------------------------------------------------------------------------------
+find_package(MPI REQUIRED COMPONENTS C)
+add_library(kktrain_mpi INTERFACE)
+add_library(kktrain::mpi ALIAS kktrain_mpi)
+target_link_libraries(kktrain_mpi INTERFACE MPI::MPI_C)
+# C API only: keep Open MPI's / MPICH's deprecated C++ bindings out of C++ translation units.
+target_compile_definitions(kktrain_mpi INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+list(GET MPI_C_LIBRARIES 0 _mpi_lib)
+set(KKTRAIN_MPI "MPI ${MPI_C_VERSION} (${_mpi_lib})")
+
+# ---------------------------------------------------------------------------------------------
+# Parallel HDF5
+# ---------------------------------------------------------------------------------------------
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "kktrain: the HDF5 found (${HDF5_C_INCLUDE_DIRS}) is serial; kktrain writes "
+                      "sharded checkpoints collectively and needs parallel HDF5 "
+                      "(Debian: libhdf5-openmpi-dev)")
+endif()
+add_library(kktrain_hdf5 INTERFACE)
+add_library(kktrain::hdf5 ALIAS kktrain_hdf5)
+target_include_directories(kktrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
+target_link_libraries(kktrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES} kktrain::mpi)
+target_compile_definitions(kktrain_hdf5 INTERFACE ${HDF5_C_DEFINITIONS})
+
+# ---------------------------------------------------------------------------------------------
+# yaml-cpp
+# ---------------------------------------------------------------------------------------------
+find_package(yaml-cpp CONFIG REQUIRED)
+add_library(kktrain_yaml INTERFACE)
+add_library(kktrain::yaml ALIAS kktrain_yaml)
+if(TARGET yaml-cpp::yaml-cpp)
+  target_link_libraries(kktrain_yaml INTERFACE yaml-cpp::yaml-cpp)
+else()
+  target_link_libraries(kktrain_yaml INTERFACE yaml-cpp)
+endif()
+
+# ---------------------------------------------------------------------------------------------
+# NCCL (optional): default ON exactly when Kokkos was built with CUDA.
+# ---------------------------------------------------------------------------------------------
+option(KKTRAIN_ENABLE_NCCL "Build the NCCL communicator" ${KKTRAIN_KOKKOS_HAS_CUDA})
+set(KKTRAIN_NCCL "OFF")
+if(KKTRAIN_ENABLE_NCCL)
+  find_package(CUDAToolkit QUIET)
+  set(_cuda_hint "$ENV{CUDA_HOME}" "/usr/local/cuda")
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${_cuda_hint}
+            PATH_SUFFIXES include)
+  find_library(NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${_cuda_hint}
+               PATH_SUFFIXES lib lib64)
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY OR NOT TARGET CUDA::cudart)
+    message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_NCCL=ON but NCCL or the CUDA runtime was not "
+                        "found (nccl.h: ${NCCL_INCLUDE_DIR}, libnccl: ${NCCL_LIBRARY}); set "
+                        "NCCL_ROOT/CUDA_HOME or configure with -DKKTRAIN_ENABLE_NCCL=OFF")
+  endif()
+  add_library(kktrain_nccl INTERFACE)
+  add_library(kktrain::nccl ALIAS kktrain_nccl)
+  target_include_directories(kktrain_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(kktrain_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+  set(KKTRAIN_NCCL "ON (${NCCL_LIBRARY})")
+endif()
+
+function(kktrain_feature_summary)
+  message(STATUS "")
+  message(STATUS "kktrain feature summary")
+  message(STATUS "  Kokkos          : ${KKTRAIN_KOKKOS_VERSION} (${KKTRAIN_KOKKOS_FLAVOUR}), "
+                 "backends: ${KKTRAIN_KOKKOS_DEVICES}")
+  message(STATUS "  BLAS            : ${KKTRAIN_BLAS}")
+  message(STATUS "  MPI             : ${KKTRAIN_MPI}")
+  message(STATUS "  HDF5            : ${HDF5_VERSION}, parallel: ${HDF5_IS_PARALLEL}")
+  message(STATUS "  yaml-cpp        : ${yaml-cpp_VERSION}")
+  message(STATUS "  NCCL            : ${KKTRAIN_NCCL}")
+  message(STATUS "  tests           : ${KKTRAIN_ENABLE_TESTS}")
+  message(STATUS "  benchmarks      : ${KKTRAIN_ENABLE_BENCH}")
+  message(STATUS "  sanitizers      : ${KKTRAIN_SANITIZE}")
+  message(STATUS "")
+endfunction()

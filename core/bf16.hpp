@@ -1,0 +1,109 @@
+// bfloat16 as a 2-byte value type usable in host and device code.
+//
+// Why our own type: Kokkos 3.4 has no bhalf_t, and Kokkos 4.x's bhalf_t is a 4-byte float on host
+// backends, which would double the memory of "bf16" tensors and hide rounding. This type stores
+// the upper 16 bits of an IEEE binary32. Conversion from float rounds to nearest, ties to even;
+// NaN stays NaN (forced quiet, sign kept); +-inf are preserved; finite values past the largest
+// bf16 round to inf exactly as IEEE round-to-nearest prescribes. Conversion to float is exact.
+//
+// Also here: TE FusedAdam's "store_param_remainders" split of an fp32 master into a bf16 parameter
+// plus a signed int16 remainder, and its rebuild (see DESIGN.md):
+//   rebuild: if remainder < 0, bf16 bits -= 1; fp32 bits = bf16 bits << 16 | (uint16)remainder
+//   split:   high = bits >> 16, low = bits & 0xffff; if low >= 0x8000, high += 1
+// The split rounds ties away from zero (not to even) and the pair round-trips losslessly.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
+
+namespace kktrain {
+
+KOKKOS_INLINE_FUNCTION uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+KOKKOS_INLINE_FUNCTION float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Round an fp32 bit pattern to the nearest bf16 bit pattern (ties to even).
+KOKKOS_INLINE_FUNCTION uint16_t bf16_bits_from_float(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep sign/payload top, make quiet
+  }
+  // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out of the
+  // mantissa bumps the exponent, and a carry into the all-ones exponent gives inf, as IEEE says.
+  const uint32_t lsb = (u >> 16) & 1u;
+  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
+}
+
+struct bf16 {
+  uint16_t bits;
+
+  bf16() = default;
+  KOKKOS_INLINE_FUNCTION explicit bf16(float f) : bits(bf16_bits_from_float(f)) {}
+  KOKKOS_INLINE_FUNCTION static bf16 from_bits(uint16_t b) {
+    bf16 h;
+    h.bits = b;
+    return h;
+  }
+  KOKKOS_INLINE_FUNCTION float to_float() const {
+    return bits_float(static_cast<uint32_t>(bits) << 16);
+  }
+  KOKKOS_INLINE_FUNCTION explicit operator float() const { return to_float(); }
+};
+
+static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
+
+// Round a float to the nearest bf16 value, returned as float (an fp32 holding a bf16 value).
+KOKKOS_INLINE_FUNCTION float round_to_bf16(float f) { return bf16(f).to_float(); }
+
+// Uniform conversions used by dtype-generic kernels: to_f32(x) and from_f32<T>(f).
+KOKKOS_INLINE_FUNCTION float to_f32(float x) { return x; }
+KOKKOS_INLINE_FUNCTION float to_f32(bf16 x) { return x.to_float(); }
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T from_f32(float f);
+template <>
+KOKKOS_INLINE_FUNCTION float from_f32<float>(float f) {
+  return f;
+}
+template <>
+KOKKOS_INLINE_FUNCTION bf16 from_f32<bf16>(float f) {
+  return bf16(f);
+}
+
+// ---- TE-style fp32 master = bf16 parameter + int16 remainder ---------------------------------
+
+struct Bf16Remainder {
+  bf16 high;
+  int16_t remainder;
+};
+
+// Split an fp32 value into (bf16 param, int16 remainder) with TE's rule.
+KOKKOS_INLINE_FUNCTION Bf16Remainder split_remainder(float master) {
+  const uint32_t u = float_bits(master);
+  uint16_t high = static_cast<uint16_t>(u >> 16);
+  const uint16_t low = static_cast<uint16_t>(u & 0xffffu);
+  if (low >= 0x8000u) high = static_cast<uint16_t>(high + 1u);
+  Bf16Remainder r;
+  r.high = bf16::from_bits(high);
+  r.remainder = static_cast<int16_t>(low);  // two's complement reinterpretation of the low half
+  return r;
+}
+
+// Rebuild the exact fp32 master from (bf16 param, int16 remainder).
+KOKKOS_INLINE_FUNCTION float rebuild_remainder(bf16 param, int16_t remainder) {
+  uint16_t high = param.bits;
+  if (remainder < 0) high = static_cast<uint16_t>(high - 1u);
+  const uint32_t u = (static_cast<uint32_t>(high) << 16) | static_cast<uint16_t>(remainder);
+  return bits_float(u);
+}
+
+}  // namespace kktrain

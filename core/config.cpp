@@ -1,0 +1,447 @@
+// Reads every config section through Section (core/config_reader.hpp): one line per key with its
+// default and valid range, then cross-key validation and dtype resolution.
+#include "core/config.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/config_reader.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+
+namespace kktrain {
+
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const char* const kAdamW = "torch.optim.AdamW";
+const char* const kAdam = "torch.optim.Adam";
+const char* const kFusedAdam = "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam";
+const char* const kSGD = "torch.optim.SGD";
+
+bool parse_optimizer_target(const std::string& t, OptimizerKind* k) {
+  static const std::vector<std::pair<std::string, OptimizerKind>> names = {
+      {kAdamW, OptimizerKind::adamw},
+      {"AdamW", OptimizerKind::adamw},
+      {"adamw", OptimizerKind::adamw},
+      {kAdam, OptimizerKind::adam},
+      {"Adam", OptimizerKind::adam},
+      {"adam", OptimizerKind::adam},
+      {kFusedAdam, OptimizerKind::fused_adam},
+      {"transformer_engine.pytorch.optimizers.FusedAdam", OptimizerKind::fused_adam},
+      {"FusedAdam", OptimizerKind::fused_adam},
+      {"fused_adam", OptimizerKind::fused_adam},
+      {kSGD, OptimizerKind::sgd},
+      {"SGD", OptimizerKind::sgd},
+      {"sgd", OptimizerKind::sgd},
+  };
+  for (const auto& n : names) {
+    if (n.first == t) {
+      *k = n.second;
+      return true;
+    }
+  }
+  return false;
+}
+
+// float16 parses as a dtype (so the error is precise) but kktrain stores and computes only
+// float32 and bfloat16: fp16 training needs loss scaling, which is out of scope.
+void require_supported(Section& s, const std::string& key, std::optional<DType> d) {
+  if (d && *d == DType::float16) {
+    s.fail(key, "float16 is not supported by kktrain (use float32 or bfloat16)");
+  }
+}
+
+void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
+  m->vocab_size = s.get_int("vocab_size", m->vocab_size, 1, 1 << 24);
+  m->hidden_size = s.get_int("hidden_size", m->hidden_size, 2, 1 << 20);
+  m->num_layers = s.get_int("num_layers", m->num_layers, 0, 4096);
+  m->num_heads = s.get_int("num_heads", m->num_heads, 1, 4096);
+  m->num_kv_heads = s.get_int("num_kv_heads", m->num_heads, 1, 4096);
+  m->intermediate_size = s.get_int("intermediate_size", m->intermediate_size, 1, 1 << 22);
+  m->max_seq_len = s.get_int("max_seq_len", m->max_seq_len, 1, 1 << 22);
+  m->rope_theta = s.get_double("rope_theta", m->rope_theta, 1e-6, kInf);
+  m->rms_norm_eps = s.get_double("rms_norm_eps", m->rms_norm_eps, 0.0, 1.0);
+  m->tie_word_embeddings = s.get_bool("tie_word_embeddings", m->tie_word_embeddings);
+
+  // Storage dtype: both spellings accept the same values; resolution happens in load_config.
+  spec->dtype = s.get_dtype("dtype", std::nullopt, true, true, &spec->dtype_auto);
+  spec->dtype_present = spec->dtype_auto || spec->dtype.has_value();
+  spec->torch_dtype = s.get_dtype("torch_dtype", std::nullopt, true, true, &spec->torch_dtype_auto);
+  spec->torch_dtype_present = spec->torch_dtype_auto || spec->torch_dtype.has_value();
+  if (spec->torch_dtype_present) {
+    log::warn(std::string("model.torch_dtype is deprecated; use model.dtype") +
+              (spec->dtype_present ? " (model.dtype is set and takes precedence)" : ""));
+  }
+  require_supported(s, "dtype", spec->dtype);
+  if (!spec->dtype_present) require_supported(s, "torch_dtype", spec->torch_dtype);
+
+  m->seed = static_cast<uint64_t>(s.get_int("seed", static_cast<int64_t>(m->seed), 0, kMaxInt));
+  m->init_std = s.get_double("init_std", m->init_std, 0.0, 10.0);
+  m->init_from = s.get_opt_string("init_from");
+  spec->init_from = m->init_from;
+  m->activation_checkpointing = s.get_bool("activation_checkpointing", false);
+  m->keep_in_fp32 = s.get_string_list("keep_in_fp32");
+  m->mtp_num_layers = s.get_int("mtp_num_layers", 0, 0, 64);
+  m->compute_mtp = s.get_bool("compute_mtp", true);
+  s.finish();
+
+  if (m->hidden_size % m->num_heads != 0) {
+    s.fail("num_heads", "hidden_size " + std::to_string(m->hidden_size) +
+                            " is not divisible by num_heads " + std::to_string(m->num_heads));
+  }
+  if (m->num_heads % m->num_kv_heads != 0) {
+    s.fail("num_kv_heads", "num_heads " + std::to_string(m->num_heads) +
+                               " is not divisible by num_kv_heads " +
+                               std::to_string(m->num_kv_heads));
+  }
+  if (m->head_dim() % 2 != 0) {
+    s.fail("num_heads", "head_dim = hidden_size / num_heads = " + std::to_string(m->head_dim()) +
+                            " must be even for rotary embeddings");
+  }
+}
+
+void read_freeze(Section& s, FreezeConfig* f) {
+  f->freeze_modules = s.get_string_list("freeze_modules", true);
+  f->unfreeze_modules = s.get_string_list("unfreeze_modules", true);
+  f->freeze_parameters = s.get_string_list("freeze_parameters");
+  f->unfreeze_parameters = s.get_string_list("unfreeze_parameters");
+  s.finish();
+  // Duplicate exact names are rejected (unknown names are checked against the model later).
+  for (const char* key : {"freeze_parameters", "unfreeze_parameters"}) {
+    const auto& names =
+        std::string(key) == "freeze_parameters" ? f->freeze_parameters : f->unfreeze_parameters;
+    std::set<std::string> seen;
+    for (const auto& n : names) {
+      if (!seen.insert(n).second) s.fail(key, "duplicate parameter name '" + n + "'");
+    }
+  }
+}
+
+void read_peft(Section& s, PeftConfig* p) {
+  p->enabled = s.present("target_modules") || s.present("dim") || s.present("lora_dtype") ||
+               s.present("alpha") || s.present("dropout") || s.present("_target_");
+  const auto target = s.get_opt_string("_target_");
+  if (target && *target != "nemo_automodel.components._peft.lora.PeftConfig" &&
+      *target != "PeftConfig" && *target != "lora") {
+    s.fail("_target_", "unknown PEFT component \"" + *target +
+                           "\"; accepted: nemo_automodel.components._peft.lora.PeftConfig, "
+                           "PeftConfig, lora");
+  }
+  p->target_modules = s.get_string_list("target_modules", true);
+  p->dim = s.get_int("dim", p->dim, 1, 1 << 16);
+  p->alpha = s.get_double("alpha", p->alpha, 0.0, kInf);
+  p->dropout = s.get_double("dropout", p->dropout, 0.0, 1.0);
+  if (p->dropout != 0.0) s.fail("dropout", "LoRA dropout is not implemented; use 0.0");
+  p->lora_dtype = s.get_dtype("lora_dtype", std::nullopt, true);
+  require_supported(s, "lora_dtype", p->lora_dtype);
+  s.finish();
+  if (p->enabled && p->target_modules.empty()) {
+    s.fail("target_modules", "PEFT is configured but no target_modules are given");
+  }
+}
+
+void read_optimizer(Section& s, OptimizerConfig* o) {
+  const std::string target = s.get_string("_target_", kAdamW);
+  if (!parse_optimizer_target(target, &o->kind)) {
+    s.fail("_target_", "unknown optimizer \"" + target + "\"; accepted: " + kAdamW + ", " + kAdam +
+                           ", " + kFusedAdam + ", " + kSGD + " (or AdamW, Adam, FusedAdam, SGD)");
+  }
+  s.set_resolved("_target_", YAML::Node(optimizer_kind_name(o->kind)));
+  const bool fused = o->kind == OptimizerKind::fused_adam;
+  // Defaults are those of the component named: torch AdamW decays 1e-2, Adam/FusedAdam/SGD 0.
+  o->lr = s.get_double("lr", 1e-3, 0.0, kInf);
+  o->weight_decay =
+      s.get_double("weight_decay", o->kind == OptimizerKind::adamw ? 1e-2 : 0.0, 0.0, kInf);
+  std::map<std::string, std::string> foreign;
+  const std::string fused_only = "only transformer_engine FusedAdam has this option, not " + target;
+  const std::string sgd_only = "only SGD has this option, not " + target;
+  const std::string adam_only = "SGD has no such option (it is an Adam option)";
+  if (o->is_adam_family()) {
+    const auto betas = s.get_double_list("betas", {0.9, 0.999}, 0.0, 1.0);
+    o->beta1 = betas[0];
+    o->beta2 = betas[1];
+    if (o->beta1 >= 1.0 || o->beta2 >= 1.0) s.fail("betas", "betas must be in [0, 1)");
+    o->eps = s.get_double("eps", 1e-8, 0.0, kInf);
+    if (s.get_bool("amsgrad", false)) s.fail("amsgrad", "amsgrad is not supported by kktrain");
+    for (const char* k : {"momentum", "dampening", "nesterov"}) foreign[k] = sgd_only;
+  } else {
+    o->momentum = s.get_double("momentum", 0.0, 0.0, 1.0);
+    o->dampening = s.get_double("dampening", 0.0, 0.0, 1.0);
+    o->nesterov = s.get_bool("nesterov", false);
+    if (o->nesterov && (o->momentum <= 0.0 || o->dampening != 0.0)) {
+      s.fail("nesterov", "Nesterov momentum requires a momentum and zero dampening");
+    }
+    for (const char* k : {"betas", "eps", "amsgrad"}) foreign[k] = adam_only;
+  }
+  if (fused) {
+    o->adam_w_mode = s.get_bool("adam_w_mode", true);
+    o->bias_correction = s.get_bool("bias_correction", true);
+    o->master_weights = s.get_bool("master_weights", false);
+    o->store_param_remainders = s.get_bool("store_param_remainders", false);
+    o->exp_avg_dtype = *s.get_dtype("exp_avg_dtype", DType::float32, false);
+    o->exp_avg_sq_dtype = *s.get_dtype("exp_avg_sq_dtype", DType::float32, false);
+    require_supported(s, "exp_avg_dtype", o->exp_avg_dtype);
+    require_supported(s, "exp_avg_sq_dtype", o->exp_avg_sq_dtype);
+  } else {
+    for (const char* k : {"adam_w_mode", "bias_correction", "master_weights",
+                          "store_param_remainders", "exp_avg_dtype", "exp_avg_sq_dtype"}) {
+      foreign[k] = fused_only;
+    }
+  }
+  o->stochastic_rounding = s.get_bool("stochastic_rounding", false);
+  o->weight_decay_exclude = s.get_string_list("weight_decay_exclude");
+  s.finish(foreign);
+}
+
+void read_scheduler(Section& s, SchedulerConfig* c) {
+  c->lr_decay_style = s.get_choice("lr_decay_style", "constant", {"constant", "cosine", "linear"});
+  c->lr_warmup_steps = s.get_int("lr_warmup_steps", 0, 0, kMaxInt);
+  c->lr_decay_steps = s.get_opt_int("lr_decay_steps", std::nullopt, 1, kMaxInt);
+  c->min_lr = s.get_double("min_lr", 0.0, 0.0, kInf);
+  s.finish();
+}
+
+void read_distributed(Section& s, DistributedConfig* d) {
+  d->strategy = s.get_choice("strategy", "fsdp2", {"fsdp2", "ddp"});
+  {
+    Section mp = s.sub("mp_policy");
+    const char* const kPolicy = "torch.distributed.fsdp.MixedPrecisionPolicy";
+    const std::string target = mp.get_string("_target_", kPolicy);
+    if (target != kPolicy && target != "MixedPrecisionPolicy") {
+      mp.fail("_target_", "unknown mixed-precision policy \"" + target + "\"; accepted: " +
+                              kPolicy + ", MixedPrecisionPolicy");
+    }
+    mp.set_resolved("_target_", YAML::Node(kPolicy));
+    auto& p = d->mp_policy;
+    p.param_dtype = mp.get_dtype("param_dtype", DType::bfloat16, true);
+    p.reduce_dtype = mp.get_dtype("reduce_dtype", DType::float32, true);
+    p.output_dtype = mp.get_dtype("output_dtype", DType::bfloat16, true);
+    p.cast_forward_inputs = mp.get_bool("cast_forward_inputs", true);
+    require_supported(mp, "param_dtype", p.param_dtype);
+    require_supported(mp, "reduce_dtype", p.reduce_dtype);
+    require_supported(mp, "output_dtype", p.output_dtype);
+    mp.finish();
+  }
+  d->autocast_dtype = s.get_dtype("autocast_dtype", std::nullopt, true);
+  require_supported(s, "autocast_dtype", d->autocast_dtype);
+  s.finish();
+}
+
+void read_data(Section& s, DataConfig* d) {
+  d->path = s.get_opt_string("path");
+  d->format = s.get_choice("format", "auto", {"auto", "text", "uint16", "uint32"});
+  d->seq_len = s.get_int("seq_len", d->seq_len, 1, 1 << 22);
+  d->micro_batch_size = s.get_int("micro_batch_size", d->micro_batch_size, 1, 1 << 20);
+  d->global_batch_size =
+      s.get_int("global_batch_size", d->micro_batch_size, 1, static_cast<int64_t>(1) << 30);
+  d->seed = static_cast<uint64_t>(s.get_int("seed", static_cast<int64_t>(d->seed), 0, kMaxInt));
+  d->val_fraction = s.get_double("val_fraction", d->val_fraction, 0.0, 0.5);
+  s.finish();
+}
+
+void read_train(Section& s, TrainConfig* t) {
+  t->max_steps = s.get_int("max_steps", t->max_steps, 0, kMaxInt);
+  t->log_every = s.get_int("log_every", t->log_every, 1, kMaxInt);
+  t->val_every = s.get_int("val_every", t->val_every, 0, kMaxInt);
+  t->val_batches = s.get_int("val_batches", t->val_batches, 1, 1 << 20);
+  t->grad_clip = s.get_double("grad_clip", t->grad_clip, 0.0, kInf);
+  t->output_dir = s.get_string("output_dir", t->output_dir);
+  t->max_nonfinite_steps = s.get_int("max_nonfinite_steps", t->max_nonfinite_steps, 1, kMaxInt);
+  t->fail_on_precision_warning = s.get_bool("fail_on_precision_warning", false);
+  t->progress = s.get_choice("progress", "auto", {"auto", "on", "off"});
+  s.finish();
+  if (t->output_dir.empty()) s.fail("output_dir", "must not be empty");
+}
+
+void read_checkpoint(Section& s, CheckpointConfig* c) {
+  c->dir = s.get_opt_string("dir");
+  c->save_every = s.get_int("save_every", 0, 0, kMaxInt);
+  c->keep_last = s.get_int("keep_last", 2, 1, 1 << 20);
+  c->resume = s.get_string("resume", "auto");
+  c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, false);
+  require_supported(s, "export_dtype", c->export_dtype);
+  s.finish();
+}
+
+// Cross-section rules and warnings about settings that have no effect.
+void validate(const Config& c, const LoadOptions& opts) {
+  if (c.data.seq_len > c.model.max_seq_len) {
+    throw ConfigError("data.seq_len",
+                      "seq_len " + std::to_string(c.data.seq_len) + " exceeds model.max_seq_len " +
+                          std::to_string(c.model.max_seq_len));
+  }
+  const int64_t per_step = c.data.micro_batch_size * opts.world_size;
+  if (c.data.global_batch_size % per_step != 0) {
+    throw ConfigError("data.global_batch_size",
+                      "global_batch_size " + std::to_string(c.data.global_batch_size) +
+                          " is not a multiple of micro_batch_size x ranks = " +
+                          std::to_string(c.data.micro_batch_size) + " x " +
+                          std::to_string(opts.world_size));
+  }
+  const auto& o = c.optimizer;
+  if (o.kind == OptimizerKind::fused_adam && o.store_param_remainders) {
+    if (!o.master_weights) {
+      log::warn("optimizer.store_param_remainders has no effect without master_weights: true");
+    } else if (c.precision.storage != DType::bfloat16) {
+      log::warn(std::string("optimizer.store_param_remainders has no effect: it applies only to "
+                            "bfloat16 parameters and the storage dtype is ") +
+                dtype_name(c.precision.storage));
+    }
+  }
+  if (o.stochastic_rounding) {
+    const bool has_master = o.kind == OptimizerKind::fused_adam && o.master_weights;
+    if (has_master || c.precision.storage != DType::bfloat16) {
+      log::warn("optimizer.stochastic_rounding has no effect: it applies to bfloat16 parameters "
+                "updated without an fp32 master copy");
+    }
+  }
+  if (c.distributed.autocast_dtype && opts.world_size > 1) {
+    log::warn("distributed.autocast_dtype has no effect with " + std::to_string(opts.world_size) +
+              " ranks: the sharded path computes in mp_policy.param_dtype");
+  }
+  if (c.lr_scheduler.min_lr > o.lr) {
+    throw ConfigError("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +
+                                                 " exceeds optimizer.lr " + format_double(o.lr));
+  }
+}
+
+}  // namespace
+
+const char* optimizer_kind_name(OptimizerKind k) {
+  switch (k) {
+    case OptimizerKind::adamw:
+      return kAdamW;
+    case OptimizerKind::adam:
+      return kAdam;
+    case OptimizerKind::fused_adam:
+      return kFusedAdam;
+    case OptimizerKind::sgd:
+      return kSGD;
+  }
+  return "?";
+}
+
+Config load_config_text(const std::string& text, const std::string& name,
+                        const std::vector<std::string>& overrides, const LoadOptions& opts) {
+  auto origin = std::make_shared<ConfigOrigin>();
+  origin->file = name;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("", "invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                              std::to_string(e.mark.column + 1) + ": " + e.msg,
+                      name);
+  }
+  if (root.IsNull() || !root.IsDefined()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw ConfigError("", "the config must be a mapping of sections", name);
+  for (const auto& o : overrides) apply_override(root, o, origin.get());
+
+  Config c;
+  c.source = name;
+  c.resolved = YAML::Node(YAML::NodeType::Map);
+  Section top(root, "", origin, c.resolved);
+  StorageDtypeSpec spec;
+  {
+    Section s = top.sub("model");
+    read_model(s, &c.model, &spec);
+  }
+  {
+    Section s = top.sub("freeze_config");
+    read_freeze(s, &c.freeze);
+  }
+  {
+    Section s = top.sub("peft");
+    read_peft(s, &c.peft);
+    if (!c.peft.enabled) c.resolved["peft"] = YAML::Node(YAML::NodeType::Null);
+  }
+  {
+    Section s = top.sub("optimizer");
+    read_optimizer(s, &c.optimizer);
+  }
+  {
+    Section s = top.sub("lr_scheduler");
+    read_scheduler(s, &c.lr_scheduler);
+  }
+  {
+    Section s = top.sub("distributed");
+    read_distributed(s, &c.distributed);
+  }
+  {
+    Section s = top.sub("data");
+    read_data(s, &c.data);
+  }
+  {
+    Section s = top.sub("train");
+    read_train(s, &c.train);
+  }
+  {
+    Section s = top.sub("checkpoint");
+    read_checkpoint(s, &c.checkpoint);
+  }
+  // Printed configs carry a `resolved_precision` section; it is output only and ignored on input
+  // so that `kktrain config` output can be fed back in unchanged.
+  top.accept("resolved_precision");
+  top.finish();
+
+  // ---- dtype resolution -------------------------------------------------------------------
+  resolve_storage_dtype(
+      spec,
+      [&](const std::string& path) {
+        if (!opts.checkpoint_dtype) {
+          throw ConfigError("model.init_from", "cannot read the dtype of '" + path + "'", name);
+        }
+        return opts.checkpoint_dtype(path);
+      },
+      &c.precision);
+  if (c.precision.storage == DType::float16) {
+    throw ConfigError("model.init_from", "checkpoint dtype float16 is not supported", name);
+  }
+  resolve_compute_dtypes(c.distributed.mp_policy, c.distributed.autocast_dtype, opts.world_size,
+                         &c.precision);
+  c.precision.lora = c.peft.lora_dtype;
+  c.resolved["model"]["dtype"] = dtype_name(c.precision.storage);
+  validate(c, opts);
+
+  YAML::Node rp(YAML::NodeType::Map);
+  rp["world_size"] = opts.world_size;
+  rp["storage_dtype"] = dtype_name(c.precision.storage);
+  rp["storage_dtype_source"] = c.precision.storage_source;
+  rp["compute_dtype"] = dtype_name(c.precision.compute);
+  rp["compute_dtype_source"] = c.precision.compute_source;
+  rp["reduce_dtype"] = dtype_name(c.precision.reduce);
+  rp["reduce_dtype_source"] = c.precision.reduce_source;
+  rp["output_dtype"] = c.precision.output ? YAML::Node(dtype_name(*c.precision.output))
+                                          : YAML::Node(YAML::NodeType::Null);
+  rp["output_dtype_applied"] = c.precision.output_applied;
+  rp["lora_dtype"] = c.peft.enabled ? (c.precision.lora ? YAML::Node(dtype_name(*c.precision.lora))
+                                                         : YAML::Node("inherit"))
+                                    : YAML::Node(YAML::NodeType::Null);
+  c.resolved["resolved_precision"] = rp;
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const LoadOptions& opts) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot open config file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_config_text(ss.str(), path, overrides, opts);
+}
+
+std::string to_yaml(const Config& cfg) {
+  YAML::Emitter e;
+  e.SetNullFormat(YAML::LowerNull);
+  e.SetIndent(2);
+  e << cfg.resolved;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace kktrain

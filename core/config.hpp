@@ -1,0 +1,161 @@
+// The kktrain configuration: typed sections read from YAML plus command-line overrides,
+// validated, with every default filled and every dtype resolved.
+//
+// Sections (DESIGN.md): model, freeze_config, peft, optimizer, lr_scheduler, distributed, data,
+// train, checkpoint. `_target_` strings from the reference select components; short names work
+// too. load_config() is the single entry point; `kktrain config` prints Config::resolved.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/precision.hpp"
+
+namespace kktrain {
+
+struct ModelConfig {
+  int64_t vocab_size = 256;
+  int64_t hidden_size = 128;
+  int64_t num_layers = 4;
+  int64_t num_heads = 4;
+  int64_t num_kv_heads = 4;
+  int64_t intermediate_size = 344;
+  int64_t max_seq_len = 256;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = true;
+  uint64_t seed = 1234;
+  double init_std = 0.02;
+  std::optional<std::string> init_from;
+  bool activation_checkpointing = false;
+  std::vector<std::string> keep_in_fp32;  // parameter globs kept fp32 (model-protected)
+  int64_t mtp_num_layers = 0;             // multi-token-prediction head depth (0 = none)
+  bool compute_mtp = true;
+  int64_t head_dim() const { return hidden_size / num_heads; }
+};
+
+struct FreezeConfig {
+  std::vector<std::string> freeze_modules;    // module globs
+  std::vector<std::string> unfreeze_modules;  // module globs
+  std::vector<std::string> freeze_parameters;    // exact canonical names
+  std::vector<std::string> unfreeze_parameters;  // exact canonical names
+};
+
+struct PeftConfig {
+  bool enabled = false;
+  std::vector<std::string> target_modules;  // module globs, e.g. "*.q_proj"
+  int64_t dim = 8;
+  double alpha = 32.0;
+  double dropout = 0.0;
+  std::optional<DType> lora_dtype;  // null: inherit the base layer's storage dtype
+};
+
+enum class OptimizerKind { adamw, adam, fused_adam, sgd };
+const char* optimizer_kind_name(OptimizerKind k);  // the canonical _target_
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adamw;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  // FusedAdam (TE) options.
+  bool adam_w_mode = true;
+  bool bias_correction = true;
+  bool master_weights = false;
+  bool store_param_remainders = false;
+  DType exp_avg_dtype = DType::float32;
+  DType exp_avg_sq_dtype = DType::float32;
+  // SGD options.
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  // kktrain extensions.
+  bool stochastic_rounding = false;               // bf16 params without a master copy
+  std::vector<std::string> weight_decay_exclude;  // parameter globs without weight decay
+  bool is_adam_family() const { return kind != OptimizerKind::sgd; }
+  bool is_torch_adam() const { return kind == OptimizerKind::adamw || kind == OptimizerKind::adam; }
+};
+
+struct SchedulerConfig {
+  std::string lr_decay_style = "constant";  // constant | cosine | linear
+  int64_t lr_warmup_steps = 0;
+  std::optional<int64_t> lr_decay_steps;  // null: decay until train.max_steps
+  double min_lr = 0.0;
+};
+
+struct DistributedConfig {
+  std::string strategy = "fsdp2";
+  MixedPrecisionPolicy mp_policy;
+  std::optional<DType> autocast_dtype;
+};
+
+struct DataConfig {
+  std::optional<std::string> path;  // null: the embedded default corpus
+  std::string format = "auto";      // auto | text | uint16 | uint32
+  int64_t seq_len = 128;
+  int64_t micro_batch_size = 8;
+  int64_t global_batch_size = 8;
+  uint64_t seed = 42;
+  double val_fraction = 0.05;
+};
+
+struct TrainConfig {
+  int64_t max_steps = 200;
+  int64_t log_every = 10;
+  int64_t val_every = 50;
+  int64_t val_batches = 4;
+  double grad_clip = 1.0;  // 0 disables clipping
+  std::string output_dir = "runs/default";
+  int64_t max_nonfinite_steps = 5;
+  bool fail_on_precision_warning = false;
+  std::string progress = "auto";  // auto | on | off
+};
+
+struct CheckpointConfig {
+  std::optional<std::string> dir;  // null: <train.output_dir>/checkpoints
+  int64_t save_every = 0;          // 0: only at the end
+  int64_t keep_last = 2;
+  std::string resume = "auto";  // auto | never | <checkpoint dir>
+  DType export_dtype = DType::bfloat16;
+};
+
+struct Config {
+  ModelConfig model;
+  FreezeConfig freeze;
+  PeftConfig peft;
+  OptimizerConfig optimizer;
+  SchedulerConfig lr_scheduler;
+  DistributedConfig distributed;
+  DataConfig data;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  ResolvedPrecision precision;
+  YAML::Node resolved;  // the full config as `kktrain config` prints it
+  std::string source;   // config file path
+};
+
+struct LoadOptions {
+  int world_size = 1;
+  // Reads the storage dtype of a checkpoint (for model.dtype: auto with model.init_from); set by
+  // the application layer, which owns HDF5. Unset: init_from with auto is an error.
+  std::function<DType(const std::string& path)> checkpoint_dtype;
+};
+
+// Parses YAML text (no file); `name` is used in error locations.
+Config load_config_text(const std::string& text, const std::string& name,
+                        const std::vector<std::string>& overrides, const LoadOptions& opts);
+// Reads and parses a config file. Throws ConfigError/UsageError on any invalid input.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const LoadOptions& opts);
+
+// The resolved config as YAML text.
+std::string to_yaml(const Config& cfg);
+
+}  // namespace kktrain

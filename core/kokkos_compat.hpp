@@ -1,0 +1,52 @@
+// The one place that papers over differences between Kokkos 3.4 (Debian/Trilinos) and 4.x.
+// Everything else includes this instead of naming version-specific spellings: math functions
+// moved from Kokkos::Experimental:: to Kokkos:: in 3.7, and the default spaces are aliased here
+// so kernels read the same on Serial, OpenMP, CUDA and HIP builds.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+namespace kktrain {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+using HostSpace = Kokkos::HostSpace;
+
+// 1-D device View of T; the project's default container for flat buffers.
+template <class T>
+using DView = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;
+// 2-D row-major device View (rows, cols); what GEMM consumes.
+template <class T>
+using DMatrix = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
+// Unmanaged 2-D row-major window into someone else's allocation.
+template <class T>
+using DMatrixU = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <class T>
+using DViewU = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+using RangePolicy = Kokkos::RangePolicy<ExecSpace>;
+
+namespace math {
+#if KOKKOS_VERSION >= 30700
+using Kokkos::cos;
+using Kokkos::exp;
+using Kokkos::fabs;
+using Kokkos::log;
+using Kokkos::pow;
+using Kokkos::sin;
+using Kokkos::sqrt;
+#else
+using Kokkos::Experimental::cos;
+using Kokkos::Experimental::exp;
+using Kokkos::Experimental::fabs;
+using Kokkos::Experimental::log;
+using Kokkos::Experimental::pow;
+using Kokkos::Experimental::sin;
+using Kokkos::Experimental::sqrt;
+#endif
+// Device-safe tests on the IEEE bit pattern (no reliance on <cmath> in device code).
+KOKKOS_INLINE_FUNCTION bool isfinite_f(float x) { return (x - x) == (x - x); }
+KOKKOS_INLINE_FUNCTION float max_f(float a, float b) { return a > b ? a : b; }
+}  // namespace math
+
+}  // namespace kktrain

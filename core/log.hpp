@@ -1,0 +1,25 @@
+// Rank-aware logging. Info and warnings print on rank 0 only (every rank computes the same
+// warnings, so printing once is enough); warnings are also kept so `kktrain audit --json` and
+// tests can read them back. Output goes to stderr so stdout stays machine-readable.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kktrain {
+namespace log {
+
+void set_rank(int rank);
+int rank();
+// Suppresses info lines (warnings still print); used by commands whose stdout is the product.
+void set_quiet(bool quiet);
+
+void info(const std::string& msg);
+void warn(const std::string& msg);
+
+// Warnings emitted so far in this process (in order), and a way to reset them (tests).
+const std::vector<std::string>& warnings();
+void clear_warnings();
+
+}  // namespace log
+}  // namespace kktrain
