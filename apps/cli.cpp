@@ -47,8 +47,8 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
     }
   }
   if (p.positionals.size() < spec.positionals.size()) {
-    throw UsageError(cmd + ": missing " + spec.positionals[p.positionals.size()] + " (usage: kktrain " +
-                     spec.synopsis + ")");
+    throw UsageError(cmd + ": missing " + spec.positionals[p.positionals.size()] +
+                     " (usage: kktrain " + spec.synopsis + ")");
   }
   for (const auto& r : spec.required_options) {
     if (p.options[r].empty()) throw UsageError(cmd + ": " + r + " is required");

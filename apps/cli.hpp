@@ -13,12 +13,12 @@ namespace kktrain {
 
 struct CommandSpec {
   const char* name;
-  const char* synopsis;  // usage line after "kktrain "
-  const char* summary;   // one line for `kktrain --help`
-  const char* details;   // per-command help text
-  std::vector<std::string> positionals;     // names of required positional arguments
-  bool takes_overrides;                     // accepts key.path=VALUE
-  std::set<std::string> flags;              // e.g. --json
+  const char* synopsis;                        // usage line after "kktrain "
+  const char* summary;                         // one line for `kktrain --help`
+  const char* details;                         // per-command help text
+  std::vector<std::string> positionals;        // names of required positional arguments
+  bool takes_overrides;                        // accepts key.path=VALUE
+  std::set<std::string> flags;                 // e.g. --json
   std::map<std::string, std::string> options;  // option -> default ("" = required if listed
                                                // in required_options)
   std::set<std::string> required_options;

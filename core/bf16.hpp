@@ -62,11 +62,17 @@ struct bf16 {
 static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
 
 // Round a float to the nearest bf16 value, returned as float (an fp32 holding a bf16 value).
-KOKKOS_INLINE_FUNCTION float round_to_bf16(float f) { return bf16(f).to_float(); }
+KOKKOS_INLINE_FUNCTION float round_to_bf16(float f) {
+  return bf16(f).to_float();
+}
 
 // Uniform conversions used by dtype-generic kernels: to_f32(x) and from_f32<T>(f).
-KOKKOS_INLINE_FUNCTION float to_f32(float x) { return x; }
-KOKKOS_INLINE_FUNCTION float to_f32(bf16 x) { return x.to_float(); }
+KOKKOS_INLINE_FUNCTION float to_f32(float x) {
+  return x;
+}
+KOKKOS_INLINE_FUNCTION float to_f32(bf16 x) {
+  return x.to_float();
+}
 
 template <class T>
 KOKKOS_INLINE_FUNCTION T from_f32(float f);

@@ -89,6 +89,7 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->keep_in_fp32 = s.get_string_list("keep_in_fp32");
   m->mtp_num_layers = s.get_int("mtp_num_layers", 0, 0, 64);
   m->compute_mtp = s.get_bool("compute_mtp", true);
+  m->mtp_loss_weight = s.get_double("mtp_loss_weight", m->mtp_loss_weight, 0.0, kInf);
   s.finish();
 
   if (m->hidden_size % m->num_heads != 0) {
@@ -214,8 +215,8 @@ void read_distributed(Section& s, DistributedConfig* d) {
     const char* const kPolicy = "torch.distributed.fsdp.MixedPrecisionPolicy";
     const std::string target = mp.get_string("_target_", kPolicy);
     if (target != kPolicy && target != "MixedPrecisionPolicy") {
-      mp.fail("_target_", "unknown mixed-precision policy \"" + target + "\"; accepted: " +
-                              kPolicy + ", MixedPrecisionPolicy");
+      mp.fail("_target_", "unknown mixed-precision policy \"" + target +
+                              "\"; accepted: " + kPolicy + ", MixedPrecisionPolicy");
     }
     mp.set_resolved("_target_", YAML::Node(kPolicy));
     auto& p = d->mp_policy;
@@ -233,13 +234,13 @@ void read_distributed(Section& s, DistributedConfig* d) {
   s.finish();
 }
 
-void read_data(Section& s, DataConfig* d) {
+void read_data(Section& s, DataConfig* d, int world_size) {
   d->path = s.get_opt_string("path");
   d->format = s.get_choice("format", "auto", {"auto", "text", "uint16", "uint32"});
   d->seq_len = s.get_int("seq_len", d->seq_len, 1, 1 << 22);
   d->micro_batch_size = s.get_int("micro_batch_size", d->micro_batch_size, 1, 1 << 20);
-  d->global_batch_size =
-      s.get_int("global_batch_size", d->micro_batch_size, 1, static_cast<int64_t>(1) << 30);
+  d->global_batch_size = s.get_int("global_batch_size", d->micro_batch_size * world_size, 1,
+                                   static_cast<int64_t>(1) << 30);
   d->seed = static_cast<uint64_t>(s.get_int("seed", static_cast<int64_t>(d->seed), 0, kMaxInt));
   d->val_fraction = s.get_double("val_fraction", d->val_fraction, 0.0, 0.5);
   s.finish();
@@ -270,19 +271,38 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
 }
 
 // Cross-section rules and warnings about settings that have no effect.
-void validate(const Config& c, const LoadOptions& opts) {
+// Locates a dotted key path in the (overridden) config tree for error messages.
+struct Locator {
+  YAML::Node root;
+  const ConfigOrigin* origin;
+  std::string where(const std::string& path) const {
+    YAML::Node n = root;
+    std::stringstream ss(path);
+    for (std::string part; std::getline(ss, part, '.');) {
+      if (!n.IsMap()) return origin->where(path, YAML::Node());
+      const YAML::Node& cn = n;
+      n.reset(cn[part]);
+      if (!n.IsDefined()) return origin->where(path, YAML::Node());
+    }
+    return origin->where(path, n);
+  }
+  [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
+    throw ConfigError(path, msg, where(path));
+  }
+};
+
+void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
   if (c.data.seq_len > c.model.max_seq_len) {
-    throw ConfigError("data.seq_len",
-                      "seq_len " + std::to_string(c.data.seq_len) + " exceeds model.max_seq_len " +
-                          std::to_string(c.model.max_seq_len));
+    loc.fail("data.seq_len", "seq_len " + std::to_string(c.data.seq_len) +
+                                 " exceeds model.max_seq_len " +
+                                 std::to_string(c.model.max_seq_len));
   }
   const int64_t per_step = c.data.micro_batch_size * opts.world_size;
   if (c.data.global_batch_size % per_step != 0) {
-    throw ConfigError("data.global_batch_size",
-                      "global_batch_size " + std::to_string(c.data.global_batch_size) +
-                          " is not a multiple of micro_batch_size x ranks = " +
-                          std::to_string(c.data.micro_batch_size) + " x " +
-                          std::to_string(opts.world_size));
+    loc.fail("data.global_batch_size",
+             "global_batch_size " + std::to_string(c.data.global_batch_size) +
+                 " is not a multiple of micro_batch_size x ranks = " +
+                 std::to_string(c.data.micro_batch_size) + " x " + std::to_string(opts.world_size));
   }
   const auto& o = c.optimizer;
   if (o.kind == OptimizerKind::fused_adam && o.store_param_remainders) {
@@ -297,8 +317,9 @@ void validate(const Config& c, const LoadOptions& opts) {
   if (o.stochastic_rounding) {
     const bool has_master = o.kind == OptimizerKind::fused_adam && o.master_weights;
     if (has_master || c.precision.storage != DType::bfloat16) {
-      log::warn("optimizer.stochastic_rounding has no effect: it applies to bfloat16 parameters "
-                "updated without an fp32 master copy");
+      log::warn(
+          "optimizer.stochastic_rounding has no effect: it applies to bfloat16 parameters "
+          "updated without an fp32 master copy");
     }
   }
   if (c.distributed.autocast_dtype && opts.world_size > 1) {
@@ -306,8 +327,8 @@ void validate(const Config& c, const LoadOptions& opts) {
               " ranks: the sharded path computes in mp_policy.param_dtype");
   }
   if (c.lr_scheduler.min_lr > o.lr) {
-    throw ConfigError("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +
-                                                 " exceeds optimizer.lr " + format_double(o.lr));
+    loc.fail("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +
+                                        " exceeds optimizer.lr " + format_double(o.lr));
   }
 }
 
@@ -335,9 +356,9 @@ Config load_config_text(const std::string& text, const std::string& name,
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw ConfigError("", "invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
-                              std::to_string(e.mark.column + 1) + ": " + e.msg,
-                      name);
+    throw ConfigError(
+        "", "invalid YAML: " + e.msg,
+        name + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1));
   }
   if (root.IsNull() || !root.IsDefined()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw ConfigError("", "the config must be a mapping of sections", name);
@@ -375,7 +396,7 @@ Config load_config_text(const std::string& text, const std::string& name,
   }
   {
     Section s = top.sub("data");
-    read_data(s, &c.data);
+    read_data(s, &c.data, opts.world_size);
   }
   {
     Section s = top.sub("train");
@@ -391,23 +412,24 @@ Config load_config_text(const std::string& text, const std::string& name,
   top.finish();
 
   // ---- dtype resolution -------------------------------------------------------------------
+  const Locator loc{root, origin.get()};
   resolve_storage_dtype(
       spec,
       [&](const std::string& path) {
         if (!opts.checkpoint_dtype) {
-          throw ConfigError("model.init_from", "cannot read the dtype of '" + path + "'", name);
+          loc.fail("model.init_from", "cannot read the dtype of '" + path + "'");
         }
         return opts.checkpoint_dtype(path);
       },
       &c.precision);
   if (c.precision.storage == DType::float16) {
-    throw ConfigError("model.init_from", "checkpoint dtype float16 is not supported", name);
+    loc.fail("model.init_from", "checkpoint dtype float16 is not supported by kktrain");
   }
   resolve_compute_dtypes(c.distributed.mp_policy, c.distributed.autocast_dtype, opts.world_size,
                          &c.precision);
   c.precision.lora = c.peft.lora_dtype;
   c.resolved["model"]["dtype"] = dtype_name(c.precision.storage);
-  validate(c, opts);
+  validate(c, opts, loc);
 
   YAML::Node rp(YAML::NodeType::Map);
   rp["world_size"] = opts.world_size;
@@ -421,7 +443,7 @@ Config load_config_text(const std::string& text, const std::string& name,
                                           : YAML::Node(YAML::NodeType::Null);
   rp["output_dtype_applied"] = c.precision.output_applied;
   rp["lora_dtype"] = c.peft.enabled ? (c.precision.lora ? YAML::Node(dtype_name(*c.precision.lora))
-                                                         : YAML::Node("inherit"))
+                                                        : YAML::Node("inherit"))
                                     : YAML::Node(YAML::NodeType::Null);
   c.resolved["resolved_precision"] = rp;
   return c;

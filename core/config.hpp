@@ -37,12 +37,13 @@ struct ModelConfig {
   std::vector<std::string> keep_in_fp32;  // parameter globs kept fp32 (model-protected)
   int64_t mtp_num_layers = 0;             // multi-token-prediction head depth (0 = none)
   bool compute_mtp = true;
+  double mtp_loss_weight = 0.3;  // total loss = main + weight * mean over MTP depths
   int64_t head_dim() const { return hidden_size / num_heads; }
 };
 
 struct FreezeConfig {
-  std::vector<std::string> freeze_modules;    // module globs
-  std::vector<std::string> unfreeze_modules;  // module globs
+  std::vector<std::string> freeze_modules;       // module globs
+  std::vector<std::string> unfreeze_modules;     // module globs
   std::vector<std::string> freeze_parameters;    // exact canonical names
   std::vector<std::string> unfreeze_parameters;  // exact canonical names
 };

@@ -12,7 +12,12 @@
 namespace kktrain {
 
 std::string ConfigOrigin::where(const std::string& key_path, const YAML::Node& node) const {
-  // An override of this key or of any section above it takes the blame.
+  // An override of this key or of any section above it takes the blame; so does one that wrote
+  // below this key (it created or replaced what is being rejected here).
+  const std::string prefix = key_path + ".";
+  for (const auto& o : overrides) {
+    if (o.first.compare(0, prefix.size(), prefix) == 0) return "override '" + o.second + "'";
+  }
   std::string p = key_path;
   while (!p.empty()) {
     auto it = overrides.find(p);
@@ -69,7 +74,9 @@ std::string format_double(double v) {
     if (std::strtod(buf, nullptr) == v) break;
   }
   std::string s(buf);
-  // Keep it a float in YAML's eyes ("1" would read back as an integer).
+  // YAML 1.1 readers (PyYAML) need a '.' in the mantissa to see a float: "1e-05" -> "1.0e-05".
+  const auto e = s.find_first_of("eE");
+  if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
 }
@@ -120,6 +127,17 @@ Section::Section(YAML::Node node, std::string path, std::shared_ptr<const Config
     throw ConfigError(path_, "expected a mapping of keys, got " + describe(node_),
                       origin_->where(path_, node_));
   }
+  // YAML forbids duplicate keys, but yaml-cpp keeps both; other tools would read the last one
+  // while we would read the first, so reject them.
+  if (node_.IsDefined() && node_.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : node_) {
+      const std::string k = kv.first.Scalar();
+      if (!seen.insert(k).second) {
+        throw ConfigError(key_path(k), "duplicate key", origin_->where(key_path(k), kv.first));
+      }
+    }
+  }
 }
 
 std::string Section::key_path(const std::string& key) const {
@@ -132,7 +150,9 @@ YAML::Node Section::value(const std::string& key) const {
   return n[key];
 }
 
-bool Section::present(const std::string& key) const { return value(key).IsDefined(); }
+bool Section::present(const std::string& key) const {
+  return value(key).IsDefined();
+}
 
 bool Section::has(const std::string& key) const {
   const YAML::Node v = value(key);
@@ -143,9 +163,13 @@ void Section::known(const std::string& key) {
   if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
 }
 
-void Section::accept(const std::string& key) { known(key); }
+void Section::accept(const std::string& key) {
+  known(key);
+}
 
-void Section::set_resolved(const std::string& key, const YAML::Node& v) { resolved_[key] = v; }
+void Section::set_resolved(const std::string& key, const YAML::Node& v) {
+  resolved_[key] = v;
+}
 
 void Section::fail(const std::string& key, const std::string& msg) const {
   throw ConfigError(key_path(key), msg, origin_->where(key_path(key), value(key)));
@@ -169,8 +193,8 @@ std::optional<int64_t> Section::get_opt_int(const std::string& key, std::optiona
     out = x;
   }
   if (out && (*out < min || *out > max)) {
-    fail(key, "value " + std::to_string(*out) + " is out of range [" + std::to_string(min) +
-                  ", " + std::to_string(max) + "]");
+    fail(key, "value " + std::to_string(*out) + " is out of range [" + std::to_string(min) + ", " +
+                  std::to_string(max) + "]");
   }
   resolved_[key] = out ? YAML::Node(*out) : YAML::Node(YAML::NodeType::Null);
   return out;
@@ -185,6 +209,7 @@ double Section::get_double(const std::string& key, double def, double min, doubl
       fail(key, "expected a number, got " + describe(v));
     }
   }
+  if (!std::isfinite(out)) fail(key, "expected a finite number, got " + format_double(out));
   if (!(out >= min && out <= max)) {
     fail(key, "value " + format_double(out) + " is out of range [" + format_double(min) + ", " +
                   format_double(max) + "]");
@@ -270,16 +295,15 @@ std::vector<std::string> Section::get_string_list(const std::string& key, bool a
   return out;
 }
 
-std::vector<double> Section::get_double_list(const std::string& key,
-                                             const std::vector<double>& def, double min,
-                                             double max) {
+std::vector<double> Section::get_double_list(const std::string& key, const std::vector<double>& def,
+                                             double min, double max) {
   known(key);
   std::vector<double> out = def;
   const YAML::Node v = value(key);
   if (v.IsDefined() && !v.IsNull()) {
     if (!v.IsSequence() || v.size() != def.size()) {
-      fail(key, "expected a list of " + std::to_string(def.size()) + " numbers, got " +
-                    describe(v));
+      fail(key,
+           "expected a list of " + std::to_string(def.size()) + " numbers, got " + describe(v));
     }
     for (std::size_t i = 0; i < def.size(); ++i) {
       if (!v[i].IsScalar() || !parse_double(v[i].Scalar(), &out[i])) {
@@ -290,8 +314,8 @@ std::vector<double> Section::get_double_list(const std::string& key,
   YAML::Node r(YAML::NodeType::Sequence);
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (!(out[i] >= min && out[i] <= max)) {
-      fail(key, "item " + std::to_string(i) + " = " + format_double(out[i]) +
-                    " is out of range [" + format_double(min) + ", " + format_double(max) + "]");
+      fail(key, "item " + std::to_string(i) + " = " + format_double(out[i]) + " is out of range [" +
+                    format_double(min) + ", " + format_double(max) + "]");
     }
     r.push_back(YAML::Load(format_double(out[i])));
   }
@@ -318,8 +342,11 @@ std::optional<DType> Section::get_dtype(const std::string& key, std::optional<DT
       fail(key, "unknown dtype " + describe(v) + "; accepted: " + dtype_spellings() +
                     (allow_auto ? ", auto" : "") + (allow_null ? ", null" : ""));
     }
-  } else if (v.IsDefined() && v.IsNull() && !allow_null) {
-    fail(key, std::string("null is not allowed here; accepted: ") + dtype_spellings());
+  } else if (v.IsDefined() && v.IsNull()) {
+    if (!allow_null) {
+      fail(key, std::string("null is not allowed here; accepted: ") + dtype_spellings());
+    }
+    out.reset();  // an explicit null overrides a non-null default (mp_policy.param_dtype: null)
   }
   if (is_auto && *is_auto) {
     resolved_[key] = "auto";
@@ -363,6 +390,9 @@ void apply_override(YAML::Node& root, const std::string& text, ConfigOrigin* ori
     throw UsageError("override '" + text + "': VALUE is not valid YAML: " + e.msg);
   }
   std::vector<std::string> parts;
+  if (path.back() == '.') {  // getline drops a trailing empty field
+    throw UsageError("override '" + text + "': empty key in path '" + path + "'");
+  }
   std::stringstream ss(path);
   for (std::string p; std::getline(ss, p, '.');) {
     if (p.empty()) throw UsageError("override '" + text + "': empty key in path '" + path + "'");

@@ -23,8 +23,8 @@ namespace kktrain {
 
 // Where config values came from; shared by every Section of one config.
 struct ConfigOrigin {
-  std::string file;                                 // config file path
-  std::map<std::string, std::string> overrides;     // key path -> "key=value" as typed
+  std::string file;                              // config file path
+  std::map<std::string, std::string> overrides;  // key path -> "key=value" as typed
   // "file:line:col", "override 'a.b=1'", or "" when nothing better is known.
   std::string where(const std::string& key_path, const YAML::Node& node) const;
 };

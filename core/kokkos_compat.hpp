@@ -20,9 +20,11 @@ template <class T>
 using DMatrix = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
 // Unmanaged 2-D row-major window into someone else's allocation.
 template <class T>
-using DMatrixU = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using DMatrixU =
+    Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 template <class T>
-using DViewU = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using DViewU =
+    Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 using RangePolicy = Kokkos::RangePolicy<ExecSpace>;
 
@@ -45,8 +47,12 @@ using Kokkos::Experimental::sin;
 using Kokkos::Experimental::sqrt;
 #endif
 // Device-safe tests on the IEEE bit pattern (no reliance on <cmath> in device code).
-KOKKOS_INLINE_FUNCTION bool isfinite_f(float x) { return (x - x) == (x - x); }
-KOKKOS_INLINE_FUNCTION float max_f(float a, float b) { return a > b ? a : b; }
+KOKKOS_INLINE_FUNCTION bool isfinite_f(float x) {
+  return (x - x) == (x - x);
+}
+KOKKOS_INLINE_FUNCTION float max_f(float a, float b) {
+  return a > b ? a : b;
+}
 }  // namespace math
 
 }  // namespace kktrain

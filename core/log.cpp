@@ -10,9 +10,15 @@ bool g_quiet = false;
 std::vector<std::string> g_warnings;
 }  // namespace
 
-void set_rank(int r) { g_rank = r; }
-int rank() { return g_rank; }
-void set_quiet(bool q) { g_quiet = q; }
+void set_rank(int r) {
+  g_rank = r;
+}
+int rank() {
+  return g_rank;
+}
+void set_quiet(bool q) {
+  g_quiet = q;
+}
 
 void info(const std::string& msg) {
   if (g_rank != 0 || g_quiet) return;
@@ -25,8 +31,12 @@ void warn(const std::string& msg) {
   std::fprintf(stderr, "kktrain: warning: %s\n", msg.c_str());
 }
 
-const std::vector<std::string>& warnings() { return g_warnings; }
-void clear_warnings() { g_warnings.clear(); }
+const std::vector<std::string>& warnings() {
+  return g_warnings;
+}
+void clear_warnings() {
+  g_warnings.clear();
+}
 
 }  // namespace log
 }  // namespace kktrain

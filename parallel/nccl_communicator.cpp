@@ -43,8 +43,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
   void allreduce_sum(float* data, std::size_t n) override {
-    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, nullptr),
-               "ncclAllReduce");
+    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, nullptr), "ncclAllReduce");
     check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
   double allreduce_sum_host(double v) override {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs kktrain's Debian 12 dependencies (idempotent: apt runs only when something is
+# missing) and builds kktrain in ./build with -j2 in Release.
+#
+#   scripts/setup.sh            runtime + build dependencies, then build
+#   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy)
+#   BUILD_DIR=dir CMAKE_ARGS="..." scripts/setup.sh   build elsewhere / with extra options
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+for a in "$@"; do
+  case "$a" in
+    --tests) want_tests=1 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$a'" >&2; exit 2 ;;
+  esac
+done
+
+pkgs=(g++ make cmake pkg-config
+      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+      libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libyaml-cpp-dev libgtest-dev)
+if [ "$want_tests" = 1 ]; then
+  pkgs+=(python3 python3-torch python3-h5py python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo=sudo
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Kokkos Kernels hands float GEMM to libblas.so; make sure that is OpenBLAS, not reference BLAS.
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || true)
+case "$blas" in
+  *openblas*) ;;
+  *) echo "setup.sh: warning: libblas.so.3 resolves to '$blas', not OpenBLAS (slow GEMM)" >&2 ;;
+esac
+
+build=${BUILD_DIR:-build}
+mkdir -p "$build"
+# shellcheck disable=SC2086
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$build/configure.log" 2>&1 \
+  || { cat "$build/configure.log"; exit 1; }
+sed -n '/kktrain feature summary/,/^-- $/p' "$build/configure.log"
+cmake --build "$build" -j2

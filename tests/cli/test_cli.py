@@ -1,0 +1,221 @@
+"""Command-line contract of `kktrain` (DESIGN.md, "Command line").
+
+usage: test_cli.py KKTRAIN DATA_DIR CASE
+
+Runs the built binary and checks exit status, stdout and stderr. Bad input of any kind must exit 2
+with exactly one stderr line starting "kktrain: error: " that names what was wrong and where.
+One ctest per CASE (see tests/CMakeLists.txt). Uses only the standard library, plus PyYAML when
+the interpreter has it (Debian's python3-yaml) to parse `kktrain config` output.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml  # type: ignore
+except ImportError:  # pragma: no cover - fall back to line checks
+    yaml = None
+
+KKTRAIN = ""
+DATA = ""
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(*args):
+    p = subprocess.run([KKTRAIN, *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def data(name):
+    return os.path.join(DATA, name)
+
+
+def expect_error(args, *needles):
+    """Exit 2, nothing on stdout, one stderr line "kktrain: error: ..." containing each needle."""
+    rc, out, err = run(*args)
+    where = f"kktrain {' '.join(args)}: rc={rc}\nstdout:\n{out}\nstderr:\n{err}"
+    check(rc == 2, "expected exit 2; " + where)
+    check(out == "", "expected empty stdout; " + where)
+    lines = err.splitlines()
+    check(len(lines) == 1, "expected exactly one stderr line; " + where)
+    check(lines[0].startswith("kktrain: error: "), "stderr must start 'kktrain: error: '; " + where)
+    for n in needles:
+        check(n in lines[0], f"stderr should mention {n!r}; " + where)
+    return lines[0]
+
+
+def parse_config_output(out):
+    if yaml is not None:
+        doc = yaml.safe_load(out)
+        check(isinstance(doc, dict), "config output is not a YAML mapping")
+        return doc
+    return None
+
+
+# ---- cases ---------------------------------------------------------------------------------------
+
+
+def case_help():
+    rc, out, err = run("--help")
+    check(rc == 0, f"--help exit {rc}")
+    check(out.startswith("usage: kktrain"), "help should start with usage:\n" + out)
+    check("config" in out, "help should list the config command")
+    check(err == "", "help writes nothing to stderr: " + err)
+
+
+def case_no_args():
+    rc, out, err = run()
+    check(rc == 2, f"no arguments must exit 2, got {rc}")
+    check("usage: kktrain" in out + err, "no arguments should print usage")
+
+
+def case_unknown_command():
+    expect_error(["frobnicate"], "unknown command", "frobnicate")
+
+
+def case_version():
+    rc, out, _ = run("--version")
+    check(rc == 0 and out.startswith("kktrain "), f"--version: rc={rc} out={out!r}")
+
+
+def case_config_help():
+    for flag in ("--help", "-h"):
+        rc, out, err = run("config", flag)
+        check(rc == 0, f"config {flag} exit {rc}")
+        check(out.startswith("usage: kktrain config CONFIG"), "config help:\n" + out)
+        check(err == "", "config help writes nothing to stderr")
+
+
+def case_config_good():
+    rc, out, err = run("config", data("cli_good.yaml"))
+    check(rc == 0, f"config exit {rc}; stderr:\n{err}")
+    check("error" not in err, "stderr: " + err)
+    # Canonical dtype spellings only.
+    for alias in (": bf16", ": fp32", ": torch.float32", ": torch.bfloat16"):
+        check(alias not in out, f"alias {alias!r} printed:\n{out}")
+    for line in ("  hidden_size: 64\n", "  dtype: bfloat16\n", "    reduce_dtype: float32\n",
+                 "  exp_avg_sq_dtype: bfloat16\n",
+                 "  _target_: transformer_engine.pytorch.optimizers.fused_adam.FusedAdam\n"):
+        check(line in out, f"missing line {line!r} in:\n{out}")
+    doc = parse_config_output(out)
+    if doc is not None:
+        check(doc["model"]["hidden_size"] == 64, "hidden_size")
+        check(doc["model"]["num_kv_heads"] == 2, "num_kv_heads")
+        check(doc["optimizer"]["master_weights"] is True, "master_weights")
+        check(doc["optimizer"]["exp_avg_dtype"] == "float32", "exp_avg_dtype")
+        check(doc["optimizer"]["lr"] == 3.0e-4, f"lr {doc['optimizer']['lr']!r}")
+        check(doc["peft"] is None, "peft")
+        rp = doc["resolved_precision"]
+        check(rp["storage_dtype"] == "bfloat16", "storage_dtype")
+        check(rp["compute_dtype"] == "bfloat16", "compute_dtype")
+        check(rp["reduce_dtype"] == "float32", "reduce_dtype")
+        check(rp["output_dtype_applied"] is False, "output_dtype_applied")
+        check("model.dtype" in rp["storage_dtype_source"], "storage_dtype_source")
+
+
+def case_config_roundtrip():
+    rc, first, err = run("config", data("cli_good.yaml"))
+    check(rc == 0, err)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "resolved.yaml")
+        with open(path, "w") as f:
+            f.write(first)
+        rc, second, err = run("config", path)
+    check(rc == 0, "printed config does not read back: " + err)
+    check(first == second, f"round trip differs:\n{first}\n---\n{second}")
+
+
+def case_config_overrides():
+    rc, out, err = run("config", data("cli_good.yaml"), "model.hidden_size=128",
+                       "optimizer.lr=0.01", "model.dtype=null", "model.torch_dtype=float32",
+                       "freeze_config.freeze_modules=[{glob: \"*\"}]")
+    check(rc == 0, err)
+    check("  hidden_size: 128\n" in out, out)
+    check("  freeze_modules: [\"*\"]\n" in out or "  freeze_modules: ['*']\n" in out, out)
+    check("  storage_dtype: float32\n" in out, out)
+    check("deprecated" in err, "model.torch_dtype should warn on stderr: " + err)
+    doc = parse_config_output(out)
+    if doc is not None:
+        check(doc["optimizer"]["lr"] == 0.01, "lr")
+        check(doc["freeze_config"]["freeze_modules"] == ["*"], "freeze_modules")
+
+
+def case_config_missing_file():
+    expect_error(["config", data("does_not_exist.yaml")], "does_not_exist.yaml")
+
+
+def case_config_missing_argument():
+    expect_error(["config"], "CONFIG")
+
+
+def case_config_bad_key():
+    expect_error(["config", data("cli_bad_key.yaml")], "model.num_hedas",
+                 "did you mean 'model.num_heads'", "cli_bad_key.yaml:3:3")
+
+
+def case_config_bad_value():
+    expect_error(["config", data("cli_bad_value.yaml")], "optimizer.betas",
+                 "cli_bad_value.yaml:3:10")
+
+
+def case_config_invalid_yaml():
+    expect_error(["config", data("cli_invalid_yaml.yaml")], "invalid YAML",
+                 "cli_invalid_yaml.yaml")
+
+
+def case_config_bad_override():
+    expect_error(["config", data("cli_good.yaml"), "model.hidden_size=abc"], "model.hidden_size",
+                 "override 'model.hidden_size=abc'")
+    expect_error(["config", data("cli_good.yaml"), "model.hidden_size=[1,"],
+                 "override 'model.hidden_size=[1,'")
+    expect_error(["config", data("cli_good.yaml"), "=1"], "override '=1'")
+    # Without '=' an extra argument is not an override.
+    expect_error(["config", data("cli_good.yaml"), "model.hidden_size"], "model.hidden_size")
+
+
+def case_config_unknown_option():
+    expect_error(["config", data("cli_good.yaml"), "--frobnicate"], "--frobnicate")
+
+
+def case_config_floats_parse_as_floats():
+    """Scripts read `kktrain config` with PyYAML (YAML 1.1), where 1e-05 is a string."""
+    check(yaml is not None, "PyYAML is not available")
+    rc, out, err = run("config", data("cli_good.yaml"))
+    check(rc == 0, err)
+    doc = yaml.safe_load(out)
+    for section, key in (("model", "rms_norm_eps"), ("optimizer", "eps")):
+        v = doc[section][key]
+        check(isinstance(v, float), f"{section}.{key} reads as {v!r} ({type(v).__name__})")
+
+
+def main():
+    global KKTRAIN, DATA
+    if len(sys.argv) != 4:
+        print(__doc__)
+        return 2
+    KKTRAIN, DATA, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    fn = globals().get("case_" + name)
+    if fn is None:
+        print(f"unknown case {name!r}")
+        return 2
+    try:
+        fn()
+    except Failure as e:
+        print(f"FAIL {name}: {e}")
+        return 1
+    print(f"ok {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
