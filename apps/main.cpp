@@ -1,8 +1,8 @@
 // kktrain: the command-line entry point. Dispatches to subcommands, owns process-wide runtime
 // setup (MPI when launched by mpirun, Kokkos when the command computes), and turns every error
 // into one line on stderr with the documented exit status.
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -18,7 +18,7 @@ using namespace kktrain;
 namespace {
 
 std::vector<Command> all_commands() {
-  return {config_command()};
+  return {config_command(), grads_command()};
 }
 
 void print_main_help(const std::vector<Command>& cmds) {

@@ -1,0 +1,23 @@
+// Application glue shared by the commands: building the model a config describes, and reading
+// model files (init_from) through io/.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/config.hpp"
+#include "model/transformer.hpp"
+
+namespace kktrain {
+
+// Constructs the model; weights come from model.init_from when set, else the seeded init.
+std::unique_ptr<Transformer> build_model(const Config& cfg);
+
+// The storage dtype of a model file (for model.dtype: auto with model.init_from).
+DType model_file_dtype(const std::string& path);
+
+// Loads every parameter from /params/<canonical name> of an HDF5 file (a `kktrain grads` dump
+// or an export); fails naming the first missing or mis-shaped parameter.
+void load_model_file(Transformer& model, const std::string& path);
+
+}  // namespace kktrain

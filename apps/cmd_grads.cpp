@@ -1,0 +1,91 @@
+// `kktrain grads CONFIG --out FILE.h5`: one forward/backward on the first training batch, dumped
+// for independent checking (tests/ recomputes everything in PyTorch from this file).
+#include "apps/app_model.hpp"
+#include "apps/commands.hpp"
+#include "core/log.hpp"
+#include "io/data.hpp"
+#include "io/h5.hpp"
+#include "model/param_io.hpp"
+
+namespace kktrain {
+
+namespace {
+
+void write_grads_file(const std::string& path, const Config& cfg, Transformer& model,
+                      const Batch& batch, const ForwardResult& r) {
+  h5::File f = h5::File::create(path);
+  const ParamRegistry& reg = model.params();
+  for (int i = 0; i < reg.size(); ++i) {
+    const ParamInfo& p = reg.info(i);
+    const auto values = param_to_host(reg, i);
+    f.write_f32("/params/" + p.name, values.data(), p.shape);
+    if (p.trainable) {
+      const auto grads = param_to_host(reg, i, true);
+      f.write_f32("/grads/" + p.name, grads.data(), p.shape);
+    }
+    for (const auto& a : p.aliases) f.attr_str("/params/" + p.name, "alias", a);
+    f.attr_str("/params/" + p.name, "storage_dtype", dtype_name(p.dtype));
+  }
+  f.write_i32("/batch/input_ids", batch.ids.data(), {batch.B, batch.T});
+  f.write_i32("/batch/targets", batch.targets.data(), {batch.B, batch.T});
+  f.write_scalar_f64("/loss", r.loss);
+  if (model.mtp_depth() > 0) f.write_scalar_f64("/mtp_loss", r.mtp_loss);
+  const ModelConfig& m = cfg.model;
+  f.attr_i64("/", "vocab_size", m.vocab_size);
+  f.attr_i64("/", "hidden_size", m.hidden_size);
+  f.attr_i64("/", "num_layers", m.num_layers);
+  f.attr_i64("/", "num_heads", m.num_heads);
+  f.attr_i64("/", "num_kv_heads", m.num_kv_heads);
+  f.attr_i64("/", "intermediate_size", m.intermediate_size);
+  f.attr_f64("/", "rope_theta", m.rope_theta);
+  f.attr_f64("/", "rms_norm_eps", m.rms_norm_eps);
+  f.attr_i64("/", "tie_word_embeddings", m.tie_word_embeddings ? 1 : 0);
+  f.attr_i64("/", "max_seq_len", m.max_seq_len);
+  f.attr_i64("/", "mtp_num_layers", m.mtp_num_layers);
+  f.attr_i64("/", "compute_mtp", m.compute_mtp ? 1 : 0);
+  f.attr_f64("/", "mtp_loss_weight", m.mtp_loss_weight);
+  f.attr_str("/", "storage_dtype", dtype_name(cfg.precision.storage));
+  f.attr_str("/", "compute_dtype", dtype_name(cfg.precision.compute));
+  f.attr_i64("/", "stream_bf16", model.stream_bf16() ? 1 : 0);
+}
+
+int run_grads(const ParsedArgs& args, AppContext& ctx) {
+  if (ctx.mpi->size() > 1) throw UsageError("kktrain grads runs on one rank");
+  const Config cfg = load_app_config(args, ctx);
+  const std::string out = args.options.at("--out");
+  auto model = build_model(cfg);
+  const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);
+  const Batch batch = data.train_batch(0, 0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
+  ForwardOptions fo;
+  fo.prepare_backward = true;
+  fo.compute_mtp = cfg.model.compute_mtp;
+  const ForwardResult r =
+      model->forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, fo);
+  model->backward();
+  write_grads_file(out, cfg, *model, batch, r);
+  log::info("grads: loss " + std::to_string(r.loss) + " on " + std::to_string(r.tokens) +
+            " tokens; wrote " + out);
+  return 0;
+}
+
+}  // namespace
+
+Command grads_command() {
+  CommandSpec s;
+  s.name = "grads";
+  s.synopsis = "grads CONFIG --out FILE.h5 [key.path=VALUE ...]";
+  s.summary = "One forward/backward on the first training batch; dump params, grads, loss.";
+  s.details =
+      "Writes FILE.h5 with fp32 copies of every parameter (/params/<name>) and gradient\n"
+      "(/grads/<name>), the batch (/batch/input_ids, /batch/targets, int32 (B, T)), the mean\n"
+      "loss (/loss), and the model hyperparameters plus storage_dtype and compute_dtype as\n"
+      "attributes of the root group. A tied parameter appears once under its owner's name\n"
+      "with an 'alias' attribute.\n";
+  s.positionals = {"CONFIG"};
+  s.takes_overrides = true;
+  s.options = {{"--out", ""}};
+  s.required_options = {"--out"};
+  return Command{s, run_grads, true};
+}
+
+}  // namespace kktrain

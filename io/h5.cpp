@@ -1,0 +1,247 @@
+#include "io/h5.hpp"
+
+#include "core/errors.hpp"
+
+namespace kktrain {
+namespace h5 {
+
+namespace {
+
+void quiet() {
+  // kktrain reports HDF5 failures itself, as one line; silence the library's stack dumps.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw RuntimeFailure("HDF5 file '" + path + "': " + what);
+}
+
+Handle space_for(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return Handle(H5Screate(H5S_SCALAR), H5Sclose);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  return Handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+}
+
+}  // namespace
+
+Handle bf16_type() {
+  // Start from IEEE binary32 and narrow it: sign at bit 15, exponent at 7..14, mantissa 0..6.
+  Handle t(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+  H5Tset_fields(t.id(), 15, 7, 8, 0, 7);
+  H5Tset_precision(t.id(), 16);
+  H5Tset_size(t.id(), 2);
+  H5Tset_ebias(t.id(), 127);
+  return t;
+}
+
+File File::create(const std::string& path) {
+  quiet();
+  Handle h(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (!h.valid()) throw RuntimeFailure("cannot create HDF5 file '" + path + "'");
+  return File(std::move(h), path);
+}
+
+File File::open_read(const std::string& path) {
+  quiet();
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw InputError("'" + path + "' is not a readable HDF5 file");
+  }
+  Handle h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "'");
+  return File(std::move(h), path);
+}
+
+void File::write(const std::string& name, hid_t type, const void* data,
+                 const std::vector<int64_t>& shape) {
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.id(), 1);
+  Handle space = space_for(shape);
+  Handle ds(
+      H5Dcreate2(h_.id(), name.c_str(), type, space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose);
+  if (!ds.valid()) fail(path_, "cannot create dataset '" + name + "'");
+  if (H5Dwrite(ds.id(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    fail(path_, "cannot write dataset '" + name + "'");
+  }
+}
+
+void File::write_f32(const std::string& name, const float* data,
+                     const std::vector<int64_t>& shape) {
+  write(name, H5T_NATIVE_FLOAT, data, shape);
+}
+
+void File::write_bf16(const std::string& name, const bf16* data,
+                      const std::vector<int64_t>& shape) {
+  Handle t = bf16_type();
+  write(name, t.id(), data, shape);
+}
+
+void File::write_i32(const std::string& name, const int32_t* data,
+                     const std::vector<int64_t>& shape) {
+  write(name, H5T_NATIVE_INT32, data, shape);
+}
+
+void File::write_scalar_f64(const std::string& name, double v) {
+  write(name, H5T_NATIVE_DOUBLE, &v, {});
+}
+
+bool File::exists(const std::string& name) const {
+  // Check each path component: H5Lexists fails on a missing intermediate group.
+  std::size_t pos = 0;
+  while ((pos = name.find('/', pos + 1)) != std::string::npos) {
+    if (H5Lexists(h_.id(), name.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return H5Lexists(h_.id(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+Handle File::open_obj(const std::string& obj) const {
+  Handle o(H5Oopen(h_.id(), obj.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!o.valid()) throw InputError("HDF5 file '" + path_ + "' has no object '" + obj + "'");
+  return o;
+}
+
+std::vector<int64_t> File::shape(const std::string& name) const {
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
+  Handle sp(H5Dget_space(ds.id()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(sp.id());
+  std::vector<hsize_t> dims(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(sp.id(), dims.data(), nullptr);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+std::string File::float_kind(const std::string& name) const {
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
+  Handle t(H5Dget_type(ds.id()), H5Tclose);
+  if (H5Tget_class(t.id()) != H5T_FLOAT) return "other";
+  const std::size_t size = H5Tget_size(t.id());
+  if (size == 4) return "float32";
+  if (size == 8) return "float64";
+  if (size == 2) return H5Tget_ebias(t.id()) == 127 ? "bfloat16" : "float16";
+  return "other";
+}
+
+std::vector<float> File::read_f32(const std::string& name) const {
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
+  int64_t n = 1;
+  for (auto d : shape(name)) n *= d;
+  std::vector<float> out(static_cast<std::size_t>(n));
+  if (H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+    throw InputError("HDF5 file '" + path_ + "': cannot read '" + name + "' as float32");
+  }
+  return out;
+}
+
+std::vector<std::string> File::list(const std::string& group) const {
+  std::vector<std::string> names;
+  Handle g(H5Gopen2(h_.id(), group.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g.valid()) throw InputError("HDF5 file '" + path_ + "' has no group '" + group + "'");
+  H5G_info_t info;
+  H5Gget_info(g.id(), &info);
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(g.id(), ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, nullptr,
+                                           0, H5P_DEFAULT);
+    std::string s;
+    if (len < 0) {  // no creation-order index: fall back to name order
+      const ssize_t l2 =
+          H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+      s.resize(static_cast<std::size_t>(l2));
+      H5Lget_name_by_idx(g.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, &s[0], l2 + 1, H5P_DEFAULT);
+    } else {
+      s.resize(static_cast<std::size_t>(len));
+      H5Lget_name_by_idx(g.id(), ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, &s[0], len + 1,
+                         H5P_DEFAULT);
+    }
+    names.push_back(s);
+  }
+  return names;
+}
+
+namespace {
+
+void write_attr(hid_t obj, const std::string& name, hid_t type, const void* v,
+                const std::string& path) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle a(H5Acreate2(obj, name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.valid() || H5Awrite(a.id(), type, v) < 0) fail(path, "cannot write attribute " + name);
+}
+
+}  // namespace
+
+void File::attr_str(const std::string& obj, const std::string& name, const std::string& v) {
+  Handle o = open_obj(obj);
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.id(), v.size() + 1);
+  H5Tset_strpad(t.id(), H5T_STR_NULLTERM);
+  write_attr(o.id(), name, t.id(), v.c_str(), path_);
+}
+
+void File::attr_i64(const std::string& obj, const std::string& name, int64_t v) {
+  Handle o = open_obj(obj);
+  write_attr(o.id(), name, H5T_NATIVE_INT64, &v, path_);
+}
+
+void File::attr_f64(const std::string& obj, const std::string& name, double v) {
+  Handle o = open_obj(obj);
+  write_attr(o.id(), name, H5T_NATIVE_DOUBLE, &v, path_);
+}
+
+bool File::has_attr(const std::string& obj, const std::string& name) const {
+  Handle o = open_obj(obj);
+  return H5Aexists(o.id(), name.c_str()) > 0;
+}
+
+namespace {
+Handle open_attr(hid_t obj, const std::string& name, const std::string& path) {
+  Handle a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a.valid()) throw InputError("HDF5 file '" + path + "' has no attribute '" + name + "'");
+  return a;
+}
+}  // namespace
+
+std::string File::read_attr_str(const std::string& obj, const std::string& name) const {
+  Handle o = open_obj(obj);
+  Handle a = open_attr(o.id(), name, path_);
+  Handle t(H5Aget_type(a.id()), H5Tclose);
+  if (H5Tget_class(t.id()) != H5T_STRING) {
+    throw InputError("HDF5 file '" + path_ + "': attribute '" + name + "' is not a string");
+  }
+  if (H5Tis_variable_str(t.id()) > 0) {
+    char* s = nullptr;
+    Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt.id(), H5T_VARIABLE);
+    H5Aread(a.id(), mt.id(), &s);
+    std::string out = s ? s : "";
+    H5free_memory(s);
+    return out;
+  }
+  std::string s(H5Tget_size(t.id()), '\0');
+  H5Aread(a.id(), t.id(), &s[0]);
+  return std::string(s.c_str());
+}
+
+int64_t File::read_attr_i64(const std::string& obj, const std::string& name) const {
+  Handle o = open_obj(obj);
+  Handle a = open_attr(o.id(), name, path_);
+  int64_t v = 0;
+  if (H5Aread(a.id(), H5T_NATIVE_INT64, &v) < 0) {
+    throw InputError("HDF5 file '" + path_ + "': attribute '" + name + "' is not an integer");
+  }
+  return v;
+}
+
+double File::read_attr_f64(const std::string& obj, const std::string& name) const {
+  Handle o = open_obj(obj);
+  Handle a = open_attr(o.id(), name, path_);
+  double v = 0;
+  if (H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v) < 0) {
+    throw InputError("HDF5 file '" + path_ + "': attribute '" + name + "' is not a number");
+  }
+  return v;
+}
+
+}  // namespace h5
+}  // namespace kktrain

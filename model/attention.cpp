@@ -1,0 +1,78 @@
+#include "model/attention.hpp"
+
+#include "model/gemm.hpp"
+#include "model/kernels.hpp"
+
+namespace kktrain {
+
+void attention_forward(float* out, float* att, float* pc_scratch, const float* q, const float* k,
+                       const float* v, const AttentionDims& d, bool rc) {
+  const int64_t T = d.T, D = d.D, group = d.H / d.KV;
+  // Scores for every head, then one softmax launch over all B*H*T rows.
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
+      // att_bh (T, T) = scale * q_bh (T, D) @ k_bkv (T, D)^T
+      gemm('N', 'T', d.scale, cmat(q + bh * T * D, T, D), cmat(k + bkv * T * D, T, D), 0.0f,
+           mat(att + bh * T * T, T, T));
+    }
+  }
+  causal_softmax_forward(att, d.B * d.H, T);
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
+      const float* p = att + bh * T * T;
+      if (rc) {
+        round_copy(pc_scratch, p, T * T, true);
+        p = pc_scratch;
+      }
+      // out_bh (T, D) = p (T, T) @ v_bkv (T, D)
+      gemm('N', 'N', 1.0f, cmat(p, T, T), cmat(v + bkv * T * D, T, D), 0.0f,
+           mat(out + bh * T * D, T, D));
+    }
+  }
+  if (rc) round_copy(out, out, d.B * d.H * T * D, true);
+}
+
+void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, float* dp_scratch,
+                        const float* dout, const float* att, const float* q, const float* k,
+                        const float* v, const AttentionDims& d, bool rc) {
+  const int64_t T = d.T, D = d.D, group = d.H / d.KV;
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t kv = 0; kv < d.KV; ++kv) {
+      const int64_t bkv = b * d.KV + kv;
+      for (int64_t j = 0; j < group; ++j) {
+        const int64_t h = kv * group + j, bh = b * d.H + h;
+        // The first head of a group writes dK/dV, the others accumulate (fp32 sums).
+        const float beta = j == 0 ? 0.0f : 1.0f;
+        const float* p = att + bh * T * T;
+        if (rc) {
+          round_copy(pc_scratch, p, T * T, true);
+          p = pc_scratch;
+        }
+        const float* go = dout + bh * T * D;
+        // dv_bkv (T, D) += pc^T (T, T) @ dout_bh (T, D)
+        gemm('T', 'N', 1.0f, cmat(p, T, T), cmat(go, T, D), beta, mat(dv + bkv * T * D, T, D));
+        // dp (T, T) = dout_bh (T, D) @ v_bkv^T, the gradient of the compute-dtype probabilities
+        gemm('N', 'T', 1.0f, cmat(go, T, D), cmat(v + bkv * T * D, T, D), 0.0f,
+             mat(dp_scratch, T, T));
+        if (rc) round_copy(dp_scratch, dp_scratch, T * T, true);
+        // dp -> dscores through the fp32 softmax (uses the unrounded probabilities)
+        causal_softmax_backward(dp_scratch, att + bh * T * T, 1, T);
+        // dq_bh (T, D) = scale * ds (T, T) @ k_bkv (T, D)
+        gemm('N', 'N', d.scale, cmat(dp_scratch, T, T), cmat(k + bkv * T * D, T, D), 0.0f,
+             mat(dq + bh * T * D, T, D));
+        // dk_bkv (T, D) += scale * ds^T (T, T) @ q_bh (T, D)
+        gemm('T', 'N', d.scale, cmat(dp_scratch, T, T), cmat(q + bh * T * D, T, D), beta,
+             mat(dk + bkv * T * D, T, D));
+      }
+    }
+  }
+  if (rc) {
+    round_copy(dq, dq, d.B * d.H * T * D, true);
+    round_copy(dk, dk, d.B * d.KV * T * D, true);
+    round_copy(dv, dv, d.B * d.KV * T * D, true);
+  }
+}
+
+}  // namespace kktrain

@@ -1,0 +1,30 @@
+// Causal multi-head attention with grouped KV heads, on head-major tensors.
+//
+// Scores and probabilities are fp32 (B, H, T, T); the probabilities fed to the PV product are
+// rounded to the compute dtype, as a bf16 autocast attention does. Per (batch, head) the products
+// are GEMMs on contiguous (T, D) and (T, T) blocks, so they run at BLAS speed. With GQA, query
+// head h reads KV head h / (H / KV); K and V gradients sum over the heads of a group.
+#pragma once
+
+#include <cstdint>
+
+namespace kktrain {
+
+struct AttentionDims {
+  int64_t B, T, H, KV, D;
+  float scale;  // 1 / sqrt(D)
+};
+
+// att (B, H, T, T) = causal_softmax(scale q k^T), fp32 (kept for backward)
+// out (B, H, T, D) = rnd(rnd(att, rc) @ v, rc)
+// pc_scratch (T, T) holds one head's rounded probabilities at a time.
+void attention_forward(float* out, float* att, float* pc_scratch, const float* q, const float* k,
+                       const float* v, const AttentionDims& d, bool rc);
+
+// From dout (B, H, T, D) (already in the compute dtype): dq (B, H, T, D), dk, dv (B, KV, T, D),
+// all fp32 sums rounded to the compute dtype at the end. Scratch: pc (T, T), dp (T, T).
+void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, float* dp_scratch,
+                        const float* dout, const float* att, const float* q, const float* k,
+                        const float* v, const AttentionDims& d, bool rc);
+
+}  // namespace kktrain

@@ -1,0 +1,119 @@
+// The transformer's elementwise and row-wise kernels, llm.c style: free functions named
+// <layer>_forward / <layer>_backward, outputs first, sizes last, a shape comment on every tensor.
+// Every pointer is a device pointer; every loop is a Kokkos parallel construct.
+//
+// Precision: activations live in fp32 containers; a tensor "in dtype X" holds values exactly
+// representable in X. The bool flags say whether a role is bf16 and so needs rounding:
+//   rs  the residual-stream dtype (embedding output, norms, residual adds)
+//   rc  the compute dtype (inputs and outputs of matmuls, attention, SwiGLU)
+// A gradient is rounded to the dtype of the tensor it is the gradient of, as autograd does.
+// Statistics (norm rstd, softmax, rotary angles, loss) are computed and kept in fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.hpp"
+#include "core/kokkos_compat.hpp"
+
+namespace kktrain {
+
+KOKKOS_INLINE_FUNCTION float rnd(float x, bool to_bf16) {
+  return to_bf16 ? round_to_bf16(x) : x;
+}
+
+// ---- parameters ------------------------------------------------------------------------------
+
+// out (n) = float(in (n)), rounded to bf16 when `round`.   The per-forward compute-weight cast.
+template <class T>
+void cast_to_float(float* out, const T* in, int64_t n, bool round);
+
+// out (n) = T(in (n)), rounding to nearest-even for bf16.
+template <class T>
+void cast_from_float(T* out, const float* in, int64_t n);
+
+// out (n) = T(scale * N(0,1) + shift), the normal draw keyed on (seed, stream, element index).
+template <class T>
+void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift);
+
+// grad (n) = T(float(grad) + rnd(dw, round_dw)).   Accumulates a parameter-gradient contribution
+// computed in fp32 (and first rounded to the dtype it was computed in) into storage-dtype grads.
+template <class T>
+void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw);
+
+// ---- embedding -------------------------------------------------------------------------------
+
+// out (N, C) = rnd(wte[ids[n]], rs)
+void embedding_forward(float* out, const int32_t* ids, const float* wte, int64_t N, int64_t C,
+                       int64_t V, bool rs);
+// dwte (V, C) = sum over n with ids[n] == v of dout[n]; fp32, written (rows without tokens are 0).
+// The token positions grouped by id (CSR: row_start (V+1), positions (N)) make the sum order
+// fixed, so gradients are deterministic on every backend.
+void embedding_backward(float* dwte, const float* dout, const int32_t* row_start,
+                        const int32_t* positions, int64_t V, int64_t C);
+
+// ---- RMSNorm ---------------------------------------------------------------------------------
+
+// rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = rnd(rnd(w * rnd(x * rstd, rs), rs), rc)
+// out_stream (N, C), if not null, receives the stream-dtype value before the compute cast.
+void rmsnorm_forward(float* out, float* out_stream, float* rstd, const float* inp,
+                     const float* weight, int64_t N, int64_t C, float eps, bool rs, bool rc);
+// dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, rs), rs)      -- accumulates into the stream grad
+// dweight (C) = sum_n dout * rnd(x * rstd, rs)           -- fp32, written
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C, bool rs);
+
+// ---- rotary embedding + head layout ------------------------------------------------------------
+
+// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * theta^(-2j/D), computed in fp32.
+void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta);
+// q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
+// rotate-half rotary on q and k (fp32 math, rounded to rc), v copied.
+void rope_forward(float* q, float* k, float* v, const float* qkv, const float* cos,
+                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  bool rc);
+// dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), rounded to rc.
+void rope_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
+                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                   bool rc);
+
+// out (B*T, H*D) = rnd(in (B, H, T, D), round)       and the inverse permutation
+void heads_to_tokens(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
+                     bool round);
+void tokens_to_heads(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
+                     bool round);
+
+// ---- attention softmax -------------------------------------------------------------------------
+
+// att (R, T, T): in place, scores -> causal softmax probabilities (fp32); R = B*H.
+void causal_softmax_forward(float* att, int64_t R, int64_t T);
+// datt (R, T, T): in place, dP -> dS = P * (dP - sum_j P dP) on the causal part, 0 above it.
+void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T);
+
+// ---- elementwise -------------------------------------------------------------------------------
+
+// out (n) = rnd(in (n), round)
+void round_copy(float* out, const float* in, int64_t n, bool round);
+// out (n) = rnd(a + b, round)        (out may alias a)
+void add_forward(float* out, const float* a, const float* b, int64_t n, bool round);
+// a (N, F) = rnd(rnd(silu(g), rc) * u, rc) with gu (N, 2F) = [g | u] per row
+void swiglu_forward(float* a, const float* gu, int64_t N, int64_t F, bool rc);
+// dgu (N, 2F) = [dg | du] from da (N, F)
+void swiglu_backward(float* dgu, const float* da, const float* gu, int64_t N, int64_t F, bool rc);
+
+// out (N, 2C) = [rnd(a, round) | rnd(b, round)] per row        and its inverse split
+void concat2(float* out, const float* a, const float* b, int64_t N, int64_t C, bool round);
+void split2(float* a, float* b, const float* in, int64_t N, int64_t C);
+
+// ---- loss --------------------------------------------------------------------------------------
+
+// Fused softmax + cross-entropy over logits (N, V). Rows with target < 0 are ignored.
+// losses (N) = logsumexp(logits) - logits[target] (fp32; 0 for ignored rows).
+// When `backward`, logits are overwritten in place with dlogits = rnd((softmax - onehot) * scale,
+// rc), the gradient of the mean loss when scale = 1 / count.
+void cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets, int64_t N,
+                                    int64_t V, float scale, bool backward, bool rc);
+
+// Sum of n fp32 values (deterministic reduction) returned to the host as double.
+double sum_to_host(const float* x, int64_t n);
+
+}  // namespace kktrain

@@ -1,0 +1,160 @@
+// RMSNorm and rotary-embedding kernels. Norm statistics and rotary angles are fp32.
+#include <cmath>
+#include <vector>
+
+#include "model/kernels.hpp"
+
+namespace kktrain {
+
+namespace {
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+}  // namespace
+
+void rmsnorm_forward(float* out, float* out_stream, float* rstd, const float* inp,
+                     const float* weight, int64_t N, int64_t C, float eps, bool rs, bool rc) {
+  Kokkos::parallel_for(
+      "rmsnorm_forward", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int64_t n = m.league_rank();
+        const float* x = inp + n * C;
+        float ss = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, C), [&](const int64_t c, float& acc) { acc += x[c] * x[c]; },
+            ss);
+        const float r = 1.0f / math::sqrt(ss / static_cast<float>(C) + eps);
+        Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd[n] = r; });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
+          const float y = rnd(weight[c] * rnd(x[c] * r, rs), rs);
+          if (out_stream) out_stream[n * C + c] = y;
+          out[n * C + c] = rnd(y, rc);
+        });
+      });
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C, bool rs) {
+  // Input gradient: one team per row.
+  //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
+  Kokkos::parallel_for(
+      "rmsnorm_backward_input", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int64_t n = m.league_rank();
+        const float* x = inp + n * C;
+        const float* dy = dout + n * C;
+        const float r = rstd[n];
+        float dot = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, C),
+            [&](const int64_t c, float& acc) { acc += rnd(dy[c] * weight[c], rs) * x[c]; }, dot);
+        const float k = r * r * r * dot / static_cast<float>(C);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
+          const float dx = r * rnd(dy[c] * weight[c], rs) - k * x[c];
+          dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, rs), rs);
+        });
+      });
+  // Weight gradient: one thread per channel, summing rows in a fixed order (deterministic).
+  Kokkos::parallel_for(
+      "rmsnorm_backward_weight", RangePolicy(0, C), KOKKOS_LAMBDA(const int64_t c) {
+        float acc = 0.0f;
+        for (int64_t n = 0; n < N; ++n) acc += dout[n * C + c] * rnd(inp[n * C + c] * rstd[n], rs);
+        dweight[c] = acc;
+      });
+}
+
+void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta) {
+  // Computed on the host in fp32 exactly as the reference model does (inv_freq = 1 / theta^(2j/D)
+  // in fp32, angle = t * inv_freq in fp32), then copied to the device once per model.
+  const int64_t half = D / 2;
+  std::vector<float> hc(T * half), hs(T * half);
+  for (int64_t j = 0; j < half; ++j) {
+    const float expo = static_cast<float>(2 * j) / static_cast<float>(D);
+    const float inv_freq = 1.0f / std::pow(theta, expo);
+    for (int64_t t = 0; t < T; ++t) {
+      const float a = static_cast<float>(t) * inv_freq;
+      hc[t * half + j] = std::cos(a);
+      hs[t * half + j] = std::sin(a);
+    }
+  }
+  Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hcv(hc.data(),
+                                                                               hc.size()),
+      hsv(hs.data(), hs.size());
+  Kokkos::deep_copy(DViewU<float>(cos, hc.size()), hcv);
+  Kokkos::deep_copy(DViewU<float>(sin, hs.size()), hsv);
+}
+
+void rope_forward(float* q, float* k, float* v, const float* qkv, const float* cos,
+                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  bool rc) {
+  const int64_t W = (H + 2 * KV) * D;  // qkv row width
+  const int64_t half = D / 2;
+  // One work item per (b, t, head slot, i) over the H + 2 KV head slots of a token.
+  Kokkos::parallel_for(
+      "rope_forward", RangePolicy(0, B * T * (H + 2 * KV) * D), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t i = idx % D;
+        const int64_t slot = (idx / D) % (H + 2 * KV);
+        const int64_t bt = idx / (D * (H + 2 * KV));
+        const int64_t b = bt / T, t = bt % T;
+        const float* row = qkv + bt * W + slot * D;
+        if (slot >= H + KV) {  // value head: layout change only
+          const int64_t h = slot - H - KV;
+          v[((b * KV + h) * T + t) * D + i] = row[i];
+          return;
+        }
+        const int64_t j = i < half ? i : i - half;
+        const float c = cos[t * half + j], s = sin[t * half + j];
+        const float rot = i < half ? -row[i + half] : row[i - half];  // rotate_half
+        const float y = rnd(row[i] * c + rot * s, rc);
+        if (slot < H) {
+          q[((b * H + slot) * T + t) * D + i] = y;
+        } else {
+          k[((b * KV + (slot - H)) * T + t) * D + i] = y;
+        }
+      });
+}
+
+void rope_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
+                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                   bool rc) {
+  const int64_t W = (H + 2 * KV) * D;
+  const int64_t half = D / 2;
+  Kokkos::parallel_for(
+      "rope_backward", RangePolicy(0, B * T * (H + 2 * KV) * D), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t i = idx % D;
+        const int64_t slot = (idx / D) % (H + 2 * KV);
+        const int64_t bt = idx / (D * (H + 2 * KV));
+        const int64_t b = bt / T, t = bt % T;
+        float* out = dqkv + bt * W + slot * D;
+        if (slot >= H + KV) {
+          out[i] = dv[((b * KV + (slot - H - KV)) * T + t) * D + i];
+          return;
+        }
+        const float* g =
+            slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + (slot - H)) * T + t) * D;
+        // Transpose of y_i = x_i c_i - x_{i+h} s_i (i < h), y_i = x_i c_{i-h} + x_{i-h} s_{i-h}.
+        const int64_t j = i < half ? i : i - half;
+        const float c = cos[t * half + j], s = sin[t * half + j];
+        const float other = i < half ? g[i + half] * s : -g[i - half] * s;
+        out[i] = rnd(g[i] * c + other, rc);
+      });
+}
+
+void heads_to_tokens(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
+                     bool round) {
+  Kokkos::parallel_for(
+      "heads_to_tokens", RangePolicy(0, B * H * T * D), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t d = idx % D, h = (idx / D) % H, t = (idx / (D * H)) % T;
+        const int64_t b = idx / (D * H * T);
+        out[idx] = rnd(in[((b * H + h) * T + t) * D + d], round);  // out is (B, T, H, D)
+      });
+}
+
+void tokens_to_heads(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
+                     bool round) {
+  Kokkos::parallel_for(
+      "tokens_to_heads", RangePolicy(0, B * H * T * D), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t d = idx % D, t = (idx / D) % T, h = (idx / (D * T)) % H;
+        const int64_t b = idx / (D * T * H);
+        out[idx] = rnd(in[((b * T + t) * H + h) * D + d], round);  // out is (B, H, T, D)
+      });
+}
+
+}  // namespace kktrain

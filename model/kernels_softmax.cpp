@@ -1,0 +1,94 @@
+// Row-wise softmax kernels: causal attention softmax and the fused softmax + cross-entropy loss.
+// Max, exponentials, sums and the loss are fp32 whatever the compute dtype.
+#include <Kokkos_Core.hpp>
+#include <cfloat>
+
+#include "model/kernels.hpp"
+
+namespace kktrain {
+
+namespace {
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+}  // namespace
+
+void causal_softmax_forward(float* att, int64_t R, int64_t T) {
+  // One team per (head, query row t); row t attends to keys 0..t.
+  Kokkos::parallel_for(
+      "causal_softmax_forward", TeamPolicy(R * T, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int64_t t = m.league_rank() % T;
+        float* row = att + m.league_rank() * T;
+        float mx = -FLT_MAX;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, t + 1),
+            [&](const int64_t j, float& acc) { acc = math::max_f(acc, row[j]); },
+            Kokkos::Max<float>(mx));
+        float sum = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, t + 1),
+            [&](const int64_t j, float& acc) {
+              const float e = math::exp(row[j] - mx);
+              row[j] = e;
+              acc += e;
+            },
+            sum);
+        const float inv = 1.0f / sum;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, T),
+                             [&](const int64_t j) { row[j] = j <= t ? row[j] * inv : 0.0f; });
+      });
+}
+
+void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T) {
+  Kokkos::parallel_for(
+      "causal_softmax_backward", TeamPolicy(R * T, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int64_t t = m.league_rank() % T;
+        float* drow = datt + m.league_rank() * T;
+        const float* prow = att + m.league_rank() * T;
+        float dot = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, t + 1),
+            [&](const int64_t j, float& acc) { acc += prow[j] * drow[j]; }, dot);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, T), [&](const int64_t j) {
+          drow[j] = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
+        });
+      });
+}
+
+void cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets, int64_t N,
+                                    int64_t V, float scale, bool backward, bool rc) {
+  Kokkos::parallel_for(
+      "cross_entropy", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+        const int64_t n = m.league_rank();
+        float* row = logits + n * V;
+        const int32_t target = targets[n];
+        if (target < 0) {  // ignored position: no loss, no gradient
+          Kokkos::single(Kokkos::PerTeam(m), [&]() { losses[n] = 0.0f; });
+          if (backward) {
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V),
+                                 [&](const int64_t v) { row[v] = 0.0f; });
+          }
+          return;
+        }
+        float mx = -FLT_MAX;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, V),
+            [&](const int64_t v, float& acc) { acc = math::max_f(acc, row[v]); },
+            Kokkos::Max<float>(mx));
+        float sum = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, V),
+            [&](const int64_t v, float& acc) { acc += math::exp(row[v] - mx); }, sum);
+        const float lse = mx + math::log(sum);
+        const float target_logit = row[target];
+        m.team_barrier();  // everyone has read row[target] before it is overwritten
+        Kokkos::single(Kokkos::PerTeam(m), [&]() { losses[n] = lse - target_logit; });
+        if (!backward) return;
+        const float inv = 1.0f / sum;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V), [&](const int64_t v) {
+          const float p = math::exp(row[v] - mx) * inv;
+          row[v] = rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc);
+        });
+      });
+}
+
+}  // namespace kktrain

@@ -1,0 +1,40 @@
+#include "model/param_io.hpp"
+
+#include "core/errors.hpp"
+#include "model/kernels.hpp"
+
+namespace kktrain {
+
+namespace {
+using HostF = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+}  // namespace
+
+std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad) {
+  const ParamInfo& p = reg.info(i);
+  DView<float> tmp("param_to_host", p.numel);
+  dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = grad ? reg.grad<T>(i).data() : reg.data<T>(i).data();
+    cast_to_float<T>(tmp.data(), src, p.numel, false);
+  });
+  std::vector<float> out(static_cast<std::size_t>(p.numel));
+  Kokkos::deep_copy(HostF(out.data(), out.size()), tmp);
+  return out;
+}
+
+void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values) {
+  const ParamInfo& p = reg.info(i);
+  if (static_cast<int64_t>(values.size()) != p.numel) {
+    throw InputError("parameter " + p.name + " expects " + std::to_string(p.numel) +
+                     " values, got " + std::to_string(values.size()));
+  }
+  DView<float> tmp("param_from_host", p.numel);
+  Kokkos::deep_copy(tmp, HostF(const_cast<float*>(values.data()), values.size()));
+  dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    cast_from_float<T>(reg.data<T>(i).data(), tmp.data(), p.numel);
+  });
+  Kokkos::fence();
+}
+
+}  // namespace kktrain

@@ -1,0 +1,179 @@
+// Transformer forward and backward passes (main model and the multi-token-prediction head).
+//
+// The LM head's backward runs right after the loss (llm.c style): its gradient at the logits is
+// known as soon as the loss is, so the (N, V) logits buffer is reused and only the (N, C)
+// gradient of the final hidden state is kept for backward().
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "model/attention.hpp"
+#include "model/gemm.hpp"
+#include "model/kernels.hpp"
+#include "model/transformer.hpp"
+#include "model/transformer_buffers.hpp"
+
+namespace kktrain {
+
+namespace {
+
+using HostInts = Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+void upload(const DView<int32_t>& dst, const std::vector<int32_t>& src) {
+  Kokkos::deep_copy(Kokkos::subview(dst, std::make_pair<std::size_t, std::size_t>(0, src.size())),
+                    HostInts(src.data(), src.size()));
+}
+
+// Token positions grouped by token id (counting sort): row_start (V + 1), positions (N).
+void token_csr(const std::vector<int32_t>& ids, int64_t V, std::vector<int32_t>* row_start,
+               std::vector<int32_t>* positions) {
+  row_start->assign(V + 1, 0);
+  for (int32_t id : ids) ++(*row_start)[id + 1];
+  for (int64_t v = 0; v < V; ++v) (*row_start)[v + 1] += (*row_start)[v];
+  positions->assign(ids.size(), 0);
+  std::vector<int32_t> next(row_start->begin(), row_start->end() - 1);
+  for (std::size_t n = 0; n < ids.size(); ++n)
+    (*positions)[next[ids[n]]++] = static_cast<int32_t>(n);
+}
+
+}  // namespace
+
+void Transformer::upload_batch(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T) {
+  const int64_t N = B * T, V = cfg_.vocab_size;
+  std::vector<int32_t> hid(ids, ids + N), ht(N, -1);
+  if (targets) std::copy(targets, targets + N, ht.begin());
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (hid[n] < 0 || hid[n] >= V) {
+      throw InputError("token id " + std::to_string(hid[n]) + " at batch position " +
+                       std::to_string(n) + " is outside the vocabulary [0, " + std::to_string(V) +
+                       ")");
+    }
+    if (ht[n] >= V) {
+      throw InputError("target id " + std::to_string(ht[n]) + " at batch position " +
+                       std::to_string(n) + " is outside the vocabulary");
+    }
+    count += ht[n] >= 0;
+  }
+  Buffers& b = *buf_;
+  b.count = count;
+  std::vector<int32_t> row_start, positions;
+  token_csr(hid, V, &row_start, &positions);
+  upload(b.ids, hid);
+  upload(b.targets, ht);
+  upload(b.row_start, row_start);
+  upload(b.positions, positions);
+  // MTP depth k (1-based) at position t reads token t + k (= targets[t + k - 1]) and predicts
+  // token t + k + 1 (= targets[t + k]); positions past the end of the window are ignored.
+  for (std::size_t d = 0; d < b.mtp.size(); ++d) {
+    const int64_t k = static_cast<int64_t>(d) + 1;
+    std::vector<int32_t> mid(N, 0), mt(N, -1);
+    int64_t mcount = 0;
+    for (int64_t bb = 0; bb < B; ++bb) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = bb * T + t;
+        if (t + k - 1 < T && ht[bb * T + t + k - 1] >= 0) mid[n] = ht[bb * T + t + k - 1];
+        if (t + k < T && ht[bb * T + t + k - 1] >= 0) mt[n] = ht[bb * T + t + k];
+        mcount += mt[n] >= 0;
+      }
+    }
+    MtpActs& m = b.mtp[d];
+    m.count = mcount;
+    token_csr(mid, V, &row_start, &positions);
+    upload(m.ids, mid);
+    upload(m.targets, mt);
+    upload(m.row_start, row_start);
+    upload(m.positions, positions);
+  }
+}
+
+ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,
+                                   const ForwardOptions& opts) {
+  ensure_buffers(B, T);
+  upload_batch(ids, targets, B, T);
+  refresh_compute_weights();
+  Buffers& b = *buf_;
+  const int64_t N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
+  const float* emb = embed_stream_.extent(0) ? embed_stream_.data() : w(embed_);
+  embedding_forward(b.res[0].data(), b.ids.data(), emb, N, C, V, rs_);  // (N, C)
+  for (int64_t l = 0; l < L; ++l) {
+    LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    block_forward(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
+  }
+  ForwardResult r;
+  r.tokens = b.count;
+  const bool loss = opts.compute_logits && targets != nullptr;
+  const bool backward = opts.prepare_backward && loss;
+  if (!opts.compute_logits) {
+    // Final hidden states only: no (N, V) logits are materialized.
+    rmsnorm_forward(b.xf.data(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), w(final_norm_),
+                    N, C, static_cast<float>(cfg_.rms_norm_eps), rs_, rc_);
+  } else {
+    const float scale = b.count > 0 ? opts.grad_scale / static_cast<float>(b.count) : 0.0f;
+    const double sum =
+        head_forward(final_norm_, b.res[L].data(), b.xf.data(), b.rstd_f.data(),
+                     opts.output_hidden_states ? hidden_.data() : nullptr, logits_.data(),
+                     b.losses.data(), b.targets.data(), loss, scale, backward, b.dxf.data());
+    r.loss = b.count > 0 ? sum / static_cast<double>(b.count) : 0.0;
+  }
+  last_compute_mtp_ = loss && opts.compute_mtp && !mtp_.empty();
+  if (last_compute_mtp_) mtp_forward(opts, backward, &r);
+  have_backward_ = backward;
+  Kokkos::fence();
+  return r;
+}
+
+double Transformer::head_forward(int norm, const float* inp, float* xf, float* rstd,
+                                 float* hidden_out, float* logits, float* losses,
+                                 const int32_t* targets, bool loss, float scale, bool backward,
+                                 float* dxf) {
+  const int64_t N = buf_->B * buf_->T, C = cfg_.hidden_size, V = cfg_.vocab_size;
+  rmsnorm_forward(xf, hidden_out, rstd, inp, w(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
+                  rs_, rc_);
+  matmul_forward(logits, xf, w(lm_head_), N, C, V);  // (N, V)
+  if (rc_) round_copy(logits, logits, N * V, true);
+  if (!loss) return 0.0;
+  cross_entropy_forward_backward(losses, logits, targets, N, V, scale, backward, rc_);
+  const double sum = sum_to_host(losses, N);
+  if (backward) {
+    // logits now hold dlogits (N, V) in the compute dtype.
+    if (params_.info(lm_head_).trainable) {
+      matmul_backward_weight(buf_->dw.data(), logits, xf, N, C, V);
+      accumulate(lm_head_, buf_->dw.data(), rc_);
+    }
+    matmul_backward_input(dxf, logits, w(lm_head_), N, C, V, false);
+    if (rc_) round_copy(dxf, dxf, N * C, true);
+  }
+  return sum;
+}
+
+void Transformer::backward() {
+  if (!have_backward_) {
+    throw InternalError("backward() without a forward(prepare_backward = true) before it");
+  }
+  have_backward_ = false;
+  Buffers& b = *buf_;
+  const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
+  Kokkos::deep_copy(b.dres, 0.0f);
+  if (last_compute_mtp_) mtp_backward(b.dres.data());  // adds d(res[L]) from the MTP head
+  rmsnorm_backward(b.dres.data(), b.dw.data(), b.dxf.data(), b.res[L].data(), w(final_norm_),
+                   b.rstd_f.data(), N, C, rs_);
+  accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    if (cfg_.activation_checkpointing) {
+      // Recompute this block's activations under the same compute dtype; same kernels, same
+      // inputs, so the gradients are bitwise those of the stored-activation run.
+      block_forward(layers_[l], b.recompute_out.data(), b.res[l].data(), a);
+    }
+    block_backward(layers_[l], b.dres.data(), b.res[l].data(), a);
+  }
+  if (params_.info(embed_).trainable) {
+    embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);
+    accumulate(embed_, b.dw.data(), rs_);
+  }
+  Kokkos::fence();
+}
+
+}  // namespace kktrain
