@@ -49,13 +49,20 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
   float* dw = b.dw.data();
   auto trainable = [&](int i) { return params_.info(i).trainable; };
 
+  // The gradient of a compute-dtype output is dres rounded to the compute dtype (a copy only
+  // when rounding is needed).
+  auto to_compute = [&](const float* g) -> const float* {
+    if (!rc_) return g;
+    round_copy(b.dc.data(), g, N * C, true);
+    return b.dc.data();
+  };
   // ---- MLP: dres holds d(out); the residual passes it straight to x1.
-  round_copy(b.dc.data(), dres, N * C, rc_);  // gradient of the down_proj output (N, C)
+  const float* dd = to_compute(dres);  // gradient of the down_proj output (N, C)
   if (trainable(p.down)) {
-    matmul_backward_weight(dw, b.dc.data(), a.a.data(), N, F, C);
+    matmul_backward_weight(dw, dd, a.a.data(), N, F, C);
     accumulate(p.down, dw, rc_);
   }
-  matmul_backward_input(b.da.data(), b.dc.data(), w(p.down), N, F, C, false);  // (N, F)
+  matmul_backward_input(b.da.data(), dd, w(p.down), N, F, C, false);  // (N, F)
   if (rc_) round_copy(b.da.data(), b.da.data(), N * F, true);
   swiglu_backward(b.dgu.data(), b.da.data(), a.gu.data(), N, F, rc_);  // (N, 2F)
   if (trainable(p.gate) || trainable(p.up)) {
@@ -69,13 +76,13 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
   accumulate(p.ln2, dw, round_compute_[p.ln2]);
 
   // ---- attention: dres now holds d(x1).
-  round_copy(b.dc.data(), dres, N * C, rc_);  // gradient of the o_proj output
+  const float* dproj = to_compute(dres);  // gradient of the o_proj output
   if (trainable(p.o)) {
-    matmul_backward_weight(dw, b.dc.data(), a.o.data(), N, H * D, C);
+    matmul_backward_weight(dw, dproj, a.o.data(), N, H * D, C);
     accumulate(p.o, dw, rc_);
   }
-  matmul_backward_input(b.dtok.data(), b.dc.data(), w(p.o), N, H * D, C, false);  // (N, H*D)
-  tokens_to_heads(b.dheads.data(), b.dtok.data(), B, H, T, D, rc_);               // (B, H, T, D)
+  matmul_backward_input(b.dtok.data(), dproj, w(p.o), N, H * D, C, false);  // (N, H*D)
+  tokens_to_heads(b.dheads.data(), b.dtok.data(), B, H, T, D, rc_);         // (B, H, T, D)
   attention_backward(b.dq.data(), b.dk.data(), b.dv.data(), b.pc.data(), b.dp.data(),
                      b.dheads.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), ad, rc_);
   rope_backward(b.dqkv.data(), b.dq.data(), b.dk.data(), b.dv.data(), rope_cos_.data(),

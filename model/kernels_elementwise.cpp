@@ -48,9 +48,9 @@ void embedding_forward(float* out, const int32_t* ids, const float* wte, int64_t
                        int64_t V, bool rs) {
   (void)V;  // ids are validated against V by the data loader
   Kokkos::parallel_for(
-      "embedding_forward", RangePolicy(0, N * C), KOKKOS_LAMBDA(const int64_t i) {
-        const int64_t n = i / C, c = i % C;
-        out[i] = rnd(wte[static_cast<int64_t>(ids[n]) * C + c], rs);
+      "embedding_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        const float* row = wte + static_cast<int64_t>(ids[n]) * C;
+        for (int64_t c = 0; c < C; ++c) out[n * C + c] = rnd(row[c], rs);
       });
 }
 
@@ -81,20 +81,20 @@ void add_forward(float* out, const float* a, const float* b, int64_t n, bool rou
 
 void concat2(float* out, const float* a, const float* b, int64_t N, int64_t C, bool round) {
   Kokkos::parallel_for(
-      "concat2", RangePolicy(0, N * 2 * C), KOKKOS_LAMBDA(const int64_t i) {
-        const int64_t n = i / (2 * C), c = i % (2 * C);
-        out[i] = rnd(c < C ? a[n * C + c] : b[n * C + c - C], round);
+      "concat2", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        for (int64_t c = 0; c < C; ++c) {
+          out[n * 2 * C + c] = rnd(a[n * C + c], round);
+          out[n * 2 * C + C + c] = rnd(b[n * C + c], round);
+        }
       });
 }
 
 void split2(float* a, float* b, const float* in, int64_t N, int64_t C) {
   Kokkos::parallel_for(
-      "split2", RangePolicy(0, N * 2 * C), KOKKOS_LAMBDA(const int64_t i) {
-        const int64_t n = i / (2 * C), c = i % (2 * C);
-        if (c < C) {
-          a[n * C + c] = in[i];
-        } else {
-          b[n * C + c - C] = in[i];
+      "split2", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        for (int64_t c = 0; c < C; ++c) {
+          a[n * C + c] = in[n * 2 * C + c];
+          b[n * C + c] = in[n * 2 * C + C + c];
         }
       });
 }
@@ -105,25 +105,32 @@ KOKKOS_INLINE_FUNCTION float sigmoid_f(float x) {
 
 void swiglu_forward(float* a, const float* gu, int64_t N, int64_t F, bool rc) {
   Kokkos::parallel_for(
-      "swiglu_forward", RangePolicy(0, N * F), KOKKOS_LAMBDA(const int64_t i) {
-        const int64_t n = i / F, f = i % F;
-        const float g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
-        const float s = rnd(g * sigmoid_f(g), rc);  // silu output, a compute-dtype tensor
-        a[i] = rnd(s * u, rc);
+      "swiglu_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        const float* g = gu + n * 2 * F;
+        const float* u = g + F;
+        for (int64_t f = 0; f < F; ++f) {
+          const float s = rnd(g[f] * sigmoid_f(g[f]), rc);  // silu output, a compute-dtype tensor
+          a[n * F + f] = rnd(s * u[f], rc);
+        }
       });
 }
 
 void swiglu_backward(float* dgu, const float* da, const float* gu, int64_t N, int64_t F, bool rc) {
   Kokkos::parallel_for(
-      "swiglu_backward", RangePolicy(0, N * F), KOKKOS_LAMBDA(const int64_t i) {
-        const int64_t n = i / F, f = i % F;
-        const float g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
-        const float sg = sigmoid_f(g);
-        const float s = rnd(g * sg, rc);
-        const float ds = rnd(da[i] * u, rc);  // gradient of the silu output
-        dgu[n * 2 * F + F + f] = rnd(da[i] * s, rc);
-        // d silu(g)/dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
-        dgu[n * 2 * F + f] = rnd(ds * sg * (1.0f + g * (1.0f - sg)), rc);
+      "swiglu_backward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        const float* g = gu + n * 2 * F;
+        const float* u = g + F;
+        const float* d = da + n * F;
+        float* dg = dgu + n * 2 * F;
+        float* du = dg + F;
+        for (int64_t f = 0; f < F; ++f) {
+          const float sg = sigmoid_f(g[f]);
+          const float s = rnd(g[f] * sg, rc);
+          const float ds = rnd(d[f] * u[f], rc);  // gradient of the silu output
+          du[f] = rnd(d[f] * s, rc);
+          // d silu(g)/dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
+          dg[f] = rnd(ds * sg * (1.0f + g[f] * (1.0f - sg)), rc);
+        }
       });
 }
 

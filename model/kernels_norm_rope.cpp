@@ -84,29 +84,27 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta) {
 void rope_forward(float* q, float* k, float* v, const float* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                   bool rc) {
-  const int64_t W = (H + 2 * KV) * D;  // qkv row width
+  const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
-  // One work item per (b, t, head slot, i) over the H + 2 KV head slots of a token.
+  // One work item per (token, head slot): a row of D values.
   Kokkos::parallel_for(
-      "rope_forward", RangePolicy(0, B * T * (H + 2 * KV) * D), KOKKOS_LAMBDA(const int64_t idx) {
-        const int64_t i = idx % D;
-        const int64_t slot = (idx / D) % (H + 2 * KV);
-        const int64_t bt = idx / (D * (H + 2 * KV));
+      "rope_forward", RangePolicy(0, B * T * S), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
-        const float* row = qkv + bt * W + slot * D;
+        const float* x = qkv + idx * D;
         if (slot >= H + KV) {  // value head: layout change only
-          const int64_t h = slot - H - KV;
-          v[((b * KV + h) * T + t) * D + i] = row[i];
+          float* y = v + ((b * KV + slot - H - KV) * T + t) * D;
+          for (int64_t i = 0; i < D; ++i) y[i] = x[i];
           return;
         }
-        const int64_t j = i < half ? i : i - half;
-        const float c = cos[t * half + j], s = sin[t * half + j];
-        const float rot = i < half ? -row[i + half] : row[i - half];  // rotate_half
-        const float y = rnd(row[i] * c + rot * s, rc);
-        if (slot < H) {
-          q[((b * H + slot) * T + t) * D + i] = y;
-        } else {
-          k[((b * KV + (slot - H)) * T + t) * D + i] = y;
+        float* y =
+            slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
+        const float* c = cos + t * half;
+        const float* s = sin + t * half;
+        // rotate_half: y = x * cos + [-x2, x1] * sin
+        for (int64_t j = 0; j < half; ++j) {
+          y[j] = rnd(x[j] * c[j] - x[j + half] * s[j], rc);
+          y[j + half] = rnd(x[j + half] * c[j] + x[j] * s[j], rc);
         }
       });
 }
@@ -114,46 +112,50 @@ void rope_forward(float* q, float* k, float* v, const float* qkv, const float* c
 void rope_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
                    const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    bool rc) {
-  const int64_t W = (H + 2 * KV) * D;
+  const int64_t S = H + 2 * KV;
   const int64_t half = D / 2;
   Kokkos::parallel_for(
-      "rope_backward", RangePolicy(0, B * T * (H + 2 * KV) * D), KOKKOS_LAMBDA(const int64_t idx) {
-        const int64_t i = idx % D;
-        const int64_t slot = (idx / D) % (H + 2 * KV);
-        const int64_t bt = idx / (D * (H + 2 * KV));
+      "rope_backward", RangePolicy(0, B * T * S), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
-        float* out = dqkv + bt * W + slot * D;
+        float* out = dqkv + idx * D;
         if (slot >= H + KV) {
-          out[i] = dv[((b * KV + (slot - H - KV)) * T + t) * D + i];
+          const float* g = dv + ((b * KV + slot - H - KV) * T + t) * D;
+          for (int64_t i = 0; i < D; ++i) out[i] = g[i];
           return;
         }
         const float* g =
-            slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + (slot - H)) * T + t) * D;
-        // Transpose of y_i = x_i c_i - x_{i+h} s_i (i < h), y_i = x_i c_{i-h} + x_{i-h} s_{i-h}.
-        const int64_t j = i < half ? i : i - half;
-        const float c = cos[t * half + j], s = sin[t * half + j];
-        const float other = i < half ? g[i + half] * s : -g[i - half] * s;
-        out[i] = rnd(g[i] * c + other, rc);
+            slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + slot - H) * T + t) * D;
+        const float* c = cos + t * half;
+        const float* s = sin + t * half;
+        // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s]
+        for (int64_t j = 0; j < half; ++j) {
+          out[j] = rnd(g[j] * c[j] + g[j + half] * s[j], rc);
+          out[j + half] = rnd(g[j + half] * c[j] - g[j] * s[j], rc);
+        }
       });
 }
 
 void heads_to_tokens(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
+  // One work item per (b, t, h) row of D: out is (B, T, H, D), in is (B, H, T, D).
   Kokkos::parallel_for(
-      "heads_to_tokens", RangePolicy(0, B * H * T * D), KOKKOS_LAMBDA(const int64_t idx) {
-        const int64_t d = idx % D, h = (idx / D) % H, t = (idx / (D * H)) % T;
-        const int64_t b = idx / (D * H * T);
-        out[idx] = rnd(in[((b * H + h) * T + t) * D + d], round);  // out is (B, T, H, D)
+      "heads_to_tokens", RangePolicy(0, B * T * H), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t h = idx % H, t = (idx / H) % T, b = idx / (H * T);
+        const float* x = in + ((b * H + h) * T + t) * D;
+        float* y = out + idx * D;
+        for (int64_t d = 0; d < D; ++d) y[d] = rnd(x[d], round);
       });
 }
 
 void tokens_to_heads(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
   Kokkos::parallel_for(
-      "tokens_to_heads", RangePolicy(0, B * H * T * D), KOKKOS_LAMBDA(const int64_t idx) {
-        const int64_t d = idx % D, t = (idx / D) % T, h = (idx / (D * T)) % H;
-        const int64_t b = idx / (D * T * H);
-        out[idx] = rnd(in[((b * T + t) * H + h) * D + d], round);  // out is (B, H, T, D)
+      "tokens_to_heads", RangePolicy(0, B * H * T), KOKKOS_LAMBDA(const int64_t idx) {
+        const int64_t t = idx % T, h = (idx / T) % H, b = idx / (T * H);
+        const float* x = in + ((b * T + t) * H + h) * D;
+        float* y = out + idx * D;
+        for (int64_t d = 0; d < D; ++d) y[d] = rnd(x[d], round);
       });
 }
 

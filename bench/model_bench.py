@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""kktrain vs PyTorch: forward+backward tokens/s of the same Llama-style model, side by side.
+
+Runs bench_model (kktrain) and torch_llama.py (PyTorch peer) alternately for several rounds at
+equal thread counts (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / torch.set_num_threads), for fp32
+and bf16 compute, and prints medians, the kktrain/PyTorch throughput ratio, and kktrain's
+achieved GFLOP/s against the sgemm peak measured in the same run. Alternating rounds keeps
+slow drifts of a shared, noisy machine from favouring one side.
+
+    bench/model_bench.py [--build build] [--rounds 3] [--threads 1,2] [--small]
+Needs Debian's /usr/bin/python3 (torch) for the peer.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEER_PYTHON = "/usr/bin/python3"
+
+
+def run(cmd, threads):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", default="1")
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--small", action="store_true", help="a tiny shape (smoke test)")
+    a = p.parse_args()
+    shape = dict(hidden=384, layers=6, heads=6, kv_heads=6, ffn=1024, vocab=256, seq=256, batch=8)
+    if a.small:
+        shape = dict(hidden=64, layers=2, heads=4, kv_heads=2, ffn=160, vocab=256, seq=32, batch=2)
+    args = []
+    for k, v in shape.items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    args += ["--warmup", "1", "--iters", str(a.iters)]
+    kk = [os.path.join(a.build, "bench", "bench_model")] + args
+    pt = [PEER_PYTHON, os.path.join(HERE, "torch_llama.py")] + args
+    print("model:", ", ".join(f"{k}={v}" for k, v in shape.items()), "| untied head, fwd+bwd")
+    print(f"{'threads':>7} {'compute':>9} {'kktrain tok/s':>14} {'pytorch tok/s':>14} "
+          f"{'ratio':>6} {'kk GFLOP/s':>10} {'sgemm peak':>10} {'of peak':>7}")
+    for threads in [int(t) for t in a.threads.split(",")]:
+        for compute in ("float32", "bfloat16"):
+            kk_tps, pt_tps, gflops, peaks = [], [], [], []
+            for _ in range(a.rounds):
+                for rec in run(kk + ["--compute", compute], threads):
+                    if rec["kind"] == "sgemm_peak":
+                        peaks.append(rec["gflops"])
+                    else:
+                        kk_tps.append(rec["tokens_per_s"])
+                        gflops.append(rec["gflops"])
+                rec = run(pt + ["--compute", compute, "--threads", str(threads)], threads)[-1]
+                pt_tps.append(rec["tokens_per_s"])
+            k, t = statistics.median(kk_tps), statistics.median(pt_tps)
+            g, pk = statistics.median(gflops), statistics.median(peaks)
+            print(f"{threads:>7} {compute:>9} {k:>14.1f} {t:>14.1f} {k / t:>6.2f} {g:>10.1f} "
+                  f"{pk:>10.1f} {g / pk:>7.0%}", flush=True)
+    print("ratio = kktrain / PyTorch throughput (median over rounds); PyTorch bf16 is CPU "
+          "autocast (oneDNN bf16 kernels where the CPU has them).")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The PyTorch peer for bench/model_bench.py: the same Llama-style decoder as kktrain (RMSNorm,
+GQA attention with rotate-half rotary, SwiGLU, untied LM head), written the way a PyTorch user
+would, timed forward+backward at a fixed thread count. bf16 compute uses CPU autocast.
+
+    torch_llama.py --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256 \
+                   --seq 256 --batch 8 --compute bfloat16 --threads 1 --warmup 2 --iters 5
+Prints one JSON line like bench_model.
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c, h, kv, ffn, eps):
+        super().__init__()
+        self.h, self.kv, self.d, self.eps = h, kv, c // h, eps
+        self.ln1 = torch.nn.Parameter(torch.ones(c))
+        self.ln2 = torch.nn.Parameter(torch.ones(c))
+        self.q = torch.nn.Linear(c, h * self.d, bias=False)
+        self.k = torch.nn.Linear(c, kv * self.d, bias=False)
+        self.v = torch.nn.Linear(c, kv * self.d, bias=False)
+        self.o = torch.nn.Linear(h * self.d, c, bias=False)
+        self.gate = torch.nn.Linear(c, ffn, bias=False)
+        self.up = torch.nn.Linear(c, ffn, bias=False)
+        self.down = torch.nn.Linear(ffn, c, bias=False)
+
+    def norm(self, x, w):
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * xf.to(x.dtype)
+
+    def forward(self, x, cos, sin, mask):
+        b, t, _ = x.shape
+        n = self.norm(x, self.ln1)
+        q = self.q(n).view(b, t, self.h, self.d).transpose(1, 2)
+        k = self.k(n).view(b, t, self.kv, self.d).transpose(1, 2)
+        v = self.v(n).view(b, t, self.kv, self.d).transpose(1, 2)
+
+        def rot(z):
+            z1, z2 = z[..., : self.d // 2], z[..., self.d // 2:]
+            return z * cos + torch.cat((-z2, z1), -1) * sin
+
+        q, k = rot(q), rot(k)
+        if self.kv != self.h:
+            k = k.repeat_interleave(self.h // self.kv, dim=1)
+            v = v.repeat_interleave(self.h // self.kv, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask
+        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(b, t, self.h * self.d)
+        x = x + self.o(y)
+        n = self.norm(x, self.ln2)
+        return x + self.down(F.silu(self.gate(n)) * self.up(n))
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.emb = torch.nn.Embedding(a.vocab, a.hidden)
+        self.blocks = torch.nn.ModuleList(
+            Block(a.hidden, a.heads, a.kv_heads, a.ffn, 1e-5) for _ in range(a.layers))
+        self.norm = torch.nn.Parameter(torch.ones(a.hidden))
+        self.head = torch.nn.Linear(a.hidden, a.vocab, bias=False)
+        d = a.hidden // a.heads
+        inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+        ang = torch.outer(torch.arange(a.seq).float(), inv)
+        self.register_buffer("cos", torch.cat((ang, ang), -1).cos())
+        self.register_buffer("sin", torch.cat((ang, ang), -1).sin())
+        self.register_buffer("mask", torch.full((a.seq, a.seq), float("-inf")).triu(1))
+
+    def forward(self, ids, targets):
+        x = self.emb(ids)
+        for blk in self.blocks:
+            x = blk(x, self.cos, self.sin, self.mask)
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)
+        logits = self.head(self.norm * xf.to(x.dtype))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for k, v in dict(hidden=384, layers=6, heads=6, kv_heads=6, ffn=1024, vocab=256, seq=256,
+                     batch=8, threads=1, warmup=2, iters=5).items():
+        p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    p.add_argument("--compute", default="float32")
+    p.add_argument("--storage", default="float32")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = Llama(a)
+    if a.storage == "bfloat16":
+        model = model.to(torch.bfloat16)
+    ids = torch.randint(0, a.vocab, (a.batch, a.seq))
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq))
+    times = []
+    for it in range(a.warmup + a.iters):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.compute == "bfloat16"):
+            loss = model(ids, targets)
+        loss.backward()
+        dt = time.perf_counter() - t0
+        if it >= a.warmup:
+            times.append(dt)
+    med = statistics.median(times)
+    print(json.dumps(dict(kind="step", impl="pytorch", compute=a.compute, storage=a.storage,
+                          median_s=med, min_s=min(times), tokens_per_s=a.batch * a.seq / med,
+                          iters=a.iters, threads=torch.get_num_threads(),
+                          torch=torch.__version__)))
+
+
+if __name__ == "__main__":
+    main()

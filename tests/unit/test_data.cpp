@@ -1,0 +1,179 @@
+// Data loading: tokenizer, file formats, errors for bad data, the default corpus, the split and
+// deterministic sampling keyed by (seed, step, rank, micro-batch).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "io/data.hpp"
+
+namespace kktrain {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return std::string(::testing::TempDir()) + "kktrain_data_" + name;
+}
+
+std::string write_file(const std::string& name, const std::string& bytes) {
+  const std::string p = temp_path(name);
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+
+DataConfig data_cfg(std::optional<std::string> path, int64_t seq_len = 8) {
+  DataConfig d;
+  d.path = std::move(path);
+  d.seq_len = seq_len;
+  d.val_fraction = 0.1;
+  return d;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Tokenizer, ByteLevelRoundTrip) {
+  const std::string s = "Hello, w\xc3\xb6rld!\n\x01\xff";
+  const auto ids = byte_tokenize(s);
+  ASSERT_EQ(ids.size(), s.size());
+  EXPECT_EQ(ids[0], 'H');
+  EXPECT_EQ(ids.back(), 255);
+  for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < 256);
+  EXPECT_EQ(byte_detokenize(ids), s);
+}
+
+TEST(DefaultCorpus, DeterministicAndTextLike) {
+  const std::string a = default_corpus(4096), b = default_corpus(4096);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, default_corpus(4096, 99));
+  EXPECT_EQ(a.size(), 4096u);
+  std::set<char> chars(a.begin(), a.end());
+  EXPECT_LT(chars.size(), 60u);  // a small alphabet: letters, space, punctuation, newline
+  EXPECT_NE(a.find(". "), std::string::npos);
+  EXPECT_NE(a.find("\n\n"), std::string::npos);
+}
+
+TEST(TokenDataset, LoadsDefaultCorpusAndSplits) {
+  const TokenDataset d = TokenDataset::load(data_cfg(std::nullopt, 64), 256);
+  EXPECT_GT(d.train_tokens(), 900000);
+  EXPECT_NEAR(static_cast<double>(d.val_tokens()) / (d.train_tokens() + d.val_tokens()), 0.1, 1e-3);
+  EXPECT_NE(d.source().find("default corpus"), std::string::npos);
+}
+
+TEST(TokenDataset, BatchesAreDeterministicPerStepRankAndMicro) {
+  const TokenDataset d = TokenDataset::load(data_cfg(std::nullopt, 16), 256);
+  const Batch a = d.train_batch(5, 0, 0, 4, 16);
+  const Batch again = d.train_batch(5, 0, 0, 4, 16);
+  EXPECT_EQ(a.ids, again.ids);
+  EXPECT_EQ(a.targets, again.targets);
+  EXPECT_NE(a.ids, d.train_batch(6, 0, 0, 4, 16).ids);
+  EXPECT_NE(a.ids, d.train_batch(5, 1, 0, 4, 16).ids);
+  EXPECT_NE(a.ids, d.train_batch(5, 0, 1, 4, 16).ids);
+  // targets are the next tokens of the same window
+  for (int64_t r = 0; r < a.B; ++r) {
+    for (int64_t t = 0; t + 1 < a.T; ++t) EXPECT_EQ(a.targets[r * a.T + t], a.ids[r * a.T + t + 1]);
+  }
+  // a different data.seed gives different batches
+  DataConfig other = data_cfg(std::nullopt, 16);
+  other.seed = 43;
+  const TokenDataset d2 = TokenDataset::load(other, 256);
+  EXPECT_NE(a.ids, d2.train_batch(5, 0, 0, 4, 16).ids);
+}
+
+TEST(TokenDataset, ValidationBatchesComeFromTheHeldOutTail) {
+  // Token value = its position, so every id tells where it came from.
+  std::vector<int32_t> toks(1000);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(i);
+  DataConfig cfg = data_cfg(std::string("mem"), 8);
+  cfg.val_fraction = 0.2;
+  const TokenDataset d = TokenDataset::from_tokens(toks, cfg, "mem");
+  EXPECT_EQ(d.train_tokens(), 800);
+  std::set<int32_t> starts;
+  for (int step = 0; step < 200; ++step) {
+    const Batch b = d.train_batch(step, 0, 0, 4, 8);
+    for (int64_t r = 0; r < 4; ++r) {
+      starts.insert(b.ids[r * 8]);
+      for (int64_t t = 0; t < 8; ++t) {
+        ASSERT_EQ(b.ids[r * 8 + t], b.ids[r * 8] + t);  // contiguous windows
+        ASSERT_LT(b.targets[r * 8 + t], 800);           // never into the validation tail
+      }
+    }
+  }
+  EXPECT_GT(starts.size(), 400u);  // positions are spread over the training split
+  for (int i = 0; i < 20; ++i) {
+    const Batch v = d.val_batch(i, 4, 8);
+    for (int32_t id : v.ids) ASSERT_GE(id, 800);
+  }
+  EXPECT_EQ(d.val_batch(0, 4, 8).ids, d.val_batch(0, 4, 8).ids);
+  EXPECT_NE(d.val_batch(0, 4, 8).ids, d.val_batch(1, 4, 8).ids);
+}
+
+TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
+  const std::string text = write_file("a.txt", std::string(100, 'x') + "yz");
+  const TokenDataset t = TokenDataset::load(data_cfg(text), 256);
+  EXPECT_EQ(t.train_tokens() + t.val_tokens(), 102);
+
+  std::string u16;
+  for (int i = 0; i < 64; ++i) {
+    u16.push_back(static_cast<char>(i * 5 & 0xff));
+    u16.push_back(static_cast<char>(i >> 4));  // little-endian; ids up to 4*256+...
+  }
+  const std::string p16 = write_file("b.u16", u16);
+  const TokenDataset b = TokenDataset::load(data_cfg(p16), 4096);
+  EXPECT_EQ(b.train_tokens() + b.val_tokens(), 64);
+  const Batch bb = b.train_batch(0, 0, 0, 1, 8);
+  for (int32_t id : bb.ids) EXPECT_LT(id, 4096);
+
+  std::string u32(4 * 40, '\0');
+  for (int i = 0; i < 40; ++i) u32[4 * i + 2] = 1;  // 65536 each
+  const std::string p32 = write_file("c.u32", u32);
+  EXPECT_EQ(TokenDataset::load(data_cfg(p32), 70000).train_tokens() +
+                TokenDataset::load(data_cfg(p32), 70000).val_tokens(),
+            40);
+  DataConfig forced = data_cfg(p32);
+  forced.format = "uint16";  // the same bytes read as uint16 tokens: twice as many
+  EXPECT_EQ(TokenDataset::load(forced, 70000).train_tokens() +
+                TokenDataset::load(forced, 70000).val_tokens(),
+            80);
+}
+
+TEST(TokenDataset, BadDataGivesOneClearError) {
+  const std::string missing = temp_path("does_not_exist.txt");
+  EXPECT_NE(message_of([&] { TokenDataset::load(data_cfg(missing), 256); }).find("cannot open"),
+            std::string::npos);
+  const std::string empty = write_file("empty.txt", "");
+  EXPECT_NE(message_of([&] { TokenDataset::load(data_cfg(empty), 256); }).find("is empty"),
+            std::string::npos);
+  const std::string tiny = write_file("tiny.txt", "abc");
+  const std::string m = message_of([&] { TokenDataset::load(data_cfg(tiny, 8), 256); });
+  EXPECT_NE(m.find("fewer than data.seq_len + 1 = 9"), std::string::npos) << m;
+  const std::string odd = write_file("odd.u16", "abc");
+  EXPECT_NE(message_of([&] { TokenDataset::load(data_cfg(odd), 256); }).find("whole number"),
+            std::string::npos);
+  const std::string text = write_file("big.txt", std::string(50, 'z'));  // 'z' = 122
+  const std::string v = message_of([&] { TokenDataset::load(data_cfg(text), 100); });
+  EXPECT_NE(v.find("token id 122"), std::string::npos) << v;
+  EXPECT_NE(v.find("vocab_size >= 256"), std::string::npos) << v;
+  for (const std::string& msg : {m, v}) EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
+TEST(TokenDataset, NoValidationSplitIsReportedWhenAsked) {
+  DataConfig cfg = data_cfg(std::nullopt, 8);
+  cfg.val_fraction = 0.0;
+  const TokenDataset d = TokenDataset::load(cfg, 256);
+  EXPECT_FALSE(d.has_validation());
+  EXPECT_NE(message_of([&] { d.val_batch(0, 2, 8); }).find("no validation split"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kktrain
