@@ -1,0 +1,288 @@
+"""Independent PyTorch reference for kktrain's model (Hugging Face LlamaForCausalLM semantics).
+
+Reads a `kktrain grads` dump (parameters, batch, hyperparameters) and recomputes the loss, the
+multi-token-prediction loss and every parameter gradient with autograd, in one of three modes:
+
+  float64        the "ideal" reference: parameters (their exact stored values) and all math in
+                 float64 (only the rotary angles are fp32, as the model defines them).
+  float32        everything in fp32, no autocast.
+  bf16_autocast  parameters as tensors of their storage dtype (fp32 or bf16), forward under
+                 torch.autocast("cpu", dtype=torch.bfloat16), written the Hugging Face way:
+                 RMSNorm statistics in fp32 and the result cast back to the input dtype before
+                 the weight multiply; rotary cos/sin cast to the hidden-state dtype; attention
+                 scores from a bf16 matmul, softmax in fp32 cast back to the query dtype;
+                 logits upcast to fp32 for the loss.
+
+Plain torch only (no transformers import). Usable as a library (`load_dump`, `reference`) or
+from the command line: `torch_reference.py FILE.h5 [--mode float64]` prints the losses.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MODES = ("float64", "float32", "bf16_autocast")
+IGNORE = -100
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, (bytes, np.bytes_)) else str(v)
+
+
+@dataclass
+class Dump:
+    """The contents of a `kktrain grads` file."""
+
+    attrs: Dict[str, object]
+    params: Dict[str, np.ndarray]  # canonical name -> fp32 values
+    storage: Dict[str, str]  # canonical name -> "float32" / "bfloat16"
+    aliases: Dict[str, str]  # alias name -> owner name (e.g. lm_head.weight -> embed)
+    grads: Dict[str, np.ndarray]  # canonical name -> fp32 gradient (trainable parameters)
+    input_ids: np.ndarray  # (B, T) int
+    targets: np.ndarray  # (B, T) int
+    loss: float
+    mtp_loss: Optional[float] = None
+
+    # hyperparameters
+    @property
+    def V(self) -> int:
+        return int(self.attrs["vocab_size"])
+
+    @property
+    def C(self) -> int:
+        return int(self.attrs["hidden_size"])
+
+    @property
+    def L(self) -> int:
+        return int(self.attrs["num_layers"])
+
+    @property
+    def H(self) -> int:
+        return int(self.attrs["num_heads"])
+
+    @property
+    def KV(self) -> int:
+        return int(self.attrs["num_kv_heads"])
+
+    @property
+    def K(self) -> int:
+        return int(self.attrs.get("mtp_num_layers", 0))
+
+    @property
+    def compute_mtp(self) -> bool:
+        return bool(int(self.attrs.get("compute_mtp", 1)))
+
+    @property
+    def compute_dtype(self) -> str:
+        return _text(self.attrs["compute_dtype"])
+
+    @property
+    def storage_dtype(self) -> str:
+        return _text(self.attrs["storage_dtype"])
+
+
+def load_dump(path: str) -> Dump:
+    with h5py.File(path, "r") as f:
+        attrs = {k: (_text(v) if isinstance(v, (bytes, np.bytes_, str)) else v.item()
+                     if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        params, storage, aliases, grads = {}, {}, {}, {}
+        for name, ds in f["params"].items():
+            params[name] = np.asarray(ds[()], dtype=np.float32)
+            storage[name] = _text(ds.attrs.get("storage_dtype", attrs["storage_dtype"]))
+            if "alias" in ds.attrs:
+                aliases[_text(ds.attrs["alias"])] = name
+        if "grads" in f:
+            for name, ds in f["grads"].items():
+                grads[name] = np.asarray(ds[()], dtype=np.float32)
+        mtp_loss = float(f["mtp_loss"][()]) if "mtp_loss" in f else None
+        return Dump(attrs=attrs, params=params, storage=storage, aliases=aliases, grads=grads,
+                    input_ids=np.asarray(f["batch/input_ids"][()], dtype=np.int64),
+                    targets=np.asarray(f["batch/targets"][()], dtype=np.int64),
+                    loss=float(f["loss"][()]), mtp_loss=mtp_loss)
+
+
+# ---- building blocks -------------------------------------------------------------------------
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, stat_dtype: torch.dtype):
+    """HF LlamaRMSNorm: statistics in (at least) fp32, cast back to the input dtype, times w."""
+    in_dtype = x.dtype
+    xs = x.to(stat_dtype)
+    rstd = torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps)
+    return w * (xs * rstd).to(in_dtype)
+
+
+def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype):
+    """cos, sin (T, D): inv_freq and angles in fp32 (HF LlamaRotaryEmbedding, default rope)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))  # fp32
+    pos = torch.arange(T, dtype=torch.int64).float()
+    angle = pos[:, None] * inv_freq[None, :]  # (T, D/2) fp32, one rounding (HF: K=1 matmul)
+    emb = torch.cat((angle, angle), dim=-1)  # (T, D)
+    if dtype == torch.float64:
+        return emb.double().cos(), emb.double().sin()
+    return emb.cos().to(dtype), emb.sin().to(dtype)  # HF: computed in fp32, cast to x.dtype
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Reference:
+    """The model as a function of a dict of parameter tensors."""
+
+    def __init__(self, dump: Dump, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.d, self.mode = dump, mode
+        self.eps = float(dump.attrs["rms_norm_eps"])
+        self.theta = float(dump.attrs["rope_theta"])
+        self.D = dump.C // dump.H
+        # statistics (norm, softmax, loss) dtype: fp32 except in the float64 reference
+        self.stat = torch.float64 if mode == "float64" else torch.float32
+        self.w: Dict[str, torch.Tensor] = {}
+        for name, values in dump.params.items():
+            if mode == "float64":
+                dt = torch.float64
+            elif mode == "float32":
+                dt = torch.float32
+            else:
+                dt = torch.bfloat16 if dump.storage[name] == "bfloat16" else torch.float32
+            t = torch.from_numpy(values.copy()).to(dt)  # bf16 values convert exactly
+            self.w[name] = t.requires_grad_(True)
+        for alias, owner in dump.aliases.items():
+            self.w.setdefault(alias, self.w[owner])  # a tied LM head is the embedding tensor
+
+    def p(self, name: str) -> torch.Tensor:
+        return self.w[name]
+
+    # -- layers --
+    def linear(self, x, name):
+        return F.linear(x, self.p(name))
+
+    def norm(self, x, name):
+        return rms_norm(x, self.p(name), self.eps, self.stat)
+
+    def attention(self, n, prefix, cos, sin):
+        B, T, _ = n.shape
+        H, KV, D = self.d.H, self.d.KV, self.D
+        q = self.linear(n, prefix + "q_proj.weight").view(B, T, H, D).transpose(1, 2)
+        k = self.linear(n, prefix + "k_proj.weight").view(B, T, KV, D).transpose(1, 2)
+        v = self.linear(n, prefix + "v_proj.weight").view(B, T, KV, D).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = H // KV  # query head h reads kv head h // rep (HF repeat_kv)
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        scores = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(D))
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        probs = F.softmax(scores, dim=-1, dtype=self.stat).to(q.dtype)
+        o = torch.matmul(probs, v)  # (B, H, T, D)
+        o = o.transpose(1, 2).reshape(B, T, H * D)
+        return self.linear(o, prefix + "o_proj.weight")
+
+    def mlp(self, x, prefix):
+        g = self.linear(x, prefix + "gate_proj.weight")
+        u = self.linear(x, prefix + "up_proj.weight")
+        return self.linear(F.silu(g) * u, prefix + "down_proj.weight")
+
+    def block(self, h, prefix, cos, sin):
+        h = h + self.attention(self.norm(h, prefix + "input_layernorm.weight"), prefix + "self_attn.",
+                               cos, sin)
+        h = h + self.mlp(self.norm(h, prefix + "post_attention_layernorm.weight"), prefix + "mlp.")
+        return h
+
+    def head_loss(self, h, norm_name, targets):
+        logits = self.linear(self.norm(h, norm_name), "lm_head.weight")
+        logits = logits.to(self.stat)  # HF: logits.float() before the loss
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                               ignore_index=IGNORE, reduction="mean")
+
+    # -- model --
+    def forward(self):
+        d = self.d
+        ids = torch.from_numpy(d.input_ids)
+        tgt = torch.from_numpy(d.targets)
+        B, T = ids.shape
+        h = F.embedding(ids, self.p("model.embed_tokens.weight"))
+        cos, sin = rope_tables(T, self.D, self.theta, h.dtype)
+        for i in range(d.L):
+            h = self.block(h, f"model.layers.{i}.", cos, sin)
+        loss = self.head_loss(h, "model.norm.weight", tgt)
+        mtp_loss = None
+        if d.K > 0 and d.compute_mtp:
+            # window tokens[0..T]: input_ids then the last target
+            tokens = torch.cat([ids, tgt[:, -1:]], dim=1)  # (B, T+1)
+            h_prev = h
+            losses = []
+            t = torch.arange(T)
+            for k in range(1, d.K + 1):
+                pre = f"mtp.layers.{k - 1}."
+                has_in = (t + k) <= T
+                inp = torch.where(has_in, tokens[:, torch.clamp(t + k, max=T)], torch.zeros_like(ids))
+                has_tgt = (t + k + 1) <= T
+                tk = torch.where(has_tgt, tokens[:, torch.clamp(t + k + 1, max=T)],
+                                 torch.full_like(ids, IGNORE))
+                e = self.norm(F.embedding(inp, self.p("model.embed_tokens.weight")),
+                              pre + "enorm.weight")
+                hn = self.norm(h_prev, pre + "hnorm.weight")
+                cat = torch.cat([e, hn], dim=-1)
+                h_in = self.linear(cat, pre + "eh_proj.weight")
+                h_out = self.block(h_in, pre, cos, sin)
+                losses.append(self.head_loss(h_out, pre + "norm.weight", tk))
+                h_prev = h_out
+            mtp_loss = torch.stack([x.to(self.stat) for x in losses]).mean()
+        return loss, mtp_loss
+
+
+@dataclass
+class Result:
+    mode: str
+    loss: float
+    mtp_loss: Optional[float]
+    grads: Dict[str, np.ndarray] = field(default_factory=dict)  # float64 numpy copies
+
+
+def reference(dump: Dump, mode: str) -> Result:
+    """Loss, MTP loss and the gradients of loss + mtp_loss_weight * mtp_loss."""
+    ref = Reference(dump, mode)
+    if mode == "bf16_autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, mtp_loss = ref.forward()
+    else:
+        loss, mtp_loss = ref.forward()
+    total = loss
+    if mtp_loss is not None:
+        total = loss + float(dump.attrs["mtp_loss_weight"]) * mtp_loss
+    total.backward()
+    grads = {}
+    for name in dump.params:  # owners only; an alias shares the owner's tensor and .grad
+        t = ref.w[name]
+        g = t.grad
+        grads[name] = (np.zeros(t.shape, dtype=np.float64) if g is None
+                       else g.detach().to(torch.float64).numpy())
+    return Result(mode=mode, loss=float(loss.detach()),
+                  mtp_loss=None if mtp_loss is None else float(mtp_loss.detach()), grads=grads)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dump")
+    ap.add_argument("--mode", choices=MODES, default="float64")
+    a = ap.parse_args()
+    d = load_dump(a.dump)
+    r = reference(d, a.mode)
+    print(f"{a.mode}: loss {r.loss:.10f} (file {d.loss:.10f})"
+          + ("" if r.mtp_loss is None else f", mtp_loss {r.mtp_loss:.10f} (file {d.mtp_loss:.10f})"))
+
+
+if __name__ == "__main__":
+    main()
