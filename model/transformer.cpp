@@ -46,6 +46,12 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
     round_compute_[i] = r;
   }
   params_.allocate();
+  staged_grad_.resize(params_.size());
+  const bool multi_use_embed = lm_head_ == embed_ || !mtp_.empty();
+  if (multi_use_embed) staged_grad_[embed_] = DView<float>("staged_grad_embed", emb.numel);
+  if (lm_head_ != embed_ && !mtp_.empty()) {
+    staged_grad_[lm_head_] = DView<float>("staged_grad_lm_head", params_.info(lm_head_).numel);
+  }
   wcompute_ = DView<float>("compute_weights", params_.total_numel());
   if (lm_head_ == embed_ && rs_ != round_compute_[embed_]) {
     embed_stream_ = DView<float>("embed_stream", emb.numel);
@@ -156,10 +162,26 @@ const float* Transformer::w(int param) const {
 void Transformer::accumulate(int param, const float* dw, bool round_dw) {
   const ParamInfo& p = params_.info(param);
   if (!p.trainable) return;
+  if (staged_grad_[param].extent(0) > 0) {  // fp32 sum now, one rounding in flush_staged_grads
+    accumulate_grad<float>(staged_grad_[param].data(), dw, p.numel, round_dw && !p.keep_fp32);
+    return;
+  }
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     accumulate_grad<T>(params_.grad<T>(param).data(), dw, p.numel, round_dw && !p.keep_fp32);
   });
+}
+
+void Transformer::flush_staged_grads() {
+  for (int i = 0; i < params_.size(); ++i) {
+    DView<float>& st = staged_grad_[i];
+    if (st.extent(0) == 0 || !params_.info(i).trainable) continue;
+    dispatch_dtype(params_.info(i).dtype, [&](auto tag) {
+      using T = decltype(tag);
+      accumulate_grad<T>(params_.grad<T>(i).data(), st.data(), params_.info(i).numel, false);
+    });
+    Kokkos::deep_copy(st, 0.0f);
+  }
 }
 
 namespace {

@@ -106,6 +106,7 @@ class Transformer {
   // Adds the MTP head's gradient with respect to the main model's last residual into dres.
   void mtp_backward(float* dres);
   void accumulate(int param, const float* dw, bool round_dw);
+  void flush_staged_grads();
 
   ModelConfig cfg_;
   ResolvedPrecision prec_;
@@ -116,8 +117,12 @@ class Transformer {
   std::vector<LayerParams> layers_;
   std::vector<MtpParams> mtp_;
   std::vector<bool> round_compute_;  // per parameter: rounded to bf16 in the compute buffer
-  DView<float> wcompute_;            // (total params) compute-dtype copies, registration order
-  DView<float> embed_stream_;        // (V, C) lookup copy of a tied embedding (stream dtype)
+  // Parameters with several gradient contributions per backward (the embedding when tied or
+  // read by the MTP head, an untied LM head shared with MTP depths) sum them in fp32 here and
+  // are rounded into their storage-dtype gradient once, at the end of backward().
+  std::vector<DView<float>> staged_grad_;  // per parameter; empty when not staged
+  DView<float> wcompute_;      // (total params) compute-dtype copies, registration order
+  DView<float> embed_stream_;  // (V, C) lookup copy of a tied embedding (stream dtype)
   DView<float> rope_cos_, rope_sin_;
   DView<float> hidden_, logits_;
   std::unique_ptr<Buffers> buf_;

@@ -105,6 +105,11 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
   r.tokens = b.count;
   const bool loss = opts.compute_logits && targets != nullptr;
   const bool backward = opts.prepare_backward && loss;
+  if (backward) {  // drop contributions staged by a forward whose backward never ran
+    for (auto& st : staged_grad_) {
+      if (st.extent(0) > 0) Kokkos::deep_copy(st, 0.0f);
+    }
+  }
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
     rmsnorm_forward(b.xf.data(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), w(final_norm_),
@@ -173,6 +178,7 @@ void Transformer::backward() {
     embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);
     accumulate(embed_, b.dw.data(), rs_);
   }
+  flush_staged_grads();
   Kokkos::fence();
 }
 
