@@ -3,6 +3,7 @@
 #include "core/errors.hpp"
 #include "core/param_registry.hpp"
 #include "io/h5.hpp"
+#include "model/freeze.hpp"
 #include "model/param_io.hpp"
 
 namespace kktrain {
@@ -47,8 +48,16 @@ void load_model_file(Transformer& model, const std::string& path) {
   }
 }
 
-std::unique_ptr<Transformer> build_model(const Config& cfg) {
-  auto model = std::make_unique<Transformer>(cfg.model, cfg.precision);
+std::unique_ptr<Transformer> build_model(const Config& cfg, bool allocate) {
+  if (cfg.peft.enabled) {
+    throw ConfigError("peft",
+                      "LoRA adapters are not implemented in this version of kktrain; "
+                      "remove the peft section (or set it to null)",
+                      cfg.source);
+  }
+  auto model = std::make_unique<Transformer>(cfg.model, cfg.precision, allocate);
+  apply_freeze(model->params(), cfg.freeze);
+  if (!allocate) return model;
   if (cfg.model.init_from) {
     load_model_file(*model, *cfg.model.init_from);
   } else {

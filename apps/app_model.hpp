@@ -10,8 +10,10 @@
 
 namespace kktrain {
 
-// Constructs the model; weights come from model.init_from when set, else the seeded init.
-std::unique_ptr<Transformer> build_model(const Config& cfg);
+// Constructs the model and applies freeze_config; weights come from model.init_from when set,
+// else the seeded init. allocate = false registers parameters only (planning: the audit).
+// Rejects what the model cannot do yet (PEFT adapters) with one clear error.
+std::unique_ptr<Transformer> build_model(const Config& cfg, bool allocate = true);
 
 // The storage dtype of a model file (for model.dtype: auto with model.init_from).
 DType model_file_dtype(const std::string& path);

@@ -18,7 +18,7 @@ using namespace kktrain;
 namespace {
 
 std::vector<Command> all_commands() {
-  return {config_command(), grads_command()};
+  return {train_command(), config_command(), audit_command(), grads_command()};
 }
 
 void print_main_help(const std::vector<Command>& cmds) {

@@ -13,7 +13,7 @@
 
 namespace kktrain {
 
-Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision)
+Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate)
     : cfg_(cfg), prec_(precision), buf_(std::make_unique<Buffers>()) {
   rc_ = prec_.compute == DType::bfloat16;
   register_params();
@@ -45,6 +45,7 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
     }
     round_compute_[i] = r;
   }
+  if (!allocate) return;
   params_.allocate();
   staged_grad_.resize(params_.size());
   const bool multi_use_embed = lm_head_ == embed_ || !mtp_.empty();

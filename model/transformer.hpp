@@ -43,7 +43,9 @@ struct ForwardResult {
 
 class Transformer {
  public:
-  Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision);
+  // allocate = false only registers the parameters (names, shapes, dtypes), for planning tools
+  // such as the precision audit; such a model cannot run.
+  Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate = true);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;

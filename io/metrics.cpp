@@ -1,0 +1,72 @@
+#include "io/metrics.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/errors.hpp"
+
+namespace kktrain {
+
+void JsonLine::key(const std::string& k) {
+  if (!body_.empty()) body_ += ", ";
+  body_ += "\"" + k + "\": ";
+}
+
+JsonLine& JsonLine::num(const std::string& k, double v) {
+  key(k);
+  if (!std::isfinite(v)) {
+    body_ +=
+        std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");  // Python's json reads these
+    return *this;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  body_ += buf;
+  return *this;
+}
+
+JsonLine& JsonLine::integer(const std::string& k, int64_t v) {
+  key(k);
+  body_ += std::to_string(v);
+  return *this;
+}
+
+JsonLine& JsonLine::boolean(const std::string& k, bool v) {
+  key(k);
+  body_ += v ? "true" : "false";
+  return *this;
+}
+
+JsonLine& JsonLine::str(const std::string& k, const std::string& v) {
+  key(k);
+  body_ += "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') body_ += '\\';
+    body_ += c;
+  }
+  body_ += "\"";
+  return *this;
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec) {
+    throw InputError("train.output_dir: cannot create '" + p.parent_path().string() +
+                     "': " + ec.message());
+  }
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) throw InputError("train.output_dir: cannot write '" + path + "'");
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::write(const JsonLine& line) {
+  std::fprintf(f_, "%s\n", line.text().c_str());
+  std::fflush(f_);
+}
+
+}  // namespace kktrain

@@ -1,0 +1,40 @@
+// metrics.jsonl: one JSON object per line, written and flushed as the run goes, so a crash
+// loses at most the line being written. Numbers are printed with full precision (%.17g), so two
+// deterministic runs produce byte-identical loss and grad_norm fields.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace kktrain {
+
+class JsonLine {
+ public:
+  JsonLine& num(const std::string& key, double v);
+  JsonLine& integer(const std::string& key, int64_t v);
+  JsonLine& boolean(const std::string& key, bool v);
+  JsonLine& str(const std::string& key, const std::string& v);
+  std::string text() const { return "{" + body_ + "}"; }
+
+ private:
+  void key(const std::string& k);
+  std::string body_;
+};
+
+class MetricsWriter {
+ public:
+  // Creates the directory if needed and starts `path` afresh (an earlier file is replaced).
+  explicit MetricsWriter(const std::string& path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const JsonLine& line);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace kktrain

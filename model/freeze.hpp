@@ -1,0 +1,18 @@
+// Parameter freezing (freeze_config): module selectors and exact parameter names, with the
+// reference's precedence. In order:
+//   freeze_modules      globs over module paths (a module and everything inside it)
+//   unfreeze_modules    globs; unfreeze what an earlier selector froze
+//   unfreeze_parameters exact canonical names or aliases
+//   freeze_parameters   exact names; applied last, so exact exclusions win over everything
+// Unknown exact names are errors (with the closest name suggested); freezing any alias of a tied
+// parameter freezes the shared storage. Empty lists are no-ops.
+#pragma once
+
+#include "core/config.hpp"
+#include "core/param_registry.hpp"
+
+namespace kktrain {
+
+void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg);
+
+}  // namespace kktrain

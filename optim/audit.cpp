@@ -1,0 +1,225 @@
+#include "optim/audit.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace kktrain {
+
+namespace {
+
+int64_t size_of(const std::optional<DType>& d) {
+  return d ? static_cast<int64_t>(dtype_size(*d)) : 0;
+}
+
+int64_t master_bytes(MasterKind k) {
+  switch (k) {
+    case MasterKind::float32:
+      return 4;
+    case MasterKind::remainder:
+      return 2;  // the int16 remainder; the high half is the bf16 parameter itself
+    case MasterKind::none:
+      break;
+  }
+  return 0;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_dtype(const std::optional<DType>& d) {
+  return d ? json_string(dtype_name(*d)) : "null";
+}
+
+std::string fmt_bytes(double b) {
+  char buf[32];
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+}  // namespace
+
+std::pair<bool, std::vector<std::string>> precision_warnings(const Config& cfg,
+                                                             const ParamRegistry& params) {
+  std::vector<std::string> w;
+  const OptimizerConfig& o = cfg.optimizer;
+  int64_t bf16_params = 0, bf16_elements = 0, bf16_adapters = 0;
+  for (const auto& p : params.all()) {
+    if (!p.trainable || p.dtype != DType::bfloat16) continue;
+    ++bf16_params;
+    bf16_elements += p.numel;
+    if (p.role == ParamRole::lora_a || p.role == ParamRole::lora_b) ++bf16_adapters;
+  }
+  bool risky = false;
+  if (o.is_torch_adam() && bf16_params > 0) {
+    risky = true;
+    std::string msg = std::string(optimizer_kind_name(o.kind)) + " with " +
+                      std::to_string(bf16_params) + " trainable bfloat16 parameters (" +
+                      std::to_string(bf16_elements) + " elements";
+    if (bf16_adapters > 0) msg += ", " + std::to_string(bf16_adapters) + " of them LoRA adapters";
+    msg +=
+        "): their exp_avg and exp_avg_sq will be bfloat16 too, and bf16's 7-bit mantissa rounds "
+        "small moment updates away; long full-parameter runs can converge slower or turn "
+        "unstable. Recommended: (A) transformer_engine FusedAdam with master_weights: true and "
+        "exp_avg_dtype/exp_avg_sq_dtype float32, keeping model.dtype: bfloat16; or (B) "
+        "torch.optim.AdamW with model.dtype: float32 (and peft.lora_dtype: float32 for "
+        "adapters)";
+    w.push_back(msg);
+  }
+  bool bf16_trainable = bf16_params > 0;
+  if (o.kind == OptimizerKind::fused_adam && o.master_weights && !bf16_trainable) {
+    w.push_back(
+        "optimizer.master_weights has no effect: no trainable parameter is bfloat16 "
+        "(fp32 parameters are their own master)");
+  }
+  if (o.stochastic_rounding && !bf16_trainable) {
+    w.push_back("optimizer.stochastic_rounding has no effect: no trainable parameter is bfloat16");
+  }
+  return {risky, w};
+}
+
+AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
+                            const std::vector<std::string>& config_warnings) {
+  AuditReport r;
+  r.optimizer = optimizer_kind_name(cfg.optimizer.kind);
+  r.precision = cfg.precision;
+  r.warnings = config_warnings;
+  for (const auto& w : precision_warnings(cfg, params).second) r.warnings.push_back(w);
+  for (const auto& p : params.all()) {
+    AuditRow row;
+    row.param = &p;
+    row.state = plan_state(cfg.optimizer, p);
+    if (p.trainable) row.grad = p.dtype;
+    const int64_t moments =
+        size_of(row.state.exp_avg) + size_of(row.state.exp_avg_sq) + size_of(row.state.momentum);
+    const int64_t master = master_bytes(row.state.master);
+    row.bytes_per_element =
+        static_cast<int64_t>(dtype_size(p.dtype)) + size_of(row.grad) + moments + master;
+    row.bytes = row.bytes_per_element * p.numel;
+    r.total_elements += p.numel;
+    r.bytes_params += static_cast<int64_t>(dtype_size(p.dtype)) * p.numel;
+    r.bytes_grads += size_of(row.grad) * p.numel;
+    r.bytes_moments += moments * p.numel;
+    r.bytes_master += master * p.numel;
+    if (p.trainable) {
+      r.trainable_elements += p.numel;
+      r.bytes_trainable += row.bytes;
+    }
+    r.rows.push_back(row);
+  }
+  return r;
+}
+
+std::string audit_table(const AuditReport& r) {
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-48s %-5s %-13s %-8s %-8s %-8s %-10s %-9s %5s %10s\n",
+                "parameter", "train", "shape", "storage", "grad", "exp_avg", "exp_avg_sq", "master",
+                "B/el", "bytes");
+  os << line;
+  auto dt = [](const std::optional<DType>& d) { return d ? dtype_name(*d) : "-"; };
+  for (const auto& row : r.rows) {
+    const ParamInfo& p = *row.param;
+    std::string name = p.name;
+    for (const auto& a : p.aliases) name += " (=" + a + ")";
+    const std::optional<DType> ea = row.state.momentum ? row.state.momentum : row.state.exp_avg;
+    std::snprintf(line, sizeof(line), "%-48s %-5s %-13s %-8s %-8s %-8s %-10s %-9s %5lld %10s\n",
+                  name.c_str(), p.trainable ? "yes" : "no", shape_string(p.shape).c_str(),
+                  dtype_name(p.dtype), dt(row.grad), dt(ea), dt(row.state.exp_avg_sq),
+                  p.trainable ? master_kind_name(row.state.master) : "-",
+                  static_cast<long long>(row.bytes_per_element), fmt_bytes(row.bytes).c_str());
+    os << line;
+  }
+  os << "\noptimizer: " << r.optimizer << "\n";
+  os << "compute dtype: " << dtype_name(r.precision.compute) << " (" << r.precision.compute_source
+     << ")\n";
+  os << "reduce dtype:  " << dtype_name(r.precision.reduce) << "\n";
+  os << "output dtype:  " << (r.precision.output ? dtype_name(*r.precision.output) : "null")
+     << (r.precision.output_applied ? "" : " (not applied on one rank)") << "\n";
+  os << "storage dtype: " << dtype_name(r.precision.storage) << " (" << r.precision.storage_source
+     << ")\n";
+  std::snprintf(
+      line, sizeof(line),
+      "parameters: %lld elements, %lld trainable\n"
+      "bytes: params %s, grads %s, moments %s, master %s, total %s\n"
+      "bytes per trainable parameter: %.2f\n",
+      static_cast<long long>(r.total_elements), static_cast<long long>(r.trainable_elements),
+      fmt_bytes(r.bytes_params).c_str(), fmt_bytes(r.bytes_grads).c_str(),
+      fmt_bytes(r.bytes_moments).c_str(), fmt_bytes(r.bytes_master).c_str(),
+      fmt_bytes(r.bytes_params + r.bytes_grads + r.bytes_moments + r.bytes_master).c_str(),
+      r.bytes_per_trainable());
+  os << line;
+  for (const auto& w : r.warnings) os << "warning: " << w << "\n";
+  return os.str();
+}
+
+std::string audit_json(const AuditReport& r) {
+  std::ostringstream os;
+  os << "{\"parameters\": [";
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const AuditRow& row = r.rows[i];
+    const ParamInfo& p = *row.param;
+    os << (i ? ", " : "") << "{\"name\": " << json_string(p.name) << ", \"aliases\": [";
+    for (std::size_t a = 0; a < p.aliases.size(); ++a) {
+      os << (a ? ", " : "") << json_string(p.aliases[a]);
+    }
+    os << "], \"trainable\": " << (p.trainable ? "true" : "false") << ", \"shape\": [";
+    for (std::size_t d = 0; d < p.shape.size(); ++d) os << (d ? ", " : "") << p.shape[d];
+    os << "], \"storage_dtype\": " << json_dtype(p.dtype)
+       << ", \"grad_dtype\": " << json_dtype(row.grad)
+       << ", \"exp_avg_dtype\": " << json_dtype(row.state.exp_avg)
+       << ", \"exp_avg_sq_dtype\": " << json_dtype(row.state.exp_avg_sq)
+       << ", \"momentum_dtype\": " << json_dtype(row.state.momentum) << ", \"master\": "
+       << (p.trainable ? json_string(master_kind_name(row.state.master)) : "null")
+       << ", \"bytes_per_element\": " << row.bytes_per_element << ", \"bytes\": " << row.bytes
+       << "}";
+  }
+  const ResolvedPrecision& pr = r.precision;
+  os << "], \"optimizer\": " << json_string(r.optimizer)
+     << ", \"storage_dtype\": " << json_dtype(pr.storage)
+     << ", \"compute_dtype\": " << json_dtype(pr.compute)
+     << ", \"reduce_dtype\": " << json_dtype(pr.reduce)
+     << ", \"output_dtype\": " << json_dtype(pr.output)
+     << ", \"output_dtype_applied\": " << (pr.output_applied ? "true" : "false")
+     << ", \"totals\": {\"elements\": " << r.total_elements
+     << ", \"trainable_elements\": " << r.trainable_elements
+     << ", \"bytes_params\": " << r.bytes_params << ", \"bytes_grads\": " << r.bytes_grads
+     << ", \"bytes_moments\": " << r.bytes_moments << ", \"bytes_master\": " << r.bytes_master
+     << ", \"bytes_per_trainable_parameter\": " << r.bytes_per_trainable() << "}"
+     << ", \"warnings\": [";
+  for (std::size_t i = 0; i < r.warnings.size(); ++i) {
+    os << (i ? ", " : "") << json_string(r.warnings[i]);
+  }
+  os << "]}\n";
+  return os.str();
+}
+
+}  // namespace kktrain

@@ -1,0 +1,54 @@
+// The precision audit: for every parameter, trainable or not, the dtypes of its storage,
+// gradient, optimizer moments and master copy with the bytes each costs, plus totals, the
+// compute/reduce/output dtypes and the precision warnings. Planned from the config and the
+// parameter registry without allocating anything, through the same plan_state() the optimizers
+// allocate from.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/param_registry.hpp"
+#include "optim/optimizer.hpp"
+
+namespace kktrain {
+
+struct AuditRow {
+  const ParamInfo* param = nullptr;
+  ParamStateInfo state;
+  std::optional<DType> grad;  // null when frozen
+  int64_t bytes_per_element = 0;
+  int64_t bytes = 0;
+};
+
+struct AuditReport {
+  std::vector<AuditRow> rows;
+  std::string optimizer;
+  ResolvedPrecision precision;
+  int64_t total_elements = 0, trainable_elements = 0;
+  int64_t bytes_params = 0, bytes_grads = 0, bytes_moments = 0, bytes_master = 0;
+  int64_t bytes_trainable = 0;  // everything attributable to trainable parameters
+  std::vector<std::string> warnings;
+  double bytes_per_trainable() const {
+    return trainable_elements ? static_cast<double>(bytes_trainable) / trainable_elements : 0.0;
+  }
+};
+
+// The precision warnings of a configuration (in order):
+//  - torch Adam/AdamW with trainable bf16 parameters, LoRA adapters included (the reference's
+//    "risky pattern"; train.fail_on_precision_warning turns it into an error);
+//  - optimizer settings that have no effect on these parameters.
+// The first element of the pair is true when the risky-pattern warning is among them.
+std::pair<bool, std::vector<std::string>> precision_warnings(const Config& cfg,
+                                                             const ParamRegistry& params);
+
+// `config_warnings` are warnings raised earlier (config loading); they lead the list.
+AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
+                            const std::vector<std::string>& config_warnings);
+
+std::string audit_table(const AuditReport& r);
+std::string audit_json(const AuditReport& r);
+
+}  // namespace kktrain

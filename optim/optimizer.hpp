@@ -1,0 +1,76 @@
+// Optimizers over a ParamRegistry, with state dtypes chosen by the precision policy.
+//
+//   torch.optim.Adam / AdamW   moments in the trainable parameter's storage dtype (bf16 params get
+//                              bf16 moments: that is the point of the precision warning)
+//   TE FusedAdam               fp32 master (full copy, or bf16 param + int16 remainder), moments
+//                              independently fp32 or bf16
+//   torch.optim.SGD            momentum buffer in the parameter's dtype
+//
+// Every update is one fused Kokkos kernel per parameter: it reads param, grad and state and
+// writes param and state, with fp32 arithmetic and one rounding per stored value. State exists
+// only for trainable parameters and is created when the optimizer is constructed, so build it
+// after the model's freeze/adapter setup.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/param_registry.hpp"
+
+namespace kktrain {
+
+enum class MasterKind { none, float32, remainder };
+const char* master_kind_name(MasterKind k);  // "none", "float32", "remainder"
+
+// What state one parameter has (for the audit and tests).
+struct ParamStateInfo {
+  bool has_state = false;
+  std::optional<DType> exp_avg, exp_avg_sq, momentum;
+  MasterKind master = MasterKind::none;
+};
+
+// A 1-D state tensor of a runtime dtype (float32, bfloat16) or int16 remainders.
+struct StateTensor {
+  DType dtype = DType::float32;
+  DView<float> f32;
+  DView<bf16> b16;
+  void allocate(const std::string& label, DType d, int64_t n);
+  bool empty() const { return f32.extent(0) == 0 && b16.extent(0) == 0; }
+  template <class T>
+  T* data() const;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of every trainable parameter at learning rate `lr`; gradients are multiplied by
+  // `grad_scale` as they are read (gradient clipping without an extra pass).
+  virtual void step(double lr, float grad_scale = 1.0f) = 0;
+  virtual ParamStateInfo state_info(int param) const = 0;
+  virtual const char* name() const = 0;
+  int64_t steps() const { return step_; }
+
+  // Named state tensors of a parameter, as fp32 host copies (tests, checkpoints): "exp_avg",
+  // "exp_avg_sq", "momentum_buffer", "master" (the fp32 master, rebuilt for remainders).
+  virtual std::vector<std::pair<std::string, std::vector<float>>> state_to_host(
+      int param) const = 0;
+
+ protected:
+  int64_t step_ = 0;
+};
+
+// The state `cfg` gives parameter `p` (none when frozen): the single source of truth for the
+// optimizers' allocations and for the precision audit, which plans without allocating.
+ParamStateInfo plan_state(const OptimizerConfig& cfg, const ParamInfo& p);
+
+// Builds the optimizer named by cfg.optimizer for the trainable parameters of `params` and
+// marks weight-decay exclusions (optimizer.weight_decay_exclude globs) on the registry. Settings
+// that have no effect are reported by precision_warnings() (optim/audit.hpp).
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, ParamRegistry& params,
+                                          uint64_t seed);
+
+}  // namespace kktrain
