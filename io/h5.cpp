@@ -122,16 +122,28 @@ std::string File::float_kind(const std::string& name) const {
   return "other";
 }
 
-std::vector<float> File::read_f32(const std::string& name) const {
-  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
+namespace {
+template <class T>
+std::vector<T> read_all(hid_t file, const std::string& path, const std::string& name,
+                        const std::vector<int64_t>& shape, hid_t mem_type, const char* what) {
+  Handle ds(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw InputError("HDF5 file '" + path + "' has no dataset '" + name + "'");
   int64_t n = 1;
-  for (auto d : shape(name)) n *= d;
-  std::vector<float> out(static_cast<std::size_t>(n));
-  if (H5Dread(ds.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
-    throw InputError("HDF5 file '" + path_ + "': cannot read '" + name + "' as float32");
+  for (auto d : shape) n *= d;
+  std::vector<T> out(static_cast<std::size_t>(n));
+  if (H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) {
+    throw InputError("HDF5 file '" + path + "': cannot read '" + name + "' as " + what);
   }
   return out;
+}
+}  // namespace
+
+std::vector<float> File::read_f32(const std::string& name) const {
+  return read_all<float>(h_.id(), path_, name, shape(name), H5T_NATIVE_FLOAT, "float32");
+}
+
+std::vector<double> File::read_f64(const std::string& name) const {
+  return read_all<double>(h_.id(), path_, name, shape(name), H5T_NATIVE_DOUBLE, "float64");
 }
 
 std::vector<std::string> File::list(const std::string& group) const {

@@ -66,6 +66,7 @@ class File {
   std::vector<int64_t> shape(const std::string& name) const;
   // Reads any float dataset (float32, bfloat16 file type, float64) converted to float32.
   std::vector<float> read_f32(const std::string& name) const;
+  std::vector<double> read_f64(const std::string& name) const;
   // The on-disk element type of a float dataset: "float32", "bfloat16", "float64" or "other".
   std::string float_kind(const std::string& name) const;
   // Names of the datasets directly below a group, in the file's order.

@@ -22,7 +22,7 @@ std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad) {
   return out;
 }
 
-void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values) {
+void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values, bool grad) {
   const ParamInfo& p = reg.info(i);
   if (static_cast<int64_t>(values.size()) != p.numel) {
     throw InputError("parameter " + p.name + " expects " + std::to_string(p.numel) +
@@ -32,7 +32,7 @@ void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values
   Kokkos::deep_copy(tmp, HostF(const_cast<float*>(values.data()), values.size()));
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    cast_from_float<T>(reg.data<T>(i).data(), tmp.data(), p.numel);
+    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), tmp.data(), p.numel);
   });
   Kokkos::fence();
 }

@@ -10,7 +10,9 @@ namespace kktrain {
 
 // fp32 copy of parameter i's values (or gradient) on the host; bf16 converts exactly.
 std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad = false);
-// Sets parameter i from host fp32 values, rounding to nearest-even when stored in bf16.
-void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values);
+// Sets parameter i (or its gradient) from host fp32 values, rounding to nearest-even when
+// stored in bf16.
+void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values,
+                     bool grad = false);
 
 }  // namespace kktrain
