@@ -31,16 +31,15 @@ KOKKOS_INLINE_FUNCTION float bits_float(uint32_t u) {
   return f;
 }
 
-// Round an fp32 bit pattern to the nearest bf16 bit pattern (ties to even).
+// Round an fp32 bit pattern to the nearest bf16 bit pattern (ties to even). Branch-free (a
+// select), so loops over it vectorize.
 KOKKOS_INLINE_FUNCTION uint16_t bf16_bits_from_float(float f) {
   const uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep sign/payload top, make quiet
-  }
   // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out of the
   // mantissa bumps the exponent, and a carry into the all-ones exponent gives inf, as IEEE says.
-  const uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;  // NaN: keep sign and payload top, make quiet
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 struct bf16 {
@@ -83,6 +82,29 @@ KOKKOS_INLINE_FUNCTION float from_f32<float>(float f) {
 template <>
 KOKKOS_INLINE_FUNCTION bf16 from_f32<bf16>(float f) {
   return bf16(f);
+}
+
+// round_as<T>(x): x rounded to T, as a float.  store_as<T>(p, i, x): p[i] = T(x). The bf16
+// store writes the 16-bit pattern directly (a struct copy would block loop vectorization).
+template <class T>
+KOKKOS_INLINE_FUNCTION float round_as(float x);
+template <>
+KOKKOS_INLINE_FUNCTION float round_as<float>(float x) {
+  return x;
+}
+template <>
+KOKKOS_INLINE_FUNCTION float round_as<bf16>(float x) {
+  return round_to_bf16(x);
+}
+
+KOKKOS_INLINE_FUNCTION void store_as(float* p, int64_t i, float x) {
+  p[i] = x;
+}
+KOKKOS_INLINE_FUNCTION void store_as(bf16* p, int64_t i, float x) {
+  reinterpret_cast<uint16_t*>(p)[i] = bf16_bits_from_float(x);
+}
+KOKKOS_INLINE_FUNCTION void store_bits(bf16* p, int64_t i, bf16 v) {
+  reinterpret_cast<uint16_t*>(p)[i] = v.bits;
 }
 
 // ---- TE-style fp32 master = bf16 parameter + int16 remainder ---------------------------------

@@ -15,7 +15,7 @@ template <class T>
 void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw) {
   Kokkos::parallel_for(
       "accumulate_grad", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
-        grad[i] = from_f32<T>(to_f32(grad[i]) + rnd(dw[i], round_dw));
+        store_as(grad, i, to_f32(grad[i]) + rnd(dw[i], round_dw));
       });
 }
 
@@ -24,7 +24,7 @@ void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale,
   Kokkos::parallel_for(
       "init_normal", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
         const float z = scale != 0.0f ? normal01(seed, stream, static_cast<uint64_t>(i)) : 0.0f;
-        out[i] = from_f32<T>(scale * z + shift);
+        store_as(out, i, scale * z + shift);
       });
 }
 
@@ -34,7 +34,7 @@ template <class T>
 void cast_from_float(T* out, const float* in, int64_t n) {
   Kokkos::parallel_for(
       "cast_from_float", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { out[i] = from_f32<T>(in[i]); });
+      KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, in[i]); });
 }
 
 template void cast_from_float<float>(float*, const float*, int64_t);

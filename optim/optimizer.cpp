@@ -205,10 +205,15 @@ class FusedAdam final : public Optimizer {
     FusedAdamHyper h;
     h.beta1 = static_cast<float>(cfg_.beta1);
     h.beta2 = static_cast<float>(cfg_.beta2);
-    h.bias_correction1 =
-        cfg_.bias_correction ? static_cast<float>(1.0 - std::pow(cfg_.beta1, t)) : 1.0f;
-    h.bias_correction2 =
-        cfg_.bias_correction ? static_cast<float>(1.0 - std::pow(cfg_.beta2, t)) : 1.0f;
+    // TE takes the betas as floats and computes 1 - std::pow(beta, step) from those fp32 betas
+    // (consistent with its fp32 1 - beta in the moment update; 1 - fp32(0.999) is 1.3e-5 below
+    // 0.001, so the double beta would bias v_hat by that much in early steps).
+    h.bias_correction1 = cfg_.bias_correction
+                             ? static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), t))
+                             : 1.0f;
+    h.bias_correction2 = cfg_.bias_correction
+                             ? static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta2), t))
+                             : 1.0f;
     h.eps = static_cast<float>(cfg_.eps);
     h.lr = static_cast<float>(lr);
     h.adam_w_mode = cfg_.adam_w_mode;

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < reg.size(); ++i) {
       param_from_host(reg, i, in.read_f32("/params/" + reg.info(i).name));
     }
-    auto opt = make_optimizer(cfg.optimizer, reg, static_cast<uint64_t>(in.read_attr_i64("/", "seed")));
+    auto opt =
+        make_optimizer(cfg.optimizer, reg, static_cast<uint64_t>(in.read_attr_i64("/", "seed")));
     const std::vector<double> lr = in.read_f64("/lr");  // torch's lr is a Python float
     const bool scaled = in.exists("/grad_scale");
     const std::vector<float> scale = scaled ? in.read_f32("/grad_scale") : std::vector<float>();

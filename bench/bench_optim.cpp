@@ -1,0 +1,126 @@
+// Optimizer-step memory bandwidth of kktrain's fused updates, against a STREAM-style triad in
+// the same process, for each precision pattern; plus the measured resident bytes per parameter
+// (RSS growth when creating the parameters, gradients and optimizer state) against the theory.
+//
+//   bench_optim --params 16777216 --iters 10
+// Prints one JSON object per line ({"kind": "triad"}, {"kind": "optim", "pattern": ...}).
+//
+// Bytes counted per parameter per step are the reads and writes the update must do (no
+// write-allocate traffic): e.g. torch AdamW fp32 reads param, grad, exp_avg, exp_avg_sq (16 B)
+// and writes param, exp_avg, exp_avg_sq (12 B): 28 B.
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/param_registry.hpp"
+#include "optim/optimizer.hpp"
+
+using namespace kktrain;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+long rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * 4096;
+}
+
+void triad(float* a, const float* b, const float* c, float s, int64_t n) {
+  Kokkos::parallel_for(
+      "triad", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) { a[i] = b[i] + s * c[i]; });
+}
+
+struct Pattern {
+  const char* name;
+  DType storage;
+  OptimizerConfig opt;
+  double bytes_moved;   // per parameter per step
+  double bytes_theory;  // resident per parameter: param + grad + moments + master
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  int64_t n = 1 << 24;
+  int iters = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--params")
+      n = std::atoll(argv[i + 1]);
+    else if (k == "--iters")
+      iters = std::atoi(argv[i + 1]);
+  }
+  {
+    DView<float> a("a", n), b("b", n), c("c", n);
+    Kokkos::deep_copy(b, 1.0f);
+    Kokkos::deep_copy(c, 2.0f);
+    std::vector<double> t;
+    for (int r = 0; r < iters + 2; ++r) {
+      const double t0 = now();
+      triad(a.data(), b.data(), c.data(), 0.5f, n);
+      Kokkos::fence();
+      if (r >= 2) t.push_back(now() - t0);
+    }
+    std::printf("{\"kind\": \"triad\", \"gbytes_per_s\": %.3f}\n", 12.0 * n / median(t) / 1e9);
+  }
+  std::vector<Pattern> patterns;
+  {
+    OptimizerConfig adamw;
+    patterns.push_back({"B: torch AdamW, fp32 storage", DType::float32, adamw, 28, 16});
+    patterns.push_back({"risky: torch AdamW, bf16 storage", DType::bfloat16, adamw, 14, 8});
+    OptimizerConfig te;
+    te.kind = OptimizerKind::fused_adam;
+    te.master_weights = true;
+    te.store_param_remainders = true;
+    patterns.push_back(
+        {"A: FusedAdam bf16 + remainder, fp32 moments", DType::bfloat16, te, 26, 14});
+    te.store_param_remainders = false;
+    patterns.push_back({"FusedAdam bf16 + fp32 master, fp32 moments", DType::bfloat16, te, 28, 16});
+    te.store_param_remainders = true;
+    te.exp_avg_dtype = te.exp_avg_sq_dtype = DType::bfloat16;
+    patterns.push_back({"FusedAdam bf16 + remainder, bf16 moments", DType::bfloat16, te, 18, 10});
+    OptimizerConfig sgd;
+    sgd.kind = OptimizerKind::sgd;
+    sgd.momentum = 0.9;
+    patterns.push_back({"SGD momentum, fp32 storage", DType::float32, sgd, 20, 12});
+  }
+  for (const auto& p : patterns) {
+    const long rss0 = rss_bytes();
+    ParamRegistry reg;
+    reg.add("w.weight", "w", {n}, ParamRole::linear, p.storage);
+    reg.allocate();
+    auto opt = make_optimizer(p.opt, reg, 1);
+    Kokkos::fence();
+    const double resident = static_cast<double>(rss_bytes() - rss0) / static_cast<double>(n);
+    std::vector<double> t;
+    for (int r = 0; r < iters + 2; ++r) {
+      const double t0 = now();
+      opt->step(1e-3, 1.0f);
+      if (r >= 2) t.push_back(now() - t0);
+    }
+    const double med = median(t);
+    std::printf(
+        "{\"kind\": \"optim\", \"pattern\": \"%s\", \"median_s\": %.6f, \"gbytes_per_s\": %.3f, "
+        "\"bytes_moved_per_param\": %.0f, \"resident_bytes_per_param\": %.2f, "
+        "\"theory_bytes_per_param\": %.0f}\n",
+        p.name, med, p.bytes_moved * n / med / 1e9, p.bytes_moved, resident, p.bytes_theory);
+  }
+  return 0;
+}

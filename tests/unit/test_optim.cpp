@@ -1,0 +1,258 @@
+// Optimizer state layout, remainder masters, schedules, clipping and freezing. (Step-by-step
+// agreement with torch.optim lives in tests/optim/check_optim.py.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/errors.hpp"
+#include "model/freeze.hpp"
+#include "model/param_io.hpp"
+#include "model/transformer.hpp"
+#include "optim/audit.hpp"
+#include "optim/grad_norm.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
+
+namespace kktrain {
+namespace {
+
+ParamRegistry make_registry(DType d, int64_t n = 1000) {
+  ParamRegistry reg;
+  reg.add("a.weight", "a", {n}, ParamRole::linear, d);
+  reg.add("b.weight", "b", {n / 10, 10}, ParamRole::linear, d);
+  reg.add("c.weight", "c", {7}, ParamRole::norm, DType::float32);  // protected-fp32-like
+  reg.allocate();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int i = 0; i < reg.size(); ++i) {
+    std::vector<float> v(reg.info(i).numel);
+    for (auto& x : v) x = dist(rng);
+    param_from_host(reg, i, v);
+  }
+  return reg;
+}
+
+void random_grads(ParamRegistry& reg, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1e-2f);
+  for (int i = 0; i < reg.size(); ++i) {
+    std::vector<float> g(reg.info(i).numel);
+    for (auto& x : g) x = dist(rng);
+    param_from_host(reg, i, g, /*grad=*/true);
+  }
+}
+
+OptimizerConfig fused(bool master, bool remainders) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::fused_adam;
+  c.weight_decay = 0.05;
+  c.master_weights = master;
+  c.store_param_remainders = remainders;
+  return c;
+}
+
+std::vector<float> master_of(const Optimizer& o, int i) {
+  for (auto& s : o.state_to_host(i)) {
+    if (s.first == "master") return s.second;
+  }
+  return {};
+}
+
+TEST(Optimizer, RemainderMasterIsBitwiseTheFp32Master) {
+  // Same bf16 parameters, same gradients: one optimizer keeps a full fp32 master, the other the
+  // bf16 parameter plus an int16 remainder. The rebuilt masters must match bit for bit.
+  ParamRegistry full = make_registry(DType::bfloat16), rem = make_registry(DType::bfloat16);
+  auto o_full = make_optimizer(fused(true, false), full, 1);
+  auto o_rem = make_optimizer(fused(true, true), rem, 1);
+  EXPECT_EQ(o_full->state_info(0).master, MasterKind::float32);
+  EXPECT_EQ(o_rem->state_info(0).master, MasterKind::remainder);
+  for (int step = 0; step < 200; ++step) {
+    random_grads(full, 100 + step);
+    random_grads(rem, 100 + step);
+    o_full->step(1e-2 * (1 + step % 7), 1.0f);
+    o_rem->step(1e-2 * (1 + step % 7), 1.0f);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const auto a = master_of(*o_full, i), b = master_of(*o_rem, i);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_FALSE(a.empty());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+    // The bf16 parameters: round-to-nearest-even of the master vs TE's split (ties away from
+    // zero): equal except where the master's low half is exactly 0x8000.
+    const auto pa = param_to_host(full, i), pb = param_to_host(rem, i);
+    for (std::size_t e = 0; e < a.size(); ++e) {
+      uint32_t bits;
+      std::memcpy(&bits, &a[e], 4);
+      if ((bits & 0xffffu) != 0x8000u) ASSERT_EQ(pa[e], pb[e]) << e;
+    }
+  }
+  // The fp32 parameter has no master in either (it is its own master).
+  EXPECT_EQ(o_rem->state_info(2).master, MasterKind::none);
+}
+
+TEST(Optimizer, AllocatedStateMatchesThePlanAndFrozenHaveNone) {
+  std::vector<OptimizerConfig> cfgs;
+  for (auto k : {OptimizerKind::adamw, OptimizerKind::adam}) {
+    OptimizerConfig c;
+    c.kind = k;
+    cfgs.push_back(c);
+  }
+  cfgs.push_back(fused(true, true));
+  cfgs.push_back(fused(true, false));
+  OptimizerConfig bf16_moments = fused(false, false);
+  bf16_moments.exp_avg_dtype = DType::bfloat16;
+  cfgs.push_back(bf16_moments);
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.momentum = 0.9;
+  cfgs.push_back(sgd);
+  for (DType d : {DType::float32, DType::bfloat16}) {
+    for (const auto& c : cfgs) {
+      ParamRegistry reg = make_registry(d, 100);
+      reg.info_mut(1).trainable = false;
+      auto o = make_optimizer(c, reg, 1);
+      for (int i = 0; i < reg.size(); ++i) {
+        const ParamStateInfo planned = plan_state(c, reg.info(i)), got = o->state_info(i);
+        const std::string what =
+            std::string(optimizer_kind_name(c.kind)) + " " + dtype_name(d) + " " + reg.info(i).name;
+        EXPECT_EQ(planned.has_state, got.has_state) << what;
+        EXPECT_EQ(planned.exp_avg, got.exp_avg) << what;
+        EXPECT_EQ(planned.exp_avg_sq, got.exp_avg_sq) << what;
+        EXPECT_EQ(planned.momentum, got.momentum) << what;
+        EXPECT_EQ(planned.master, got.master) << what;
+        if (i == 1) {
+          EXPECT_FALSE(got.has_state) << what;
+          EXPECT_TRUE(o->state_to_host(i).empty()) << what;
+        }
+      }
+      // torch Adam/AdamW moments follow the parameter dtype, FusedAdam's the configured dtypes.
+      const ParamStateInfo s0 = o->state_info(0);
+      if (c.is_torch_adam()) EXPECT_EQ(*s0.exp_avg, d);
+      if (c.kind == OptimizerKind::fused_adam) EXPECT_EQ(*s0.exp_avg, c.exp_avg_dtype);
+    }
+  }
+}
+
+TEST(Optimizer, FrozenParametersAreNotUpdated) {
+  ParamRegistry reg = make_registry(DType::float32, 100);
+  reg.info_mut(0).trainable = false;
+  const auto before = param_to_host(reg, 0), before1 = param_to_host(reg, 1);
+  OptimizerConfig c;
+  auto o = make_optimizer(c, reg, 1);
+  random_grads(reg, 5);
+  o->step(0.1, 1.0f);
+  EXPECT_EQ(before, param_to_host(reg, 0));
+  EXPECT_NE(before1, param_to_host(reg, 1));  // the trainable one moved
+}
+
+TEST(Schedule, WarmupThenCosineOrLinear) {
+  SchedulerConfig s;
+  s.lr_warmup_steps = 10;
+  s.min_lr = 1e-4;
+  s.lr_decay_style = "cosine";
+  LrSchedule cos(s, 1e-3, 110);
+  EXPECT_DOUBLE_EQ(cos.lr(0), 1e-4);                    // (0 + 1) / 10 of the peak
+  EXPECT_DOUBLE_EQ(cos.lr(9), 1e-3);                    // end of warmup
+  EXPECT_DOUBLE_EQ(cos.lr(10), 1e-3);                   // decay starts at the peak
+  EXPECT_NEAR(cos.lr(60), 1e-4 + 0.9e-3 * 0.5, 1e-15);  // halfway: midpoint
+  EXPECT_DOUBLE_EQ(cos.lr(110), 1e-4);
+  EXPECT_DOUBLE_EQ(cos.lr(500), 1e-4);  // stays at the floor
+  s.lr_decay_style = "linear";
+  LrSchedule lin(s, 1e-3, 110);
+  EXPECT_NEAR(lin.lr(35), 1e-4 + 0.9e-3 * 0.75, 1e-15);
+  s.lr_decay_style = "constant";
+  EXPECT_DOUBLE_EQ(LrSchedule(s, 1e-3, 110).lr(77), 1e-3);
+  s.lr_decay_steps = 60;  // decay ends earlier than max_steps
+  s.lr_decay_style = "linear";
+  EXPECT_DOUBLE_EQ(LrSchedule(s, 1e-3, 110).lr(60), 1e-4);
+}
+
+TEST(GradNorm, SumOfSquaresAndClipFactor) {
+  ParamRegistry reg;
+  reg.add("x.weight", "x", {3}, ParamRole::linear, DType::float32);
+  reg.add("y.weight", "y", {2}, ParamRole::linear, DType::bfloat16);
+  reg.add("z.weight", "z", {2}, ParamRole::linear, DType::float32);
+  reg.allocate();
+  param_from_host(reg, 0, {3.0f, 0.0f, 4.0f}, true);
+  param_from_host(reg, 1, {1.0f, -2.0f}, true);
+  param_from_host(reg, 2, {100.0f, 100.0f}, true);
+  reg.info_mut(2).trainable = false;  // frozen gradients do not count
+  EXPECT_DOUBLE_EQ(grad_sum_squares(reg), 9.0 + 16.0 + 1.0 + 4.0);
+  EXPECT_FLOAT_EQ(clip_factor(std::sqrt(30.0), 1.0),
+                  static_cast<float>(1.0 / (std::sqrt(30.0) + 1e-6)));
+  EXPECT_EQ(clip_factor(0.5, 1.0), 1.0f);
+  EXPECT_EQ(clip_factor(100.0, 0.0), 1.0f);  // disabled
+}
+
+ResolvedPrecision fp32() {
+  ResolvedPrecision p;
+  p.storage = p.compute = DType::float32;
+  return p;
+}
+
+ModelConfig small_model(bool tied) {
+  ModelConfig m;
+  m.vocab_size = 32;
+  m.hidden_size = 16;
+  m.num_layers = 2;
+  m.num_heads = 2;
+  m.num_kv_heads = 1;
+  m.intermediate_size = 24;
+  m.tie_word_embeddings = tied;
+  return m;
+}
+
+std::vector<std::string> trainable_names(const ParamRegistry& r) {
+  std::vector<std::string> out;
+  for (const auto& p : r.all()) {
+    if (p.trainable) out.push_back(p.name);
+  }
+  return out;
+}
+
+TEST(Freeze, SelectorsAndExactNamesWithReferencePrecedence) {
+  Transformer m(small_model(true), fp32(), /*allocate=*/false);
+  FreezeConfig f;
+  f.freeze_modules = {"*"};
+  f.unfreeze_parameters = {"model.layers.0.input_layernorm.weight", "model.norm.weight"};
+  f.freeze_parameters = {"model.norm.weight"};  // exact exclusion beats exact unfreeze
+  apply_freeze(m.params(), f);
+  EXPECT_EQ(trainable_names(m.params()),
+            std::vector<std::string>{"model.layers.0.input_layernorm.weight"});
+
+  Transformer m2(small_model(true), fp32(), false);
+  FreezeConfig g;
+  g.freeze_modules = {"model.layers.1"};  // a module freezes everything inside it
+  g.unfreeze_modules = {"model.layers.1.mlp"};
+  g.freeze_parameters = {"lm_head.weight"};  // an alias freezes the tied embedding
+  apply_freeze(m2.params(), g);
+  for (const auto& p : m2.params().all()) {
+    const bool in_l1 = p.name.rfind("model.layers.1.", 0) == 0;
+    const bool mlp = p.name.find(".mlp.") != std::string::npos;
+    const bool expect = !(in_l1 && !mlp) && p.name != "model.embed_tokens.weight";
+    EXPECT_EQ(p.trainable, expect) << p.name;
+  }
+}
+
+TEST(Freeze, UnknownNamesAreErrorsWithASuggestion) {
+  Transformer m(small_model(false), fp32(), false);
+  FreezeConfig f;
+  f.freeze_parameters = {"model.layers.0.self_attn.q_prj.weight"};
+  try {
+    apply_freeze(m.params(), f);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "freeze_config.freeze_parameters");
+    EXPECT_NE(std::string(e.what()).find("did you mean 'model.layers.0.self_attn.q_proj.weight'"),
+              std::string::npos)
+        << e.what();
+  }
+  FreezeConfig empty;
+  apply_freeze(m.params(), empty);  // no-op
+  EXPECT_EQ(trainable_names(m.params()).size(), static_cast<std::size_t>(m.params().size()));
+}
+
+}  // namespace
+}  // namespace kktrain
