@@ -68,18 +68,29 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
 int main(int argc, char** argv) {
   MpiRuntime mpi(&argc, &argv);
   log::set_rank(mpi.rank());
+  const bool many = mpi.active() && mpi.size() > 1;
+  const std::string who = many ? "kktrain[rank " + std::to_string(mpi.rank()) + "]" : "kktrain";
   int rc = 0;
+  bool same_on_all_ranks = false;  // config and usage errors: every rank reads the same input
   try {
     rc = dispatch(argc, argv, mpi);
+  } catch (const ConfigError& e) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "kktrain: error: %s\n", e.what());
+    rc = e.exit_code();
+    same_on_all_ranks = true;
+  } catch (const UsageError& e) {
+    if (mpi.rank() == 0) std::fprintf(stderr, "kktrain: error: %s\n", e.what());
+    rc = e.exit_code();
+    same_on_all_ranks = true;
   } catch (const Error& e) {
-    std::fprintf(stderr, "kktrain: error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     rc = e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kktrain: error: internal error: %s\n", e.what());
+    std::fprintf(stderr, "%s: error: internal error: %s\n", who.c_str(), e.what());
     rc = 1;
   }
-  if (rc != 0 && mpi.active() && mpi.size() > 1) {
-    // One rank failing must not leave the others hanging in a collective.
+  if (rc != 0 && many && !same_on_all_ranks) {
+    // A failure on one rank must not leave the others hanging in a collective.
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, rc);
   }
