@@ -56,7 +56,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, bool allocate) {
                       cfg.source);
   }
   auto model = std::make_unique<Transformer>(cfg.model, cfg.precision, allocate);
-  apply_freeze(model->params(), cfg.freeze);
+  apply_freeze(model->params(), cfg.freeze, cfg.source);
   if (!allocate) return model;
   if (cfg.model.init_from) {
     load_model_file(*model, *cfg.model.init_from);

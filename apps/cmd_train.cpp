@@ -34,7 +34,7 @@ double now_s() {
 // Rejects settings this version cannot honour, instead of ignoring them.
 void check_supported(const Config& cfg, int world_size) {
   if (world_size > 1) {
-    throw UsageError("kktrain train: launched on " + std::to_string(world_size) +
+    throw UsageError("train: launched on " + std::to_string(world_size) +
                      " ranks, but sharded data parallel training is not implemented in this "
                      "version; run on one rank");
   }
@@ -68,6 +68,7 @@ void progress_line(int64_t step, int64_t total, double loss, double tps) {
 }
 
 int run_train(const ParsedArgs& args, AppContext& ctx) {
+  if (ctx.mpi->size() > 1) check_supported(Config(), ctx.mpi->size());  // before config errors
   const Config cfg = load_app_config(args, ctx);
   auto comm = ctx.mpi->make_communicator();
   check_supported(cfg, comm->size());
@@ -102,6 +103,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   }
   int64_t trainable = 0;
   for (const auto& p : params.all()) trainable += p.trainable ? p.numel : 0;
+  if (trainable == 0) log::warn("no trainable parameters (freeze_config froze everything)");
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + opt->name() + " on " + data.source() +
             "; storage " + dtype_name(cfg.precision.storage) + ", compute " +

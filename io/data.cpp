@@ -1,5 +1,6 @@
 #include "io/data.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -36,6 +37,12 @@ std::string resolve_format(const DataConfig& cfg) {
 }
 
 std::vector<int32_t> read_tokens(const std::string& path, const std::string& format) {
+  // An ifstream opens a directory without complaint and then reads nothing: name it instead of
+  // reporting an "empty" file.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError("data.path: '" + path + "' is a directory, not a token or text file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("data.path: cannot open '" + path + "'");
   std::stringstream ss;

@@ -221,17 +221,23 @@ std::string File::read_attr_str(const std::string& obj, const std::string& name)
   if (H5Tget_class(t.id()) != H5T_STRING) {
     throw InputError("HDF5 file '" + path_ + "': attribute '" + name + "' is not a string");
   }
+  const auto failed = [&]() {
+    return InputError("HDF5 file '" + path_ + "': cannot read string attribute '" + name + "'");
+  };
   if (H5Tis_variable_str(t.id()) > 0) {
+    // Variable-length strings (h5py writes Python str this way, UTF-8): read with the file's
+    // character set, or HDF5 refuses the conversion.
     char* s = nullptr;
     Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mt.id(), H5T_VARIABLE);
-    H5Aread(a.id(), mt.id(), &s);
+    H5Tset_cset(mt.id(), H5Tget_cset(t.id()));
+    if (H5Aread(a.id(), mt.id(), &s) < 0) throw failed();
     std::string out = s ? s : "";
     H5free_memory(s);
     return out;
   }
   std::string s(H5Tget_size(t.id()), '\0');
-  H5Aread(a.id(), t.id(), &s[0]);
+  if (H5Aread(a.id(), t.id(), &s[0]) < 0) throw failed();
   return std::string(s.c_str());
 }
 

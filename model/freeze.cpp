@@ -38,7 +38,7 @@ void apply_selectors(ParamRegistry& params, const std::vector<std::string>& glob
 }
 
 void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, bool trainable,
-                 const char* key) {
+                 const char* key, const std::string& where) {
   std::vector<std::string> all;
   for (const auto& p : params.all()) {
     all.push_back(p.name);
@@ -50,7 +50,7 @@ void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, b
       std::string msg = "unknown parameter '" + n + "'";
       const std::string near = closest_key(n, all);
       if (!near.empty()) msg += "; did you mean '" + near + "'?";
-      throw ConfigError(std::string("freeze_config.") + key, msg);
+      throw ConfigError(std::string("freeze_config.") + key, msg, where);
     }
     params.info_mut(i).trainable = trainable;
   }
@@ -58,11 +58,11 @@ void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, b
 
 }  // namespace
 
-void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg) {
+void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg, const std::string& where) {
   apply_selectors(params, cfg.freeze_modules, false, "freeze_modules");
   apply_selectors(params, cfg.unfreeze_modules, true, "unfreeze_modules");
-  apply_exact(params, cfg.unfreeze_parameters, true, "unfreeze_parameters");
-  apply_exact(params, cfg.freeze_parameters, false, "freeze_parameters");
+  apply_exact(params, cfg.unfreeze_parameters, true, "unfreeze_parameters", where);
+  apply_exact(params, cfg.freeze_parameters, false, "freeze_parameters", where);
 }
 
 }  // namespace kktrain

@@ -13,6 +13,7 @@
 
 namespace kktrain {
 
-void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg);
+// `where` (the config file) is named in errors.
+void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg, const std::string& where = "");
 
 }  // namespace kktrain

@@ -1,0 +1,850 @@
+"""End-to-end tests of `kktrain train` and `kktrain audit` (DESIGN.md, "Command line").
+
+usage: test_train.py KKTRAIN INPUTS_DIR CASE
+
+KKTRAIN is the built binary, INPUTS_DIR the repository's inputs/ (the example configs, used as
+shipped with a tiny model swapped in by overrides). One ctest per CASE (tests/cli/train_tests.cmake,
+label "train"). Every training run is a ~20k-parameter model (C 32, L 1-2, H 2, KV 1, F 64) on
+sequences of 32 tokens writing into a fresh temporary train.output_dir, so a run takes ~0.1 s.
+Exit 77 means "skipped" (mpirun missing). Standard library only.
+
+What the contract says and these cases check:
+- exit status: 0 success, 1 run failure (divergence), 2 invalid input with exactly one stderr line
+  "kktrain: error: ..." naming what and where; stdout stays empty for `train` (logs -> stderr);
+- <train.output_dir>/metrics.jsonl: one JSON object per line; training rows carry step, loss,
+  grad_norm, lr, tokens_per_s, ms_per_step; validation rows carry val_loss and no loss; rows of
+  skipped (non-finite) steps carry "skipped": true;
+- the lr column is the schedule of optim/schedule.cpp, to the last bit;
+- two identical runs write bit-identical numbers (all but the timing columns);
+- the precision warning of the reference (torch AdamW + bf16 storage) and its error mode;
+- `kktrain audit --json`: per-parameter dtypes and bytes for the three reference patterns,
+  freezing (module globs, exact names, tied aliases, unfreezing), warnings.
+"""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+KKTRAIN = ""
+INPUTS = ""
+LN_VOCAB = math.log(256.0)  # the loss of a uniform prediction over the byte vocabulary
+
+# The tiny model every case trains (overrides on top of the shipped configs).
+TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+              "model.num_kv_heads=1", "model.intermediate_size=64"]
+TINY = TINY_MODEL + ["data.seq_len=32", "data.micro_batch_size=2", "data.global_batch_size=2"]
+TIMING_KEYS = ("tokens_per_s", "ms_per_step")
+TRAIN_KEYS = ("step", "loss", "grad_norm", "lr", "tokens_per_s", "ms_per_step")
+
+# The precision warning must name the optimizer, the dtype and both recommended patterns.
+WARNING_NEEDLES = ("AdamW", "bfloat16", "FusedAdam", "model.dtype: float32")
+
+
+class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def config(name):
+    return os.path.join(INPUTS, name)
+
+
+DEFAULT = "default.yaml"
+PATTERN_A = "pattern_a_fused_adam_bf16.yaml"
+PATTERN_B = "pattern_b_adamw_fp32.yaml"
+RISKY = "risky_adamw_bf16.yaml"
+
+
+def run(args, timeout=120):
+    p = subprocess.run([KKTRAIN, *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def describe(args, rc, out, err):
+    return (f"\n$ kktrain {' '.join(args)}\nrc={rc}\nstdout:\n{out[-3000:]}\n"
+            f"stderr:\n{err[-3000:]}")
+
+
+class Run:
+    """One `kktrain train` with its exit status, output and parsed metrics.jsonl."""
+
+    def __init__(self, cfg, out_dir, overrides):
+        self.out_dir = out_dir
+        self.metrics_path = os.path.join(out_dir, "metrics.jsonl")
+        self.args = ["train", config(cfg), *overrides, f"train.output_dir={out_dir}"]
+        self.rc, self.out, self.err = run(self.args)
+        self.where = describe(self.args, self.rc, self.out, self.err)
+        self.raw = []   # each line with numbers kept as their exact text
+        self.rows = []  # each line as Python values
+        if os.path.exists(self.metrics_path):
+            with open(self.metrics_path) as f:
+                text = f.read()
+            check(text == "" or text.endswith("\n"), "metrics.jsonl does not end with a newline")
+            for i, line in enumerate(text.splitlines()):
+                try:
+                    row = json.loads(line)
+                    raw = json.loads(line, parse_float=str, parse_int=str, parse_constant=str)
+                except ValueError as e:
+                    raise Failure(f"metrics.jsonl line {i + 1} is not JSON ({e}): {line!r}")
+                check(isinstance(row, dict), f"metrics.jsonl line {i + 1} is not an object")
+                self.rows.append(row)
+                self.raw.append(raw)
+
+    def ok(self):
+        check(self.rc == 0, "expected exit 0" + self.where)
+        check(self.out == "", "train must keep stdout empty (logs go to stderr)" + self.where)
+        check(self.rows, "no metrics rows in " + self.metrics_path + self.where)
+        return self
+
+    def train_rows(self):
+        return [r for r in self.rows if "val_loss" not in r and not r.get("skipped")]
+
+    def val_rows(self):
+        return [r for r in self.rows if "val_loss" in r]
+
+    def stderr_lines(self, needle):
+        return [ln for ln in self.err.splitlines() if needle in ln]
+
+
+def train(tmp, name, cfg, *overrides, steps=30):
+    return Run(cfg, os.path.join(tmp, name), [*TINY, f"train.max_steps={steps}", *overrides])
+
+
+def check_train_row(r, where=""):
+    for k in TRAIN_KEYS:
+        check(k in r, f"training row lacks {k!r}: {r}{where}")
+    check(isinstance(r["step"], int) and r["step"] >= 1, f"step {r['step']!r}")
+    for k in TRAIN_KEYS[1:]:
+        check(isinstance(r[k], float) or isinstance(r[k], int), f"{k} is not a number: {r}")
+        check(math.isfinite(r[k]), f"{k} is not finite in a logged (not skipped) step: {r}")
+    check(r["grad_norm"] >= 0 and r["lr"] >= 0, f"grad_norm/lr out of range: {r}")
+    check(r["tokens_per_s"] > 0 and r["ms_per_step"] > 0, f"timing columns: {r}")
+    check("val_loss" not in r and "skipped" not in r, f"training row with val_loss/skipped: {r}")
+
+
+def check_val_row(r):
+    check(set(r) == {"step", "val_loss"}, f"validation row should be step + val_loss: {r}")
+    check(isinstance(r["step"], int), f"validation step {r['step']!r}")
+    check(math.isfinite(r["val_loss"]) and r["val_loss"] > 0, f"val_loss {r['val_loss']!r}")
+
+
+def schedule_lr(step0, base, warmup, min_lr, decay_steps, style):
+    """optim/schedule.cpp, operation for operation (the same doubles, the same libm cos)."""
+    if step0 < warmup:
+        return base * float(step0 + 1) / float(warmup)
+    if style == "constant":
+        return base
+    span = float(max(1, decay_steps - warmup))
+    progress = min(1.0, float(step0 - warmup) / span)
+    if style == "linear":
+        return min_lr + (base - min_lr) * (1.0 - progress)
+    return min_lr + (base - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def check_lr_column(rows, **sched):
+    for r in rows:
+        want = schedule_lr(r["step"] - 1, **sched)  # the lr of step k (1-based) is lr(k - 1)
+        check(r["lr"] == want,
+              f"step {r['step']}: lr {r['lr']!r}, the schedule gives {want!r} ({sched})")
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+# ---- 1. a full run: metrics.jsonl, validation rows, the loss goes down, the lr schedule --------
+
+
+def case_full_run():
+    """default.yaml (cosine, warmup 20, lr 3e-3, min_lr 3e-4) for 30 steps, every step logged."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", DEFAULT, "train.log_every=1", "train.val_every=10",
+                  "data.val_fraction=0.05").ok()
+        for row in r.rows:
+            check("val_loss" in row or "loss" in row, f"row with neither loss nor val_loss: {row}")
+        tr, va = r.train_rows(), r.val_rows()
+        for row in tr:
+            check_train_row(row, r.where)
+        for row in va:
+            check_val_row(row)
+        check([x["step"] for x in tr] == list(range(1, 31)),
+              f"log_every=1 should log steps 1..30, got {[x['step'] for x in tr]}")
+        check([x["step"] for x in va] == [10, 20, 30],
+              f"val_every=10 should validate at 10, 20, 30, got {[x['step'] for x in va]}")
+        # A validation row follows the training row of its step.
+        for v in va:
+            i = r.rows.index(v)
+            check(i > 0 and r.rows[i - 1].get("step") == v["step"] and "loss" in r.rows[i - 1],
+                  f"validation row of step {v['step']} does not follow that step's training row")
+        # Init predicts ~uniformly over 256 bytes; 30 steps on the corpus must clearly learn.
+        first = tr[0]["loss"]
+        check(abs(first - LN_VOCAB) < 0.1, f"step-1 loss {first}, expected ~ln(256) = {LN_VOCAB}")
+        last = mean([x["loss"] for x in tr[-5:]])
+        check(last < first - 0.8, f"loss did not decrease: first {first}, mean of last 5 {last}")
+        check(va[-1]["val_loss"] < va[0]["val_loss"] - 0.3,
+              f"val_loss did not decrease: {[x['val_loss'] for x in va]}")
+        check(va[-1]["val_loss"] < first - 0.8, f"final val_loss {va[-1]['val_loss']}")
+        # Warmup (steps 1..20) then cosine from 3e-3 to 3e-4 over the remaining 10 steps.
+        check_lr_column(tr, base=3.0e-3, warmup=20, min_lr=3.0e-4, decay_steps=30, style="cosine")
+        check(tr[19]["lr"] == 3.0e-3 and tr[0]["lr"] == 3.0e-3 / 20, "warmup end points")
+        check(all(tr[i]["lr"] > tr[i + 1]["lr"] for i in range(20, 29)), "cosine must decrease")
+        # tokens_per_s is tokens per step / step time: 2 sequences x 32 tokens.
+        for row in tr:
+            tokens = row["tokens_per_s"] * row["ms_per_step"] / 1e3
+            check(abs(tokens - 64) < 1e-6 * 64, f"tokens_per_s x ms_per_step = {tokens}, not 64")
+        check("done: 30 steps" in r.err, "no final 'done' line" + r.where)
+
+
+def case_log_cadence():
+    """Rows every train.log_every steps plus the first and the last; validation at val_every and
+    at the end."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", DEFAULT, "train.log_every=7", "train.val_every=8",
+                  steps=20).ok()
+        got = [x["step"] for x in r.train_rows()]
+        check(got == [1, 7, 14, 20], f"log_every=7, 20 steps: logged {got}" + r.where)
+        got = [x["step"] for x in r.val_rows()]
+        check(got == [8, 16, 20], f"val_every=8, 20 steps: validated at {got}" + r.where)
+        # val_every: 0 turns validation off.
+        r = train(tmp, "noval", DEFAULT, "train.log_every=7", "train.val_every=0", steps=20).ok()
+        check(r.val_rows() == [], "train.val_every=0 still validated" + r.where)
+        check(r.stderr_lines("validation") == [], "val_every=0 warns about validation" + r.where)
+
+
+def case_lr_schedule_variants():
+    """linear decay that ends before max_steps (then stays at min_lr), and constant."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        sched = dict(base=1.0e-3, warmup=3, min_lr=1.0e-4, decay_steps=10, style="linear")
+        r = train(tmp, "linear", DEFAULT, "train.log_every=1", "optimizer.lr=1e-3",
+                  "lr_scheduler.lr_decay_style=linear", "lr_scheduler.lr_warmup_steps=3",
+                  "lr_scheduler.lr_decay_steps=10", "lr_scheduler.min_lr=1e-4", steps=14).ok()
+        tr = r.train_rows()
+        check(len(tr) == 14, f"{len(tr)} rows" + r.where)
+        check_lr_column(tr, **sched)
+        check([x["lr"] for x in tr[10:]] == [1.0e-4] * 4, "lr after lr_decay_steps != min_lr")
+        r = train(tmp, "constant", DEFAULT, "train.log_every=1", "optimizer.lr=2e-3",
+                  "lr_scheduler.lr_decay_style=constant", "lr_scheduler.lr_warmup_steps=0",
+                  steps=6).ok()
+        check([x["lr"] for x in r.train_rows()] == [2.0e-3] * 6, "constant lr" + r.where)
+
+
+# ---- 2. determinism --------------------------------------------------------------------------
+
+
+def compare_runs(a, b, what):
+    check(len(a.raw) == len(b.raw), f"{what}: {len(a.raw)} vs {len(b.raw)} metrics rows")
+    for i, (x, y) in enumerate(zip(a.raw, b.raw)):
+        check(set(x) == set(y), f"{what}: row {i + 1} has keys {sorted(x)} vs {sorted(y)}")
+        for k in x:
+            if k in TIMING_KEYS:
+                continue
+            check(x[k] == y[k], f"{what}: row {i + 1} {k}: {x[k]} vs {y[k]} (not bit-identical)")
+
+
+def case_determinism():
+    """Two identical runs write identical step/loss/grad_norm/lr/val_loss text (the exact %.17g
+    digits); a different data.seed or model.seed changes them (so the comparison can fail)."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        for cfg in (DEFAULT, PATTERN_A):
+            common = ["train.log_every=1", "train.val_every=5", "data.global_batch_size=4"]
+            a = train(tmp, "a", cfg, *common, steps=20).ok()
+            b = train(tmp, "b", cfg, *common, steps=20).ok()
+            check(len(a.val_rows()) == 4, f"{cfg}: expected 4 validation rows" + a.where)
+            compare_runs(a, b, cfg)
+            for seed in ("data.seed=7", "model.seed=7"):
+                c = train(tmp, "c", cfg, *common, seed, steps=20).ok()
+                check(c.raw[0]["loss"] != a.raw[0]["loss"],
+                      f"{cfg}: {seed} did not change the step-1 loss {a.raw[0]['loss']}")
+            shutil.rmtree(os.path.join(tmp, "a"))
+            shutil.rmtree(os.path.join(tmp, "b"))
+
+
+# ---- 3. gradient accumulation ----------------------------------------------------------------
+
+
+def case_grad_accumulation():
+    """global_batch_size = 2 x micro_batch_size: two micro-batches per optimizer step.
+
+    Micro-batch 0 of a step is the batch a one-micro-batch run sees (batches are keyed by step,
+    rank, micro-batch), so the logged step-1 loss L (the mean over micro-batches) and the
+    one-micro-batch loss L0 give micro-batch 1's loss as 2L - L0, which must be a plausible
+    initial loss (~ln 256; a sum instead of a mean would make it ~3 ln 256)."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        one = train(tmp, "one", DEFAULT, "train.log_every=1", "data.global_batch_size=2").ok()
+        two = train(tmp, "two", DEFAULT, "train.log_every=1", "data.global_batch_size=4").ok()
+        check("steps of 128 tokens" in two.err, "2 x 2 x 32 = 128 tokens per step" + two.where)
+        t1, t2 = one.train_rows(), two.train_rows()
+        check(len(t2) == 30, f"{len(t2)} training rows" + two.where)
+        for row in t2:
+            check_train_row(row, two.where)
+            tokens = row["tokens_per_s"] * row["ms_per_step"] / 1e3
+            check(abs(tokens - 128) < 1e-6 * 128, f"tokens_per_s x ms_per_step = {tokens} != 128")
+        l0, l = t1[0]["loss"], t2[0]["loss"]
+        check(l != l0, f"step-1 loss {l} equals the one-micro-batch loss: no second micro-batch?")
+        l1 = 2 * l - l0
+        check(abs(l1 - LN_VOCAB) < 0.15,
+              f"implied micro-batch-1 loss 2*{l} - {l0} = {l1}, not ~ln(256): not a mean?")
+        check(t2[0]["grad_norm"] != t1[0]["grad_norm"], "same grad_norm with two micro-batches")
+        first, last = t2[0]["loss"], mean([x["loss"] for x in t2[-5:]])
+        check(last < first - 0.5, f"accumulating run did not train: {first} -> {last}")
+        # A corpus of exactly seq_len + 1 tokens has one window, so every micro-batch is the same
+        # batch: the mean over 2 micro-batches must reproduce the one-micro-batch run bit for bit
+        # (each micro-batch's gradient is scaled by 1/2, exact in fp32 and bf16, and the sum of
+        # two equal halves is exact; with 4 the partial sum 3g/4 can round, so only 2 here). A
+        # sum instead of a mean doubles grad_norm; overwriting instead of accumulating halves it.
+        path = os.path.join(tmp, "one_window.txt")
+        with open(path, "wb") as f:
+            f.write(b"the quick brown fox jumps over the lazy dog"[:33])
+        for cfg in (DEFAULT, PATTERN_A):
+            one, two = (train(tmp, f"{cfg}_{g}", cfg, f"data.path={path}", "train.log_every=1",
+                              f"data.global_batch_size={g}", steps=8).ok() for g in (2, 4))
+            compare_runs(one, two, f"{cfg}, one-window corpus, global batch 2 vs 4")
+        # A global batch that is not a whole number of micro-batches is refused.
+        rc, out, err = run(["train", config(DEFAULT), *TINY, "data.global_batch_size=3",
+                            f"train.output_dir={os.path.join(tmp, 'bad')}"])
+        expect_one_error(rc, out, err, "data.global_batch_size", where="gbs 3, mbs 2")
+
+
+# ---- 4. the reference's precision patterns ---------------------------------------------------
+
+
+def precision_warnings(err):
+    return [ln for ln in err.splitlines() if "warning" in ln and "AdamW" in ln]
+
+
+def run_pattern(cfg, *extra):
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", cfg, "train.log_every=1", "train.val_every=5", *extra, steps=5)
+        return r
+
+
+def check_pattern_runs(cfg, storage, optimizer):
+    r = run_pattern(cfg).ok()
+    tr = r.train_rows()
+    check([x["step"] for x in tr] == [1, 2, 3, 4, 5], f"{cfg}: rows {tr}" + r.where)
+    for row in tr:
+        check_train_row(row, r.where)
+    check(len(r.val_rows()) == 1, f"{cfg}: one validation row expected" + r.where)
+    check(f"storage {storage}, compute bfloat16" in r.err, f"{cfg}: storage dtype" + r.where)
+    check(f"with {optimizer} on" in r.err, f"{cfg}: optimizer" + r.where)
+    return r
+
+
+def case_pattern_a():
+    r = check_pattern_runs(PATTERN_A, "bfloat16",
+                           "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam")
+    check(r.stderr_lines("warning") == [], "pattern A must not warn" + r.where)
+
+
+def case_pattern_b():
+    r = check_pattern_runs(PATTERN_B, "float32", "torch.optim.AdamW")
+    check(r.stderr_lines("warning") == [], "pattern B must not warn" + r.where)
+
+
+def case_pattern_risky():
+    r = check_pattern_runs(RISKY, "bfloat16", "torch.optim.AdamW")
+    w = precision_warnings(r.err)
+    check(len(w) == 1, f"expected exactly one precision warning line, got {len(w)}" + r.where)
+    check(w[0].startswith("kktrain: warning: "), f"warning line format: {w[0]!r}")
+    for n in WARNING_NEEDLES:
+        check(n in w[0], f"precision warning should mention {n!r}: {w[0]}")
+    check(len(r.stderr_lines("warning")) == 1, "other warnings besides the precision one" + r.where)
+
+
+def case_pattern_risky_fail():
+    """train.fail_on_precision_warning: the warning becomes an error: exit 2, one error line
+    (after the warning it refers to), no metrics."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", RISKY, "train.fail_on_precision_warning=true", steps=5)
+        check(r.rc == 2, "expected exit 2" + r.where)
+        check(r.out == "", "stdout must be empty" + r.where)
+        errors = r.stderr_lines("error")
+        check(len(errors) == 1 and errors[0].startswith("kktrain: error: "),
+              "expected exactly one 'kktrain: error: ' line" + r.where)
+        check("train.fail_on_precision_warning" in errors[0], "error names the key" + r.where)
+        check("risky_adamw_bf16.yaml" in errors[0], "error names the config file" + r.where)
+        lines = r.err.splitlines()
+        check(len(lines) == 2 and lines[0] in precision_warnings(r.err) and lines[1] == errors[0],
+              "stderr should be the precision warning then the error line" + r.where)
+        check(not os.path.exists(r.out_dir), "a refused run created train.output_dir" + r.where)
+        # The same switch does not refuse the recommended patterns.
+        for cfg in (PATTERN_A, PATTERN_B):
+            ok = train(tmp, cfg, cfg, "train.fail_on_precision_warning=true", steps=2).ok()
+            check(ok.stderr_lines("warning") == [], f"{cfg} warned" + ok.where)
+
+
+def case_patterns_consistent():
+    """Step 1's forward/backward depends on storage, compute and init, not on the optimizer:
+    pattern A and the risky pattern (both bf16 storage) log the same step-1 loss and grad_norm,
+    pattern B (fp32 storage) a different one; after a few updates A and risky part ways (their
+    optimizers differ)."""
+    a, b, risky = (run_pattern(c).ok() for c in (PATTERN_A, PATTERN_B, RISKY))
+    for k in ("loss", "grad_norm"):
+        check(a.raw[0][k] == risky.raw[0][k], f"step-1 {k}: A {a.raw[0][k]} vs risky "
+              f"{risky.raw[0][k]} (same storage, same init)")
+    check(a.raw[0]["loss"] != b.raw[0]["loss"], "bf16 and fp32 storage gave the same loss")
+    a5 = [x for x in a.raw if x.get("step") == "5" and "loss" in x][0]
+    r5 = [x for x in risky.raw if x.get("step") == "5" and "loss" in x][0]
+    check(a5["loss"] != r5["loss"], "FusedAdam and AdamW gave the same step-5 loss")
+
+
+# ---- 5. non-finite steps ---------------------------------------------------------------------
+
+
+def check_nonfinite_run(r, limit, kind):
+    check(r.rc == 1, f"expected exit 1 after {limit} non-finite steps" + r.where)
+    check(r.out == "", "stdout must be empty" + r.where)
+    errors = r.stderr_lines("error")
+    check(len(errors) == 1 and errors[0].startswith("kktrain: error: "),
+          "expected exactly one error line" + r.where)
+    check(f"{limit} non-finite steps in a row" in errors[0], "error line" + r.where)
+    check("train.max_nonfinite_steps" in errors[0], "error names the key" + r.where)
+    warns = r.stderr_lines("non-finite")[:-1]
+    check(len(warns) >= limit, f"expected >= {limit} non-finite warnings" + r.where)
+    for w in warns:
+        check(w.startswith("kktrain: warning: ") and "skipped" in w, f"warning line {w!r}")
+    skipped = [x for x in r.rows if x.get("skipped")]
+    check(len(skipped) >= limit, f"{len(skipped)} rows with skipped: true" + r.where)
+    for x in skipped:
+        check(x["skipped"] is True, f"skipped must be true: {x}")
+        check(not (math.isfinite(x["loss"]) and math.isfinite(x["grad_norm"])),
+              f"a skipped row with finite loss and grad_norm: {x}")
+    for x in r.rows:
+        if "loss" in x and not x.get("skipped"):
+            check_train_row(x, r.where)
+    # The run stops on the limit-th skipped step in a row: the last rows are those.
+    tail = r.rows[-limit:]
+    check(all(x.get("skipped") for x in tail), f"last {limit} rows are not all skipped" + r.where)
+    steps = [x["step"] for x in tail]
+    check(steps == list(range(steps[0], steps[0] + limit)), f"not consecutive: {steps}")
+    check(f"stopping at step {steps[-1]}:" in errors[0], f"error step vs rows {steps}" + r.where)
+    # Each warning names the step and what was non-finite, like its row.
+    for x in tail:
+        what = "loss" if not math.isfinite(x["loss"]) else "gradient norm"
+        check(any(f"step {x['step']}: non-finite {what}; update skipped" in w for w in warns),
+              f"no warning 'step {x['step']}: non-finite {what}; update skipped'" + r.where)
+    check(any(f"non-finite {kind}" in w for w in warns), f"no 'non-finite {kind}'" + r.where)
+
+
+def case_nonfinite_grad_norm():
+    """lr 1e4 without clipping: the weights blow up, RMSNorm statistics overflow and the
+    gradients turn NaN within a few steps; 5 (the default limit) in a row stop the run."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", DEFAULT, "optimizer.lr=1e4", "train.grad_clip=0",
+                  "lr_scheduler.lr_warmup_steps=0", "train.log_every=1", steps=40)
+        check_nonfinite_run(r, 5, "gradient norm")
+
+
+def case_nonfinite_loss():
+    """lr 1e3: AdamW's decoupled decay (p *= 1 - lr*wd = -99) blows the weights up to inf and the
+    loss turns NaN; train.max_nonfinite_steps=3 stops the run on the third."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", DEFAULT, "optimizer.lr=1e3", "train.grad_clip=0",
+                  "lr_scheduler.lr_warmup_steps=0", "lr_scheduler.lr_decay_style=constant",
+                  "train.max_nonfinite_steps=3", "train.log_every=1", steps=40)
+        check_nonfinite_run(r, 3, "loss")
+
+
+# ---- 6. kktrain audit ------------------------------------------------------------------------
+
+AUDIT_FIELDS = ("name", "trainable", "shape", "storage_dtype", "grad_dtype", "exp_avg_dtype",
+                "exp_avg_sq_dtype", "master", "bytes")
+# Canonical names and shapes of the tiny model (C 32, H 2 x head 16, KV 1, F 64, V 256).
+LAYER_SHAPES = {"input_layernorm.weight": [32], "self_attn.q_proj.weight": [32, 32],
+                "self_attn.k_proj.weight": [16, 32], "self_attn.v_proj.weight": [16, 32],
+                "self_attn.o_proj.weight": [32, 32], "post_attention_layernorm.weight": [32],
+                "mlp.gate_proj.weight": [64, 32], "mlp.up_proj.weight": [64, 32],
+                "mlp.down_proj.weight": [32, 64]}
+
+
+def expected_shapes(layers, tied=True):
+    s = {"model.embed_tokens.weight": [256, 32], "model.norm.weight": [32]}
+    for i in range(layers):
+        for k, v in LAYER_SHAPES.items():
+            s[f"model.layers.{i}.{k}"] = v
+    if not tied:
+        s["lm_head.weight"] = [256, 32]
+    return s
+
+
+def audit(cfg, *overrides, layers=1):
+    args = ["audit", config(cfg), *TINY_MODEL, f"model.num_layers={layers}", *overrides, "--json"]
+    rc, out, err = run(args)
+    where = describe(args, rc, out, err)
+    check(rc == 0, "audit failed" + where)
+    try:
+        doc = json.loads(out)
+    except ValueError as e:
+        raise Failure(f"audit --json is not JSON ({e})" + where)
+    check(isinstance(doc, dict), "audit --json is not an object")
+    for k in ("parameters", "compute_dtype", "reduce_dtype", "output_dtype", "warnings"):
+        check(k in doc, f"audit --json lacks {k!r}" + where)
+    params = doc["parameters"]
+    for p in params:
+        for k in AUDIT_FIELDS:
+            check(k in p, f"parameter entry lacks {k!r}: {p}")
+    return doc, {p["name"]: p for p in params}, where
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def check_audit_common(doc, by_name, layers=1, tied=True):
+    names = [p["name"] for p in doc["parameters"]]
+    check(len(names) == len(set(names)), f"duplicate parameter names: {names}")
+    want = expected_shapes(layers, tied)
+    check(set(names) == set(want), f"parameters {sorted(names)} != {sorted(want)}")
+    for n, shape in want.items():
+        check(by_name[n]["shape"] == shape, f"{n}: shape {by_name[n]['shape']} != {shape}")
+    if tied:
+        check(by_name["model.embed_tokens.weight"].get("aliases") == ["lm_head.weight"],
+              "tied: lm_head.weight should be an alias of model.embed_tokens.weight")
+    check(doc["compute_dtype"] == "bfloat16", f"compute_dtype {doc['compute_dtype']}")
+    check(doc["reduce_dtype"] == "float32", f"reduce_dtype {doc['reduce_dtype']}")
+    check(doc["output_dtype"] == "bfloat16", f"output_dtype {doc['output_dtype']}")
+    size = {"float32": 4, "bfloat16": 2, None: 0}
+    master_size = {"none": 0, "float32": 4, "remainder": 2, None: 0}
+    t_elems = t_bytes = 0
+    for p in doc["parameters"]:
+        n = numel(p["shape"])
+        if p["trainable"]:
+            check(p["trainable"] is True, f"trainable must be a JSON bool: {p}")
+            check(p["grad_dtype"] == p["storage_dtype"], f"grad dtype != storage dtype: {p}")
+            check(p["master"] in ("none", "float32", "remainder"), f"master {p['master']!r}")
+            per = (size[p["storage_dtype"]] + size[p["grad_dtype"]] + size[p["exp_avg_dtype"]] +
+                   size[p["exp_avg_sq_dtype"]] + master_size[p["master"]])
+            t_elems += n
+            t_bytes += per * n
+        else:
+            check(p["trainable"] is False, f"trainable must be a JSON bool: {p}")
+            for k in ("grad_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "master"):
+                check(p[k] is None, f"frozen {p['name']}: {k} should be null, is {p[k]!r}")
+            per = size[p["storage_dtype"]]
+        check(p["bytes"] == per * n, f"{p['name']}: bytes {p['bytes']} != {per} x {n}")
+    totals = doc.get("totals", {})
+    check(totals.get("trainable_elements") == t_elems, f"totals {totals} vs {t_elems} trainable")
+    if t_elems:
+        check(abs(totals["bytes_per_trainable_parameter"] - t_bytes / t_elems) < 1e-9,
+              f"bytes_per_trainable_parameter {totals} vs {t_bytes / t_elems}")
+
+
+def check_uniform(by_name, **fields):
+    for n, p in by_name.items():
+        for k, v in fields.items():
+            check(p[k] == v, f"{n}: {k} = {p[k]!r}, expected {v!r}")
+
+
+def case_audit_pattern_a():
+    doc, by_name, where = audit(PATTERN_A)
+    check_audit_common(doc, by_name)
+    check_uniform(by_name, trainable=True, storage_dtype="bfloat16", grad_dtype="bfloat16",
+                  exp_avg_dtype="float32", exp_avg_sq_dtype="float32", master="remainder")
+    check(doc["totals"]["bytes_per_trainable_parameter"] == 14, f"{doc['totals']}" + where)
+    check(doc["warnings"] == [], f"pattern A warnings: {doc['warnings']}")
+
+
+def case_audit_pattern_b():
+    doc, by_name, where = audit(PATTERN_B)
+    check_audit_common(doc, by_name)
+    check_uniform(by_name, trainable=True, storage_dtype="float32", grad_dtype="float32",
+                  exp_avg_dtype="float32", exp_avg_sq_dtype="float32", master="none")
+    check(doc["totals"]["bytes_per_trainable_parameter"] == 16, f"{doc['totals']}" + where)
+    check(doc["warnings"] == [], f"pattern B warnings: {doc['warnings']}")
+
+
+def case_audit_risky():
+    doc, by_name, where = audit(RISKY)
+    check_audit_common(doc, by_name)
+    check_uniform(by_name, trainable=True, storage_dtype="bfloat16", grad_dtype="bfloat16",
+                  exp_avg_dtype="bfloat16", exp_avg_sq_dtype="bfloat16", master="none")
+    check(doc["totals"]["bytes_per_trainable_parameter"] == 8, f"{doc['totals']}" + where)
+    w = doc["warnings"]
+    check(len(w) == 1, f"expected one warning, got {w}")
+    for n in WARNING_NEEDLES:
+        check(n in w[0], f"warning should mention {n!r}: {w[0]}")
+    # Setting model.dtype: float32 (pattern B's fix) removes it; so does FusedAdam (pattern A's).
+    doc, _, _ = audit(RISKY, "model.dtype=float32")
+    check(doc["warnings"] == [], f"risky + model.dtype=float32 still warns: {doc['warnings']}")
+
+
+def case_audit_table():
+    """The human table: every parameter exactly once (tied aliases on their parameter's row),
+    the totals line and, for the risky pattern, the warning."""
+    for cfg, per_param in ((PATTERN_A, "14.00"), (PATTERN_B, "16.00"), (RISKY, "8.00")):
+        for tied in ("true", "false"):
+            over = [*TINY_MODEL, "model.num_layers=2", f"model.tie_word_embeddings={tied}"]
+            doc, by_name, _ = audit(cfg, f"model.tie_word_embeddings={tied}", layers=2)
+            check_audit_common(doc, by_name, layers=2, tied=tied == "true")
+            args = ["audit", config(cfg), *over]
+            rc, out, err = run(args)
+            where = describe(args, rc, out, err)
+            check(rc == 0, "audit (table) failed" + where)
+            first_words = [ln.split()[0] for ln in out.splitlines() if ln.strip()]
+            for name in by_name:
+                check(first_words.count(name) == 1, f"{name} is not on exactly one row" + where)
+                check(out.count(name + " ") + out.count(name + ")") == 1,
+                      f"{name} mentioned more than once" + where)
+            if tied == "true":
+                check("model.embed_tokens.weight (=lm_head.weight)" in out, "alias" + where)
+            check(f"bytes per trainable parameter: {per_param}\n" in out, "totals" + where)
+            warned = [ln for ln in out.splitlines() if ln.startswith("warning:")]
+            check(len(warned) == (1 if cfg == RISKY else 0), f"warning lines {warned}" + where)
+
+
+def case_audit_freeze_modules():
+    """A module glob freezes a whole layer: no grad, no moments, no master, storage bytes only."""
+    doc, by_name, _ = audit(PATTERN_A, 'freeze_config.freeze_modules=[{glob: "model.layers.0*"}]',
+                            layers=2)
+    check_audit_common(doc, by_name, layers=2)
+    for n, p in by_name.items():
+        frozen = n.startswith("model.layers.0.")
+        check(p["trainable"] is (not frozen), f"{n}: trainable {p['trainable']}")
+        if frozen:
+            check(p["bytes"] == 2 * numel(p["shape"]), f"{n}: frozen bf16 bytes {p['bytes']}")
+        else:
+            check(p["master"] == "remainder" and p["exp_avg_dtype"] == "float32", f"{p}")
+    check(doc["totals"]["bytes_per_trainable_parameter"] == 14, f"{doc['totals']}")
+
+
+def case_audit_freeze_parameters():
+    """An exact name freezes only that parameter, and wins over unfreezing (by module or name)."""
+    doc, by_name, _ = audit(PATTERN_B, "freeze_config.freeze_parameters=[model.norm.weight]")
+    check_audit_common(doc, by_name)
+    for n, p in by_name.items():
+        check(p["trainable"] is (n != "model.norm.weight"), f"{n}: trainable {p['trainable']}")
+    check(by_name["model.norm.weight"]["bytes"] == 4 * 32, "frozen fp32 norm: 128 bytes")
+    doc, by_name, _ = audit(PATTERN_A, "freeze_config.freeze_parameters=[model.norm.weight]",
+                            "freeze_config.unfreeze_parameters=[model.norm.weight]",
+                            'freeze_config.unfreeze_modules=[{glob: "*"}]')
+    check_audit_common(doc, by_name)
+    check(by_name["model.norm.weight"]["trainable"] is False,
+          "exact freezes must win over exact and module unfreezes")
+    # Empty lists are a no-op.
+    doc, by_name, _ = audit(PATTERN_A, "freeze_config.freeze_parameters=[]")
+    check(all(p["trainable"] for p in by_name.values()), "freeze_parameters=[] froze something")
+
+
+def case_audit_unfreeze_parameters():
+    """Freeze every module, then enable exactly one parameter."""
+    keep = "model.layers.1.input_layernorm.weight"
+    doc, by_name, _ = audit(PATTERN_A, 'freeze_config.freeze_modules=[{glob: "*"}]',
+                            f"freeze_config.unfreeze_parameters=[{keep}]", layers=2)
+    check_audit_common(doc, by_name, layers=2)
+    trainable = [n for n, p in by_name.items() if p["trainable"]]
+    check(trainable == [keep], f"trainable parameters {trainable}, expected [{keep}]")
+    check(doc["totals"]["trainable_elements"] == 32, f"{doc['totals']}")
+
+
+def case_audit_freeze_tied_alias():
+    """Freezing lm_head.weight when tied freezes the shared model.embed_tokens.weight; untied,
+    only the head."""
+    doc, by_name, _ = audit(PATTERN_A, "freeze_config.freeze_parameters=[lm_head.weight]")
+    check_audit_common(doc, by_name)
+    check(by_name["model.embed_tokens.weight"]["trainable"] is False, "tied alias not frozen")
+    check(sum(not p["trainable"] for p in by_name.values()) == 1, "froze more than the embedding")
+    doc, by_name, _ = audit(PATTERN_A, "freeze_config.freeze_parameters=[lm_head.weight]",
+                            "model.tie_word_embeddings=false")
+    check_audit_common(doc, by_name, tied=False)
+    check(by_name["lm_head.weight"]["trainable"] is False, "untied lm_head not frozen")
+    check(by_name["model.embed_tokens.weight"]["trainable"] is True, "untied embedding frozen")
+
+
+def expect_one_error(rc, out, err, *needles, where=""):
+    where = f"{where}\nrc={rc}\nstdout:\n{out}\nstderr:\n{err}"
+    check(rc == 2, "expected exit 2" + where)
+    check(out == "", "expected empty stdout" + where)
+    lines = err.splitlines()
+    check(len(lines) == 1, "expected exactly one stderr line" + where)
+    check(lines[0].startswith("kktrain: error: "), "stderr must start 'kktrain: error: '" + where)
+    for n in needles:
+        check(n in lines[0], f"the error should mention {n!r}" + where)
+    return lines[0]
+
+
+def case_audit_freeze_unknown():
+    """Unknown exact names exit 2 with one line (with a suggestion when close); so do
+    duplicates."""
+    base = ["audit", config(PATTERN_A), *TINY_MODEL, "--json"]
+    rc, out, err = run(base + ["freeze_config.freeze_parameters=[model.norm.weigth]"])
+    expect_one_error(rc, out, err, "freeze_config.freeze_parameters", "model.norm.weigth",
+                     "did you mean 'model.norm.weight'")
+    rc, out, err = run(base + ["freeze_config.unfreeze_parameters=[lm_head.wieght]"])
+    expect_one_error(rc, out, err, "freeze_config.unfreeze_parameters", "lm_head.wieght",
+                     "did you mean 'lm_head.weight'")
+    rc, out, err = run(base + ["freeze_config.freeze_parameters=[model.norm.weight, "
+                               "model.norm.weight]"])
+    expect_one_error(rc, out, err, "freeze_config.freeze_parameters", "duplicate")
+    # The same in `train`: refused before anything is written.
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        r = train(tmp, "run", PATTERN_A, "freeze_config.freeze_parameters=[model.norm.weigth]")
+        expect_one_error(r.rc, r.out, r.err, "did you mean 'model.norm.weight'")
+        check(not os.path.exists(r.out_dir), "a refused run created train.output_dir")
+
+
+# ---- 7. bad data -----------------------------------------------------------------------------
+
+
+def bad_data(tmp, path, *needles, extra=()):
+    r = train(tmp, "run", DEFAULT, f"data.path={path}", *extra, steps=3)
+    line = expect_one_error(r.rc, r.out, r.err, *needles, where=r.where)
+    check(not os.path.exists(r.out_dir), "a refused run created train.output_dir" + r.where)
+    return line
+
+
+def write(tmp, name, data):
+    path = os.path.join(tmp, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def case_data_missing():
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        missing = os.path.join(tmp, "no_such_corpus.txt")
+        bad_data(tmp, missing, "data.path", missing)
+
+
+def case_data_empty():
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        path = write(tmp, "empty.txt", b"")
+        bad_data(tmp, path, "data.path", path, "empty")
+
+
+def case_data_directory():
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        line = bad_data(tmp, tmp, "data.path", tmp)
+        check("empty" not in line, f"a directory is not an empty file: {line}")
+        check("directory" in line, f"the error should say it is a directory: {line}")
+
+
+def case_data_short():
+    """Fewer tokens than data.seq_len + 1 (32 bytes for seq_len 32) is refused; exactly
+    seq_len + 1 trains (one window, no validation split: a warning, not an error)."""
+    text = b"the quick brown fox jumps over the lazy dog " * 2
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        path = write(tmp, "short.txt", text[:32])
+        bad_data(tmp, path, path, "data.seq_len + 1 = 33")
+        path = write(tmp, "exact.txt", text[:33])
+        r = train(tmp, "exact", DEFAULT, f"data.path={path}", steps=2).ok()
+        check(len(r.train_rows()) == 2 and r.val_rows() == [], f"{r.rows}" + r.where)
+        check(len(r.stderr_lines("no validation split")) == 1, "validation warning" + r.where)
+
+
+def case_data_vocab():
+    """Byte-level text needs vocab_size >= 256; with 100, the first byte >= 100 is refused."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        path = write(tmp, "text.txt", b"ABC hello world\n" * 20)  # 'h' = 104 at position 4
+        bad_data(tmp, path, path, "model.vocab_size 100", "token id 104", "position 4",
+                 extra=["model.vocab_size=100"])
+        # The same file trains with the byte vocabulary.
+        r = train(tmp, "ok", DEFAULT, f"data.path={path}", steps=2).ok()
+        check(f"on {path} (text)" in r.err, "data source in the start line" + r.where)
+
+
+def case_data_binary():
+    """Pre-tokenized files: a .u16 file with an odd byte count, and ids >= vocab_size."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        path = write(tmp, "tokens.u16", bytes(65))
+        bad_data(tmp, path, path, "uint16")
+        ids = list(range(64)) + [300]
+        path = write(tmp, "big.u16", b"".join(i.to_bytes(2, "little") for i in ids))
+        bad_data(tmp, path, path, "token id 300", "position 64", "model.vocab_size 256")
+        path = write(tmp, "good.u16", b"".join((i % 256).to_bytes(2, "little") for i in range(400)))
+        r = train(tmp, "ok", DEFAULT, f"data.path={path}", steps=2).ok()
+        check(f"on {path} (uint16)" in r.err, "format in the start line" + r.where)
+
+
+# ---- 8. MPI ----------------------------------------------------------------------------------
+
+
+def case_mpi_not_implemented():
+    """Documents current behaviour: multi-rank training is refused (exit != 0) with one message,
+    printed once per rank, and nothing is written."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise Skip("mpirun not found")
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        out_dir = os.path.join(tmp, "run")
+        args = [mpirun, "-np", "2", "--oversubscribe"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            args.append("--allow-run-as-root")
+        # A global batch of 2 micro-batches of 2 on each of 2 ranks, so the config is valid.
+        args += [KKTRAIN, "train", config(DEFAULT), *TINY, "data.global_batch_size=4",
+                 "train.max_steps=3",
+                 f"train.output_dir={out_dir}"]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        where = f"\n$ {' '.join(args)}\nrc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+        check(p.returncode != 0, "multi-rank train must fail for now" + where)
+        ours = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("kktrain:")]
+        check(ours, "no kktrain message" + where)
+        check(len(set(ours)) == 1 and len(ours) <= 2, "expected one message (per rank)" + where)
+        msg = ours[0]
+        check(msg.startswith("kktrain: error: "), "message format" + where)
+        check("2 ranks" in msg and "not implemented" in msg and "one rank" in msg,
+              "message should say 2 ranks, not implemented, run on one rank" + where)
+        check(not os.path.exists(out_dir), "a refused run created train.output_dir" + where)
+
+
+# ---- 9. help ---------------------------------------------------------------------------------
+
+
+def check_help(cmd, *needles):
+    for flag in ("--help", "-h"):
+        rc, out, err = run([cmd, flag])
+        where = describe([cmd, flag], rc, out, err)
+        check(rc == 0, "help must exit 0" + where)
+        check(out.startswith(f"usage: kktrain {cmd} CONFIG"), "usage line" + where)
+        check(err == "", "help writes nothing to stderr" + where)
+        for n in needles:
+            check(n in out, f"help should mention {n!r}" + where)
+
+
+def case_train_help():
+    check_help("train", "metrics.jsonl", "train.max_nonfinite_steps",
+               "train.fail_on_precision_warning")
+
+
+def case_audit_help():
+    check_help("audit", "--json")
+
+
+def main():
+    global KKTRAIN, INPUTS
+    if len(sys.argv) != 4:
+        print(__doc__)
+        return 2
+    KKTRAIN, INPUTS, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    fn = globals().get("case_" + name)
+    if fn is None:
+        print(f"unknown case {name!r}")
+        return 2
+    try:
+        fn()
+    except Skip as e:
+        print(f"skip {name}: {e}")
+        return 77
+    except Failure as e:
+        print(f"FAIL {name}: {e}")
+        return 1
+    print(f"ok {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

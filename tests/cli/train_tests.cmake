@@ -1,0 +1,26 @@
+# ---- end-to-end `kktrain train` / `kktrain audit`: one ctest per case of tests/cli/test_train.py
+# Included from tests/CMakeLists.txt (KKTRAIN_PYTHON, the kktrain target). Label "train". Each case
+# trains or audits a ~20k-parameter model on 32-token sequences in a temporary output directory
+# (~0.1-1 s a case; the label runs in a few seconds). Exit 77 is a skip (mpirun not installed).
+set(KKTRAIN_TRAIN_CASES
+  # 1. a full run: metrics.jsonl rows, validation rows, loss goes down, lr schedule bit-exact
+  full_run log_cadence lr_schedule_variants
+  # 2.-3. determinism (bit-identical metrics), gradient accumulation
+  determinism grad_accumulation
+  # 4. the reference's precision patterns, the precision warning and its error mode
+  pattern_a pattern_b pattern_risky pattern_risky_fail patterns_consistent
+  # 5. non-finite loss / gradient norm: skipped steps, then exit 1
+  nonfinite_grad_norm nonfinite_loss
+  # 6. kktrain audit: the three patterns (JSON and table), freezing
+  audit_pattern_a audit_pattern_b audit_risky audit_table audit_freeze_modules
+  audit_freeze_parameters audit_unfreeze_parameters audit_freeze_tied_alias audit_freeze_unknown
+  # 7. bad data: exit 2, one stderr line, nothing written
+  data_missing data_empty data_directory data_short data_vocab data_binary
+  # 8.-9. mpirun (multi-rank training is refused for now), --help
+  mpi_not_implemented train_help audit_help)
+foreach(case IN LISTS KKTRAIN_TRAIN_CASES)
+  add_test(NAME train.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_train.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120 SKIP_RETURN_CODE 77)
+endforeach()
