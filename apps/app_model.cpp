@@ -49,13 +49,7 @@ void load_model_file(Transformer& model, const std::string& path) {
 }
 
 std::unique_ptr<Transformer> build_model(const Config& cfg, bool allocate) {
-  if (cfg.peft.enabled) {
-    throw ConfigError("peft",
-                      "LoRA adapters are not implemented in this version of kktrain; "
-                      "remove the peft section (or set it to null)",
-                      cfg.source);
-  }
-  auto model = std::make_unique<Transformer>(cfg.model, cfg.precision, allocate);
+  auto model = std::make_unique<Transformer>(cfg.model, cfg.precision, allocate, cfg.peft);
   apply_freeze(model->params(), cfg.freeze, cfg.source);
   if (!allocate) return model;
   if (cfg.model.init_from) {

@@ -10,9 +10,9 @@
 
 namespace kktrain {
 
-// Constructs the model and applies freeze_config; weights come from model.init_from when set,
-// else the seeded init. allocate = false registers parameters only (planning: the audit).
-// Rejects what the model cannot do yet (PEFT adapters) with one clear error.
+// Constructs the model (with LoRA adapters when peft is set) and applies freeze_config; weights
+// come from model.init_from when set, else the seeded init. allocate = false registers
+// parameters only (planning: the audit).
 std::unique_ptr<Transformer> build_model(const Config& cfg, bool allocate = true);
 
 // The storage dtype of a model file (for model.dtype: auto with model.init_from).

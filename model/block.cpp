@@ -20,6 +20,9 @@ void Transformer::block_forward(const LayerParams& p, float* out, const float* i
   rmsnorm_forward(a.xn1.data(), nullptr, a.rstd1.data(), inp, w(p.ln1), N, C, eps, rs_, rc_);
   matmul_forward(b.qkv.data(), a.xn1.data(), w(p.q), N, C, Q);  // (N, Q): q, k, v fused
   if (rc_) round_copy(b.qkv.data(), b.qkv.data(), N * Q, true);
+  lora_forward(p, kQ, b.qkv.data(), Q, 0, a.xn1.data());
+  lora_forward(p, kK, b.qkv.data(), Q, H * D, a.xn1.data());
+  lora_forward(p, kV, b.qkv.data(), Q, (H + KV) * D, a.xn1.data());
   rope_forward(a.q.data(), a.k.data(), a.v.data(), b.qkv.data(), rope_cos_.data(), rope_sin_.data(),
                B, T, H, KV, D, rc_);
   attention_forward(b.oheads.data(), a.att.data(), b.pc.data(), a.q.data(), a.k.data(), a.v.data(),
@@ -27,15 +30,19 @@ void Transformer::block_forward(const LayerParams& p, float* out, const float* i
   heads_to_tokens(a.o.data(), b.oheads.data(), B, H, T, D, false);  // (N, H*D)
   matmul_forward(b.proj.data(), a.o.data(), w(p.o), N, H * D, C);
   if (rc_) round_copy(b.proj.data(), b.proj.data(), N * C, true);
+  lora_forward(p, kO, b.proj.data(), C, 0, a.o.data());
   add_forward(a.x1.data(), inp, b.proj.data(), N * C, rs_);
 
   rmsnorm_forward(a.xn2.data(), nullptr, a.rstd2.data(), a.x1.data(), w(p.ln2), N, C, eps, rs_,
                   rc_);
   matmul_forward(a.gu.data(), a.xn2.data(), w(p.gate), N, C, 2 * F);  // (N, 2F): gate, up fused
   if (rc_) round_copy(a.gu.data(), a.gu.data(), N * 2 * F, true);
+  lora_forward(p, kGate, a.gu.data(), 2 * F, 0, a.xn2.data());
+  lora_forward(p, kUp, a.gu.data(), 2 * F, F, a.xn2.data());
   swiglu_forward(a.a.data(), a.gu.data(), N, F, rc_);
   matmul_forward(b.proj.data(), a.a.data(), w(p.down), N, F, C);
   if (rc_) round_copy(b.proj.data(), b.proj.data(), N * C, true);
+  lora_forward(p, kDown, b.proj.data(), C, 0, a.a.data());
   add_forward(out, a.x1.data(), b.proj.data(), N * C, rs_);
 }
 
@@ -63,6 +70,7 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
     accumulate(p.down, dw, rc_);
   }
   matmul_backward_input(b.da.data(), dd, w(p.down), N, F, C, false);  // (N, F)
+  lora_backward(p, kDown, dd, C, 0, a.a.data(), b.da.data());
   if (rc_) round_copy(b.da.data(), b.da.data(), N * F, true);
   swiglu_backward(b.dgu.data(), b.da.data(), a.gu.data(), N, F, rc_);  // (N, 2F)
   if (trainable(p.gate) || trainable(p.up)) {
@@ -71,6 +79,8 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
     accumulate(p.up, dw + F * C, rc_);
   }
   matmul_backward_input(b.dxn.data(), b.dgu.data(), w(p.gate), N, C, 2 * F, false);
+  lora_backward(p, kGate, b.dgu.data(), 2 * F, 0, a.xn2.data(), b.dxn.data());
+  lora_backward(p, kUp, b.dgu.data(), 2 * F, F, a.xn2.data(), b.dxn.data());
   if (rc_) round_copy(b.dxn.data(), b.dxn.data(), N * C, true);
   rmsnorm_backward(dres, dw, b.dxn.data(), a.x1.data(), w(p.ln2), a.rstd2.data(), N, C, rs_);
   accumulate(p.ln2, dw, round_compute_[p.ln2]);
@@ -82,7 +92,8 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
     accumulate(p.o, dw, rc_);
   }
   matmul_backward_input(b.dtok.data(), dproj, w(p.o), N, H * D, C, false);  // (N, H*D)
-  tokens_to_heads(b.dheads.data(), b.dtok.data(), B, H, T, D, rc_);         // (B, H, T, D)
+  lora_backward(p, kO, dproj, C, 0, a.o.data(), b.dtok.data());
+  tokens_to_heads(b.dheads.data(), b.dtok.data(), B, H, T, D, rc_);  // (B, H, T, D)
   attention_backward(b.dq.data(), b.dk.data(), b.dv.data(), b.pc.data(), b.dp.data(),
                      b.dheads.data(), a.att.data(), a.q.data(), a.k.data(), a.v.data(), ad, rc_);
   rope_backward(b.dqkv.data(), b.dq.data(), b.dk.data(), b.dv.data(), rope_cos_.data(),
@@ -94,6 +105,9 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
     accumulate(p.v, dw + (H + KV) * D * C, rc_);
   }
   matmul_backward_input(b.dxn.data(), b.dqkv.data(), w(p.q), N, C, Q, false);
+  lora_backward(p, kQ, b.dqkv.data(), Q, 0, a.xn1.data(), b.dxn.data());
+  lora_backward(p, kK, b.dqkv.data(), Q, H * D, a.xn1.data(), b.dxn.data());
+  lora_backward(p, kV, b.dqkv.data(), Q, (H + KV) * D, a.xn1.data(), b.dxn.data());
   if (rc_) round_copy(b.dxn.data(), b.dxn.data(), N * C, true);
   rmsnorm_backward(dres, dw, b.dxn.data(), inp, w(p.ln1), a.rstd1.data(), N, C, rs_);
   accumulate(p.ln1, dw, round_compute_[p.ln1]);

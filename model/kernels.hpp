@@ -35,6 +35,10 @@ void cast_from_float(T* out, const float* in, int64_t n);
 template <class T>
 void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift);
 
+// out (n) = T(U(lo, hi)), the uniform draw keyed on (seed, stream, element index).
+template <class T>
+void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi);
+
 // grad (n) = T(float(grad) + rnd(dw, round_dw)).   Accumulates a parameter-gradient contribution
 // computed in fp32 (and first rounded to the dtype it was computed in) into storage-dtype grads.
 template <class T>
@@ -103,6 +107,13 @@ void swiglu_backward(float* dgu, const float* da, const float* gu, int64_t N, in
 // out (N, 2C) = [rnd(a, round) | rnd(b, round)] per row        and its inverse split
 void concat2(float* out, const float* a, const float* b, int64_t N, int64_t C, bool round);
 void split2(float* a, float* b, const float* in, int64_t N, int64_t C);
+
+// y (N, out) at column col of rows ld wide: y = rnd(y + rnd(delta * scale, rc), rc)
+void add_scaled_slice(float* y, int64_t ld, int64_t col, const float* delta, int64_t N, int64_t out,
+                      float scale, bool rc);
+// out (N, w) = rnd(in[:, col : col + w] * scale, rc), the slice of rows ld wide made contiguous
+void scaled_slice(float* out, const float* in, int64_t ld, int64_t col, int64_t N, int64_t w,
+                  float scale, bool rc);
 
 // ---- loss --------------------------------------------------------------------------------------
 

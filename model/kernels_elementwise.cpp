@@ -28,6 +28,16 @@ void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale,
       });
 }
 
+template <class T>
+void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi) {
+  Kokkos::parallel_for(
+      "init_uniform", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
+        store_as(out, i, lo + (hi - lo) * uniform01(seed, stream, static_cast<uint64_t>(i)));
+      });
+}
+
+template void init_uniform<float>(float*, int64_t, uint64_t, uint64_t, float, float);
+template void init_uniform<bf16>(bf16*, int64_t, uint64_t, uint64_t, float, float);
 template void init_normal<float>(float*, int64_t, uint64_t, uint64_t, float, float);
 template void init_normal<bf16>(bf16*, int64_t, uint64_t, uint64_t, float, float);
 template <class T>
@@ -96,6 +106,24 @@ void split2(float* a, float* b, const float* in, int64_t N, int64_t C) {
           a[n * C + c] = in[n * 2 * C + c];
           b[n * C + c] = in[n * 2 * C + C + c];
         }
+      });
+}
+
+void add_scaled_slice(float* y, int64_t ld, int64_t col, const float* delta, int64_t N, int64_t out,
+                      float scale, bool rc) {
+  Kokkos::parallel_for(
+      "add_scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        float* row = y + n * ld + col;
+        for (int64_t j = 0; j < out; ++j)
+          row[j] = rnd(row[j] + rnd(delta[n * out + j] * scale, rc), rc);
+      });
+}
+
+void scaled_slice(float* out, const float* in, int64_t ld, int64_t col, int64_t N, int64_t w,
+                  float scale, bool rc) {
+  Kokkos::parallel_for(
+      "scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+        for (int64_t j = 0; j < w; ++j) out[n * w + j] = rnd(in[n * ld + col + j] * scale, rc);
       });
 }
 

@@ -13,8 +13,9 @@
 
 namespace kktrain {
 
-Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate)
-    : cfg_(cfg), prec_(precision), buf_(std::make_unique<Buffers>()) {
+Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate,
+                         const PeftConfig& peft)
+    : cfg_(cfg), prec_(precision), peft_(peft), buf_(std::make_unique<Buffers>()) {
   rc_ = prec_.compute == DType::bfloat16;
   register_params();
   const ParamInfo& emb = params_.info(embed_);
@@ -121,6 +122,24 @@ void Transformer::register_params() {
     m.norm = add_param(pre + ".norm", {C}, ParamRole::norm, st);
     mtp_.push_back(m);
   }
+  // LoRA adapters are registered after every base parameter, so the base layout (and the fused
+  // q/k/v and gate/up compute weights) does not change.
+  if (peft_.enabled) {
+    for (auto& l : layers_) register_lora(l);
+    for (auto& m : mtp_) register_lora(m.block);
+    bool any = false;
+    for (auto& pi : params_.all()) any = any || pi.role == ParamRole::lora_a;
+    if (!any) {
+      throw ConfigError("peft.target_modules",
+                        "selects no projection (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                        "up_proj, down_proj of any layer)");
+    }
+    // Adapters train; the base model starts frozen (freeze_config may unfreeze parts of it).
+    for (int i = 0; i < params_.size(); ++i) {
+      const ParamRole role = params_.info(i).role;
+      params_.info_mut(i).trainable = role == ParamRole::lora_a || role == ParamRole::lora_b;
+    }
+  }
 }
 
 void Transformer::init_weights() {
@@ -135,8 +154,16 @@ void Transformer::init_weights() {
     const bool ones = p.role == ParamRole::norm;
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
-      init_normal<T>(params_.data<T>(i).data(), p.numel, seed, stream, ones ? 0.0f : s,
-                     ones ? 1.0f : 0.0f);
+      if (p.role == ParamRole::lora_a) {
+        // PEFT's kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+        const float bound = 1.0f / std::sqrt(static_cast<float>(p.shape[1]));
+        init_uniform<T>(params_.data<T>(i).data(), p.numel, seed, stream, -bound, bound);
+      } else if (p.role == ParamRole::lora_b) {
+        init_normal<T>(params_.data<T>(i).data(), p.numel, seed, stream, 0.0f, 0.0f);  // zeros
+      } else {
+        init_normal<T>(params_.data<T>(i).data(), p.numel, seed, stream, ones ? 0.0f : s,
+                       ones ? 1.0f : 0.0f);
+      }
     });
   }
   Kokkos::fence();
@@ -232,6 +259,12 @@ void Transformer::ensure_buffers(int64_t B, int64_t T) {
   b.dv = DView<float>("dv", N * KV * D);
   b.dtok = DView<float>("dtok", N * H * D);
   b.dheads = DView<float>("dheads", N * H * D);
+  if (peft_.enabled) {
+    const int64_t widest = std::max({H * D, F, C});
+    b.lora_t = DView<float>("lora_t", N * peft_.dim);
+    b.lora_dt = DView<float>("lora_dt", N * peft_.dim);
+    b.lora_y = DView<float>("lora_y", N * widest);
+  }
   const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C});
   b.dw = DView<float>("dw", dw_size);
   logits_ = DView<float>("logits", N * V);

@@ -45,7 +45,8 @@ class Transformer {
  public:
   // allocate = false only registers the parameters (names, shapes, dtypes), for planning tools
   // such as the precision audit; such a model cannot run.
-  Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate = true);
+  Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate = true,
+              const PeftConfig& peft = PeftConfig());
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -75,8 +76,16 @@ class Transformer {
   bool stream_bf16() const { return rs_; }
 
  private:
+  // The seven projections of a block, in the order of their weights.
+  enum Proj { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
   struct LayerParams {
     int ln1, q, k, v, o, ln2, gate, up, down;
+    int lora_a[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};  // LoRA adapters (model/lora.cpp)
+    int lora_b[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};
+    int weight(int proj) const {
+      const int w[kNumProj] = {q, k, v, o, gate, up, down};
+      return w[proj];
+    }
   };
   struct MtpParams {
     int enorm, hnorm, eh_proj, norm;
@@ -105,6 +114,15 @@ class Transformer {
                       float* logits, float* losses, const int32_t* targets, bool loss, float scale,
                       bool backward, float* dxf);
   void mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r);
+  // LoRA (model/lora.cpp). Adds the adapter of projection `proj` to y (N, out) at column `col`
+  // of rows `ld` wide, given the projection's input x (N, in).
+  void register_lora(LayerParams& p);
+  void lora_forward(const LayerParams& p, int proj, float* y, int64_t ld, int64_t col,
+                    const float* x);
+  // From the projection's output gradient dy (rows `ld` wide, at column `col`): the adapter
+  // gradients, and dx (N, in) += the input gradient through the adapter (fp32, unrounded).
+  void lora_backward(const LayerParams& p, int proj, const float* dy, int64_t ld, int64_t col,
+                     const float* x, float* dx);
   // Adds the MTP head's gradient with respect to the main model's last residual into dres.
   void mtp_backward(float* dres);
   void accumulate(int param, const float* dw, bool round_dw);
@@ -118,6 +136,7 @@ class Transformer {
   int embed_ = -1, final_norm_ = -1, lm_head_ = -1;  // lm_head_ == embed_ when tied
   std::vector<LayerParams> layers_;
   std::vector<MtpParams> mtp_;
+  PeftConfig peft_;
   std::vector<bool> round_compute_;  // per parameter: rounded to bf16 in the compute buffer
   // Parameters with several gradient contributions per backward (the embedding when tied or
   // read by the MTP head, an untied LM head shared with MTP depths) sum them in fp32 here and

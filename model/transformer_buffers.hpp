@@ -66,7 +66,9 @@ struct Transformer::Buffers {
   // MTP only: (N, 2C) eh_proj input gradient; (N, C) gradients of h_out/h_prev, the two normed
   // halves, and the embedding lookup; (N, V) logits of the current depth.
   DView<float> dcat, dh, dh_prev, den, dhn, demb, mtp_logits;
-  DView<float> en, hn;               // (N, C) MTP forward: the two normed halves
+  DView<float> en, hn;  // (N, C) MTP forward: the two normed halves
+  // LoRA scratch: (N, r) adapter activations and their gradient; (N, out) delta / gradient.
+  DView<float> lora_t, lora_dt, lora_y;
   std::vector<MtpActs> mtp;          // one per MTP depth
   std::vector<LayerActs> mtp_block;  // one per MTP depth
 };

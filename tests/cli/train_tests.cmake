@@ -24,3 +24,11 @@ foreach(case IN LISTS KKTRAIN_TRAIN_CASES)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()
+
+# LoRA adapters end to end (tests/cli/test_lora.py, built on test_train.py's helpers).
+foreach(case IN ITEMS lora_audit_dtypes lora_train lora_bad_targets)
+  add_test(NAME train.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_lora.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
+endforeach()
