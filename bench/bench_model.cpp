@@ -15,21 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "model/gemm.hpp"
 #include "model/transformer.hpp"
 
 using namespace kktrain;
+using bench::median;
+using bench::now;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // Best-of sgemm rate at a transformer-like shape: (B*T, C) x (C, 4C).
 double sgemm_peak(int64_t M, int64_t K, int64_t N) {

@@ -17,22 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "core/config.hpp"
 #include "core/param_registry.hpp"
 #include "optim/optimizer.hpp"
 
 using namespace kktrain;
+using bench::median;
+using bench::now;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 long rss_bytes() {
   std::ifstream f("/proc/self/statm");

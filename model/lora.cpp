@@ -32,6 +32,17 @@ bool targeted(const std::vector<std::string>& targets, const std::string& module
 
 }  // namespace
 
+// Sizes of one adapter pair: A (r, in), B (out, r), and its scale alpha / r.
+struct LoraShape {
+  int64_t r, in, out;
+  float scale;
+};
+
+static LoraShape lora_shape(const ParamRegistry& reg, int a, int b, const PeftConfig& peft) {
+  return {reg.info(a).shape[0], reg.info(a).shape[1], reg.info(b).shape[0],
+          static_cast<float>(peft.alpha / static_cast<double>(peft.dim))};
+}
+
 void Transformer::register_lora(LayerParams& p) {
   for (int k = 0; k < kNumProj; ++k) {
     const ParamInfo base = params_.info(p.weight(k));
@@ -48,9 +59,8 @@ void Transformer::lora_forward(const LayerParams& p, int proj, float* y, int64_t
   const int a = p.lora_a[proj], bb = p.lora_b[proj];
   if (a < 0) return;
   Buffers& b = *buf_;
-  const int64_t N = b.B * b.T, r = params_.info(a).shape[0], in = params_.info(a).shape[1];
-  const int64_t out = params_.info(bb).shape[0];
-  const float scale = static_cast<float>(peft_.alpha / static_cast<double>(peft_.dim));
+  const int64_t N = b.B * b.T;
+  const auto [r, in, out, scale] = lora_shape(params_, a, bb, peft_);
   matmul_forward(b.lora_t.data(), x, w(a), N, in, r);  // t (N, r)
   if (rc_) round_copy(b.lora_t.data(), b.lora_t.data(), N * r, true);
   matmul_forward(b.lora_y.data(), b.lora_t.data(), w(bb), N, r, out);  // delta (N, out)
@@ -63,9 +73,8 @@ void Transformer::lora_backward(const LayerParams& p, int proj, const float* dy,
   const int a = p.lora_a[proj], bb = p.lora_b[proj];
   if (a < 0) return;
   Buffers& b = *buf_;
-  const int64_t N = b.B * b.T, r = params_.info(a).shape[0], in = params_.info(a).shape[1];
-  const int64_t out = params_.info(bb).shape[0];
-  const float scale = static_cast<float>(peft_.alpha / static_cast<double>(peft_.dim));
+  const int64_t N = b.B * b.T;
+  const auto [r, in, out, scale] = lora_shape(params_, a, bb, peft_);
   // Recompute t = rnd(x A^T) rather than keeping it: (N, r) is cheap to redo.
   matmul_forward(b.lora_t.data(), x, w(a), N, in, r);
   if (rc_) round_copy(b.lora_t.data(), b.lora_t.data(), N * r, true);

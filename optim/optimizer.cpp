@@ -95,11 +95,11 @@ RoundingMode rounding(bool stochastic, uint64_t seed, int64_t step, const ParamI
   return r;
 }
 
-// ---- torch.optim.Adam / AdamW ------------------------------------------------------------------
+// ---- the Adam family's shared state: exp_avg and exp_avg_sq per trainable parameter ------------
 
-class TorchAdam final : public Optimizer {
+class AdamBase : public Optimizer {
  public:
-  TorchAdam(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed)
+  AdamBase(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed)
       : cfg_(c), reg_(reg), seed_(seed), m_(reg.size()), v_(reg.size()) {
     for (int i = 0; i < reg.size(); ++i) {
       const ParamInfo& p = reg.info(i);
@@ -110,6 +110,34 @@ class TorchAdam final : public Optimizer {
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }
+
+  ParamStateInfo state_info(int i) const override {
+    ParamStateInfo s;
+    if (m_[i].empty()) return s;
+    s.has_state = true;
+    s.exp_avg = m_[i].dtype;
+    s.exp_avg_sq = v_[i].dtype;
+    return s;
+  }
+
+  std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
+    if (m_[i].empty()) return {};
+    const int64_t n = reg_.info(i).numel;
+    return {{"exp_avg", state_host(m_[i], n)}, {"exp_avg_sq", state_host(v_[i], n)}};
+  }
+
+ protected:
+  OptimizerConfig cfg_;
+  ParamRegistry& reg_;
+  uint64_t seed_;
+  std::vector<StateTensor> m_, v_;
+};
+
+// ---- torch.optim.Adam / AdamW ------------------------------------------------------------------
+
+class TorchAdam final : public AdamBase {
+ public:
+  using AdamBase::AdamBase;
 
   void step(double lr, float grad_scale) override {
     ++step_;
@@ -142,48 +170,20 @@ class TorchAdam final : public Optimizer {
     }
     Kokkos::fence();
   }
-
-  ParamStateInfo state_info(int i) const override {
-    ParamStateInfo s;
-    if (m_[i].empty()) return s;
-    s.has_state = true;
-    s.exp_avg = m_[i].dtype;
-    s.exp_avg_sq = v_[i].dtype;
-    return s;
-  }
-
-  std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
-    if (m_[i].empty()) return {};
-    const int64_t n = reg_.info(i).numel;
-    return {{"exp_avg", state_host(m_[i], n)}, {"exp_avg_sq", state_host(v_[i], n)}};
-  }
-
- private:
-  OptimizerConfig cfg_;
-  ParamRegistry& reg_;
-  uint64_t seed_;
-  std::vector<StateTensor> m_, v_;
 };
 
 // ---- Transformer Engine FusedAdam ----------------------------------------------------------
 
-class FusedAdam final : public Optimizer {
+class FusedAdam final : public AdamBase {
  public:
   FusedAdam(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed)
-      : cfg_(c),
-        reg_(reg),
-        seed_(seed),
-        m_(reg.size()),
-        v_(reg.size()),
+      : AdamBase(c, reg, seed),
         master_(reg.size()),
         remainder_(reg.size()),
         kind_(reg.size(), MasterKind::none) {
     for (int i = 0; i < reg.size(); ++i) {
       const ParamInfo& p = reg.info(i);
       const ParamStateInfo plan = plan_state(c, p);
-      if (!plan.has_state) continue;
-      m_[i].allocate(p.name + ".exp_avg", *plan.exp_avg, p.numel);
-      v_[i].allocate(p.name + ".exp_avg_sq", *plan.exp_avg_sq, p.numel);
       kind_[i] = plan.master;
       if (plan.master == MasterKind::remainder) {
         // fp32 master = bf16 param bits + int16 remainder; remainders start at zero.
@@ -197,8 +197,6 @@ class FusedAdam final : public Optimizer {
       }
     }
   }
-  const char* name() const override { return optimizer_kind_name(cfg_.kind); }
-
   void step(double lr, float grad_scale) override {
     ++step_;
     const double t = static_cast<double>(step_);
@@ -242,20 +240,15 @@ class FusedAdam final : public Optimizer {
   }
 
   ParamStateInfo state_info(int i) const override {
-    ParamStateInfo s;
-    if (m_[i].empty()) return s;
-    s.has_state = true;
-    s.exp_avg = m_[i].dtype;
-    s.exp_avg_sq = v_[i].dtype;
+    ParamStateInfo s = AdamBase::state_info(i);
     s.master = kind_[i];
     return s;
   }
 
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
-    if (m_[i].empty()) return {};
+    auto out = AdamBase::state_to_host(i);
+    if (out.empty()) return out;
     const int64_t n = reg_.info(i).numel;
-    std::vector<std::pair<std::string, std::vector<float>>> out = {
-        {"exp_avg", state_host(m_[i], n)}, {"exp_avg_sq", state_host(v_[i], n)}};
     if (kind_[i] == MasterKind::float32) {
       StateTensor s;
       s.dtype = DType::float32;
@@ -271,10 +264,6 @@ class FusedAdam final : public Optimizer {
   }
 
  private:
-  OptimizerConfig cfg_;
-  ParamRegistry& reg_;
-  uint64_t seed_;
-  std::vector<StateTensor> m_, v_;
   std::vector<DView<float>> master_;
   std::vector<Kokkos::View<int16_t*, MemSpace>> remainder_;
   std::vector<MasterKind> kind_;

@@ -6,40 +6,41 @@
 
 #include "core/errors.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/mpi_world.hpp"
 
 namespace kktrain {
 
+MpiWorld::MpiWorld() {
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+double MpiWorld::allreduce_sum_host(double v) {
+  double out = 0.0;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return out;
+}
+
+bool MpiWorld::all_agree(bool ok) {
+  int in = ok ? 1 : 0, out = 0;
+  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  return out != 0;
+}
+
+void MpiWorld::barrier() {
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 namespace {
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public MpiWorld {
  public:
-  MpiCommunicator() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
   void allreduce_sum(float* data, std::size_t n) override {
     // Host-resident buffers on host backends; device builds hand device pointers to a
     // CUDA-aware MPI (or use the NCCL communicator).
     MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }
-  double allreduce_sum_host(double v) override {
-    double out = 0.0;
-    MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    return out;
-  }
-  bool all_agree(bool ok) override {
-    int in = ok ? 1 : 0, out = 0;
-    MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    return out != 0;
-  }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
-
- private:
-  int rank_ = 0;
-  int size_ = 1;
 };
 
 }  // namespace

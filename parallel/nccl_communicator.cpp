@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/mpi_world.hpp"
 #include "parallel/nccl_communicator.hpp"
 
 namespace kktrain {
@@ -28,39 +29,22 @@ void check_cuda(cudaError_t r, const char* what) {
   }
 }
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public MpiWorld {
  public:
   NcclCommunicator() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
   }
   ~NcclCommunicator() override { ncclCommDestroy(comm_); }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
   void allreduce_sum(float* data, std::size_t n) override {
     check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, nullptr), "ncclAllReduce");
     check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
-  double allreduce_sum_host(double v) override {
-    double out = 0.0;
-    MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    return out;
-  }
-  bool all_agree(bool ok) override {
-    int in = ok ? 1 : 0, out = 0;
-    MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    return out != 0;
-  }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
 
  private:
-  int rank_ = 0;
-  int size_ = 1;
   ncclComm_t comm_ = nullptr;
 };
 

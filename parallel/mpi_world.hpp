@@ -1,0 +1,23 @@
+// Host-side collectives over MPI_COMM_WORLD, shared by the MPI and NCCL communicators (NCCL
+// moves device buffers; scalars, agreement and barriers still go through MPI).
+#pragma once
+
+#include "parallel/communicator.hpp"
+
+namespace kktrain {
+
+class MpiWorld : public Communicator {
+ public:
+  MpiWorld();
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  double allreduce_sum_host(double v) override;
+  bool all_agree(bool ok) override;
+  void barrier() override;
+
+ protected:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace kktrain
