@@ -84,24 +84,23 @@ KOKKOS_INLINE_FUNCTION bf16 from_f32<bf16>(float f) {
   return bf16(f);
 }
 
-// round_as<T>(x): x rounded to T, as a float.  store_as<T>(p, i, x): p[i] = T(x). The bf16
-// store writes the 16-bit pattern directly (a struct copy would block loop vectorization).
-template <class T>
-KOKKOS_INLINE_FUNCTION float round_as(float x);
-template <>
-KOKKOS_INLINE_FUNCTION float round_as<float>(float x) {
-  return x;
-}
-template <>
-KOKKOS_INLINE_FUNCTION float round_as<bf16>(float x) {
-  return round_to_bf16(x);
-}
-
+// store_as(p, i, x): p[i] = T(x). The bf16 store writes the 16-bit pattern directly (a struct
+// copy would block loop vectorization).
 KOKKOS_INLINE_FUNCTION void store_as(float* p, int64_t i, float x) {
   p[i] = x;
 }
 KOKKOS_INLINE_FUNCTION void store_as(bf16* p, int64_t i, float x) {
   reinterpret_cast<uint16_t*>(p)[i] = bf16_bits_from_float(x);
+}
+// p[i] = T(x), returning the stored value as a float (rounds once for bf16).
+KOKKOS_INLINE_FUNCTION float store_rounded(float* p, int64_t i, float x) {
+  p[i] = x;
+  return x;
+}
+KOKKOS_INLINE_FUNCTION float store_rounded(bf16* p, int64_t i, float x) {
+  const uint16_t b = bf16_bits_from_float(x);
+  reinterpret_cast<uint16_t*>(p)[i] = b;
+  return bits_float(static_cast<uint32_t>(b) << 16);
 }
 KOKKOS_INLINE_FUNCTION void store_bits(bf16* p, int64_t i, bf16 v) {
   reinterpret_cast<uint16_t*>(p)[i] = v.bits;

@@ -43,10 +43,10 @@ void torch_adam_impl(P* param, const P* grad, P* exp_avg, P* exp_avg_sq, int64_t
         const float g = to_f32(grad[i]) * h.grad_scale + l2 * p0;  // grad.add(param, alpha=wd)
         const float p = p0 * decay;                                // param.mul_(1 - lr * wd)
         // exp_avg.mul_(b1).add_(g, alpha=1-b1); exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
-        const float m = round_as<P>(to_f32(exp_avg[i]) * h.beta1 + h.one_minus_beta1 * g);
-        const float v = round_as<P>(to_f32(exp_avg_sq[i]) * h.beta2 + h.one_minus_beta2 * g * g);
-        store_as(exp_avg, i, m);
-        store_as(exp_avg_sq, i, v);
+        const float m =
+            store_rounded(exp_avg, i, to_f32(exp_avg[i]) * h.beta1 + h.one_minus_beta1 * g);
+        const float v = store_rounded(exp_avg_sq, i,
+                                      to_f32(exp_avg_sq[i]) * h.beta2 + h.one_minus_beta2 * g * g);
         // denom = sqrt(v) / sqrt(bc2) + eps; param.addcdiv_(m, denom, value=-step_size)
         const float denom = math::sqrt(v) / h.bias_correction2_sqrt + h.eps;
         Store<P, SR>::apply(param, p + h.neg_step_size * m / denom, r, i);
@@ -102,8 +102,7 @@ void sgd_impl(P* param, const P* grad, P* momentum_buf, int64_t n, const SgdHype
         float d = to_f32(grad[i]) * h.grad_scale + h.weight_decay * p;  // d_p.add(param, wd)
         if constexpr (Momentum) {
           // buf.mul_(momentum).add_(d_p, alpha=1-dampening); nesterov: d_p.add(buf, momentum)
-          const float b = round_as<P>(to_f32(momentum_buf[i]) * keep + take * d);
-          store_as(momentum_buf, i, b);
+          const float b = store_rounded(momentum_buf, i, to_f32(momentum_buf[i]) * keep + take * d);
           d = nesterov != 0.0f ? d + h.momentum * b : b;
         }
         Store<P, SR>::apply(param, p + (-h.lr) * d, r, i);  // param.add_(d_p, alpha=-lr)
