@@ -7,6 +7,7 @@ usage: test_lora.py KKTRAIN INPUTS_DIR CASE
 import sys
 import tempfile
 
+import test_audit
 import test_train as tt
 
 PEFT = 'peft={target_modules: ["*.q_proj", "*.v_proj", "*mlp*"], dim: 4, alpha: 8}'
@@ -20,7 +21,7 @@ def case_lora_audit_dtypes():
     """Adapters appear for the targeted projections only, inherit the base storage dtype (null
     lora_dtype) or take peft.lora_dtype; the base model is frozen (no grad, no state)."""
     for lora_dtype, expect in (("null", "bfloat16"), ("float32", "float32")):
-        doc, by_name, where = tt.audit(tt.RISKY, PEFT.replace("}", f", lora_dtype: {lora_dtype}}}"))
+        doc, by_name, where = test_audit.audit(tt.RISKY, PEFT.replace("}", f", lora_dtype: {lora_dtype}}}"))
         ad = adapters(by_name)
         # 1 layer: q, v, gate, up, down -> 5 projections x (A, B)
         tt.check(len(ad) == 10, f"expected 10 adapter tensors, got {sorted(ad)}" + where)

@@ -11,9 +11,6 @@ set(KKTRAIN_TRAIN_CASES
   pattern_a pattern_b pattern_risky pattern_risky_fail patterns_consistent
   # 5. non-finite loss / gradient norm: skipped steps, then exit 1
   nonfinite_grad_norm nonfinite_loss
-  # 6. kktrain audit: the three patterns (JSON and table), freezing
-  audit_pattern_a audit_pattern_b audit_risky audit_table audit_freeze_modules
-  audit_freeze_parameters audit_unfreeze_parameters audit_freeze_tied_alias audit_freeze_unknown
   # 7. bad data: exit 2, one stderr line, nothing written
   data_missing data_empty data_directory data_short data_vocab data_binary
   # 8.-9. mpirun (multi-rank training is refused for now), --help
@@ -23,6 +20,16 @@ foreach(case IN LISTS KKTRAIN_TRAIN_CASES)
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_train.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120 SKIP_RETURN_CODE 77)
+endforeach()
+
+# kktrain audit: the three patterns (JSON and table), freezing (tests/cli/test_audit.py)
+foreach(case IN ITEMS audit_pattern_a audit_pattern_b audit_risky audit_table audit_freeze_modules
+                      audit_freeze_parameters audit_unfreeze_parameters audit_freeze_tied_alias
+                      audit_freeze_unknown)
+  add_test(NAME train.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_audit.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
 endforeach()
 
 # LoRA adapters end to end (tests/cli/test_lora.py, built on test_train.py's helpers).
