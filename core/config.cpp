@@ -114,14 +114,14 @@ void read_freeze(Section& s, FreezeConfig* f) {
   f->unfreeze_parameters = s.get_string_list("unfreeze_parameters");
   s.finish();
   // Duplicate exact names are rejected (unknown names are checked against the model later).
-  for (const char* key : {"freeze_parameters", "unfreeze_parameters"}) {
-    const auto& names =
-        std::string(key) == "freeze_parameters" ? f->freeze_parameters : f->unfreeze_parameters;
+  const auto no_duplicates = [&](const char* key, const std::vector<std::string>& names) {
     std::set<std::string> seen;
     for (const auto& n : names) {
       if (!seen.insert(n).second) s.fail(key, "duplicate parameter name '" + n + "'");
     }
-  }
+  };
+  no_duplicates("freeze_parameters", f->freeze_parameters);
+  no_duplicates("unfreeze_parameters", f->unfreeze_parameters);
 }
 
 void read_peft(Section& s, PeftConfig* p) {
