@@ -90,6 +90,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const std::string metrics_path =
       (std::filesystem::path(cfg.train.output_dir) / "metrics.jsonl").string();
   MetricsWriter metrics(metrics_path);
+  if (!metrics.previous().empty()) {
+    log::info("an earlier " + metrics_path + " was kept as " + metrics.previous());
+  }
 
   const int64_t B = cfg.data.micro_batch_size, T = cfg.data.seq_len;
   const int64_t micro_steps = cfg.data.global_batch_size / (B * comm->size());

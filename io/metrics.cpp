@@ -56,6 +56,20 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
     throw InputError("train.output_dir: cannot create '" + p.parent_path().string() +
                      "': " + ec.message());
   }
+  // An earlier run's metrics are kept, not overwritten: metrics.jsonl -> metrics.jsonl.1, .2, ...
+  if (std::filesystem::exists(p, ec)) {
+    for (int n = 1;; ++n) {
+      const std::filesystem::path old = path + "." + std::to_string(n);
+      if (std::filesystem::exists(old, ec)) continue;
+      std::filesystem::rename(p, old, ec);
+      if (ec) {
+        throw InputError("train.output_dir: cannot move the earlier '" + path +
+                         "' aside: " + ec.message());
+      }
+      previous_ = old.string();
+      break;
+    }
+  }
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) throw InputError("train.output_dir: cannot write '" + path + "'");
 }

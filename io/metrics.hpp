@@ -24,16 +24,19 @@ class JsonLine {
 
 class MetricsWriter {
  public:
-  // Creates the directory if needed and starts `path` afresh (an earlier file is replaced).
+  // Creates the directory if needed and starts `path` afresh; an earlier file at `path` is kept
+  // as path.1 (or the first free path.N), never overwritten.
   explicit MetricsWriter(const std::string& path);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   void write(const JsonLine& line);
   const std::string& path() const { return path_; }
+  // Where an earlier file was moved, or "" when there was none.
+  const std::string& previous() const { return previous_; }
 
  private:
-  std::string path_;
+  std::string path_, previous_;
   std::FILE* f_ = nullptr;
 };
 

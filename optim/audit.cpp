@@ -199,6 +199,11 @@ std::string audit_json(const AuditReport& r) {
        << ", \"exp_avg_sq_dtype\": " << json_dtype(row.state.exp_avg_sq)
        << ", \"momentum_dtype\": " << json_dtype(row.state.momentum) << ", \"master\": "
        << (p.trainable ? json_string(master_kind_name(row.state.master)) : "null")
+       << ", \"element_bytes\": {\"param\": " << dtype_size(p.dtype)
+       << ", \"grad\": " << size_of(row.grad) << ", \"exp_avg\": " << size_of(row.state.exp_avg)
+       << ", \"exp_avg_sq\": " << size_of(row.state.exp_avg_sq)
+       << ", \"momentum\": " << size_of(row.state.momentum)
+       << ", \"master\": " << master_bytes(row.state.master) << "}"
        << ", \"bytes_per_element\": " << row.bytes_per_element << ", \"bytes\": " << row.bytes
        << "}";
   }

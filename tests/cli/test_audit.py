@@ -94,6 +94,11 @@ def check_audit_common(doc, by_name, layers=1, tied=True):
                 check(p[k] is None, f"frozen {p['name']}: {k} should be null, is {p[k]!r}")
             per = size[p["storage_dtype"]]
         check(p["bytes"] == per * n, f"{p['name']}: bytes {p['bytes']} != {per} x {n}")
+        eb = p["element_bytes"]  # the same bytes per element, component by component
+        check(eb["param"] == size[p["storage_dtype"]] and eb["grad"] == size[p["grad_dtype"]]
+              and eb["exp_avg"] == size[p["exp_avg_dtype"]]
+              and eb["exp_avg_sq"] == size[p["exp_avg_sq_dtype"]]
+              and sum(eb.values()) == per == p["bytes_per_element"], f"element_bytes of {p}")
     totals = doc.get("totals", {})
     check(totals.get("trainable_elements") == t_elems, f"totals {totals} vs {t_elems} trainable")
     if t_elems:

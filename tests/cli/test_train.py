@@ -270,6 +270,21 @@ def case_determinism():
             shutil.rmtree(os.path.join(tmp, "b"))
 
 
+def case_metrics_kept():
+    """A second run into the same train.output_dir keeps the first run's metrics.jsonl (as
+    metrics.jsonl.1, then .2), byte for byte: no data is lost."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        first = train(tmp, "run", DEFAULT, steps=3).ok()
+        with open(first.metrics_path) as f:
+            text = f.read()
+        second = train(tmp, "run", DEFAULT, steps=2).ok()
+        with open(first.metrics_path + ".1") as f:
+            check(f.read() == text, "the first run's metrics.jsonl was not kept as .1" + second.where)
+        check(len(second.train_rows()) == 2, "the new metrics.jsonl holds the new run" + second.where)
+        train(tmp, "run", DEFAULT, steps=1).ok()
+        check(os.path.exists(first.metrics_path + ".2"), "a third run keeps the second as .2")
+
+
 # ---- 3. gradient accumulation ----------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ set(KKTRAIN_TRAIN_CASES
   # 1. a full run: metrics.jsonl rows, validation rows, loss goes down, lr schedule bit-exact
   full_run log_cadence lr_schedule_variants
   # 2.-3. determinism (bit-identical metrics), gradient accumulation
-  determinism grad_accumulation
+  determinism metrics_kept grad_accumulation
   # 4. the reference's precision patterns, the precision warning and its error mode
   pattern_a pattern_b pattern_risky pattern_risky_fail patterns_consistent
   # 5. non-finite loss / gradient norm: skipped steps, then exit 1
