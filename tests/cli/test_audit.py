@@ -247,23 +247,6 @@ def case_audit_freeze_unknown():
         check(not os.path.exists(r.out_dir), "a refused run created train.output_dir")
 
 
-def main():
-    if len(sys.argv) != 4:
-        print(__doc__)
-        return 2
-    test_train.KKTRAIN, test_train.INPUTS, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    fn = globals().get("case_" + name)
-    if fn is None:
-        print(f"unknown case {name!r}")
-        return 2
-    try:
-        fn()
-    except Failure as e:
-        print(f"FAIL {name}: {e}")
-        return 1
-    print(f"ok {name}")
-    return 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(test_train.run_case(globals(), __doc__))

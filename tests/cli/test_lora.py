@@ -65,23 +65,6 @@ def case_lora_bad_targets():
     tt.expect_one_error(rc, out, err, "peft.target_modules", "selects no projection")
 
 
-def main():
-    if len(sys.argv) != 4:
-        print(__doc__)
-        return 2
-    tt.KKTRAIN, tt.INPUTS, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    fn = globals().get("case_" + name)
-    if fn is None:
-        print(f"unknown case {name!r}")
-        return 2
-    try:
-        fn()
-    except tt.Failure as e:
-        print(f"FAIL {name}: {e}")
-        return 1
-    print(f"ok {name}")
-    return 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tt.run_case(globals(), __doc__))

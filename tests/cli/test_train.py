@@ -611,13 +611,16 @@ def case_audit_help():
     check_help("audit", "--json")
 
 
-def main():
+def run_case(cases, doc):
+    """The command line of this file and of test_audit.py / test_lora.py: KKTRAIN INPUTS_DIR CASE,
+    where CASE names a case_<CASE> function of `cases` (a module's globals()). Exit 0 ok, 1 fail,
+    2 usage, 77 skip."""
     global KKTRAIN, INPUTS
     if len(sys.argv) != 4:
-        print(__doc__)
+        print(doc)
         return 2
     KKTRAIN, INPUTS, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    fn = globals().get("case_" + name)
+    fn = cases.get("case_" + name)
     if fn is None:
         print(f"unknown case {name!r}")
         return 2
@@ -634,4 +637,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_case(globals(), __doc__))
