@@ -55,7 +55,7 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   const std::string out = args.options.at("--out");
   auto model = build_model(cfg);
   const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);
-  const Batch batch = data.train_batch(0, 0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
+  const Batch batch = data.train_batch(0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
   ForwardOptions fo;
   fo.prepare_backward = true;
   fo.compute_mtp = cfg.model.compute_mtp;

@@ -121,7 +121,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     params.zero_grads();
     double loss_sum = 0.0, mtp_sum = 0.0;
     for (int64_t m = 0; m < micro_steps; ++m) {
-      const Batch b = data.train_batch(step, comm->rank(), m, B, T);
+      const Batch b = data.train_batch(step, comm->rank() * (micro_steps * B) + m * B, B, T);
       ForwardOptions fo;
       fo.prepare_backward = true;
       fo.compute_mtp = cfg.model.compute_mtp;

@@ -114,7 +114,7 @@ TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, const DataCo
 }
 
 Batch TokenDataset::window_batch(int64_t begin, int64_t len, uint64_t stream, uint64_t key,
-                                 int64_t B, int64_t T) const {
+                                 int64_t first, int64_t count, int64_t B, int64_t T) const {
   Batch b;
   b.B = B;
   b.T = T;
@@ -122,28 +122,27 @@ Batch TokenDataset::window_batch(int64_t begin, int64_t len, uint64_t stream, ui
   b.targets.resize(B * T);
   const uint64_t starts = static_cast<uint64_t>(len - T);  // windows of T + 1 tokens fit
   for (int64_t r = 0; r < B; ++r) {
-    const int64_t off = begin + static_cast<int64_t>(hash3(seed_, stream ^ key, r) % starts);
+    const uint64_t k = static_cast<uint64_t>(first + (r < count ? r : 0));
+    const int64_t off = begin + static_cast<int64_t>(hash3(seed_, stream ^ key, k) % starts);
     for (int64_t t = 0; t < T; ++t) {
       b.ids[r * T + t] = tokens_[off + t];
-      b.targets[r * T + t] = tokens_[off + t + 1];
+      b.targets[r * T + t] = r < count ? tokens_[off + t + 1] : -1;
     }
   }
   return b;
 }
 
-Batch TokenDataset::train_batch(int64_t step, int rank, int64_t micro, int64_t B, int64_t T) const {
-  const uint64_t key =
-      hash3(static_cast<uint64_t>(step), static_cast<uint64_t>(rank), static_cast<uint64_t>(micro));
-  return window_batch(0, n_train_, name_stream("train"), key, B, T);
+Batch TokenDataset::train_batch(int64_t step, int64_t first, int64_t B, int64_t T) const {
+  return window_batch(0, n_train_, name_stream("train"), mix64(static_cast<uint64_t>(step)), first,
+                      B, B, T);
 }
 
-Batch TokenDataset::val_batch(int64_t index, int64_t B, int64_t T) const {
+Batch TokenDataset::val_windows(int64_t first, int64_t count, int64_t B, int64_t T) const {
   if (!has_validation() || val_tokens() < T + 1) {
     throw InputError("data: " + source_ + " has no validation split long enough for seq_len " +
                      std::to_string(T) + " (raise data.val_fraction)");
   }
-  return window_batch(n_train_, val_tokens(), name_stream("val"), static_cast<uint64_t>(index), B,
-                      T);
+  return window_batch(n_train_, val_tokens(), name_stream("val"), 0, first, count, B, T);
 }
 
 }  // namespace kktrain

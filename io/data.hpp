@@ -1,8 +1,10 @@
 // Training data: a byte-level tokenizer, loaders for text and pre-tokenized binary token files,
 // the embedded default corpus, a train/validation split and deterministic batch sampling.
 //
-// Sampling is keyed by (data.seed, step, rank, micro-batch, row): every batch is a pure function
-// of those, so a run and its resume see the same batches, whatever happened in between.
+// Sampling is global: window k of optimizer step s (k in [0, data.global_batch_size)) starts at a
+// position drawn from (data.seed, s, k). Each rank and micro-batch takes a contiguous slice of
+// those windows, so the global batch is the same samples however it is split into micro-batches
+// and ranks, and a run and its resume see the same batches, whatever happened in between.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +38,17 @@ class TokenDataset {
   static TokenDataset from_tokens(std::vector<int32_t> tokens, const DataConfig& cfg,
                                   const std::string& source);
 
-  // Micro-batch `micro` of optimizer step `step` on `rank`: B windows of T + 1 tokens from the
-  // training split at positions drawn from (seed, step, rank, micro, row).
-  Batch train_batch(int64_t step, int rank, int64_t micro, int64_t B, int64_t T) const;
-  // Validation batch `index`: B windows from the validation split (fixed for a given index).
-  Batch val_batch(int64_t index, int64_t B, int64_t T) const;
+  // Windows [first, first + B) of optimizer step `step`'s global batch: B windows of T + 1
+  // tokens from the training split, window k at a position drawn from (seed, step, k). Rank r of
+  // W takes micro-batch m as first = r * (global / W) + m * B.
+  Batch train_batch(int64_t step, int64_t first, int64_t B, int64_t T) const;
+  // Validation windows [first, first + count) (window k at a position drawn from (seed, k)),
+  // padded to B rows whose targets are all ignored (-1) when count < B.
+  Batch val_windows(int64_t first, int64_t count, int64_t B, int64_t T) const;
+  // Validation batch `index`: windows [index * B, (index + 1) * B).
+  Batch val_batch(int64_t index, int64_t B, int64_t T) const {
+    return val_windows(index * B, B, B, T);
+  }
 
   int64_t train_tokens() const { return n_train_; }
   int64_t val_tokens() const { return static_cast<int64_t>(tokens_.size()) - n_train_; }
@@ -48,8 +56,10 @@ class TokenDataset {
   const std::string& source() const { return source_; }
 
  private:
-  Batch window_batch(int64_t begin, int64_t len, uint64_t stream, uint64_t key, int64_t B,
-                     int64_t T) const;
+  // Rows [0, count) are windows first.. of the split [begin, begin + len) keyed by (stream, key);
+  // rows [count, B) repeat row 0's tokens with ignored targets.
+  Batch window_batch(int64_t begin, int64_t len, uint64_t stream, uint64_t key, int64_t first,
+                     int64_t count, int64_t B, int64_t T) const;
   std::vector<int32_t> tokens_;
   int64_t n_train_ = 0;
   uint64_t seed_ = 0;

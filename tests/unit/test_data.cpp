@@ -69,15 +69,14 @@ TEST(TokenDataset, LoadsDefaultCorpusAndSplits) {
   EXPECT_NE(d.source().find("default corpus"), std::string::npos);
 }
 
-TEST(TokenDataset, BatchesAreDeterministicPerStepRankAndMicro) {
+TEST(TokenDataset, BatchesAreDeterministicPerStepAndWindow) {
   const TokenDataset d = TokenDataset::load(data_cfg(std::nullopt, 16), 256);
-  const Batch a = d.train_batch(5, 0, 0, 4, 16);
-  const Batch again = d.train_batch(5, 0, 0, 4, 16);
+  const Batch a = d.train_batch(5, 0, 4, 16);
+  const Batch again = d.train_batch(5, 0, 4, 16);
   EXPECT_EQ(a.ids, again.ids);
   EXPECT_EQ(a.targets, again.targets);
-  EXPECT_NE(a.ids, d.train_batch(6, 0, 0, 4, 16).ids);
-  EXPECT_NE(a.ids, d.train_batch(5, 1, 0, 4, 16).ids);
-  EXPECT_NE(a.ids, d.train_batch(5, 0, 1, 4, 16).ids);
+  EXPECT_NE(a.ids, d.train_batch(6, 0, 4, 16).ids);
+  EXPECT_NE(a.ids, d.train_batch(5, 4, 4, 16).ids);
   // targets are the next tokens of the same window
   for (int64_t r = 0; r < a.B; ++r) {
     for (int64_t t = 0; t + 1 < a.T; ++t) EXPECT_EQ(a.targets[r * a.T + t], a.ids[r * a.T + t + 1]);
@@ -86,7 +85,38 @@ TEST(TokenDataset, BatchesAreDeterministicPerStepRankAndMicro) {
   DataConfig other = data_cfg(std::nullopt, 16);
   other.seed = 43;
   const TokenDataset d2 = TokenDataset::load(other, 256);
-  EXPECT_NE(a.ids, d2.train_batch(5, 0, 0, 4, 16).ids);
+  EXPECT_NE(a.ids, d2.train_batch(5, 0, 4, 16).ids);
+}
+
+// The global batch defines the data: any split into micro-batches (or ranks) of contiguous
+// window ranges yields the same windows in the same order.
+TEST(TokenDataset, MicroBatchesAreSlicesOfTheGlobalBatch) {
+  const TokenDataset d = TokenDataset::load(data_cfg(std::nullopt, 16), 256);
+  for (int64_t step : {0, 1, 17}) {
+    const Batch whole = d.train_batch(step, 0, 6, 16);
+    for (int64_t B : {1, 2, 3}) {
+      std::vector<int32_t> ids, targets;
+      for (int64_t first = 0; first < 6; first += B) {
+        const Batch part = d.train_batch(step, first, B, 16);
+        ids.insert(ids.end(), part.ids.begin(), part.ids.end());
+        targets.insert(targets.end(), part.targets.begin(), part.targets.end());
+      }
+      EXPECT_EQ(ids, whole.ids) << "step " << step << ", micro-batches of " << B;
+      EXPECT_EQ(targets, whole.targets) << "step " << step << ", micro-batches of " << B;
+    }
+  }
+}
+
+TEST(TokenDataset, ValidationWindowsPadWithIgnoredTargets) {
+  const TokenDataset d = TokenDataset::load(data_cfg(std::nullopt, 16), 256);
+  const Batch full = d.val_windows(3, 4, 4, 16);
+  const Batch part = d.val_windows(3, 2, 4, 16);
+  EXPECT_EQ(std::vector<int32_t>(full.ids.begin(), full.ids.begin() + 32),
+            std::vector<int32_t>(part.ids.begin(), part.ids.begin() + 32));
+  EXPECT_EQ(std::vector<int32_t>(full.targets.begin(), full.targets.begin() + 32),
+            std::vector<int32_t>(part.targets.begin(), part.targets.begin() + 32));
+  for (std::size_t i = 32; i < part.targets.size(); ++i) EXPECT_EQ(part.targets[i], -1);
+  EXPECT_EQ(d.val_batch(1, 4, 16).ids, d.val_windows(4, 4, 4, 16).ids);
 }
 
 TEST(TokenDataset, ValidationBatchesComeFromTheHeldOutTail) {
@@ -99,7 +129,7 @@ TEST(TokenDataset, ValidationBatchesComeFromTheHeldOutTail) {
   EXPECT_EQ(d.train_tokens(), 800);
   std::set<int32_t> starts;
   for (int step = 0; step < 200; ++step) {
-    const Batch b = d.train_batch(step, 0, 0, 4, 8);
+    const Batch b = d.train_batch(step, 0, 4, 8);
     for (int64_t r = 0; r < 4; ++r) {
       starts.insert(b.ids[r * 8]);
       for (int64_t t = 0; t < 8; ++t) {
@@ -130,7 +160,7 @@ TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
   const std::string p16 = write_file("b.u16", u16);
   const TokenDataset b = TokenDataset::load(data_cfg(p16), 4096);
   EXPECT_EQ(b.train_tokens() + b.val_tokens(), 64);
-  const Batch bb = b.train_batch(0, 0, 0, 1, 8);
+  const Batch bb = b.train_batch(0, 0, 1, 8);
   for (int32_t id : bb.ids) EXPECT_LT(id, 4096);
 
   std::string u32(4 * 40, '\0');
