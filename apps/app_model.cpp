@@ -48,10 +48,22 @@ void load_model_file(Transformer& model, const std::string& path) {
   }
 }
 
-std::unique_ptr<Transformer> build_model(const Config& cfg, bool allocate) {
-  auto model = std::make_unique<Transformer>(cfg.model, cfg.precision, allocate, cfg.peft);
-  apply_freeze(model->params(), cfg.freeze, cfg.source);
-  if (!allocate) return model;
+std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) {
+  auto model =
+      std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
+  apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
+  model->plan_layout(rank, world);
+  return model;
+}
+
+std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm) {
+  auto model =
+      std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
+  apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
+  ShardOptions so;
+  so.comm = &comm;
+  so.reshard_after_forward = cfg.distributed.reshard_after_forward;
+  model->prepare(so);
   if (cfg.model.init_from) {
     load_model_file(*model, *cfg.model.init_from);
   } else {

@@ -1,18 +1,42 @@
-// `kktrain audit CONFIG [key=value ...] [--json]`: the precision audit of a configuration,
-// planned without allocating the model or optimizer state.
+// `kktrain audit CONFIG [key=value ...] [--json] [--world-size W]`: the precision audit of a
+// configuration, planned without allocating the model or optimizer state, for the ranks of the
+// launch (mpirun) or W ranks given on the command line.
 #include <cstdio>
+#include <string>
 
 #include "apps/app_model.hpp"
 #include "apps/commands.hpp"
+#include "core/errors.hpp"
 #include "core/log.hpp"
 #include "optim/audit.hpp"
 
 namespace kktrain {
 
 namespace {
+int world_size_option(const ParsedArgs& args, const AppContext& ctx) {
+  const std::string& v = args.options.at("--world-size");
+  if (v.empty()) return ctx.mpi->size();
+  std::size_t used = 0;
+  long w = 0;
+  try {
+    w = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || w < 1 || w > (1 << 20)) {
+    throw UsageError("audit: --world-size expects a rank count from 1 to 1048576, got '" + v + "'");
+  }
+  if (ctx.mpi->size() > 1 && w != ctx.mpi->size()) {
+    throw UsageError("audit: --world-size " + v + " differs from the " +
+                     std::to_string(ctx.mpi->size()) + " ranks of this launch");
+  }
+  return static_cast<int>(w);
+}
+
 int run_audit(const ParsedArgs& args, AppContext& ctx) {
-  const Config cfg = load_app_config(args, ctx);
-  auto model = build_model(cfg, /*allocate=*/false);
+  const int world = world_size_option(args, ctx);
+  const Config cfg = load_app_config(args, ctx, world);
+  auto model = plan_model(cfg, 0, world);
   const AuditReport r = precision_audit(cfg, model->params(), log::warnings());
   if (ctx.mpi->rank() == 0) {
     const std::string out = args.flags.count("--json") ? audit_json(r) : audit_table(r);
@@ -25,7 +49,7 @@ int run_audit(const ParsedArgs& args, AppContext& ctx) {
 Command audit_command() {
   CommandSpec s;
   s.name = "audit";
-  s.synopsis = "audit CONFIG [key.path=VALUE ...] [--json]";
+  s.synopsis = "audit CONFIG [key.path=VALUE ...] [--json] [--world-size W]";
   s.summary = "Per-parameter storage, grad, moment and master dtypes with bytes; warnings.";
   s.details =
       "For every parameter, trainable or not: storage dtype, gradient dtype, the optimizer's\n"
@@ -33,6 +57,9 @@ Command audit_command() {
       "remainder: fp32 rebuilt from the bf16 parameter + an int16 remainder), bytes per element\n"
       "and in total; then the compute, reduce and output dtypes, totals with bytes per\n"
       "trainable parameter, and the precision warnings. Nothing is allocated.\n"
+      "Under mpirun -np W, or with --world-size W: the layout of W ranks (frozen parameters\n"
+      "lowered to the compute dtype, rows per rank of every parameter, and the resident bytes\n"
+      "of the largest rank; --json: \"shard_rows\" per parameter, totals.per_rank).\n"
       "--json prints {\"parameters\": [{\"name\", \"trainable\", \"shape\", \"storage_dtype\",\n"
       "\"grad_dtype\", \"exp_avg_dtype\", \"exp_avg_sq_dtype\", \"master\", \"bytes\", ...}],\n"
       "\"compute_dtype\", \"reduce_dtype\", \"output_dtype\", \"warnings\": [...]}; absent\n"
@@ -40,6 +67,7 @@ Command audit_command() {
   s.positionals = {"CONFIG"};
   s.takes_overrides = true;
   s.flags = {"--json"};
+  s.options = {{"--world-size", ""}};
   return Command{s, run_audit, true};
 }
 

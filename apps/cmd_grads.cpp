@@ -53,7 +53,8 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain grads runs on one rank");
   const Config cfg = load_app_config(args, ctx);
   const std::string out = args.options.at("--out");
-  auto model = build_model(cfg);
+  SingleCommunicator one_rank;
+  auto model = build_model(cfg, one_rank);
   const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);
   const Batch batch = data.train_batch(0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
   ForwardOptions fo;

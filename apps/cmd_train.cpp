@@ -1,10 +1,18 @@
-// `kktrain train CONFIG [key=value ...]`: the training loop.
+// `kktrain train CONFIG [key=value ...]`: the training loop, on one rank or sharded over the
+// ranks of an mpirun launch.
 //
-//   per step: micro-batches -> forward -> backward (gradients accumulate) -> global grad norm ->
-//             clip factor -> one fused optimizer update -> schedule
-// with periodic validation, a log line every train.log_every steps (and a progress line when
-// stderr is a terminal), and metrics.jsonl in train.output_dir. A step whose loss or gradient
-// norm is not finite is skipped with a warning; train.max_nonfinite_steps in a row stop the run.
+//   per step: micro-batches -> forward -> backward (gradients accumulate; on several ranks the
+//             last micro-batch reduce-scatters them into the shards) -> global grad norm (one
+//             all-reduce of the shards' partial sums) -> clip factor -> one fused optimizer
+//             update of this rank's shard -> schedule
+// The global batch is split deterministically: rank r of W takes windows [r G/W, (r+1) G/W) of
+// the step's G windows, in micro-batches of data.micro_batch_size, so every rank count and every
+// micro-batch size trains on the same samples. Losses are averaged over ranks; rank 0 logs and
+// writes files. Periodic validation, a log line every train.log_every steps (and a progress line
+// when stderr is a terminal), and metrics.jsonl in train.output_dir. A step whose loss or
+// gradient norm is not finite (on any rank: both are reduced over ranks) is skipped with a
+// warning on every rank; train.max_nonfinite_steps in a row stop the run.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,6 +30,7 @@
 #include "optim/grad_norm.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "parallel/agree.hpp"
 
 namespace kktrain {
 
@@ -32,12 +41,7 @@ double now_s() {
 }
 
 // Rejects settings this version cannot honour, instead of ignoring them.
-void check_supported(const Config& cfg, int world_size) {
-  if (world_size > 1) {
-    throw UsageError("train: launched on " + std::to_string(world_size) +
-                     " ranks, but sharded data parallel training is not implemented in this "
-                     "version; run on one rank");
-  }
+void check_supported(const Config& cfg) {
   if (cfg.checkpoint.save_every > 0 ||
       (cfg.checkpoint.resume != "auto" && cfg.checkpoint.resume != "never")) {
     throw ConfigError("checkpoint",
@@ -47,15 +51,33 @@ void check_supported(const Config& cfg, int world_size) {
   }
 }
 
-double validation_loss(Transformer& model, const TokenDataset& data, const Config& cfg) {
+// The validation loss: the mean token loss over validation windows [0, val_batches x B), the
+// windows of val_batches micro-batches of B. Ranks take micro-batches round-robin (padded with
+// ignored rows, so every rank runs the same number of forwards) and sum losses and tokens.
+double validation_loss(Transformer& model, const TokenDataset& data, const Config& cfg,
+                       Communicator& comm) {
   ForwardOptions fo;
   fo.compute_mtp = false;
-  double sum = 0.0;
-  for (int64_t i = 0; i < cfg.train.val_batches; ++i) {
-    const Batch b = data.val_batch(i, cfg.data.micro_batch_size, cfg.data.seq_len);
-    sum += model.forward(b.ids.data(), b.targets.data(), b.B, b.T, fo).loss;
+  const int64_t B = cfg.data.micro_batch_size, W = comm.size();
+  const int64_t windows = cfg.train.val_batches * B;
+  const int64_t calls = (windows + W * B - 1) / (W * B);
+  double sum = 0.0, tokens = 0.0;
+  for (int64_t j = 0; j < calls; ++j) {
+    const int64_t first = (j * W + comm.rank()) * B;
+    const int64_t count = std::max<int64_t>(0, std::min<int64_t>(B, windows - first));
+    const Batch b = data.val_windows(count > 0 ? first : 0, count, B, cfg.data.seq_len);
+    const ForwardResult r = model.forward(b.ids.data(), b.targets.data(), b.B, b.T, fo);
+    sum += r.loss * static_cast<double>(r.tokens);
+    tokens += static_cast<double>(r.tokens);
   }
-  return sum / static_cast<double>(cfg.train.val_batches);
+  return comm.allreduce_sum_host(sum) / comm.allreduce_sum_host(tokens);
+}
+
+// Peak resident memory of this process so far (bytes).
+double peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
 void progress_line(int64_t step, int64_t total, double loss, double tps) {
@@ -68,13 +90,13 @@ void progress_line(int64_t step, int64_t total, double loss, double tps) {
 }
 
 int run_train(const ParsedArgs& args, AppContext& ctx) {
-  if (ctx.mpi->size() > 1) check_supported(Config(), ctx.mpi->size());  // before config errors
   const Config cfg = load_app_config(args, ctx);
+  check_supported(cfg);
   auto comm = ctx.mpi->make_communicator();
-  check_supported(cfg, comm->size());
+  const int W = comm->size();
   const bool rank0 = comm->rank() == 0;
 
-  auto model = build_model(cfg);
+  auto model = build_model(cfg, *comm);
   ParamRegistry& params = model->params();
   const auto [risky, warnings] = precision_warnings(cfg, params);
   for (const auto& w : warnings) log::warn(w);
@@ -83,19 +105,24 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
                       "refusing to train with bfloat16 Adam moments (see the warning above)",
                       cfg.source);
   }
-  // Optimizer state is created after the model, its init and its freezing.
+  // Optimizer state is created after the model, its init and its freezing, for this rank's shard.
   auto opt = make_optimizer(cfg.optimizer, params, cfg.model.seed);
-  const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);
+  // Every rank opens the data itself; if one cannot, all stop with that rank's message.
+  const TokenDataset data =
+      collectively(*comm, [&] { return TokenDataset::load(cfg.data, cfg.model.vocab_size); });
   const LrSchedule schedule(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
   const std::string metrics_path =
       (std::filesystem::path(cfg.train.output_dir) / "metrics.jsonl").string();
-  MetricsWriter metrics(metrics_path);
-  if (!metrics.previous().empty()) {
-    log::info("an earlier " + metrics_path + " was kept as " + metrics.previous());
+  std::unique_ptr<MetricsWriter> metrics;
+  collectively(*comm, [&] {
+    if (rank0) metrics = std::make_unique<MetricsWriter>(metrics_path);
+  });
+  if (metrics && !metrics->previous().empty()) {
+    log::info("an earlier " + metrics_path + " was kept as " + metrics->previous());
   }
 
   const int64_t B = cfg.data.micro_batch_size, T = cfg.data.seq_len;
-  const int64_t micro_steps = cfg.data.global_batch_size / (B * comm->size());
+  const int64_t micro_steps = cfg.data.global_batch_size / (B * W);
   const int64_t tokens_per_step = cfg.data.global_batch_size * T;
   const bool progress = rank0 && (cfg.train.progress == "on" ||
                                   (cfg.train.progress == "auto" && isatty(STDERR_FILENO)));
@@ -107,31 +134,46 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   int64_t trainable = 0;
   for (const auto& p : params.all()) trainable += p.trainable ? p.numel : 0;
   if (trainable == 0) log::warn("no trainable parameters (freeze_config froze everything)");
+  std::string ranks;
+  if (W > 1) {
+    ranks = "; " + std::to_string(W) + " ranks (fsdp2, " +
+            (cfg.distributed.reshard_after_forward ? "reshard" : "no reshard") +
+            " after forward, reduce " + dtype_name(cfg.precision.reduce) + ", " + comm->name() +
+            " collectives on " + comm->buffer_path() + " buffers)";
+  }
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + opt->name() + " on " + data.source() +
             "; storage " + dtype_name(cfg.precision.storage) + ", compute " +
             dtype_name(cfg.precision.compute) + "; " + std::to_string(cfg.train.max_steps) +
-            " steps of " + std::to_string(tokens_per_step) + " tokens; metrics -> " + metrics_path);
+            " steps of " + std::to_string(tokens_per_step) + " tokens" + ranks + "; metrics -> " +
+            metrics_path);
+  auto write_row = [&](const JsonLine& row) {
+    if (metrics) metrics->write(row);
+  };
 
   int64_t nonfinite = 0;
   double last_loss = NAN;
   const double t_start = now_s();
   for (int64_t step = 0; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
-    params.zero_grads();
+    const CommStats c0 = comm->stats();
+    model->zero_grads();
     double loss_sum = 0.0, mtp_sum = 0.0;
     for (int64_t m = 0; m < micro_steps; ++m) {
-      const Batch b = data.train_batch(step, comm->rank() * (micro_steps * B) + m * B, B, T);
+      const int64_t first = comm->rank() * (micro_steps * B) + m * B;  // this rank's slice
+      const Batch b = data.train_batch(step, first, B, T);
       ForwardOptions fo;
       fo.prepare_backward = true;
       fo.compute_mtp = cfg.model.compute_mtp;
       fo.grad_scale = 1.0f / static_cast<float>(micro_steps);  // mean over micro-batches
+      fo.sync_grads = m + 1 == micro_steps;  // several ranks: reduce-scatter once per step
       const ForwardResult r = model->forward(b.ids.data(), b.targets.data(), B, T, fo);
       model->backward();
       loss_sum += r.loss;
       mtp_sum += r.mtp_loss;
     }
-    const double loss = comm->allreduce_sum_host(loss_sum / micro_steps) / comm->size();
+    const double loss = comm->allreduce_sum_host(loss_sum / micro_steps) / W;
+    const double mtp_loss = comm->allreduce_sum_host(mtp_sum / micro_steps) / W;
     const double grad_norm = std::sqrt(comm->allreduce_sum_host(grad_sum_squares(params)));
     const int64_t done = step + 1;
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
@@ -139,11 +181,11 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       log::warn("step " + std::to_string(done) + ": non-finite " +
                 (std::isfinite(loss) ? "gradient norm" : "loss") + "; update skipped (" +
                 std::to_string(nonfinite) + " in a row)");
-      metrics.write(JsonLine()
-                        .integer("step", done)
-                        .num("loss", loss)
-                        .num("grad_norm", grad_norm)
-                        .boolean("skipped", true));
+      write_row(JsonLine()
+                    .integer("step", done)
+                    .num("loss", loss)
+                    .num("grad_norm", grad_norm)
+                    .boolean("skipped", true));
       if (nonfinite >= cfg.train.max_nonfinite_steps) {
         throw RuntimeFailure("stopping at step " + std::to_string(done) + ": " +
                              std::to_string(nonfinite) +
@@ -162,10 +204,15 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     if (log_now) {
       JsonLine row;
       row.integer("step", done).num("loss", loss).num("grad_norm", grad_norm).num("lr", lr);
-      if (model->mtp_depth() > 0 && cfg.model.compute_mtp)
-        row.num("mtp_loss", mtp_sum / micro_steps);
+      if (model->mtp_depth() > 0 && cfg.model.compute_mtp) row.num("mtp_loss", mtp_loss);
       row.num("tokens_per_s", tps).num("ms_per_step", dt * 1e3);
-      if (rank0) metrics.write(row);
+      if (W > 1) {
+        const CommStats& c1 = comm->stats();
+        row.num("comm_bytes", c1.bytes_sent - c0.bytes_sent)
+            .num("comm_ms", (c1.seconds - c0.seconds) * 1e3);
+      }
+      row.num("peak_rss_bytes", comm->allreduce_max_host(peak_rss_bytes()));
+      write_row(row);
       char line[256];
       std::snprintf(line, sizeof(line),
                     "step %lld/%lld | loss %.4f | grad_norm %.3f | lr %.2e | %.0f tok/s | "
@@ -179,8 +226,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const bool val_now = val_ok && cfg.train.val_every > 0 &&
                          (done % cfg.train.val_every == 0 || done == cfg.train.max_steps);
     if (val_now) {
-      const double vl = validation_loss(*model, data, cfg);
-      if (rank0) metrics.write(JsonLine().integer("step", done).num("val_loss", vl));
+      const double vl = validation_loss(*model, data, cfg, *comm);
+      write_row(JsonLine().integer("step", done).num("val_loss", vl));
       if (progress) std::fputc('\n', stderr);
       char line[128];
       std::snprintf(line, sizeof(line), "step %lld | val_loss %.4f", static_cast<long long>(done),
@@ -189,9 +236,12 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     }
   }
   if (progress) std::fputc('\n', stderr);
-  char line[160];
-  std::snprintf(line, sizeof(line), "done: %lld steps in %.1f s, final loss %.4f",
-                static_cast<long long>(cfg.train.max_steps), now_s() - t_start, last_loss);
+  const double peak = comm->allreduce_max_host(peak_rss_bytes());
+  char line[200];
+  std::snprintf(line, sizeof(line),
+                "done: %lld steps in %.1f s, final loss %.4f, peak RSS %.1f MiB%s",
+                static_cast<long long>(cfg.train.max_steps), now_s() - t_start, last_loss,
+                peak / (1 << 20), W > 1 ? " (largest rank)" : "");
   log::info(line);
   return 0;
 }

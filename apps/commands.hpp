@@ -26,8 +26,9 @@ Command audit_command();
 Command grads_command();
 Command train_command();
 
-// Loads CONFIG (positional 0) with the overrides, for this process's world size, resolving
-// `model.dtype: auto` with `model.init_from` through the checkpoint reader.
-Config load_app_config(const ParsedArgs& args, const AppContext& ctx);
+// Loads CONFIG (positional 0) with the overrides, for this process's world size (or
+// `world_size` ranks when positive), resolving `model.dtype: auto` with `model.init_from`
+// through the checkpoint reader.
+Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_size = 0);
 
 }  // namespace kktrain

@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   bool same_on_all_ranks = false;  // config and usage errors: every rank reads the same input
   try {
     rc = dispatch(argc, argv, mpi);
+  } catch (const CollectiveError& e) {  // every rank knows; one of them says what happened
+    if (e.printed_here()) std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    rc = e.exit_code();
+    same_on_all_ranks = true;
   } catch (const ConfigError& e) {
     if (mpi.rank() == 0) std::fprintf(stderr, "kktrain: error: %s\n", e.what());
     rc = e.exit_code();

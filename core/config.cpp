@@ -208,8 +208,13 @@ void read_scheduler(Section& s, SchedulerConfig* c) {
   s.finish();
 }
 
-void read_distributed(Section& s, DistributedConfig* d) {
-  d->strategy = s.get_choice("strategy", "fsdp2", {"fsdp2", "ddp"});
+void read_distributed(Section& s, DistributedConfig* d, int world_size) {
+  d->strategy = s.get_string("strategy", "fsdp2");
+  if (d->strategy != "fsdp2") {
+    s.fail("strategy", "\"" + d->strategy +
+                           "\" is not supported; kktrain implements fsdp2 (parameters, gradients "
+                           "and optimizer state sharded over all ranks)");
+  }
   {
     Section mp = s.sub("mp_policy");
     const char* const kPolicy = "torch.distributed.fsdp.MixedPrecisionPolicy";
@@ -231,7 +236,14 @@ void read_distributed(Section& s, DistributedConfig* d) {
   }
   d->autocast_dtype = s.get_dtype("autocast_dtype", std::nullopt, true);
   require_supported(s, "autocast_dtype", d->autocast_dtype);
+  const bool reshard_set = s.present("reshard_after_forward");
+  d->reshard_after_forward = s.get_bool("reshard_after_forward", true);
   s.finish();
+  if (reshard_set && world_size == 1) {
+    log::warn(
+        "distributed.reshard_after_forward has no effect on one rank: nothing is sharded, and the "
+        "compute copies of the weights live from forward to backward (as autocast keeps them)");
+  }
 }
 
 void read_data(Section& s, DataConfig* d, int world_size) {
@@ -322,6 +334,17 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
           "updated without an fp32 master copy");
     }
   }
+  const auto& mp = c.distributed.mp_policy;
+  if (opts.world_size > 1 && !mp.cast_forward_inputs && c.precision.output &&
+      *c.precision.output != c.precision.compute) {
+    // FSDP2 would hand a unit's output_dtype activations to the next unit's param_dtype
+    // weights (torch rejects the mixed matmul); kktrain does not guess a promotion either.
+    loc.fail("distributed.mp_policy.cast_forward_inputs",
+             std::string("false with output_dtype ") + dtype_name(*c.precision.output) +
+                 " and param_dtype " + dtype_name(c.precision.compute) +
+                 " would feed each layer activations in a dtype other than its weights'; set "
+                 "cast_forward_inputs: true, or output_dtype equal to param_dtype (or null)");
+  }
   if (c.distributed.autocast_dtype && opts.world_size > 1) {
     log::warn("distributed.autocast_dtype has no effect with " + std::to_string(opts.world_size) +
               " ranks: the sharded path computes in mp_policy.param_dtype");
@@ -392,7 +415,7 @@ Config load_config_text(const std::string& text, const std::string& name,
   }
   {
     Section s = top.sub("distributed");
-    read_distributed(s, &c.distributed);
+    read_distributed(s, &c.distributed, opts.world_size);
   }
   {
     Section s = top.sub("data");
@@ -442,6 +465,7 @@ Config load_config_text(const std::string& text, const std::string& name,
   rp["output_dtype"] = c.precision.output ? YAML::Node(dtype_name(*c.precision.output))
                                           : YAML::Node(YAML::NodeType::Null);
   rp["output_dtype_applied"] = c.precision.output_applied;
+  rp["cast_forward_inputs_applied"] = opts.world_size > 1 && c.precision.cast_forward_inputs;
   rp["lora_dtype"] = c.peft.enabled ? (c.precision.lora ? YAML::Node(dtype_name(*c.precision.lora))
                                                         : YAML::Node("inherit"))
                                     : YAML::Node(YAML::NodeType::Null);

@@ -92,9 +92,13 @@ struct SchedulerConfig {
 };
 
 struct DistributedConfig {
-  std::string strategy = "fsdp2";
+  std::string strategy = "fsdp2";  // the only one: FSDP2-style sharding over all ranks
   MixedPrecisionPolicy mp_policy;
   std::optional<DType> autocast_dtype;
+  // Several ranks: free each layer's gathered weights after its forward and gather them again
+  // for its backward (FSDP2's default); false keeps them from forward to backward (memory for
+  // one all-gather per layer less).
+  bool reshard_after_forward = true;
 };
 
 struct DataConfig {

@@ -52,6 +52,15 @@ class RuntimeFailure : public Error {
   explicit RuntimeFailure(const std::string& msg) : Error(msg, 1) {}
 };
 
+// A failure every rank agreed on (parallel/agree.hpp): the rank that saw it first carries its
+// message and prints it; the others carry an empty message and exit with the same status
+// quietly. No rank aborts the job: all of them leave MPI normally.
+class CollectiveError : public Error {
+ public:
+  CollectiveError(const std::string& msg, int exit_code) : Error(msg, exit_code) {}
+  bool printed_here() const { return what()[0] != '\0'; }
+};
+
 class InternalError : public Error {
  public:
   explicit InternalError(const std::string& msg) : Error("internal error: " + msg, 1) {}

@@ -1,5 +1,7 @@
 #include "core/param_registry.hpp"
 
+#include <algorithm>
+
 #include "core/errors.hpp"
 
 namespace kktrain {
@@ -18,12 +20,34 @@ int ParamRegistry::add(const std::string& name, const std::string& module,
   p.role = role;
   p.dtype = dtype;
   p.index_offset = static_cast<std::size_t>(total_numel_);
-  int64_t& n = dtype == DType::float32 ? n_f32_ : n_bf16_;
-  p.offset = static_cast<std::size_t>(n);
-  n += p.numel;
+  p.rows = p.shape.empty() ? 1 : p.shape[0];
+  p.row_len = p.rows > 0 ? p.numel / p.rows : 0;
+  p.shard_rows = p.local_rows = p.rows;
+  p.local_numel = p.numel;
   total_numel_ += p.numel;
   params_.push_back(std::move(p));
   return static_cast<int>(params_.size()) - 1;
+}
+
+int64_t ParamRegistry::shard_rows_of(int64_t rows, int rank, int world) {
+  const int64_t chunk = (rows + world - 1) / world;
+  const int64_t begin = std::min<int64_t>(rows, chunk * rank);
+  return std::min<int64_t>(rows, begin + chunk) - begin;
+}
+
+void ParamRegistry::shard(int rank, int world) {
+  if (allocated_) throw InternalError("registry sharded after allocation");
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw InternalError("bad shard rank " + std::to_string(rank) + " of " + std::to_string(world));
+  }
+  rank_ = rank;
+  world_ = world;
+  for (auto& p : params_) {
+    p.shard_rows = (p.rows + world - 1) / world;
+    p.row_begin = std::min<int64_t>(p.rows, p.shard_rows * rank);
+    p.local_rows = shard_rows_of(p.rows, rank, world);
+    p.local_numel = p.local_rows * p.row_len;
+  }
 }
 
 void ParamRegistry::add_alias(int index, const std::string& alias) {
@@ -32,12 +56,31 @@ void ParamRegistry::add_alias(int index, const std::string& alias) {
 }
 
 void ParamRegistry::allocate() {
+  if (allocated_) throw InternalError("registry allocated twice");
+  int64_t grad_f32 = 0, grad_bf16 = 0;
+  n_f32_ = n_bf16_ = 0;
+  for (auto& p : params_) {
+    if (p.dtype == DType::float16) throw InternalError("float16 parameter storage");
+    const bool f32 = p.dtype == DType::float32;
+    int64_t& n = f32 ? n_f32_ : n_bf16_;
+    p.offset = static_cast<std::size_t>(n);
+    n += p.local_numel;
+    int64_t& g = f32 ? grad_f32 : grad_bf16;
+    p.grad_offset = static_cast<std::size_t>(g);
+    p.has_grad = p.trainable;
+    if (p.has_grad) g += p.local_numel;
+  }
   data_f32_ = DView<float>("params_f32", n_f32_);
-  grad_f32_ = DView<float>("grads_f32", n_f32_);
+  grad_f32_ = DView<float>("grads_f32", grad_f32);
   data_bf16_ = DView<bf16>("params_bf16", n_bf16_);
-  grad_bf16_ = DView<bf16>("grads_bf16", n_bf16_);
+  grad_bf16_ = DView<bf16>("grads_bf16", grad_bf16);
   zero_grads();
   allocated_ = true;
+}
+
+void ParamRegistry::throw_no_grad(int i) const {
+  throw InternalError("gradient of frozen parameter '" + params_[i].name + "' (frozen parameters " +
+                      "have no gradient buffer)");
 }
 
 int ParamRegistry::find(const std::string& name) const {

@@ -2,9 +2,16 @@
 // the module it belongs to (for selectors), its shape, its storage dtype and tie aliases.
 //
 // Storage is one flat allocation per dtype (llm.c style): parameters of dtype D live in
-// data_<D> at `offset`, their gradients in grad_<D> at the same offset. Gradients have the
-// parameter's storage dtype (torch semantics). A tied parameter has one storage and several
-// names: `lm_head.weight` is an alias of `model.embed_tokens.weight` when embeddings are tied.
+// data_<D> at `offset`; gradients exist only for trainable parameters, in grad_<D> at
+// `grad_offset`. Gradients have the parameter's storage dtype (torch semantics). A tied parameter
+// has one storage and several names: `lm_head.weight` is an alias of `model.embed_tokens.weight`
+// when embeddings are tied.
+//
+// Sharding (FSDP2 layout, parallel/): with W ranks every parameter is split along dim 0 into
+// chunks of ceil(rows / W) rows; rank r holds rows [r * chunk, min(rows, (r + 1) * chunk)), so the
+// last ranks may hold fewer rows or none. Each rank stores only its own rows (no padding), and
+// data()/grad() are views of that shard. One rank holds everything. The shard's global position
+// (row_begin, local_rows) is what checkpoints and the collectives use.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +32,17 @@ struct ParamInfo {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   ParamRole role = ParamRole::linear;
-  DType dtype = DType::float32;  // storage dtype
-  std::size_t offset = 0;        // element offset in the flat buffer of `dtype`
+  DType dtype = DType::float32;  // storage dtype (may be lowered before allocation, model/)
+  std::size_t offset = 0;        // element offset of the local shard in the flat buffer of `dtype`
+  std::size_t grad_offset = 0;   // same for the gradient (trainable parameters only)
   std::size_t index_offset = 0;  // element offset over all parameters in registration order
+  // dim-0 sharding: `rows` = shape[0] rows of `row_len` elements; this rank holds local_rows rows
+  // starting at row_begin, at most shard_rows = ceil(rows / world).
+  int64_t rows = 0, row_len = 0;
+  int64_t shard_rows = 0, row_begin = 0, local_rows = 0;
+  int64_t local_numel = 0;  // local_rows * row_len
   bool trainable = true;
+  bool has_grad = false;   // a gradient buffer was allocated (trainable at allocate())
   bool keep_fp32 = false;  // model-protected: stays fp32 in storage and compute
   bool no_weight_decay = false;
 };
@@ -39,7 +53,14 @@ class ParamRegistry {
   int add(const std::string& name, const std::string& module, std::vector<int64_t> shape,
           ParamRole role, DType dtype);
   void add_alias(int index, const std::string& alias);
-  // Allocates the flat parameter and gradient buffers (zero-filled).
+  // Splits every parameter for `rank` of `world` ranks (before allocate(); default: one rank).
+  void shard(int rank, int world);
+  int shard_rank() const { return rank_; }
+  int shard_world() const { return world_; }
+  // Rows of dim 0 that rank r of `world` holds of a tensor with `rows` rows (may be 0).
+  static int64_t shard_rows_of(int64_t rows, int rank, int world);
+  // Allocates the flat parameter buffers (zero-filled) and the gradient buffers of the trainable
+  // parameters, with the dtypes, trainability and shards as they are now.
   void allocate();
   bool allocated() const { return allocated_; }
 
@@ -50,15 +71,19 @@ class ParamRegistry {
   // Index of a canonical name or alias; -1 when unknown.
   int find(const std::string& name) const;
   int64_t total_numel() const { return total_numel_; }
+  // Local (this rank's) elements stored in dtype d, after allocate().
   int64_t numel_of(DType d) const { return d == DType::float32 ? n_f32_ : n_bf16_; }
 
+  // This rank's shard of parameter i (local_numel elements) and of its gradient (trainable
+  // parameters only).
   template <class T>
   DViewU<T> data(int i) const {
-    return DViewU<T>(flat_data<T>().data() + params_[i].offset, params_[i].numel);
+    return DViewU<T>(flat_data<T>().data() + params_[i].offset, params_[i].local_numel);
   }
   template <class T>
   DViewU<T> grad(int i) const {
-    return DViewU<T>(flat_grad<T>().data() + params_[i].offset, params_[i].numel);
+    if (!params_[i].has_grad) throw_no_grad(i);
+    return DViewU<T>(flat_grad<T>().data() + params_[i].grad_offset, params_[i].local_numel);
   }
   template <class T>
   const DView<T>& flat_data() const;
@@ -68,8 +93,10 @@ class ParamRegistry {
   void zero_grads() const;
 
  private:
+  [[noreturn]] void throw_no_grad(int i) const;
   std::vector<ParamInfo> params_;
   int64_t total_numel_ = 0, n_f32_ = 0, n_bf16_ = 0;
+  int rank_ = 0, world_ = 1;
   bool allocated_ = false;
   DView<float> data_f32_, grad_f32_;
   DView<bf16> data_bf16_, grad_bf16_;

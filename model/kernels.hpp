@@ -31,13 +31,16 @@ void cast_to_float(float* out, const T* in, int64_t n, bool round);
 template <class T>
 void cast_from_float(T* out, const float* in, int64_t n);
 
-// out (n) = T(scale * N(0,1) + shift), the normal draw keyed on (seed, stream, element index).
+// out (n) = T(scale * N(0,1) + shift), the normal draw keyed on (seed, stream, first + element
+// index): a shard starting at element `first` of a tensor gets exactly that part of the tensor.
 template <class T>
-void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift);
+void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift,
+                 int64_t first = 0);
 
-// out (n) = T(U(lo, hi)), the uniform draw keyed on (seed, stream, element index).
+// out (n) = T(U(lo, hi)), the uniform draw keyed on (seed, stream, first + element index).
 template <class T>
-void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi);
+void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi,
+                  int64_t first = 0);
 
 // grad (n) = T(float(grad) + rnd(dw, round_dw)).   Accumulates a parameter-gradient contribution
 // computed in fp32 (and first rounded to the dtype it was computed in) into storage-dtype grads.

@@ -20,26 +20,30 @@ void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw) {
 }
 
 template <class T>
-void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift) {
+void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift,
+                 int64_t first) {
   Kokkos::parallel_for(
       "init_normal", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
-        const float z = scale != 0.0f ? normal01(seed, stream, static_cast<uint64_t>(i)) : 0.0f;
+        const uint64_t k = static_cast<uint64_t>(first + i);
+        const float z = scale != 0.0f ? normal01(seed, stream, k) : 0.0f;
         store_as(out, i, scale * z + shift);
       });
 }
 
 template <class T>
-void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi) {
+void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi,
+                  int64_t first) {
   Kokkos::parallel_for(
       "init_uniform", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
-        store_as(out, i, lo + (hi - lo) * uniform01(seed, stream, static_cast<uint64_t>(i)));
+        const uint64_t k = static_cast<uint64_t>(first + i);
+        store_as(out, i, lo + (hi - lo) * uniform01(seed, stream, k));
       });
 }
 
-template void init_uniform<float>(float*, int64_t, uint64_t, uint64_t, float, float);
-template void init_uniform<bf16>(bf16*, int64_t, uint64_t, uint64_t, float, float);
-template void init_normal<float>(float*, int64_t, uint64_t, uint64_t, float, float);
-template void init_normal<bf16>(bf16*, int64_t, uint64_t, uint64_t, float, float);
+template void init_uniform<float>(float*, int64_t, uint64_t, uint64_t, float, float, int64_t);
+template void init_uniform<bf16>(bf16*, int64_t, uint64_t, uint64_t, float, float, int64_t);
+template void init_normal<float>(float*, int64_t, uint64_t, uint64_t, float, float, int64_t);
+template void init_normal<bf16>(bf16*, int64_t, uint64_t, uint64_t, float, float, int64_t);
 template <class T>
 void cast_from_float(T* out, const float* in, int64_t n) {
   Kokkos::parallel_for(

@@ -11,13 +11,13 @@ using HostF = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unman
 
 std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad) {
   const ParamInfo& p = reg.info(i);
-  DView<float> tmp("param_to_host", p.numel);
+  DView<float> tmp("param_to_host", p.local_numel);
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* src = grad ? reg.grad<T>(i).data() : reg.data<T>(i).data();
-    cast_to_float<T>(tmp.data(), src, p.numel, false);
+    cast_to_float<T>(tmp.data(), src, p.local_numel, false);
   });
-  std::vector<float> out(static_cast<std::size_t>(p.numel));
+  std::vector<float> out(static_cast<std::size_t>(p.local_numel));
   Kokkos::deep_copy(HostF(out.data(), out.size()), tmp);
   return out;
 }
@@ -28,11 +28,14 @@ void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values
     throw InputError("parameter " + p.name + " expects " + std::to_string(p.numel) +
                      " values, got " + std::to_string(values.size()));
   }
-  DView<float> tmp("param_from_host", p.numel);
-  Kokkos::deep_copy(tmp, HostF(const_cast<float*>(values.data()), values.size()));
+  // This rank's rows of the full tensor.
+  const std::size_t first = static_cast<std::size_t>(p.row_begin * p.row_len);
+  DView<float> tmp("param_from_host", p.local_numel);
+  Kokkos::deep_copy(tmp, HostF(const_cast<float*>(values.data()) + first, p.local_numel));
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), tmp.data(), p.numel);
+    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), tmp.data(),
+                       p.local_numel);
   });
   Kokkos::fence();
 }

@@ -8,10 +8,12 @@
 
 namespace kktrain {
 
-// fp32 copy of parameter i's values (or gradient) on the host; bf16 converts exactly.
+// fp32 copy of this rank's shard of parameter i (or of its gradient) on the host: local_numel
+// values (the whole tensor on one rank); bf16 converts exactly.
 std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad = false);
-// Sets parameter i (or its gradient) from host fp32 values, rounding to nearest-even when
-// stored in bf16.
+// Sets this rank's shard of parameter i (or of its gradient) from the full tensor's host fp32
+// values (numel of them), rounding to nearest-even when stored in bf16; fp32 storage takes fp32
+// values as they are.
 void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values,
                      bool grad = false);
 

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "core/glob.hpp"
+#include "core/log.hpp"
 #include "core/random.hpp"
 #include "model/kernels.hpp"
 #include "model/transformer_buffers.hpp"
@@ -22,8 +23,12 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
   if (prec_.world_size == 1) {
     // Autocast semantics: the stream keeps the storage dtype promoted with the compute dtype.
     rs_ = rc_ && emb.dtype == DType::bfloat16;
+    rb_ = rs_;
   } else {
-    rs_ = prec_.output_applied ? *prec_.output == DType::bfloat16 : rc_;
+    // FSDP2 units compute in the compute dtype (their inputs are cast to it and all their
+    // weights are gathered in it); their outputs are cast to output_dtype.
+    rs_ = rc_;
+    rb_ = prec_.output_applied ? *prec_.output == DType::bfloat16 : rc_;
   }
   round_compute_.resize(params_.size());
   for (int i = 0; i < params_.size(); ++i) {
@@ -46,17 +51,92 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
     }
     round_compute_[i] = r;
   }
-  if (!allocate) return;
-  params_.allocate();
-  staged_grad_.resize(params_.size());
-  const bool multi_use_embed = lm_head_ == embed_ || !mtp_.empty();
-  if (multi_use_embed) staged_grad_[embed_] = DView<float>("staged_grad_embed", emb.numel);
-  if (lm_head_ != embed_ && !mtp_.empty()) {
-    staged_grad_[lm_head_] = DView<float>("staged_grad_lm_head", params_.info(lm_head_).numel);
+  if (allocate) prepare(ShardOptions());
+}
+
+void Transformer::lower_frozen_storage() {
+  // FSDP2's frozen-storage preparation: ordinary frozen parameters take the compute dtype before
+  // sharding; trainable parameters, model-protected fp32 ones and LoRA adapters keep theirs.
+  for (int i = 0; i < params_.size(); ++i) {
+    ParamInfo& p = params_.info_mut(i);
+    const bool adapter = p.role == ParamRole::lora_a || p.role == ParamRole::lora_b;
+    if (!p.trainable && !p.keep_fp32 && !adapter) p.dtype = prec_.compute;
   }
-  wcompute_ = DView<float>("compute_weights", params_.total_numel());
-  if (lm_head_ == embed_ && rs_ != round_compute_[embed_]) {
-    embed_stream_ = DView<float>("embed_stream", emb.numel);
+}
+
+void Transformer::plan_layout(int rank, int world) {
+  if (world != prec_.world_size) {
+    throw InternalError("model laid out for " + std::to_string(world) +
+                        " ranks, precision resolved for " + std::to_string(prec_.world_size));
+  }
+  if (world > 1) lower_frozen_storage();
+  params_.shard(rank, world);
+}
+
+std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
+  // Weight slots: with resharding the layers share one buffer; otherwise every unit keeps its
+  // own. Gradient slots: layers always share one (their backwards do not overlap).
+  std::vector<UnitSpec> units;
+  auto add = [&](const std::string& name, std::vector<int> params, int slot) {
+    UnitSpec u;
+    u.name = name;
+    u.params = std::move(params);
+    u.weight_slot = reshard ? slot : static_cast<int>(units.size());
+    u.grad_slot = slot;
+    units.push_back(std::move(u));
+  };
+  auto block_params = [&](const LayerParams& p) {
+    std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2, p.gate, p.up, p.down};
+    for (int k = 0; k < kNumProj; ++k) {
+      if (p.lora_a[k] >= 0) v.insert(v.end(), {p.lora_a[k], p.lora_b[k]});
+    }
+    return v;
+  };
+  add("embed", {embed_}, 0);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    add("layer" + std::to_string(l), block_params(layers_[l]), 1);
+  }
+  std::vector<int> head = {final_norm_};
+  if (lm_head_ != embed_) head.push_back(lm_head_);
+  add("head", head, 2);
+  if (!mtp_.empty()) {
+    std::vector<int> m;
+    for (const auto& d : mtp_) {
+      m.insert(m.end(), {d.enorm, d.hnorm, d.eh_proj});
+      const auto b = block_params(d.block);
+      m.insert(m.end(), b.begin(), b.end());
+      m.push_back(d.norm);
+    }
+    add("mtp", m, 3);
+  }
+  return units;
+}
+
+void Transformer::prepare(const ShardOptions& opts) {
+  if (opts.comm) comm_ = opts.comm;
+  plan_layout(comm_->rank(), comm_->size());
+  params_.allocate();
+  reshard_ = comm_->size() > 1 && opts.reshard_after_forward;
+  units_ = std::make_unique<FsdpUnits>(params_, *comm_, unit_specs(reshard_), round_compute_,
+                                       prec_.reduce);
+  embed_unit_ = 0;
+  head_unit_ = 1 + static_cast<int>(layers_.size());
+  mtp_unit_ = mtp_.empty() ? -1 : head_unit_ + 1;
+  const ParamInfo& emb = params_.info(embed_);
+  staged_grad_.resize(params_.size());
+  if (!units_->sharded()) {
+    // One rank: parameters with several gradient contributions per backward sum them in fp32
+    // and round into their storage-dtype gradient once (sharded runs sum in the unit buffers).
+    const bool multi_use_embed = lm_head_ == embed_ || !mtp_.empty();
+    if (multi_use_embed && emb.trainable) {
+      staged_grad_[embed_] = DView<float>("staged_grad_embed", emb.numel);
+    }
+    if (lm_head_ != embed_ && !mtp_.empty() && params_.info(lm_head_).trainable) {
+      staged_grad_[lm_head_] = DView<float>("staged_grad_lm_head", params_.info(lm_head_).numel);
+    }
+    if (lm_head_ == embed_ && rs_ != round_compute_[embed_]) {
+      embed_stream_ = DView<float>("embed_stream", emb.numel);
+    }
   }
   const int64_t half = cfg_.head_dim() / 2;
   rope_cos_ = DView<float>("rope_cos", cfg_.max_seq_len * half);
@@ -152,51 +232,63 @@ void Transformer::init_weights() {
         p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
     const float s = static_cast<float>(is_out ? out_std : std);
     const bool ones = p.role == ParamRole::norm;
+    // Keyed on the element's index in the full tensor, so every rank count builds the same model.
+    const int64_t first = p.row_begin * p.row_len;
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
+      T* out = params_.data<T>(i).data();
       if (p.role == ParamRole::lora_a) {
         // PEFT's kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
         const float bound = 1.0f / std::sqrt(static_cast<float>(p.shape[1]));
-        init_uniform<T>(params_.data<T>(i).data(), p.numel, seed, stream, -bound, bound);
+        init_uniform<T>(out, p.local_numel, seed, stream, -bound, bound, first);
       } else if (p.role == ParamRole::lora_b) {
-        init_normal<T>(params_.data<T>(i).data(), p.numel, seed, stream, 0.0f, 0.0f);  // zeros
+        init_normal<T>(out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
       } else {
-        init_normal<T>(params_.data<T>(i).data(), p.numel, seed, stream, ones ? 0.0f : s,
-                       ones ? 1.0f : 0.0f);
+        init_normal<T>(out, p.local_numel, seed, stream, ones ? 0.0f : s, ones ? 1.0f : 0.0f,
+                       first);
       }
     });
   }
   Kokkos::fence();
 }
 
-void Transformer::refresh_compute_weights() {
-  for (int i = 0; i < params_.size(); ++i) {
-    const ParamInfo& p = params_.info(i);
-    dispatch_dtype(p.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      cast_to_float<T>(wcompute_.data() + p.index_offset, params_.data<T>(i).data(), p.numel,
-                       round_compute_[i]);
-      if (i == embed_ && embed_stream_.extent(0) > 0) {
-        cast_to_float<T>(embed_stream_.data(), params_.data<T>(i).data(), p.numel, rs_);
-      }
-    });
-  }
+void Transformer::release_after_forward(int unit) {
+  if (reshard_) units_->release(unit);
 }
 
-const float* Transformer::w(int param) const {
-  return wcompute_.data() + params_.info(param).index_offset;
+void Transformer::reduce(int unit) {
+  units_->reduce_gradients(unit, sync_);
+}
+
+void Transformer::boundary_output(float* x, int64_t n) const {
+  if (rb_ && !rs_) round_copy(x, x, n, true);  // fp32 unit output cast to bf16 output_dtype
+}
+
+void Transformer::boundary_grad_into_unit(float* g, int64_t n) const {
+  // The gradient of a bf16 unit output arrives as the gradient of its fp32 cast.
+  if (rs_ && !rb_) round_copy(g, g, n, true);
+}
+
+void Transformer::boundary_grad_out_of_unit(float* g, int64_t n) const {
+  // The gradient of an fp32 unit input leaves as the gradient of the bf16 tensor it was cast from.
+  if (rb_ && !rs_) round_copy(g, g, n, true);
 }
 
 void Transformer::accumulate(int param, const float* dw, bool round_dw) {
   const ParamInfo& p = params_.info(param);
   if (!p.trainable) return;
+  const bool round = round_dw && !p.keep_fp32;
+  if (units_->sharded()) {  // the unit's full fp32 gradient; reduced after the unit's backward
+    accumulate_grad<float>(units_->grad_buffer(param), dw, p.numel, round);
+    return;
+  }
   if (staged_grad_[param].extent(0) > 0) {  // fp32 sum now, one rounding in flush_staged_grads
-    accumulate_grad<float>(staged_grad_[param].data(), dw, p.numel, round_dw && !p.keep_fp32);
+    accumulate_grad<float>(staged_grad_[param].data(), dw, p.numel, round);
     return;
   }
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_grad<T>(params_.grad<T>(param).data(), dw, p.numel, round_dw && !p.keep_fp32);
+    accumulate_grad<T>(params_.grad<T>(param).data(), dw, p.numel, round);
   });
 }
 
@@ -210,6 +302,11 @@ void Transformer::flush_staged_grads() {
     });
     Kokkos::deep_copy(st, 0.0f);
   }
+}
+
+void Transformer::zero_grads() {
+  params_.zero_grads();
+  units_->discard_gradients();
 }
 
 namespace {

@@ -5,14 +5,21 @@
 //                  RMSNorm -> SwiGLU MLP -> + residual ] -> RMSNorm -> LM head -> cross-entropy
 //
 // Parameters live in a ParamRegistry under their canonical names, resident in their storage
-// dtype. Each forward casts them once into an fp32 compute buffer (bf16-rounded when the compute
-// dtype is bf16), laid out in registration order so q/k/v and gate/up are single fused GEMMs.
-// Gradients are computed in fp32, rounded to the dtype of the tensor they belong to, and
-// accumulated into storage-dtype gradient buffers (so several backward calls accumulate).
+// dtype, sharded along dim 0 over the ranks (FSDP2, parallel/fsdp.hpp). The model runs in units
+// (the embedding; each decoder layer; the final norm + LM head; the MTP head): before a unit runs
+// its weights are gathered into an fp32 compute buffer (bf16-rounded when the compute dtype is
+// bf16), with q/k/v and gate/up adjacent so they are single fused GEMMs. Gradients are computed in
+// fp32 and rounded to the dtype of the tensor they belong to. On one rank they accumulate into
+// the storage-dtype gradient buffers (so several backward calls accumulate); on several ranks
+// each unit's full gradient is reduce-scattered into the shards after its backward.
 //
 // Precision roles (see model/kernels.hpp): the compute dtype (matmuls, attention, MLP) and the
 // residual-stream dtype. On one rank the compute dtype acts as autocast, so the stream keeps the
-// storage dtype promoted with the compute dtype (fp32 storage -> fp32 stream).
+// storage dtype promoted with the compute dtype (fp32 storage -> fp32 stream), and every unit's
+// weights stay gathered from forward to backward (as autocast keeps its casts). On several ranks
+// each unit computes in the compute dtype (its inputs are cast to it: cast_forward_inputs) and
+// its output is cast to mp_policy.output_dtype at the unit boundary; frozen ordinary parameters
+// are lowered to the compute dtype before sharding.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +30,8 @@
 #include "core/config.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/param_registry.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/fsdp.hpp"
 
 namespace kktrain {
 
@@ -32,6 +41,15 @@ struct ForwardOptions {
   bool compute_mtp = true;            // run the multi-token-prediction head if the model has one
   bool prepare_backward = false;      // also compute dlogits so backward() can run
   float grad_scale = 1.0f;            // multiplies the gradient of the mean loss (accumulation)
+  // Several ranks: the backward of this forward ends the step's gradient accumulation and
+  // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
+  bool sync_grads = true;
+};
+
+// How the model is laid out over ranks; see Transformer::prepare().
+struct ShardOptions {
+  Communicator* comm = nullptr;       // null: one rank
+  bool reshard_after_forward = true;  // several ranks: gather layers again for backward
 };
 
 struct ForwardResult {
@@ -43,10 +61,18 @@ struct ForwardResult {
 
 class Transformer {
  public:
-  // allocate = false only registers the parameters (names, shapes, dtypes), for planning tools
-  // such as the precision audit; such a model cannot run.
+  // Registers the parameters (names, shapes, dtypes). allocate = true also prepares a one-rank
+  // model ready to run; otherwise call prepare() after setting trainability (freeze_config).
   Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate = true,
               const PeftConfig& peft = PeftConfig());
+  // After freezing: lays the parameters out for opts.comm's rank and size (plan_layout), then
+  // allocates storage, gradients of the trainable parameters and the unit machinery.
+  void prepare(const ShardOptions& opts);
+  // After freezing, without allocating (planning tools such as the audit): on several ranks
+  // lowers frozen ordinary parameters to the compute dtype (not trainable, model-protected fp32
+  // or LoRA ones) and shards the registry for rank `rank` of `world`, which must be the world
+  // size the precision was resolved for.
+  void plan_layout(int rank, int world);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -62,8 +88,11 @@ class Transformer {
   // One micro-batch: ids and targets are host arrays of B*T tokens (targets < 0 are ignored).
   ForwardResult forward(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,
                         const ForwardOptions& opts);
-  // Backward of the last forward (which must have had prepare_backward); accumulates gradients.
+  // Backward of the last forward (which must have had prepare_backward); accumulates gradients
+  // (one rank) or reduces them into the shards (several ranks, ForwardOptions::sync_grads).
   void backward();
+  // Zeroes the shard gradients and drops unreduced gradient accumulation (start of a step).
+  void zero_grads();
 
   // (B*T, C) final hidden states (after the final norm, stream dtype) of the last forward with
   // output_hidden_states; (B*T, V) logits of the last forward with compute_logits (before any
@@ -74,6 +103,8 @@ class Transformer {
 
   bool compute_bf16() const { return rc_; }
   bool stream_bf16() const { return rs_; }
+  // The units, for buffer accounting and tests (valid after prepare(allocate = true)).
+  const FsdpUnits& units() const { return *units_; }
 
  private:
   // The seven projections of a block, in the order of their weights.
@@ -100,8 +131,19 @@ class Transformer {
   int add_param(const std::string& module, std::vector<int64_t> shape, ParamRole role, DType dtype);
   LayerParams register_block(const std::string& prefix, DType dtype);
   void register_params();
-  void refresh_compute_weights();
-  const float* w(int param) const;  // compute-dtype fp32 view of a parameter
+  void lower_frozen_storage();
+  std::vector<UnitSpec> unit_specs(bool reshard) const;
+  const float* w(int param) const { return units_->weight(param); }  // full compute weights
+  // Unit scheduling: gather before use; after a unit's forward, release it when sharded runs
+  // reshard after forward; after its backward, reduce its gradients (sharded runs).
+  void gather(int unit) { units_->gather(unit); }
+  void release_after_forward(int unit);
+  void reduce(int unit);
+  // Rounding at unit boundaries on several ranks (outputs cast to output_dtype, gradients to
+  // the dtype of the tensor they are the gradient of).
+  void boundary_output(float* x, int64_t n) const;
+  void boundary_grad_into_unit(float* g, int64_t n) const;
+  void boundary_grad_out_of_unit(float* g, int64_t n) const;
   void ensure_buffers(int64_t B, int64_t T);
   void upload_batch(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T);
 
@@ -131,7 +173,8 @@ class Transformer {
   ModelConfig cfg_;
   ResolvedPrecision prec_;
   bool rc_ = false;  // compute dtype is bf16
-  bool rs_ = false;  // residual-stream dtype is bf16
+  bool rs_ = false;  // residual-stream dtype (inside units) is bf16
+  bool rb_ = false;  // several ranks: the dtype between units (output_dtype) is bf16
   ParamRegistry params_;
   int embed_ = -1, final_norm_ = -1, lm_head_ = -1;  // lm_head_ == embed_ when tied
   std::vector<LayerParams> layers_;
@@ -142,8 +185,15 @@ class Transformer {
   // read by the MTP head, an untied LM head shared with MTP depths) sum them in fp32 here and
   // are rounded into their storage-dtype gradient once, at the end of backward().
   std::vector<DView<float>> staged_grad_;  // per parameter; empty when not staged
-  DView<float> wcompute_;      // (total params) compute-dtype copies, registration order
-  DView<float> embed_stream_;  // (V, C) lookup copy of a tied embedding (stream dtype)
+  DView<float> embed_stream_;  // (V, C) one rank: lookup copy of a tied embedding (stream dtype)
+  // Units: 0 the embedding, 1..L the layers, then the head (final norm + untied LM head) and the
+  // MTP head when there is one.
+  SingleCommunicator single_;
+  Communicator* comm_ = &single_;
+  bool reshard_ = false;  // several ranks and reshard_after_forward
+  std::unique_ptr<FsdpUnits> units_;
+  int embed_unit_ = 0, head_unit_ = 0, mtp_unit_ = -1;
+  bool sync_ = true;  // the pending backward reduces (ForwardOptions::sync_grads)
   DView<float> rope_cos_, rope_sin_;
   DView<float> hidden_, logits_;
   std::unique_ptr<Buffers> buf_;

@@ -92,24 +92,43 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
                                    const ForwardOptions& opts) {
   ensure_buffers(B, T);
   upload_batch(ids, targets, B, T);
-  refresh_compute_weights();
   Buffers& b = *buf_;
   const int64_t N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
-  const float* emb = embed_stream_.extent(0) ? embed_stream_.data() : w(embed_);
-  embedding_forward(b.res[0].data(), b.ids.data(), emb, N, C, V, rs_);  // (N, C)
-  for (int64_t l = 0; l < L; ++l) {
-    LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
-    block_forward(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
-  }
-  ForwardResult r;
-  r.tokens = b.count;
   const bool loss = opts.compute_logits && targets != nullptr;
   const bool backward = opts.prepare_backward && loss;
-  if (backward) {  // drop contributions staged by a forward whose backward never ran
+  const bool mtp = loss && opts.compute_mtp && !mtp_.empty();
+  units_->release_all();  // weights change between passes (optimizer steps, loads)
+  if (backward) {         // drop contributions collected by a forward whose backward never ran
     for (auto& st : staged_grad_) {
       if (st.extent(0) > 0) Kokkos::deep_copy(st, 0.0f);
     }
+    units_->drop_collected();
   }
+  sync_ = opts.sync_grads;
+
+  gather(embed_unit_);
+  if (embed_stream_.extent(0) > 0) {  // one rank, tied: the lookup reads the stream-dtype copy
+    dispatch_dtype(params_.info(embed_).dtype, [&](auto tag) {
+      using S = decltype(tag);
+      cast_to_float<S>(embed_stream_.data(), params_.data<S>(embed_).data(), V * C, rs_);
+    });
+  }
+  const float* emb = embed_stream_.extent(0) ? embed_stream_.data() : w(embed_);
+  embedding_forward(b.res[0].data(), b.ids.data(), emb, N, C, V, rs_);  // (N, C)
+  boundary_output(b.res[0].data(), N * C);
+  // The embedding is read again by a tied LM head and by the MTP head.
+  if (lm_head_ != embed_ && !mtp) release_after_forward(embed_unit_);
+  for (int64_t l = 0; l < L; ++l) {
+    const int unit = 1 + static_cast<int>(l);
+    gather(unit);
+    LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    block_forward(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
+    boundary_output(b.res[l + 1].data(), N * C);
+    release_after_forward(unit);
+  }
+  ForwardResult r;
+  r.tokens = b.count;
+  gather(head_unit_);
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
     rmsnorm_forward(b.xf.data(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), w(final_norm_),
@@ -122,8 +141,15 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
                      b.losses.data(), b.targets.data(), loss, scale, backward, b.dxf.data());
     r.loss = b.count > 0 ? sum / static_cast<double>(b.count) : 0.0;
   }
-  last_compute_mtp_ = loss && opts.compute_mtp && !mtp_.empty();
-  if (last_compute_mtp_) mtp_forward(opts, backward, &r);
+  last_compute_mtp_ = mtp;
+  if (mtp) {
+    gather(mtp_unit_);
+    mtp_forward(opts, backward, &r);
+    release_after_forward(mtp_unit_);
+  }
+  release_after_forward(head_unit_);
+  release_after_forward(embed_unit_);
+  if (!backward) units_->release_all();
   have_backward_ = backward;
   Kokkos::fence();
   return r;
@@ -161,24 +187,42 @@ void Transformer::backward() {
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
   Kokkos::deep_copy(b.dres, 0.0f);
-  if (last_compute_mtp_) mtp_backward(b.dres.data());  // adds d(res[L]) from the MTP head
+  if (last_compute_mtp_) {
+    gather(mtp_unit_);
+    mtp_backward(b.dres.data());  // adds d(res[L]) from the MTP head
+    reduce(mtp_unit_);
+    release_after_forward(mtp_unit_);
+  }
+  // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
+  gather(head_unit_);
   rmsnorm_backward(b.dres.data(), b.dw.data(), b.dxf.data(), b.res[L].data(), w(final_norm_),
                    b.rstd_f.data(), N, C, rs_);
   accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
+  reduce(head_unit_);
+  release_after_forward(head_unit_);
+  boundary_grad_out_of_unit(b.dres.data(), N * C);
   for (int64_t l = L - 1; l >= 0; --l) {
+    const int unit = 1 + static_cast<int>(l);
+    gather(unit);
     LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     if (cfg_.activation_checkpointing) {
       // Recompute this block's activations under the same compute dtype; same kernels, same
       // inputs, so the gradients are bitwise those of the stored-activation run.
       block_forward(layers_[l], b.recompute_out.data(), b.res[l].data(), a);
     }
+    boundary_grad_into_unit(b.dres.data(), N * C);
     block_backward(layers_[l], b.dres.data(), b.res[l].data(), a);
+    boundary_grad_out_of_unit(b.dres.data(), N * C);
+    reduce(unit);
+    release_after_forward(unit);
   }
   if (params_.info(embed_).trainable) {
     embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);
     accumulate(embed_, b.dw.data(), rs_);
   }
+  reduce(embed_unit_);
   flush_staged_grads();
+  units_->release_all();
   Kokkos::fence();
 }
 

@@ -135,15 +135,32 @@ AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
     }
     r.rows.push_back(row);
   }
+  // Per rank: each parameter contributes its shard's rows on that rank.
+  r.world = params.shard_world();
+  for (int rank = 0; rank < r.world; ++rank) {
+    RankBytes b;
+    b.rank = rank;
+    for (const auto& row : r.rows) {
+      const ParamInfo& p = *row.param;
+      const int64_t n = ParamRegistry::shard_rows_of(p.rows, rank, r.world) * p.row_len;
+      b.bytes_params += static_cast<int64_t>(dtype_size(p.dtype)) * n;
+      b.bytes_grads += size_of(row.grad) * n;
+      b.bytes_moments += (size_of(row.state.exp_avg) + size_of(row.state.exp_avg_sq) +
+                          size_of(row.state.momentum)) *
+                         n;
+      b.bytes_master += master_bytes(row.state.master) * n;
+    }
+    if (rank == 0 || b.total() > r.per_rank.total()) r.per_rank = b;
+  }
   return r;
 }
 
 std::string audit_table(const AuditReport& r) {
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof(line), "%-48s %-5s %-13s %-8s %-8s %-8s %-10s %-9s %5s %10s\n",
+  std::snprintf(line, sizeof(line), "%-48s %-5s %-13s %-8s %-8s %-8s %-10s %-9s %5s %10s%s\n",
                 "parameter", "train", "shape", "storage", "grad", "exp_avg", "exp_avg_sq", "master",
-                "B/el", "bytes");
+                "B/el", "bytes", r.world > 1 ? "  rows/rank" : "");
   os << line;
   auto dt = [](const std::optional<DType>& d) { return d ? dtype_name(*d) : "-"; };
   for (const auto& row : r.rows) {
@@ -151,11 +168,15 @@ std::string audit_table(const AuditReport& r) {
     std::string name = p.name;
     for (const auto& a : p.aliases) name += " (=" + a + ")";
     const std::optional<DType> ea = row.state.momentum ? row.state.momentum : row.state.exp_avg;
-    std::snprintf(line, sizeof(line), "%-48s %-5s %-13s %-8s %-8s %-8s %-10s %-9s %5lld %10s\n",
+    char rows[32] = "";
+    if (r.world > 1)
+      std::snprintf(rows, sizeof(rows), "  %lld", static_cast<long long>(p.shard_rows));
+    std::snprintf(line, sizeof(line), "%-48s %-5s %-13s %-8s %-8s %-8s %-10s %-9s %5lld %10s%s\n",
                   name.c_str(), p.trainable ? "yes" : "no", shape_string(p.shape).c_str(),
                   dtype_name(p.dtype), dt(row.grad), dt(ea), dt(row.state.exp_avg_sq),
                   p.trainable ? master_kind_name(row.state.master) : "-",
-                  static_cast<long long>(row.bytes_per_element), fmt_bytes(row.bytes).c_str());
+                  static_cast<long long>(row.bytes_per_element), fmt_bytes(row.bytes).c_str(),
+                  rows);
     os << line;
   }
   os << "\noptimizer: " << r.optimizer << "\n";
@@ -177,6 +198,16 @@ std::string audit_table(const AuditReport& r) {
       fmt_bytes(r.bytes_params + r.bytes_grads + r.bytes_moments + r.bytes_master).c_str(),
       r.bytes_per_trainable());
   os << line;
+  if (r.world > 1) {
+    const RankBytes& b = r.per_rank;
+    std::snprintf(line, sizeof(line),
+                  "sharded over %d ranks (dim 0, ceil(rows / %d) rows each); rank %d holds the "
+                  "most: params %s, grads %s, moments %s, master %s, total %s\n",
+                  r.world, r.world, b.rank, fmt_bytes(b.bytes_params).c_str(),
+                  fmt_bytes(b.bytes_grads).c_str(), fmt_bytes(b.bytes_moments).c_str(),
+                  fmt_bytes(b.bytes_master).c_str(), fmt_bytes(b.total()).c_str());
+    os << line;
+  }
   for (const auto& w : r.warnings) os << "warning: " << w << "\n";
   return os.str();
 }
@@ -205,7 +236,7 @@ std::string audit_json(const AuditReport& r) {
        << ", \"momentum\": " << size_of(row.state.momentum)
        << ", \"master\": " << master_bytes(row.state.master) << "}"
        << ", \"bytes_per_element\": " << row.bytes_per_element << ", \"bytes\": " << row.bytes
-       << "}";
+       << ", \"shard_rows\": " << p.shard_rows << "}";
   }
   const ResolvedPrecision& pr = r.precision;
   os << "], \"optimizer\": " << json_string(r.optimizer)
@@ -218,8 +249,12 @@ std::string audit_json(const AuditReport& r) {
      << ", \"trainable_elements\": " << r.trainable_elements
      << ", \"bytes_params\": " << r.bytes_params << ", \"bytes_grads\": " << r.bytes_grads
      << ", \"bytes_moments\": " << r.bytes_moments << ", \"bytes_master\": " << r.bytes_master
-     << ", \"bytes_per_trainable_parameter\": " << r.bytes_per_trainable() << "}"
-     << ", \"warnings\": [";
+     << ", \"bytes_per_trainable_parameter\": " << r.bytes_per_trainable();
+  const RankBytes& b = r.per_rank;
+  os << ", \"per_rank\": {\"rank\": " << b.rank << ", \"bytes_params\": " << b.bytes_params
+     << ", \"bytes_grads\": " << b.bytes_grads << ", \"bytes_moments\": " << b.bytes_moments
+     << ", \"bytes_master\": " << b.bytes_master << ", \"bytes_total\": " << b.total() << "}}"
+     << ", \"world_size\": " << r.world << ", \"warnings\": [";
   for (std::size_t i = 0; i < r.warnings.size(); ++i) {
     os << (i ? ", " : "") << json_string(r.warnings[i]);
   }

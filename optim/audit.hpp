@@ -23,8 +23,17 @@ struct AuditRow {
   int64_t bytes = 0;
 };
 
+// Resident bytes of one rank's shards.
+struct RankBytes {
+  int rank = 0;
+  int64_t bytes_params = 0, bytes_grads = 0, bytes_moments = 0, bytes_master = 0;
+  int64_t total() const { return bytes_params + bytes_grads + bytes_moments + bytes_master; }
+};
+
 struct AuditReport {
   std::vector<AuditRow> rows;
+  int world = 1;      // ranks the parameters are sharded over
+  RankBytes per_rank;  // the rank with the most resident bytes (rank 0 holds the most rows)
   std::string optimizer;
   ResolvedPrecision precision;
   int64_t total_elements = 0, trainable_elements = 0;

@@ -13,7 +13,7 @@ double grad_sum_squares(const ParamRegistry& params) {
     if (!p.trainable) continue;
     dispatch_dtype(p.dtype, [&](auto tag) {
       using T = decltype(tag);
-      total += grad_sum_squares<T>(params.grad<T>(i).data(), p.numel);
+      total += grad_sum_squares<T>(params.grad<T>(i).data(), p.local_numel);
     });
   }
   return total;

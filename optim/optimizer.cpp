@@ -91,7 +91,8 @@ RoundingMode rounding(bool stochastic, uint64_t seed, int64_t step, const ParamI
   r.stochastic = stochastic && p.dtype == DType::bfloat16;
   r.seed = seed;
   r.step = static_cast<uint64_t>(step);
-  r.index_offset = static_cast<int64_t>(p.index_offset);
+  // The element's index in the whole model, wherever its shard lives.
+  r.index_offset = static_cast<int64_t>(p.index_offset) + p.row_begin * p.row_len;
   return r;
 }
 
@@ -105,8 +106,8 @@ class AdamBase : public Optimizer {
       const ParamInfo& p = reg.info(i);
       const ParamStateInfo plan = plan_state(c, p);
       if (!plan.has_state) continue;
-      m_[i].allocate(p.name + ".exp_avg", *plan.exp_avg, p.numel);
-      v_[i].allocate(p.name + ".exp_avg_sq", *plan.exp_avg_sq, p.numel);
+      m_[i].allocate(p.name + ".exp_avg", *plan.exp_avg, p.local_numel);
+      v_[i].allocate(p.name + ".exp_avg_sq", *plan.exp_avg_sq, p.local_numel);
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }
@@ -122,7 +123,7 @@ class AdamBase : public Optimizer {
 
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
     if (m_[i].empty()) return {};
-    const int64_t n = reg_.info(i).numel;
+    const int64_t n = reg_.info(i).local_numel;
     return {{"exp_avg", state_host(m_[i], n)}, {"exp_avg_sq", state_host(v_[i], n)}};
   }
 
@@ -165,7 +166,7 @@ class TorchAdam final : public AdamBase {
       dispatch_dtype(p.dtype, [&](auto tag) {
         using T = decltype(tag);
         torch_adam_update<T>(reg_.data<T>(i).data(), reg_.grad<T>(i).data(), m_[i].data<T>(),
-                             v_[i].data<T>(), p.numel, h, r);
+                             v_[i].data<T>(), p.local_numel, h, r);
       });
     }
     Kokkos::fence();
@@ -187,12 +188,12 @@ class FusedAdam final : public AdamBase {
       kind_[i] = plan.master;
       if (plan.master == MasterKind::remainder) {
         // fp32 master = bf16 param bits + int16 remainder; remainders start at zero.
-        remainder_[i] = Kokkos::View<int16_t*, MemSpace>(p.name + ".remainder", p.numel);
+        remainder_[i] = Kokkos::View<int16_t*, MemSpace>(p.name + ".remainder", p.local_numel);
       } else if (plan.master == MasterKind::float32) {
-        master_[i] = DView<float>(p.name + ".master", p.numel);
+        master_[i] = DView<float>(p.name + ".master", p.local_numel);
         dispatch_dtype(p.dtype, [&](auto tag) {
           using T = decltype(tag);
-          widen_to_float<T>(master_[i].data(), reg.data<T>(i).data(), p.numel);
+          widen_to_float<T>(master_[i].data(), reg.data<T>(i).data(), p.local_numel);
         });
       }
     }
@@ -230,8 +231,8 @@ class FusedAdam final : public AdamBase {
           dispatch_dtype(v_[i].dtype, [&](auto vt) {
             using V = decltype(vt);
             fused_adam_update<P, M, V>(reg_.data<P>(i).data(), reg_.grad<P>(i).data(),
-                                       m_[i].data<M>(), v_[i].data<V>(), master, rem, p.numel, h,
-                                       r);
+                                       m_[i].data<M>(), v_[i].data<V>(), master, rem, p.local_numel,
+                                       h, r);
           });
         });
       });
@@ -248,7 +249,7 @@ class FusedAdam final : public AdamBase {
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
     auto out = AdamBase::state_to_host(i);
     if (out.empty()) return out;
-    const int64_t n = reg_.info(i).numel;
+    const int64_t n = reg_.info(i).local_numel;
     if (kind_[i] == MasterKind::float32) {
       StateTensor s;
       s.dtype = DType::float32;
@@ -278,7 +279,8 @@ class Sgd final : public Optimizer {
     for (int i = 0; i < reg.size(); ++i) {
       const ParamInfo& p = reg.info(i);
       const ParamStateInfo plan = plan_state(c, p);
-      if (plan.has_state) buf_[i].allocate(p.name + ".momentum_buffer", *plan.momentum, p.numel);
+      if (plan.has_state)
+        buf_[i].allocate(p.name + ".momentum_buffer", *plan.momentum, p.local_numel);
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }
@@ -300,7 +302,7 @@ class Sgd final : public Optimizer {
       dispatch_dtype(p.dtype, [&](auto tag) {
         using T = decltype(tag);
         T* buf = buf_[i].empty() ? nullptr : buf_[i].data<T>();
-        sgd_update<T>(reg_.data<T>(i).data(), reg_.grad<T>(i).data(), buf, p.numel, h, r);
+        sgd_update<T>(reg_.data<T>(i).data(), reg_.grad<T>(i).data(), buf, p.local_numel, h, r);
       });
     }
     Kokkos::fence();
@@ -316,7 +318,7 @@ class Sgd final : public Optimizer {
 
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
     if (buf_[i].empty()) return {};
-    return {{"momentum_buffer", state_host(buf_[i], reg_.info(i).numel)}};
+    return {{"momentum_buffer", state_host(buf_[i], reg_.info(i).local_numel)}};
   }
 
  private:

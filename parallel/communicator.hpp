@@ -1,15 +1,30 @@
 // Communicators: the only way ranks talk to each other.
 //
 // The trainer is written against this interface; a single-rank run uses SingleCommunicator (no
-// MPI calls at all), `mpirun` runs use MpiCommunicator, and GPU builds can add the NCCL one.
-// Buffers are device pointers of length n; reductions are sums unless named otherwise.
+// MPI calls at all), `mpirun` runs use the MPI communicator (MPI's own collectives), and GPU
+// builds the NCCL one. Buffer arguments are pointers into the default memory space (device
+// memory on GPU builds); scalar helpers (*_host) work on host values.
+//
+// Every buffer collective is counted: stats() gives the payload bytes this rank sent and the
+// seconds spent inside collectives. Payload bytes are those of a bandwidth-optimal (ring)
+// algorithm: an all-gather of b bytes per rank or a reduce-scatter of W blocks of b bytes sends
+// (W - 1) * b bytes from each rank, whatever algorithm the library picks.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "core/dtype.hpp"
+
 namespace kktrain {
+
+struct CommStats {
+  double bytes_sent = 0.0;  // payload bytes sent by this rank (ring-algorithm volume)
+  double seconds = 0.0;     // wall time inside buffer collectives
+  int64_t calls = 0;
+};
 
 class Communicator {
  public:
@@ -17,13 +32,31 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;
+  // How buffers reach the library: "host", "device (CUDA-aware MPI)", "staged through host".
+  virtual std::string buffer_path() const { return "host"; }
+
+  // All-gather of `bytes` bytes per rank: recv (size() * bytes) holds rank r's send at r * bytes.
+  virtual void allgather_bytes(const void* send, void* recv, std::size_t bytes) = 0;
+  // Reduce-scatter of size() consecutive blocks of `count` elements of `dtype` in send: recv
+  // (count) = the sum over ranks of their block rank(). float32 sums in fp32; bfloat16 moves 2-byte
+  // values and each addition is done in fp32 and rounded once to bf16 (nearest even).
+  virtual void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) = 0;
   // In-place sum across ranks of n floats.
   virtual void allreduce_sum(float* data, std::size_t n) = 0;
+
   // In-place sum of one double on the host (scalars: losses, norms).
   virtual double allreduce_sum_host(double v) = 0;
+  // Maximum of one double on the host.
+  virtual double allreduce_max_host(double v) = 0;
   // Logical AND of a host flag across ranks (agreement on errors and non-finite steps).
   virtual bool all_agree(bool ok) = 0;
   virtual void barrier() = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats(); }
+
+ protected:
+  CommStats stats_;
 };
 
 class SingleCommunicator final : public Communicator {
@@ -31,8 +64,11 @@ class SingleCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return "single"; }
+  void allgather_bytes(const void* send, void* recv, std::size_t bytes) override;
+  void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) override;
   void allreduce_sum(float*, std::size_t) override {}
   double allreduce_sum_host(double v) override { return v; }
+  double allreduce_max_host(double v) override { return v; }
   bool all_agree(bool ok) override { return ok; }
   void barrier() override {}
 };
@@ -51,7 +87,8 @@ class MpiRuntime {
   bool active() const { return active_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // The communicator for this process: MPI when active with more than one rank, else single.
+  // The communicator for this process: single-rank without a launcher or with one rank; with
+  // several ranks NCCL when the build has it and Kokkos runs on CUDA, otherwise MPI.
   std::unique_ptr<Communicator> make_communicator() const;
 
  private:

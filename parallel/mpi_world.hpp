@@ -12,6 +12,7 @@ class MpiWorld : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   double allreduce_sum_host(double v) override;
+  double allreduce_max_host(double v) override;
   bool all_agree(bool ok) override;
   void barrier() override;
 
@@ -19,5 +20,9 @@ class MpiWorld : public Communicator {
   int rank_ = 0;
   int size_ = 1;
 };
+
+// Whether the MPI library accepts device (CUDA) pointers, as far as it tells (Open MPI's
+// MPIX_Query_cuda_support); false when it cannot say.
+bool mpi_is_cuda_aware();
 
 }  // namespace kktrain

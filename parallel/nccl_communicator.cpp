@@ -1,14 +1,21 @@
 // NCCL communicator for CUDA builds (built only with -DKKTRAIN_ENABLE_NCCL=ON).
 //
 // Bootstraps a NCCL communicator over MPI (rank 0 creates the unique id and broadcasts it) and
-// reduces device buffers on the current CUDA stream. Scalar host reductions go through MPI.
+// runs the buffer collectives on the stream of Kokkos' CUDA execution space, so they are ordered
+// after the kernels that produced their inputs and before those that consume their outputs
+// without a device-wide synchronization; the call returns after the stream has finished the
+// collective, because callers read results on the host (losses) or hand buffers to kernels on
+// other instances. bf16 moves as ncclBfloat16 (kktrain's bf16 has the same 2-byte layout).
+// Scalar host reductions, agreement and barriers go through MPI.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <string>
 
 #include "core/errors.hpp"
+#include "core/kokkos_compat.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/nccl_communicator.hpp"
@@ -29,6 +36,20 @@ void check_cuda(cudaError_t r, const char* what) {
   }
 }
 
+// The stream Kokkos launches kernels on (the default stream of a build without Kokkos CUDA,
+// where this communicator is only compiled, not used).
+cudaStream_t kokkos_stream() {
+#ifdef KOKKOS_ENABLE_CUDA
+  return Kokkos::Cuda().cuda_stream();
+#else
+  return nullptr;
+#endif
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 class NcclCommunicator final : public MpiWorld {
  public:
   NcclCommunicator() {
@@ -39,12 +60,40 @@ class NcclCommunicator final : public MpiWorld {
   }
   ~NcclCommunicator() override { ncclCommDestroy(comm_); }
   std::string name() const override { return "nccl"; }
+  std::string buffer_path() const override { return "device (NCCL)"; }
+
+  void allgather_bytes(const void* send, void* recv, std::size_t bytes) override {
+    const double t0 = now_s();
+    check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, comm_, kokkos_stream()),
+               "ncclAllGather");
+    finish(t0, static_cast<double>(bytes) * (size_ - 1));
+  }
+
+  void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) override {
+    const double t0 = now_s();
+    const ncclDataType_t t = dtype == DType::bfloat16 ? ncclBfloat16 : ncclFloat32;
+    if (dtype != DType::float32 && dtype != DType::bfloat16) {
+      throw InternalError("reduce_scatter_sum: unsupported dtype");
+    }
+    check_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, comm_, kokkos_stream()),
+               "ncclReduceScatter");
+    finish(t0, static_cast<double>(count * dtype_size(dtype)) * (size_ - 1));
+  }
+
   void allreduce_sum(float* data, std::size_t n) override {
-    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, nullptr), "ncclAllReduce");
-    check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+    const double t0 = now_s();
+    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, kokkos_stream()),
+               "ncclAllReduce");
+    finish(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);
   }
 
  private:
+  void finish(double t0, double bytes) {
+    check_cuda(cudaStreamSynchronize(kokkos_stream()), "cudaStreamSynchronize");
+    stats_.seconds += now_s() - t0;
+    stats_.bytes_sent += bytes;
+    ++stats_.calls;
+  }
   ncclComm_t comm_ = nullptr;
 };
 

@@ -13,8 +13,8 @@ set(KKTRAIN_TRAIN_CASES
   nonfinite_grad_norm nonfinite_loss
   # 7. bad data: exit 2, one stderr line, nothing written
   data_missing data_empty data_directory data_short data_vocab data_binary
-  # 8.-9. mpirun (multi-rank training is refused for now), --help
-  mpi_not_implemented train_help audit_help)
+  # 9. --help
+  train_help audit_help)
 foreach(case IN LISTS KKTRAIN_TRAIN_CASES)
   add_test(NAME train.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_train.py

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < reg.size(); ++i) grads.push_back(in.read_f32("/grads/" + reg.info(i).name));
     for (int64_t s = 0; s < steps; ++s) {
       for (int i = 0; i < reg.size(); ++i) {
+        if (!reg.info(i).has_grad) continue;  // frozen: no gradient buffer
         const int64_t n = reg.info(i).numel;
         std::vector<float> g(grads[i].begin() + s * n, grads[i].begin() + (s + 1) * n);
         param_from_host(reg, i, g, /*grad=*/true);

@@ -263,7 +263,7 @@ TEST_F(ConfigTest, PolicyTargetSpellingsAndCastForwardInputs) {
               "torch.distributed.fsdp.MixedPrecisionPolicy");
     EXPECT_EQ(cfg.resolved["distributed"]["mp_policy"]["param_dtype"].as<std::string>(), "float32");
   }
-  EXPECT_EQ(load("distributed:\n  strategy: ddp\n").distributed.strategy, "ddp");
+  EXPECT_EQ(load("distributed:\n  strategy: fsdp2\n").distributed.strategy, "fsdp2");
 }
 
 TEST_F(ConfigTest, LoraDtype) {

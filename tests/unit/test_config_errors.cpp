@@ -101,7 +101,9 @@ const ErrorCase kCases[] = {
     {"choice_decay_style", "lr_scheduler:\n  lr_decay_style: @step\n",
      "lr_scheduler.lr_decay_style", "\"step\" is not one of: constant, cosine, linear"},
     {"choice_strategy", "distributed:\n  strategy: @zero3\n", "distributed.strategy",
-     "\"zero3\" is not one of: fsdp2, ddp"},
+     "\"zero3\" is not supported; kktrain implements fsdp2"},
+    {"strategy_ddp", "distributed:\n  strategy: @ddp\n", "distributed.strategy",
+     "\"ddp\" is not supported"},
     {"choice_format", "data:\n  format: @parquet\n", "data.format", "is not one of"},
     {"choice_progress", "train:\n  progress: @maybe\n", "train.progress", "is not one of"},
     // String lists.

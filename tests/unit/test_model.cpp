@@ -73,7 +73,11 @@ double loss_of(Transformer& m, const Tokens& t) {
 
 std::vector<std::vector<float>> all_grads(const Transformer& m) {
   std::vector<std::vector<float>> g;
-  for (int i = 0; i < m.params().size(); ++i) g.push_back(param_to_host(m.params(), i, true));
+  for (int i = 0; i < m.params().size(); ++i) {
+    // Frozen parameters have no gradient buffer: an empty vector stands for them.
+    const bool has = m.params().info(i).has_grad;
+    g.push_back(has ? param_to_host(m.params(), i, true) : std::vector<float>());
+  }
   return g;
 }
 

@@ -1,0 +1,367 @@
+// FSDP2-style units: gather in the compute dtype, reduce-scatter in the reduce dtype
+// (parallel/fsdp.hpp has the what and why). Kernels are one parallel_for per parameter; index
+// arithmetic maps between the full (rows, row_len) tensor and its rank-major padded blocks.
+#include "parallel/fsdp.hpp"
+
+#include <algorithm>
+
+#include "core/bf16.hpp"
+#include "core/errors.hpp"
+
+namespace kktrain {
+
+namespace {
+
+using Bytes = Kokkos::View<char*, MemSpace>;
+
+constexpr std::size_t kAlign = 64;  // every parameter's region starts on a cache line
+
+std::size_t align_up(std::size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+void ensure_bytes(Bytes& b, std::size_t n, const char* label) {
+  if (b.extent(0) < n) b = Bytes(std::string(label), n);
+}
+
+// wire (shard_rows * row_len) W = shard (local_numel) S, zero padding past the local rows.
+template <class S, class W>
+void pack_shard(W* wire, const S* shard, int64_t local_numel, int64_t padded) {
+  Kokkos::parallel_for(
+      "fsdp_pack_shard", RangePolicy(0, padded), KOKKOS_LAMBDA(const int64_t e) {
+        store_as(wire, e, e < local_numel ? to_f32(shard[e]) : 0.0f);
+      });
+}
+
+// out (rows * row_len) fp32 = the rank-major blocks of recv (block_bytes apart, this
+// parameter's shard at byte offset off in each).
+template <class W>
+void unpack_full(float* out, const char* recv, std::size_t block_bytes, std::size_t off,
+                 int64_t rows, int64_t row_len, int64_t shard_rows) {
+  Kokkos::parallel_for(
+      "fsdp_unpack_full", RangePolicy(0, rows * row_len), KOKKOS_LAMBDA(const int64_t e) {
+        const int64_t row = e / row_len, col = e - row * row_len;
+        const int64_t r = row / shard_rows, lr = row - r * shard_rows;
+        const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + off);
+        out[e] = to_f32(src[lr * row_len + col]);
+      });
+}
+
+template <class S>
+void cast_full(float* out, const S* in, int64_t n, bool round) {
+  Kokkos::parallel_for(
+      "fsdp_cast_full", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
+        const float x = to_f32(in[e]);
+        out[e] = round ? round_to_bf16(x) : x;
+      });
+}
+
+// The gradient of a compute-dtype tensor is rounded to that dtype.
+KOKKOS_INLINE_FUNCTION float compute_grad(float g, bool round) {
+  return round ? round_to_bf16(g) : g;
+}
+
+// acc (n) R = [acc +] rnd(grad): the reduce-dtype accumulator of a micro-batch that does not
+// synchronize.
+template <class R>
+void accumulate_full(R* acc, const float* grad, int64_t n, bool round, bool first) {
+  Kokkos::parallel_for(
+      "fsdp_accumulate", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
+        const float g = compute_grad(grad[e], round);
+        store_as(acc, e, first ? g : to_f32(acc[e]) + g);
+      });
+}
+
+// send: W blocks of red_count R; this parameter's rows of rank r go to block r at offset off,
+// padded rows are zero. Values: rnd(grad) [+ acc] in R.
+template <class R>
+void pack_reduce(R* send, const float* grad, const R* acc, int64_t red_count, int64_t off,
+                 int64_t rows, int64_t row_len, int64_t shard_rows, int world, bool round) {
+  const int64_t per_rank = shard_rows * row_len;
+  Kokkos::parallel_for(
+      "fsdp_pack_reduce", RangePolicy(0, per_rank * world), KOKKOS_LAMBDA(const int64_t e) {
+        const int64_t r = e / per_rank, i = e - r * per_rank;
+        const int64_t full = r * per_rank + i;  // rank r's rows are rows r*shard_rows.. in order
+        float v = 0.0f;
+        if (full / row_len < rows) {
+          v = compute_grad(grad[full], round);
+          if (acc) v += to_f32(acc[full]);
+        }
+        store_as(send, r * red_count + off + i, v);
+      });
+}
+
+// shard gradient (local_numel) G = recv R / world.
+template <class R, class G>
+void unpack_reduce(G* grad, const R* recv, int64_t local_numel, float world) {
+  Kokkos::parallel_for(
+      "fsdp_unpack_reduce", RangePolicy(0, local_numel),
+      KOKKOS_LAMBDA(const int64_t e) { store_as(grad, e, to_f32(recv[e]) / world); });
+}
+
+DType wire_dtype(bool round) {
+  return round ? DType::bfloat16 : DType::float32;
+}
+
+}  // namespace
+
+FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
+                     std::vector<bool> round_compute, DType reduce_dtype)
+    : reg_(reg),
+      comm_(comm),
+      rank_(reg.shard_rank()),
+      world_(reg.shard_world()),
+      round_(std::move(round_compute)),
+      reduce_(reduce_dtype),
+      unit_of_(reg.size(), -1),
+      pos_in_unit_(reg.size(), -1),
+      acc_(reg.size()) {
+  if (!reg.allocated()) throw InternalError("FsdpUnits over an unallocated registry");
+  if (world_ != comm.size() || rank_ != comm.rank()) {
+    throw InternalError("registry sharded for rank " + std::to_string(rank_) + " of " +
+                        std::to_string(world_) + ", communicator is rank " +
+                        std::to_string(comm.rank()) + " of " + std::to_string(comm.size()));
+  }
+  int weight_slots = 0, grad_slots = 0;
+  for (auto& spec : units) {
+    Unit u;
+    u.spec = std::move(spec);
+    for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+      const int p = u.spec.params[k];
+      if (unit_of_[p] >= 0) throw InternalError("parameter in two units: " + reg.info(p).name);
+      unit_of_[p] = static_cast<int>(units_.size());
+      pos_in_unit_[p] = static_cast<int>(k);
+    }
+    plan_unit(u);
+    weight_slots = std::max(weight_slots, u.spec.weight_slot + 1);
+    grad_slots = std::max(grad_slots, u.spec.grad_slot + 1);
+    units_.push_back(std::move(u));
+  }
+  for (int p = 0; p < reg.size(); ++p) {
+    if (unit_of_[p] < 0) throw InternalError("parameter in no unit: " + reg.info(p).name);
+  }
+  weight_slots_.resize(weight_slots);
+  grad_slots_.resize(grad_slots);
+  grad_slot_owner_.assign(grad_slots, -1);
+}
+
+void FsdpUnits::plan_unit(Unit& u) const {
+  u.alias = world_ == 1;
+  for (int p : u.spec.params) {
+    const ParamInfo& pi = reg_.info(p);
+    u.comp_off.push_back(u.numel);
+    u.numel += pi.numel;
+    const std::size_t padded = static_cast<std::size_t>(pi.shard_rows * pi.row_len);
+    u.wire_off.push_back(u.block_bytes);
+    u.block_bytes += align_up(padded * dtype_size(wire_dtype(round_[p])));
+    u.red_off.push_back(pi.trainable ? u.red_count : -1);
+    if (pi.trainable) u.red_count += static_cast<int64_t>(padded);
+    // One rank can use the storage itself when every parameter already is its fp32 compute copy
+    // (then the unit's parameters are adjacent in the fp32 storage, as in the compute buffer).
+    u.alias = u.alias && pi.dtype == DType::float32 && !round_[p];
+  }
+}
+
+DView<float>& FsdpUnits::weight_buffer(const Unit& u) {
+  DView<float>& b = weight_slots_[u.spec.weight_slot];
+  if (static_cast<int64_t>(b.extent(0)) < u.numel) {
+    b = DView<float>();  // free before allocating the larger one
+    b = DView<float>("fsdp_weights_" + u.spec.name, u.numel);
+  }
+  return b;
+}
+
+DView<float>& FsdpUnits::grad_slot(const Unit& u) {
+  DView<float>& b = grad_slots_[u.spec.grad_slot];
+  if (static_cast<int64_t>(b.extent(0)) < u.numel) {
+    b = DView<float>();
+    b = DView<float>("fsdp_grads_" + u.spec.name, u.numel);
+  }
+  return b;
+}
+
+void FsdpUnits::gather(int unit) {
+  Unit& u = units_[unit];
+  if (u.gathered) return;
+  // Whoever held the slot's buffer is overwritten now.
+  for (auto& other : units_) {
+    if (&other != &u && other.spec.weight_slot == u.spec.weight_slot) other.gathered = false;
+  }
+  if (!u.alias) {
+    float* out = weight_buffer(u).data();
+    if (world_ == 1) {
+      cast_weights(u, out);
+    } else {
+      ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
+      ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
+      pack_shards(u, wire_send_.data());
+      comm_.allgather_bytes(wire_send_.data(), wire_recv_.data(), u.block_bytes);
+      unpack_weights(u, out);
+    }
+  }
+  u.gathered = true;
+}
+
+void FsdpUnits::release_all() {
+  for (auto& u : units_) u.gathered = false;
+}
+
+const float* FsdpUnits::weight(int param) const {
+  const Unit& u = units_[unit_of_[param]];
+  if (!u.gathered) {
+    throw InternalError("weights of " + reg_.info(param).name + " used while unit " + u.spec.name +
+                        " is not gathered");
+  }
+  if (u.alias) return reg_.data<float>(param).data();
+  return weight_slots_[u.spec.weight_slot].data() + u.comp_off[pos_in_unit_[param]];
+}
+
+void FsdpUnits::cast_weights(const Unit& u, float* out) {
+  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    dispatch_dtype(pi.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      cast_full<S>(out + u.comp_off[k], reg_.data<S>(p).data(), pi.numel, round_[p]);
+    });
+  }
+}
+
+void FsdpUnits::pack_shards(const Unit& u, char* block) {
+  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    const int64_t padded = pi.shard_rows * pi.row_len;
+    dispatch_dtype(pi.dtype, [&](auto st) {
+      using S = decltype(st);
+      dispatch_dtype(wire_dtype(round_[p]), [&](auto wt) {
+        using W = decltype(wt);
+        pack_shard<S, W>(reinterpret_cast<W*>(block + u.wire_off[k]), reg_.data<S>(p).data(),
+                         pi.local_numel, padded);
+      });
+    });
+  }
+}
+
+void FsdpUnits::unpack_weights(const Unit& u, float* out) {
+  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    dispatch_dtype(wire_dtype(round_[p]), [&](auto wt) {
+      using W = decltype(wt);
+      unpack_full<W>(out + u.comp_off[k], wire_recv_.data(), u.block_bytes, u.wire_off[k], pi.rows,
+                     pi.row_len, pi.shard_rows);
+    });
+  }
+}
+
+void FsdpUnits::start_collecting(int unit) {
+  Unit& u = units_[unit];
+  if (u.collecting) return;
+  int& owner = grad_slot_owner_[u.spec.grad_slot];
+  if (owner >= 0 && owner != unit) {
+    throw InternalError("units " + units_[owner].spec.name + " and " + u.spec.name +
+                        " collect gradients in the same buffer at the same time");
+  }
+  owner = unit;
+  DView<float>& b = grad_slot(u);
+  Kokkos::deep_copy(Kokkos::subview(b, std::make_pair(int64_t(0), u.numel)), 0.0f);
+  u.collecting = true;
+}
+
+float* FsdpUnits::grad_buffer(int param) {
+  if (world_ == 1) throw InternalError("grad_buffer on one rank");
+  if (!reg_.info(param).trainable) {
+    throw InternalError("gradient of frozen parameter " + reg_.info(param).name);
+  }
+  const int unit = unit_of_[param];
+  start_collecting(unit);
+  const Unit& u = units_[unit];
+  return grad_slots_[u.spec.grad_slot].data() + u.comp_off[pos_in_unit_[param]];
+}
+
+void FsdpUnits::reduce_gradients(int unit, bool sync) {
+  if (world_ == 1) return;
+  Unit& u = units_[unit];
+  if (u.red_count == 0) return;  // nothing trainable: no traffic
+  start_collecting(unit);        // a unit that got no gradient this micro-batch sends zeros
+  const float* grads = grad_slots_[u.spec.grad_slot].data();
+  if (sync) {
+    reduce_scatter(u, grads);
+    u.accumulated = false;
+  } else {
+    accumulate(u, grads);
+    u.accumulated = true;
+  }
+  u.collecting = false;
+  grad_slot_owner_[u.spec.grad_slot] = -1;
+}
+
+void FsdpUnits::drop_collected() {
+  for (auto& u : units_) u.collecting = false;
+  std::fill(grad_slot_owner_.begin(), grad_slot_owner_.end(), -1);
+}
+
+void FsdpUnits::discard_gradients() {
+  drop_collected();
+  for (auto& u : units_) u.accumulated = false;
+}
+
+void FsdpUnits::accumulate(const Unit& u, const float* grads) {
+  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    if (!pi.trainable) continue;
+    const std::size_t bytes = static_cast<std::size_t>(pi.numel) * dtype_size(reduce_);
+    ensure_bytes(acc_[p], bytes, "fsdp_grad_accumulator");
+    dispatch_dtype(reduce_, [&](auto rt) {
+      using R = decltype(rt);
+      accumulate_full<R>(reinterpret_cast<R*>(acc_[p].data()), grads + u.comp_off[k], pi.numel,
+                         round_[p], !u.accumulated);
+    });
+  }
+}
+
+void FsdpUnits::reduce_scatter(const Unit& u, const float* grads) {
+  const std::size_t esize = dtype_size(reduce_);
+  const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
+  ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
+  ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
+  dispatch_dtype(reduce_, [&](auto rt) {
+    using R = decltype(rt);
+    R* send = reinterpret_cast<R*>(wire_send_.data());
+    for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      if (!pi.trainable) continue;
+      const R* acc = u.accumulated ? reinterpret_cast<const R*>(acc_[p].data()) : nullptr;
+      pack_reduce<R>(send, grads + u.comp_off[k], acc, u.red_count, u.red_off[k], pi.rows,
+                     pi.row_len, pi.shard_rows, world_, round_[p]);
+    }
+    comm_.reduce_scatter_sum(send, wire_recv_.data(), static_cast<std::size_t>(u.red_count),
+                             reduce_);
+    const R* recv = reinterpret_cast<const R*>(wire_recv_.data());
+    for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      if (!pi.trainable || pi.local_numel == 0) continue;
+      dispatch_dtype(pi.dtype, [&](auto gt) {
+        using G = decltype(gt);
+        unpack_reduce<R, G>(reg_.grad<G>(p).data(), recv + u.red_off[k], pi.local_numel,
+                            static_cast<float>(world_));
+      });
+    }
+  });
+  Kokkos::fence();
+}
+
+int64_t FsdpUnits::buffer_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : weight_slots_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
+  for (const auto& b : grad_slots_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
+  for (const auto& b : acc_) n += static_cast<int64_t>(b.extent(0));
+  n += static_cast<int64_t>(wire_send_.extent(0) + wire_recv_.extent(0));
+  return n;
+}
+
+}  // namespace kktrain

@@ -1,0 +1,115 @@
+// FSDP2-style parameter units over a sharded ParamRegistry.
+//
+// A unit is a group of parameters that run together (one decoder layer; the embedding; the final
+// norm with the LM head; the multi-token-prediction head). Before a unit runs, gather() makes the
+// full weights of all its parameters available in the compute dtype; after its backward,
+// reduce_gradients() turns their full gradients into this rank's shard gradients:
+//
+//   gather   each rank casts its shard (storage dtype) to the compute dtype (bf16 when the
+//            parameter's compute copy is rounded, fp32 otherwise), packs the unit's shards into
+//            one block (shards padded to ceil(rows / W) rows), one all-gather per unit, and the
+//            blocks are unpacked into a full fp32 compute buffer laid out parameter after
+//            parameter in the unit's order (so q/k/v stay one matrix).
+//   reduce   the full fp32 gradient of each trainable parameter is rounded to its compute dtype,
+//            converted to the reduce dtype, and either added to the step's accumulator (a micro-
+//            batch that does not synchronize; FSDP2 accumulates unsharded gradients in the
+//            reduce dtype) or, on the last micro-batch, packed rank-major into W blocks and
+//            reduce-scattered (one collective per unit), divided by W (the mean over ranks) and
+//            stored into the shard gradient in the parameter's storage dtype. Frozen parameters
+//            have no gradient traffic and no buffers.
+//
+// Buffers are reused: units that share a weight slot (decoder layers when weights are resharded
+// after use) never hold weights at the same time, and units that share a gradient slot never
+// collect gradients at the same time. On one rank there is no wire: gather() casts the storage
+// to the compute buffer (or uses the storage itself when it already is the fp32 compute copy),
+// and gradients are accumulated by the model straight into the storage-dtype gradients.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/kokkos_compat.hpp"
+#include "core/param_registry.hpp"
+#include "parallel/communicator.hpp"
+
+namespace kktrain {
+
+struct UnitSpec {
+  std::string name;
+  std::vector<int> params;  // registry indices, in compute-buffer order (fused groups adjacent)
+  int weight_slot = 0;
+  int grad_slot = 0;
+};
+
+class FsdpUnits {
+ public:
+  // round_compute[p]: parameter p's compute copy is bf16 (rounded from storage); otherwise fp32.
+  // The registry must be sharded and allocated; comm is used when the registry has several ranks.
+  FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
+            std::vector<bool> round_compute, DType reduce_dtype);
+
+  int size() const { return static_cast<int>(units_.size()); }
+  const UnitSpec& spec(int unit) const { return units_[unit].spec; }
+  int unit_of(int param) const { return unit_of_[param]; }
+  bool sharded() const { return world_ > 1; }
+
+  // Full compute weights of every parameter of `unit`; a no-op when already gathered.
+  void gather(int unit);
+  bool gathered(int unit) const { return units_[unit].gathered; }
+  // The unit's weights may be overwritten by another unit of its slot from now on.
+  void release(int unit) { units_[unit].gathered = false; }
+  void release_all();
+  // (numel) fp32 full compute weights of `param`; its unit must be gathered.
+  const float* weight(int param) const;
+
+  // Sharded runs: the (numel) fp32 full gradient of trainable `param` for the current backward,
+  // zero-filled when its unit starts collecting.
+  float* grad_buffer(int param);
+  // Ends the unit's gradient collection for this micro-batch (see the file comment). `sync`:
+  // reduce-scatter now (last micro-batch); otherwise accumulate. Sharded runs only.
+  void reduce_gradients(int unit, bool sync);
+  // Drops gradients collected in this micro-batch but not yet reduced (an abandoned backward).
+  void drop_collected();
+  // Drops gradients collected or accumulated but not reduced (start of a step).
+  void discard_gradients();
+
+  // Bytes of the reusable buffers currently allocated (compute weights, gradients, wires).
+  int64_t buffer_bytes() const;
+
+ private:
+  struct Unit {
+    UnitSpec spec;
+    int64_t numel = 0;                  // full elements of all parameters
+    std::vector<int64_t> comp_off;      // per parameter of the unit: offset in the buffers
+    std::size_t block_bytes = 0;        // all-gather bytes per rank
+    std::vector<std::size_t> wire_off;  // per parameter: byte offset in a rank's block
+    int64_t red_count = 0;              // reduce-scatter elements per rank block
+    std::vector<int64_t> red_off;       // per parameter: offset in a block (-1: frozen)
+    bool alias = false;                 // one rank: the storage is the compute copy
+    bool gathered = false, collecting = false, accumulated = false;
+  };
+  void plan_unit(Unit& u) const;
+  void start_collecting(int unit);
+  DView<float>& weight_buffer(const Unit& u);
+  DView<float>& grad_slot(const Unit& u);
+  void unpack_weights(const Unit& u, float* out);
+  void cast_weights(const Unit& u, float* out);
+  void pack_shards(const Unit& u, char* block);
+  void accumulate(const Unit& u, const float* grads);
+  void reduce_scatter(const Unit& u, const float* grads);
+
+  ParamRegistry& reg_;
+  Communicator& comm_;
+  int rank_ = 0, world_ = 1;
+  std::vector<bool> round_;
+  DType reduce_;
+  std::vector<Unit> units_;
+  std::vector<int> unit_of_, pos_in_unit_;
+  std::vector<DView<float>> weight_slots_, grad_slots_;
+  std::vector<int> grad_slot_owner_;  // unit collecting into each gradient slot, or -1
+  std::vector<Kokkos::View<char*, MemSpace>> acc_;  // per parameter: accumulator, reduce dtype
+  Kokkos::View<char*, MemSpace> wire_send_, wire_recv_;
+};
+
+}  // namespace kktrain
