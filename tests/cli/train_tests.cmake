@@ -39,3 +39,14 @@ foreach(case IN ITEMS lora_audit_dtypes lora_train lora_bad_targets)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
 endforeach()
+
+# The training loop end to end (tests/cli/test_loop.py): the global batch is the same run however
+# it is split into micro-batches, weight-decay exclusion through a tied alias, mtp_loss and
+# val_loss as means, gradient clipping scaling the step.
+foreach(case IN ITEMS loop_global_batch_invariance loop_weight_decay_exclude_alias
+                      loop_mtp_loss_mean loop_val_batches_mean loop_grad_clip_end_to_end)
+  add_test(NAME train.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_loop.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
+endforeach()
