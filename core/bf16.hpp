@@ -7,7 +7,8 @@
 // bf16 round to inf exactly as IEEE round-to-nearest prescribes. Conversion to float is exact.
 //
 // Also here: TE FusedAdam's "store_param_remainders" split of an fp32 master into a bf16 parameter
-// plus a signed int16 remainder, and its rebuild (see DESIGN.md):
+// plus a signed int16 remainder, and its rebuild (docs/precision.md, "bf16 parameter + int16
+// remainder"):
 //   rebuild: if remainder < 0, bf16 bits -= 1; fp32 bits = bf16 bits << 16 | (uint16)remainder
 //   split:   high = bits >> 16, low = bits & 0xffff; if low >= 0x8000, high += 1
 // The split rounds ties away from zero (not to even) and the pair round-trips losslessly.

@@ -1,9 +1,10 @@
 // The kktrain configuration: typed sections read from YAML plus command-line overrides,
 // validated, with every default filled and every dtype resolved.
 //
-// Sections (DESIGN.md): model, freeze_config, peft, optimizer, lr_scheduler, distributed, data,
-// train, checkpoint. `_target_` strings from the reference select components; short names work
-// too. load_config() is the single entry point; `kktrain config` prints Config::resolved.
+// Sections (docs/precision.md, docs/cli.md): model, freeze_config, peft, optimizer, lr_scheduler,
+// distributed, data, train, checkpoint. `_target_` strings (PyTorch / Transformer Engine class
+// paths) select components; short names work too. load_config() is the single entry point;
+// `kktrain config` prints Config::resolved.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

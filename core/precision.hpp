@@ -17,9 +17,10 @@
 
 namespace kktrain {
 
-// distributed.mp_policy, with torch.distributed.fsdp.MixedPrecisionPolicy semantics as used by
-// the reference: null param_dtype computes in the storage dtype; null reduce_dtype reduces in the
-// compute dtype; null output_dtype leaves outputs alone.
+// distributed.mp_policy, with torch.distributed.fsdp.MixedPrecisionPolicy semantics
+// (docs/precision.md, "Compute, reduce and output dtypes"): null param_dtype computes in the
+// storage dtype; null reduce_dtype reduces in the compute dtype; null output_dtype leaves outputs
+// alone.
 struct MixedPrecisionPolicy {
   std::optional<DType> param_dtype = DType::bfloat16;
   std::optional<DType> reduce_dtype = DType::float32;
@@ -52,7 +53,7 @@ struct StorageDtypeSpec {
   std::optional<std::string> init_from;
 };
 
-// Resolves the storage dtype exactly as the reference says: a non-null model.dtype wins over
+// Resolves the storage dtype (docs/precision.md, "Storage dtype"): a non-null model.dtype wins over
 // model.torch_dtype (including dtype: auto); dtype: null falls back to torch_dtype; `auto` (also
 // when both are unset) is bfloat16 for a fresh model and the checkpoint's dtype with init_from.
 // `checkpoint_dtype` is called only for auto + init_from.

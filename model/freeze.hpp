@@ -1,5 +1,5 @@
 // Parameter freezing (freeze_config): module selectors and exact parameter names, with the
-// reference's precedence. In order:
+// precedence of docs/precision.md, "Freezing". In order:
 //   freeze_modules      globs over module paths (a module and everything inside it)
 //   unfreeze_modules    globs; unfreeze what an earlier selector froze
 //   unfreeze_parameters exact canonical names or aliases

@@ -46,8 +46,8 @@ struct AuditReport {
 };
 
 // The precision warnings of a configuration (in order):
-//  - torch Adam/AdamW with trainable bf16 parameters, LoRA adapters included (the reference's
-//    "risky pattern"; train.fail_on_precision_warning turns it into an error);
+//  - torch Adam/AdamW with trainable bf16 parameters, LoRA adapters included (the "risky
+//    pattern" of docs/precision.md; train.fail_on_precision_warning turns it into an error);
 //  - optimizer settings that have no effect on these parameters.
 // The first element of the pair is true when the risky-pattern warning is among them.
 std::pair<bool, std::vector<std::string>> precision_warnings(const Config& cfg,

@@ -19,7 +19,7 @@ struct RoundingMode {
   int64_t index_offset = 0;  // global index of element 0 of this parameter
 };
 
-// torch.optim.Adam / AdamW, in torch's order of operations (DESIGN.md):
+// torch.optim.Adam / AdamW, in torch's order of operations (docs/precision.md, "Optimizers"):
 //   AdamW: p *= 1 - lr wd            Adam: g += wd p
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g
 //   p += -lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)

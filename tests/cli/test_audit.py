@@ -1,6 +1,6 @@
-"""End-to-end tests of `kktrain audit` (DESIGN.md, "Command line"): per-parameter dtypes and
-bytes for the three reference patterns, freezing (module globs, exact names, tied aliases,
-unfreezing), warnings. Built on test_train.py's helpers.
+"""End-to-end tests of `kktrain audit` (docs/cli.md, "kktrain audit"): per-parameter dtypes and
+bytes for the three precision patterns of docs/precision.md, freezing (module globs, exact names,
+tied aliases, unfreezing), warnings. Built on test_train.py's helpers.
 
 usage: test_audit.py KKTRAIN INPUTS_DIR CASE
 """

@@ -1,4 +1,4 @@
-"""Command-line contract of `kktrain` (DESIGN.md, "Command line").
+"""Command-line contract of `kktrain` (docs/cli.md).
 
 usage: test_cli.py KKTRAIN DATA_DIR CASE
 

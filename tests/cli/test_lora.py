@@ -37,7 +37,7 @@ def case_lora_audit_dtypes():
         b = by_name["model.layers.0.mlp.down_proj.lora_B.weight"]
         tt.check(a["shape"] == [4, 64] and b["shape"] == [32, 4], f"adapter shapes {a} {b}")
         warned = [w for w in doc["warnings"] if "LoRA adapters" in w]
-        # Unlike the reference, the bf16-moment warning covers adapters.
+        # The bf16-moment warning covers adapters too (docs/precision.md, "LoRA adapters").
         tt.check(bool(warned) == (expect == "bfloat16"), f"adapter warning: {doc['warnings']}")
 
 

@@ -1,4 +1,4 @@
-"""End-to-end tests of `kktrain train` and `kktrain audit` (DESIGN.md, "Command line").
+"""End-to-end tests of `kktrain train` and `kktrain audit` (docs/cli.md).
 
 usage: test_train.py KKTRAIN INPUTS_DIR CASE
 
@@ -16,7 +16,7 @@ What the contract says and these cases check:
   skipped (non-finite) steps carry "skipped": true;
 - the lr column is the schedule of optim/schedule.cpp, to the last bit;
 - two identical runs write bit-identical numbers (all but the timing columns);
-- the precision warning of the reference (torch AdamW + bf16 storage) and its error mode.
+- the precision warning (torch AdamW + bf16 storage; docs/precision.md) and its error mode.
 `kktrain audit` lives in test_audit.py and LoRA in test_lora.py, both on these helpers.
 """
 
@@ -332,7 +332,7 @@ def case_grad_accumulation():
         expect_one_error(rc, out, err, "data.global_batch_size", where="gbs 3, mbs 2")
 
 
-# ---- 4. the reference's precision patterns ---------------------------------------------------
+# ---- 4. the precision patterns of docs/precision.md ------------------------------------------
 
 
 def precision_warnings(err):

@@ -7,7 +7,7 @@ set(KKTRAIN_TRAIN_CASES
   full_run log_cadence lr_schedule_variants
   # 2.-3. determinism (bit-identical metrics), gradient accumulation
   determinism metrics_kept grad_accumulation
-  # 4. the reference's precision patterns, the precision warning and its error mode
+  # 4. the precision patterns of docs/precision.md, the precision warning and its error mode
   pattern_a pattern_b pattern_risky pattern_risky_fail patterns_consistent
   # 5. non-finite loss / gradient norm: skipped steps, then exit 1
   nonfinite_grad_norm nonfinite_loss

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """kktrain optimizers step by step against torch.optim (torch 1.13, single-tensor path) and
-against NumPy emulations of the semantics in DESIGN.md (tests/optim/optim_reference.py).
+against NumPy emulations of the semantics in docs/precision.md (tests/optim/optim_reference.py).
 
     check_optim.py --runner build/tests/optim_runner CASE [CASE ...]   (or --list, or all)
     check_optim.py --runner ... --perturb CASE ...  # each case's reference made wrong: exits 0

@@ -1,7 +1,7 @@
 """References for tests/optim/check_optim.py: running optim_runner, bf16 bit tricks, NumPy
 emulations of kktrain's documented update semantics, torch.optim trajectories, error measures.
 
-The emulations are written from DESIGN.md ("Semantics to match exactly") and the comments of
+The emulations are written from docs/precision.md ("Optimizers") and the comments of
 optim/update_kernels.hpp, not from the kernels: every line is one fp32 operation (NumPy float32
 arrays times np.float32 scalars round once per operation, no FMA), and each stored value (moment,
 parameter, master) is rounded once to its dtype. Host scalars follow torch / Transformer Engine:

@@ -1,5 +1,5 @@
 // core/config + core/precision: what valid configs resolve to. The storage dtype precedence table
-// of the reference (model.dtype vs model.torch_dtype vs auto vs init_from), the FSDP2 mixed
+// of docs/precision.md (model.dtype vs model.torch_dtype vs auto vs init_from), the FSDP2 mixed
 // precision policy on one and many ranks, optimizer components and their defaults, overrides,
 // and printing the resolved config back in. Error paths are in test_config_errors.cpp.
 #include <gtest/gtest.h>
