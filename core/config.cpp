@@ -236,10 +236,9 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   }
   d->autocast_dtype = s.get_dtype("autocast_dtype", std::nullopt, true);
   require_supported(s, "autocast_dtype", d->autocast_dtype);
-  const bool reshard_set = s.present("reshard_after_forward");
   d->reshard_after_forward = s.get_bool("reshard_after_forward", true);
   s.finish();
-  if (reshard_set && world_size == 1) {
+  if (!d->reshard_after_forward && world_size == 1) {
     log::warn(
         "distributed.reshard_after_forward has no effect on one rank: nothing is sharded, and the "
         "compute copies of the weights live from forward to backward (as autocast keeps them)");

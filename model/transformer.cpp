@@ -55,12 +55,14 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
 }
 
 void Transformer::lower_frozen_storage() {
-  // FSDP2's frozen-storage preparation: ordinary frozen parameters take the compute dtype before
-  // sharding; trainable parameters, model-protected fp32 ones and LoRA adapters keep theirs.
+  // FSDP2's frozen-storage preparation: ordinary frozen parameters are reduced to the compute
+  // dtype before sharding (never widened: bf16 storage with fp32 compute stays bf16); trainable
+  // parameters, model-protected fp32 ones and LoRA adapters keep theirs.
   for (int i = 0; i < params_.size(); ++i) {
     ParamInfo& p = params_.info_mut(i);
     const bool adapter = p.role == ParamRole::lora_a || p.role == ParamRole::lora_b;
-    if (!p.trainable && !p.keep_fp32 && !adapter) p.dtype = prec_.compute;
+    const bool narrower = dtype_size(prec_.compute) < dtype_size(p.dtype);
+    if (!p.trainable && !p.keep_fp32 && !adapter && narrower) p.dtype = prec_.compute;
   }
 }
 
