@@ -21,9 +21,13 @@
 #include <filesystem>
 
 #include "apps/app_model.hpp"
+#include "apps/checkpointing.hpp"
 #include "apps/commands.hpp"
+#include "apps/model_export.hpp"
+#include "apps/signals.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "io/checkpoint.hpp"
 #include "io/data.hpp"
 #include "io/metrics.hpp"
 #include "optim/audit.hpp"
@@ -38,17 +42,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Rejects settings this version cannot honour, instead of ignoring them.
-void check_supported(const Config& cfg) {
-  if (cfg.checkpoint.save_every > 0 ||
-      (cfg.checkpoint.resume != "auto" && cfg.checkpoint.resume != "never")) {
-    throw ConfigError("checkpoint",
-                      "training checkpoints (save_every, resume from a path) are "
-                      "not implemented in this version; use save_every: 0",
-                      cfg.source);
-  }
 }
 
 // The validation loss: the mean token loss over validation windows [0, val_batches x B), the
@@ -73,6 +66,25 @@ double validation_loss(Transformer& model, const TokenDataset& data, const Confi
   return comm.allreduce_sum_host(sum) / comm.allreduce_sum_host(tokens);
 }
 
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f s", s);
+  return buf;
+}
+
+// Bytes of this rank's parameters and optimizer state (what it writes into a checkpoint).
+int64_t checkpoint_bytes(const ParamRegistry& params, Optimizer& opt) {
+  int64_t n = 0;
+  for (int i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params.info(i);
+    n += p.local_numel * static_cast<int64_t>(dtype_size(p.dtype));
+    for (const StateRef& s : opt.state_refs(i)) {
+      n += p.local_numel * (s.int16 ? 2 : static_cast<int64_t>(dtype_size(s.dtype)));
+    }
+  }
+  return n;
+}
+
 // Peak resident memory of this process so far (bytes).
 double peak_rss_bytes() {
   rusage u{};
@@ -91,7 +103,6 @@ void progress_line(int64_t step, int64_t total, double loss, double tps) {
 
 int run_train(const ParsedArgs& args, AppContext& ctx) {
   const Config cfg = load_app_config(args, ctx);
-  check_supported(cfg);
   auto comm = ctx.mpi->make_communicator();
   const int W = comm->size();
   const bool rank0 = comm->rank() == 0;
@@ -111,11 +122,22 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const TokenDataset data =
       collectively(*comm, [&] { return TokenDataset::load(cfg.data, cfg.model.vocab_size); });
   const LrSchedule schedule(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
+  // Resume (checkpoint.resume): parameters and optimizer state into this rank's shards.
+  TrainProgress state;
+  const auto source = collectively(*comm, [&] { return resume_source(cfg); });
+  if (source) {
+    const double t0 = now_s();
+    state = load_training_checkpoint(*source, cfg, *model, *opt, *comm);
+    log::info("resumed from " + *source + " at step " + std::to_string(state.step) + " (" +
+              seconds_text(now_s() - t0) + ")");
+  }
   const std::string metrics_path =
       (std::filesystem::path(cfg.train.output_dir) / "metrics.jsonl").string();
   std::unique_ptr<MetricsWriter> metrics;
   collectively(*comm, [&] {
-    if (rank0) metrics = std::make_unique<MetricsWriter>(metrics_path);
+    if (rank0) {
+      metrics = std::make_unique<MetricsWriter>(metrics_path, source ? state.step : -1);
+    }
   });
   if (metrics && !metrics->previous().empty()) {
     log::info("an earlier " + metrics_path + " was kept as " + metrics->previous());
@@ -151,10 +173,30 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     if (metrics) metrics->write(row);
   };
 
-  int64_t nonfinite = 0;
+  StopSignals signals(rank0);
+  int64_t saved_step = source ? state.step : -1;
+  auto save = [&](int64_t done) {
+    const double t0 = now_s();
+    const std::string dir =
+        save_training_checkpoint(cfg, *model, *opt, state, schedule.lr(done), *comm);
+    saved_step = done;
+    log::info("checkpoint: step " + std::to_string(done) + " -> " + dir + " (" +
+              std::to_string(checkpoint_bytes(params, *opt)) + " bytes on this rank in " +
+              seconds_text(now_s() - t0) + ")");
+  };
+  // At every step boundary: the periodic checkpoint, and a stop request (a signal on any rank)
+  // agreed over ranks, which saves and ends the loop.
+  int stop_signal = 0;
+  auto end_of_step = [&](int64_t done) {
+    const bool stop = !comm->all_agree(StopSignals::received() == 0);
+    const bool periodic = cfg.checkpoint.save_every > 0 && done % cfg.checkpoint.save_every == 0;
+    if (periodic || stop) save(done);
+    if (stop) stop_signal = static_cast<int>(comm->allreduce_max_host(StopSignals::received()));
+    return !stop;
+  };
   double last_loss = NAN;
   const double t_start = now_s();
-  for (int64_t step = 0; step < cfg.train.max_steps; ++step) {
+  for (int64_t step = state.step; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
     const CommStats c0 = comm->stats();
     model->zero_grads();
@@ -176,7 +218,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const double mtp_loss = comm->allreduce_sum_host(mtp_sum / micro_steps) / W;
     const double grad_norm = std::sqrt(comm->allreduce_sum_host(grad_sum_squares(params)));
     const int64_t done = step + 1;
+    state.step = done;
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      int64_t& nonfinite = state.nonfinite;
       ++nonfinite;
       log::warn("step " + std::to_string(done) + ": non-finite " +
                 (std::isfinite(loss) ? "gradient norm" : "loss") + "; update skipped (" +
@@ -191,11 +235,13 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
                              std::to_string(nonfinite) +
                              " non-finite steps in a row (train.max_nonfinite_steps)");
       }
+      if (!end_of_step(done)) break;
       continue;
     }
-    nonfinite = 0;
+    state.nonfinite = 0;
     const double lr = schedule.lr(step);
     opt->step(lr, clip_factor(grad_norm, cfg.train.grad_clip));
+    state.optimizer_steps = opt->steps();
     const double dt = now_s() - t0;
     const double tps = static_cast<double>(tokens_per_step) / dt;
     last_loss = loss;
@@ -234,8 +280,25 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
                     vl);
       log::info(line);
     }
+    if (!end_of_step(done)) break;
   }
   if (progress) std::fputc('\n', stderr);
+  if (stop_signal != 0) {
+    log::info("stopped by signal " + std::to_string(stop_signal) + " after step " +
+              std::to_string(state.step) +
+              "; resume with the same command (checkpoint.resume: " + "auto)");
+    return 128 + stop_signal;
+  }
+  if (saved_step != state.step) save(state.step);
+  // The consolidated export of the final weights (rank 0 reads the checkpoint just written).
+  const std::string export_path =
+      (std::filesystem::path(cfg.train.output_dir) / "export.h5").string();
+  collectively(*comm, [&] {
+    if (!rank0) return;
+    const std::string file = resolve_checkpoint(checkpoint_root(cfg), "checkpoint.dir");
+    export_checkpoint(file, export_path, cfg.checkpoint.export_dtype, LoraExport::merged);
+  });
+  log::info("export: " + export_path + " (" + dtype_name(cfg.checkpoint.export_dtype) + ")");
   const double peak = comm->allreduce_max_host(peak_rss_bytes());
   char line[200];
   std::snprintf(line, sizeof(line),
@@ -258,10 +321,17 @@ Command train_command() {
       "tokens (gradients accumulate), global gradient-norm clipping (train.grad_clip), one\n"
       "optimizer update, the learning-rate schedule. Logs every train.log_every steps and\n"
       "writes <train.output_dir>/metrics.jsonl (step, loss, grad_norm, lr, tokens_per_s,\n"
-      "ms_per_step; validation rows carry val_loss). Steps with a non-finite loss or gradient\n"
-      "norm are skipped; train.max_nonfinite_steps in a row stop the run (exit 1).\n"
-      "With torch Adam/AdamW and trainable bfloat16 parameters a precision warning is printed;\n"
-      "train.fail_on_precision_warning: true makes it an error (exit 2).\n";
+      "ms_per_step, peak_rss_bytes; validation rows carry val_loss). Steps with a non-finite\n"
+      "loss or gradient norm are skipped; train.max_nonfinite_steps in a row stop the run\n"
+      "(exit 1). With torch Adam/AdamW and trainable bfloat16 parameters a precision warning\n"
+      "is printed; train.fail_on_precision_warning: true makes it an error (exit 2).\n"
+      "Checkpoints go to checkpoint.dir (<train.output_dir>/checkpoints) every\n"
+      "checkpoint.save_every steps and at the end; the last checkpoint.keep_last are kept.\n"
+      "checkpoint.resume: auto (the default) continues from the latest one there, none starts\n"
+      "afresh, or give a checkpoint path. At the end <train.output_dir>/export.h5 holds the\n"
+      "weights in checkpoint.export_dtype. SIGTERM or SIGINT: a checkpoint at the end of the\n"
+      "current step, then exit 128 + the signal number (130, 143); a second signal exits at\n"
+      "once. Under mpirun -np N the model is sharded over the N ranks.\n";
   s.positionals = {"CONFIG"};
   s.takes_overrides = true;
   return Command{s, run_train, true};

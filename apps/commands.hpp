@@ -25,6 +25,8 @@ Command config_command();
 Command audit_command();
 Command grads_command();
 Command train_command();
+Command export_command();
+Command inspect_command();
 
 // Loads CONFIG (positional 0) with the overrides, for this process's world size (or
 // `world_size` ranks when positive), resolving `model.dtype: auto` with `model.init_from`

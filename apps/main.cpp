@@ -18,7 +18,8 @@ using namespace kktrain;
 namespace {
 
 std::vector<Command> all_commands() {
-  return {train_command(), config_command(), audit_command(), grads_command()};
+  return {train_command(), config_command(), audit_command(),
+          grads_command(), export_command(), inspect_command()};
 }
 
 void print_main_help(const std::vector<Command>& cmds) {
@@ -72,8 +73,10 @@ int main(int argc, char** argv) {
   const std::string who = many ? "kktrain[rank " + std::to_string(mpi.rank()) + "]" : "kktrain";
   int rc = 0;
   bool same_on_all_ranks = false;  // config and usage errors: every rank reads the same input
+  bool returned_normally = false;  // every rank returns the same status (e.g. stopped by signal)
   try {
     rc = dispatch(argc, argv, mpi);
+    returned_normally = true;
   } catch (const CollectiveError& e) {  // every rank knows; one of them says what happened
     if (e.printed_here()) std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     rc = e.exit_code();
@@ -93,7 +96,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: error: internal error: %s\n", who.c_str(), e.what());
     rc = 1;
   }
-  if (rc != 0 && many && !same_on_all_ranks) {
+  const bool threw = rc != 0 && !returned_normally;
+  if (threw && many && !same_on_all_ranks) {
     // A failure on one rank must not leave the others hanging in a collective.
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, rc);

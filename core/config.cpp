@@ -276,6 +276,9 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
   c->save_every = s.get_int("save_every", 0, 0, kMaxInt);
   c->keep_last = s.get_int("keep_last", 2, 1, 1 << 20);
   c->resume = s.get_string("resume", "auto");
+  if (c->resume == "never") c->resume = "none";  // an older spelling
+  if (c->resume.empty()) s.fail("resume", "must be auto, none, or a checkpoint path");
+  s.set_resolved("resume", YAML::Node(c->resume));
   c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, false);
   require_supported(s, "export_dtype", c->export_dtype);
   s.finish();

@@ -1,5 +1,7 @@
 #include "io/h5.hpp"
 
+#include <algorithm>
+
 #include "core/errors.hpp"
 
 namespace kktrain {
@@ -32,6 +34,145 @@ Handle bf16_type() {
   H5Tset_size(t.id(), 2);
   H5Tset_ebias(t.id(), 127);
   return t;
+}
+
+std::size_t elem_size(Elem e) {
+  return e == Elem::f32 ? 4 : 2;
+}
+
+const char* elem_name(Elem e) {
+  switch (e) {
+    case Elem::f32:
+      return "float32";
+    case Elem::bf16:
+      return "bfloat16";
+    case Elem::i16:
+      return "int16";
+  }
+  return "?";
+}
+
+namespace {
+
+// File and memory type of an element type (the same: row I/O never converts).
+Handle elem_type(Elem e) {
+  switch (e) {
+    case Elem::f32:
+      return Handle(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case Elem::bf16:
+      return bf16_type();
+    case Elem::i16:
+      return Handle(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+  }
+  return Handle();
+}
+
+Handle mpio_fapl(MPI_Comm comm) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_mpio(fapl.id(), comm, MPI_INFO_NULL);
+  return fapl;
+}
+
+}  // namespace
+
+File File::create(const std::string& path, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return create(path);
+  quiet();
+  Handle fapl = mpio_fapl(comm);
+  Handle h(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose);
+  if (!h.valid()) throw RuntimeFailure("cannot create HDF5 file '" + path + "'");
+  return File(std::move(h), path, true);
+}
+
+File File::open_read(const std::string& path, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return open_read(path);
+  quiet();
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw InputError("'" + path + "' is not a readable HDF5 file");
+  }
+  Handle fapl = mpio_fapl(comm);
+  Handle h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id()), H5Fclose);
+  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "'");
+  return File(std::move(h), path, true);
+}
+
+void File::close() {
+  if (!h_.valid()) return;
+  const bool flushed = H5Fflush(h_.id(), H5F_SCOPE_GLOBAL) >= 0;
+  const herr_t closed = H5Fclose(h_.id());
+  h_ = Handle();
+  if (!flushed || closed < 0) fail(path_, "cannot flush and close (disk full or I/O error?)");
+}
+
+void File::create_dataset(const std::string& name, Elem e, const std::vector<int64_t>& shape) {
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.id(), 1);
+  Handle space = space_for(shape);
+  Handle t = elem_type(e);
+  Handle ds(
+      H5Dcreate2(h_.id(), name.c_str(), t.id(), space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Dclose);
+  if (!ds.valid()) fail(path_, "cannot create dataset '" + name + "'");
+}
+
+Handle File::transfer_plist() const {
+  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (parallel_) H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
+  return dxpl;
+}
+
+void File::rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
+                   int64_t row_len, void* buf, bool write) const {
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
+  // The dataset as (total rows, row_len); this rank's rows as one hyperslab.
+  Handle fspace(H5Dget_space(ds.id()), H5Sclose);
+  const hssize_t total = H5Sget_simple_extent_npoints(fspace.id());
+  const hsize_t all_rows = row_len > 0 ? static_cast<hsize_t>(total / row_len) : 0;
+  hsize_t dims2[2] = {all_rows, static_cast<hsize_t>(row_len)};
+  Handle file2(H5Screate_simple(2, dims2, nullptr), H5Sclose);
+  hsize_t mdims[1] = {static_cast<hsize_t>(std::max<int64_t>(1, rows * row_len))};
+  Handle mem(H5Screate_simple(1, mdims, nullptr), H5Sclose);
+  if (rows > 0) {
+    hsize_t start[2] = {static_cast<hsize_t>(row_begin), 0};
+    hsize_t count[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(row_len)};
+    H5Sselect_hyperslab(file2.id(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  } else {
+    H5Sselect_none(file2.id());
+    H5Sselect_none(mem.id());
+  }
+  Handle t = elem_type(e);
+  Handle dxpl = transfer_plist();
+  const herr_t r = write ? H5Dwrite(ds.id(), t.id(), mem.id(), file2.id(), dxpl.id(), buf)
+                         : H5Dread(ds.id(), t.id(), mem.id(), file2.id(), dxpl.id(), buf);
+  if (r < 0) {
+    if (write) fail(path_, "cannot write dataset '" + name + "'");
+    throw InputError("HDF5 file '" + path_ + "': cannot read dataset '" + name + "'");
+  }
+}
+
+void File::write_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
+                      int64_t row_len, const void* data) {
+  rows_io(name, e, row_begin, rows, row_len, const_cast<void*>(data), true);
+}
+
+void File::read_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
+                     int64_t row_len, void* out) const {
+  rows_io(name, e, row_begin, rows, row_len, out, false);
+}
+
+Elem File::elem_of(const std::string& name) const {
+  const std::string k = float_kind(name);
+  if (k == "float32") return Elem::f32;
+  if (k == "bfloat16") return Elem::bf16;
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle t(H5Dget_type(ds.id()), H5Tclose);
+  if (H5Tget_class(t.id()) == H5T_INTEGER && H5Tget_size(t.id()) == 2 &&
+      H5Tget_sign(t.id()) == H5T_SGN_2) {
+    return Elem::i16;
+  }
+  throw InputError("HDF5 file '" + path_ + "': dataset '" + name +
+                   "' is not float32, bfloat16 or int16");
 }
 
 File File::create(const std::string& path) {
@@ -173,6 +314,36 @@ std::vector<std::string> File::list(const std::string& group) const {
 
 namespace {
 
+herr_t visit_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET) {
+    static_cast<std::vector<std::string>*>(out)->push_back(std::string("/") + name);
+  }
+  return 0;
+}
+
+herr_t visit_attr(hid_t, const char* name, const H5A_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> File::datasets() const {
+  std::vector<std::string> out;
+  H5Ovisit(h_.id(), H5_INDEX_NAME, H5_ITER_INC, visit_dataset, &out);
+  return out;
+}
+
+std::vector<std::string> File::attr_names(const std::string& obj) const {
+  Handle o = open_obj(obj);
+  std::vector<std::string> out;
+  hsize_t idx = 0;
+  H5Aiterate2(o.id(), H5_INDEX_NAME, H5_ITER_INC, &idx, visit_attr, &out);
+  return out;
+}
+
+namespace {
+
 void write_attr(hid_t obj, const std::string& name, hid_t type, const void* v,
                 const std::string& path) {
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
@@ -213,6 +384,22 @@ Handle open_attr(hid_t obj, const std::string& name, const std::string& path) {
   return a;
 }
 }  // namespace
+
+std::string File::attr_class(const std::string& obj, const std::string& name) const {
+  Handle o = open_obj(obj);
+  Handle a = open_attr(o.id(), name, path_);
+  Handle t(H5Aget_type(a.id()), H5Tclose);
+  switch (H5Tget_class(t.id())) {
+    case H5T_STRING:
+      return "string";
+    case H5T_INTEGER:
+      return "integer";
+    case H5T_FLOAT:
+      return "float";
+    default:
+      return "other";
+  }
+}
 
 std::string File::read_attr_str(const std::string& obj, const std::string& name) const {
   Handle o = open_obj(obj);

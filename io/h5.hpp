@@ -2,6 +2,11 @@
 // turned into exceptions that name the file and object. Also the 2-byte bfloat16 file type
 // (HDF5 1.10 has none): an IEEE float with sign bit 15, exponent bits 7..14 (bias 127) and a
 // 7-bit mantissa, which h5dump prints and h5py reads as float32.
+//
+// Files can be opened collectively over an MPI communicator (parallel HDF5, MPI-IO driver): then
+// every rank makes the same create/attribute calls, and each rank writes or reads its own rows
+// of a dataset as a hyperslab in one collective transfer (a rank without rows still takes part,
+// with an empty selection). Row I/O moves elements in the dataset's own type, bit for bit.
 #pragma once
 
 #include <hdf5.h>
@@ -48,11 +53,34 @@ class Handle {
 // The bf16 file/memory datatype (a committed copy is not needed; a transient type is fine).
 Handle bf16_type();
 
+// Element types of row-wise datasets.
+enum class Elem { f32, bf16, i16 };
+std::size_t elem_size(Elem e);
+const char* elem_name(Elem e);  // "float32", "bfloat16", "int16"
+
 class File {
  public:
   // Creates (truncating) or opens an HDF5 file; throws InputError/RuntimeFailure with the path.
   static File create(const std::string& path);
   static File open_read(const std::string& path);
+  // Collective create / read-only open over `comm` (every rank calls; MPI_COMM_NULL: this process
+  // alone, as above).
+  static File create(const std::string& path, MPI_Comm comm);
+  static File open_read(const std::string& path, MPI_Comm comm);
+  bool parallel() const { return parallel_; }
+  // Flushes and closes, reporting failures (the destructor closes silently).
+  void close();
+
+  // Collective: a dataset of the full shape, in element type e.
+  void create_dataset(const std::string& name, Elem e, const std::vector<int64_t>& shape);
+  // Collective: rows [row_begin, row_begin + rows) of dataset `name` (rows of row_len elements of
+  // type e) from / into host memory. rows = 0: this rank takes part without data.
+  void write_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
+                  const void* data);
+  void read_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
+                 void* out) const;
+  // The element type of a dataset; InputError naming it for anything else.
+  Elem elem_of(const std::string& name) const;
   const std::string& path() const { return path_; }
   hid_t id() const { return h_.id(); }
 
@@ -71,6 +99,12 @@ class File {
   std::string float_kind(const std::string& name) const;
   // Names of the datasets directly below a group, in the file's order.
   std::vector<std::string> list(const std::string& group) const;
+  // Absolute paths of every dataset in the file.
+  std::vector<std::string> datasets() const;
+  // "string", "integer", "float" or "other": the type class of an attribute.
+  std::string attr_class(const std::string& obj, const std::string& name) const;
+  // Names of the attributes of an object.
+  std::vector<std::string> attr_names(const std::string& obj) const;
 
   // Attributes on an object (group or dataset path, "/" for the root).
   void attr_str(const std::string& obj, const std::string& name, const std::string& v);
@@ -82,12 +116,17 @@ class File {
   double read_attr_f64(const std::string& obj, const std::string& name) const;
 
  private:
-  File(Handle h, std::string path) : h_(std::move(h)), path_(std::move(path)) {}
+  File(Handle h, std::string path, bool parallel = false)
+      : h_(std::move(h)), path_(std::move(path)), parallel_(parallel) {}
+  Handle transfer_plist() const;
+  void rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
+               void* buf, bool write) const;
   void write(const std::string& name, hid_t type, const void* data,
              const std::vector<int64_t>& shape);
   Handle open_obj(const std::string& obj) const;
   Handle h_;
   std::string path_;
+  bool parallel_ = false;
 };
 
 }  // namespace h5

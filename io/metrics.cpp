@@ -1,7 +1,9 @@
 #include "io/metrics.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "core/errors.hpp"
 
@@ -48,7 +50,7 @@ JsonLine& JsonLine::str(const std::string& k, const std::string& v) {
   return *this;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) : path_(path) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
@@ -72,6 +74,16 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   }
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) throw InputError("train.output_dir: cannot write '" + path + "'");
+  if (keep_through_step >= 0 && !previous_.empty()) {
+    std::ifstream in(previous_);
+    for (std::string line; std::getline(in, line);) {
+      const auto k = line.find("\"step\": ");
+      if (k == std::string::npos) continue;
+      if (std::strtoll(line.c_str() + k + 8, nullptr, 10) > keep_through_step) break;
+      std::fprintf(f_, "%s\n", line.c_str());
+    }
+    std::fflush(f_);
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

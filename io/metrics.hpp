@@ -25,8 +25,10 @@ class JsonLine {
 class MetricsWriter {
  public:
   // Creates the directory if needed and starts `path` afresh; an earlier file at `path` is kept
-  // as path.1 (or the first free path.N), never overwritten.
-  explicit MetricsWriter(const std::string& path);
+  // as path.1 (or the first free path.N), never overwritten. A resumed run passes the step it
+  // resumes from: the earlier file's rows up to that step are copied into the new one first, so
+  // metrics.jsonl reads as one run.
+  explicit MetricsWriter(const std::string& path, int64_t keep_through_step = -1);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

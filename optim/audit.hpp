@@ -32,7 +32,7 @@ struct RankBytes {
 
 struct AuditReport {
   std::vector<AuditRow> rows;
-  int world = 1;      // ranks the parameters are sharded over
+  int world = 1;       // ranks the parameters are sharded over
   RankBytes per_rank;  // the rank with the most resident bytes (rank 0 holds the most rows)
   std::string optimizer;
   ResolvedPrecision precision;

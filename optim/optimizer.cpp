@@ -86,6 +86,15 @@ std::vector<float> state_host(const StateTensor& s, int64_t n) {
   return out;
 }
 
+StateRef ref(const char* name, StateTensor& t) {
+  StateRef r;
+  r.name = name;
+  r.dtype = t.dtype;
+  r.data = t.dtype == DType::float32 ? static_cast<void*>(t.f32.data())
+                                     : static_cast<void*>(t.b16.data());
+  return r;
+}
+
 RoundingMode rounding(bool stochastic, uint64_t seed, int64_t step, const ParamInfo& p) {
   RoundingMode r;
   r.stochastic = stochastic && p.dtype == DType::bfloat16;
@@ -125,6 +134,11 @@ class AdamBase : public Optimizer {
     if (m_[i].empty()) return {};
     const int64_t n = reg_.info(i).local_numel;
     return {{"exp_avg", state_host(m_[i], n)}, {"exp_avg_sq", state_host(v_[i], n)}};
+  }
+
+  std::vector<StateRef> state_refs(int i) override {
+    if (m_[i].empty()) return {};
+    return {ref("exp_avg", m_[i]), ref("exp_avg_sq", v_[i])};
   }
 
  protected:
@@ -246,6 +260,23 @@ class FusedAdam final : public AdamBase {
     return s;
   }
 
+  std::vector<StateRef> state_refs(int i) override {
+    auto out = AdamBase::state_refs(i);
+    if (kind_[i] == MasterKind::float32) {
+      StateRef r;
+      r.name = "master";
+      r.data = master_[i].data();
+      out.push_back(r);
+    } else if (kind_[i] == MasterKind::remainder) {
+      StateRef r;
+      r.name = "remainder";
+      r.int16 = true;
+      r.data = remainder_[i].data();
+      out.push_back(r);
+    }
+    return out;
+  }
+
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
     auto out = AdamBase::state_to_host(i);
     if (out.empty()) return out;
@@ -319,6 +350,11 @@ class Sgd final : public Optimizer {
   std::vector<std::pair<std::string, std::vector<float>>> state_to_host(int i) const override {
     if (buf_[i].empty()) return {};
     return {{"momentum_buffer", state_host(buf_[i], reg_.info(i).local_numel)}};
+  }
+
+  std::vector<StateRef> state_refs(int i) override {
+    if (buf_[i].empty()) return {};
+    return {ref("momentum_buffer", buf_[i])};
   }
 
  private:

@@ -44,6 +44,15 @@ struct StateTensor {
   T* data() const;
 };
 
+// One state tensor of a parameter in its own dtype: this rank's shard (the parameter's
+// local_numel elements) in device memory. Checkpoints write and read these bit for bit.
+struct StateRef {
+  std::string name;  // "exp_avg", "exp_avg_sq", "momentum_buffer", "master", "remainder"
+  DType dtype = DType::float32;  // float32 or bfloat16; ignored when int16
+  bool int16 = false;            // TE remainders
+  void* data = nullptr;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -53,6 +62,10 @@ class Optimizer {
   virtual ParamStateInfo state_info(int param) const = 0;
   virtual const char* name() const = 0;
   int64_t steps() const { return step_; }
+  // Restores the update count (bias correction, SGD's first step) of a resumed run.
+  void set_steps(int64_t s) { step_ = s; }
+  // The state tensors of parameter `param` (empty when it has none).
+  virtual std::vector<StateRef> state_refs(int param) = 0;
 
   // Named state tensors of a parameter, as fp32 host copies (tests, checkpoints): "exp_avg",
   // "exp_avg_sq", "momentum_buffer", "master" (the fp32 master, rebuilt for remainders).

@@ -5,8 +5,8 @@
 // builds the NCCL one. Buffer arguments are pointers into the default memory space (device
 // memory on GPU builds); scalar helpers (*_host) work on host values.
 //
-// Every buffer collective is counted: stats() gives the payload bytes this rank sent and the
-// seconds spent inside collectives. Payload bytes are those of a bandwidth-optimal (ring)
+// Every buffer collective between ranks is counted: stats() gives the payload bytes this rank sent
+// and the seconds spent inside collectives. Payload bytes are those of a bandwidth-optimal (ring)
 // algorithm: an all-gather of b bytes per rank or a reduce-scatter of W blocks of b bytes sends
 // (W - 1) * b bytes from each rank, whatever algorithm the library picks.
 #pragma once
@@ -48,6 +48,8 @@ class Communicator {
   virtual double allreduce_sum_host(double v) = 0;
   // Maximum of one double on the host.
   virtual double allreduce_max_host(double v) = 0;
+  // Sum modulo 2^64 of one unsigned 64-bit value on the host (checksums).
+  virtual uint64_t allreduce_sum_u64(uint64_t v) = 0;
   // Logical AND of a host flag across ranks (agreement on errors and non-finite steps).
   virtual bool all_agree(bool ok) = 0;
   virtual void barrier() = 0;
@@ -69,6 +71,7 @@ class SingleCommunicator final : public Communicator {
   void allreduce_sum(float*, std::size_t) override {}
   double allreduce_sum_host(double v) override { return v; }
   double allreduce_max_host(double v) override { return v; }
+  uint64_t allreduce_sum_u64(uint64_t v) override { return v; }
   bool all_agree(bool ok) override { return ok; }
   void barrier() override {}
 };

@@ -43,6 +43,12 @@ double MpiWorld::allreduce_max_host(double v) {
   return out;
 }
 
+uint64_t MpiWorld::allreduce_sum_u64(uint64_t v) {
+  uint64_t out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);  // unsigned: wraps mod 2^64
+  return out;
+}
+
 bool MpiWorld::all_agree(bool ok) {
   int in = ok ? 1 : 0, out = 0;
   MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);

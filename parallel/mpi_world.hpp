@@ -13,6 +13,7 @@ class MpiWorld : public Communicator {
   int size() const override { return size_; }
   double allreduce_sum_host(double v) override;
   double allreduce_max_host(double v) override;
+  uint64_t allreduce_sum_u64(uint64_t v) override;
   bool all_agree(bool ok) override;
   void barrier() override;
 

@@ -35,7 +35,9 @@ LN_VOCAB = math.log(256.0)  # the loss of a uniform prediction over the byte voc
 # The tiny model every case trains (overrides on top of the shipped configs).
 TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
               "model.num_kv_heads=1", "model.intermediate_size=64"]
-TINY = TINY_MODEL + ["data.seq_len=32", "data.micro_batch_size=2", "data.global_batch_size=2"]
+# Cases that run again into one train.output_dir start afresh (resume is tested on its own).
+TINY = TINY_MODEL + ["data.seq_len=32", "data.micro_batch_size=2", "data.global_batch_size=2",
+                     "checkpoint.resume=none"]
 # Measurements that vary from run to run (time, memory): never compared bit for bit.
 TIMING_KEYS = ("tokens_per_s", "ms_per_step", "comm_ms", "peak_rss_bytes")
 TRAIN_KEYS = ("step", "loss", "grad_norm", "lr", "tokens_per_s", "ms_per_step")

@@ -1,0 +1,342 @@
+// Training checkpoints of the model and optimizer: what goes into the file, and how a file is
+// loaded back into (possibly differently sharded, possibly differently typed) storage. See
+// apps/checkpointing.hpp and docs/checkpoints.md.
+#include "apps/checkpointing.hpp"
+
+#include <cstring>
+#include <filesystem>
+
+#include "core/config_reader.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "io/checkpoint.hpp"
+#include "parallel/agree.hpp"
+
+namespace kktrain {
+
+const char* const kKktrainVersion = "0.1.0";
+
+namespace {
+
+using DevBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using HostBytes = Kokkos::View<char*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+h5::Elem elem_of(DType d) {
+  return d == DType::bfloat16 ? h5::Elem::bf16 : h5::Elem::f32;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// The model's shape-defining settings, checked on resume.
+std::vector<std::pair<std::string, int64_t>> architecture(const ModelConfig& m) {
+  return {
+      {"vocab_size", m.vocab_size},        {"hidden_size", m.hidden_size},
+      {"num_layers", m.num_layers},        {"num_heads", m.num_heads},
+      {"num_kv_heads", m.num_kv_heads},    {"intermediate_size", m.intermediate_size},
+      {"max_seq_len", m.max_seq_len},      {"tie_word_embeddings", m.tie_word_embeddings ? 1 : 0},
+      {"mtp_num_layers", m.mtp_num_layers}};
+}
+
+std::vector<std::pair<std::string, double>> architecture_f64(const ModelConfig& m) {
+  return {{"rope_theta", m.rope_theta}, {"rms_norm_eps", m.rms_norm_eps}};
+}
+
+void upload(void* dev, const void* host, std::size_t bytes) {
+  if (bytes == 0) return;
+  Kokkos::deep_copy(DevBytes(static_cast<char*>(dev), bytes),
+                    HostBytes(static_cast<char*>(const_cast<void*>(host)), bytes));
+}
+
+std::vector<float> widen(const std::vector<char>& bytes, h5::Elem e) {
+  const std::size_t n = bytes.size() / h5::elem_size(e);
+  std::vector<float> out(n);
+  if (e == h5::Elem::f32) {
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+  } else if (e == h5::Elem::bf16) {
+    const auto* b = reinterpret_cast<const uint16_t*>(bytes.data());
+    for (std::size_t k = 0; k < n; ++k) out[k] = bf16::from_bits(b[k]).to_float();
+  } else {
+    throw InternalError("widen: int16 data");
+  }
+  return out;
+}
+
+// Values in dtype d: exact for float32, nearest-even for bfloat16.
+std::vector<char> narrow(const std::vector<float>& v, DType d) {
+  std::vector<char> out(v.size() * dtype_size(d));
+  if (d == DType::float32) {
+    std::memcpy(out.data(), v.data(), out.size());
+  } else {
+    auto* b = reinterpret_cast<uint16_t*>(out.data());
+    for (std::size_t k = 0; k < v.size(); ++k) b[k] = bf16_bits_from_float(v[k]);
+  }
+  return out;
+}
+
+std::vector<float> rebuild(const std::vector<char>& param, const std::vector<char>& rem) {
+  const std::size_t n = param.size() / 2;
+  std::vector<float> out(n);
+  const auto* p = reinterpret_cast<const uint16_t*>(param.data());
+  const auto* r = reinterpret_cast<const int16_t*>(rem.data());
+  for (std::size_t k = 0; k < n; ++k) out[k] = rebuild_remainder(bf16::from_bits(p[k]), r[k]);
+  return out;
+}
+
+[[noreturn]] void refuse(const std::string& file, const std::string& what) {
+  throw InputError("checkpoint '" + file + "': " + what);
+}
+
+}  // namespace
+
+std::string checkpoint_root(const Config& cfg) {
+  if (cfg.checkpoint.dir) return *cfg.checkpoint.dir;
+  return (std::filesystem::path(cfg.train.output_dir) / "checkpoints").string();
+}
+
+std::string save_training_checkpoint(const Config& cfg, Transformer& model, Optimizer& opt,
+                                     const TrainProgress& p, double next_lr, Communicator& comm) {
+  const ParamRegistry& reg = model.params();
+  std::vector<ShardRef> shards;
+  for (int i = 0; i < reg.size(); ++i) {
+    const ParamInfo& pi = reg.info(i);
+    ShardRef s;
+    s.dataset = "/params/" + pi.name;
+    s.elem = elem_of(pi.dtype);
+    s.shape = pi.shape;
+    s.row_begin = pi.row_begin;
+    s.rows = pi.local_rows;
+    s.row_len = pi.row_len;
+    s.data = dispatch_dtype(pi.dtype, [&](auto tag) -> void* {
+      using T = decltype(tag);
+      return reg.data<T>(i).data();
+    });
+    s.attrs["trainable"] = pi.trainable ? "1" : "0";
+    s.attrs["keep_in_fp32"] = pi.keep_fp32 ? "1" : "0";
+    if (!pi.aliases.empty()) s.attrs["aliases"] = join(pi.aliases);
+    shards.push_back(s);
+    for (const StateRef& st : opt.state_refs(i)) {
+      ShardRef o = s;
+      o.dataset = "/optim/" + pi.name + "/" + st.name;
+      o.elem = st.int16 ? h5::Elem::i16 : elem_of(st.dtype);
+      o.data = st.data;
+      o.attrs.clear();
+      shards.push_back(o);
+    }
+  }
+  FileAttrs a;
+  a.str["format"] = "kktrain-checkpoint";
+  a.str["kktrain_version"] = kKktrainVersion;
+  a.str["config"] = to_yaml(cfg);
+  a.str["optimizer"] = opt.name();
+  a.str["storage_dtype"] = dtype_name(cfg.precision.storage);
+  a.str["compute_dtype"] = dtype_name(cfg.precision.compute);
+  a.i64["format_version"] = kCheckpointFormatVersion;
+  a.i64["step"] = p.step;
+  a.i64["optimizer_steps"] = p.optimizer_steps;
+  a.i64["nonfinite_in_row"] = p.nonfinite;
+  a.i64["world_size"] = comm.size();
+  a.i64["model_seed"] = static_cast<int64_t>(cfg.model.seed);
+  a.i64["data_seed"] = static_cast<int64_t>(cfg.data.seed);
+  a.f64["next_lr"] = next_lr;
+  for (const auto& [k, v] : architecture(cfg.model)) a.i64[k] = v;
+  for (const auto& [k, v] : architecture_f64(cfg.model)) a.f64[k] = v;
+  if (cfg.peft.enabled) {
+    a.i64["lora_dim"] = cfg.peft.dim;
+    a.f64["lora_alpha"] = cfg.peft.alpha;
+  }
+  Kokkos::fence();
+  return save_checkpoint_dir(checkpoint_root(cfg), p.step, cfg.checkpoint.keep_last, comm,
+                             [&](const std::string& file) { write_shards(file, shards, a, comm); });
+}
+
+std::optional<std::string> resume_source(const Config& cfg) {
+  const std::string& r = cfg.checkpoint.resume;
+  if (r == "none") return std::nullopt;
+  if (r == "auto") return latest_checkpoint(checkpoint_root(cfg));
+  return resolve_checkpoint(r, "checkpoint.resume");
+}
+
+namespace {
+
+void check_header(const h5::File& f, const std::string& file, const Config& cfg,
+                  const Optimizer& opt) {
+  if (!f.has_attr("/", "format") || f.read_attr_str("/", "format") != "kktrain-checkpoint") {
+    refuse(file, "not a kktrain training checkpoint (no format attribute 'kktrain-checkpoint')");
+  }
+  const int64_t v = f.read_attr_i64("/", "format_version");
+  if (v != kCheckpointFormatVersion) {
+    refuse(file, "format version " + std::to_string(v) + "; this kktrain reads version " +
+                     std::to_string(kCheckpointFormatVersion));
+  }
+  for (const auto& [k, want] : architecture(cfg.model)) {
+    const int64_t got = f.read_attr_i64("/", k);
+    if (got != want) {
+      refuse(file, "saved for model." + k + " = " + std::to_string(got) + ", the config has " +
+                       std::to_string(want));
+    }
+  }
+  for (const auto& [k, want] : architecture_f64(cfg.model)) {
+    const double got = f.read_attr_f64("/", k);
+    if (got != want) {
+      refuse(file, "saved for model." + k + " = " + format_double(got) + ", the config has " +
+                       format_double(want));
+    }
+  }
+  const std::string o = f.read_attr_str("/", "optimizer");
+  if (o != opt.name()) {
+    refuse(file, "saved with optimizer " + o + ", the config uses " + opt.name() +
+                     "; a different optimizer cannot take over its state (start from the "
+                     "weights with model.init_from instead)");
+  }
+}
+
+}  // namespace
+
+TrainProgress load_training_checkpoint(const std::string& file, const Config& cfg,
+                                       Transformer& model, Optimizer& opt, Communicator& comm) {
+  return collectively(comm, [&] {
+    ShardReader r(file, comm);
+    const h5::File& f = r.file();
+    check_header(f, file, cfg, opt);
+    ParamRegistry& reg = model.params();
+    int converted = 0;
+    const auto names = f.list("/params");
+    for (const auto& n : names) {
+      if (reg.find(n) < 0) refuse(file, "has parameter '" + n + "', which this model does not");
+    }
+    for (int i = 0; i < reg.size(); ++i) {
+      const ParamInfo& p = reg.info(i);
+      const std::string ds = "/params/" + p.name;
+      if (!f.exists(ds)) refuse(file, "has no parameter '" + p.name + "'");
+      if (f.shape(ds) != p.shape) {
+        refuse(file, "parameter '" + p.name + "' has shape " + shape_string(f.shape(ds)) +
+                         ", the model expects " + shape_string(p.shape));
+      }
+      const bool was_trainable = f.read_attr_str(ds, "trainable") == "1";
+      if (was_trainable != p.trainable) {
+        refuse(file, "parameter '" + p.name + "' was " + (was_trainable ? "trainable" : "frozen") +
+                         " when saved and is " + (p.trainable ? "trainable" : "frozen") +
+                         " now; resume with the same freeze_config and peft (or start from the "
+                         "weights with model.init_from)");
+      }
+      const h5::Elem pe = f.elem_of(ds);
+      const std::vector<char> stored = r.read_rows(ds, p.row_begin, p.local_rows, p.row_len);
+      // The file's state of this parameter, read in the file's order (the same on every rank).
+      const std::string sg = "/optim/" + p.name;
+      std::vector<std::pair<std::string, std::vector<char>>> state;
+      if (f.exists(sg)) {
+        for (const auto& s : f.list(sg)) {
+          state.emplace_back(s, r.read_rows(sg + "/" + s, p.row_begin, p.local_rows, p.row_len));
+        }
+      }
+      auto file_state = [&](const std::string& s) -> const std::vector<char>* {
+        for (const auto& [name, bytes] : state) {
+          if (name == s) return &bytes;
+        }
+        return nullptr;
+      };
+      // The parameter's fp32 value: its master when the file has one.
+      std::vector<float> master;
+      if (const auto* m = file_state("master")) {
+        master = widen(*m, h5::Elem::f32);
+      } else if (const auto* rem = file_state("remainder")) {
+        if (pe != h5::Elem::bf16) refuse(file, "remainder of non-bf16 parameter '" + p.name + "'");
+        master = rebuild(stored, *rem);
+      } else {
+        master = widen(stored, pe);
+      }
+      const MasterKind kind = opt.state_info(i).master;
+      void* dst = dispatch_dtype(p.dtype, [&](auto tag) -> void* {
+        using T = decltype(tag);
+        return reg.data<T>(i).data();
+      });
+      std::vector<char> value;
+      std::vector<char> remainder;
+      if (p.dtype == DType::float32) {
+        value = narrow(master, DType::float32);
+      } else if (kind == MasterKind::remainder) {
+        // TE's split: parameter + remainder rebuild the fp32 value exactly.
+        value.resize(master.size() * 2);
+        remainder.resize(master.size() * 2);
+        auto* pv = reinterpret_cast<uint16_t*>(value.data());
+        auto* rv = reinterpret_cast<int16_t*>(remainder.data());
+        for (std::size_t k = 0; k < master.size(); ++k) {
+          const Bf16Remainder sp = split_remainder(master[k]);
+          pv[k] = sp.high.bits;
+          rv[k] = sp.remainder;
+        }
+      } else if (pe == h5::Elem::bf16) {
+        value = stored;  // the stored bf16 parameter itself
+      } else {
+        value = narrow(master, DType::bfloat16);
+      }
+      converted += (pe != elem_of(p.dtype)) ? 1 : 0;
+      upload(dst, value.data(), value.size());
+      for (const StateRef& st : opt.state_refs(i)) {
+        if (st.name == "remainder") {
+          upload(st.data, remainder.data(), remainder.size());
+          continue;
+        }
+        if (st.name == "master") {
+          const auto bytes = narrow(master, DType::float32);
+          upload(st.data, bytes.data(), bytes.size());
+          continue;
+        }
+        const auto* s = file_state(st.name);
+        if (!s) {
+          refuse(file, "has no optimizer state '" + st.name + "' for parameter '" + p.name +
+                           "' (saved with other optimizer settings)");
+        }
+        const h5::Elem se = f.elem_of(sg + "/" + st.name);
+        const auto bytes = se == elem_of(st.dtype) ? *s : narrow(widen(*s, se), st.dtype);
+        upload(st.data, bytes.data(), bytes.size());
+      }
+    }
+    Kokkos::fence();
+    TrainProgress p;
+    p.step = f.read_attr_i64("/", "step");
+    p.optimizer_steps = f.read_attr_i64("/", "optimizer_steps");
+    p.nonfinite = f.read_attr_i64("/", "nonfinite_in_row");
+    opt.set_steps(p.optimizer_steps);
+    if (converted > 0) {
+      log::info("checkpoint: " + std::to_string(converted) +
+                " parameters converted from the file's dtype to this config's storage dtype");
+    }
+    return p;
+  });
+}
+
+std::vector<char> read_full(const h5::File& f, const std::string& ds, h5::Elem e) {
+  const auto shape = f.shape(ds);
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  std::vector<char> out(static_cast<std::size_t>(n) * h5::elem_size(e));
+  f.read_rows(ds, e, 0, rows, rows > 0 ? n / rows : 0, out.data());
+  return out;
+}
+
+std::vector<float> parameter_master(const h5::File& f, const std::string& name,
+                                    const FullRead& read) {
+  const std::string sg = "/optim/" + name, ds = "/params/" + name;
+  auto get = [&](const std::string& d, h5::Elem e) { return read ? read(d) : read_full(f, d, e); };
+  if (f.exists(sg + "/master")) return widen(get(sg + "/master", h5::Elem::f32), h5::Elem::f32);
+  const h5::Elem pe = f.elem_of(ds);
+  const std::vector<char> stored = get(ds, pe);
+  if (f.exists(sg + "/remainder")) {
+    if (pe != h5::Elem::bf16) throw InputError("'" + f.path() + "': remainder of non-bf16 " + ds);
+    return rebuild(stored, get(sg + "/remainder", h5::Elem::i16));
+  }
+  return widen(stored, pe);
+}
+
+bool parameter_has_master(const h5::File& f, const std::string& name) {
+  const std::string sg = "/optim/" + name;
+  return f.exists(sg + "/master") || f.exists(sg + "/remainder");
+}
+
+}  // namespace kktrain

@@ -1,0 +1,47 @@
+#include "apps/signals.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+
+namespace kktrain {
+
+namespace {
+
+std::atomic<int> g_first{0};
+bool g_announce = false;
+struct sigaction g_old_int, g_old_term;
+
+void on_signal(int sig) {
+  int expected = 0;
+  if (!g_first.compare_exchange_strong(expected, sig)) _exit(128 + expected);  // the second one
+  static const char msg[] =
+      "kktrain: stop requested: saving a checkpoint at the end of this step (signal again to "
+      "exit at once)\n";
+  if (!g_announce) return;
+  const ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  (void)ignored;
+}
+
+}  // namespace
+
+StopSignals::StopSignals(bool announce) {
+  g_announce = announce;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+StopSignals::~StopSignals() {
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+int StopSignals::received() {
+  return g_first.load();
+}
+
+}  // namespace kktrain

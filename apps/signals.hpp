@@ -1,0 +1,20 @@
+// Stop requests from the outside: SIGTERM (cluster preemption, scheduler time limits) and SIGINT
+// (Ctrl-C). The first signal only sets a flag: the training loop sees it at the next step
+// boundary, saves a checkpoint and exits with 128 + the signal number (130 for SIGINT, 143 for
+// SIGTERM). A second signal exits at once with that status, saving nothing.
+#pragma once
+
+namespace kktrain {
+
+class StopSignals {
+ public:
+  // Installs the handlers; `announce`: say so on stderr when the first signal arrives (rank 0).
+  explicit StopSignals(bool announce);
+  ~StopSignals();  // restores the previous ones
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  // The first signal received, or 0.
+  static int received();
+};
+
+}  // namespace kktrain
