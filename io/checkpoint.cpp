@@ -229,8 +229,13 @@ std::string resolve_checkpoint(const std::string& path, const std::string& what)
     const fs::path file = fs::path(path) / kCheckpointFile;
     if (fs::is_regular_file(file, ec)) return file.string();
     if (auto latest = latest_checkpoint(path)) return *latest;
+    // A run directory (train.output_dir) holds its checkpoints under checkpoints/.
+    const fs::path run = fs::path(path) / "checkpoints";
+    if (fs::is_directory(run, ec)) {
+      if (auto latest = latest_checkpoint(run.string())) return *latest;
+    }
     throw InputError(what + ": '" + path + "' holds no " + kCheckpointFile +
-                     " and no 'latest' pointer");
+                     ", no 'latest' pointer and no checkpoints/latest");
   }
   throw InputError(what + ": no checkpoint at '" + path + "'");
 }

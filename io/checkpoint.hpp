@@ -97,8 +97,9 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
 // directory without a checkpoint).
 std::optional<std::string> latest_checkpoint(const std::string& root);
 
-// The checkpoint file for what a user named: a checkpoint file, a step directory, or a root with
-// a `latest` pointer. InputError (naming `what`, e.g. "checkpoint.resume") when there is none.
+// The checkpoint file for what a user named: a checkpoint file, a step directory, a root with a
+// `latest` pointer, or a run directory (train.output_dir) with checkpoints/latest. InputError
+// (naming `what`, e.g. "checkpoint.resume") when there is none.
 std::string resolve_checkpoint(const std::string& path, const std::string& what);
 
 }  // namespace kktrain
