@@ -3,7 +3,7 @@
 # missing) and builds kktrain in ./build with -j2 in Release.
 #
 #   scripts/setup.sh            runtime + build dependencies, then build
-#   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy)
+#   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy, matplotlib)
 #   BUILD_DIR=dir CMAKE_ARGS="..." scripts/setup.sh   build elsewhere / with extra options
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ pkgs=(g++ make cmake pkg-config
       libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libyaml-cpp-dev libgtest-dev)
 if [ "$want_tests" = 1 ]; then
-  pkgs+=(python3 python3-torch python3-h5py python3-numpy)
+  pkgs+=(python3 python3-torch python3-h5py python3-numpy python3-matplotlib)
 fi
 
 missing=()
