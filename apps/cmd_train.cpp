@@ -127,7 +127,14 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const auto source = collectively(*comm, [&] { return resume_source(cfg); });
   if (source) {
     const double t0 = now_s();
-    state = load_training_checkpoint(*source, cfg, *model, *opt, *comm);
+    try {
+      state = load_training_checkpoint(*source, cfg, *model, *opt, *comm);
+    } catch (const CollectiveError& e) {
+      if (cfg.checkpoint.resume != "auto" || !e.printed_here()) throw;
+      throw CollectiveError(std::string(e.what()) + " (found by checkpoint.resume: auto in " +
+                                checkpoint_root(cfg) + "; checkpoint.resume=none starts afresh)",
+                            e.exit_code());
+    }
     log::info("resumed from " + *source + " at step " + std::to_string(state.step) + " (" +
               seconds_text(now_s() - t0) + ")");
   }
