@@ -82,11 +82,11 @@ def describe(args, rc, out, err):
 class Run:
     """One `kktrain train` with its exit status, output and parsed metrics.jsonl."""
 
-    def __init__(self, cfg, out_dir, overrides):
+    def __init__(self, cfg, out_dir, overrides, runner=None):  # runner(args): (rc, out, err)
         self.out_dir = out_dir
         self.metrics_path = os.path.join(out_dir, "metrics.jsonl")
         self.args = ["train", config(cfg), *overrides, f"train.output_dir={out_dir}"]
-        self.rc, self.out, self.err = run(self.args)
+        self.rc, self.out, self.err = (runner or run)(self.args)
         self.where = describe(self.args, self.rc, self.out, self.err)
         self.raw = []   # each line with numbers kept as their exact text
         self.rows = []  # each line as Python values
