@@ -1,0 +1,19 @@
+# ---- sharded training end to end: one ctest per case of tests/cli/test_mpi.py -------------------
+# Included from tests/CMakeLists.txt (KKTRAIN_PYTHON, the kktrain target). Label "mpi". Each case
+# launches `mpirun -np 1..3 --oversubscribe kktrain ...` on tiny models (~1-5 s a case; memory
+# ~11 s); every launch has its own timeout inside the script. Exit 77 is a skip (no mpirun).
+set(KKTRAIN_MPI_CASES
+  # 1.-3. the same run on 1, 2, 3 ranks; reshard_after_forward; default bf16 and bf16 reduce
+  trajectories reshard_after_forward bf16_training
+  # 4.-5. the reference's patterns and LoRA on 2 and 3 ranks; the per-rank audit
+  patterns_sharded audit_world_size
+  # 6. failures end the job promptly with one line
+  fail_data_one_rank fail_batch_split fail_divergence fail_config
+  # 7. peak RSS per rank
+  memory_per_rank)
+foreach(case IN LISTS KKTRAIN_MPI_CASES)
+  add_test(NAME mpi.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
+endforeach()
