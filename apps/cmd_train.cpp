@@ -238,9 +238,12 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
                     .num("grad_norm", grad_norm)
                     .boolean("skipped", true));
       if (nonfinite >= cfg.train.max_nonfinite_steps) {
-        throw RuntimeFailure("stopping at step " + std::to_string(done) + ": " +
-                             std::to_string(nonfinite) +
-                             " non-finite steps in a row (train.max_nonfinite_steps)");
+        // Every rank sees the same reduced loss and norm, so all stop here together.
+        throw CollectiveError(rank0 ? "stopping at step " + std::to_string(done) + ": " +
+                                          std::to_string(nonfinite) +
+                                          " non-finite steps in a row (train.max_nonfinite_steps)"
+                                    : std::string(),
+                              1);
       }
       if (!end_of_step(done)) break;
       continue;

@@ -109,8 +109,14 @@ void File::create_dataset(const std::string& name, Elem e, const std::vector<int
   H5Pset_create_intermediate_group(lcpl.id(), 1);
   Handle space = space_for(shape);
   Handle t = elem_type(e);
+  // Storage allocated at creation (a collective step every rank takes), no fill: otherwise HDF5
+  // allocates at the first write, collectively, but only on the ranks that have rows to write,
+  // and a rank with an empty shard deadlocks the others.
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_alloc_time(dcpl.id(), H5D_ALLOC_TIME_EARLY);
+  H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER);
   Handle ds(
-      H5Dcreate2(h_.id(), name.c_str(), t.id(), space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Dcreate2(h_.id(), name.c_str(), t.id(), space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT),
       H5Dclose);
   if (!ds.valid()) fail(path_, "cannot create dataset '" + name + "'");
 }

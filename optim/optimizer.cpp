@@ -24,6 +24,7 @@ const char* master_kind_name(MasterKind k) {
 
 void StateTensor::allocate(const std::string& label, DType d, int64_t n) {
   dtype = d;
+  present = true;
   if (d == DType::float32) {
     f32 = DView<float>(label, n);
   } else {

@@ -38,8 +38,9 @@ struct StateTensor {
   DType dtype = DType::float32;
   DView<float> f32;
   DView<bf16> b16;
+  bool present = false;  // allocated (a rank's shard of it may hold no elements)
   void allocate(const std::string& label, DType d, int64_t n);
-  bool empty() const { return f32.extent(0) == 0 && b16.extent(0) == 0; }
+  bool empty() const { return !present; }
   template <class T>
   T* data() const;
 };

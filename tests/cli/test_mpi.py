@@ -516,15 +516,6 @@ def case_fail_batch_split():
         check(not os.path.exists(r.out_dir), "a refused run created train.output_dir" + r.where)
 
 
-# Known bug (unmodified code, reported with this file): the stop after train.max_nonfinite_steps
-# is a RuntimeFailure thrown on every rank (each sees the same reduced loss and grad_norm), which
-# apps/main.cpp treats as a one-rank failure: every rank prints its own error line and the job
-# ends in MPI_Abort (exit 1 by luck of the abort code). While this is True the case accepts
-# exactly that symptom (and nothing else) as an expected failure, and fails once the contract
-# holds, so that the marker is removed with the fix.
-KNOWN_BUG_DIVERGENCE_PER_RANK = True
-
-
 def case_fail_divergence():
     """lr 1e4 without clipping on 2 ranks: the skip decision is taken on loss and grad_norm reduced
     over ranks, so every rank skips the same steps, and the run stops after 5 in a row on every
@@ -540,22 +531,7 @@ def case_fail_divergence():
         check(len([w for w in warns if "warning" in w]) == len(skipped),
               f"one warning per skipped step (rank 0 only): {len(warns)}" + r.where)
         needles = (f"stopping at step {skipped[-1]}", "train.max_nonfinite_steps")
-        errors = [ln for ln in kktrain_lines(r.err) if ": error: " in ln]
-        per_rank = [f"kktrain[rank {k}]: error: " for k in (0, 1)]
-        if KNOWN_BUG_DIVERGENCE_PER_RANK and errors and aborted(r.err):
-            # The known symptom: every rank stops at the same step and says so (one of the lines
-            # can be lost when the abort kills its rank first), then the job is aborted.
-            check(r.rc == 1 and r.out == "" and r.seconds < PROMPT_S, "exit" + r.where)
-            prefixes = sorted(ln[:len(per_rank[0])] for ln in errors)
-            check(prefixes in ([per_rank[0]], [per_rank[1]], per_rank) and
-                  len({ln.split(": error: ")[1] for ln in errors}) == 1, "error lines" + r.where)
-            check(all(n in errors[0] for n in needles), "error line" + r.where)
-            print("XFAIL (known bug): every rank prints the stop and the job ends in MPI_Abort:\n"
-                  + "\n".join(errors))
-            return
         expect_one_kktrain_error(r.rc, r.out, r.err, 1, *needles, seconds=r.seconds)
-        check(not KNOWN_BUG_DIVERGENCE_PER_RANK, "the known bug is fixed (one line, no abort): set "
-              "KNOWN_BUG_DIVERGENCE_PER_RANK = False in tests/cli/test_mpi.py")
 
 
 def case_fail_config():
