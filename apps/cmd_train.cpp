@@ -181,7 +181,16 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   };
 
   StopSignals signals(rank0);
-  int64_t saved_step = source ? state.step : -1;
+  // The resumed step is already saved only when it was resumed from this run's own checkpoint
+  // root; resumed from elsewhere, the run saves it under checkpoint.dir (at the end at the
+  // latest, even without training), which the export then reads.
+  int64_t saved_step = -1;
+  if (source) {
+    std::error_code ec;
+    const auto own = std::filesystem::path(checkpoint_root(cfg)) / step_dir_name(state.step) /
+                     kCheckpointFile;
+    if (comm->all_agree(std::filesystem::equivalent(*source, own, ec))) saved_step = state.step;
+  }
   auto save = [&](int64_t done) {
     const double t0 = now_s();
     const std::string dir =
