@@ -31,8 +31,15 @@ std::string dtype_text(const h5::File& f, const std::string& ds) {
   try {
     return h5::elem_name(f.elem_of(ds));
   } catch (const Error&) {
-    return f.float_kind(ds);
   }
+  // Not a kktrain element type: other floats by name, integers (a grads dump's batch) by size.
+  h5::Handle d(H5Dopen2(f.id(), ds.c_str(), H5P_DEFAULT), H5Dclose);
+  h5::Handle t(H5Dget_type(d.id()), H5Tclose);
+  if (H5Tget_class(t.id()) == H5T_INTEGER) {
+    return std::string(H5Tget_sign(t.id()) == H5T_SGN_NONE ? "uint" : "int") +
+           std::to_string(8 * H5Tget_size(t.id()));
+  }
+  return f.float_kind(ds);
 }
 
 int run_inspect(const ParsedArgs& args, AppContext& ctx) {
