@@ -434,6 +434,14 @@ def case_kill_during_save():
                   f"({', '.join(f'{k}: {v}' for k, v in phases.items() if k)}); latest ends at "
                   f"step {prev} (KKTRAIN_KILL_SEED={seed})")
             tt.check(prev is not None, "no trial got as far as a checkpoint")
+            # A run to its end clears the debris and keeps exactly the keep_last newest steps.
+            end = prev + 3
+            rc, out, err = launch(["train", tt.config(tt.PATTERN_A), *tiny(np_), *BIG,
+                                   f"data.global_batch_size={np_}", f"train.max_steps={end}",
+                                   f"train.output_dir={run_dir}"], np_)
+            root = os.path.join(run_dir, "checkpoints")
+            tt.check(rc == 0 and state(root) == ([end - 1, end], f"step_{end:08d}", set()),
+                     f"after a complete run to step {end}: rc {rc}, {sorted(os.listdir(root))}")
 
 
 # ---- 4. corruption ----------------------------------------------------------------------------
