@@ -80,6 +80,18 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   if (ec) throw RuntimeFailure("checkpoint: cannot rename '" + tmp + "': " + ec.message());
 }
 
+// Swaps two directories atomically (Linux renameat2 RENAME_EXCHANGE); false where the system or
+// file system cannot.
+bool exchange_dirs(const fs::path& a, const fs::path& b) {
+#if defined(__linux__) && defined(RENAME_EXCHANGE)
+  return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
+#else
+  (void)a;
+  (void)b;
+  return false;
+#endif
+}
+
 // Steps of the complete step directories under root, ascending.
 std::vector<int64_t> saved_steps(const std::string& root) {
   std::vector<int64_t> steps;
@@ -186,9 +198,22 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
     if (!rank0) return;
     fsync_path(tmp_file, false);
     fsync_path(tmp_dir.string(), true);
+    // A step saved again (a run resumed from an earlier step of this root) replaces a directory
+    // that `latest` may name: the new one is swapped in atomically where the system can, else
+    // the old one is moved aside first; it is removed only after `latest` is rewritten (killed
+    // before, it is .tmp_ debris that the next save clears).
     std::error_code ec;
-    if (fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a step saved again
-    fs::rename(tmp_dir, final_dir, ec);
+    fs::path old_dir;
+    if (fs::exists(final_dir, ec)) {
+      if (exchange_dirs(tmp_dir, final_dir)) {
+        old_dir = tmp_dir;
+      } else {
+        old_dir = fs::path(root) / (".tmp_old_" + name);
+        fs::remove_all(old_dir, ec);
+        fs::rename(final_dir, old_dir, ec);
+      }
+    }
+    if (!ec && old_dir != tmp_dir) fs::rename(tmp_dir, final_dir, ec);
     if (ec) {
       throw RuntimeFailure("checkpoint: cannot rename '" + tmp_dir.string() + "' to '" +
                            final_dir.string() + "': " + ec.message());
@@ -196,6 +221,7 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
     fsync_path(root, true);
     write_text_atomically((fs::path(root) / "latest").string(), name + "\n");
     fsync_path(root, true);
+    if (!old_dir.empty()) fs::remove_all(old_dir, ec);
     // Only now may older checkpoints go.
     const std::vector<int64_t> steps = saved_steps(root);
     const int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
