@@ -1,9 +1,13 @@
-"""The files around training checkpoints: `kktrain export`, model.init_from, `kktrain inspect`
-(apps/model_export.hpp, apps/app_model.cpp, apps/cmd_inspect.cpp), read back with h5py, NumPy
-and h5dump. On the helpers of test_checkpoint.py and test_train.py.
+"""The files of training checkpoints: damaged or foreign ones, `kktrain export`, model.init_from,
+`kktrain inspect` (io/checkpoint.hpp, apps/model_export.hpp, apps/app_model.cpp,
+apps/cmd_inspect.cpp), read back with h5py, NumPy and h5dump. On the helpers of
+test_checkpoint.py and test_train.py.
 
 usage: test_checkpoint_files.py KKTRAIN INPUTS_DIR CASE     (one ctest ckpt.<CASE> each)
 
+- corruption: truncation, a flipped bit, another architecture / format version / optimizer, not
+  HDF5, a dangling `latest`: exit 2, one stderr line naming the problem (the dataset for the
+  flipped bit), and the run directory byte-for-byte as it was.
 - export: bf16 values are round-to-nearest-even of the fp32 master, rebuilt here from the bf16
   parameter + int16 remainder (pattern A; a copy with crafted exact ties, where the master rounds
   to the even neighbour but TE's split stores the odd one) or the fp32 parameter (pattern B);
@@ -22,6 +26,7 @@ usage: test_checkpoint_files.py KKTRAIN INPUTS_DIR CASE     (one ctest ckpt.<CAS
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +126,78 @@ def craft_ties(src, dst, name, count=16):
             ds.id.write(h5py.h5s.ALL, h5py.h5s.ALL, bits, mtype=ds.id.get_type())
             ds.attrs.modify("checksum", np.bytes_(checksum(bits)))
     return dst
+
+
+# ---- 4. corruption ----------------------------------------------------------------------------
+
+
+def snapshot(d):
+    out = {}
+    for base, _, files in os.walk(d):
+        for n in files:
+            with open(os.path.join(base, n), "rb") as f:
+                out[os.path.relpath(os.path.join(base, n), d)] = f.read()
+    return out
+
+
+def flip_bit(path, dataset, byte=101):
+    with h5py.File(path, "r") as f:
+        off = f[dataset].id.get_offset()
+    tt.check(off is not None, f"{dataset} has no contiguous storage")
+    with open(path, "r+b") as f:
+        f.seek(off + byte)
+        b = f.read(1)[0]
+        f.seek(off + byte)
+        f.write(bytes([b ^ 0x10]))
+
+
+def case_corruption():
+    flipped = "/params/model.layers.0.mlp.up_proj.weight"
+    o = ["checkpoint.save_every=2", "train.val_every=0"]
+
+    def truncate(p):
+        os.truncate(p, os.path.getsize(p) // 2)
+
+    def version(p):
+        with h5py.File(p, "r+") as f:
+            f.attrs.modify("format_version", 2)
+
+    def not_hdf5(p):
+        with open(p, "w") as f:
+            f.write("this is not an HDF5 file\n")
+
+    variants = [  # name, damage to step 4's file, config, overrides, needles of the error line
+        ("truncated", truncate, tt.PATTERN_A, [], ["step_00000004/checkpoint.h5"]),
+        ("bit_flip", lambda p: flip_bit(p, flipped), tt.PATTERN_A, [], [flipped, "checksum"]),
+        ("architecture", None, tt.PATTERN_A, ["model.hidden_size=48"],
+         ["model.hidden_size", "32", "48"]),
+        ("format_version", version, tt.PATTERN_A, [], ["format version 2"]),
+        ("optimizer", None, tt.RISKY, ["train.fail_on_precision_warning=false"],
+         ["FusedAdam", "torch.optim.AdamW"]),
+        ("not_hdf5", not_hdf5, tt.PATTERN_A, [], ["step_00000004/checkpoint.h5"]),
+        ("dangling_latest", lambda p: shutil.rmtree(os.path.dirname(p)), tt.PATTERN_A, [],
+         ["latest", "step_00000004"]),
+    ]
+    with tempfile.TemporaryDirectory(prefix="kktrain_ckpt_") as tmp:
+        good = os.path.join(tmp, "good")
+        ck.train(good, tt.PATTERN_A, *o, "train.max_steps=4").ok()
+        for name, damage, cfg, extra, needles in variants:
+            d = os.path.join(tmp, name)
+            shutil.copytree(good, d)
+            if damage:
+                damage(ck.ckpt(d, 4))
+            before = snapshot(d)
+            r = ck.train(d, cfg, *o, *extra, "train.max_steps=6", "checkpoint.resume=auto")
+            err = [ln for ln in r.err.splitlines() if "warning" not in ln]
+            tt.expect_one_error(r.rc, r.out, "\n".join(err), *needles, where=f"{name}{r.where}")
+            tt.check(snapshot(d) == before, f"{name}: the refused run changed {d}")
+            print(f"{name}: {err[0]}")
+        if ck.MPIRUN:  # the same refusal agreed by 2 ranks: one error line, exit 2
+            r = ck.train(os.path.join(tmp, "bit_flip"), tt.PATTERN_A, *o, "train.max_steps=6",
+                      "checkpoint.resume=auto", np_=2)
+            lines = [ln for ln in r.err.splitlines() if ln.startswith("kktrain")]
+            tt.check(r.rc == 2 and len(lines) == 1 and flipped in lines[0],
+                     "2 ranks, bit flip" + r.where)
 
 
 # ---- 6. export ---------------------------------------------------------------------------------
