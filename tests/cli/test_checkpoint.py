@@ -472,7 +472,8 @@ def case_kill_during_resave():
             while p.poll() is None and seen is None:
                 polls += 1
                 if not complete():
-                    seen = f"latest names {latest(root)!r}; the root holds {sorted(os.listdir(root))}"
+                    seen = (f"latest names {latest(root)!r}; the root holds "
+                            f"{sorted(os.listdir(root))}")
         finally:
             kill_session(p)
         rc, out, err = launch(["inspect", root])
