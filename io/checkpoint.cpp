@@ -106,6 +106,30 @@ std::vector<int64_t> saved_steps(const std::string& root) {
   return steps;
 }
 
+// Removes the oldest complete step directories beyond keep_last, never step `keep`.
+void prune_steps(const std::string& root, int64_t keep_last, int64_t keep) {
+  std::error_code ec;
+  const std::vector<int64_t> steps = saved_steps(root);
+  int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
+  for (std::size_t k = 0; k < steps.size() && excess > 0; ++k) {
+    if (steps[k] == keep) continue;
+    fs::remove_all(fs::path(root) / step_dir_name(steps[k]), ec);
+    --excess;
+  }
+}
+
+// The step `latest` names under root, or -1.
+int64_t latest_step(const std::string& root) {
+  std::ifstream in(fs::path(root) / "latest");
+  std::string name;
+  std::getline(in, name);
+  if (name.size() != 13 || name.rfind("step_", 0) != 0 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos) {
+    return -1;
+  }
+  return std::stoll(name.substr(5));
+}
+
 }  // namespace
 
 void write_host_dataset(h5::File& f, const std::string& dataset, h5::Elem elem,
@@ -189,6 +213,9 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
     for (const auto& e : fs::directory_iterator(root, ec)) {  // debris of interrupted saves
       if (e.path().filename().string().rfind(".tmp_", 0) == 0) fs::remove_all(e.path(), ec);
     }
+    // A save interrupted before its pruning left keep_last + 1 steps: prune them now, so that
+    // this save's new directory never makes more than keep_last + 1.
+    prune_steps(root, keep_last, latest_step(root));
     fs::create_directories(tmp_dir, ec);
     if (ec) throw RuntimeFailure("checkpoint: cannot create '" + tmp_dir.string() + "'");
   });
@@ -222,13 +249,7 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
     write_text_atomically((fs::path(root) / "latest").string(), name + "\n");
     fsync_path(root, true);
     if (!old_dir.empty()) fs::remove_all(old_dir, ec);
-    // Only now may older checkpoints go.
-    const std::vector<int64_t> steps = saved_steps(root);
-    const int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
-    for (int64_t k = 0; k < excess; ++k) {
-      if (steps[k] == step) continue;
-      fs::remove_all(fs::path(root) / step_dir_name(steps[k]), ec);
-    }
+    prune_steps(root, keep_last, step);  // only now may older checkpoints go
   });
   return final_dir.string();
 }
