@@ -14,6 +14,8 @@ What is checked, and what was measured (tiny model of test_train.py unless said)
   output_dtype null leave only summation order: losses within REL_TOL of the 2-rank run.
 - kill_during_save: SIGKILL (the whole mpirun session on 2 ranks) at random moments of a loop of
   save_every=1 runs; `latest` always names a complete checkpoint that loads.
+- keep_last_bound: a save over the keep_last + 1 directories an interrupted pruning left adds
+  none beyond keep_last + 1.
 - kill_during_resave: saving a step that exists (a run resumed from an earlier step of its own
   root) replaces the directory `latest` names; at no moment may `latest` name an incomplete one.
 - signals: SIGTERM / SIGINT stop at a step boundary with a checkpoint (143 / 130), resuming gives
@@ -484,6 +486,36 @@ def case_kill_during_resave():
                  f"the run did not save step 4 again: rc {p.returncode}\n{read(d + '.err')}")
         print(f"step 4 saved again over a slow-to-remove directory: `latest` named a complete "
               f"checkpoint at each of {polls} looks")
+
+
+def case_keep_last_bound():
+    """A save killed after its rename and before its pruning leaves keep_last + 1 step
+    directories; the next save must not add one more on top (else repeated kills at the end of
+    saves pile them up: ckpt.kill_during_save saw [8, 9, 10, 11] with keep_last 2). Such a root
+    is made by a keep_last=3 run; a keep_last=2 run then saves one step while the directory is
+    watched: never more than keep_last + 1 step directories."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_ckpt_") as tmp:
+        d = os.path.join(tmp, "run")
+        root = os.path.join(d, "checkpoints")
+        o = ["checkpoint.save_every=2", "train.val_every=0", "checkpoint.resume=auto"]
+        train(d, tt.PATTERN_A, *o, "train.max_steps=6", "checkpoint.keep_last=3").ok()
+        tt.check(step_dirs(root) == [2, 4, 6], f"keep_last=3: {os.listdir(root)}")
+        p = start(["train", tt.config(tt.PATTERN_A), *tiny(), *o, "train.max_steps=8",
+                   "checkpoint.keep_last=2", f"train.output_dir={d}"], 1, d + ".err")
+        most, polls = 0, 0
+        try:
+            while p.poll() is None:
+                polls += 1
+                try:
+                    most = max(most, len(step_dirs(root)))
+                except OSError:
+                    pass
+        finally:
+            kill_session(p)
+        tt.check(p.returncode == 0 and most <= KEEP + 1 and step_dirs(root) == [6, 8],
+                 f"rc {p.returncode}: up to {most} step directories while step 8 was saved "
+                 f"(keep_last 2), {step_dirs(root)} after\n{read(d + '.err')}")
+        print(f"saving over keep_last + 1 steps: at most {most} step directories in {polls} looks")
 
 
 # ---- 5. SIGTERM / SIGINT ----------------------------------------------------------------------
