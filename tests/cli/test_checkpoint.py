@@ -22,7 +22,9 @@ What is checked, and what was measured (tiny model of test_train.py unless said)
   the uninterrupted run's metrics bit for bit, a second signal exits at once saving nothing.
   Under mpirun the ranks are signalled themselves: Open MPI 4.1's mpirun, when signalled, sends
   SIGTERM to the ranks (SIGINT arrives as SIGTERM), SIGKILLs them odls_base_sigkill_timeout = 1 s
-  later (a longer save is cut short) and exits 1 instead of the ranks' 143 / 130.
+  later and exits 1 instead of the ranks' 143 / 130. Measured with a 63M-parameter model on 2
+  ranks (a 2.6 s save): SIGTERM to mpirun left no checkpoint at all; SIGTERM to both ranks saved
+  the step and exited 143.
 """
 
 import ctypes
