@@ -8,7 +8,8 @@
 // fsyncs it, renames it to step_NNNNNNNN/ and fsyncs the root, then replaces `latest` the same
 // way (write latest.tmp, fsync, rename, fsync). A kill at any moment therefore leaves the
 // previous checkpoint intact and `latest` naming a complete one; older step directories beyond
-// checkpoint.keep_last are removed only after the new one is in place.
+// checkpoint.keep_last are removed only after the new one is in place (and, should a kill have
+// interrupted that, at the start of the next save: never the one `latest` names).
 //
 // Every dataset carries "dtype" and "checksum" attributes. The checksum is the sum modulo 2^64
 // of hash(element bits, element index in the full tensor) over all elements: each rank adds up

@@ -92,7 +92,7 @@ File File::open_read(const std::string& path, MPI_Comm comm) {
   }
   Handle fapl = mpio_fapl(comm);
   Handle h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id()), H5Fclose);
-  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "'");
+  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "': truncated or damaged");
   return File(std::move(h), path, true);
 }
 
@@ -194,7 +194,7 @@ File File::open_read(const std::string& path) {
     throw InputError("'" + path + "' is not a readable HDF5 file");
   }
   Handle h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "'");
+  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "': truncated or damaged");
   return File(std::move(h), path);
 }
 
