@@ -1,6 +1,9 @@
 #include "model/gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
+#include <type_traits>
+
+#include "core/blas_threads.hpp"
 
 namespace kktrain {
 
@@ -8,6 +11,9 @@ void gemm(char transA, char transB, float alpha, const CMat& A, const CMat& B, f
           const Mat& C) {
   const char ta[2] = {transA, '\0'};
   const char tb[2] = {transB, '\0'};
+  if (std::is_same<MemSpace, HostSpace>::value) {  // host BLAS: as many threads as it is worth
+    fit_blas_threads(C.extent(0), C.extent(1), transA == 'N' ? A.extent(1) : A.extent(0));
+  }
   KokkosBlas::gemm(ta, tb, alpha, A, B, beta, C);
 }
 

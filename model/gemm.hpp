@@ -1,5 +1,6 @@
 // Matrix products for the model: every one goes through Kokkos Kernels GEMM, which hands float
-// GEMM to BLAS on the host (OpenBLAS here) and to cuBLAS/rocBLAS on GPUs.
+// GEMM to BLAS on the host (OpenBLAS here) and to cuBLAS/rocBLAS on GPUs. On the host each product
+// first sets the BLAS thread count its size is worth (core/blas_threads.hpp).
 //
 // All operands are row-major (LayoutRight) fp32 windows into flat buffers. bf16 compute on the
 // host stores bf16-rounded values in fp32 containers, so the products are exact bf16 x bf16

@@ -1,0 +1,95 @@
+// The BLAS thread count through OpenBLAS' own API, looked up once with dlsym(RTLD_DEFAULT) among
+// the libraries already loaded (Debian: libblas.so.3 pulls in libopenblas.so.0), so there is no
+// link-time dependency on OpenBLAS. Single-threaded callers only (the host training loop).
+//
+// Why kBlasWorkPerThread is 64 Mi multiply-adds (OpenBLAS 0.3.21 pthreads, 2-core KVM guest):
+// OpenBLAS splits all but tiny products (these attention ones included) evenly among its threads
+// and waits for the last. Alone, a second thread gains 1.2-2x on the default model's products;
+// beside one busy process, whichever thread shares a core with it is descheduled for a time slice,
+// and the product waits (us per call, 1 -> 2 threads):
+//   attention 128x128x32     alone 46 -> 38     beside a busy process 42 -> 1824
+//   gate/up   1024x688x128   alone 6358 -> 4012 beside a busy process 6214 -> 7298
+// End to end, the default training (40 steps, wall s, medians of 3) by the work each thread needs:
+//   every product on 2 threads (OpenBLAS' default)  alone  9.5  beside a busy process 39.0  4.1x
+//   16 Mi per thread (attention on 1 thread)         alone  9.8  beside a busy process 19.9  2.0x
+//   32 Mi per thread                                 alone 12.4  beside a busy process 20.8  1.7x
+//   64 Mi per thread (every product on 1 thread)     alone 13.1  beside a busy process 12.5  1.0x
+//   OPENBLAS_NUM_THREADS=1                           alone 12.0  beside a busy process 12.8  1.1x
+// 64 Mi multiply-adds is ~5 ms of one core here, longer than a time slice: larger products (a
+// 2048x1024x1024 projection) still split, small ones no longer gamble on the scheduler. The price
+// is the second core's gain when alone (1.3-1.5x on the default job); OPENBLAS_NUM_THREADS=N
+// hands every product back to OpenBLAS' own choice.
+#include "core/blas_threads.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+
+namespace kktrain {
+
+namespace {
+
+using SetFn = void (*)(int);
+using GetFn = int (*)();
+
+struct OpenBlas {
+  SetFn set = nullptr;
+  GetFn get = nullptr;
+  OpenBlas() {
+    set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  }
+};
+
+const OpenBlas& openblas() {
+  static const OpenBlas lib;
+  return lib;
+}
+
+int g_limit = 0;     // 0: no limit set, leave the library as it started
+bool g_fit = false;  // set the count product by product
+int g_current = 0;   // what we last told the library; 0: not told yet
+
+}  // namespace
+
+const char* blas_threads_library() {
+  return openblas().set ? "OpenBLAS" : "";
+}
+
+void set_blas_thread_limit(int n, bool fit_to_products) {
+  g_limit = std::max(n, 1);
+  g_fit = fit_to_products;
+  g_current = 0;
+  if (openblas().set == nullptr) return;
+  openblas().set(g_limit);
+  g_current = g_limit;
+}
+
+int blas_thread_limit() {
+  return g_limit;
+}
+
+void use_blas_threads(int n) {
+  if (g_limit == 0 || !g_fit) return;
+  n = std::min(std::max(n, 1), g_limit);
+  if (n == g_current || openblas().set == nullptr) return;
+  openblas().set(n);
+  g_current = n;
+}
+
+int blas_threads_for_product(int64_t m, int64_t n, int64_t k, int limit) {
+  const int64_t work = std::max<int64_t>(m, 0) * std::max<int64_t>(n, 0) * std::max<int64_t>(k, 0);
+  const int64_t by_size = std::max<int64_t>(1, work / kBlasWorkPerThread);
+  return static_cast<int>(std::min<int64_t>(by_size, std::max(limit, 1)));
+}
+
+void fit_blas_threads(int64_t m, int64_t n, int64_t k) {
+  if (g_limit == 0 || !g_fit) return;
+  use_blas_threads(blas_threads_for_product(m, n, k, g_limit));
+}
+
+int blas_threads_in_use() {
+  return openblas().get ? openblas().get() : 0;
+}
+
+}  // namespace kktrain
