@@ -12,6 +12,7 @@
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "parallel/threads.hpp"
 
 using namespace kktrain;
 
@@ -58,7 +59,11 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     AppContext ctx;
     ctx.mpi = &mpi;
     if (!c.needs_kokkos) return c.run(args, ctx);
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    // Use the cores this process was given and no more (parallel/threads.hpp).
+    const ThreadPlan threads = plan_threads(read_thread_inputs());
+    const std::string blas = apply_blas_threads(threads);
+    KokkosSession kokkos(argc, argv, threads.kokkos_threads);
+    log::info(thread_summary(threads, blas, kokkos.describe()));
     return c.run(args, ctx);
   }
   throw UsageError("unknown command '" + name + "' (run 'kktrain --help')");

@@ -10,7 +10,9 @@ Exit 77 means "skipped" (mpirun missing). Standard library only.
 
 What the contract says and these cases check:
 - exit status: 0 success, 1 run failure (divergence), 2 invalid input with exactly one stderr line
-  "kktrain: error: ..." naming what and where; stdout stays empty for `train` (logs -> stderr);
+  "kktrain: error: ..." naming what and where (after the "kktrain: threads: ..." line that every
+  computing command prints first, see startup_lines); stdout stays empty for `train` (logs ->
+  stderr);
 - <train.output_dir>/metrics.jsonl: one JSON object per line; training rows carry step, loss,
   grad_norm, lr, tokens_per_s, ms_per_step; validation rows carry val_loss and no loss; rows of
   skipped (non-finite) steps carry "skipped": true;
@@ -61,6 +63,19 @@ def check(cond, what):
 
 def config(name):
     return os.path.join(INPUTS, name)
+
+
+# Computing commands (train, audit, grads) print one info line before they read the config: how
+# many threads the process uses (parallel/threads.hpp). It comes first, once, on rank 0 only.
+THREADS_LINE = "kktrain: threads: "
+
+
+def startup_lines(err):
+    """stderr without its leading threads line: what the stderr contracts below count."""
+    lines = err.splitlines()
+    if lines and lines[0].startswith(THREADS_LINE):
+        lines = lines[1:]
+    return lines
 
 
 DEFAULT = "default.yaml"
@@ -392,7 +407,7 @@ def case_pattern_risky_fail():
               "expected exactly one 'kktrain: error: ' line" + r.where)
         check("train.fail_on_precision_warning" in errors[0], "error names the key" + r.where)
         check("risky_adamw_bf16.yaml" in errors[0], "error names the config file" + r.where)
-        lines = r.err.splitlines()
+        lines = startup_lines(r.err)
         check(len(lines) == 2 and lines[0] in precision_warnings(r.err) and lines[1] == errors[0],
               "stderr should be the precision warning then the error line" + r.where)
         check(not os.path.exists(r.out_dir), "a refused run created train.output_dir" + r.where)
@@ -478,8 +493,8 @@ def expect_one_error(rc, out, err, *needles, where=""):
     where = f"{where}\nrc={rc}\nstdout:\n{out}\nstderr:\n{err}"
     check(rc == 2, "expected exit 2" + where)
     check(out == "", "expected empty stdout" + where)
-    lines = err.splitlines()
-    check(len(lines) == 1, "expected exactly one stderr line" + where)
+    lines = startup_lines(err)
+    check(len(lines) == 1, "expected exactly one stderr line (besides the threads line)" + where)
     check(lines[0].startswith("kktrain: error: "), "stderr must start 'kktrain: error: '" + where)
     for n in needles:
         check(n in lines[0], f"the error should mention {n!r}" + where)

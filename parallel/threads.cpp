@@ -1,0 +1,243 @@
+// Thread discipline (see threads.hpp): the planning rule, its inputs from the process, and
+// carrying the plan out in OpenBLAS (core/blas_threads: looked up at run time, so any BLAS links)
+// and Kokkos (the initialization thread count, spelled differently before and after Kokkos 3.7).
+#include "parallel/threads.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <type_traits>
+#include <vector>
+
+#include "core/blas_threads.hpp"
+
+namespace kktrain {
+
+namespace {
+
+std::string plural(int n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+// A positive decimal integer filling `text` from `*pos` up to a non-digit; 0 when there is none.
+int read_positive(const std::string& text, std::size_t* pos) {
+  long v = 0;
+  std::size_t i = *pos;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    v = v * 10 + (text[i] - '0');
+    if (v > INT_MAX) return 0;
+    ++i;
+  }
+  if (i == *pos) return 0;
+  *pos = i;
+  return static_cast<int>(v);
+}
+
+// SLURM_TASKS_PER_NODE: comma-separated counts, each optionally repeated "N(xR)"; the entry of
+// node `node` (0-based), or 0 when the text does not parse or has no such node.
+int slurm_tasks_on_node(const std::string& text, int node) {
+  std::size_t pos = 0;
+  int seen = 0;
+  while (pos < text.size()) {
+    const int n = read_positive(text, &pos);
+    if (n == 0) return 0;
+    int repeat = 1;
+    if (text.compare(pos, 2, "(x") == 0) {
+      pos += 2;
+      repeat = read_positive(text, &pos);
+      if (repeat == 0 || pos >= text.size() || text[pos] != ')') return 0;
+      ++pos;
+    }
+    if (node < seen + repeat) return n;
+    seen += repeat;
+    if (pos < text.size()) {
+      if (text[pos] != ',') return 0;
+      ++pos;
+    }
+  }
+  return 0;
+}
+
+const char* real_env(const char* name) {
+  return std::getenv(name);
+}
+
+// CPUs in this process's affinity mask; 0 when it cannot be read. The mask grows past
+// cpu_set_t's 1024 CPUs on machines that have more.
+int affinity_cpu_count() {
+  for (int n = 1024; n <= (1 << 20); n *= 2) {
+    cpu_set_t* set = CPU_ALLOC(n);
+    if (set == nullptr) return 0;
+    const std::size_t size = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(size, set);
+    const int rc = sched_getaffinity(0, size, set);
+    const int err = errno;
+    const int count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+    CPU_FREE(set);
+    if (rc == 0 || err != EINVAL) return count;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int parse_thread_count(const char* text) {
+  if (text == nullptr) return 0;
+  const std::string s(text);
+  std::size_t pos = 0;
+  while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t')) ++pos;
+  const int n = read_positive(s, &pos);
+  while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t')) ++pos;
+  // Nothing may follow but the rest of an OpenMP nested list ("4,2": 4 at the outer level).
+  if (pos < s.size() && s[pos] != ',') return 0;
+  return n;
+}
+
+int local_ranks_from_env(const EnvLookup& env, std::string* from) {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    const int n = parse_thread_count(env(var));
+    if (n > 0) {
+      if (from) *from = var;
+      return n;
+    }
+  }
+  if (const char* tasks = env("SLURM_TASKS_PER_NODE")) {
+    const int n = slurm_tasks_on_node(tasks, parse_thread_count(env("SLURM_NODEID")));
+    if (n > 0) {
+      if (from) *from = "SLURM_TASKS_PER_NODE";
+      return n;
+    }
+  }
+  if (from) from->clear();
+  return 1;
+}
+
+ThreadPlan plan_threads(const ThreadInputs& in) {
+  ThreadPlan p;
+  const int online = in.online_cpus > 0 ? in.online_cpus : std::max(in.affinity_cpus, 1);
+  const int allowed = in.affinity_cpus > 0 ? std::min(in.affinity_cpus, online) : online;
+  const int ranks = std::max(in.local_ranks, 1);
+  p.allowed_cpus = allowed;
+  p.bound = allowed < online;
+  p.per_process = p.bound ? allowed : std::max(1, allowed / ranks);
+
+  if (p.bound) {
+    p.reason = plural(p.per_process, "thread", "threads") + " per process (bound to " +
+               plural(allowed, "CPU", "CPUs") + " of " + std::to_string(online) + ")";
+  } else {
+    p.reason = plural(p.per_process, "thread", "threads") + " per process (" +
+               plural(allowed, "CPU", "CPUs") + " allowed, " + plural(ranks, "rank", "ranks") +
+               " on this node)";
+  }
+
+  // The user's settings win: OpenBLAS itself reads OPENBLAS_NUM_THREADS, then OMP_NUM_THREADS;
+  // Kokkos reads KOKKOS_NUM_THREADS (and an OpenMP backend OMP_NUM_THREADS).
+  std::vector<std::string> asked;
+  const auto pick = [&](int first, const char* first_name, int& out) {
+    out = p.per_process;
+    std::string name;
+    if (first > 0) {
+      out = first;
+      name = first_name + std::string("=") + std::to_string(first);
+    } else if (in.omp_num_threads > 0) {
+      out = in.omp_num_threads;
+      name = "OMP_NUM_THREADS=" + std::to_string(in.omp_num_threads);
+    }
+    if (!name.empty() && std::find(asked.begin(), asked.end(), name) == asked.end()) {
+      asked.push_back(name);
+    }
+  };
+  pick(in.openblas_num_threads, "OPENBLAS_NUM_THREADS", p.blas_threads);
+  p.blas_user_set = in.openblas_num_threads > 0 || in.omp_num_threads > 0;
+  pick(in.kokkos_num_threads, "KOKKOS_NUM_THREADS", p.kokkos_threads);
+  if (!asked.empty()) {
+    p.reason += ", overridden by";
+    for (std::size_t i = 0; i < asked.size(); ++i) p.reason += (i ? ", " : " ") + asked[i];
+  }
+  return p;
+}
+
+ThreadInputs read_thread_inputs(const EnvLookup& env) {
+  ThreadInputs in;
+  in.affinity_cpus = affinity_cpu_count();
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  in.online_cpus = online > 0 && online < INT_MAX ? static_cast<int>(online) : 0;
+  in.local_ranks = local_ranks_from_env(env, &in.local_ranks_from);
+  in.omp_num_threads = parse_thread_count(env("OMP_NUM_THREADS"));
+  in.openblas_num_threads = parse_thread_count(env("OPENBLAS_NUM_THREADS"));
+  in.kokkos_num_threads = parse_thread_count(env("KOKKOS_NUM_THREADS"));
+  return in;
+}
+
+ThreadInputs read_thread_inputs() {
+  return read_thread_inputs(real_env);
+}
+
+std::string apply_blas_threads(const ThreadPlan& plan) {
+  // A BLAS without openblas_set_num_threads (reference BLAS, MKL, BLIS) is reported, not fatal.
+  const std::string lib = blas_threads_library();
+  if (lib.empty()) return "BLAS threads not settable (no openblas_set_num_threads)";
+  set_blas_thread_limit(plan.blas_threads, !plan.blas_user_set);
+  const int now = blas_threads_in_use();
+  const std::string n = std::to_string(now > 0 ? now : blas_thread_limit());
+  if (plan.blas_user_set || blas_thread_limit() == 1) return lib + " " + n;
+  return lib + " up to " + n + " (1 per " + std::to_string(kBlasWorkPerThread >> 20) +
+         "M multiply-adds of a product)";
+}
+
+// Kokkos 3.7 replaced InitArguments (removed in 4.0) by InitializationSettings. Host-parallel
+// backends take the planned count; other builds initialize as Kokkos::ScopeGuard(argc, argv)
+// would (Serial runs one thread; a 3.x GPU build keeps its command-line/environment device setup).
+KokkosSession::KokkosSession(int& argc, char** argv, int threads) {
+  threads = std::max(threads, 1);
+#if defined(KOKKOS_ENABLE_OPENMP) || defined(KOKKOS_ENABLE_THREADS)
+#if KOKKOS_VERSION >= 30700
+  (void)argc;
+  (void)argv;
+  Kokkos::initialize(Kokkos::InitializationSettings().set_num_threads(threads));
+#elif defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  (void)threads;
+  Kokkos::initialize(argc, argv);
+#else
+  (void)argc;
+  (void)argv;
+  Kokkos::InitArguments args;
+  args.num_threads = threads;
+  Kokkos::initialize(args);
+#endif
+#else
+  (void)threads;
+  Kokkos::initialize(argc, argv);
+#endif
+}
+
+KokkosSession::~KokkosSession() {
+  Kokkos::finalize();
+}
+
+std::string KokkosSession::describe() const {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  using Device = Kokkos::DefaultExecutionSpace;
+  std::string host = Host::name();
+#if defined(KOKKOS_ENABLE_SERIAL)
+  const bool serial_host = std::is_same<Host, Kokkos::Serial>::value;
+#else
+  const bool serial_host = false;
+#endif
+  if (!serial_host) host += " " + std::to_string(Host().concurrency());
+  if (std::is_same<Host, Device>::value) return "Kokkos " + host;
+  return std::string("Kokkos ") + Device::name() + " (host " + host + ")";
+}
+
+std::string thread_summary(const ThreadPlan& plan, const std::string& blas,
+                           const std::string& kokkos) {
+  return "threads: " + plan.reason + "; " + blas + ", " + kokkos;
+}
+
+}  // namespace kktrain

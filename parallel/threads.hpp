@@ -1,0 +1,83 @@
+// Thread discipline: every process uses the cores it was given and no more.
+//
+// OpenBLAS (pthreads) starts one thread per online core in every process, and a host-parallel
+// Kokkos backend (OpenMP, Threads) does the same. With several ranks on a node, or any other busy
+// process, that oversubscribes the cores and throughput collapses (measured here: 5x slower beside
+// one busy process on 2 cores). So each computing command plans its thread counts once at startup:
+//
+//   - the launcher bound this rank (affinity mask narrower than the online CPUs): use the mask;
+//   - otherwise share the allowed CPUs among this node's ranks: max(1, allowed / local ranks);
+//   - the user's OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / KOKKOS_NUM_THREADS win when set.
+//
+// plan_threads() is the pure rule (unit-tested); read_thread_inputs() gathers its inputs from
+// the process, and apply_blas_threads() / KokkosSession carry the plan out.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace kktrain {
+
+struct ThreadInputs {
+  int affinity_cpus = 0;  // CPUs in this process's affinity mask (sched_getaffinity); 0: unknown
+  int online_cpus = 0;    // CPUs online on the node; 0: unknown
+  int local_ranks = 1;    // ranks of this job on this node (launcher environment); 1 without one
+  std::string local_ranks_from;  // the variable local_ranks came from ("" without a launcher)
+  // The user's explicit requests; 0 when unset (or not a positive integer).
+  int omp_num_threads = 0;       // OMP_NUM_THREADS (first entry of a nested list)
+  int openblas_num_threads = 0;  // OPENBLAS_NUM_THREADS
+  int kokkos_num_threads = 0;    // KOKKOS_NUM_THREADS
+};
+
+struct ThreadPlan {
+  int allowed_cpus = 1;        // CPUs this process may run on
+  bool bound = false;          // the launcher narrowed the affinity mask
+  int per_process = 1;         // the planned share before user overrides
+  int kokkos_threads = 1;      // for a host-parallel Kokkos backend (the Serial backend runs 1)
+  int blas_threads = 1;        // for the BLAS library (its limit: small products take fewer)
+  bool blas_user_set = false;  // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS chose blas_threads
+  std::string reason;          // e.g. "1 per process (2 CPUs allowed, 2 ranks on this node)"
+};
+
+// The rule above. Never returns 0 threads, and never more than the allowed CPUs unless the user
+// asked for them through the environment.
+ThreadPlan plan_threads(const ThreadInputs& in);
+
+// "4" -> 4, "4,2" (OpenMP nested list) -> 4; anything else (unset, empty, 0, junk) -> 0.
+int parse_thread_count(const char* text);
+
+// Ranks of this job on this node from a launcher's environment: OMPI_COMM_WORLD_LOCAL_SIZE
+// (Open MPI), MPI_LOCALNRANKS (MPICH/Hydra), SLURM_NTASKS_PER_NODE, SLURM_TASKS_PER_NODE
+// ("2(x3),1" with SLURM_NODEID picking this node's entry). Returns 1 (and from = "") without one.
+using EnvLookup = std::function<const char*(const char*)>;
+int local_ranks_from_env(const EnvLookup& env, std::string* from);
+
+// The inputs of this process: its affinity mask, the online CPUs and the environment.
+ThreadInputs read_thread_inputs(const EnvLookup& env);
+ThreadInputs read_thread_inputs();
+
+// Sets the BLAS thread limit when the BLAS offers a way to (OpenBLAS' openblas_set_num_threads,
+// found at run time, no link-time dependency; core/blas_threads.hpp). Products then take the
+// threads their size is worth up to the limit, unless the user chose the count: then every
+// product gets it. Returns what happened for the startup line: "OpenBLAS 1", "OpenBLAS up to 2
+// (1 per 64M multiply-adds of a product)", or "BLAS threads not settable (no ...)".
+std::string apply_blas_threads(const ThreadPlan& plan);
+
+// Owns Kokkos for the process (like Kokkos::ScopeGuard): initialized with `threads` threads on
+// host-parallel backends (OpenMP, Threads); the Serial backend runs one thread whatever the plan.
+class KokkosSession {
+ public:
+  KokkosSession(int& argc, char** argv, int threads);
+  ~KokkosSession();
+  KokkosSession(const KokkosSession&) = delete;
+  KokkosSession& operator=(const KokkosSession&) = delete;
+  // The execution spaces and the host thread count, e.g. "Kokkos Serial", "Kokkos OpenMP 2",
+  // "Kokkos Cuda (host OpenMP 2)".
+  std::string describe() const;
+};
+
+// The startup line: "threads: <reason>; <blas>, <kokkos>".
+std::string thread_summary(const ThreadPlan& plan, const std::string& blas,
+                           const std::string& kokkos);
+
+}  // namespace kktrain
