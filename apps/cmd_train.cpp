@@ -170,6 +170,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
             " after forward, reduce " + dtype_name(cfg.precision.reduce) + ", " + comm->name() +
             " collectives on " + comm->buffer_path() + " buffers)";
   }
+  if (!ctx.threads.empty()) log::info(ctx.threads);
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + opt->name() + " on " + data.source() +
             "; storage " + dtype_name(cfg.precision.storage) + ", compute " +
@@ -187,8 +188,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   int64_t saved_step = -1;
   if (source) {
     std::error_code ec;
-    const auto own = std::filesystem::path(checkpoint_root(cfg)) / step_dir_name(state.step) /
-                     kCheckpointFile;
+    const auto own =
+        std::filesystem::path(checkpoint_root(cfg)) / step_dir_name(state.step) / kCheckpointFile;
     if (comm->all_agree(std::filesystem::equivalent(*source, own, ec))) saved_step = state.step;
   }
   auto save = [&](int64_t done) {

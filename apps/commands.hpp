@@ -1,6 +1,7 @@
 // The kktrain subcommands. Each cmd_*.cpp defines one; main.cpp dispatches.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "apps/cli.hpp"
@@ -11,6 +12,7 @@ namespace kktrain {
 
 struct AppContext {
   MpiRuntime* mpi = nullptr;
+  std::string threads;  // the thread plan of a computing command, for its start-up log
 };
 
 using CommandFn = int (*)(const ParsedArgs&, AppContext&);

@@ -63,7 +63,7 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     const ThreadPlan threads = plan_threads(read_thread_inputs());
     const std::string blas = apply_blas_threads(threads);
     KokkosSession kokkos(argc, argv, threads.kokkos_threads);
-    log::info(thread_summary(threads, blas, kokkos.describe()));
+    ctx.threads = thread_summary(threads, blas, kokkos.describe());  // train prints it
     return c.run(args, ctx);
   }
   throw UsageError("unknown command '" + name + "' (run 'kktrain --help')");

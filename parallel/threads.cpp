@@ -200,7 +200,10 @@ KokkosSession::KokkosSession(int& argc, char** argv, int threads) {
 #if KOKKOS_VERSION >= 30700
   (void)argc;
   (void)argv;
-  Kokkos::initialize(Kokkos::InitializationSettings().set_num_threads(threads));
+  // kktrain reports its own thread plan; Kokkos' advice (OMP_PROC_BIND, oversubscription when
+  // the user asked for more threads than cores) would add lines to every run's stderr.
+  Kokkos::initialize(
+      Kokkos::InitializationSettings().set_num_threads(threads).set_disable_warnings(true));
 #elif defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
   (void)threads;
   Kokkos::initialize(argc, argv);

@@ -9,8 +9,8 @@ set(KKTRAIN_MPI_CASES
   patterns_sharded audit_world_size
   # 6. failures end the job promptly with one line
   fail_data_one_rank fail_batch_split fail_divergence fail_config
-  # 7. peak RSS per rank
-  memory_per_rank)
+  # 7. peak RSS per rank; 8. the thread plan of each rank
+  memory_per_rank threads_plan)
 foreach(case IN LISTS KKTRAIN_MPI_CASES)
   add_test(NAME mpi.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi.py

@@ -534,6 +534,21 @@ def case_fail_divergence():
         expect_one_kktrain_error(r.rc, r.out, r.err, 1, *needles, seconds=r.seconds)
 
 
+def case_threads_plan():
+    """Without the user's thread settings, rank 0 prints the thread plan once, and no rank plans
+    more threads than its share of the CPUs (2 ranks on this machine share its CPUs, or mpirun
+    bound each to its own)."""
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KOKKOS_NUM_THREADS"):
+        os.environ.pop(k, None)
+    with tempfile.TemporaryDirectory(prefix="kktrain_mpi_") as tmp:
+        r = mpi_train(2, tmp, "run", tt.DEFAULT, "data.global_batch_size=4", steps=2).ok()
+        threads = [ln for ln in r.err.splitlines() if ln.startswith(tt.THREADS_LINE)]
+        check(len(threads) == 1, "expected one threads line, from rank 0" + r.where)
+        n = int(threads[0][len(tt.THREADS_LINE):].split()[0])
+        share = max(1, len(os.sched_getaffinity(0)) // 2)
+        check(1 <= n <= share, f"a rank plans {n} threads, its share is {share}" + r.where)
+
+
 def case_fail_config():
     """distributed.strategy ddp, and cast_forward_inputs false where output_dtype (float32)
     differs from param_dtype (bfloat16), on 2 ranks: exit 2, one line each."""

@@ -10,9 +10,7 @@ Exit 77 means "skipped" (mpirun missing). Standard library only.
 
 What the contract says and these cases check:
 - exit status: 0 success, 1 run failure (divergence), 2 invalid input with exactly one stderr line
-  "kktrain: error: ..." naming what and where (after the "kktrain: threads: ..." line that every
-  computing command prints first, see startup_lines); stdout stays empty for `train` (logs ->
-  stderr);
+  "kktrain: error: ..." naming what and where; stdout stays empty for `train` (logs -> stderr);
 - <train.output_dir>/metrics.jsonl: one JSON object per line; training rows carry step, loss,
   grad_norm, lr, tokens_per_s, ms_per_step; validation rows carry val_loss and no loss; rows of
   skipped (non-finite) steps carry "skipped": true;
@@ -65,13 +63,13 @@ def config(name):
     return os.path.join(INPUTS, name)
 
 
-# Computing commands (train, audit, grads) print one info line before they read the config: how
-# many threads the process uses (parallel/threads.hpp). It comes first, once, on rank 0 only.
+# `train` prints one info line when training starts: how many threads the process uses
+# (parallel/threads.hpp), once, on rank 0 only. Input errors come before it.
 THREADS_LINE = "kktrain: threads: "
 
 
 def startup_lines(err):
-    """stderr without its leading threads line: what the stderr contracts below count."""
+    """stderr without a leading threads line (there is none before an input error)."""
     lines = err.splitlines()
     if lines and lines[0].startswith(THREADS_LINE):
         lines = lines[1:]
