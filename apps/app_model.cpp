@@ -102,7 +102,7 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) 
   return model;
 }
 
-std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm) {
+std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, bool initialize) {
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
   apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
@@ -110,7 +110,8 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm) 
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;
   model->prepare(so);
-  model->init_weights();  // adapters missing from an init_from file keep these values
+  if (!initialize) return model;  // a checkpoint will provide every value
+  model->init_weights();          // adapters missing from an init_from file keep these values
   if (cfg.model.init_from) load_model_file(*model, *cfg.model.init_from);
   return model;
 }

@@ -13,8 +13,10 @@ namespace kktrain {
 // Constructs the model (with LoRA adapters when peft is set), applies freeze_config, lays it out
 // over comm's ranks (frozen-storage lowering and sharding on several ranks) and allocates it;
 // weights come from model.init_from when set, else the seeded init (the same full tensors on
-// every rank count; each rank keeps its shard).
-std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm);
+// every rank count; each rank keeps its shard). initialize = false leaves the values to a
+// checkpoint load.
+std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm,
+                                         bool initialize = true);
 // The same up to the layout of rank `rank` of `world`, without allocating (planning: the audit).
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 

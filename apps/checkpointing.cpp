@@ -196,6 +196,136 @@ void check_header(const h5::File& f, const std::string& file, const Config& cfg,
 
 }  // namespace
 
+namespace {
+
+// One parameter's rows as a checkpoint holds them: the stored parameter and its state tensors.
+struct FileParam {
+  h5::Elem elem = h5::Elem::f32;
+  std::vector<char> stored;
+  std::vector<std::pair<std::string, std::vector<char>>> state;  // in the file's order
+  const std::vector<char>* find(const std::string& name) const {
+    for (const auto& [n, bytes] : state) {
+      if (n == name) return &bytes;
+    }
+    return nullptr;
+  }
+};
+
+// Checks a parameter against the file and reads its rows (collective: every rank reads the same
+// datasets in the same order).
+FileParam read_param(ShardReader& r, const std::string& file, const ParamInfo& p) {
+  const h5::File& f = r.file();
+  const std::string ds = "/params/" + p.name;
+  if (!f.exists(ds)) refuse(file, "has no parameter '" + p.name + "'");
+  if (f.shape(ds) != p.shape) {
+    refuse(file, "parameter '" + p.name + "' has shape " + shape_string(f.shape(ds)) +
+                     ", the model expects " + shape_string(p.shape));
+  }
+  const bool was_trainable = f.read_attr_str(ds, "trainable") == "1";
+  if (was_trainable != p.trainable) {
+    refuse(file, "parameter '" + p.name + "' was " + (was_trainable ? "trainable" : "frozen") +
+                     " when saved and is " + (p.trainable ? "trainable" : "frozen") +
+                     " now; resume with the same freeze_config and peft (or start from the "
+                     "weights with model.init_from)");
+  }
+  FileParam fp;
+  fp.elem = f.elem_of(ds);
+  fp.stored = r.read_rows(ds, p.row_begin, p.local_rows, p.row_len);
+  const std::string sg = "/optim/" + p.name;
+  if (f.exists(sg)) {
+    for (const auto& s : f.list(sg)) {
+      fp.state.emplace_back(s, r.read_rows(sg + "/" + s, p.row_begin, p.local_rows, p.row_len));
+    }
+  }
+  if (fp.find("remainder") && fp.elem != h5::Elem::bf16) {
+    refuse(file, "remainder of non-bf16 parameter '" + p.name + "'");
+  }
+  return fp;
+}
+
+// The parameter's fp32 value: its master when the file has one.
+std::vector<float> master_of(const FileParam& fp) {
+  if (const auto* m = fp.find("master")) return widen(*m, h5::Elem::f32);
+  if (const auto* rem = fp.find("remainder")) return rebuild(fp.stored, *rem);
+  return widen(fp.stored, fp.elem);
+}
+
+// Stores parameter i (and its master or remainder) from the file's rows by the conversion rules
+// of the header; returns whether the stored dtype changed.
+bool load_param(const FileParam& fp, ParamRegistry& reg, int i, Optimizer& opt) {
+  const ParamInfo& p = reg.info(i);
+  const MasterKind kind = opt.state_info(i).master;
+  void* dst = dispatch_dtype(p.dtype, [&](auto tag) -> void* {
+    using T = decltype(tag);
+    return reg.data<T>(i).data();
+  });
+  StateRef master_ref, remainder_ref;
+  for (const StateRef& st : opt.state_refs(i)) {
+    if (st.name == "master") master_ref = st;
+    if (st.name == "remainder") remainder_ref = st;
+  }
+  // Fast path, the usual resume: the same dtype and the same kind of master in the file.
+  const bool same_dtype = fp.elem == elem_of(p.dtype);
+  const auto* file_master = fp.find("master");
+  const auto* file_rem = fp.find("remainder");
+  const bool same_master = (kind == MasterKind::none && !file_master && !file_rem) ||
+                           (kind == MasterKind::float32 && file_master) ||
+                           (kind == MasterKind::remainder && file_rem);
+  if (same_dtype && same_master) {
+    upload(dst, fp.stored.data(), fp.stored.size());
+    if (kind == MasterKind::float32)
+      upload(master_ref.data, file_master->data(), file_master->size());
+    if (kind == MasterKind::remainder)
+      upload(remainder_ref.data, file_rem->data(), file_rem->size());
+    return false;
+  }
+  const std::vector<float> master = master_of(fp);
+  std::vector<char> value;
+  if (p.dtype == DType::float32) {
+    value = narrow(master, DType::float32);
+  } else if (kind == MasterKind::remainder) {
+    // TE's split: parameter + remainder rebuild the fp32 value exactly.
+    value.resize(master.size() * 2);
+    std::vector<char> remainder(master.size() * 2);
+    auto* pv = reinterpret_cast<uint16_t*>(value.data());
+    auto* rv = reinterpret_cast<int16_t*>(remainder.data());
+    for (std::size_t k = 0; k < master.size(); ++k) {
+      const Bf16Remainder sp = split_remainder(master[k]);
+      pv[k] = sp.high.bits;
+      rv[k] = sp.remainder;
+    }
+    upload(remainder_ref.data, remainder.data(), remainder.size());
+  } else if (fp.elem == h5::Elem::bf16) {
+    value = fp.stored;  // the stored bf16 parameter itself
+  } else {
+    value = narrow(master, DType::bfloat16);
+  }
+  if (kind == MasterKind::float32) {
+    const auto bytes = narrow(master, DType::float32);
+    upload(master_ref.data, bytes.data(), bytes.size());
+  }
+  upload(dst, value.data(), value.size());
+  return !same_dtype;
+}
+
+// Moments and momentum: converted to their dtype in this run (nearest even, or exact widening).
+void load_moments(const FileParam& fp, const h5::File& f, const std::string& file,
+                  const ParamInfo& p, Optimizer& opt, int i) {
+  for (const StateRef& st : opt.state_refs(i)) {
+    if (st.name == "master" || st.name == "remainder") continue;
+    const auto* s = fp.find(st.name);
+    if (!s) {
+      refuse(file, "has no optimizer state '" + st.name + "' for parameter '" + p.name +
+                       "' (saved with other optimizer settings)");
+    }
+    const h5::Elem se = f.elem_of("/optim/" + p.name + "/" + st.name);
+    const auto bytes = se == elem_of(st.dtype) ? *s : narrow(widen(*s, se), st.dtype);
+    upload(st.data, bytes.data(), bytes.size());
+  }
+}
+
+}  // namespace
+
 TrainProgress load_training_checkpoint(const std::string& file, const Config& cfg,
                                        Transformer& model, Optimizer& opt, Communicator& comm) {
   return collectively(comm, [&] {
@@ -203,98 +333,14 @@ TrainProgress load_training_checkpoint(const std::string& file, const Config& cf
     const h5::File& f = r.file();
     check_header(f, file, cfg, opt);
     ParamRegistry& reg = model.params();
-    int converted = 0;
-    const auto names = f.list("/params");
-    for (const auto& n : names) {
+    for (const auto& n : f.list("/params")) {
       if (reg.find(n) < 0) refuse(file, "has parameter '" + n + "', which this model does not");
     }
+    int converted = 0;
     for (int i = 0; i < reg.size(); ++i) {
-      const ParamInfo& p = reg.info(i);
-      const std::string ds = "/params/" + p.name;
-      if (!f.exists(ds)) refuse(file, "has no parameter '" + p.name + "'");
-      if (f.shape(ds) != p.shape) {
-        refuse(file, "parameter '" + p.name + "' has shape " + shape_string(f.shape(ds)) +
-                         ", the model expects " + shape_string(p.shape));
-      }
-      const bool was_trainable = f.read_attr_str(ds, "trainable") == "1";
-      if (was_trainable != p.trainable) {
-        refuse(file, "parameter '" + p.name + "' was " + (was_trainable ? "trainable" : "frozen") +
-                         " when saved and is " + (p.trainable ? "trainable" : "frozen") +
-                         " now; resume with the same freeze_config and peft (or start from the "
-                         "weights with model.init_from)");
-      }
-      const h5::Elem pe = f.elem_of(ds);
-      const std::vector<char> stored = r.read_rows(ds, p.row_begin, p.local_rows, p.row_len);
-      // The file's state of this parameter, read in the file's order (the same on every rank).
-      const std::string sg = "/optim/" + p.name;
-      std::vector<std::pair<std::string, std::vector<char>>> state;
-      if (f.exists(sg)) {
-        for (const auto& s : f.list(sg)) {
-          state.emplace_back(s, r.read_rows(sg + "/" + s, p.row_begin, p.local_rows, p.row_len));
-        }
-      }
-      auto file_state = [&](const std::string& s) -> const std::vector<char>* {
-        for (const auto& [name, bytes] : state) {
-          if (name == s) return &bytes;
-        }
-        return nullptr;
-      };
-      // The parameter's fp32 value: its master when the file has one.
-      std::vector<float> master;
-      if (const auto* m = file_state("master")) {
-        master = widen(*m, h5::Elem::f32);
-      } else if (const auto* rem = file_state("remainder")) {
-        if (pe != h5::Elem::bf16) refuse(file, "remainder of non-bf16 parameter '" + p.name + "'");
-        master = rebuild(stored, *rem);
-      } else {
-        master = widen(stored, pe);
-      }
-      const MasterKind kind = opt.state_info(i).master;
-      void* dst = dispatch_dtype(p.dtype, [&](auto tag) -> void* {
-        using T = decltype(tag);
-        return reg.data<T>(i).data();
-      });
-      std::vector<char> value;
-      std::vector<char> remainder;
-      if (p.dtype == DType::float32) {
-        value = narrow(master, DType::float32);
-      } else if (kind == MasterKind::remainder) {
-        // TE's split: parameter + remainder rebuild the fp32 value exactly.
-        value.resize(master.size() * 2);
-        remainder.resize(master.size() * 2);
-        auto* pv = reinterpret_cast<uint16_t*>(value.data());
-        auto* rv = reinterpret_cast<int16_t*>(remainder.data());
-        for (std::size_t k = 0; k < master.size(); ++k) {
-          const Bf16Remainder sp = split_remainder(master[k]);
-          pv[k] = sp.high.bits;
-          rv[k] = sp.remainder;
-        }
-      } else if (pe == h5::Elem::bf16) {
-        value = stored;  // the stored bf16 parameter itself
-      } else {
-        value = narrow(master, DType::bfloat16);
-      }
-      converted += (pe != elem_of(p.dtype)) ? 1 : 0;
-      upload(dst, value.data(), value.size());
-      for (const StateRef& st : opt.state_refs(i)) {
-        if (st.name == "remainder") {
-          upload(st.data, remainder.data(), remainder.size());
-          continue;
-        }
-        if (st.name == "master") {
-          const auto bytes = narrow(master, DType::float32);
-          upload(st.data, bytes.data(), bytes.size());
-          continue;
-        }
-        const auto* s = file_state(st.name);
-        if (!s) {
-          refuse(file, "has no optimizer state '" + st.name + "' for parameter '" + p.name +
-                           "' (saved with other optimizer settings)");
-        }
-        const h5::Elem se = f.elem_of(sg + "/" + st.name);
-        const auto bytes = se == elem_of(st.dtype) ? *s : narrow(widen(*s, se), st.dtype);
-        upload(st.data, bytes.data(), bytes.size());
-      }
+      const FileParam fp = read_param(r, file, reg.info(i));
+      converted += load_param(fp, reg, i, opt) ? 1 : 0;
+      load_moments(fp, f, file, reg.info(i), opt, i);
     }
     Kokkos::fence();
     TrainProgress p;

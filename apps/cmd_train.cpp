@@ -107,7 +107,10 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const int W = comm->size();
   const bool rank0 = comm->rank() == 0;
 
-  auto model = build_model(cfg, *comm);
+  // The checkpoint to resume from (checkpoint.resume), if any: it provides every value, so the
+  // model is not initialized first.
+  const auto source = collectively(*comm, [&] { return resume_source(cfg); });
+  auto model = build_model(cfg, *comm, /*initialize=*/!source);
   ParamRegistry& params = model->params();
   const auto [risky, warnings] = precision_warnings(cfg, params);
   for (const auto& w : warnings) log::warn(w);
@@ -124,7 +127,6 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const LrSchedule schedule(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
   // Resume (checkpoint.resume): parameters and optimizer state into this rank's shards.
   TrainProgress state;
-  const auto source = collectively(*comm, [&] { return resume_source(cfg); });
   if (source) {
     const double t0 = now_s();
     try {

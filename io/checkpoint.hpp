@@ -12,7 +12,9 @@
 // interrupted that, at the start of the next save: never the one `latest` names).
 //
 // Every dataset carries "dtype" and "checksum" attributes. The checksum is the sum modulo 2^64
-// of hash(element bits, element index in the full tensor) over all elements: each rank adds up
+// of mix64(bits ^ index * 0x9e3779b97f4a7c15) over all elements (bits: the element's raw bits
+// as an unsigned integer; index: its position in the full tensor; mix64: the SplitMix64
+// finalizer of core/random.hpp), as 16 hex digits: each rank adds up
 // its own rows and the ranks' partial sums are all-reduced, so it is the same whatever rank
 // count wrote or reads the file, and any changed element changes it.
 #pragma once

@@ -14,7 +14,7 @@ usage: test_checkpoint_files.py KKTRAIN INPUTS_DIR CASE     (one ctest ckpt.<CAS
   --dtype float32 gives the masters bit for bit; keep_in_fp32 parameters stay fp32; the tied
   embedding appears once with an 'alias'; LoRA merged = fp32(W + alpha/r * B A in float64, the
   rank sum in order) then RNE, exactly; --lora separate keeps the adapters; every checksum
-  attribute is the documented sum of hash3(bits, "kktrain", index) mod 2^64; h5dump reads both
+  attribute is the documented sum of mix64(bits ^ index * golden) mod 2^64; h5dump reads both
   files and shows bf16 as a 16-bit float; --out equal to the input and non-checkpoints are
   refused.
 - init_from: LoRA from an export (base = the export, adapters = a fresh run's init); a pattern-A
@@ -50,10 +50,11 @@ def mix64(x):
 
 
 def checksum(bits):
-    """io/checkpoint.hpp: sum mod 2^64 of hash3(element bits, 0x6b6b747261696e, index)."""
+    """io/checkpoint.hpp: sum mod 2^64 of mix64(element bits ^ index * 0x9e3779b97f4a7c15)."""
     b = bits.ravel().astype(U64)
     with np.errstate(over="ignore"):
-        h = mix64(mix64(mix64(b) ^ U64(0x6B6B747261696E)) ^ np.arange(b.size, dtype=U64))
+        index = np.arange(b.size, dtype=U64) * U64(0x9E3779B97F4A7C15)
+        h = mix64(b ^ index)
         return f"{int(h.sum(dtype=U64)):016x}"
 
 
