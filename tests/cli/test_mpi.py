@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+import numpy
+
 import test_lora
 import test_train as tt
 from test_train import check
@@ -225,6 +227,19 @@ REL_TOL = 1.0e-6
 STEP1_LOSS_TOL = 1.0e-15
 
 
+PARAM_TOL = 1e-5  # measured worst 5.6e-7 (3 ranks), a 18x margin
+
+
+def final_params(run):
+    """{name: float array} of the final checkpoint of a run (written at the end of training)."""
+    import h5py
+    root = os.path.join(run.out_dir, "checkpoints")
+    with open(os.path.join(root, "latest")) as f:
+        step_dir = f.read().strip()
+    with h5py.File(os.path.join(root, step_dir, "checkpoint.h5"), "r") as f:
+        return {n: numpy.asarray(d[...], numpy.float64) for n, d in f["params"].items()}
+
+
 def case_trajectories():
     """fp32, 2 layers, global batch 12 for 20 steps with validation every 5 steps, on 1 rank
     (micro-batch 2: 6 micro-batches), 2 ranks (3 each), 3 ranks (2 each) and 2 ranks with
@@ -259,6 +274,23 @@ def case_trajectories():
             d = rel(r.train_rows()[0]["loss"], l1)
             check(d <= STEP1_LOSS_TOL, f"{name}: step-1 loss {r.raw[0]['loss']} vs one rank's "
                   f"{runs['1 rank'].raw[0]['loss']} ({d:.3g} relative): other samples or weights?")
+        # The parameters after 20 steps (the final checkpoint of each run, full tensors whatever
+        # the rank count): every element of every parameter agrees to PARAM_TOL of its tensor's
+        # largest magnitude (20 AdamW steps at lr up to 3e-3 amplify summation-order differences
+        # of the gradients to a few fp32 ulps of the weights; an Adam step moves an element by
+        # ~lr whatever its gradient's size, so the comparison is relative to the tensor scale).
+        worst_p, where_p = 0.0, ""
+        ref = final_params(runs["1 rank"])
+        for name, r in runs.items():
+            for pname, w in final_params(r).items():
+                scale = max(float(numpy.abs(ref[pname]).max()), 1e-30)
+                d = float(numpy.abs(w - ref[pname]).max()) / scale
+                if d > worst_p:
+                    worst_p, where_p = d, f"{name}: {pname}"
+        print(f"measured: parameters after 20 steps: worst {worst_p:.3g} of the tensor scale "
+              f"({where_p})")
+        check(worst_p <= PARAM_TOL, f"parameters after 20 steps differ by {worst_p:.3g} of their "
+              f"tensor's scale > {PARAM_TOL:g}: {where_p}")
         # The tolerance tells batches apart: another data.seed moves the step-1 loss by far more.
         other = mpi_train(0, tmp, "seed7", tt.DEFAULT, *common, "data.seed=7", steps=1).ok()
         d = rel(other.train_rows()[0]["loss"], l1)
