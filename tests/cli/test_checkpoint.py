@@ -553,6 +553,9 @@ def case_keep_last_bound():
 # ---- 5. SIGTERM / SIGINT ----------------------------------------------------------------------
 
 STEPS = 200
+# 4 micro-batches per rank and step: the run must still be going when the test has seen step 5
+# and signalled it, also on an oversubscribed machine (2 ranks x 4 OpenMP threads on 2 cores).
+SIG_ACCUM = 4
 SIG_O = ["train.log_every=1", "train.val_every=50", "checkpoint.save_every=0",
          "checkpoint.resume=auto", *sched(STEPS), f"train.max_steps={STEPS}"]
 
@@ -562,10 +565,11 @@ def interrupted(run_dir, np_, sig, after, twice=False):
     again once rank 0 announced the stop: signals sent together would merge into one delivery);
     returns (exit status, stderr, seconds from the last signal to the exit)."""
     err_path = run_dir + ".err"
-    # Twice: 64 micro-batches per step (~80 ms; not part of what a checkpoint must match) leave
-    # the second signal time to arrive before the step ends.
-    slow = [f"data.global_batch_size={128 * np_}"] if twice else []
-    p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_), *SIG_O, *slow,
+    # Twice: 256 micro-batches per step (~0.3 s idle, ~1 s when the machine is oversubscribed;
+    # not part of what a checkpoint must match) leave the second signal time to arrive before
+    # the step ends (64 were not enough with 2 ranks x 4 OpenMP threads on 2 cores).
+    slow = [f"data.global_batch_size={512 * np_}"] if twice else []
+    p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow,
                f"train.output_dir={run_dir}"], np_, err_path)
     try:
         wait_for(lambda: f"step {after}/" in read(err_path) or p.poll() is not None, 60,
@@ -588,7 +592,7 @@ def interrupted(run_dir, np_, sig, after, twice=False):
 
 def signals(np_):
     with tempfile.TemporaryDirectory(prefix="kktrain_ckpt_") as tmp:
-        ref = train(os.path.join(tmp, "ref"), tt.PATTERN_A, *SIG_O, np_=np_).ok()
+        ref = train(os.path.join(tmp, "ref"), tt.PATTERN_A, *SIG_O, np_=np_, accum=SIG_ACCUM).ok()
         for sig in (signal.SIGTERM, signal.SIGINT):
             d = os.path.join(tmp, sig.name)
             root = os.path.join(d, "checkpoints")
@@ -607,7 +611,7 @@ def signals(np_):
                      "checkpoint: step" not in err2 and (step_dirs(root), latest(root)) == before,
                      f"{sig.name} twice: rc {rc2}, {os.listdir(root)} vs {before}\n"
                      f"{err2[-2000:]}")
-            rest = train(d, tt.PATTERN_A, *SIG_O, np_=np_).ok()
+            rest = train(d, tt.PATTERN_A, *SIG_O, np_=np_, accum=SIG_ACCUM).ok()
             tt.check(f"resumed from {ckpt(d, s)} at step {s}" in rest.err, rest.where)
             tt.compare_runs(ref, rest, f"{sig.name} at step {s} on {np_} rank(s), resumed")
             print(f"{np_} rank(s), {sig.name}: stopped after step {s} (exit {rc}); a second signal "
