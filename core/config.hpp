@@ -128,7 +128,7 @@ struct CheckpointConfig {
   std::optional<std::string> dir;  // null: <train.output_dir>/checkpoints
   int64_t save_every = 0;          // 0: only at the end (and on SIGTERM/SIGINT)
   int64_t keep_last = 2;           // step directories kept
-  std::string resume = "auto";  // auto (latest under dir, if any) | none | <checkpoint path>
+  std::string resume = "auto";     // auto (latest under dir, if any) | none | <checkpoint path>
   DType export_dtype = DType::bfloat16;  // the consolidated export written at the end
 };
 
