@@ -13,8 +13,8 @@ void attention_forward(float* out, float* att, float* pc_scratch, const float* q
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
       // att_bh (T, T) = scale * q_bh (T, D) @ k_bkv (T, D)^T
-      gemm('N', 'T', d.scale, cmat(q + bh * T * D, T, D), cmat(k + bkv * T * D, T, D), 0.0f,
-           mat(att + bh * T * T, T, T));
+      gemm('N', 'T', d.scale, gin(q + bh * T * D, T, D), gin(k + bkv * T * D, T, D), 0.0f,
+           gout(att + bh * T * T, T, T));
     }
   }
   causal_softmax_forward(att, d.B * d.H, T);
@@ -27,8 +27,8 @@ void attention_forward(float* out, float* att, float* pc_scratch, const float* q
         p = pc_scratch;
       }
       // out_bh (T, D) = p (T, T) @ v_bkv (T, D)
-      gemm('N', 'N', 1.0f, cmat(p, T, T), cmat(v + bkv * T * D, T, D), 0.0f,
-           mat(out + bh * T * D, T, D));
+      gemm('N', 'N', 1.0f, gin(p, T, T), gin(v + bkv * T * D, T, D), 0.0f,
+           gout(out + bh * T * D, T, D));
     }
   }
   if (rc) round_copy(out, out, d.B * d.H * T * D, true);
@@ -52,19 +52,19 @@ void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, floa
         }
         const float* go = dout + bh * T * D;
         // dv_bkv (T, D) += pc^T (T, T) @ dout_bh (T, D)
-        gemm('T', 'N', 1.0f, cmat(p, T, T), cmat(go, T, D), beta, mat(dv + bkv * T * D, T, D));
+        gemm('T', 'N', 1.0f, gin(p, T, T), gin(go, T, D), beta, gout(dv + bkv * T * D, T, D));
         // dp (T, T) = dout_bh (T, D) @ v_bkv^T, the gradient of the compute-dtype probabilities
-        gemm('N', 'T', 1.0f, cmat(go, T, D), cmat(v + bkv * T * D, T, D), 0.0f,
-             mat(dp_scratch, T, T));
+        gemm('N', 'T', 1.0f, gin(go, T, D), gin(v + bkv * T * D, T, D), 0.0f,
+             gout(dp_scratch, T, T));
         if (rc) round_copy(dp_scratch, dp_scratch, T * T, true);
         // dp -> dscores through the fp32 softmax (uses the unrounded probabilities)
         causal_softmax_backward(dp_scratch, att + bh * T * T, 1, T);
         // dq_bh (T, D) = scale * ds (T, T) @ k_bkv (T, D)
-        gemm('N', 'N', d.scale, cmat(dp_scratch, T, T), cmat(k + bkv * T * D, T, D), 0.0f,
-             mat(dq + bh * T * D, T, D));
+        gemm('N', 'N', d.scale, gin(dp_scratch, T, T), gin(k + bkv * T * D, T, D), 0.0f,
+             gout(dq + bh * T * D, T, D));
         // dk_bkv (T, D) += scale * ds^T (T, T) @ q_bh (T, D)
-        gemm('T', 'N', d.scale, cmat(dp_scratch, T, T), cmat(q + bh * T * D, T, D), beta,
-             mat(dk + bkv * T * D, T, D));
+        gemm('T', 'N', d.scale, gin(dp_scratch, T, T), gin(q + bh * T * D, T, D), beta,
+             gout(dk + bkv * T * D, T, D));
       }
     }
   }

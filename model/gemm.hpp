@@ -1,39 +1,94 @@
-// Matrix products for the model: every one goes through Kokkos Kernels GEMM, which hands float
-// GEMM to BLAS on the host (OpenBLAS here) and to cuBLAS/rocBLAS on GPUs. On the host each product
-// first sets the BLAS thread count its size is worth (core/blas_threads.hpp).
+// Matrix products for the model, through one interface with operands typed at run time.
 //
-// All operands are row-major (LayoutRight) fp32 windows into flat buffers. bf16 compute on the
-// host stores bf16-rounded values in fp32 containers, so the products are exact bf16 x bf16
-// products accumulated in fp32: the same arithmetic as a bf16 GEMM with fp32 accumulation.
+//   C = alpha * op(A) @ op(B) + beta * C        row-major, op = 'N' (as is) or 'T' (transposed)
+//
+// A, B: fp32 or bf16; C: fp32 or bf16. Products and sums are fp32 (a bf16 x bf16 product is exact
+// in fp32), and a bf16 C is rounded to nearest-even once, after alpha, beta and the sum. Backends,
+// chosen per call from the operand dtypes, what the build has and what the CPU can do:
+//
+//   kokkos-kernels  all-fp32 products: KokkosBlas::gemm, which hands them to BLAS on the host
+//                   (OpenBLAS, with as many threads as the product is worth: core/blas_threads)
+//                   and to cuBLAS/rocBLAS on GPUs.
+//   onednn          bf16 x bf16 on CPUs with AVX512-BF16 or AMX (oneDNN matmul; build option
+//                   KKTRAIN_ENABLE_ONEDNN, run-time ISA check).
+//   cublas/rocblas  bf16 x bf16 on CUDA/HIP builds: GemmEx with fp32 accumulation.
+//   converted       anything else (bf16 without a native backend, mixed fp32/bf16 operands):
+//                   bf16 operands widened to fp32 scratch, then kokkos-kernels. The same math as
+//                   a native bf16 GEMM up to the order of the fp32 sums.
+//
+// KKTRAIN_GEMM=reference in the environment disables the native bf16 backends (every bf16
+// product takes the converted path): parity checks and benchmarks compare the two this way.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
+#include "core/bf16.hpp"
+#include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
 
 namespace kktrain {
 
-using CMat = Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace,
-                          Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using Mat = DMatrixU<float>;
+// A row-major (rows, cols) matrix in device memory, contiguous (leading dimension = cols).
+struct GemmIn {
+  const void* data = nullptr;
+  DType dtype = DType::float32;
+  int64_t rows = 0, cols = 0;
+};
+struct GemmOut {
+  void* data = nullptr;
+  DType dtype = DType::float32;
+  int64_t rows = 0, cols = 0;
+};
 
-inline CMat cmat(const float* p, int64_t rows, int64_t cols) {
-  return CMat(p, rows, cols);
+template <class T>
+GemmIn gin(const T* p, int64_t rows, int64_t cols) {
+  return GemmIn{p, dtype_of<T>::value, rows, cols};
 }
-inline Mat mat(float* p, int64_t rows, int64_t cols) {
-  return Mat(p, rows, cols);
+template <class T>
+GemmOut gout(T* p, int64_t rows, int64_t cols) {
+  return GemmOut{p, dtype_of<T>::value, rows, cols};
 }
 
-// C = alpha * op(A) @ op(B) + beta * C, op given by transA/transB ('N' or 'T').
-void gemm(char transA, char transB, float alpha, const CMat& A, const CMat& B, float beta,
-          const Mat& C);
+// Throws InternalError on shape or dtype mismatches (a programming error, not user input).
+void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+          const GemmOut& C);
 
-// out (N, O) = inp (N, I) @ weight(O, I)^T            -- a Linear layer forward (no bias)
-void matmul_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t I,
-                    int64_t O);
-// dinp (N, I) (+)= dout (N, O) @ weight (O, I)        -- accumulate when `accumulate`
-// dweight (O, I) = dout^T (O, N) @ inp (N, I)         -- written, not accumulated
-void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N,
-                           int64_t I, int64_t O, bool accumulate);
-void matmul_backward_weight(float* dweight, const float* dout, const float* inp, int64_t N,
-                            int64_t I, int64_t O);
+enum class GemmBackend { kokkos_kernels, onednn, cublas, rocblas, converted };
+const char* gemm_backend_name(GemmBackend b);
+// The backend gemm() uses for these operand dtypes in this process.
+GemmBackend gemm_backend_for(DType a, DType b, DType c);
+// One line for --version and the build summary, e.g.
+// "fp32: kokkos-kernels (BLAS); bf16: onednn (avx512_core_amx)".
+std::string gemm_backends_summary();
+
+// Calls and floating-point operations per backend since the start of the process (benchmarks
+// and tests read them to show which path ran).
+struct GemmCounters {
+  int64_t calls[5] = {0, 0, 0, 0, 0};
+  double flops[5] = {0, 0, 0, 0, 0};
+};
+GemmCounters gemm_counters();
+
+// ---- Linear layers (no bias), weights (O, I) as stored: typed wrappers of gemm() ------------
+
+// out (N, O) = inp (N, I) @ weight (O, I)^T
+template <class TO, class TI, class TW>
+void matmul_forward(TO* out, const TI* inp, const TW* weight, int64_t N, int64_t I, int64_t O) {
+  gemm('N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
+}
+// dinp (N, I) (+)= dout (N, O) @ weight (O, I)         -- accumulate when `accumulate`
+template <class TO, class TI, class TW>
+void matmul_backward_input(TO* dinp, const TI* dout, const TW* weight, int64_t N, int64_t I,
+                           int64_t O, bool accumulate) {
+  gemm('N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I), accumulate ? 1.0f : 0.0f,
+       gout(dinp, N, I));
+}
+// dweight (O, I) = dout^T (O, N) @ inp (N, I)           -- written, not accumulated
+template <class TO, class TI, class TX>
+void matmul_backward_weight(TO* dweight, const TI* dout, const TX* inp, int64_t N, int64_t I,
+                            int64_t O) {
+  gemm('T', 'N', 1.0f, gin(dout, N, O), gin(inp, N, I), 0.0f, gout(dweight, O, I));
+}
 
 }  // namespace kktrain
