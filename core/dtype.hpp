@@ -39,6 +39,13 @@ struct dtype_of<bf16> {
   static constexpr DType value = DType::bfloat16;
 };
 
+// A device pointer whose element type is known only at run time (e.g. a parameter's compute
+// copy, fp32 or bf16).
+struct CRef {
+  const void* data = nullptr;
+  DType dtype = DType::float32;
+};
+
 // Calls f(T{}) with T the scalar type of d. float16 is a parseable dtype but kktrain computes
 // and stores only float32 and bfloat16; config validation rejects float16 before any dispatch.
 template <class F>

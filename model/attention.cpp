@@ -1,14 +1,20 @@
 #include "model/attention.hpp"
 
+#include <type_traits>
+
+#include "core/bf16.hpp"
 #include "model/gemm.hpp"
 #include "model/kernels.hpp"
 
 namespace kktrain {
 
-void attention_forward(float* out, float* att, float* pc_scratch, const float* q, const float* k,
-                       const float* v, const AttentionDims& d, bool rc) {
+namespace {
+
+// att (B, H, T, T) = causal_softmax(scale q k^T): scores for every head, then one softmax launch
+// over all B*H*T rows. Forward and backward call this, so both see the same probabilities.
+template <class TC>
+void attention_probs(float* att, const TC* q, const TC* k, const AttentionDims& d) {
   const int64_t T = d.T, D = d.D, group = d.H / d.KV;
-  // Scores for every head, then one softmax launch over all B*H*T rows.
   for (int64_t b = 0; b < d.B; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
@@ -18,26 +24,46 @@ void attention_forward(float* out, float* att, float* pc_scratch, const float* q
     }
   }
   causal_softmax_forward(att, d.B * d.H, T);
+}
+
+// The probabilities as the PV product's operand: rounded into pc in the compute dtype, or att
+// itself when they need no rounding and no conversion.
+template <class TC>
+const TC* compute_probs(const float* att, TC* pc, int64_t n, bool rc) {
+  if constexpr (std::is_same<TC, float>::value) {
+    if (!rc) return att;
+  }
+  round_copy(pc, att, n, rc);
+  return pc;
+}
+
+}  // namespace
+
+template <class TC>
+void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const TC* k, const TC* v,
+                       const AttentionDims& d, bool rc) {
+  const int64_t T = d.T, D = d.D, group = d.H / d.KV;
+  attention_probs(att, q, k, d);
   for (int64_t b = 0; b < d.B; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
-      const float* p = att + bh * T * T;
-      if (rc) {
-        round_copy(pc_scratch, p, T * T, true);
-        p = pc_scratch;
-      }
-      // out_bh (T, D) = p (T, T) @ v_bkv (T, D)
+      const TC* p = compute_probs(att + bh * T * T, pc_scratch, T * T, rc);
+      // out_bh (T, D) = p (T, T) @ v_bkv (T, D), rounded once when out is bf16
       gemm('N', 'N', 1.0f, gin(p, T, T), gin(v + bkv * T * D, T, D), 0.0f,
            gout(out + bh * T * D, T, D));
     }
   }
-  if (rc) round_copy(out, out, d.B * d.H * T * D, true);
+  if constexpr (std::is_same<TC, float>::value) {  // fp32 containers: round after the sum
+    if (rc) round_copy(out, out, d.B * d.H * T * D, true);
+  }
 }
 
-void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, float* dp_scratch,
-                        const float* dout, const float* att, const float* q, const float* k,
-                        const float* v, const AttentionDims& d, bool rc) {
+template <class TC>
+void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
+                        float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,
+                        const AttentionDims& d, bool rc) {
   const int64_t T = d.T, D = d.D, group = d.H / d.KV;
+  attention_probs(att, q, k, d);
   for (int64_t b = 0; b < d.B; ++b) {
     for (int64_t kv = 0; kv < d.KV; ++kv) {
       const int64_t bkv = b * d.KV + kv;
@@ -45,12 +71,8 @@ void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, floa
         const int64_t h = kv * group + j, bh = b * d.H + h;
         // The first head of a group writes dK/dV, the others accumulate (fp32 sums).
         const float beta = j == 0 ? 0.0f : 1.0f;
-        const float* p = att + bh * T * T;
-        if (rc) {
-          round_copy(pc_scratch, p, T * T, true);
-          p = pc_scratch;
-        }
-        const float* go = dout + bh * T * D;
+        const TC* p = compute_probs(att + bh * T * T, pc_scratch, T * T, rc);
+        const TC* go = dout + bh * T * D;
         // dv_bkv (T, D) += pc^T (T, T) @ dout_bh (T, D)
         gemm('T', 'N', 1.0f, gin(p, T, T), gin(go, T, D), beta, gout(dv + bkv * T * D, T, D));
         // dp (T, T) = dout_bh (T, D) @ v_bkv^T, the gradient of the compute-dtype probabilities
@@ -74,5 +96,16 @@ void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, floa
     round_copy(dv, dv, d.B * d.KV * T * D, true);
   }
 }
+
+template void attention_forward<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, const AttentionDims&, bool);
+template void attention_forward<bf16>(bf16*, float*, bf16*, const bf16*, const bf16*, const bf16*,
+                                      const AttentionDims&, bool);
+template void attention_backward<float>(float*, float*, float*, float*, float*, float*,
+                                        const float*, const float*, const float*, const float*,
+                                        const AttentionDims&, bool);
+template void attention_backward<bf16>(float*, float*, float*, float*, bf16*, float*, const bf16*,
+                                       const bf16*, const bf16*, const bf16*, const AttentionDims&,
+                                       bool);
 
 }  // namespace kktrain

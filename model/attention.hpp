@@ -4,6 +4,10 @@
 // rounded to the compute dtype, as a bf16 autocast attention does. Per (batch, head) the products
 // are GEMMs on contiguous (T, D) and (T, T) blocks, so they run at BLAS speed. With GQA, query
 // head h reads KV head h / (H / KV); K and V gradients sum over the heads of a group.
+//
+// The probabilities are not kept between forward and backward: the backward recomputes them with
+// the same GEMMs and the same softmax launch (so the same values) into the same one-layer scratch.
+// q, k, v, the output and dout are compute-dtype tensors (TC = float or bf16).
 #pragma once
 
 #include <cstdint>
@@ -15,16 +19,19 @@ struct AttentionDims {
   float scale;  // 1 / sqrt(D)
 };
 
-// att (B, H, T, T) = causal_softmax(scale q k^T), fp32 (kept for backward)
+// att (B, H, T, T) = causal_softmax(scale q k^T), fp32 scratch
 // out (B, H, T, D) = rnd(rnd(att, rc) @ v, rc)
 // pc_scratch (T, T) holds one head's rounded probabilities at a time.
-void attention_forward(float* out, float* att, float* pc_scratch, const float* q, const float* k,
-                       const float* v, const AttentionDims& d, bool rc);
+template <class TC>
+void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const TC* k, const TC* v,
+                       const AttentionDims& d, bool rc);
 
 // From dout (B, H, T, D) (already in the compute dtype): dq (B, H, T, D), dk, dv (B, KV, T, D),
-// all fp32 sums rounded to the compute dtype at the end. Scratch: pc (T, T), dp (T, T).
-void attention_backward(float* dq, float* dk, float* dv, float* pc_scratch, float* dp_scratch,
-                        const float* dout, const float* att, const float* q, const float* k,
-                        const float* v, const AttentionDims& d, bool rc);
+// fp32 sums rounded to the compute dtype at the end. Scratch: att (B, H, T, T) (the recomputed
+// probabilities), pc (T, T), dp (T, T).
+template <class TC>
+void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
+                        float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,
+                        const AttentionDims& d, bool rc);
 
 }  // namespace kktrain

@@ -45,6 +45,9 @@ template <class T>
 GemmIn gin(const T* p, int64_t rows, int64_t cols) {
   return GemmIn{p, dtype_of<T>::value, rows, cols};
 }
+inline GemmIn gin(const CRef& r, int64_t rows, int64_t cols) {
+  return GemmIn{r.data, r.dtype, rows, cols};
+}
 template <class T>
 GemmOut gout(T* p, int64_t rows, int64_t cols) {
   return GemmOut{p, dtype_of<T>::value, rows, cols};
@@ -71,22 +74,23 @@ struct GemmCounters {
 GemmCounters gemm_counters();
 
 // ---- Linear layers (no bias), weights (O, I) as stored: typed wrappers of gemm() ------------
+// Operands are typed pointers (float*, bf16*) or CRefs.
 
 // out (N, O) = inp (N, I) @ weight (O, I)^T
 template <class TO, class TI, class TW>
-void matmul_forward(TO* out, const TI* inp, const TW* weight, int64_t N, int64_t I, int64_t O) {
+void matmul_forward(TO out, const TI& inp, const TW& weight, int64_t N, int64_t I, int64_t O) {
   gemm('N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
 }
 // dinp (N, I) (+)= dout (N, O) @ weight (O, I)         -- accumulate when `accumulate`
 template <class TO, class TI, class TW>
-void matmul_backward_input(TO* dinp, const TI* dout, const TW* weight, int64_t N, int64_t I,
+void matmul_backward_input(TO dinp, const TI& dout, const TW& weight, int64_t N, int64_t I,
                            int64_t O, bool accumulate) {
   gemm('N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I), accumulate ? 1.0f : 0.0f,
        gout(dinp, N, I));
 }
 // dweight (O, I) = dout^T (O, N) @ inp (N, I)           -- written, not accumulated
 template <class TO, class TI, class TX>
-void matmul_backward_weight(TO* dweight, const TI* dout, const TX* inp, int64_t N, int64_t I,
+void matmul_backward_weight(TO dweight, const TI& dout, const TX& inp, int64_t N, int64_t I,
                             int64_t O) {
   gemm('T', 'N', 1.0f, gin(dout, N, O), gin(inp, N, I), 0.0f, gout(dweight, O, I));
 }

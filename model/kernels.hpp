@@ -2,8 +2,11 @@
 // <layer>_forward / <layer>_backward, outputs first, sizes last, a shape comment on every tensor.
 // Every pointer is a device pointer; every loop is a Kokkos parallel construct.
 //
-// Precision: activations live in fp32 containers; a tensor "in dtype X" holds values exactly
-// representable in X. The bool flags say whether a role is bf16 and so needs rounding:
+// Precision: a tensor "in dtype X" holds values exactly representable in X. Compute-dtype tensors
+// (template parameter TC) are 2-byte bf16 Views when the compute dtype is bf16; the residual stream
+// and gradients that sum several fp32 contributions before their one rounding stay fp32
+// containers. Every kernel reads through to_f32 and writes through store_as, so the math is the
+// same for both containers. The bool flags say whether a role is bf16 and so needs rounding:
 //   rs  the residual-stream dtype (embedding output, norms, residual adds)
 //   rc  the compute dtype (inputs and outputs of matmuls, attention, SwiGLU)
 // A gradient is rounded to the dtype of the tensor it is the gradient of, as autograd does.
@@ -50,7 +53,8 @@ void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw);
 // ---- embedding -------------------------------------------------------------------------------
 
 // out (N, C) = rnd(wte[ids[n]], rs)
-void embedding_forward(float* out, const int32_t* ids, const float* wte, int64_t N, int64_t C,
+template <class TW>
+void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N, int64_t C,
                        int64_t V, bool rs);
 // dwte (V, C) = sum over n with ids[n] == v of dout[n]; fp32, written (rows without tokens are 0).
 // The token positions grouped by id (CSR: row_start (V+1), positions (N)) make the sum order
@@ -62,8 +66,9 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* row_start
 
 // rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = rnd(rnd(w * rnd(x * rstd, rs), rs), rc)
 // out_stream (N, C), if not null, receives the stream-dtype value before the compute cast.
-void rmsnorm_forward(float* out, float* out_stream, float* rstd, const float* inp,
-                     const float* weight, int64_t N, int64_t C, float eps, bool rs, bool rc);
+template <class TC>
+void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
+                     int64_t N, int64_t C, float eps, bool rs, bool rc);
 // dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, rs), rs)      -- accumulates into the stream grad
 // dweight (C) = sum_n dout * rnd(x * rstd, rs)           -- fp32, written
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
@@ -75,19 +80,20 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
 // rotate-half rotary on q and k (fp32 math, rounded to rc), v copied.
-void rope_forward(float* q, float* k, float* v, const float* qkv, const float* cos,
-                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  bool rc);
+template <class TC>
+void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
+                  int64_t T, int64_t H, int64_t KV, int64_t D, bool rc);
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), rounded to rc.
-void rope_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
+template <class TC>
+void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
                    const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    bool rc);
 
 // out (B*T, H*D) = rnd(in (B, H, T, D), round)       and the inverse permutation
-void heads_to_tokens(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     bool round);
-void tokens_to_heads(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     bool round);
+template <class TO, class TI>
+void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
+template <class TO, class TI>
+void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
 
 // ---- attention softmax -------------------------------------------------------------------------
 
@@ -99,24 +105,31 @@ void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T
 // ---- elementwise -------------------------------------------------------------------------------
 
 // out (n) = rnd(in (n), round)
-void round_copy(float* out, const float* in, int64_t n, bool round);
+template <class TO, class TI>
+void round_copy(TO* out, const TI* in, int64_t n, bool round);
 // out (n) = rnd(a + b, round)        (out may alias a)
-void add_forward(float* out, const float* a, const float* b, int64_t n, bool round);
+template <class TB>
+void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round);
 // a (N, F) = rnd(rnd(silu(g), rc) * u, rc) with gu (N, 2F) = [g | u] per row
-void swiglu_forward(float* a, const float* gu, int64_t N, int64_t F, bool rc);
+template <class TC>
+void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc);
 // dgu (N, 2F) = [dg | du] from da (N, F)
-void swiglu_backward(float* dgu, const float* da, const float* gu, int64_t N, int64_t F, bool rc);
+template <class TC>
+void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F, bool rc);
 
 // out (N, 2C) = [rnd(a, round) | rnd(b, round)] per row        and its inverse split
-void concat2(float* out, const float* a, const float* b, int64_t N, int64_t C, bool round);
+template <class TC>
+void concat2(TC* out, const float* a, const float* b, int64_t N, int64_t C, bool round);
 void split2(float* a, float* b, const float* in, int64_t N, int64_t C);
 
 // y (N, out) at column col of rows ld wide: y = rnd(y + rnd(delta * scale, rc), rc)
-void add_scaled_slice(float* y, int64_t ld, int64_t col, const float* delta, int64_t N, int64_t out,
+template <class TC>
+void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N, int64_t out,
                       float scale, bool rc);
 // out (N, w) = rnd(in[:, col : col + w] * scale, rc), the slice of rows ld wide made contiguous
-void scaled_slice(float* out, const float* in, int64_t ld, int64_t col, int64_t N, int64_t w,
-                  float scale, bool rc);
+template <class TC>
+void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w, float scale,
+                  bool rc);
 
 // ---- loss --------------------------------------------------------------------------------------
 
@@ -124,7 +137,8 @@ void scaled_slice(float* out, const float* in, int64_t ld, int64_t col, int64_t 
 // losses (N) = logsumexp(logits) - logits[target] (fp32; 0 for ignored rows).
 // When `backward`, logits are overwritten in place with dlogits = rnd((softmax - onehot) * scale,
 // rc), the gradient of the mean loss when scale = 1 / count.
-void cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets, int64_t N,
+template <class TC>
+void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,
                                     int64_t V, float scale, bool backward, bool rc);
 
 // Sum of n fp32 values (deterministic reduction) returned to the host as double.

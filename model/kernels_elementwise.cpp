@@ -58,13 +58,14 @@ template void cast_to_float<bf16>(float*, const bf16*, int64_t, bool);
 template void accumulate_grad<float>(float*, const float*, int64_t, bool);
 template void accumulate_grad<bf16>(bf16*, const float*, int64_t, bool);
 
-void embedding_forward(float* out, const int32_t* ids, const float* wte, int64_t N, int64_t C,
+template <class TW>
+void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N, int64_t C,
                        int64_t V, bool rs) {
   (void)V;  // ids are validated against V by the data loader
   Kokkos::parallel_for(
       "embedding_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        const float* row = wte + static_cast<int64_t>(ids[n]) * C;
-        for (int64_t c = 0; c < C; ++c) out[n * C + c] = rnd(row[c], rs);
+        const TW* row = wte + static_cast<int64_t>(ids[n]) * C;
+        for (int64_t c = 0; c < C; ++c) out[n * C + c] = rnd(to_f32(row[c]), rs);
       });
 }
 
@@ -81,24 +82,27 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* row_start
       });
 }
 
-void round_copy(float* out, const float* in, int64_t n, bool round) {
+template <class TO, class TI>
+void round_copy(TO* out, const TI* in, int64_t n, bool round) {
   Kokkos::parallel_for(
       "round_copy", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(in[i], round); });
+      KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, rnd(to_f32(in[i]), round)); });
 }
 
-void add_forward(float* out, const float* a, const float* b, int64_t n, bool round) {
+template <class TB>
+void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round) {
   Kokkos::parallel_for(
       "add_forward", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(a[i] + b[i], round); });
+      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(a[i] + to_f32(b[i]), round); });
 }
 
-void concat2(float* out, const float* a, const float* b, int64_t N, int64_t C, bool round) {
+template <class TC>
+void concat2(TC* out, const float* a, const float* b, int64_t N, int64_t C, bool round) {
   Kokkos::parallel_for(
       "concat2", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
         for (int64_t c = 0; c < C; ++c) {
-          out[n * 2 * C + c] = rnd(a[n * C + c], round);
-          out[n * 2 * C + C + c] = rnd(b[n * C + c], round);
+          store_as(out, n * 2 * C + c, rnd(a[n * C + c], round));
+          store_as(out, n * 2 * C + C + c, rnd(b[n * C + c], round));
         }
       });
 }
@@ -113,21 +117,27 @@ void split2(float* a, float* b, const float* in, int64_t N, int64_t C) {
       });
 }
 
-void add_scaled_slice(float* y, int64_t ld, int64_t col, const float* delta, int64_t N, int64_t out,
+template <class TC>
+void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N, int64_t out,
                       float scale, bool rc) {
   Kokkos::parallel_for(
       "add_scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        float* row = y + n * ld + col;
-        for (int64_t j = 0; j < out; ++j)
-          row[j] = rnd(row[j] + rnd(delta[n * out + j] * scale, rc), rc);
+        TC* row = y + n * ld + col;
+        for (int64_t j = 0; j < out; ++j) {
+          const float d = rnd(to_f32(delta[n * out + j]) * scale, rc);
+          store_as(row, j, rnd(to_f32(row[j]) + d, rc));
+        }
       });
 }
 
-void scaled_slice(float* out, const float* in, int64_t ld, int64_t col, int64_t N, int64_t w,
-                  float scale, bool rc) {
+template <class TC>
+void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w, float scale,
+                  bool rc) {
   Kokkos::parallel_for(
       "scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        for (int64_t j = 0; j < w; ++j) out[n * w + j] = rnd(in[n * ld + col + j] * scale, rc);
+        for (int64_t j = 0; j < w; ++j) {
+          store_as(out, n * w + j, rnd(to_f32(in[n * ld + col + j]) * scale, rc));
+        }
       });
 }
 
@@ -135,36 +145,56 @@ KOKKOS_INLINE_FUNCTION float sigmoid_f(float x) {
   return 1.0f / (1.0f + math::exp(-x));
 }
 
-void swiglu_forward(float* a, const float* gu, int64_t N, int64_t F, bool rc) {
+template <class TC>
+void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc) {
   Kokkos::parallel_for(
       "swiglu_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        const float* g = gu + n * 2 * F;
-        const float* u = g + F;
+        const TC* g = gu + n * 2 * F;
+        const TC* u = g + F;
         for (int64_t f = 0; f < F; ++f) {
-          const float s = rnd(g[f] * sigmoid_f(g[f]), rc);  // silu output, a compute-dtype tensor
-          a[n * F + f] = rnd(s * u[f], rc);
+          const float gf = to_f32(g[f]);
+          const float s = rnd(gf * sigmoid_f(gf), rc);  // silu output, a compute-dtype tensor
+          store_as(a, n * F + f, rnd(s * to_f32(u[f]), rc));
         }
       });
 }
 
-void swiglu_backward(float* dgu, const float* da, const float* gu, int64_t N, int64_t F, bool rc) {
+template <class TC>
+void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F, bool rc) {
   Kokkos::parallel_for(
       "swiglu_backward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        const float* g = gu + n * 2 * F;
-        const float* u = g + F;
+        const TC* g = gu + n * 2 * F;
+        const TC* u = g + F;
         const float* d = da + n * F;
-        float* dg = dgu + n * 2 * F;
-        float* du = dg + F;
+        TC* dg = dgu + n * 2 * F;
+        TC* du = dg + F;
         for (int64_t f = 0; f < F; ++f) {
-          const float sg = sigmoid_f(g[f]);
-          const float s = rnd(g[f] * sg, rc);
-          const float ds = rnd(d[f] * u[f], rc);  // gradient of the silu output
-          du[f] = rnd(d[f] * s, rc);
+          const float gf = to_f32(g[f]), uf = to_f32(u[f]);
+          const float sg = sigmoid_f(gf);
+          const float s = rnd(gf * sg, rc);
+          const float ds = rnd(d[f] * uf, rc);  // gradient of the silu output
+          store_as(du, f, rnd(d[f] * s, rc));
           // d silu(g)/dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
-          dg[f] = rnd(ds * sg * (1.0f + g[f] * (1.0f - sg)), rc);
+          store_as(dg, f, rnd(ds * sg * (1.0f + gf * (1.0f - sg)), rc));
         }
       });
 }
+
+#define KKTRAIN_INST_TC(TC)                                                                        \
+  template void embedding_forward<TC>(float*, const int32_t*, const TC*, int64_t, int64_t,         \
+                                      int64_t, bool);                                              \
+  template void round_copy<TC, float>(TC*, const float*, int64_t, bool);                           \
+  template void add_forward<TC>(float*, const float*, const TC*, int64_t, bool);                   \
+  template void concat2<TC>(TC*, const float*, const float*, int64_t, int64_t, bool);              \
+  template void add_scaled_slice<TC>(TC*, int64_t, int64_t, const TC*, int64_t, int64_t, float,    \
+                                     bool);                                                        \
+  template void scaled_slice<TC>(TC*, const TC*, int64_t, int64_t, int64_t, int64_t, float, bool); \
+  template void swiglu_forward<TC>(TC*, const TC*, int64_t, int64_t, bool);                        \
+  template void swiglu_backward<TC>(TC*, const float*, const TC*, int64_t, int64_t, bool);
+KKTRAIN_INST_TC(float)
+KKTRAIN_INST_TC(bf16)
+#undef KKTRAIN_INST_TC
+template void round_copy<float, bf16>(float*, const bf16*, int64_t, bool);
 
 double sum_to_host(const float* x, int64_t n) {
   double total = 0.0;

@@ -11,8 +11,9 @@ using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
 using Member = TeamPolicy::member_type;
 }  // namespace
 
-void rmsnorm_forward(float* out, float* out_stream, float* rstd, const float* inp,
-                     const float* weight, int64_t N, int64_t C, float eps, bool rs, bool rc) {
+template <class TC>
+void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
+                     int64_t N, int64_t C, float eps, bool rs, bool rc) {
   Kokkos::parallel_for(
       "rmsnorm_forward", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -26,7 +27,7 @@ void rmsnorm_forward(float* out, float* out_stream, float* rstd, const float* in
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
           const float y = rnd(weight[c] * rnd(x[c] * r, rs), rs);
           if (out_stream) out_stream[n * C + c] = y;
-          out[n * C + c] = rnd(y, rc);
+          store_as(out, n * C + c, rnd(y, rc));
         });
       });
 }
@@ -81,9 +82,9 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta) {
   Kokkos::deep_copy(DViewU<float>(sin, hs.size()), hsv);
 }
 
-void rope_forward(float* q, float* k, float* v, const float* qkv, const float* cos,
-                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  bool rc) {
+template <class TC>
+void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
+                  int64_t T, int64_t H, int64_t KV, int64_t D, bool rc) {
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
   // One work item per (token, head slot): a row of D values.
@@ -91,25 +92,26 @@ void rope_forward(float* q, float* k, float* v, const float* qkv, const float* c
       "rope_forward", RangePolicy(0, B * T * S), KOKKOS_LAMBDA(const int64_t idx) {
         const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
-        const float* x = qkv + idx * D;
+        const TC* x = qkv + idx * D;
         if (slot >= H + KV) {  // value head: layout change only
-          float* y = v + ((b * KV + slot - H - KV) * T + t) * D;
+          TC* y = v + ((b * KV + slot - H - KV) * T + t) * D;
           for (int64_t i = 0; i < D; ++i) y[i] = x[i];
           return;
         }
-        float* y =
-            slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
+        TC* y = slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
         const float* c = cos + t * half;
         const float* s = sin + t * half;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         for (int64_t j = 0; j < half; ++j) {
-          y[j] = rnd(x[j] * c[j] - x[j + half] * s[j], rc);
-          y[j + half] = rnd(x[j + half] * c[j] + x[j] * s[j], rc);
+          const float x1 = to_f32(x[j]), x2 = to_f32(x[j + half]);
+          store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
+          store_as(y, j + half, rnd(x2 * c[j] + x1 * s[j], rc));
         }
       });
 }
 
-void rope_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
+template <class TC>
+void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
                    const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    bool rc) {
   const int64_t S = H + 2 * KV;
@@ -118,10 +120,10 @@ void rope_backward(float* dqkv, const float* dq, const float* dk, const float* d
       "rope_backward", RangePolicy(0, B * T * S), KOKKOS_LAMBDA(const int64_t idx) {
         const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
-        float* out = dqkv + idx * D;
+        TC* out = dqkv + idx * D;
         if (slot >= H + KV) {
           const float* g = dv + ((b * KV + slot - H - KV) * T + t) * D;
-          for (int64_t i = 0; i < D; ++i) out[i] = g[i];
+          for (int64_t i = 0; i < D; ++i) store_as(out, i, g[i]);
           return;
         }
         const float* g =
@@ -130,33 +132,50 @@ void rope_backward(float* dqkv, const float* dq, const float* dk, const float* d
         const float* s = sin + t * half;
         // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s]
         for (int64_t j = 0; j < half; ++j) {
-          out[j] = rnd(g[j] * c[j] + g[j + half] * s[j], rc);
-          out[j + half] = rnd(g[j + half] * c[j] - g[j] * s[j], rc);
+          store_as(out, j, rnd(g[j] * c[j] + g[j + half] * s[j], rc));
+          store_as(out, j + half, rnd(g[j + half] * c[j] - g[j] * s[j], rc));
         }
       });
 }
 
-void heads_to_tokens(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
+template <class TO, class TI>
+void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
   // One work item per (b, t, h) row of D: out is (B, T, H, D), in is (B, H, T, D).
   Kokkos::parallel_for(
       "heads_to_tokens", RangePolicy(0, B * T * H), KOKKOS_LAMBDA(const int64_t idx) {
         const int64_t h = idx % H, t = (idx / H) % T, b = idx / (H * T);
-        const float* x = in + ((b * H + h) * T + t) * D;
-        float* y = out + idx * D;
-        for (int64_t d = 0; d < D; ++d) y[d] = rnd(x[d], round);
+        const TI* x = in + ((b * H + h) * T + t) * D;
+        TO* y = out + idx * D;
+        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(to_f32(x[d]), round));
       });
 }
 
-void tokens_to_heads(float* out, const float* in, int64_t B, int64_t H, int64_t T, int64_t D,
+template <class TO, class TI>
+void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
   Kokkos::parallel_for(
       "tokens_to_heads", RangePolicy(0, B * H * T), KOKKOS_LAMBDA(const int64_t idx) {
         const int64_t t = idx % T, h = (idx / T) % H, b = idx / (T * H);
-        const float* x = in + ((b * T + t) * H + h) * D;
-        float* y = out + idx * D;
-        for (int64_t d = 0; d < D; ++d) y[d] = rnd(x[d], round);
+        const TI* x = in + ((b * T + t) * H + h) * D;
+        TO* y = out + idx * D;
+        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(to_f32(x[d]), round));
       });
 }
+
+#define KKTRAIN_INST_TC(TC)                                                                        \
+  template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,      \
+                                    int64_t, float, bool, bool);                                   \
+  template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,    \
+                                 int64_t, int64_t, int64_t, int64_t, bool);                        \
+  template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,     \
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,       \
+                                  bool);                                                           \
+  template void heads_to_tokens<TC, TC>(TC*, const TC*, int64_t, int64_t, int64_t, int64_t, bool); \
+  template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t,  \
+                                           bool);
+KKTRAIN_INST_TC(float)
+KKTRAIN_INST_TC(bf16)
+#undef KKTRAIN_INST_TC
 
 }  // namespace kktrain

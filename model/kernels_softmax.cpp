@@ -54,41 +54,47 @@ void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T
       });
 }
 
-void cross_entropy_forward_backward(float* losses, float* logits, const int32_t* targets, int64_t N,
+template <class TC>
+void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,
                                     int64_t V, float scale, bool backward, bool rc) {
   Kokkos::parallel_for(
       "cross_entropy", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
-        float* row = logits + n * V;
+        TC* row = logits + n * V;
         const int32_t target = targets[n];
         if (target < 0) {  // ignored position: no loss, no gradient
           Kokkos::single(Kokkos::PerTeam(m), [&]() { losses[n] = 0.0f; });
           if (backward) {
             Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V),
-                                 [&](const int64_t v) { row[v] = 0.0f; });
+                                 [&](const int64_t v) { store_as(row, v, 0.0f); });
           }
           return;
         }
         float mx = -FLT_MAX;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, V),
-            [&](const int64_t v, float& acc) { acc = math::max_f(acc, row[v]); },
+            [&](const int64_t v, float& acc) { acc = math::max_f(acc, to_f32(row[v])); },
             Kokkos::Max<float>(mx));
         float sum = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, V),
-            [&](const int64_t v, float& acc) { acc += math::exp(row[v] - mx); }, sum);
+            [&](const int64_t v, float& acc) { acc += math::exp(to_f32(row[v]) - mx); }, sum);
         const float lse = mx + math::log(sum);
-        const float target_logit = row[target];
+        const float target_logit = to_f32(row[target]);
         m.team_barrier();  // everyone has read row[target] before it is overwritten
         Kokkos::single(Kokkos::PerTeam(m), [&]() { losses[n] = lse - target_logit; });
         if (!backward) return;
         const float inv = 1.0f / sum;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V), [&](const int64_t v) {
-          const float p = math::exp(row[v] - mx) * inv;
-          row[v] = rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc);
+          const float p = math::exp(to_f32(row[v]) - mx) * inv;
+          store_as(row, v, rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc));
         });
       });
 }
+
+template void cross_entropy_forward_backward<float>(float*, float*, const int32_t*, int64_t,
+                                                    int64_t, float, bool, bool);
+template void cross_entropy_forward_backward<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t,
+                                                   float, bool, bool);
 
 }  // namespace kktrain

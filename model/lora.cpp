@@ -54,42 +54,54 @@ void Transformer::register_lora(LayerParams& p) {
   }
 }
 
-void Transformer::lora_forward(const LayerParams& p, int proj, float* y, int64_t ld, int64_t col,
-                               const float* x) {
+template <class TC>
+void Transformer::lora_forward(const LayerParams& p, int proj, TC* y, int64_t ld, int64_t col,
+                               const TC* x) {
   const int a = p.lora_a[proj], bb = p.lora_b[proj];
   if (a < 0) return;
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T;
   const auto [r, in, out, scale] = lora_shape(params_, a, bb, peft_);
-  matmul_forward(b.lora_t.data(), x, w(a), N, in, r);  // t (N, r)
-  if (rc_) round_copy(b.lora_t.data(), b.lora_t.data(), N * r, true);
-  matmul_forward(b.lora_y.data(), b.lora_t.data(), w(bb), N, r, out);  // delta (N, out)
-  if (rc_) round_copy(b.lora_y.data(), b.lora_y.data(), N * out, true);
-  add_scaled_slice(y, ld, col, b.lora_y.data(), N, out, scale, rc_);
+  TC* t = b.lora_t.p<TC>();
+  TC* delta = b.lora_y.p<TC>();
+  matmul_forward(t, x, w(a), N, in, r);        // t (N, r)
+  matmul_forward(delta, t, w(bb), N, r, out);  // delta (N, out)
+  add_scaled_slice(y, ld, col, delta, N, out, scale, rc_);
 }
 
-void Transformer::lora_backward(const LayerParams& p, int proj, const float* dy, int64_t ld,
-                                int64_t col, const float* x, float* dx) {
+template <class TC>
+void Transformer::lora_backward(const LayerParams& p, int proj, const TC* dy, int64_t ld,
+                                int64_t col, const TC* x, float* dx) {
   const int a = p.lora_a[proj], bb = p.lora_b[proj];
   if (a < 0) return;
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T;
   const auto [r, in, out, scale] = lora_shape(params_, a, bb, peft_);
+  TC* t = b.lora_t.p<TC>();
+  TC* g = b.lora_y.p<TC>();
+  TC* dt = b.lora_dt.p<TC>();
   // Recompute t = rnd(x A^T) rather than keeping it: (N, r) is cheap to redo.
-  matmul_forward(b.lora_t.data(), x, w(a), N, in, r);
-  if (rc_) round_copy(b.lora_t.data(), b.lora_t.data(), N * r, true);
-  scaled_slice(b.lora_y.data(), dy, ld, col, N, out, scale, rc_);  // g = d(delta) (N, out)
+  matmul_forward(t, x, w(a), N, in, r);
+  scaled_slice(g, dy, ld, col, N, out, scale, rc_);  // g = d(delta) (N, out)
   if (params_.info(bb).trainable) {
-    matmul_backward_weight(b.dw.data(), b.lora_y.data(), b.lora_t.data(), N, r, out);  // (out, r)
+    matmul_backward_weight(b.dw.data(), g, t, N, r, out);  // (out, r)
     accumulate(bb, b.dw.data(), rc_);
   }
-  matmul_backward_input(b.lora_dt.data(), b.lora_y.data(), w(bb), N, r, out, false);  // (N, r)
-  if (rc_) round_copy(b.lora_dt.data(), b.lora_dt.data(), N * r, true);
+  matmul_backward_input(dt, g, w(bb), N, r, out, false);  // (N, r)
   if (params_.info(a).trainable) {
-    matmul_backward_weight(b.dw.data(), b.lora_dt.data(), x, N, in, r);  // (r, in)
+    matmul_backward_weight(b.dw.data(), dt, x, N, in, r);  // (r, in)
     accumulate(a, b.dw.data(), rc_);
   }
-  matmul_backward_input(dx, b.lora_dt.data(), w(a), N, in, r, /*accumulate=*/true);
+  matmul_backward_input(dx, dt, w(a), N, in, r, /*accumulate=*/true);
 }
+
+#define KKTRAIN_INST_LORA(TC)                                                                 \
+  template void Transformer::lora_forward<TC>(const LayerParams&, int, TC*, int64_t, int64_t, \
+                                              const TC*);                                     \
+  template void Transformer::lora_backward<TC>(const LayerParams&, int, const TC*, int64_t,   \
+                                               int64_t, const TC*, float*);
+KKTRAIN_INST_LORA(float)
+KKTRAIN_INST_LORA(bf16)
+#undef KKTRAIN_INST_LORA
 
 }  // namespace kktrain

@@ -11,36 +11,39 @@
 
 namespace kktrain {
 
+template <class TC>
 void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r) {
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t K = static_cast<int64_t>(mtp_.size());
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  const float* emb = embed_stream_.extent(0) ? embed_stream_.data() : w(embed_);
+  const CRef emb = embed_stream_.extent(0) ? CRef{embed_stream_.data(), DType::float32} : w(embed_);
   r->mtp_loss = 0.0;
   for (int64_t d = 0; d < K; ++d) {
     const MtpParams& P = mtp_[d];
     MtpActs& m = b.mtp[d];
     const float* h_prev = d == 0 ? b.res[cfg_.num_layers].data() : b.mtp[d - 1].h_out.data();
-    embedding_forward(m.emb.data(), m.ids.data(), emb, N, C, V, rs_);
-    rmsnorm_forward(b.en.data(), nullptr, m.rstd_e.data(), m.emb.data(), w(P.enorm), N, C, eps, rs_,
+    embed_lookup(m.emb.data(), m.ids.data(), emb, N);
+    rmsnorm_forward(b.en.data(), nullptr, m.rstd_e.data(), m.emb.data(), wf(P.enorm), N, C, eps,
+                    rs_, rc_);
+    rmsnorm_forward(b.hn.data(), nullptr, m.rstd_h.data(), h_prev, wf(P.hnorm), N, C, eps, rs_,
                     rc_);
-    rmsnorm_forward(b.hn.data(), nullptr, m.rstd_h.data(), h_prev, w(P.hnorm), N, C, eps, rs_, rc_);
-    concat2(m.cat.data(), b.en.data(), b.hn.data(), N, C, false);  // (N, 2C)
-    matmul_forward(m.h_in.data(), m.cat.data(), w(P.eh_proj), N, 2 * C, C);
+    concat2(m.cat.p<TC>(), b.en.data(), b.hn.data(), N, C, false);  // (N, 2C)
+    matmul_forward(m.h_in.data(), m.cat.p<TC>(), w(P.eh_proj), N, 2 * C, C);
     if (rc_) round_copy(m.h_in.data(), m.h_in.data(), N * C, true);
-    block_forward(P.block, m.h_out.data(), m.h_in.data(), b.mtp_block[d]);
+    block_forward<TC>(P.block, m.h_out.data(), m.h_in.data(), b.mtp_block[d]);
     const float scale =
         m.count > 0 ? static_cast<float>(opts.grad_scale * cfg_.mtp_loss_weight / K / m.count)
                     : 0.0f;
-    const double sum = head_forward(P.norm, m.h_out.data(), m.xf.data(), m.rstd_f.data(), nullptr,
-                                    b.mtp_logits.data(), m.losses.data(), m.targets.data(), true,
-                                    scale, backward, m.dxf.data());
+    const double sum = head_forward<TC>(P.norm, m.h_out.data(), m.xf.p<TC>(), m.rstd_f.data(),
+                                        nullptr, b.mtp_logits.p<TC>(), m.losses.data(),
+                                        m.targets.data(), true, scale, backward, m.dxf.data());
     m.loss = m.count > 0 ? sum / static_cast<double>(m.count) : 0.0;
     r->mtp_loss += m.loss / static_cast<double>(K);
   }
 }
 
+template <class TC>
 void Transformer::mtp_backward(float* dres) {
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size;
@@ -51,21 +54,22 @@ void Transformer::mtp_backward(float* dres) {
     const MtpActs& m = b.mtp[d];
     const float* h_prev = d == 0 ? b.res[cfg_.num_layers].data() : b.mtp[d - 1].h_out.data();
     // dh: d(h_out) from the next depth; add this depth's head, then go through the block.
-    rmsnorm_backward(b.dh.data(), dw, m.dxf.data(), m.h_out.data(), w(P.norm), m.rstd_f.data(), N,
+    rmsnorm_backward(b.dh.data(), dw, m.dxf.data(), m.h_out.data(), wf(P.norm), m.rstd_f.data(), N,
                      C, rs_);
     accumulate(P.norm, dw, round_compute_[P.norm]);
-    block_backward(P.block, b.dh.data(), m.h_in.data(), b.mtp_block[d]);  // dh = d(h_in)
-    round_copy(b.dc.data(), b.dh.data(), N * C, rc_);
+    block_backward<TC>(P.block, b.dh.data(), m.h_in.data(), b.mtp_block[d]);  // dh = d(h_in)
+    TC* dc = b.dc.p<TC>();
+    round_copy(dc, b.dh.data(), N * C, rc_);
     if (params_.info(P.eh_proj).trainable) {
-      matmul_backward_weight(dw, b.dc.data(), m.cat.data(), N, 2 * C, C);
+      matmul_backward_weight(dw, dc, m.cat.p<TC>(), N, 2 * C, C);
       accumulate(P.eh_proj, dw, rc_);
     }
-    matmul_backward_input(b.dcat.data(), b.dc.data(), w(P.eh_proj), N, 2 * C, C, false);
+    matmul_backward_input(b.dcat.data(), dc, w(P.eh_proj), N, 2 * C, C, false);
     if (rc_) round_copy(b.dcat.data(), b.dcat.data(), N * 2 * C, true);
     split2(b.den.data(), b.dhn.data(), b.dcat.data(), N, C);
     // enorm -> embedding lookup of the shifted tokens
     Kokkos::deep_copy(b.demb, 0.0f);
-    rmsnorm_backward(b.demb.data(), dw, b.den.data(), m.emb.data(), w(P.enorm), m.rstd_e.data(), N,
+    rmsnorm_backward(b.demb.data(), dw, b.den.data(), m.emb.data(), wf(P.enorm), m.rstd_e.data(), N,
                      C, rs_);
     accumulate(P.enorm, dw, round_compute_[P.enorm]);
     if (params_.info(embed_).trainable) {
@@ -74,12 +78,17 @@ void Transformer::mtp_backward(float* dres) {
     }
     // hnorm -> the previous depth's output (or the main model's last residual)
     Kokkos::deep_copy(b.dh_prev, 0.0f);
-    rmsnorm_backward(b.dh_prev.data(), dw, b.dhn.data(), h_prev, w(P.hnorm), m.rstd_h.data(), N, C,
+    rmsnorm_backward(b.dh_prev.data(), dw, b.dhn.data(), h_prev, wf(P.hnorm), m.rstd_h.data(), N, C,
                      rs_);
     accumulate(P.hnorm, dw, round_compute_[P.hnorm]);
     std::swap(b.dh, b.dh_prev);
   }
   add_forward(dres, dres, b.dh.data(), N * C, rs_);
 }
+
+template void Transformer::mtp_forward<float>(const ForwardOptions&, bool, ForwardResult*);
+template void Transformer::mtp_forward<bf16>(const ForwardOptions&, bool, ForwardResult*);
+template void Transformer::mtp_backward<float>(float*);
+template void Transformer::mtp_backward<bf16>(float*);
 
 }  // namespace kktrain

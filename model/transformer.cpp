@@ -114,13 +114,46 @@ std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
   return units;
 }
 
+ComputeLayout Transformer::compute_layout() const {
+  // bf16 compute copies are 2-byte bf16 except norm weights (fp32 containers: their kernels read
+  // fp32) and model-protected fp32 parameters; a fused group (q/k/v, gate/up) with any fp32
+  // member is fp32 throughout, so it stays one matrix of one dtype.
+  ComputeLayout l;
+  const int n = params_.size();
+  l.round = round_compute_;
+  l.dtype.assign(n, DType::float32);
+  l.group.assign(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (round_compute_[i] && params_.info(i).role != ParamRole::norm) l.dtype[i] = DType::bfloat16;
+  }
+  int next = 0;
+  auto fuse = [&](std::vector<int> members) {
+    bool all_bf16 = true;
+    for (int m : members) all_bf16 = all_bf16 && l.dtype[m] == DType::bfloat16;
+    for (int m : members) {
+      l.group[m] = next;
+      if (!all_bf16) l.dtype[m] = DType::float32;
+    }
+    ++next;
+  };
+  auto block = [&](const LayerParams& p) {
+    fuse({p.q, p.k, p.v});
+    fuse({p.gate, p.up});
+  };
+  for (const auto& p : layers_) block(p);
+  for (const auto& m : mtp_) block(m.block);
+  return l;
+}
+
 void Transformer::prepare(const ShardOptions& opts) {
   if (opts.comm) comm_ = opts.comm;
   plan_layout(comm_->rank(), comm_->size());
   params_.allocate();
   reshard_ = comm_->size() > 1 && opts.reshard_after_forward;
-  units_ = std::make_unique<FsdpUnits>(params_, *comm_, unit_specs(reshard_), round_compute_,
-                                       prec_.reduce);
+  // One rank: the layers share one compute-weight slot (cast again for backward) so the compute
+  // copy exists one layer at a time; several ranks: as reshard_after_forward says.
+  units_ = std::make_unique<FsdpUnits>(params_, *comm_, unit_specs(reshard_ || comm_->size() == 1),
+                                       compute_layout(), prec_.reduce);
   embed_unit_ = 0;
   head_unit_ = 1 + static_cast<int>(layers_.size());
   mtp_unit_ = mtp_.empty() ? -1 : head_unit_ + 1;
@@ -312,8 +345,154 @@ void Transformer::zero_grads() {
 }
 
 namespace {
-void alloc_acts(Transformer::LayerActs& a, int64_t B, int64_t T, const ModelConfig& c);
+
+// Allocates the model's working buffers, or only records their sizes (planning), through one code
+// path: Transformer::buffer_plan() and ensure_buffers() cannot disagree.
+class BufferMaker {
+ public:
+  BufferMaker(bool allocate, bool bf16_compute, std::vector<BufferSpec>* plan)
+      : allocate_(allocate), bf16_(bf16_compute), plan_(plan) {}
+  void group(const char* g) { group_ = g; }
+  template <class T>
+  DView<T> view(const char* name, int64_t n) {
+    record(name, n * static_cast<int64_t>(sizeof(T)));
+    return allocate_ ? DView<T>(std::string(name), n) : DView<T>();
+  }
+  TBuf compute(const char* name, int64_t n) {  // compute-dtype tensor
+    TBuf b;
+    if (bf16_) {
+      b.h = view<bf16>(name, n);
+    } else {
+      b.f = view<float>(name, n);
+    }
+    return b;
+  }
+
+ private:
+  void record(const char* name, int64_t bytes) {
+    if (!plan_) return;
+    for (auto& s : *plan_) {
+      if (s.name == name && s.group == group_ && s.bytes == bytes) {
+        ++s.copies;
+        return;
+      }
+    }
+    plan_->push_back(BufferSpec{name, group_, bytes, 1});
+  }
+  bool allocate_, bf16_;
+  std::vector<BufferSpec>* plan_;
+  std::string group_;
+};
+
+void make_acts(BufferMaker& mk, Transformer::LayerActs& a, int64_t B, int64_t T,
+               const ModelConfig& c) {
+  const int64_t N = B * T, C = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads;
+  const int64_t D = c.head_dim(), F = c.intermediate_size;
+  a.rstd1 = mk.view<float>("rstd1", N);
+  a.xn1 = mk.compute("xn1", N * C);
+  a.q = mk.compute("q", N * H * D);
+  a.k = mk.compute("k", N * KV * D);
+  a.v = mk.compute("v", N * KV * D);
+  a.o = mk.compute("o", N * H * D);
+  a.x1 = mk.view<float>("x1", N * C);
+  a.rstd2 = mk.view<float>("rstd2", N);
+  a.xn2 = mk.compute("xn2", N * C);
+  a.gu = mk.compute("gu", N * 2 * F);
+  a.a = mk.compute("a", N * F);
+}
+
 }  // namespace
+
+void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
+                               std::vector<BufferSpec>* plan) const {
+  BufferMaker mk(allocate, rc_, plan);
+  b = Buffers();
+  b.B = B;
+  b.T = T;
+  const int64_t N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t H = cfg_.num_heads, KV = cfg_.num_kv_heads, D = cfg_.head_dim();
+  const int64_t F = cfg_.intermediate_size, Q = (H + 2 * KV) * D;
+  const bool ckpt = cfg_.activation_checkpointing;
+  mk.group("batch");
+  b.ids = mk.view<int32_t>("ids", N);
+  b.targets = mk.view<int32_t>("targets", N);
+  b.row_start = mk.view<int32_t>("row_start", V + 1);
+  b.positions = mk.view<int32_t>("positions", N);
+  // Kept from forward to backward: the residual stream and each layer's activations (one set,
+  // recomputed per layer, with activation checkpointing).
+  mk.group("activations");
+  for (int64_t l = 0; l <= cfg_.num_layers; ++l) b.res.push_back(mk.view<float>("res", N * C));
+  const int64_t nacts = ckpt ? std::min<int64_t>(1, cfg_.num_layers) : cfg_.num_layers;
+  b.acts.resize(nacts);
+  mk.group(ckpt ? "recompute" : "activations");
+  for (auto& a : b.acts) make_acts(mk, a, B, T, cfg_);
+  mk.group("head");
+  b.xf = mk.compute("xf", N * C);
+  b.rstd_f = mk.view<float>("rstd_f", N);
+  b.losses = mk.view<float>("losses", N);
+  b.dxf = mk.view<float>("dxf", N * C);
+  b.logits = mk.compute("logits", N * V);
+  b.hidden = mk.view<float>("hidden", N * C);
+  mk.group("scratch");
+  if (ckpt) b.recompute_out = mk.view<float>("recompute_out", N * C);
+  b.qkv = mk.compute("qkv", N * Q);
+  b.oheads = mk.compute("oheads", N * H * D);
+  b.proj = mk.compute("proj", N * C);
+  b.att = mk.view<float>("att", B * H * T * T);
+  b.pc = mk.compute("pc", T * T);
+  b.dp = mk.view<float>("dp", T * T);
+  b.dres = mk.view<float>("dres", N * C);
+  b.dc = mk.compute("dc", N * C);
+  b.dxn = mk.view<float>("dxn", N * C);
+  b.dgu = mk.compute("dgu", N * 2 * F);
+  b.da = mk.view<float>("da", N * F);
+  b.dqkv = mk.compute("dqkv", N * Q);
+  b.dq = mk.view<float>("dq", N * H * D);
+  b.dk = mk.view<float>("dk", N * KV * D);
+  b.dv = mk.view<float>("dv", N * KV * D);
+  b.dtok = mk.view<float>("dtok", N * H * D);
+  b.dheads = mk.compute("dheads", N * H * D);
+  if (peft_.enabled) {
+    const int64_t widest = std::max({Q, 2 * F, C});
+    b.lora_t = mk.compute("lora_t", N * peft_.dim);
+    b.lora_dt = mk.compute("lora_dt", N * peft_.dim);
+    b.lora_y = mk.compute("lora_y", N * widest);
+  }
+  const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C});
+  b.dw = mk.view<float>("dw", dw_size);
+  if (!mtp_.empty()) {
+    b.dcat = mk.view<float>("dcat", N * 2 * C);
+    b.dh = mk.view<float>("dh", N * C);
+    b.dh_prev = mk.view<float>("dh_prev", N * C);
+    b.den = mk.view<float>("den", N * C);
+    b.dhn = mk.view<float>("dhn", N * C);
+    b.demb = mk.view<float>("demb", N * C);
+    b.mtp_logits = mk.compute("mtp_logits", N * V);
+    b.en = mk.view<float>("mtp_en", N * C);
+    b.hn = mk.view<float>("mtp_hn", N * C);
+    b.mtp.resize(mtp_.size());
+    b.mtp_block.resize(mtp_.size());
+    for (std::size_t k = 0; k < mtp_.size(); ++k) {
+      mk.group("mtp");
+      MtpActs& m = b.mtp[k];
+      m.ids = mk.view<int32_t>("mtp_ids", N);
+      m.targets = mk.view<int32_t>("mtp_targets", N);
+      m.row_start = mk.view<int32_t>("mtp_row_start", V + 1);
+      m.positions = mk.view<int32_t>("mtp_positions", N);
+      m.emb = mk.view<float>("mtp_emb", N * C);
+      m.rstd_e = mk.view<float>("mtp_rstd_e", N);
+      m.rstd_h = mk.view<float>("mtp_rstd_h", N);
+      m.cat = mk.compute("mtp_cat", N * 2 * C);
+      m.h_in = mk.view<float>("mtp_h_in", N * C);
+      m.h_out = mk.view<float>("mtp_h_out", N * C);
+      m.xf = mk.compute("mtp_xf", N * C);
+      m.rstd_f = mk.view<float>("mtp_rstd_f", N);
+      m.dxf = mk.view<float>("mtp_dxf", N * C);
+      m.losses = mk.view<float>("mtp_losses", N);
+      make_acts(mk, b.mtp_block[k], B, T, cfg_);
+    }
+  }
+}
 
 void Transformer::ensure_buffers(int64_t B, int64_t T) {
   if (buf_->B == B && buf_->T == T) return;
@@ -321,103 +500,17 @@ void Transformer::ensure_buffers(int64_t B, int64_t T) {
     throw InputError("sequence length " + std::to_string(T) + " exceeds model.max_seq_len " +
                      std::to_string(cfg_.max_seq_len));
   }
-  Buffers& b = *buf_;
-  b = Buffers();
-  b.B = B;
-  b.T = T;
-  const int64_t N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
-  const int64_t H = cfg_.num_heads, KV = cfg_.num_kv_heads, D = cfg_.head_dim();
-  const int64_t F = cfg_.intermediate_size, Q = (H + 2 * KV) * D;
-  b.ids = DView<int32_t>("ids", N);
-  b.targets = DView<int32_t>("targets", N);
-  b.row_start = DView<int32_t>("row_start", V + 1);
-  b.positions = DView<int32_t>("positions", N);
-  for (int64_t l = 0; l <= cfg_.num_layers; ++l) b.res.emplace_back("res", N * C);
-  const int64_t nacts =
-      cfg_.activation_checkpointing ? std::min<int64_t>(1, cfg_.num_layers) : cfg_.num_layers;
-  b.acts.resize(nacts);
-  for (auto& a : b.acts) alloc_acts(a, B, T, cfg_);
-  if (cfg_.activation_checkpointing) b.recompute_out = DView<float>("recompute_out", N * C);
-  b.qkv = DView<float>("qkv", N * Q);
-  b.oheads = DView<float>("oheads", N * H * D);
-  b.proj = DView<float>("proj", N * C);
-  b.pc = DView<float>("pc", T * T);
-  b.dp = DView<float>("dp", T * T);
-  b.xf = DView<float>("xf", N * C);
-  b.rstd_f = DView<float>("rstd_f", N);
-  b.losses = DView<float>("losses", N);
-  b.dxf = DView<float>("dxf", N * C);
-  b.dres = DView<float>("dres", N * C);
-  b.dc = DView<float>("dc", N * C);
-  b.dxn = DView<float>("dxn", N * C);
-  b.dgu = DView<float>("dgu", N * 2 * F);
-  b.da = DView<float>("da", N * F);
-  b.dqkv = DView<float>("dqkv", N * Q);
-  b.dq = DView<float>("dq", N * H * D);
-  b.dk = DView<float>("dk", N * KV * D);
-  b.dv = DView<float>("dv", N * KV * D);
-  b.dtok = DView<float>("dtok", N * H * D);
-  b.dheads = DView<float>("dheads", N * H * D);
-  if (peft_.enabled) {
-    const int64_t widest = std::max({H * D, F, C});
-    b.lora_t = DView<float>("lora_t", N * peft_.dim);
-    b.lora_dt = DView<float>("lora_dt", N * peft_.dim);
-    b.lora_y = DView<float>("lora_y", N * widest);
-  }
-  const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C});
-  b.dw = DView<float>("dw", dw_size);
-  logits_ = DView<float>("logits", N * V);
-  hidden_ = DView<float>("hidden", N * C);
-  if (!mtp_.empty()) {
-    b.dcat = DView<float>("dcat", N * 2 * C);
-    b.dh = DView<float>("dh", N * C);
-    b.dh_prev = DView<float>("dh_prev", N * C);
-    b.den = DView<float>("den", N * C);
-    b.dhn = DView<float>("dhn", N * C);
-    b.demb = DView<float>("demb", N * C);
-    b.mtp_logits = DView<float>("mtp_logits", N * V);
-    b.en = DView<float>("mtp_en", N * C);
-    b.hn = DView<float>("mtp_hn", N * C);
-    b.mtp.resize(mtp_.size());
-    b.mtp_block.resize(mtp_.size());
-    for (std::size_t k = 0; k < mtp_.size(); ++k) {
-      MtpActs& m = b.mtp[k];
-      m.ids = DView<int32_t>("mtp_ids", N);
-      m.targets = DView<int32_t>("mtp_targets", N);
-      m.row_start = DView<int32_t>("mtp_row_start", V + 1);
-      m.positions = DView<int32_t>("mtp_positions", N);
-      m.emb = DView<float>("mtp_emb", N * C);
-      m.rstd_e = DView<float>("mtp_rstd_e", N);
-      m.rstd_h = DView<float>("mtp_rstd_h", N);
-      m.cat = DView<float>("mtp_cat", N * 2 * C);
-      m.h_in = DView<float>("mtp_h_in", N * C);
-      m.h_out = DView<float>("mtp_h_out", N * C);
-      m.xf = DView<float>("mtp_xf", N * C);
-      m.rstd_f = DView<float>("mtp_rstd_f", N);
-      m.dxf = DView<float>("mtp_dxf", N * C);
-      m.losses = DView<float>("mtp_losses", N);
-      alloc_acts(b.mtp_block[k], B, T, cfg_);
-    }
-  }
+  *buf_ = Buffers();  // free the old shape's buffers before allocating the new ones
+  make_buffers(*buf_, B, T, true, nullptr);
+  hidden_ = buf_->hidden;
+  logits_valid_ = false;
 }
 
-namespace {
-void alloc_acts(Transformer::LayerActs& a, int64_t B, int64_t T, const ModelConfig& c) {
-  const int64_t N = B * T, C = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads;
-  const int64_t D = c.head_dim(), F = c.intermediate_size;
-  a.rstd1 = DView<float>("rstd1", N);
-  a.xn1 = DView<float>("xn1", N * C);
-  a.q = DView<float>("q", N * H * D);
-  a.k = DView<float>("k", N * KV * D);
-  a.v = DView<float>("v", N * KV * D);
-  a.att = DView<float>("att", B * H * T * T);
-  a.o = DView<float>("o", N * H * D);
-  a.x1 = DView<float>("x1", N * C);
-  a.rstd2 = DView<float>("rstd2", N);
-  a.xn2 = DView<float>("xn2", N * C);
-  a.gu = DView<float>("gu", N * 2 * F);
-  a.a = DView<float>("a", N * F);
+std::vector<BufferSpec> Transformer::buffer_plan(int64_t B, int64_t T) const {
+  std::vector<BufferSpec> plan;
+  Buffers scratch;
+  make_buffers(scratch, B, T, false, &plan);
+  return plan;
 }
-}  // namespace
 
 }  // namespace kktrain

@@ -7,16 +7,19 @@
 // Parameters live in a ParamRegistry under their canonical names, resident in their storage
 // dtype, sharded along dim 0 over the ranks (FSDP2, parallel/fsdp.hpp). The model runs in units
 // (the embedding; each decoder layer; the final norm + LM head; the MTP head): before a unit runs
-// its weights are gathered into an fp32 compute buffer (bf16-rounded when the compute dtype is
-// bf16), with q/k/v and gate/up adjacent so they are single fused GEMMs. Gradients are computed in
-// fp32 and rounded to the dtype of the tensor they belong to. On one rank they accumulate into
+// its weights are gathered into a compute buffer in the compute dtype (2-byte bf16 when it is bf16;
+// norm weights and model-protected fp32 parameters fp32), with q/k/v and gate/up adjacent so they
+// are single fused GEMMs; on one rank a parameter whose storage already is its compute copy is
+// used in place, and the others are cast one unit at a time. Activations of compute-dtype tensors
+// are bf16 Views when the compute dtype is bf16 (model/transformer_buffers.hpp). Weight gradients
+// are computed in fp32 and rounded to the dtype of the tensor they belong to. On one rank they
+// accumulate into
 // the storage-dtype gradient buffers (so several backward calls accumulate); on several ranks
 // each unit's full gradient is reduce-scattered into the shards after its backward.
 //
 // Precision roles (see model/kernels.hpp): the compute dtype (matmuls, attention, MLP) and the
 // residual-stream dtype. On one rank the compute dtype acts as autocast, so the stream keeps the
-// storage dtype promoted with the compute dtype (fp32 storage -> fp32 stream), and every unit's
-// weights stay gathered from forward to backward (as autocast keeps its casts). On several ranks
+// storage dtype promoted with the compute dtype (fp32 storage -> fp32 stream). On several ranks
 // each unit computes in the compute dtype (its inputs are cast to it: cast_forward_inputs) and
 // its output is cast to mp_policy.output_dtype at the unit boundary; frozen ordinary parameters
 // are lowered to the compute dtype before sharding.
@@ -50,6 +53,18 @@ struct ForwardOptions {
 struct ShardOptions {
   Communicator* comm = nullptr;       // null: one rank
   bool reshard_after_forward = true;  // several ranks: gather layers again for backward
+};
+
+// One buffer of the model's working memory for a micro-batch shape (Transformer::buffer_plan).
+struct BufferSpec {
+  std::string name;
+  // "batch" (token ids), "activations" (kept from forward to backward), "recompute" (one layer's
+  // activations with activation checkpointing), "head" (final norm, logits), "scratch" (one
+  // layer's working tensors and gradients), "mtp" (the multi-token-prediction head's per-depth
+  // tensors).
+  std::string group;
+  int64_t bytes = 0;  // of one copy
+  int64_t copies = 1;
 };
 
 struct ForwardResult {
@@ -95,14 +110,19 @@ class Transformer {
   void zero_grads();
 
   // (B*T, C) final hidden states (after the final norm, stream dtype) of the last forward with
-  // output_hidden_states; (B*T, V) logits of the last forward with compute_logits (before any
-  // backward overwrote them with their gradient).
+  // output_hidden_states; (B*T, V) fp32 copy of the logits of the last forward that computed them
+  // without preparing a backward (which overwrites them with their gradient), else empty.
   DView<float> hidden_states() const { return hidden_; }
-  DView<float> logits() const { return logits_; }
+  DView<float> logits() const;
   int64_t mtp_depth() const { return cfg_.mtp_num_layers; }
 
   bool compute_bf16() const { return rc_; }
   bool stream_bf16() const { return rs_; }
+  // The activation and scratch buffers a forward + backward of micro-batch (B, T) allocates, by
+  // the same code that allocates them (nothing is allocated here).
+  std::vector<BufferSpec> buffer_plan(int64_t B, int64_t T) const;
+  // How each parameter's compute copy is held (dtype, rounding, fused groups).
+  ComputeLayout compute_layout() const;
   // The units, for buffer accounting and tests (valid after prepare(allocate = true)).
   const FsdpUnits& units() const { return *units_; }
 
@@ -133,7 +153,9 @@ class Transformer {
   void register_params();
   void lower_frozen_storage();
   std::vector<UnitSpec> unit_specs(bool reshard) const;
-  const float* w(int param) const { return units_->weight(param); }  // full compute weights
+  // Full compute weights: typed (GEMM operands, the embedding) and fp32 (norm weights).
+  CRef w(int param) const { return units_->compute_weight(param); }
+  const float* wf(int param) const { return units_->weight(param); }
   // Unit scheduling: gather before use; after a unit's forward, release it when sharded runs
   // reshard after forward; after its backward, reduce its gradients (sharded runs).
   void gather(int unit) { units_->gather(unit); }
@@ -145,27 +167,42 @@ class Transformer {
   void boundary_grad_into_unit(float* g, int64_t n) const;
   void boundary_grad_out_of_unit(float* g, int64_t n) const;
   void ensure_buffers(int64_t B, int64_t T);
+  void make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
+                    std::vector<BufferSpec>* plan) const;
   void upload_batch(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T);
 
+  // The passes are templates over TC, the compute dtype's container (bf16 or float).
+  template <class TC>
+  ForwardResult forward_impl(const int32_t* targets, const ForwardOptions& opts);
+  template <class TC>
+  void backward_impl();
+  // out (N, C) = the stream-dtype embedding rows of ids (N), from weights of either dtype.
+  void embed_lookup(float* out, const int32_t* ids, const CRef& wte, int64_t N);
+  template <class TC>
   void block_forward(const LayerParams& p, float* out, const float* inp, LayerActs& a);
   // dres (N, C): gradient of the block output on entry, of the block input on return.
+  template <class TC>
   void block_backward(const LayerParams& p, float* dres, const float* inp, const LayerActs& a);
   // Norm -> LM head -> loss over inp (N, C); with `backward` also the LM head's weight gradient
   // and dxf (N, C). Returns the sum of per-token losses.
-  double head_forward(int norm, const float* inp, float* xf, float* rstd, float* hidden_out,
-                      float* logits, float* losses, const int32_t* targets, bool loss, float scale,
+  template <class TC>
+  double head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
+                      TC* logits, float* losses, const int32_t* targets, bool loss, float scale,
                       bool backward, float* dxf);
+  template <class TC>
   void mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r);
   // LoRA (model/lora.cpp). Adds the adapter of projection `proj` to y (N, out) at column `col`
   // of rows `ld` wide, given the projection's input x (N, in).
   void register_lora(LayerParams& p);
-  void lora_forward(const LayerParams& p, int proj, float* y, int64_t ld, int64_t col,
-                    const float* x);
+  template <class TC>
+  void lora_forward(const LayerParams& p, int proj, TC* y, int64_t ld, int64_t col, const TC* x);
   // From the projection's output gradient dy (rows `ld` wide, at column `col`): the adapter
   // gradients, and dx (N, in) += the input gradient through the adapter (fp32, unrounded).
-  void lora_backward(const LayerParams& p, int proj, const float* dy, int64_t ld, int64_t col,
-                     const float* x, float* dx);
+  template <class TC>
+  void lora_backward(const LayerParams& p, int proj, const TC* dy, int64_t ld, int64_t col,
+                     const TC* x, float* dx);
   // Adds the MTP head's gradient with respect to the main model's last residual into dres.
+  template <class TC>
   void mtp_backward(float* dres);
   void accumulate(int param, const float* dw, bool round_dw);
   void flush_staged_grads();
@@ -195,7 +232,8 @@ class Transformer {
   int embed_unit_ = 0, head_unit_ = 0, mtp_unit_ = -1;
   bool sync_ = true;  // the pending backward reduces (ForwardOptions::sync_grads)
   DView<float> rope_cos_, rope_sin_;
-  DView<float> hidden_, logits_;
+  DView<float> hidden_;
+  bool logits_valid_ = false;  // the logits buffer holds the last forward's logits
   std::unique_ptr<Buffers> buf_;
   bool have_backward_ = false;
   bool last_compute_mtp_ = false;

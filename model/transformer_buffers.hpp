@@ -4,25 +4,45 @@
 
 #include <vector>
 
+#include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
 #include "model/transformer.hpp"
 
 namespace kktrain {
 
+// A flat device buffer whose element type is the compute dtype: fp32, or 2-byte bf16 when the
+// compute dtype is bf16. p<T>() is valid for the type it was allocated with.
+struct TBuf {
+  DView<float> f;
+  DView<bf16> h;
+  template <class T>
+  T* p() const;
+  bool empty() const { return f.extent(0) == 0 && h.extent(0) == 0; }
+};
+template <>
+inline float* TBuf::p<float>() const {
+  return f.data();
+}
+template <>
+inline bf16* TBuf::p<bf16>() const {
+  return h.data();
+}
+
 // What one block keeps from its forward for its backward (shapes with N = B*T tokens).
 struct Transformer::LayerActs {
   DView<float> rstd1;  // (N)           fp32
-  DView<float> xn1;    // (N, C)        attention-norm output, compute dtype
-  DView<float> q;      // (B, H, T, D)  rotated queries, compute dtype
-  DView<float> k;      // (B, KV, T, D) rotated keys
-  DView<float> v;      // (B, KV, T, D) values
-  DView<float> att;    // (B, H, T, T)  softmax probabilities, fp32
-  DView<float> o;      // (N, H*D)      attention output in token layout, compute dtype
+  TBuf xn1;            // (N, C)        attention-norm output, compute dtype
+  TBuf q;              // (B, H, T, D)  rotated queries, compute dtype
+  TBuf k;              // (B, KV, T, D) rotated keys
+  TBuf v;              // (B, KV, T, D) values
+  TBuf o;              // (N, H*D)      attention output in token layout, compute dtype
   DView<float> x1;     // (N, C)        residual after attention, stream dtype
   DView<float> rstd2;  // (N)
-  DView<float> xn2;    // (N, C)        MLP-norm output, compute dtype
-  DView<float> gu;     // (N, 2F)       [gate | up] projections, compute dtype
-  DView<float> a;      // (N, F)        silu(gate) * up, compute dtype
+  TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
+  TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
+  TBuf a;              // (N, F)        silu(gate) * up, compute dtype
+  // The softmax probabilities are not kept: backward recomputes them per head from q and k
+  // (the same GEMM and softmax, so the same values) instead of holding (B, H, T, T) per layer.
 };
 
 // The multi-token-prediction head's per-depth activations.
@@ -31,10 +51,11 @@ struct MtpActs {
   DView<int32_t> row_start, positions;  // CSR of ids by token value (embedding backward)
   DView<float> emb;                     // (N, C) embedding lookup, stream dtype
   DView<float> rstd_e, rstd_h;          // (N)
-  DView<float> cat;                     // (N, 2C) [enorm(emb) | hnorm(h_prev)], compute dtype
+  TBuf cat;                             // (N, 2C) [enorm(emb) | hnorm(h_prev)], compute dtype
   DView<float> h_in;                    // (N, C) eh_proj output = block input, stream dtype
   DView<float> h_out;                   // (N, C) block output
-  DView<float> xf, rstd_f;              // (N, C), (N) final norm of this depth
+  TBuf xf;                              // (N, C) final norm of this depth, compute dtype
+  DView<float> rstd_f;                  // (N)
   DView<float> dxf;                     // (N, C) gradient of xf (LM head backward, at forward)
   DView<float> losses;                  // (N)
   double loss = 0.0;
@@ -49,26 +70,34 @@ struct Transformer::Buffers {
   std::vector<DView<float>> res;        // L + 1 residual-stream tensors (N, C)
   std::vector<LayerActs> acts;          // L blocks (1 shared set with checkpointing)
   DView<float> recompute_out;           // (N, C) block output during recompute
-  DView<float> qkv;                     // (N, (H + 2 KV) * D)
-  DView<float> oheads;                  // (B, H, T, D)
-  DView<float> proj;                    // (N, C)
-  DView<float> pc, dp;                  // (T, T) per-head scratch
-  DView<float> xf, rstd_f, losses;      // (N, C), (N), (N) final norm and per-token loss
+  TBuf qkv;                             // (N, (H + 2 KV) * D)  compute dtype
+  TBuf oheads;                          // (B, H, T, D)         compute dtype
+  TBuf proj;                            // (N, C)               compute dtype
+  DView<float> att;                     // (B, H, T, T) fp32 probabilities of the running layer
+  TBuf pc;                              // (T, T) one head's probabilities in the compute dtype
+  DView<float> dp;                      // (T, T) per-head scratch, fp32
+  TBuf xf;                              // (N, C) final norm output, compute dtype
+  DView<float> rstd_f, losses;          // (N), (N) final norm statistics and per-token loss
+  TBuf logits;                          // (N, V) compute dtype; dlogits in place after the loss
+  DView<float> hidden;                  // (N, C) final hidden states (output_hidden_states)
   DView<float> dxf;                     // (N, C) gradient of xf, computed right after the loss
   // backward scratch
-  DView<float> dw;             // largest weight (group): one dW at a time
-  DView<float> dres, dc, dxn;  // (N, C)
-  DView<float> dgu, da;        // (N, 2F), (N, F)
-  DView<float> dqkv;           // (N, (H + 2 KV) * D)
-  DView<float> dq, dk, dv;     // head layout
-  DView<float> dtok;           // (N, H * D)
-  DView<float> dheads;         // (B, H, T, D)
+  DView<float> dw;          // largest weight (group): one dW at a time
+  DView<float> dres, dxn;   // (N, C) fp32: the stream gradient; GEMM + LoRA input gradients
+  TBuf dc;                  // (N, C) the stream gradient rounded to the compute dtype
+  TBuf dgu;                 // (N, 2F) compute dtype
+  DView<float> da;          // (N, F) fp32 until its one rounding (GEMM + LoRA contributions)
+  TBuf dqkv;                // (N, (H + 2 KV) * D) compute dtype
+  DView<float> dq, dk, dv;  // head layout, fp32 sums over a KV group's heads
+  DView<float> dtok;        // (N, H * D) fp32 (GEMM + LoRA contributions)
+  TBuf dheads;              // (B, H, T, D) compute dtype
   // MTP only: (N, 2C) eh_proj input gradient; (N, C) gradients of h_out/h_prev, the two normed
   // halves, and the embedding lookup; (N, V) logits of the current depth.
-  DView<float> dcat, dh, dh_prev, den, dhn, demb, mtp_logits;
-  DView<float> en, hn;  // (N, C) MTP forward: the two normed halves
+  DView<float> dcat, dh, dh_prev, den, dhn, demb;
+  TBuf mtp_logits;
+  DView<float> en, hn;  // (N, C) MTP forward: the two normed halves (compute-dtype values)
   // LoRA scratch: (N, r) adapter activations and their gradient; (N, out) delta / gradient.
-  DView<float> lora_t, lora_dt, lora_y;
+  TBuf lora_t, lora_dt, lora_y;
   std::vector<MtpActs> mtp;          // one per MTP depth
   std::vector<LayerActs> mtp_block;  // one per MTP depth
 };

@@ -88,12 +88,33 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* targets, int64
   }
 }
 
+void Transformer::embed_lookup(float* out, const int32_t* ids, const CRef& wte, int64_t N) {
+  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  dispatch_dtype(wte.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    embedding_forward(out, ids, static_cast<const W*>(wte.data), N, C, V, rs_);
+  });
+}
+
 ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,
                                    const ForwardOptions& opts) {
   ensure_buffers(B, T);
   upload_batch(ids, targets, B, T);
+  return rc_ ? forward_impl<bf16>(targets, opts) : forward_impl<float>(targets, opts);
+}
+
+void Transformer::backward() {
+  if (rc_) {
+    backward_impl<bf16>();
+  } else {
+    backward_impl<float>();
+  }
+}
+
+template <class TC>
+ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOptions& opts) {
   Buffers& b = *buf_;
-  const int64_t N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
+  const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
   const bool loss = opts.compute_logits && targets != nullptr;
   const bool backward = opts.prepare_backward && loss;
   const bool mtp = loss && opts.compute_mtp && !mtp_.empty();
@@ -105,6 +126,7 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
     units_->drop_collected();
   }
   sync_ = opts.sync_grads;
+  logits_valid_ = false;
 
   gather(embed_unit_);
   if (embed_stream_.extent(0) > 0) {  // one rank, tied: the lookup reads the stream-dtype copy
@@ -113,8 +135,8 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
       cast_to_float<S>(embed_stream_.data(), params_.data<S>(embed_).data(), V * C, rs_);
     });
   }
-  const float* emb = embed_stream_.extent(0) ? embed_stream_.data() : w(embed_);
-  embedding_forward(b.res[0].data(), b.ids.data(), emb, N, C, V, rs_);  // (N, C)
+  const CRef emb = embed_stream_.extent(0) ? CRef{embed_stream_.data(), DType::float32} : w(embed_);
+  embed_lookup(b.res[0].data(), b.ids.data(), emb, N);  // (N, C)
   boundary_output(b.res[0].data(), N * C);
   // The embedding is read again by a tied LM head and by the MTP head.
   if (lm_head_ != embed_ && !mtp) release_after_forward(embed_unit_);
@@ -122,7 +144,7 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
     const int unit = 1 + static_cast<int>(l);
     gather(unit);
     LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
-    block_forward(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
+    block_forward<TC>(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
     boundary_output(b.res[l + 1].data(), N * C);
     release_after_forward(unit);
   }
@@ -131,20 +153,21 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
   gather(head_unit_);
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
-    rmsnorm_forward(b.xf.data(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), w(final_norm_),
+    rmsnorm_forward(b.xf.p<TC>(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), wf(final_norm_),
                     N, C, static_cast<float>(cfg_.rms_norm_eps), rs_, rc_);
   } else {
     const float scale = b.count > 0 ? opts.grad_scale / static_cast<float>(b.count) : 0.0f;
     const double sum =
-        head_forward(final_norm_, b.res[L].data(), b.xf.data(), b.rstd_f.data(),
-                     opts.output_hidden_states ? hidden_.data() : nullptr, logits_.data(),
-                     b.losses.data(), b.targets.data(), loss, scale, backward, b.dxf.data());
+        head_forward<TC>(final_norm_, b.res[L].data(), b.xf.p<TC>(), b.rstd_f.data(),
+                         opts.output_hidden_states ? hidden_.data() : nullptr, b.logits.p<TC>(),
+                         b.losses.data(), b.targets.data(), loss, scale, backward, b.dxf.data());
+    logits_valid_ = !backward;
     r.loss = b.count > 0 ? sum / static_cast<double>(b.count) : 0.0;
   }
   last_compute_mtp_ = mtp;
   if (mtp) {
     gather(mtp_unit_);
-    mtp_forward(opts, backward, &r);
+    mtp_forward<TC>(opts, backward, &r);
     release_after_forward(mtp_unit_);
   }
   release_after_forward(head_unit_);
@@ -155,15 +178,14 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
   return r;
 }
 
-double Transformer::head_forward(int norm, const float* inp, float* xf, float* rstd,
-                                 float* hidden_out, float* logits, float* losses,
-                                 const int32_t* targets, bool loss, float scale, bool backward,
-                                 float* dxf) {
+template <class TC>
+double Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
+                                 TC* logits, float* losses, const int32_t* targets, bool loss,
+                                 float scale, bool backward, float* dxf) {
   const int64_t N = buf_->B * buf_->T, C = cfg_.hidden_size, V = cfg_.vocab_size;
-  rmsnorm_forward(xf, hidden_out, rstd, inp, w(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
+  rmsnorm_forward(xf, hidden_out, rstd, inp, wf(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
                   rs_, rc_);
-  matmul_forward(logits, xf, w(lm_head_), N, C, V);  // (N, V)
-  if (rc_) round_copy(logits, logits, N * V, true);
+  matmul_forward(logits, xf, w(lm_head_), N, C, V);  // (N, V), rounded on the store when bf16
   if (!loss) return 0.0;
   cross_entropy_forward_backward(losses, logits, targets, N, V, scale, backward, rc_);
   const double sum = sum_to_host(losses, N);
@@ -179,7 +201,8 @@ double Transformer::head_forward(int norm, const float* inp, float* xf, float* r
   return sum;
 }
 
-void Transformer::backward() {
+template <class TC>
+void Transformer::backward_impl() {
   if (!have_backward_) {
     throw InternalError("backward() without a forward(prepare_backward = true) before it");
   }
@@ -189,13 +212,13 @@ void Transformer::backward() {
   Kokkos::deep_copy(b.dres, 0.0f);
   if (last_compute_mtp_) {
     gather(mtp_unit_);
-    mtp_backward(b.dres.data());  // adds d(res[L]) from the MTP head
+    mtp_backward<TC>(b.dres.data());  // adds d(res[L]) from the MTP head
     reduce(mtp_unit_);
     release_after_forward(mtp_unit_);
   }
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
   gather(head_unit_);
-  rmsnorm_backward(b.dres.data(), b.dw.data(), b.dxf.data(), b.res[L].data(), w(final_norm_),
+  rmsnorm_backward(b.dres.data(), b.dw.data(), b.dxf.data(), b.res[L].data(), wf(final_norm_),
                    b.rstd_f.data(), N, C, rs_);
   accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
   reduce(head_unit_);
@@ -208,10 +231,10 @@ void Transformer::backward() {
     if (cfg_.activation_checkpointing) {
       // Recompute this block's activations under the same compute dtype; same kernels, same
       // inputs, so the gradients are bitwise those of the stored-activation run.
-      block_forward(layers_[l], b.recompute_out.data(), b.res[l].data(), a);
+      block_forward<TC>(layers_[l], b.recompute_out.data(), b.res[l].data(), a);
     }
     boundary_grad_into_unit(b.dres.data(), N * C);
-    block_backward(layers_[l], b.dres.data(), b.res[l].data(), a);
+    block_backward<TC>(layers_[l], b.dres.data(), b.res[l].data(), a);
     boundary_grad_out_of_unit(b.dres.data(), N * C);
     reduce(unit);
     release_after_forward(unit);
@@ -224,6 +247,17 @@ void Transformer::backward() {
   flush_staged_grads();
   units_->release_all();
   Kokkos::fence();
+}
+
+DView<float> Transformer::logits() const {
+  const Buffers& b = *buf_;
+  if (!logits_valid_) return DView<float>();
+  if (!rc_) return b.logits.f;
+  DView<float> out("logits_fp32", b.logits.h.extent(0));
+  round_copy(out.data(), static_cast<const bf16*>(b.logits.h.data()),
+             static_cast<int64_t>(out.extent(0)), false);
+  Kokkos::fence();
+  return out;
 }
 
 }  // namespace kktrain

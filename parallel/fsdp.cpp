@@ -33,26 +33,26 @@ void pack_shard(W* wire, const S* shard, int64_t local_numel, int64_t padded) {
       });
 }
 
-// out (rows * row_len) fp32 = the rank-major blocks of recv (block_bytes apart, this
-// parameter's shard at byte offset off in each).
-template <class W>
-void unpack_full(float* out, const char* recv, std::size_t block_bytes, std::size_t off,
-                 int64_t rows, int64_t row_len, int64_t shard_rows) {
+// out (rows * row_len) O = the rank-major blocks of recv (block_bytes apart, this parameter's
+// shard at byte offset off in each).
+template <class W, class O>
+void unpack_full(O* out, const char* recv, std::size_t block_bytes, std::size_t off, int64_t rows,
+                 int64_t row_len, int64_t shard_rows) {
   Kokkos::parallel_for(
       "fsdp_unpack_full", RangePolicy(0, rows * row_len), KOKKOS_LAMBDA(const int64_t e) {
         const int64_t row = e / row_len, col = e - row * row_len;
         const int64_t r = row / shard_rows, lr = row - r * shard_rows;
         const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + off);
-        out[e] = to_f32(src[lr * row_len + col]);
+        store_as(out, e, to_f32(src[lr * row_len + col]));
       });
 }
 
-template <class S>
-void cast_full(float* out, const S* in, int64_t n, bool round) {
+template <class S, class O>
+void cast_full(O* out, const S* in, int64_t n, bool round) {
   Kokkos::parallel_for(
       "fsdp_cast_full", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
         const float x = to_f32(in[e]);
-        out[e] = round ? round_to_bf16(x) : x;
+        store_as(out, e, round ? round_to_bf16(x) : x);
       });
 }
 
@@ -105,18 +105,43 @@ DType wire_dtype(bool round) {
 
 }  // namespace
 
+namespace {
+ComputeLayout fp32_layout(std::vector<bool> round) {
+  ComputeLayout l;
+  l.dtype.assign(round.size(), DType::float32);
+  l.group.assign(round.size(), -1);
+  l.round = std::move(round);
+  return l;
+}
+}  // namespace
+
 FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
                      std::vector<bool> round_compute, DType reduce_dtype)
+    : FsdpUnits(reg, comm, std::move(units), fp32_layout(std::move(round_compute)), reduce_dtype) {}
+
+FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
+                     ComputeLayout layout, DType reduce_dtype)
     : reg_(reg),
       comm_(comm),
       rank_(reg.shard_rank()),
       world_(reg.shard_world()),
-      round_(std::move(round_compute)),
+      round_(std::move(layout.round)),
+      cdtype_(std::move(layout.dtype)),
+      group_(std::move(layout.group)),
       reduce_(reduce_dtype),
       unit_of_(reg.size(), -1),
       pos_in_unit_(reg.size(), -1),
       acc_(reg.size()) {
   if (!reg.allocated()) throw InternalError("FsdpUnits over an unallocated registry");
+  const std::size_t np = static_cast<std::size_t>(reg.size());
+  if (round_.size() != np || cdtype_.size() != np || group_.size() != np) {
+    throw InternalError("compute layout does not cover every parameter");
+  }
+  for (std::size_t p = 0; p < np; ++p) {
+    if (cdtype_[p] == DType::bfloat16 && !round_[p]) {
+      throw InternalError("bf16 compute copy of " + reg.info(p).name + " without rounding");
+    }
+  }
   if (world_ != comm.size() || rank_ != comm.rank()) {
     throw InternalError("registry sharded for rank " + std::to_string(rank_) + " of " +
                         std::to_string(world_) + ", communicator is rank " +
@@ -146,29 +171,49 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpe
 }
 
 void FsdpUnits::plan_unit(Unit& u) const {
-  u.alias = world_ == 1;
-  for (int p : u.spec.params) {
+  // One rank: a parameter whose storage already is its compute copy (same dtype, no rounding)
+  // is used in place. A fused group is aliased all or none, so its members stay adjacent (they
+  // are registered back to back, so they are adjacent in the storage of their dtype).
+  auto aliasable = [&](int p) {
     const ParamInfo& pi = reg_.info(p);
+    return world_ == 1 && pi.dtype == cdtype_[p] && !(round_[p] && cdtype_[p] == DType::float32);
+  };
+  const std::size_t n = u.spec.params.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const int p = u.spec.params[k];
+    bool alias = aliasable(p);
+    if (alias && group_[p] >= 0) {
+      for (int q : u.spec.params) {
+        if (group_[q] == group_[p]) alias = alias && aliasable(q);
+      }
+    }
+    const ParamInfo& pi = reg_.info(p);
+    u.aliased.push_back(alias);
     u.comp_off.push_back(u.numel);
     u.numel += pi.numel;
+    // Fused members sit back to back (no alignment gap between them), so q/k/v is one matrix.
+    const bool fused_next =
+        group_[p] >= 0 && k + 1 < n && group_[u.spec.params[k + 1]] == group_[p];
+    u.wbyte_off.push_back(alias ? 0 : u.weight_bytes);
+    if (!alias) {
+      const std::size_t b = static_cast<std::size_t>(pi.numel) * dtype_size(cdtype_[p]);
+      u.weight_bytes += fused_next ? b : align_up(b);
+    }
     const std::size_t padded = static_cast<std::size_t>(pi.shard_rows * pi.row_len);
     u.wire_off.push_back(u.block_bytes);
     u.block_bytes += align_up(padded * dtype_size(wire_dtype(round_[p])));
     u.red_off.push_back(pi.trainable ? u.red_count : -1);
     if (pi.trainable) u.red_count += static_cast<int64_t>(padded);
-    // One rank can use the storage itself when every parameter already is its fp32 compute copy
-    // (then the unit's parameters are adjacent in the fp32 storage, as in the compute buffer).
-    u.alias = u.alias && pi.dtype == DType::float32 && !round_[p];
   }
 }
 
-DView<float>& FsdpUnits::weight_buffer(const Unit& u) {
-  DView<float>& b = weight_slots_[u.spec.weight_slot];
-  if (static_cast<int64_t>(b.extent(0)) < u.numel) {
-    b = DView<float>();  // free before allocating the larger one
-    b = DView<float>("fsdp_weights_" + u.spec.name, u.numel);
+char* FsdpUnits::weight_buffer(const Unit& u) {
+  Kokkos::View<char*, MemSpace>& b = weight_slots_[u.spec.weight_slot];
+  if (b.extent(0) < u.weight_bytes) {
+    b = Kokkos::View<char*, MemSpace>();  // free before allocating the larger one
+    b = Kokkos::View<char*, MemSpace>("fsdp_weights_" + u.spec.name, u.weight_bytes);
   }
-  return b;
+  return b.data();
 }
 
 DView<float>& FsdpUnits::grad_slot(const Unit& u) {
@@ -187,8 +232,8 @@ void FsdpUnits::gather(int unit) {
   for (auto& other : units_) {
     if (&other != &u && other.spec.weight_slot == u.spec.weight_slot) other.gathered = false;
   }
-  if (!u.alias) {
-    float* out = weight_buffer(u).data();
+  if (u.weight_bytes > 0) {
+    char* out = weight_buffer(u);
     if (world_ == 1) {
       cast_weights(u, out);
     } else {
@@ -206,23 +251,42 @@ void FsdpUnits::release_all() {
   for (auto& u : units_) u.gathered = false;
 }
 
-const float* FsdpUnits::weight(int param) const {
+CRef FsdpUnits::compute_weight(int param) const {
   const Unit& u = units_[unit_of_[param]];
   if (!u.gathered) {
     throw InternalError("weights of " + reg_.info(param).name + " used while unit " + u.spec.name +
                         " is not gathered");
   }
-  if (u.alias) return reg_.data<float>(param).data();
-  return weight_slots_[u.spec.weight_slot].data() + u.comp_off[pos_in_unit_[param]];
+  const int k = pos_in_unit_[param];
+  if (u.aliased[k]) {
+    const ParamInfo& pi = reg_.info(param);
+    if (pi.dtype == DType::bfloat16) return CRef{reg_.data<bf16>(param).data(), pi.dtype};
+    return CRef{reg_.data<float>(param).data(), pi.dtype};
+  }
+  return CRef{weight_slots_[u.spec.weight_slot].data() + u.wbyte_off[k], cdtype_[param]};
 }
 
-void FsdpUnits::cast_weights(const Unit& u, float* out) {
+const float* FsdpUnits::weight(int param) const {
+  const CRef r = compute_weight(param);
+  if (r.dtype != DType::float32) {
+    throw InternalError("fp32 weights of " + reg_.info(param).name + " requested; its compute " +
+                        "copy is " + dtype_name(r.dtype));
+  }
+  return static_cast<const float*>(r.data);
+}
+
+void FsdpUnits::cast_weights(const Unit& u, char* out) {
   for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+    if (u.aliased[k]) continue;
     const int p = u.spec.params[k];
     const ParamInfo& pi = reg_.info(p);
     dispatch_dtype(pi.dtype, [&](auto tag) {
       using S = decltype(tag);
-      cast_full<S>(out + u.comp_off[k], reg_.data<S>(p).data(), pi.numel, round_[p]);
+      dispatch_dtype(cdtype_[p], [&](auto ctag) {
+        using O = decltype(ctag);
+        cast_full<S, O>(reinterpret_cast<O*>(out + u.wbyte_off[k]), reg_.data<S>(p).data(),
+                        pi.numel, round_[p]);
+      });
     });
   }
 }
@@ -243,14 +307,17 @@ void FsdpUnits::pack_shards(const Unit& u, char* block) {
   }
 }
 
-void FsdpUnits::unpack_weights(const Unit& u, float* out) {
+void FsdpUnits::unpack_weights(const Unit& u, char* out) {
   for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
     const int p = u.spec.params[k];
     const ParamInfo& pi = reg_.info(p);
     dispatch_dtype(wire_dtype(round_[p]), [&](auto wt) {
       using W = decltype(wt);
-      unpack_full<W>(out + u.comp_off[k], wire_recv_.data(), u.block_bytes, u.wire_off[k], pi.rows,
-                     pi.row_len, pi.shard_rows);
+      dispatch_dtype(cdtype_[p], [&](auto ctag) {
+        using O = decltype(ctag);
+        unpack_full<W, O>(reinterpret_cast<O*>(out + u.wbyte_off[k]), wire_recv_.data(),
+                          u.block_bytes, u.wire_off[k], pi.rows, pi.row_len, pi.shard_rows);
+      });
     });
   }
 }
@@ -357,7 +424,7 @@ void FsdpUnits::reduce_scatter(const Unit& u, const float* grads) {
 
 int64_t FsdpUnits::buffer_bytes() const {
   int64_t n = 0;
-  for (const auto& b : weight_slots_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
+  for (const auto& b : weight_slots_) n += static_cast<int64_t>(b.extent(0));
   for (const auto& b : grad_slots_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
   for (const auto& b : acc_) n += static_cast<int64_t>(b.extent(0));
   n += static_cast<int64_t>(wire_send_.extent(0) + wire_recv_.extent(0));

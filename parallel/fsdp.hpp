@@ -8,8 +8,10 @@
 //   gather   each rank casts its shard (storage dtype) to the compute dtype (bf16 when the
 //            parameter's compute copy is rounded, fp32 otherwise), packs the unit's shards into
 //            one block (shards padded to ceil(rows / W) rows), one all-gather per unit, and the
-//            blocks are unpacked into a full fp32 compute buffer laid out parameter after
-//            parameter in the unit's order (so q/k/v stay one matrix).
+//            blocks are unpacked into the unit's compute buffer laid out parameter after
+//            parameter in the unit's order (so q/k/v stay one matrix), each parameter in its
+//            compute-buffer dtype: 2-byte bf16 for bf16 compute copies, fp32 otherwise (norm
+//            weights, model-protected fp32 parameters, fused groups of mixed dtypes).
 //   reduce   the full fp32 gradient of each trainable parameter is rounded to its compute dtype,
 //            converted to the reduce dtype, and either added to the step's accumulator (a micro-
 //            batch that does not synchronize; FSDP2 accumulates unsharded gradients in the
@@ -21,14 +23,16 @@
 // Buffers are reused: units that share a weight slot (decoder layers when weights are resharded
 // after use) never hold weights at the same time, and units that share a gradient slot never
 // collect gradients at the same time. On one rank there is no wire: gather() casts the storage
-// to the compute buffer (or uses the storage itself when it already is the fp32 compute copy),
-// and gradients are accumulated by the model straight into the storage-dtype gradients.
+// to the compute buffer, or uses the storage itself where it already is the compute copy (same
+// dtype, no rounding; fused groups all or none, so they stay adjacent), and gradients are
+// accumulated by the model straight into the storage-dtype gradients.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/param_registry.hpp"
 #include "parallel/communicator.hpp"
@@ -42,12 +46,23 @@ struct UnitSpec {
   int grad_slot = 0;
 };
 
+// How each parameter's compute copy is held (indexed by registry index).
+struct ComputeLayout {
+  std::vector<bool> round;   // the compute copy holds bf16-rounded values
+  std::vector<DType> dtype;  // the compute buffer's element type (bf16 only where round)
+  std::vector<int> group;    // fused group id (q/k/v, gate/up), -1 for none
+};
+
 class FsdpUnits {
  public:
   // round_compute[p]: parameter p's compute copy is bf16 (rounded from storage); otherwise fp32.
   // The registry must be sharded and allocated; comm is used when the registry has several ranks.
   FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
             std::vector<bool> round_compute, DType reduce_dtype);
+  // layout.dtype[p] == bfloat16 keeps p's compute copy in 2-byte bf16 (layout.round[p] must be
+  // set); the members of a fused group must share a compute dtype.
+  FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
+            ComputeLayout layout, DType reduce_dtype);
 
   int size() const { return static_cast<int>(units_.size()); }
   const UnitSpec& spec(int unit) const { return units_[unit].spec; }
@@ -60,7 +75,9 @@ class FsdpUnits {
   // The unit's weights may be overwritten by another unit of its slot from now on.
   void release(int unit) { units_[unit].gathered = false; }
   void release_all();
-  // (numel) fp32 full compute weights of `param`; its unit must be gathered.
+  // (numel) full compute weights of `param` in its compute dtype; its unit must be gathered.
+  CRef compute_weight(int param) const;
+  // The same for a parameter whose compute dtype is fp32 (InternalError otherwise).
   const float* weight(int param) const;
 
   // Sharded runs: the (numel) fp32 full gradient of trainable `param` for the current backward,
@@ -80,21 +97,23 @@ class FsdpUnits {
  private:
   struct Unit {
     UnitSpec spec;
-    int64_t numel = 0;                  // full elements of all parameters
-    std::vector<int64_t> comp_off;      // per parameter of the unit: offset in the buffers
-    std::size_t block_bytes = 0;        // all-gather bytes per rank
-    std::vector<std::size_t> wire_off;  // per parameter: byte offset in a rank's block
-    int64_t red_count = 0;              // reduce-scatter elements per rank block
-    std::vector<int64_t> red_off;       // per parameter: offset in a block (-1: frozen)
-    bool alias = false;                 // one rank: the storage is the compute copy
+    int64_t numel = 0;                   // full elements of all parameters
+    std::vector<int64_t> comp_off;       // per parameter of the unit: offset in the grad buffer
+    std::size_t weight_bytes = 0;        // compute-buffer bytes (parameters not aliased)
+    std::vector<std::size_t> wbyte_off;  // per parameter: byte offset in the compute buffer
+    std::vector<bool> aliased;           // per parameter: one rank, the storage is the copy
+    std::size_t block_bytes = 0;         // all-gather bytes per rank
+    std::vector<std::size_t> wire_off;   // per parameter: byte offset in a rank's block
+    int64_t red_count = 0;               // reduce-scatter elements per rank block
+    std::vector<int64_t> red_off;        // per parameter: offset in a block (-1: frozen)
     bool gathered = false, collecting = false, accumulated = false;
   };
   void plan_unit(Unit& u) const;
   void start_collecting(int unit);
-  DView<float>& weight_buffer(const Unit& u);
+  char* weight_buffer(const Unit& u);
   DView<float>& grad_slot(const Unit& u);
-  void unpack_weights(const Unit& u, float* out);
-  void cast_weights(const Unit& u, float* out);
+  void unpack_weights(const Unit& u, char* out);
+  void cast_weights(const Unit& u, char* out);
   void pack_shards(const Unit& u, char* block);
   void accumulate(const Unit& u, const float* grads);
   void reduce_scatter(const Unit& u, const float* grads);
@@ -103,10 +122,13 @@ class FsdpUnits {
   Communicator& comm_;
   int rank_ = 0, world_ = 1;
   std::vector<bool> round_;
+  std::vector<DType> cdtype_;
+  std::vector<int> group_;
   DType reduce_;
   std::vector<Unit> units_;
   std::vector<int> unit_of_, pos_in_unit_;
-  std::vector<DView<float>> weight_slots_, grad_slots_;
+  std::vector<Kokkos::View<char*, MemSpace>> weight_slots_;
+  std::vector<DView<float>> grad_slots_;
   std::vector<int> grad_slot_owner_;  // unit collecting into each gradient slot, or -1
   std::vector<Kokkos::View<char*, MemSpace>> acc_;  // per parameter: accumulator, reduce dtype
   Kokkos::View<char*, MemSpace> wire_send_, wire_recv_;

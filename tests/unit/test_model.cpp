@@ -261,8 +261,7 @@ TEST(ModelForward, HiddenStatesWithoutLogitsMatchFullForward) {
   hidden_only.output_hidden_states = true;
   const ForwardResult r0 = m.forward(t.ids.data(), t.targets.data(), t.B, t.T, hidden_only);
   EXPECT_EQ(r0.loss, 0.0);
-  const auto logits_untouched = to_host(m.logits());
-  for (float x : logits_untouched) ASSERT_EQ(x, 0.0f) << "logits were computed";
+  EXPECT_EQ(m.logits().extent(0), 0u) << "logits reported although none were computed";
   const auto h0 = to_host(m.hidden_states());
 
   ForwardOptions full;
