@@ -12,6 +12,7 @@
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "model/gemm.hpp"
 #include "parallel/threads.hpp"
 
 using namespace kktrain;
@@ -45,6 +46,7 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
   if (!std::strcmp(argv[1], "--version")) {
     std::printf("kktrain 0.1.0 (Kokkos %d.%d.%d)\n", KOKKOS_VERSION / 10000,
                 KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
+    std::printf("GEMM: %s\n", gemm_backends_summary().c_str());
     return 0;
   }
   const std::string name = argv[1];

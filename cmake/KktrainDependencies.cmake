@@ -5,6 +5,7 @@
 #   kktrain::hdf5     parallel HDF5 (a serial HDF5 is refused)
 #   kktrain::yaml     yaml-cpp
 #   kktrain::nccl     NCCL + CUDA runtime (only when KKTRAIN_ENABLE_NCCL)
+#   kktrain::onednn   oneDNN for bf16 GEMM on CPUs (only when found / KKTRAIN_ENABLE_ONEDNN)
 # and records what was found for the feature summary printed at the end of configuration.
 
 include_guard(GLOBAL)
@@ -146,6 +147,67 @@ if(KKTRAIN_ENABLE_NCCL)
   set(KKTRAIN_NCCL "ON (${NCCL_LIBRARY})")
 endif()
 
+# ---------------------------------------------------------------------------------------------
+# oneDNN (optional): the bf16 x bf16 GEMM on CPUs with AVX512-BF16 / AMX (model/gemm_onednn.cpp).
+# Host Kokkos builds only. KKTRAIN_ENABLE_ONEDNN: AUTO (default: on when found), ON (found or a
+# configure error), OFF. Found by header and library, not by find_package(dnnl CONFIG): Debian's
+# dnnl-config.cmake (2.6.3, built with the OpenCL GPU runtime) calls find_package(OpenCL
+# REQUIRED), which fails the whole configure unless ocl-icd-opencl-dev is installed.
+# ---------------------------------------------------------------------------------------------
+set(KKTRAIN_ENABLE_ONEDNN "AUTO" CACHE STRING "oneDNN bf16 GEMM on CPUs: AUTO, ON or OFF")
+set_property(CACHE KKTRAIN_ENABLE_ONEDNN PROPERTY STRINGS AUTO ON OFF)
+set(KKTRAIN_ONEDNN "off")
+set(KKTRAIN_HAVE_ONEDNN OFF)
+string(TOUPPER "${KKTRAIN_ENABLE_ONEDNN}" _onednn_want)
+if(_onednn_want STREQUAL "OFF" OR _onednn_want STREQUAL "FALSE" OR _onednn_want STREQUAL "0"
+   OR _onednn_want STREQUAL "NO")
+  set(KKTRAIN_ONEDNN "off (KKTRAIN_ENABLE_ONEDNN=OFF)")
+elseif(KKTRAIN_KOKKOS_HAS_CUDA OR KKTRAIN_KOKKOS_HAS_HIP)
+  if(NOT _onednn_want STREQUAL "AUTO")
+    message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_ONEDNN=ON, but oneDNN is the host bf16 GEMM and "
+                        "this Kokkos is built for a GPU (bf16 GEMM goes to cuBLAS/rocBLAS there); "
+                        "configure with -DKKTRAIN_ENABLE_ONEDNN=OFF or AUTO")
+  endif()
+  set(KKTRAIN_ONEDNN "off (GPU Kokkos build: cuBLAS/rocBLAS)")
+else()
+  set(_dnnl_hint ${dnnl_ROOT} $ENV{dnnl_ROOT} $ENV{DNNLROOT})
+  find_path(KKTRAIN_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp HINTS ${_dnnl_hint}
+            PATH_SUFFIXES include)
+  find_library(KKTRAIN_DNNL_LIBRARY dnnl HINTS ${_dnnl_hint} PATH_SUFFIXES lib lib64)
+  if(KKTRAIN_DNNL_INCLUDE_DIR AND KKTRAIN_DNNL_LIBRARY)
+    file(STRINGS "${KKTRAIN_DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h" _dnnl_ver_lines
+         REGEX "#define DNNL_VERSION_(MAJOR|MINOR|PATCH) ")
+    set(_dnnl_ver "")
+    foreach(_line IN LISTS _dnnl_ver_lines)
+      string(REGEX MATCH "[0-9]+$" _num "${_line}")
+      list(APPEND _dnnl_ver ${_num})
+    endforeach()
+    string(REPLACE ";" "." _dnnl_ver "${_dnnl_ver}")
+    if(_dnnl_ver VERSION_LESS 2.0 OR _dnnl_ver VERSION_GREATER_EQUAL 3.0)
+      # oneDNN 3.x removed matmul::desc and output scales: the 2.x API is what gemm_onednn.cpp
+      # speaks.
+      set(KKTRAIN_ONEDNN "off (oneDNN ${_dnnl_ver} found; kktrain needs the 2.x API)")
+    else()
+      set(KKTRAIN_HAVE_ONEDNN ON)
+      set(KKTRAIN_ONEDNN "${_dnnl_ver} (bf16 GEMM; ${KKTRAIN_DNNL_LIBRARY})")
+    endif()
+  else()
+    set(KKTRAIN_ONEDNN "off (not found: install libdnnl-dev or set dnnl_ROOT)")
+  endif()
+  if(NOT KKTRAIN_HAVE_ONEDNN AND NOT _onednn_want STREQUAL "AUTO")
+    message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_ONEDNN=${KKTRAIN_ENABLE_ONEDNN} but no usable "
+                        "oneDNN 2.x was found (dnnl.hpp: ${KKTRAIN_DNNL_INCLUDE_DIR}, libdnnl: "
+                        "${KKTRAIN_DNNL_LIBRARY}); install libdnnl-dev (Debian), set dnnl_ROOT, "
+                        "or configure with -DKKTRAIN_ENABLE_ONEDNN=OFF")
+  endif()
+endif()
+if(KKTRAIN_HAVE_ONEDNN)
+  add_library(kktrain_onednn INTERFACE)
+  add_library(kktrain::onednn ALIAS kktrain_onednn)
+  target_include_directories(kktrain_onednn SYSTEM INTERFACE ${KKTRAIN_DNNL_INCLUDE_DIR})
+  target_link_libraries(kktrain_onednn INTERFACE ${KKTRAIN_DNNL_LIBRARY})
+endif()
+
 function(kktrain_feature_summary)
   message(STATUS "")
   message(STATUS "kktrain feature summary")
@@ -156,6 +218,7 @@ function(kktrain_feature_summary)
   message(STATUS "  HDF5            : ${HDF5_VERSION}, parallel: ${HDF5_IS_PARALLEL}")
   message(STATUS "  yaml-cpp        : ${yaml-cpp_VERSION}")
   message(STATUS "  NCCL            : ${KKTRAIN_NCCL}")
+  message(STATUS "  oneDNN          : ${KKTRAIN_ONEDNN}")
   message(STATUS "  tests           : ${KKTRAIN_ENABLE_TESTS}")
   message(STATUS "  benchmarks      : ${KKTRAIN_ENABLE_BENCH}")
   message(STATUS "  sanitizers      : ${KKTRAIN_SANITIZE}")

@@ -88,6 +88,11 @@ void fit_blas_threads(int64_t m, int64_t n, int64_t k) {
   use_blas_threads(blas_threads_for_product(m, n, k, g_limit));
 }
 
+int planned_threads_for_product(int64_t m, int64_t n, int64_t k) {
+  if (g_limit == 0) return 0;
+  return g_fit ? blas_threads_for_product(m, n, k, g_limit) : g_limit;
+}
+
 int blas_threads_in_use() {
   return openblas().get ? openblas().get() : 0;
 }

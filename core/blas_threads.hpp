@@ -38,6 +38,10 @@ int blas_thread_limit();  // 0 until set
 void use_blas_threads(int n);
 // use_blas_threads(blas_threads_for_product(m, n, k, limit)): before each host product.
 void fit_blas_threads(int64_t m, int64_t n, int64_t k);
+// The count fit_blas_threads(m, n, k) would give this product: blas_threads_for_product under the
+// limit, or the limit itself when the user chose it (no fit_to_products); 0 until a limit is set.
+// For other host GEMM libraries (oneDNN's OpenMP threads) that must follow the same plan.
+int planned_threads_for_product(int64_t m, int64_t n, int64_t k);
 // The count the library reports (0 when it cannot say).
 int blas_threads_in_use();
 

@@ -7,6 +7,12 @@
 
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
+#if defined(KKTRAIN_HAVE_ONEDNN)
+#include "model/gemm_onednn.hpp"
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+#include "model/gemm_vendor_gpu.hpp"
+#endif
 
 namespace kktrain {
 
@@ -18,17 +24,41 @@ using Mat = DMatrixU<float>;
 
 GemmCounters g_counters;
 
+// -1: not decided yet (read KKTRAIN_GEMM on first use); 0/1 after.
+int g_reference = -1;
+
 bool reference_only() {
-  static const bool ref = [] {
+  if (g_reference < 0) {
     const char* e = std::getenv("KKTRAIN_GEMM");
-    return e != nullptr && std::strcmp(e, "reference") == 0;
-  }();
-  return ref;
+    g_reference = e != nullptr && std::strcmp(e, "reference") == 0 ? 1 : 0;
+  }
+  return g_reference == 1;
 }
 
-// fp32 scratch for widened operands and bf16 results, grown on demand (one per role).
+// The native bf16 x bf16 backend this build and machine offer, or converted.
+GemmBackend native_bf16_backend() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return GemmBackend::cublas;
+#elif defined(KOKKOS_ENABLE_HIP)
+  return GemmBackend::rocblas;
+#elif defined(KKTRAIN_HAVE_ONEDNN)
+  return onednn::available() ? GemmBackend::onednn : GemmBackend::converted;
+#else
+  return GemmBackend::converted;
+#endif
+}
+
+// fp32 scratch for widened operands and bf16 results, grown on demand (one per role), freed
+// when Kokkos finalizes (a View outliving Kokkos aborts the program at exit).
 float* scratch(int which, int64_t n) {
   static DView<float> bufs[3];
+  static const bool hooked = [] {
+    Kokkos::push_finalize_hook([] {
+      for (DView<float>& b : bufs) b = DView<float>();
+    });
+    return true;
+  }();
+  (void)hooked;
   if (static_cast<int64_t>(bufs[which].extent(0)) < n) {
     bufs[which] = DView<float>();
     bufs[which] = DView<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_scratch"), n);
@@ -55,6 +85,23 @@ void narrow(bf16* out, const float* in, int64_t n) {
       KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, in[i]); });
 }
 
+// C = beta * C, for products with nothing to multiply (k == 0, or alpha == 0, where BLAS reads
+// neither A nor B); beta == 0 writes zeros without reading C.
+void scale_c(float beta, const GemmOut& C, int64_t count) {
+  if (C.dtype == DType::float32) {
+    float* c = static_cast<float*>(C.data);
+    Kokkos::parallel_for(
+        "gemm_scale_c", RangePolicy(0, count),
+        KOKKOS_LAMBDA(const int64_t i) { c[i] = beta == 0.0f ? 0.0f : beta * c[i]; });
+  } else {
+    bf16* c = static_cast<bf16*>(C.data);
+    Kokkos::parallel_for(
+        "gemm_scale_c", RangePolicy(0, count), KOKKOS_LAMBDA(const int64_t i) {
+          store_as(c, i, beta == 0.0f ? 0.0f : beta * to_f32(c[i]));
+        });
+  }
+}
+
 void kk_gemm(char transA, char transB, float alpha, const float* A, int64_t ar, int64_t ac,
              const float* B, int64_t br, int64_t bc, float beta, float* C, int64_t m, int64_t n) {
   const char ta[2] = {transA, '\0'};
@@ -63,6 +110,31 @@ void kk_gemm(char transA, char transB, float alpha, const float* A, int64_t ar, 
     fit_blas_threads(m, n, transA == 'N' ? ac : ar);
   }
   KokkosBlas::gemm(ta, tb, alpha, CMat(A, ar, ac), CMat(B, br, bc), beta, Mat(C, m, n));
+}
+
+// kokkos-kernels on fp32 operands; bf16 ones (and a bf16 C) go through fp32 scratch first.
+void converted_gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
+                    float beta, const GemmOut& C, int64_t m, int64_t n) {
+  if (m == 0 || n == 0) return;
+  const float* a = static_cast<const float*>(A.data);
+  const float* b = static_cast<const float*>(B.data);
+  if (A.dtype != DType::float32) {
+    float* s = scratch(0, A.rows * A.cols);
+    widen(s, A.data, A.dtype, A.rows * A.cols);
+    a = s;
+  }
+  if (B.dtype != DType::float32) {
+    float* s = scratch(1, B.rows * B.cols);
+    widen(s, B.data, B.dtype, B.rows * B.cols);
+    b = s;
+  }
+  float* c = static_cast<float*>(C.data);
+  if (C.dtype != DType::float32) {
+    c = scratch(2, m * n);
+    if (beta != 0.0f) widen(c, C.data, C.dtype, m * n);
+  }
+  kk_gemm(transA, transB, alpha, a, A.rows, A.cols, b, B.rows, B.cols, beta, c, m, n);
+  if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);
 }
 
 int index_of(GemmBackend b) {
@@ -91,13 +163,37 @@ GemmBackend gemm_backend_for(DType a, DType b, DType c) {
   if (a == DType::float32 && b == DType::float32 && c == DType::float32) {
     return GemmBackend::kokkos_kernels;
   }
-  (void)reference_only();
+  if (a == DType::bfloat16 && b == DType::bfloat16 && !reference_only()) {
+    return native_bf16_backend();
+  }
   return GemmBackend::converted;
 }
 
+void set_gemm_reference(bool on) {
+  g_reference = on ? 1 : 0;
+}
+
 std::string gemm_backends_summary() {
-  return std::string("fp32: kokkos-kernels; bf16: ") +
-         gemm_backend_name(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32));
+  std::string s = "fp32: kokkos-kernels";
+  if (std::is_same<MemSpace, HostSpace>::value) {
+    s += blas_threads_library()[0] != '\0' ? " (OpenBLAS)" : " (BLAS)";
+  }
+  const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
+  s += std::string("; bf16: ") + gemm_backend_name(bf);
+#if defined(KKTRAIN_HAVE_ONEDNN)
+  if (bf == GemmBackend::onednn) {
+    s += " (" + onednn::isa_name() + ", oneDNN " + onednn::version() + ")";
+  } else if (reference_only()) {
+    s += " (KKTRAIN_GEMM=reference)";
+  } else {
+    s += " (oneDNN " + onednn::version() + ": no native bf16 on " + onednn::isa_name() + ")";
+  }
+#else
+  if (bf == GemmBackend::converted) {
+    s += reference_only() ? " (KKTRAIN_GEMM=reference)" : " (no native bf16 backend built)";
+  }
+#endif
+  return s;
 }
 
 GemmCounters gemm_counters() {
@@ -117,29 +213,28 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
       throw InternalError(std::string("gemm: unsupported dtype ") + dtype_name(d));
     }
   }
-  const GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
+  GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
+  if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
+    g_counters.calls[index_of(be)] += 1;
+    if (m > 0 && n > 0) scale_c(beta, C, m * n);
+    return;
+  }
+#if defined(KKTRAIN_HAVE_ONEDNN)
+  // false: oneDNN has only a reference implementation for this product; convert instead.
+  if (be == GemmBackend::onednn && !onednn::gemm(transA, transB, alpha, A, B, beta, C, m, n, k)) {
+    be = GemmBackend::converted;
+  }
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  if (be == GemmBackend::cublas || be == GemmBackend::rocblas) {
+    vendor_gpu::gemm(transA, transB, alpha, A, B, beta, C, m, n, k);
+  }
+#endif
   g_counters.calls[index_of(be)] += 1;
   g_counters.flops[index_of(be)] += 2.0 * static_cast<double>(m) * n * k;
-  if (m == 0 || n == 0) return;
-  const float* a = static_cast<const float*>(A.data);
-  const float* b = static_cast<const float*>(B.data);
-  if (A.dtype != DType::float32) {
-    float* s = scratch(0, A.rows * A.cols);
-    widen(s, A.data, A.dtype, A.rows * A.cols);
-    a = s;
+  if (be == GemmBackend::kokkos_kernels || be == GemmBackend::converted) {
+    converted_gemm(transA, transB, alpha, A, B, beta, C, m, n);
   }
-  if (B.dtype != DType::float32) {
-    float* s = scratch(1, B.rows * B.cols);
-    widen(s, B.data, B.dtype, B.rows * B.cols);
-    b = s;
-  }
-  float* c = static_cast<float*>(C.data);
-  if (C.dtype != DType::float32) {
-    c = scratch(2, m * n);
-    if (beta != 0.0f) widen(c, C.data, C.dtype, m * n);
-  }
-  kk_gemm(transA, transB, alpha, a, A.rows, A.cols, b, B.rows, B.cols, beta, c, m, n);
-  if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);
 }
 
 }  // namespace kktrain

@@ -17,7 +17,8 @@
 //                   a native bf16 GEMM up to the order of the fp32 sums.
 //
 // KKTRAIN_GEMM=reference in the environment disables the native bf16 backends (every bf16
-// product takes the converted path): parity checks and benchmarks compare the two this way.
+// product takes the converted path): parity checks and benchmarks compare the two this way
+// (set_gemm_reference does the same from inside a program).
 #pragma once
 
 #include <cstdint>
@@ -59,8 +60,13 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
 
 enum class GemmBackend { kokkos_kernels, onednn, cublas, rocblas, converted };
 const char* gemm_backend_name(GemmBackend b);
-// The backend gemm() uses for these operand dtypes in this process.
+// The backend gemm() uses for these operand dtypes in this process. (A bf16 product whose layout
+// oneDNN can only run with a reference implementation is converted instead; gemm_counters()
+// counts the backend that actually ran.)
 GemmBackend gemm_backend_for(DType a, DType b, DType c);
+// Overrides KKTRAIN_GEMM from here on: true sends every bf16 product to the converted path, false
+// lets them take the native backend (tests and benchmarks compare the two in one process).
+void set_gemm_reference(bool on);
 // One line for --version and the build summary, e.g.
 // "fp32: kokkos-kernels (BLAS); bf16: onednn (avx512_core_amx)".
 std::string gemm_backends_summary();

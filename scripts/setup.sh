@@ -18,7 +18,7 @@ for a in "$@"; do
 done
 
 pkgs=(g++ make cmake pkg-config
-      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libdnnl-dev
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libyaml-cpp-dev libgtest-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3 python3-torch python3-h5py python3-numpy python3-matplotlib)

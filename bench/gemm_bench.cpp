@@ -1,0 +1,146 @@
+// GFLOP/s of gemm() (model/gemm.hpp) per backend at the model's product shapes: fp32 through
+// kokkos-kernels (OpenBLAS sgemm), bf16 x bf16 through oneDNN (native bf16 dot products), and the
+// same bf16 product through the converted path (operands widened to fp32, then sgemm).
+//
+//   bench_gemm [--threads 1] [--reps 7] [--layout NT] [--shapes 2048x1024x1024,2048x384x1152]
+//
+// Shapes are m x n x k: C (m, n) = A (m, k) @ B (k, n), with the layout's transposes (NT, the
+// forward of a linear layer, by default). bf16 products write a bf16 C. Each row is the median of
+// `reps` timed calls after one warm-up call (which also builds oneDNN's primitive). Every product
+// gets `threads` threads (OpenBLAS and oneDNN's OpenMP alike).
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.hpp"
+#include "core/blas_threads.hpp"
+#include "model/gemm.hpp"
+#if defined(KKTRAIN_HAVE_ONEDNN)
+#include "model/gemm_onednn.hpp"
+#endif
+
+using namespace kktrain;
+using bench::median;
+using bench::now;
+
+namespace {
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    Shape s{};
+    if (std::sscanf(text.substr(pos, end - pos).c_str(), "%ldx%ldx%ld", &s.m, &s.n, &s.k) != 3) {
+      std::fprintf(stderr, "bench_gemm: bad shape '%s'\n", text.substr(pos, end - pos).c_str());
+      std::exit(2);
+    }
+    out.push_back(s);
+    pos = end + 1;
+  }
+  return out;
+}
+
+// Median seconds of one product (after one warm-up call), checking which backend ran.
+double time_product(char ta, char tb, const GemmIn& A, const GemmIn& B, const GemmOut& C,
+                    GemmBackend expect, int reps) {
+  const auto calls = [expect] { return gemm_counters().calls[static_cast<int>(expect)]; };
+  const int64_t before = calls();
+  gemm(ta, tb, 1.0f, A, B, 0.0f, C);
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now();
+    gemm(ta, tb, 1.0f, A, B, 0.0f, C);
+    Kokkos::fence();
+    times.push_back(now() - t0);
+  }
+  if (calls() != before + reps + 1) {
+    std::fprintf(stderr, "bench_gemm: expected backend %s did not run\n",
+                 gemm_backend_name(expect));
+    std::exit(1);
+  }
+  return median(times);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  int threads = 1, reps = 7;
+  std::string layout = "NT", shapes_text = "2048x1024x1024,2048x384x1152,2048x1024x384";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--threads") {
+      threads = std::atoi(argv[i + 1]);
+    } else if (key == "--reps") {
+      reps = std::atoi(argv[i + 1]);
+    } else if (key == "--layout") {
+      layout = argv[i + 1];
+    } else if (key == "--shapes") {
+      shapes_text = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "bench_gemm: unknown option %s\n", key.c_str());
+      return 2;
+    }
+  }
+  if (layout.size() != 2) {
+    std::fprintf(stderr, "bench_gemm: --layout is two letters of N/T\n");
+    return 2;
+  }
+  const char ta = layout[0], tb = layout[1];
+  set_blas_thread_limit(threads, false);  // every product on `threads` threads
+  std::printf("threads %d, layout %s, reps %d; %s\n", threads, layout.c_str(), reps,
+              gemm_backends_summary().c_str());
+  const bool native =
+      gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16) != GemmBackend::converted;
+#if defined(KKTRAIN_HAVE_ONEDNN)
+  if (native) {
+    const std::string impl =
+        onednn::implementation(ta, tb, 1.0f, DType::bfloat16, 0.0f, 64, 64, 64);
+    std::printf("oneDNN implementation: %s\n", impl.c_str());
+  }
+#endif
+  std::printf("%-16s %-16s %10s %10s %8s\n", "m x n x k", "backend", "ms", "GFLOP/s", "vs fp32");
+  for (const Shape& s : parse_shapes(shapes_text)) {
+    const int64_t ar = ta == 'N' ? s.m : s.k, ac = ta == 'N' ? s.k : s.m;
+    const int64_t br = tb == 'N' ? s.k : s.n, bc = tb == 'N' ? s.n : s.k;
+    std::vector<float> a32(ar * ac), b32(br * bc), c32(s.m * s.n);
+    for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = 0.001f * static_cast<float>(i % 997);
+    for (std::size_t i = 0; i < b32.size(); ++i) b32[i] = 0.002f * static_cast<float>(i % 991);
+    std::vector<bf16> a16(a32.size()), b16(b32.size()), c16(c32.size());
+    for (std::size_t i = 0; i < a32.size(); ++i) a16[i] = bf16(a32[i]);
+    for (std::size_t i = 0; i < b32.size(); ++i) b16[i] = bf16(b32[i]);
+    const double flops = 2.0 * s.m * s.n * s.k;
+    const std::string name =
+        std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const auto row = [&](const char* backend, double sec, double fp32_sec) {
+      std::printf("%-16s %-16s %10.2f %10.1f %8.2f\n", name.c_str(), backend, sec * 1e3,
+                  flops / sec / 1e9, fp32_sec / sec);
+      std::fflush(stdout);
+    };
+    const double t32 = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
+                                    gout(c32.data(), s.m, s.n), GemmBackend::kokkos_kernels, reps);
+    row("fp32 kk (BLAS)", t32, t32);
+    if (native) {
+      set_gemm_reference(false);
+      const GemmBackend be = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16);
+      const double t = time_product(ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
+                                    gout(c16.data(), s.m, s.n), be, reps);
+      row((std::string("bf16 ") + gemm_backend_name(be)).c_str(), t, t32);
+    }
+    set_gemm_reference(true);
+    const double tc = time_product(ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
+                                   gout(c16.data(), s.m, s.n), GemmBackend::converted, reps);
+    row("bf16 converted", tc, t32);
+    set_gemm_reference(false);
+  }
+  return 0;
+}

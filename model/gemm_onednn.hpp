@@ -1,0 +1,39 @@
+// The oneDNN backend of gemm() (model/gemm.hpp): bf16 x bf16 products on CPUs that multiply bf16
+// natively (AVX512-BF16 or AMX), fp32 accumulation, fp32 or bf16 C. Internal to the model library:
+// gemm.cpp calls it only in builds with KKTRAIN_HAVE_ONEDNN (CMake option KKTRAIN_ENABLE_ONEDNN).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/gemm.hpp"
+
+namespace kktrain {
+namespace onednn {
+
+// True when the CPU multiplies bf16 natively: oneDNN's effective ISA is avx512_core_bf16 or
+// avx512_core_amx and a probe product gets a JIT implementation, not a reference one. Checked once.
+bool available();
+
+// oneDNN's effective ISA ("avx512_core_amx", "avx512_core_bf16", "avx2", ...) and its version,
+// e.g. "2.6.3".
+std::string isa_name();
+std::string version();
+
+// C (m, n) = alpha * op(A) @ op(B) + beta * C, as gemm() documents; A and B bf16, C fp32 or bf16,
+// shapes already checked, m, n, k > 0 (gemm() handles empty products and alpha == 0 itself).
+// Transposes are memory strides (no copies). Returns false, having done nothing, when oneDNN
+// offers only a reference implementation for this product (the caller then converts).
+bool gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+          const GemmOut& C, int64_t m, int64_t n, int64_t k);
+
+// The implementation oneDNN chose for such a product (e.g. "brg:avx512_core_amx"), creating and
+// caching its primitive; for tests and the benchmark.
+std::string implementation(char transA, char transB, float alpha, DType c_dtype, float beta,
+                           int64_t m, int64_t n, int64_t k);
+
+// Primitives in the cache (one per shape, transposes, C dtype, alpha, beta and thread count).
+int64_t cached_primitives();
+
+}  // namespace onednn
+}  // namespace kktrain

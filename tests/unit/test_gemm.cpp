@@ -1,0 +1,363 @@
+// gemm() (model/gemm.hpp) against a double-precision reference, on every backend this build and
+// CPU offer: kokkos-kernels (fp32), onednn (bf16 x bf16, when built and the CPU has native bf16)
+// and converted (mixed operands, and bf16 under KKTRAIN_GEMM=reference / set_gemm_reference).
+//
+// Inputs are bf16-exact values for every dtype, so each product a*b is exact in fp32 and the
+// double reference is the exact sum (its own error, ~k 2^-53, is negligible). Tolerance from the
+// math: fp32 accumulation of k exact products in any order errs by at most (k-1) u sum|a b|
+// (u = 2^-24), then alpha * s + beta * c0 adds at most two more roundings, so
+//   |C - ref| <= (k + 2) u (|alpha| sum|a b| + |beta c0|)                              fp32 C
+// and a bf16 C must be the round-to-nearest-even of some fp32 value within that bound: it lies
+// between RNE(ref - tol) and RNE(ref + tol) (RNE is monotone), i.e. within one bf16 ulp of the
+// reference plus the bound.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/blas_threads.hpp"
+#include "core/errors.hpp"
+#include "model/gemm.hpp"
+#if defined(KKTRAIN_HAVE_ONEDNN)
+#include "model/gemm_onednn.hpp"
+#endif
+
+namespace kktrain {
+namespace {
+
+struct Shape {
+  int64_t m, n, k;
+};
+const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 200}};
+
+// A host matrix of either dtype holding bf16-exact values, with a double copy for the reference.
+struct Matrix {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<double> ref;
+  std::vector<float> f32;
+  std::vector<bf16> b16;
+
+  Matrix(DType d, int64_t r, int64_t c, std::mt19937& rng, float scale = 2.0f)
+      : dtype(d), rows(r), cols(c), ref(r * c) {
+    std::uniform_real_distribution<float> dist(-scale, scale);
+    for (double& v : ref) v = round_to_bf16(dist(rng));
+    store();
+  }
+  void store() {
+    f32.assign(ref.begin(), ref.end());
+    b16.resize(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) b16[i] = bf16(static_cast<float>(ref[i]));
+  }
+  GemmIn in() const {
+    return dtype == DType::float32 ? gin(f32.data(), rows, cols) : gin(b16.data(), rows, cols);
+  }
+  GemmOut out() {
+    return dtype == DType::float32 ? gout(f32.data(), rows, cols) : gout(b16.data(), rows, cols);
+  }
+  double at(int64_t i) const {
+    return dtype == DType::float32 ? f32[i] : static_cast<double>(b16[i].to_float());
+  }
+};
+
+// Stores an fp32-representable value as the largest float <= x (down) or smallest >= x (up).
+float float_toward(double x, bool up) {
+  float f = static_cast<float>(x);
+  if (up && f < x) f = std::nextafter(f, INFINITY);
+  if (!up && f > x) f = std::nextafter(f, -INFINITY);
+  return f;
+}
+
+struct Case {
+  char ta, tb;
+  DType a, b, c;
+  float alpha, beta;
+  Shape s;
+  std::string name() const {
+    return std::string(1, ta) + tb + " " + dtype_name(a) + "x" + dtype_name(b) + "->" +
+           dtype_name(c) + " alpha " + std::to_string(alpha) + " beta " + std::to_string(beta) +
+           " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+  }
+};
+
+// C as computed and the interval the bound allows for each element.
+struct Result {
+  std::vector<double> got, lo, hi;
+};
+
+// Runs one case through gemm() and checks every element; returns C for cross-backend checks.
+Result run_and_check(const Case& cs, uint32_t seed) {
+  SCOPED_TRACE(cs.name());
+  std::mt19937 rng(seed);
+  const int64_t m = cs.s.m, n = cs.s.n, k = cs.s.k;
+  Matrix A(cs.a, cs.ta == 'N' ? m : k, cs.ta == 'N' ? k : m, rng);
+  Matrix B(cs.b, cs.tb == 'N' ? k : n, cs.tb == 'N' ? n : k, rng);
+  Matrix C(cs.c, m, n, rng);
+  const std::vector<double> c0 = C.ref;
+  gemm(cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
+  Result r;
+  r.got.resize(m * n);
+  r.lo.resize(m * n);
+  r.hi.resize(m * n);
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, abs_sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double a = cs.ta == 'N' ? A.ref[i * k + p] : A.ref[p * m + i];
+        const double b = cs.tb == 'N' ? B.ref[p * n + j] : B.ref[j * k + p];
+        sum += a * b;
+        abs_sum += std::fabs(a * b);
+      }
+      const double beta_c = cs.beta == 0.0f ? 0.0 : cs.beta * c0[i * n + j];
+      const double ref = cs.alpha * sum + beta_c;
+      const double tol =
+          (k + 2) * std::ldexp(1.0, -24) * (std::fabs(cs.alpha) * abs_sum + std::fabs(beta_c));
+      const double v = C.at(i * n + j);
+      double lo = ref - tol, hi = ref + tol;
+      if (cs.c == DType::bfloat16) {
+        lo = bf16(float_toward(lo, false)).to_float();
+        hi = bf16(float_toward(hi, true)).to_float();
+      }
+      const bool ok = lo <= v && v <= hi;
+      r.got[i * n + j] = v;
+      r.lo[i * n + j] = lo;
+      r.hi[i * n + j] = hi;
+      if (!ok && ++bad <= 3) {
+        ADD_FAILURE() << "C[" << i << "," << j << "] = " << v << ", reference " << ref
+                      << ", tolerance " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  return r;
+}
+
+std::vector<Case> all_cases(DType a, DType b, DType c) {
+  std::vector<Case> cases;
+  for (char ta : {'N', 'T'}) {
+    for (char tb : {'N', 'T'}) {
+      for (float alpha : {1.0f, 0.125f}) {
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          for (const Shape& s : kShapes) cases.push_back(Case{ta, tb, a, b, c, alpha, beta, s});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+bool native_bf16() {
+  return gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32) !=
+         GemmBackend::converted;
+}
+
+// Every test: products on one thread (the plan's per-product rule, as kktrain sets it), and the
+// native bf16 backends allowed unless the environment says reference (GemmEnv checks that).
+class Gemm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_blas_thread_limit(1, true);
+    set_gemm_reference(env_reference());
+  }
+  void TearDown() override { set_gemm_reference(env_reference()); }
+  static bool env_reference() {
+    const char* e = std::getenv("KKTRAIN_GEMM");
+    return e != nullptr && std::strcmp(e, "reference") == 0;
+  }
+};
+
+struct DtypeCase {
+  DType a, b, c;
+};
+class GemmDtypes : public Gemm, public ::testing::WithParamInterface<DtypeCase> {};
+
+TEST_P(GemmDtypes, MatchesDoubleReferenceForEveryTransposeAlphaBetaAndShape) {
+  const DtypeCase d = GetParam();
+  uint32_t seed = 1;
+  for (const Case& cs : all_cases(d.a, d.b, d.c)) run_and_check(cs, seed++);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Operands, GemmDtypes,
+    ::testing::Values(DtypeCase{DType::float32, DType::float32, DType::float32},
+                      DtypeCase{DType::float32, DType::float32, DType::bfloat16},
+                      DtypeCase{DType::bfloat16, DType::bfloat16, DType::float32},
+                      DtypeCase{DType::bfloat16, DType::bfloat16, DType::bfloat16},
+                      DtypeCase{DType::bfloat16, DType::float32, DType::float32},
+                      DtypeCase{DType::bfloat16, DType::float32, DType::bfloat16},
+                      DtypeCase{DType::float32, DType::bfloat16, DType::float32}),
+    [](const ::testing::TestParamInfo<DtypeCase>& info) {
+      const auto n = [](DType t) { return t == DType::float32 ? "f32" : "bf16"; };
+      return std::string(n(info.param.a)) + "_" + n(info.param.b) + "_to_" + n(info.param.c);
+    });
+
+TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {
+  if (!native_bf16()) GTEST_SKIP() << "no native bf16 backend here";
+  for (DType c : {DType::float32, DType::bfloat16}) {
+    uint32_t seed = 100;
+    for (const Case& cs : all_cases(DType::bfloat16, DType::bfloat16, c)) {
+      set_gemm_reference(false);
+      const Result native = run_and_check(cs, seed);
+      set_gemm_reference(true);
+      const Result converted = run_and_check(cs, seed++);
+      // Each lies within the bound of the reference, so they differ by at most the width of the
+      // allowed interval (2 tol for an fp32 C; for a bf16 C, the bf16 values the bound spans).
+      // Bitwise equality is not expected: the two sum the k products in different orders.
+      int bad = 0;
+      for (std::size_t i = 0; i < native.got.size(); ++i) {
+        const double diff = std::fabs(native.got[i] - converted.got[i]);
+        if (diff > native.hi[i] - native.lo[i] && ++bad <= 3) {
+          ADD_FAILURE() << cs.name() << ": element " << i << " native " << native.got[i]
+                        << " converted " << converted.got[i];
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Gemm, BackendChoice) {
+  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32),
+            GemmBackend::kokkos_kernels);
+  EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::float32, DType::float32),
+            GemmBackend::converted);
+  EXPECT_EQ(gemm_backend_for(DType::float32, DType::bfloat16, DType::bfloat16),
+            GemmBackend::converted);
+  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::bfloat16),
+            GemmBackend::converted);
+  set_gemm_reference(true);
+  EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32),
+            GemmBackend::converted);
+  set_gemm_reference(false);
+  std::printf("gemm backends: %s\n", gemm_backends_summary().c_str());
+#if defined(KKTRAIN_HAVE_ONEDNN)
+  if (!onednn::available()) {
+    GTEST_SKIP() << "oneDNN built, but this CPU (" << onednn::isa_name() << ") has no native bf16";
+  }
+  for (DType c : {DType::float32, DType::bfloat16}) {
+    EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, c), GemmBackend::onednn);
+  }
+  EXPECT_NE(gemm_backends_summary().find("bf16: onednn (avx512_core"), std::string::npos);
+  // The model's layouts (NT forward, NN backward-input, TN backward-weight) and TT all run JIT
+  // code, not oneDNN's reference implementation.
+  for (char ta : {'N', 'T'}) {
+    for (char tb : {'N', 'T'}) {
+      const std::string impl =
+          onednn::implementation(ta, tb, 1.0f, DType::bfloat16, 1.0f, 64, 48, 80);
+      std::printf("oneDNN %c%c: %s\n", ta, tb, impl.c_str());
+      EXPECT_NE(impl.compare(0, 3, "ref"), 0) << ta << tb << ": " << impl;
+    }
+  }
+#else
+  EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32),
+            GemmBackend::converted);
+#endif
+}
+
+TEST_F(Gemm, CountersFollowTheBackendThatRan) {
+  std::mt19937 rng(5);
+  Matrix A32(DType::float32, 8, 4, rng), B32(DType::float32, 4, 6, rng);
+  Matrix A16(DType::bfloat16, 8, 4, rng), B16(DType::bfloat16, 4, 6, rng);
+  Matrix C(DType::float32, 8, 6, rng);
+  const auto calls = [](GemmBackend b) { return gemm_counters().calls[static_cast<int>(b)]; };
+  const auto flops = [](GemmBackend b) { return gemm_counters().flops[static_cast<int>(b)]; };
+
+  const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
+  const int64_t kk = calls(GemmBackend::kokkos_kernels), conv = calls(GemmBackend::converted);
+  const int64_t nat = calls(bf);
+  const double nat_flops = flops(bf);
+  gemm('N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
+  EXPECT_EQ(calls(GemmBackend::kokkos_kernels), kk + 1);
+  gemm('N', 'N', 1.0f, A16.in(), B32.in(), 0.0f, C.out());
+  EXPECT_EQ(calls(GemmBackend::converted), conv + 1);
+  gemm('N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
+  EXPECT_EQ(calls(bf), nat + (bf == GemmBackend::converted ? 2 : 1));
+  EXPECT_EQ(flops(bf) - nat_flops, (bf == GemmBackend::converted ? 2 : 1) * 2.0 * 8 * 6 * 4);
+  set_gemm_reference(true);
+  gemm('N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
+  EXPECT_EQ(calls(GemmBackend::converted), conv + (bf == GemmBackend::converted ? 3 : 2));
+}
+
+// Zero-sized products and beta-only updates, on every backend: k == 0 gives C = beta * C (zeros
+// for beta 0), m or n == 0 touches nothing, and beta == 0 never reads C (a NaN there is gone).
+TEST_F(Gemm, EdgeCases) {
+  for (DType ab : {DType::float32, DType::bfloat16}) {
+    for (DType c : {DType::float32, DType::bfloat16}) {
+      SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + dtype_name(c));
+      std::mt19937 rng(9);
+      Matrix A(ab, 3, 0, rng), B(ab, 0, 4, rng), C(c, 3, 4, rng);
+      const std::vector<double> c0 = C.ref;
+      gemm('N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
+      for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.5 * c0[i]);
+      gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+      for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.0);
+
+      Matrix A0(ab, 0, 5, rng), B0(ab, 5, 4, rng), C0(c, 0, 4, rng);
+      gemm('N', 'N', 1.0f, A0.in(), B0.in(), 1.0f, C0.out());  // nothing to do, must not fail
+
+      Matrix A1(ab, 2, 3, rng), B1(ab, 3, 2, rng), C1(c, 2, 2, rng);
+      C1.ref.assign(4, NAN);
+      C1.store();
+      gemm('N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
+      for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(C1.at(i))) << i;
+    }
+  }
+}
+
+TEST_F(Gemm, ShapeMismatchIsAnInternalError) {
+  std::vector<float> a(6), b(6), c(4);
+  EXPECT_THROW(
+      gemm('N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 2, 3), 0.0f, gout(c.data(), 2, 2)),
+      InternalError);
+  EXPECT_THROW(
+      gemm('X', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2)),
+      InternalError);
+}
+
+#if defined(KKTRAIN_HAVE_ONEDNN)
+// The model runs the same products every step: each gets its primitive once.
+TEST_F(Gemm, OnednnReusesPrimitivesAndFollowsTheThreadPlan) {
+  if (!onednn::available()) GTEST_SKIP() << "no native bf16 on " << onednn::isa_name();
+  std::mt19937 rng(3);
+  Matrix A(DType::bfloat16, 40, 24, rng), B(DType::bfloat16, 24, 56, rng);
+  Matrix C(DType::bfloat16, 40, 56, rng);
+  gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  const int64_t cached = onednn::cached_primitives();
+  for (int i = 0; i < 5; ++i) gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  EXPECT_EQ(onednn::cached_primitives(), cached);
+  gemm('N', 'N', 1.0f, A.in(), B.in(), 1.0f, C.out());  // beta is part of the primitive
+  EXPECT_EQ(onednn::cached_primitives(), cached + 1);
+  // The plan's limit (1 here) is OpenMP's count when oneDNN runs.
+  const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  if (get != nullptr) {
+    EXPECT_EQ(get(), 1);
+  }
+}
+#endif
+
+// Run by ctest twice: as is, and with KKTRAIN_GEMM=reference in the environment (gemm.env_reference
+// in tests/CMakeLists.txt), where every bf16 product must take the converted path.
+TEST(GemmEnv, ReferenceEnvironmentForcesConverted) {
+  const char* e = std::getenv("KKTRAIN_GEMM");
+  const bool reference = e != nullptr && std::strcmp(e, "reference") == 0;
+  const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16);
+  if (reference) {
+    EXPECT_EQ(bf, GemmBackend::converted);
+    EXPECT_NE(gemm_backends_summary().find("KKTRAIN_GEMM=reference"), std::string::npos);
+    std::vector<bf16> a(6, bf16(1.0f)), b(6, bf16(2.0f)), c(4);
+    const int64_t before = gemm_counters().calls[static_cast<int>(GemmBackend::converted)];
+    gemm('N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2));
+    EXPECT_EQ(gemm_counters().calls[static_cast<int>(GemmBackend::converted)], before + 1);
+    EXPECT_EQ(c[0].to_float(), 6.0f);
+  } else {
+    EXPECT_EQ(gemm_backends_summary().find("KKTRAIN_GEMM=reference"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace kktrain
