@@ -600,7 +600,7 @@ def case_fail_config():
 
 # ---- 7. memory ----------------------------------------------------------------------------------
 
-MEM_SHAPE = ["model.hidden_size=512", "model.num_layers=8", "model.num_heads=4",
+MEM_SHAPE = ["model.hidden_size=512", "model.num_layers=12", "model.num_heads=4",
              "model.num_kv_heads=2", "model.intermediate_size=1376", "data.seq_len=16",
              "data.micro_batch_size=1", "data.global_batch_size=2", "train.log_every=1",
              "train.val_every=0"]
@@ -608,7 +608,7 @@ MEM_RATIO = 0.65
 
 
 def case_memory_per_rank():
-    """A parameter-heavy shape (~23M parameters, fp32 storage AdamW: 16 bytes a parameter in
+    """A parameter-heavy shape (~34M parameters, fp32 storage AdamW: 16 bytes a parameter in
     parameters, gradients and moments) for 3 steps: the largest rank's peak RSS at 2 ranks is at
     most 0.65x the one-rank peak (the state halves; gathered unit buffers, activations and the
     runtime do not)."""
