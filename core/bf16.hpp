@@ -32,15 +32,21 @@ KOKKOS_INLINE_FUNCTION float bits_float(uint32_t u) {
   return f;
 }
 
-// Round an fp32 bit pattern to the nearest bf16 bit pattern (ties to even). Branch-free (a
-// select), so loops over it vectorize.
-KOKKOS_INLINE_FUNCTION uint16_t bf16_bits_from_float(float f) {
+// Round an fp32 value to the nearest bf16 (ties to even), as an fp32 bit pattern: the bf16 bits in
+// the high half, the low half zero. Branch-free (a select) and all in 32-bit lanes, so loops over
+// it vectorize without narrowing; bits_float of the result is the rounded value.
+KOKKOS_INLINE_FUNCTION uint32_t bf16_round_bits32(float f) {
   const uint32_t u = float_bits(f);
   // Adding 0x7fff plus the lowest kept bit rounds to nearest with ties to even; a carry out of the
   // mantissa bumps the exponent, and a carry into the all-ones exponent gives inf, as IEEE says.
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x0040u;  // NaN: keep sign and payload top, make quiet
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  const uint32_t quiet_nan = u | 0x00400000u;  // NaN: keep sign and payload top, make quiet
+  return ((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded) & 0xffff0000u;
+}
+
+// Round an fp32 bit pattern to the nearest bf16 bit pattern (ties to even).
+KOKKOS_INLINE_FUNCTION uint16_t bf16_bits_from_float(float f) {
+  return static_cast<uint16_t>(bf16_round_bits32(f) >> 16);
 }
 
 struct bf16 {
@@ -63,7 +69,7 @@ static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
 
 // Round a float to the nearest bf16 value, returned as float (an fp32 holding a bf16 value).
 KOKKOS_INLINE_FUNCTION float round_to_bf16(float f) {
-  return bf16(f).to_float();
+  return bits_float(bf16_round_bits32(f));
 }
 
 // Uniform conversions used by dtype-generic kernels: to_f32(x) and from_f32<T>(f).
@@ -99,9 +105,9 @@ KOKKOS_INLINE_FUNCTION float store_rounded(float* p, int64_t i, float x) {
   return x;
 }
 KOKKOS_INLINE_FUNCTION float store_rounded(bf16* p, int64_t i, float x) {
-  const uint16_t b = bf16_bits_from_float(x);
-  reinterpret_cast<uint16_t*>(p)[i] = b;
-  return bits_float(static_cast<uint32_t>(b) << 16);
+  const uint32_t r = bf16_round_bits32(x);
+  reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(r >> 16);
+  return bits_float(r);
 }
 KOKKOS_INLINE_FUNCTION void store_bits(bf16* p, int64_t i, bf16 v) {
   reinterpret_cast<uint16_t*>(p)[i] = v.bits;
@@ -132,6 +138,56 @@ KOKKOS_INLINE_FUNCTION float rebuild_remainder(bf16 param, int16_t remainder) {
   if (remainder < 0) high = static_cast<uint16_t>(high - 1u);
   const uint32_t u = (static_cast<uint32_t>(high) << 16) | static_cast<uint16_t>(remainder);
   return bits_float(u);
+}
+
+// ---- two adjacent 16-bit values as one 32-bit word ----------------------------------------------
+// Kernels over bf16 (and int16) arrays handle elements 2j and 2j+1 together through the 32-bit
+// word j: widening is a shift or a mask and narrowing a shift and an or, all in 32-bit lanes, so
+// the loops vectorize without the 16 <-> 32-bit repacking that element-wise code needs. Words
+// must be 4-byte aligned; element 2j is the low half (little-endian, as on every Kokkos backend).
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "bf16 word access assumes a little-endian target"
+#endif
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((may_alias)) word32;  // may alias the bf16/int16 arrays it reads
+#else
+typedef uint32_t word32;
+#endif
+
+KOKKOS_INLINE_FUNCTION uint32_t load_word(const void* p, int64_t j) {
+  return static_cast<const word32*>(p)[j];
+}
+KOKKOS_INLINE_FUNCTION void store_word(void* p, int64_t j, uint32_t w) {
+  static_cast<word32*>(p)[j] = w;
+}
+// The two bf16 of a word, widened (exact).
+KOKKOS_INLINE_FUNCTION float bf16_lo(uint32_t w) {
+  return bits_float(w << 16);
+}
+KOKKOS_INLINE_FUNCTION float bf16_hi(uint32_t w) {
+  return bits_float(w & 0xffff0000u);
+}
+// The word of two bf16 given as fp32 bit patterns with zero low halves (bf16_round_bits32).
+KOKKOS_INLINE_FUNCTION uint32_t bf16_word(uint32_t lo32, uint32_t hi32) {
+  return (lo32 >> 16) | hi32;
+}
+
+// Remainder pairs word by word: rebuild_remainder of the low / high elements of a bf16 word and
+// an int16 word; split_remainder_high32 is split_remainder's bf16 as an fp32 bit pattern (the
+// carry of low >= 0x8000 into the high half, wrapping as the uint16 does); the remainder is the
+// master's low half.
+KOKKOS_INLINE_FUNCTION float rebuild_remainder_lo(uint32_t param_word, uint32_t rem_word) {
+  return bits_float(((param_word << 16) - ((rem_word & 0x8000u) << 1)) | (rem_word & 0xffffu));
+}
+KOKKOS_INLINE_FUNCTION float rebuild_remainder_hi(uint32_t param_word, uint32_t rem_word) {
+  return bits_float(((param_word & 0xffff0000u) - ((rem_word >> 15) & 0x10000u)) |
+                    (rem_word >> 16));
+}
+KOKKOS_INLINE_FUNCTION uint32_t split_remainder_high32(float master) {
+  return (float_bits(master) + 0x8000u) & 0xffff0000u;
+}
+KOKKOS_INLINE_FUNCTION uint32_t remainder_word(float master_lo, float master_hi) {
+  return (float_bits(master_lo) & 0xffffu) | (float_bits(master_hi) << 16);
 }
 
 }  // namespace kktrain

@@ -83,7 +83,7 @@ uint16_t reference_rne(uint32_t u, const double* table) {
 // Checks float -> bf16 for every bit pattern in [begin, end) (end exclusive, 64-bit).
 void check_conversion_range(uint64_t begin, uint64_t end) {
   const double* table = magnitude_table().data();
-  uint64_t mismatches = 0, ctor_mismatches = 0;
+  uint64_t mismatches = 0, ctor_mismatches = 0, word_mismatches = 0;
   for (uint64_t i = begin; i < end; ++i) {
     const uint32_t u = static_cast<uint32_t>(i);
     const float f = float_of(u);
@@ -93,9 +93,17 @@ void check_conversion_range(uint64_t begin, uint64_t end) {
       ADD_FAILURE() << std::hex << "float bits 0x" << u << ": got 0x" << got << ", want 0x" << want;
     }
     if (bf16(f).bits != got) ++ctor_mismatches;
+    // The 32-bit forms the word-by-word kernels use: the rounded value as an fp32 pattern, and
+    // u read as a word of two bf16 (element 2j in the low half), widened and packed back.
+    if (bf16_round_bits32(f) != static_cast<uint32_t>(want) << 16) ++word_mismatches;
+    if (bits_of(round_to_bf16(f)) != static_cast<uint32_t>(want) << 16) ++word_mismatches;
+    const uint32_t lo32 = bits_of(bf16_lo(u)), hi32 = bits_of(bf16_hi(u));
+    if (lo32 != u << 16 || hi32 != (u & 0xffff0000u) || bf16_word(lo32, hi32) != u)
+      ++word_mismatches;
   }
   EXPECT_EQ(mismatches, 0u);
   EXPECT_EQ(ctor_mismatches, 0u) << "bf16(float) disagrees with bf16_bits_from_float";
+  EXPECT_EQ(word_mismatches, 0u) << "32-bit / word forms disagree with the reference";
 }
 
 TEST(Bf16Conversion, ExhaustiveQuarter0) {
@@ -239,7 +247,7 @@ uint32_t reference_rebuild(uint16_t high, int16_t remainder) {
 // is bit-exact, and the bf16 half equals round-to-nearest-even except at exact ties (low half
 // 0x8000), where it is one bf16 ulp further from zero. NaN masters are only round-tripped.
 void check_split_range(uint64_t begin, uint64_t end) {
-  uint64_t bad_split = 0, bad_trip = 0, bad_rne = 0, ties_away = 0;
+  uint64_t bad_split = 0, bad_trip = 0, bad_word = 0, bad_rne = 0, ties_away = 0;
   for (uint64_t i = begin; i < end; ++i) {
     const uint32_t u = static_cast<uint32_t>(i);
     const Bf16Remainder s = split_remainder(float_of(u));
@@ -250,6 +258,17 @@ void check_split_range(uint64_t begin, uint64_t end) {
     }
     if (bits_of(rebuild_remainder(s.high, s.remainder)) != u && ++bad_trip <= 5) {
       ADD_FAILURE() << std::hex << "round trip of 0x" << u << " failed";
+    }
+    // Word forms: the split as 32-bit patterns, and the rebuild from both halves of a word.
+    const uint32_t high32 = static_cast<uint32_t>(s.high.bits) << 16;
+    const uint32_t rem16 = static_cast<uint16_t>(s.remainder);
+    const uint32_t pw = high32 | s.high.bits, rw = rem16 << 16 | rem16;
+    if ((split_remainder_high32(float_of(u)) != high32 ||
+         remainder_word(float_of(u), float_of(u)) != rw ||
+         bits_of(rebuild_remainder_lo(pw, rw)) != u ||
+         bits_of(rebuild_remainder_hi(pw, rw)) != u) &&
+        ++bad_word <= 5) {
+      ADD_FAILURE() << std::hex << "word forms of the split of 0x" << u << " disagree";
     }
     if (is_nan_bits(u)) continue;
     const uint16_t rne = bf16_bits_from_float(float_of(u));
@@ -263,6 +282,7 @@ void check_split_range(uint64_t begin, uint64_t end) {
   }
   EXPECT_EQ(bad_split, 0u);
   EXPECT_EQ(bad_trip, 0u);
+  EXPECT_EQ(bad_word, 0u);
   EXPECT_EQ(bad_rne, 0u);
   // Non-NaN ties in the range: one per high half that is not a NaN pattern.
   uint64_t want_ties = 0;

@@ -14,6 +14,7 @@
 #include "optim/grad_norm.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "optim/update_kernels.hpp"
 
 namespace kktrain {
 namespace {
@@ -90,6 +91,117 @@ TEST(Optimizer, RemainderMasterIsBitwiseTheFp32Master) {
   }
   // The fp32 parameter has no master in either (it is its own master).
   EXPECT_EQ(o_rem->state_info(2).master, MasterKind::none);
+}
+
+// ---- update kernels: word-by-word and element-by-element paths agree bitwise --------------------
+// The all-16-bit kernels (bf16 parameter and moments, int16 remainders) run two elements per
+// 32-bit word when the arrays are 4-byte aligned alike (from element 0, or from element 1 when all
+// are 2 bytes past), element by element otherwise. Run each on the same inputs with all arrays
+// aligned, all misaligned, and mixed (element path), over random bit patterns (NaN, inf,
+// subnormals included) and ordinary values, n odd; every output bit must agree.
+template <class T>
+DView<T> upload(const std::vector<T>& h, int64_t off) {
+  DView<T> d("buf", h.size() + 2);
+  auto m = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.size(); ++i) m(off + static_cast<int64_t>(i)) = h[i];
+  Kokkos::deep_copy(d, m);
+  return d;
+}
+template <class T>
+std::vector<T> download(const DView<T>& d, int64_t off, std::size_t n) {
+  auto m = Kokkos::create_mirror_view(d);
+  Kokkos::deep_copy(m, d);
+  std::vector<T> h(n);
+  for (std::size_t i = 0; i < n; ++i) h[i] = m(off + static_cast<int64_t>(i));
+  return h;
+}
+
+struct KernelInputs {
+  std::vector<bf16> p, g, m, v;
+  std::vector<int16_t> r;
+};
+
+KernelInputs kernel_inputs(std::size_t n) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  KernelInputs in;
+  auto val = [&](float scale, std::size_t i) {
+    // Every fourth element a random bit pattern (NaN, inf, subnormal, huge, negative moments).
+    return i % 4 == 3 ? bf16::from_bits(static_cast<uint16_t>(rng())) : bf16(scale * dist(rng));
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    in.p.push_back(val(1.0f, i));
+    in.g.push_back(val(1e-2f, i));
+    in.m.push_back(val(1e-3f, i));
+    in.v.push_back(bf16(std::fabs(val(1e-5f, i).to_float())));
+    in.r.push_back(static_cast<int16_t>(rng()));
+  }
+  return in;
+}
+
+// Runs `kernel` with the parameter (and remainder) at element offset op and the gradient and
+// moments at om; returns every output's bits.
+template <class Kernel>
+std::vector<uint32_t> run_at(const KernelInputs& in, int64_t op, int64_t om, Kernel kernel) {
+  const std::size_t n = in.p.size();
+  auto p = upload(in.p, op), g = upload(in.g, om), m = upload(in.m, om), v = upload(in.v, om);
+  auto r = upload(in.r, op);
+  kernel(p.data() + op, g.data() + om, m.data() + om, v.data() + om, r.data() + op,
+         static_cast<int64_t>(n));
+  Kokkos::fence();
+  std::vector<uint32_t> out;
+  for (const auto& x : download(p, op, n)) out.push_back(x.bits);
+  for (const auto& x : download(m, om, n)) out.push_back(x.bits);
+  for (const auto& x : download(v, om, n)) out.push_back(x.bits);
+  for (const auto& x : download(r, op, n)) out.push_back(static_cast<uint16_t>(x));
+  return out;
+}
+
+template <class Kernel>
+void expect_paths_agree(const char* what, Kernel kernel) {
+  const KernelInputs in = kernel_inputs(1001);
+  const auto aligned = run_at(in, 0, 0, kernel);  // words from element 0
+  const auto odd = run_at(in, 1, 1, kernel);      // words from element 1
+  const auto mixed = run_at(in, 1, 0, kernel);    // element by element
+  EXPECT_TRUE(aligned == mixed) << what << ": word path (aligned) differs from element path";
+  EXPECT_TRUE(odd == mixed) << what << ": word path (from element 1) differs from element path";
+  std::vector<uint32_t> before;
+  for (const auto* a : {&in.p, &in.m, &in.v})
+    for (const auto& x : *a) before.push_back(x.bits);
+  for (const auto& x : in.r) before.push_back(static_cast<uint16_t>(x));
+  EXPECT_TRUE(aligned != before) << what << ": nothing was updated";
+}
+
+TEST(UpdateKernels, WordByWordMatchesElementByElementBitwise) {
+  for (bool sr : {false, true}) {
+    for (bool decoupled : {true, false}) {
+      TorchAdamHyper h{0.9f,   0.999f,  0.1f,  0.001f,    1e-8f, 0.3f,
+                       -1e-3f, 0.9999f, 0.01f, decoupled, 0.5f};
+      RoundingMode rm;
+      rm.stochastic = sr;
+      rm.seed = 7;
+      rm.step = 3;
+      rm.index_offset = 12345;
+      expect_paths_agree("torch adam",
+                         [&](bf16* p, const bf16* g, bf16* m, bf16* v, int16_t*, int64_t n) {
+                           torch_adam_update<bf16>(p, g, m, v, n, h, rm);
+                         });
+    }
+  }
+  for (bool adam_w : {true, false}) {
+    FusedAdamHyper h{0.9f, 0.999f, 0.19f, 0.002f, 1e-8f, 1e-3f, 0.01f, adam_w, 0.5f};
+    for (int mode = 0; mode < 3; ++mode) {  // remainder, plain, plain with stochastic rounding
+      RoundingMode rm;
+      rm.stochastic = mode == 2;
+      rm.seed = 9;
+      rm.step = 2;
+      rm.index_offset = 777;
+      expect_paths_agree("fused adam", [&](bf16* p, const bf16* g, bf16* m, bf16* v, int16_t* r,
+                                           int64_t n) {
+        fused_adam_update<bf16, bf16, bf16>(p, g, m, v, nullptr, mode == 0 ? r : nullptr, n, h, rm);
+      });
+    }
+  }
 }
 
 TEST(Optimizer, AllocatedStateMatchesThePlanAndFrozenHaveNone) {
