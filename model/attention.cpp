@@ -79,13 +79,16 @@ void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scra
         gemm('N', 'T', 1.0f, gin(go, T, D), gin(v + bkv * T * D, T, D), 0.0f,
              gout(dp_scratch, T, T));
         if (rc) round_copy(dp_scratch, dp_scratch, T * T, true);
-        // dp -> dscores through the fp32 softmax (uses the unrounded probabilities)
+        // dp -> dscores through the fp32 softmax (uses the unrounded probabilities), then
+        // rounded to the compute dtype as the gradient of the scores product's output (autocast's
+        // bf16 matmul output) before the dQ/dK products; pc is free again (p was used for dV).
         causal_softmax_backward(dp_scratch, att + bh * T * T, 1, T);
+        const TC* ds = compute_probs(dp_scratch, pc_scratch, T * T, rc);
         // dq_bh (T, D) = scale * ds (T, T) @ k_bkv (T, D)
-        gemm('N', 'N', d.scale, gin(dp_scratch, T, T), gin(k + bkv * T * D, T, D), 0.0f,
+        gemm('N', 'N', d.scale, gin(ds, T, T), gin(k + bkv * T * D, T, D), 0.0f,
              gout(dq + bh * T * D, T, D));
         // dk_bkv (T, D) += scale * ds^T (T, T) @ q_bh (T, D)
-        gemm('T', 'N', d.scale, gin(dp_scratch, T, T), gin(q + bh * T * D, T, D), beta,
+        gemm('T', 'N', d.scale, gin(ds, T, T), gin(q + bh * T * D, T, D), beta,
              gout(dk + bkv * T * D, T, D));
       }
     }

@@ -27,7 +27,9 @@ void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const T
                        const AttentionDims& d, bool rc);
 
 // From dout (B, H, T, D) (already in the compute dtype): dq (B, H, T, D), dk, dv (B, KV, T, D),
-// fp32 sums rounded to the compute dtype at the end. Scratch: att (B, H, T, T) (the recomputed
+// fp32 sums rounded to the compute dtype at the end. The gradient of the probabilities (dP) and of
+// the scores (dS, after the fp32 softmax backward) are rounded to the compute dtype, as the
+// gradients of compute-dtype matmul outputs are under autocast. Scratch: att (B, H, T, T) (the recomputed
 // probabilities), pc (T, T), dp (T, T).
 template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,

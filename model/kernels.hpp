@@ -20,8 +20,38 @@
 
 namespace kktrain {
 
+// rnd(x, to_bf16): x rounded to bf16 when to_bf16. A bit-mask select rather than a branch: GCC
+// does not vectorize a select on a loop-invariant bool, and these sit in every inner loop.
 KOKKOS_INLINE_FUNCTION float rnd(float x, bool to_bf16) {
-  return to_bf16 ? round_to_bf16(x) : x;
+  const uint32_t m = 0u - static_cast<uint32_t>(to_bf16);
+  return bits_float((bf16_round_bits32(x) & m) | (float_bits(x) & ~m));
+}
+
+// exp(x) in fp32 without a library call, so loops over it vectorize (and every backend computes
+// the same values): x = n ln2 + r with |r| <= ln2/2 (ln2 split in two parts, so r is exact
+// enough), exp(r) by a degree-7 minimax polynomial (within about 1 ulp of the true value), times
+// 2^n built in the exponent bits. x is clamped to [-87.33, 88.37]: the result never overflows or
+// goes subnormal (exp(-inf) gives 1.2e-38 rather than 0, which every caller adds to 1 or to a
+// sum that contains exp(0) = 1). NaN in, NaN out.
+KOKKOS_INLINE_FUNCTION float exp_fast(float x) {
+  const float lo = -87.33f, hi = 88.37f;
+  const float xc = x < lo ? lo : (x > hi ? hi : x);
+  const float magic = 12582912.0f;                  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = xc * 1.44269504088896341f + magic;  // n + magic
+  const float n = t - magic;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // 2^n: n sits in the low mantissa bits of t (two's complement), so no float-to-int conversion.
+  const uint32_t k = float_bits(t) - float_bits(magic);
+  const float scale = bits_float((k + 127u) << 23);
+  const float y = p * scale;
+  return x != x ? x : y;
 }
 
 // ---- parameters ------------------------------------------------------------------------------

@@ -8,14 +8,14 @@ template <class T>
 void cast_to_float(float* out, const T* in, int64_t n, bool round) {
   Kokkos::parallel_for(
       "cast_to_float", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(to_f32(in[i]), round); });
+      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(load_f32(in, i), round); });
 }
 
 template <class T>
 void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw) {
   Kokkos::parallel_for(
       "accumulate_grad", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
-        store_as(grad, i, to_f32(grad[i]) + rnd(dw[i], round_dw));
+        store_as(grad, i, load_f32(grad, i) + rnd(dw[i], round_dw));
       });
 }
 
@@ -65,7 +65,7 @@ void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N,
   Kokkos::parallel_for(
       "embedding_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
         const TW* row = wte + static_cast<int64_t>(ids[n]) * C;
-        for (int64_t c = 0; c < C; ++c) out[n * C + c] = rnd(to_f32(row[c]), rs);
+        for (int64_t c = 0; c < C; ++c) out[n * C + c] = rnd(load_f32(row, c), rs);
       });
 }
 
@@ -86,14 +86,14 @@ template <class TO, class TI>
 void round_copy(TO* out, const TI* in, int64_t n, bool round) {
   Kokkos::parallel_for(
       "round_copy", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, rnd(to_f32(in[i]), round)); });
+      KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, rnd(load_f32(in, i), round)); });
 }
 
 template <class TB>
 void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round) {
   Kokkos::parallel_for(
       "add_forward", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(a[i] + to_f32(b[i]), round); });
+      KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(a[i] + load_f32(b, i), round); });
 }
 
 template <class TC>
@@ -124,8 +124,8 @@ void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N
       "add_scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
         TC* row = y + n * ld + col;
         for (int64_t j = 0; j < out; ++j) {
-          const float d = rnd(to_f32(delta[n * out + j]) * scale, rc);
-          store_as(row, j, rnd(to_f32(row[j]) + d, rc));
+          const float d = rnd(load_f32(delta, n * out + j) * scale, rc);
+          store_as(row, j, rnd(load_f32(row, j) + d, rc));
         }
       });
 }
@@ -136,13 +136,13 @@ void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int
   Kokkos::parallel_for(
       "scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
         for (int64_t j = 0; j < w; ++j) {
-          store_as(out, n * w + j, rnd(to_f32(in[n * ld + col + j]) * scale, rc));
+          store_as(out, n * w + j, rnd(load_f32(in, n * ld + col + j) * scale, rc));
         }
       });
 }
 
 KOKKOS_INLINE_FUNCTION float sigmoid_f(float x) {
-  return 1.0f / (1.0f + math::exp(-x));
+  return 1.0f / (1.0f + exp_fast(-x));
 }
 
 template <class TC>
@@ -152,9 +152,9 @@ void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc) {
         const TC* g = gu + n * 2 * F;
         const TC* u = g + F;
         for (int64_t f = 0; f < F; ++f) {
-          const float gf = to_f32(g[f]);
+          const float gf = load_f32(g, f);
           const float s = rnd(gf * sigmoid_f(gf), rc);  // silu output, a compute-dtype tensor
-          store_as(a, n * F + f, rnd(s * to_f32(u[f]), rc));
+          store_as(a, n * F + f, rnd(s * load_f32(u, f), rc));
         }
       });
 }
@@ -169,7 +169,7 @@ void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t 
         TC* dg = dgu + n * 2 * F;
         TC* du = dg + F;
         for (int64_t f = 0; f < F; ++f) {
-          const float gf = to_f32(g[f]), uf = to_f32(u[f]);
+          const float gf = load_f32(g, f), uf = load_f32(u, f);
           const float sg = sigmoid_f(gf);
           const float s = rnd(gf * sg, rc);
           const float ds = rnd(d[f] * uf, rc);  // gradient of the silu output

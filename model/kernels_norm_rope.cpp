@@ -103,7 +103,7 @@ void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const fl
         const float* s = sin + t * half;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         for (int64_t j = 0; j < half; ++j) {
-          const float x1 = to_f32(x[j]), x2 = to_f32(x[j + half]);
+          const float x1 = load_f32(x, j), x2 = load_f32(x, j + half);
           store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
           store_as(y, j + half, rnd(x2 * c[j] + x1 * s[j], rc));
         }
@@ -147,7 +147,7 @@ void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int
         const int64_t h = idx % H, t = (idx / H) % T, b = idx / (H * T);
         const TI* x = in + ((b * H + h) * T + t) * D;
         TO* y = out + idx * D;
-        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(to_f32(x[d]), round));
+        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(load_f32(x, d), round));
       });
 }
 
@@ -159,7 +159,7 @@ void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int
         const int64_t t = idx % T, h = (idx / T) % H, b = idx / (T * H);
         const TI* x = in + ((b * T + t) * H + h) * D;
         TO* y = out + idx * D;
-        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(to_f32(x[d]), round));
+        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(load_f32(x, d), round));
       });
 }
 

@@ -27,7 +27,7 @@ void causal_softmax_forward(float* att, int64_t R, int64_t T) {
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, t + 1),
             [&](const int64_t j, float& acc) {
-              const float e = math::exp(row[j] - mx);
+              const float e = exp_fast(row[j] - mx);
               row[j] = e;
               acc += e;
             },
@@ -73,20 +73,20 @@ void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* ta
         float mx = -FLT_MAX;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, V),
-            [&](const int64_t v, float& acc) { acc = math::max_f(acc, to_f32(row[v])); },
+            [&](const int64_t v, float& acc) { acc = math::max_f(acc, load_f32(row, v)); },
             Kokkos::Max<float>(mx));
         float sum = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, V),
-            [&](const int64_t v, float& acc) { acc += math::exp(to_f32(row[v]) - mx); }, sum);
+            [&](const int64_t v, float& acc) { acc += math::exp(load_f32(row, v) - mx); }, sum);
         const float lse = mx + math::log(sum);
-        const float target_logit = to_f32(row[target]);
+        const float target_logit = load_f32(row, target);
         m.team_barrier();  // everyone has read row[target] before it is overwritten
         Kokkos::single(Kokkos::PerTeam(m), [&]() { losses[n] = lse - target_logit; });
         if (!backward) return;
         const float inv = 1.0f / sum;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V), [&](const int64_t v) {
-          const float p = math::exp(to_f32(row[v]) - mx) * inv;
+          const float p = math::exp(load_f32(row, v) - mx) * inv;
           store_as(row, v, rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc));
         });
       });

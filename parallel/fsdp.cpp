@@ -29,7 +29,7 @@ template <class S, class W>
 void pack_shard(W* wire, const S* shard, int64_t local_numel, int64_t padded) {
   Kokkos::parallel_for(
       "fsdp_pack_shard", RangePolicy(0, padded), KOKKOS_LAMBDA(const int64_t e) {
-        store_as(wire, e, e < local_numel ? to_f32(shard[e]) : 0.0f);
+        store_as(wire, e, e < local_numel ? load_f32(shard, e) : 0.0f);
       });
 }
 
@@ -43,7 +43,7 @@ void unpack_full(O* out, const char* recv, std::size_t block_bytes, std::size_t 
         const int64_t row = e / row_len, col = e - row * row_len;
         const int64_t r = row / shard_rows, lr = row - r * shard_rows;
         const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + off);
-        store_as(out, e, to_f32(src[lr * row_len + col]));
+        store_as(out, e, load_f32(src, lr * row_len + col));
       });
 }
 
@@ -51,7 +51,7 @@ template <class S, class O>
 void cast_full(O* out, const S* in, int64_t n, bool round) {
   Kokkos::parallel_for(
       "fsdp_cast_full", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
-        const float x = to_f32(in[e]);
+        const float x = load_f32(in, e);
         store_as(out, e, round ? round_to_bf16(x) : x);
       });
 }
@@ -68,7 +68,7 @@ void accumulate_full(R* acc, const float* grad, int64_t n, bool round, bool firs
   Kokkos::parallel_for(
       "fsdp_accumulate", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
         const float g = compute_grad(grad[e], round);
-        store_as(acc, e, first ? g : to_f32(acc[e]) + g);
+        store_as(acc, e, first ? g : load_f32(acc, e) + g);
       });
 }
 
@@ -85,7 +85,7 @@ void pack_reduce(R* send, const float* grad, const R* acc, int64_t red_count, in
         float v = 0.0f;
         if (full / row_len < rows) {
           v = compute_grad(grad[full], round);
-          if (acc) v += to_f32(acc[full]);
+          if (acc) v += load_f32(acc, full);
         }
         store_as(send, r * red_count + off + i, v);
       });
@@ -96,7 +96,7 @@ template <class R, class G>
 void unpack_reduce(G* grad, const R* recv, int64_t local_numel, float world) {
   Kokkos::parallel_for(
       "fsdp_unpack_reduce", RangePolicy(0, local_numel),
-      KOKKOS_LAMBDA(const int64_t e) { store_as(grad, e, to_f32(recv[e]) / world); });
+      KOKKOS_LAMBDA(const int64_t e) { store_as(grad, e, load_f32(recv, e) / world); });
 }
 
 DType wire_dtype(bool round) {
