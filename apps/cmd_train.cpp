@@ -287,10 +287,10 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       continue;
     }
     state.nonfinite = 0;
-    device_peak = std::max(device_peak, device_used_bytes());
     const double lr = schedule.lr(step);
     opt->step(lr, clip_factor(grad_norm, cfg.train.grad_clip));
     state.optimizer_steps = opt->steps();
+    device_peak = std::max(device_peak, device_used_bytes());
     const double dt = now_s() - t0;
     const double tps = static_cast<double>(tokens_per_step) / dt;
     last_loss = loss;
@@ -307,7 +307,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
             .num("comm_ms", (c1.seconds - c0.seconds) * 1e3);
       }
       row.num("peak_rss_bytes", comm->allreduce_max_host(peak_rss_bytes()));
-      if (device_peak >= 0) {
+      if (device_memory_tracked()) {  // the same on every rank: a build property
         row.num("peak_device_bytes", comm->allreduce_max_host(static_cast<double>(device_peak)));
       } else {
         row.null("peak_device_bytes");  // host builds: no device memory apart from RSS
@@ -338,7 +338,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   }
   if (progress) std::fputc('\n', stderr);
   const double train_peak = comm->allreduce_max_host(peak_rss_bytes());
-  const double device_max = comm->allreduce_max_host(static_cast<double>(device_peak));
+  const double device_max =
+      device_memory_tracked() ? comm->allreduce_max_host(static_cast<double>(device_peak)) : -1.0;
   if (stop_signal != 0) {
     log::info("stopped by signal " + std::to_string(stop_signal) + " after step " +
               std::to_string(state.step) +

@@ -112,6 +112,14 @@ int64_t available_memory_bytes(std::string* source) {
 #endif
 }
 
+bool device_memory_tracked() {
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  return true;
+#else
+  return false;
+#endif
+}
+
 int64_t device_used_bytes() {
 #if defined(KOKKOS_ENABLE_CUDA)
   size_t free_b = 0, total_b = 0;

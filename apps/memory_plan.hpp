@@ -27,6 +27,8 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
 // names where it came from.
 int64_t available_memory_bytes(std::string* source);
 
+// A CUDA or HIP build: device_used_bytes() measures the device.
+bool device_memory_tracked();
 // The device's used bytes now (total - free) on CUDA/HIP builds; -1 on host builds.
 int64_t device_used_bytes();
 
