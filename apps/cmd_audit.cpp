@@ -6,6 +6,7 @@
 
 #include "apps/app_model.hpp"
 #include "apps/commands.hpp"
+#include "apps/memory_plan.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "optim/audit.hpp"
@@ -37,7 +38,8 @@ int run_audit(const ParsedArgs& args, AppContext& ctx) {
   const int world = world_size_option(args, ctx);
   const Config cfg = load_app_config(args, ctx, world);
   auto model = plan_model(cfg, 0, world);
-  const AuditReport r = precision_audit(cfg, model->params(), log::warnings());
+  AuditReport r = precision_audit(cfg, model->params(), log::warnings());
+  r.peak = predict_peak(cfg, *model, r);
   if (ctx.mpi->rank() == 0) {
     const std::string out = args.flags.count("--json") ? audit_json(r) : audit_table(r);
     std::fputs(out.c_str(), stdout);
@@ -60,6 +62,10 @@ Command audit_command() {
       "Under mpirun -np W, or with --world-size W: the layout of W ranks (frozen parameters\n"
       "lowered to the compute dtype, rows per rank of every parameter, and the resident bytes\n"
       "of the largest rank; --json: \"shard_rows\" per parameter, totals.per_rank).\n"
+      "The predicted training peak of the largest rank (docs/memory.md): parameters,\n"
+      "gradients, optimizer state, compute weights, activations (with and without\n"
+      "model.activation_checkpointing), workspaces and the process baseline; --json:\n"
+      "totals.bytes_peak_predicted and totals.peak_breakdown.\n"
       "--json prints {\"parameters\": [{\"name\", \"trainable\", \"shape\", \"storage_dtype\",\n"
       "\"grad_dtype\", \"exp_avg_dtype\", \"exp_avg_sq_dtype\", \"master\", \"bytes\", ...}],\n"
       "\"compute_dtype\", \"reduce_dtype\", \"output_dtype\", \"warnings\": [...]}; absent\n"

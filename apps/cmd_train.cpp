@@ -23,6 +23,7 @@
 #include "apps/app_model.hpp"
 #include "apps/checkpointing.hpp"
 #include "apps/commands.hpp"
+#include "apps/memory_plan.hpp"
 #include "apps/model_export.hpp"
 #include "apps/signals.hpp"
 #include "core/errors.hpp"
@@ -92,6 +93,28 @@ double peak_rss_bytes() {
   return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
+// The predicted peak of this rank, planned before anything is allocated; a run that cannot fit
+// stops here (exit 2) instead of allocating until the system fails it.
+PeakBreakdown check_memory(const Config& cfg, Communicator& comm) {
+  auto planned = plan_model(cfg, comm.rank(), comm.size());
+  const AuditReport audit = precision_audit(cfg, planned->params(), {});
+  const PeakBreakdown p = predict_peak(cfg, *planned, audit);
+  std::string source;
+  const int64_t avail = available_memory_bytes(&source);
+  if (avail >= 0 && p.total() > avail) {
+    const auto [group, bytes] = p.largest();
+    throw ConfigError("", "predicted peak memory " + std::to_string(p.total()) + " bytes (" +
+                              format_bytes(p.total()) + ") exceeds the " + std::to_string(avail) +
+                              " bytes (" + format_bytes(avail) + ") available (" + source +
+                              "); largest: " + group + " " + std::to_string(bytes) + " bytes (" +
+                              format_bytes(bytes) +
+                              "); lower data.micro_batch_size, set "
+                              "model.activation_checkpointing: true, or train on more ranks "
+                              "(kktrain audit CONFIG shows the breakdown)");
+  }
+  return p;
+}
+
 void progress_line(int64_t step, int64_t total, double loss, double tps) {
   const int width = 30;
   const int filled = total > 0 ? static_cast<int>(width * step / total) : width;
@@ -110,6 +133,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   // The checkpoint to resume from (checkpoint.resume), if any: it provides every value, so the
   // model is not initialized first.
   const auto source = collectively(*comm, [&] { return resume_source(cfg); });
+  const PeakBreakdown predicted = collectively(*comm, [&] { return check_memory(cfg, *comm); });
   auto model = build_model(cfg, *comm, /*initialize=*/!source);
   ParamRegistry& params = model->params();
   const auto [risky, warnings] = precision_warnings(cfg, params);
@@ -214,6 +238,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     return !stop;
   };
   double last_loss = NAN;
+  // Device high-water (GPU builds): used bytes sampled at step ends; -1 on host builds.
+  int64_t device_peak = device_used_bytes();
   const double t_start = now_s();
   for (int64_t step = state.step; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
@@ -264,6 +290,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const double lr = schedule.lr(step);
     opt->step(lr, clip_factor(grad_norm, cfg.train.grad_clip));
     state.optimizer_steps = opt->steps();
+    device_peak = std::max(device_peak, device_used_bytes());
     const double dt = now_s() - t0;
     const double tps = static_cast<double>(tokens_per_step) / dt;
     last_loss = loss;
@@ -280,6 +307,11 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
             .num("comm_ms", (c1.seconds - c0.seconds) * 1e3);
       }
       row.num("peak_rss_bytes", comm->allreduce_max_host(peak_rss_bytes()));
+      if (device_memory_tracked()) {  // the same on every rank: a build property
+        row.num("peak_device_bytes", comm->allreduce_max_host(static_cast<double>(device_peak)));
+      } else {
+        row.null("peak_device_bytes");  // host builds: no device memory apart from RSS
+      }
       write_row(row);
       char line[256];
       std::snprintf(line, sizeof(line),
@@ -305,6 +337,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     if (!end_of_step(done)) break;
   }
   if (progress) std::fputc('\n', stderr);
+  const double train_peak = comm->allreduce_max_host(peak_rss_bytes());
+  const double device_max =
+      device_memory_tracked() ? comm->allreduce_max_host(static_cast<double>(device_peak)) : -1.0;
   if (stop_signal != 0) {
     log::info("stopped by signal " + std::to_string(stop_signal) + " after step " +
               std::to_string(state.step) +
@@ -322,11 +357,20 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   });
   log::info("export: " + export_path + " (" + dtype_name(cfg.checkpoint.export_dtype) + ")");
   const double peak = comm->allreduce_max_host(peak_rss_bytes());
-  char line[200];
+  char measured[96];
+  if (device_max >= 0) {
+    std::snprintf(measured, sizeof(measured), "peak device %.1f MiB", device_max / (1 << 20));
+  } else {
+    std::snprintf(measured, sizeof(measured), "peak RSS of the steps %.1f MiB",
+                  train_peak / (1 << 20));
+  }
+  char line[320];
   std::snprintf(line, sizeof(line),
-                "done: %lld steps in %.1f s, final loss %.4f, peak RSS %.1f MiB%s",
+                "done: %lld steps in %.1f s, final loss %.4f, peak RSS %.1f MiB%s; measured %s "
+                "vs predicted peak %.1f MiB",
                 static_cast<long long>(cfg.train.max_steps), now_s() - t_start, last_loss,
-                peak / (1 << 20), W > 1 ? " (largest rank)" : "");
+                peak / (1 << 20), W > 1 ? " (largest rank)" : "", measured,
+                static_cast<double>(predicted.total()) / (1 << 20));
   log::info(line);
   return 0;
 }
@@ -343,8 +387,11 @@ Command train_command() {
       "tokens (gradients accumulate), global gradient-norm clipping (train.grad_clip), one\n"
       "optimizer update, the learning-rate schedule. Logs every train.log_every steps and\n"
       "writes <train.output_dir>/metrics.jsonl (step, loss, grad_norm, lr, tokens_per_s,\n"
-      "ms_per_step, peak_rss_bytes; validation rows carry val_loss). Steps with a non-finite\n"
-      "loss or gradient norm are skipped; train.max_nonfinite_steps in a row stop the run\n"
+      "ms_per_step, peak_rss_bytes, peak_device_bytes; validation rows carry val_loss). Before\n"
+      "allocating, the predicted peak (kktrain audit) is compared with the available memory\n"
+      "(KKTRAIN_MEMORY_AVAILABLE_BYTES overrides it); a run that cannot fit exits 2.\n"
+      "Steps with a non-finite loss or gradient norm are skipped; train.max_nonfinite_steps in\n"
+      "a row stop the run\n"
       "(exit 1). With torch Adam/AdamW and trainable bfloat16 parameters a precision warning\n"
       "is printed; train.fail_on_precision_warning: true makes it an error (exit 2).\n"
       "Checkpoints go to checkpoint.dir (<train.output_dir>/checkpoints) every\n"

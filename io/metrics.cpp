@@ -39,6 +39,12 @@ JsonLine& JsonLine::boolean(const std::string& k, bool v) {
   return *this;
 }
 
+JsonLine& JsonLine::null(const std::string& k) {
+  key(k);
+  body_ += "null";
+  return *this;
+}
+
 JsonLine& JsonLine::str(const std::string& k, const std::string& v) {
   key(k);
   body_ += "\"";

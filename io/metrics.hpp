@@ -15,6 +15,7 @@ class JsonLine {
   JsonLine& integer(const std::string& key, int64_t v);
   JsonLine& boolean(const std::string& key, bool v);
   JsonLine& str(const std::string& key, const std::string& v);
+  JsonLine& null(const std::string& key);
   std::string text() const { return "{" + body_ + "}"; }
 
  private:

@@ -157,27 +157,52 @@ void Transformer::prepare(const ShardOptions& opts) {
   embed_unit_ = 0;
   head_unit_ = 1 + static_cast<int>(layers_.size());
   mtp_unit_ = mtp_.empty() ? -1 : head_unit_ + 1;
-  const ParamInfo& emb = params_.info(embed_);
   staged_grad_.resize(params_.size());
-  if (!units_->sharded()) {
+  for (const BufferSpec& s : model_buffer_plan()) {
+    DView<float> v(s.name, s.bytes / static_cast<int64_t>(sizeof(float)));
+    if (s.name == "staged_grad_embed") staged_grad_[embed_] = v;
+    if (s.name == "staged_grad_lm_head") staged_grad_[lm_head_] = v;
+    if (s.name == "embed_stream") embed_stream_ = v;
+    if (s.name == "rope_cos") rope_cos_ = v;
+    if (s.name == "rope_sin") rope_sin_ = v;
+  }
+  rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.max_seq_len, cfg_.head_dim(),
+              static_cast<float>(cfg_.rope_theta));
+}
+
+std::vector<BufferSpec> Transformer::model_buffer_plan() const {
+  std::vector<BufferSpec> plan;
+  auto add = [&](const char* name, int64_t numel) {
+    plan.push_back(BufferSpec{name, "model", numel * static_cast<int64_t>(sizeof(float)), 1});
+  };
+  const ParamInfo& emb = params_.info(embed_);
+  if (params_.shard_world() == 1) {
     // One rank: parameters with several gradient contributions per backward sum them in fp32
     // and round into their storage-dtype gradient once (sharded runs sum in the unit buffers).
     const bool multi_use_embed = lm_head_ == embed_ || !mtp_.empty();
-    if (multi_use_embed && emb.trainable) {
-      staged_grad_[embed_] = DView<float>("staged_grad_embed", emb.numel);
-    }
+    if (multi_use_embed && emb.trainable) add("staged_grad_embed", emb.numel);
     if (lm_head_ != embed_ && !mtp_.empty() && params_.info(lm_head_).trainable) {
-      staged_grad_[lm_head_] = DView<float>("staged_grad_lm_head", params_.info(lm_head_).numel);
+      add("staged_grad_lm_head", params_.info(lm_head_).numel);
     }
-    if (lm_head_ == embed_ && rs_ != round_compute_[embed_]) {
-      embed_stream_ = DView<float>("embed_stream", emb.numel);
-    }
+    if (lm_head_ == embed_ && rs_ != round_compute_[embed_]) add("embed_stream", emb.numel);
   }
   const int64_t half = cfg_.head_dim() / 2;
-  rope_cos_ = DView<float>("rope_cos", cfg_.max_seq_len * half);
-  rope_sin_ = DView<float>("rope_sin", cfg_.max_seq_len * half);
-  rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.max_seq_len, cfg_.head_dim(),
-              static_cast<float>(cfg_.rope_theta));
+  add("rope_cos", cfg_.max_seq_len * half);
+  add("rope_sin", cfg_.max_seq_len * half);
+  return plan;
+}
+
+std::vector<BufferSpec> Transformer::unit_buffer_plan(bool reshard_after_forward,
+                                                      bool accumulates) const {
+  const bool one_rank = params_.shard_world() == 1;
+  const UnitBufferBytes u = FsdpUnits::plan(params_, unit_specs(one_rank || reshard_after_forward),
+                                            compute_layout(), prec_.reduce, accumulates);
+  std::vector<BufferSpec> plan = {{"fsdp_weights", "compute_weights", u.compute_weights, 1},
+                                  {"fsdp_grads", "units", u.grad_slots, 1},
+                                  {"fsdp_wire", "units", u.wire, 1},
+                                  {"fsdp_grad_accumulators", "units", u.accumulators, 1}};
+  for (auto& s : model_buffer_plan()) plan.push_back(s);
+  return plan;
 }
 
 Transformer::~Transformer() = default;

@@ -121,6 +121,11 @@ class Transformer {
   // The activation and scratch buffers a forward + backward of micro-batch (B, T) allocates, by
   // the same code that allocates them (nothing is allocated here).
   std::vector<BufferSpec> buffer_plan(int64_t B, int64_t T) const;
+  // The unit machinery's buffers (FsdpUnits::plan: "compute_weights" slots; "units": gradient
+  // slots, wires, accumulators) and the model-level fp32 buffers prepare() allocates ("model":
+  // staged gradients, rope tables), for the layout set by plan_layout() or prepare(); nothing is
+  // allocated. `accumulates`: steps of several micro-batches.
+  std::vector<BufferSpec> unit_buffer_plan(bool reshard_after_forward, bool accumulates) const;
   // How each parameter's compute copy is held (dtype, rounding, fused groups).
   ComputeLayout compute_layout() const;
   // The units, for buffer accounting and tests (valid after prepare(allocate = true)).
@@ -153,6 +158,7 @@ class Transformer {
   void register_params();
   void lower_frozen_storage();
   std::vector<UnitSpec> unit_specs(bool reshard) const;
+  std::vector<BufferSpec> model_buffer_plan() const;  // allocated by prepare()
   // Full compute weights: typed (GEMM operands, the embedding) and fp32 (norm weights).
   CRef w(int param) const { return units_->compute_weight(param); }
   const float* wf(int param) const { return units_->weight(param); }

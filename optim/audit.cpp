@@ -67,6 +67,39 @@ std::string fmt_bytes(double b) {
 
 }  // namespace
 
+std::string format_bytes(double bytes) {
+  return fmt_bytes(bytes);
+}
+
+std::pair<std::string, int64_t> PeakBreakdown::largest() const {
+  const std::pair<std::string, int64_t> groups[] = {{"parameters", parameters},
+                                                    {"gradients", gradients},
+                                                    {"optimizer_state", optimizer_state},
+                                                    {"compute_weights", compute_weights},
+                                                    {"activations", activations},
+                                                    {"workspaces", workspaces},
+                                                    {"baseline", baseline}};
+  std::pair<std::string, int64_t> best = groups[0];
+  for (const auto& g : groups) {
+    if (g.second > best.second) best = g;
+  }
+  return best;
+}
+
+std::string peak_text(const PeakBreakdown& p) {
+  std::ostringstream os;
+  os << "predicted peak: " << fmt_bytes(p.total()) << " (" << p.total() << " bytes) = parameters "
+     << fmt_bytes(p.parameters) << " + gradients " << fmt_bytes(p.gradients)
+     << " + optimizer state " << fmt_bytes(p.optimizer_state) << " + compute weights "
+     << fmt_bytes(p.compute_weights) << " + activations " << fmt_bytes(p.activations)
+     << " + workspaces " << fmt_bytes(p.workspaces) << " + baseline " << fmt_bytes(p.baseline)
+     << "\n";
+  os << "activations: " << fmt_bytes(p.activations_without_checkpointing)
+     << " without checkpointing, " << fmt_bytes(p.activations_with_checkpointing)
+     << " with model.activation_checkpointing\n";
+  return os.str();
+}
+
 std::pair<bool, std::vector<std::string>> precision_warnings(const Config& cfg,
                                                              const ParamRegistry& params) {
   std::vector<std::string> w;
@@ -208,6 +241,7 @@ std::string audit_table(const AuditReport& r) {
                   fmt_bytes(b.bytes_master).c_str(), fmt_bytes(b.total()).c_str());
     os << line;
   }
+  if (r.peak) os << peak_text(*r.peak);
   for (const auto& w : r.warnings) os << "warning: " << w << "\n";
   return os.str();
 }
@@ -253,7 +287,18 @@ std::string audit_json(const AuditReport& r) {
   const RankBytes& b = r.per_rank;
   os << ", \"per_rank\": {\"rank\": " << b.rank << ", \"bytes_params\": " << b.bytes_params
      << ", \"bytes_grads\": " << b.bytes_grads << ", \"bytes_moments\": " << b.bytes_moments
-     << ", \"bytes_master\": " << b.bytes_master << ", \"bytes_total\": " << b.total() << "}}"
+     << ", \"bytes_master\": " << b.bytes_master << ", \"bytes_total\": " << b.total() << "}";
+  if (r.peak) {
+    const PeakBreakdown& p = *r.peak;
+    os << ", \"bytes_peak_predicted\": " << p.total()
+       << ", \"peak_breakdown\": {\"parameters\": " << p.parameters
+       << ", \"gradients\": " << p.gradients << ", \"optimizer_state\": " << p.optimizer_state
+       << ", \"compute_weights\": " << p.compute_weights << ", \"activations\": " << p.activations
+       << ", \"activations_without_checkpointing\": " << p.activations_without_checkpointing
+       << ", \"activations_with_checkpointing\": " << p.activations_with_checkpointing
+       << ", \"workspaces\": " << p.workspaces << ", \"baseline\": " << p.baseline << "}";
+  }
+  os << "}"
      << ", \"world_size\": " << r.world << ", \"warnings\": [";
   for (std::size_t i = 0; i < r.warnings.size(); ++i) {
     os << (i ? ", " : "") << json_string(r.warnings[i]);

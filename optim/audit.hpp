@@ -30,6 +30,22 @@ struct RankBytes {
   int64_t total() const { return bytes_params + bytes_grads + bytes_moments + bytes_master; }
 };
 
+// The predicted training peak of one rank (apps/memory_plan.hpp fills it; docs/memory.md).
+struct PeakBreakdown {
+  int64_t parameters = 0, gradients = 0, optimizer_state = 0;  // resident shards (per_rank)
+  int64_t compute_weights = 0;  // cast / gathered compute copies (FsdpUnits weight slots)
+  int64_t activations = 0;      // what the configured run keeps from forward to backward
+  int64_t activations_without_checkpointing = 0, activations_with_checkpointing = 0;
+  int64_t workspaces = 0;  // scratch, head, batch, unit gradient slots, wires, GEMM scratch
+  int64_t baseline = 0;    // the process before the model (Kokkos, MPI, libraries)
+  int64_t total() const {
+    return parameters + gradients + optimizer_state + compute_weights + activations + workspaces +
+           baseline;
+  }
+  // The counted group with the most bytes, and its bytes.
+  std::pair<std::string, int64_t> largest() const;
+};
+
 struct AuditReport {
   std::vector<AuditRow> rows;
   int world = 1;       // ranks the parameters are sharded over
@@ -40,6 +56,7 @@ struct AuditReport {
   int64_t bytes_params = 0, bytes_grads = 0, bytes_moments = 0, bytes_master = 0;
   int64_t bytes_trainable = 0;  // everything attributable to trainable parameters
   std::vector<std::string> warnings;
+  std::optional<PeakBreakdown> peak;  // the predicted training peak, when planned
   double bytes_per_trainable() const {
     return trainable_elements ? static_cast<double>(bytes_trainable) / trainable_elements : 0.0;
   }
@@ -58,6 +75,9 @@ AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
                             const std::vector<std::string>& config_warnings);
 
 std::string audit_table(const AuditReport& r);
+// "predicted peak ..." lines of the table (also logged by train).
+std::string peak_text(const PeakBreakdown& p);
+std::string format_bytes(double bytes);  // "1.50 GiB"
 std::string audit_json(const AuditReport& r);
 
 }  // namespace kktrain

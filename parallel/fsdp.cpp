@@ -121,6 +121,12 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpe
 
 FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
                      ComputeLayout layout, DType reduce_dtype)
+    : FsdpUnits(reg, &comm, std::move(units), std::move(layout), reduce_dtype) {
+  if (!reg.allocated()) throw InternalError("FsdpUnits over an unallocated registry");
+}
+
+FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
+                     ComputeLayout layout, DType reduce_dtype)
     : reg_(reg),
       comm_(comm),
       rank_(reg.shard_rank()),
@@ -132,7 +138,6 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpe
       unit_of_(reg.size(), -1),
       pos_in_unit_(reg.size(), -1),
       acc_(reg.size()) {
-  if (!reg.allocated()) throw InternalError("FsdpUnits over an unallocated registry");
   const std::size_t np = static_cast<std::size_t>(reg.size());
   if (round_.size() != np || cdtype_.size() != np || group_.size() != np) {
     throw InternalError("compute layout does not cover every parameter");
@@ -142,10 +147,10 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpe
       throw InternalError("bf16 compute copy of " + reg.info(p).name + " without rounding");
     }
   }
-  if (world_ != comm.size() || rank_ != comm.rank()) {
+  if (comm && (world_ != comm->size() || rank_ != comm->rank())) {
     throw InternalError("registry sharded for rank " + std::to_string(rank_) + " of " +
                         std::to_string(world_) + ", communicator is rank " +
-                        std::to_string(comm.rank()) + " of " + std::to_string(comm.size()));
+                        std::to_string(comm->rank()) + " of " + std::to_string(comm->size()));
   }
   int weight_slots = 0, grad_slots = 0;
   for (auto& spec : units) {
@@ -225,8 +230,48 @@ DView<float>& FsdpUnits::grad_slot(const Unit& u) {
   return b;
 }
 
+UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> units,
+                                ComputeLayout layout, DType reduce_dtype, bool accumulates) {
+  // The planning instance only reads the registry (plan_unit); nothing is allocated.
+  const FsdpUnits f(const_cast<ParamRegistry&>(reg), nullptr, std::move(units), std::move(layout),
+                    reduce_dtype);
+  UnitBufferBytes b;
+  std::vector<int64_t> wslot(f.weight_slots_.size(), 0), gslot(f.grad_slots_.size(), 0);
+  int64_t send = 0, recv = 0;
+  const int64_t esize = static_cast<int64_t>(dtype_size(reduce_dtype));
+  for (const Unit& u : f.units_) {
+    // weight_buffer(): a slot grows to its largest unit; one rank casts, several gather.
+    if (u.weight_bytes > 0) {
+      int64_t& w = wslot[u.spec.weight_slot];
+      w = std::max(w, static_cast<int64_t>(u.weight_bytes));
+      if (f.world_ > 1) {
+        send = std::max(send, static_cast<int64_t>(u.block_bytes));
+        recv = std::max(recv, static_cast<int64_t>(u.block_bytes) * f.world_);
+      }
+    }
+    // Gradient slots, wires and accumulators exist only on several ranks, for units with
+    // trainable parameters (reduce_gradients / grad_buffer).
+    if (f.world_ > 1 && u.red_count > 0) {
+      int64_t& g = gslot[u.spec.grad_slot];
+      g = std::max(g, u.numel * static_cast<int64_t>(sizeof(float)));
+      send = std::max(send, u.red_count * esize * f.world_);
+      recv = std::max(recv, u.red_count * esize);
+      if (accumulates) {
+        for (int p : u.spec.params) {
+          if (reg.info(p).trainable) b.accumulators += reg.info(p).numel * esize;
+        }
+      }
+    }
+  }
+  for (int64_t w : wslot) b.compute_weights += w;
+  for (int64_t g : gslot) b.grad_slots += g;
+  b.wire = send + recv;
+  return b;
+}
+
 void FsdpUnits::gather(int unit) {
   Unit& u = units_[unit];
+  if (!comm_) throw InternalError("gather on a planning FsdpUnits");
   if (u.gathered) return;
   // Whoever held the slot's buffer is overwritten now.
   for (auto& other : units_) {
@@ -240,7 +285,7 @@ void FsdpUnits::gather(int unit) {
       ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
       ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
       pack_shards(u, wire_send_.data());
-      comm_.allgather_bytes(wire_send_.data(), wire_recv_.data(), u.block_bytes);
+      comm_->allgather_bytes(wire_send_.data(), wire_recv_.data(), u.block_bytes);
       unpack_weights(u, out);
     }
   }
@@ -323,6 +368,7 @@ void FsdpUnits::unpack_weights(const Unit& u, char* out) {
 }
 
 void FsdpUnits::start_collecting(int unit) {
+  if (!comm_) throw InternalError("gradients on a planning FsdpUnits");
   Unit& u = units_[unit];
   if (u.collecting) return;
   int& owner = grad_slot_owner_[u.spec.grad_slot];
@@ -405,8 +451,8 @@ void FsdpUnits::reduce_scatter(const Unit& u, const float* grads) {
       pack_reduce<R>(send, grads + u.comp_off[k], acc, u.red_count, u.red_off[k], pi.rows,
                      pi.row_len, pi.shard_rows, world_, round_[p]);
     }
-    comm_.reduce_scatter_sum(send, wire_recv_.data(), static_cast<std::size_t>(u.red_count),
-                             reduce_);
+    comm_->reduce_scatter_sum(send, wire_recv_.data(), static_cast<std::size_t>(u.red_count),
+                              reduce_);
     const R* recv = reinterpret_cast<const R*>(wire_recv_.data());
     for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
       const int p = u.spec.params[k];

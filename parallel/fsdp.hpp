@@ -53,6 +53,14 @@ struct ComputeLayout {
   std::vector<int> group;    // fused group id (q/k/v, gate/up), -1 for none
 };
 
+// Bytes of the reusable unit buffers a run allocates at its high-water mark (FsdpUnits::plan).
+struct UnitBufferBytes {
+  int64_t compute_weights = 0;  // weight slots: the largest unit of each slot
+  int64_t grad_slots = 0;       // several ranks: fp32 full-gradient slots
+  int64_t wire = 0;             // several ranks: all-gather / reduce-scatter send + recv buffers
+  int64_t accumulators = 0;     // several ranks, accumulating micro-batches: reduce-dtype sums
+};
+
 class FsdpUnits {
  public:
   // round_compute[p]: parameter p's compute copy is bf16 (rounded from storage); otherwise fp32.
@@ -63,6 +71,12 @@ class FsdpUnits {
   // set); the members of a fused group must share a compute dtype.
   FsdpUnits(ParamRegistry& reg, Communicator& comm, std::vector<UnitSpec> units,
             ComputeLayout layout, DType reduce_dtype);
+
+  // The buffer bytes FsdpUnits over `reg` would allocate, without allocating anything: `reg`
+  // must be sharded (for its rank and world) but need not be allocated. `accumulates`: steps
+  // have several micro-batches (several ranks accumulate unsharded gradients between them).
+  static UnitBufferBytes plan(const ParamRegistry& reg, std::vector<UnitSpec> units,
+                              ComputeLayout layout, DType reduce_dtype, bool accumulates);
 
   int size() const { return static_cast<int>(units_.size()); }
   const UnitSpec& spec(int unit) const { return units_[unit].spec; }
@@ -108,6 +122,9 @@ class FsdpUnits {
     std::vector<int64_t> red_off;        // per parameter: offset in a block (-1: frozen)
     bool gathered = false, collecting = false, accumulated = false;
   };
+  // comm null: planning only (plan()); the registry may be unallocated.
+  FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
+            ComputeLayout layout, DType reduce_dtype);
   void plan_unit(Unit& u) const;
   void start_collecting(int unit);
   char* weight_buffer(const Unit& u);
@@ -119,7 +136,7 @@ class FsdpUnits {
   void reduce_scatter(const Unit& u, const float* grads);
 
   ParamRegistry& reg_;
-  Communicator& comm_;
+  Communicator* comm_;  // null: a planning instance (plan())
   int rank_ = 0, world_ = 1;
   std::vector<bool> round_;
   std::vector<DType> cdtype_;

@@ -50,3 +50,13 @@ foreach(case IN ITEMS loop_global_batch_invariance loop_weight_decay_exclude_ali
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
 endforeach()
+
+# The predicted training peak against the measured one (tests/cli/test_memory.py; docs/memory.md):
+# d 512, 8 layers, T 256, B 8, 2 steps per run. peaks_fp32_bf16 takes ~50 s on two busy cores
+# (fp32 GEMMs), peaks_frozen ~12 s, out_of_memory well under a second.
+foreach(case IN ITEMS peaks_fp32_bf16 peaks_frozen out_of_memory)
+  add_test(NAME train.memory_${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_memory.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(train.memory_${case} PROPERTIES LABELS train TIMEOUT 300)
+endforeach()

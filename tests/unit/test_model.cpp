@@ -370,3 +370,32 @@ TEST(ModelInput, OutOfVocabularyTokenIsAnInputError) {
 
 }  // namespace
 }  // namespace kktrain
+
+namespace kktrain {
+namespace {
+
+// The memory prediction (docs/memory.md) reads the unit buffers from FsdpUnits::plan without
+// allocating: after a forward + backward the allocated unit buffers are exactly that many bytes
+// (one rank: the compute-weight slots), for every storage / compute pair.
+TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
+  for (const DType storage : {DType::float32, DType::bfloat16}) {
+    for (const DType compute : {DType::float32, DType::bfloat16}) {
+      const ResolvedPrecision prec = precision(storage, compute);
+      Transformer planned(tiny_model(), prec, /*allocate=*/false);
+      planned.plan_layout(0, 1);
+      int64_t predicted = 0;
+      for (const BufferSpec& s : planned.unit_buffer_plan(true, false)) {
+        if (s.group != "model") predicted += s.bytes * s.copies;
+      }
+      Transformer m(tiny_model(), prec);
+      m.init_weights();
+      run_grads(m, random_tokens(23, 5));
+      EXPECT_EQ(m.units().buffer_bytes(), predicted)
+          << dtype_name(storage) << " storage, " << dtype_name(compute) << " compute";
+      if (storage == DType::float32 && compute == DType::float32) EXPECT_EQ(predicted, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kktrain

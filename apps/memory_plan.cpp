@@ -1,0 +1,137 @@
+#include "apps/memory_plan.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/kokkos_compat.hpp"
+#include "model/gemm.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#elif defined(KOKKOS_ENABLE_HIP)
+#include <hip/hip_runtime.h>
+#endif
+
+namespace kktrain {
+
+namespace {
+
+int64_t group_bytes(const std::vector<BufferSpec>& plan,
+                    std::initializer_list<const char*> groups) {
+  int64_t n = 0;
+  for (const BufferSpec& s : plan) {
+    for (const char* g : groups) {
+      if (s.group == g) n += s.bytes * s.copies;
+    }
+  }
+  return n;
+}
+
+// What a forward + backward keeps: the kept activations, one recomputed layer under activation
+// checkpointing, and the MTP head's per-depth tensors.
+int64_t kept_activations(const std::vector<BufferSpec>& plan) {
+  return group_bytes(plan, {"activations", "recompute", "mtp"});
+}
+
+// The converted GEMM path (model/gemm.cpp) widens bf16 operands and results into three fp32
+// scratch buffers that grow to the largest operand of their role.
+int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int64_t T) {
+  if (!bf16_compute) return 0;
+  const bool converted =
+      gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16) ==
+          GemmBackend::converted ||
+      gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32) == GemmBackend::converted;
+  if (!converted) return 0;
+  const ModelConfig& m = cfg.model;
+  const int64_t N = B * T, C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size;
+  const int64_t Q = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim();
+  const int64_t widest = std::max({Q, 2 * F, V, 2 * C, m.num_heads * m.head_dim()});
+  const int64_t act = N * widest, weight = widest * std::max(C, F);
+  return 4 * (std::max(act, weight) * 2 + act);
+}
+
+}  // namespace
+
+PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const AuditReport& audit) {
+  PeakBreakdown p;
+  const RankBytes& r = audit.per_rank;
+  p.parameters = r.bytes_params;
+  p.gradients = r.bytes_grads;
+  p.optimizer_state = r.bytes_moments + r.bytes_master;
+  const int64_t B = cfg.data.micro_batch_size, T = cfg.data.seq_len;
+  const int64_t W = audit.world;
+  const bool accumulates = cfg.data.global_batch_size / (B * W) > 1;
+  const std::vector<BufferSpec> units =
+      model.unit_buffer_plan(cfg.distributed.reshard_after_forward, accumulates);
+  p.compute_weights = group_bytes(units, {"compute_weights"});
+  const std::vector<BufferSpec> acts = model.buffer_plan(B, T);
+  p.activations = kept_activations(acts);
+  for (const bool ckpt : {false, true}) {
+    ModelConfig mc = cfg.model;
+    mc.activation_checkpointing = ckpt;
+    const Transformer alt(mc, cfg.precision, /*allocate=*/false, cfg.peft);
+    (ckpt ? p.activations_with_checkpointing : p.activations_without_checkpointing) =
+        kept_activations(alt.buffer_plan(B, T));
+  }
+  p.workspaces = group_bytes(acts, {"batch", "head", "scratch"}) +
+                 group_bytes(units, {"units", "model"}) +
+                 gemm_scratch_bytes(cfg, model.compute_bf16(), B, T);
+  p.baseline = kBaselineBytes;
+  return p;
+}
+
+int64_t available_memory_bytes(std::string* source) {
+  if (const char* env = std::getenv("KKTRAIN_MEMORY_AVAILABLE_BYTES")) {
+    *source = "KKTRAIN_MEMORY_AVAILABLE_BYTES";
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    return end != env && *end == '\0' && v >= 0 ? v : -1;
+  }
+#if defined(KOKKOS_ENABLE_CUDA)
+  size_t free_b = 0, total_b = 0;
+  *source = "cudaMemGetInfo free";
+  return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? static_cast<int64_t>(free_b) : -1;
+#elif defined(KOKKOS_ENABLE_HIP)
+  size_t free_b = 0, total_b = 0;
+  *source = "hipMemGetInfo free";
+  return hipMemGetInfo(&free_b, &total_b) == hipSuccess ? static_cast<int64_t>(free_b) : -1;
+#else
+  *source = "MemAvailable of /proc/meminfo";
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream is(line.substr(13));
+    long long kib = -1;
+    is >> kib;
+    return kib >= 0 ? kib * 1024 : -1;
+  }
+  return -1;
+#endif
+}
+
+bool device_memory_tracked() {
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int64_t device_used_bytes() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+  return static_cast<int64_t>(total_b - free_b);
+#elif defined(KOKKOS_ENABLE_HIP)
+  size_t free_b = 0, total_b = 0;
+  if (hipMemGetInfo(&free_b, &total_b) != hipSuccess) return -1;
+  return static_cast<int64_t>(total_b - free_b);
+#else
+  return -1;
+#endif
+}
+
+}  // namespace kktrain

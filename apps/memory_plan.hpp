@@ -1,0 +1,35 @@
+// The predicted training peak of one rank (docs/memory.md): the audit's resident shards, the
+// unit machinery's buffers (Transformer::unit_buffer_plan -> FsdpUnits::plan) and the working
+// buffers of a micro-batch (Transformer::buffer_plan), all from the code that allocates them,
+// plus a measured constant for the process before the model. Nothing is allocated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.hpp"
+#include "model/transformer.hpp"
+#include "optim/audit.hpp"
+
+namespace kktrain {
+
+// The process apart from the model, measured on the Debian host build (Kokkos 3.4 Serial, Open
+// MPI, HDF5, OpenBLAS, oneDNN; docs/memory.md): `kktrain train` has 21.1 MiB resident right
+// before the model is allocated, and a 1-layer C=32 model (0.6 MiB predicted) peaks at 28.6 MiB
+// over its steps (first-use buffers of OpenBLAS and oneDNN's JIT kernels, the token data).
+constexpr int64_t kBaselineBytes = int64_t(28) << 20;
+
+// `model` is the planned model of `cfg` (plan_model, for the rank and world of `audit`).
+PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const AuditReport& audit);
+
+// Bytes the run may use: KKTRAIN_MEMORY_AVAILABLE_BYTES when set; the device's free memory on
+// CUDA/HIP builds; MemAvailable of /proc/meminfo on host builds; -1 when unknown. `source`
+// names where it came from.
+int64_t available_memory_bytes(std::string* source);
+
+// A CUDA or HIP build: device_used_bytes() measures the device.
+bool device_memory_tracked();
+// The device's used bytes now (total - free) on CUDA/HIP builds; -1 on host builds.
+int64_t device_used_bytes();
+
+}  // namespace kktrain
