@@ -29,8 +29,8 @@ void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const T
 // From dout (B, H, T, D) (already in the compute dtype): dq (B, H, T, D), dk, dv (B, KV, T, D),
 // fp32 sums rounded to the compute dtype at the end. The gradient of the probabilities (dP) and of
 // the scores (dS, after the fp32 softmax backward) are rounded to the compute dtype, as the
-// gradients of compute-dtype matmul outputs are under autocast. Scratch: att (B, H, T, T) (the recomputed
-// probabilities), pc (T, T), dp (T, T).
+// gradients of compute-dtype matmul outputs are under autocast. Scratch: att (B, H, T, T) (the
+// recomputed probabilities), pc (T, T), dp (T, T).
 template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
                         float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,
