@@ -36,7 +36,7 @@ KOKKOS_INLINE_FUNCTION float rnd(float x, bool to_bf16) {
 KOKKOS_INLINE_FUNCTION float exp_fast(float x) {
   const float lo = -87.33f, hi = 88.37f;
   const float xc = x < lo ? lo : (x > hi ? hi : x);
-  const float magic = 12582912.0f;                  // 1.5 * 2^23: adding it rounds to an integer
+  const float magic = 12582912.0f;                    // 1.5 * 2^23: adding it rounds to an integer
   const float t = xc * 1.44269504088896341f + magic;  // n + magic
   const float n = t - magic;
   const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
