@@ -32,12 +32,16 @@ namespace {
 using SetFn = void (*)(int);
 using GetFn = int (*)();
 
+using NameFn = char* (*)();
+
 struct OpenBlas {
   SetFn set = nullptr;
   GetFn get = nullptr;
+  NameFn core = nullptr;
   OpenBlas() {
     set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     get = reinterpret_cast<GetFn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    core = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
   }
 };
 
@@ -54,6 +58,11 @@ int g_current = 0;   // what we last told the library; 0: not told yet
 
 const char* blas_threads_library() {
   return openblas().set ? "OpenBLAS" : "";
+}
+
+std::string blas_core_name() {
+  const char* name = openblas().core ? openblas().core() : nullptr;
+  return name ? name : "";
 }
 
 void set_blas_thread_limit(int n, bool fit_to_products) {

@@ -8,6 +8,8 @@
 // must write identical numbers.
 #pragma once
 
+#include <string>
+
 #include <cstdint>
 
 namespace kktrain {
@@ -24,6 +26,10 @@ int blas_threads_for_product(int64_t m, int64_t n, int64_t k, int limit);
 
 // "OpenBLAS" when the loaded BLAS lets us set its thread count, else "" (reference BLAS, ...).
 const char* blas_threads_library();
+// The kernel family OpenBLAS chose for this CPU ("SkylakeX", "Haswell", "Prescott", ...), or ""
+// when the BLAS is not OpenBLAS. Debian's OpenBLAS 0.3.21 does not know newer cores (Sapphire
+// Rapids among them) and falls back to its generic "Prescott" SSE3 kernels there.
+std::string blas_core_name();
 
 // Sets the per-process limit (n < 1 counts as 1) and the library's count to it. With
 // fit_to_products, use_blas_threads() then sets the count product by product; without (the user

@@ -35,6 +35,32 @@ bool reference_only() {
   return g_reference == 1;
 }
 
+// fp32 products: kokkos-kernels (the host BLAS, cuBLAS, rocBLAS), except on a host where the BLAS
+// runs a generic pre-AVX kernel on a CPU with AVX2 or better (Debian's OpenBLAS 0.3.21 on cores
+// it does not know: "Prescott", about a fifth of the CPU's fp32 rate) and oneDNN has a JIT fp32
+// matmul: there oneDNN. KKTRAIN_GEMM_FP32=kokkos-kernels or =onednn decides explicitly;
+// KKTRAIN_GEMM=reference keeps fp32 on kokkos-kernels.
+GemmBackend fp32_backend() {
+#if defined(KKTRAIN_HAVE_ONEDNN)
+  static const GemmBackend chosen = [] {
+    const char* e = std::getenv("KKTRAIN_GEMM_FP32");
+    const std::string want = e ? e : "";
+    if (want == "kokkos-kernels") return GemmBackend::kokkos_kernels;
+    if (want == "onednn") {
+      return onednn::fp32_available() ? GemmBackend::onednn : GemmBackend::kokkos_kernels;
+    }
+    const std::string core = blas_core_name();
+    const bool generic = core == "Prescott" || core == "Core2" || core == "Penryn" ||
+                         core == "Dunnington" || core == "Nehalem" || core == "Katmai";
+    return generic && onednn::fp32_available() ? GemmBackend::onednn : GemmBackend::kokkos_kernels;
+  }();
+  if (reference_only()) return GemmBackend::kokkos_kernels;
+  return chosen;
+#else
+  return GemmBackend::kokkos_kernels;
+#endif
+}
+
 // The native bf16 x bf16 backend this build and machine offer, or converted.
 GemmBackend native_bf16_backend() {
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -160,9 +186,7 @@ const char* gemm_backend_name(GemmBackend b) {
 }
 
 GemmBackend gemm_backend_for(DType a, DType b, DType c) {
-  if (a == DType::float32 && b == DType::float32 && c == DType::float32) {
-    return GemmBackend::kokkos_kernels;
-  }
+  if (a == DType::float32 && b == DType::float32 && c == DType::float32) return fp32_backend();
   if (a == DType::bfloat16 && b == DType::bfloat16 && !reference_only()) {
     return native_bf16_backend();
   }
@@ -174,9 +198,16 @@ void set_gemm_reference(bool on) {
 }
 
 std::string gemm_backends_summary() {
-  std::string s = "fp32: kokkos-kernels";
+  const GemmBackend f32 = fp32_backend();
+  std::string s = std::string("fp32: ") + gemm_backend_name(f32);
   if (std::is_same<MemSpace, HostSpace>::value) {
-    s += blas_threads_library()[0] != '\0' ? " (OpenBLAS)" : " (BLAS)";
+    const std::string core = blas_core_name();
+    const std::string blas = blas_threads_library()[0] != '\0' ? "OpenBLAS" : "BLAS";
+    if (f32 == GemmBackend::onednn) {
+      s += " (" + blas + " runs generic '" + core + "' kernels on this CPU)";
+    } else {
+      s += " (" + blas + (core.empty() ? "" : " " + core) + ")";
+    }
   }
   const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
   s += std::string("; bf16: ") + gemm_backend_name(bf);

@@ -10,7 +10,9 @@
 //                   (OpenBLAS, with as many threads as the product is worth: core/blas_threads)
 //                   and to cuBLAS/rocBLAS on GPUs.
 //   onednn          bf16 x bf16 on CPUs with AVX512-BF16 or AMX (oneDNN matmul; build option
-//                   KKTRAIN_ENABLE_ONEDNN, run-time ISA check).
+//                   KKTRAIN_ENABLE_ONEDNN, run-time ISA check); also fp32 products where the host
+//                   BLAS runs a generic pre-AVX kernel on an AVX2-or-better CPU (Debian's OpenBLAS
+//                   0.3.21 on cores it does not know), or when KKTRAIN_GEMM_FP32=onednn.
 //   cublas/rocblas  bf16 x bf16 on CUDA/HIP builds: GemmEx with fp32 accumulation.
 //   converted       anything else (bf16 without a native backend, mixed fp32/bf16 operands):
 //                   bf16 operands widened to fp32 scratch, then kokkos-kernels. The same math as

@@ -75,12 +75,12 @@ Context& context() {
 struct Key {
   int64_t m, n, k;
   char ta, tb;
-  DType c_dtype;
+  DType ab_dtype, c_dtype;
   float alpha, beta;
   int threads;
   bool operator==(const Key& o) const {
-    return m == o.m && n == o.n && k == o.k && ta == o.ta && tb == o.tb && c_dtype == o.c_dtype &&
-           std::memcmp(&alpha, &o.alpha, sizeof(float)) == 0 &&
+    return m == o.m && n == o.n && k == o.k && ta == o.ta && tb == o.tb && ab_dtype == o.ab_dtype &&
+           c_dtype == o.c_dtype && std::memcmp(&alpha, &o.alpha, sizeof(float)) == 0 &&
            std::memcmp(&beta, &o.beta, sizeof(float)) == 0 && threads == o.threads;
   }
 };
@@ -91,9 +91,9 @@ struct KeyHash {
     std::memcpy(&a, &key.alpha, sizeof(a));
     std::memcpy(&b, &key.beta, sizeof(b));
     std::size_t h = 1469598103934665603ull;
-    for (uint64_t v :
-         {uint64_t(key.m), uint64_t(key.n), uint64_t(key.k), uint64_t(key.ta), uint64_t(key.tb),
-          uint64_t(key.c_dtype), uint64_t(a), uint64_t(b), uint64_t(key.threads)}) {
+    for (uint64_t v : {uint64_t(key.m), uint64_t(key.n), uint64_t(key.k), uint64_t(key.ta),
+                       uint64_t(key.tb), uint64_t(key.ab_dtype), uint64_t(key.c_dtype), uint64_t(a),
+                       uint64_t(b), uint64_t(key.threads)}) {
       h = (h ^ v) * 1099511628211ull;
     }
     return h;
@@ -123,10 +123,11 @@ bool is_reference(const std::string& impl) {
 Entry make_entry(const Key& key) {
   const dnnl::memory::dim m = key.m, n = key.n, k = key.k;
   // Logical shapes A (m, k), B (k, n), C (m, n); row-major storage of A or A^T, B or B^T.
+  const dt ab = key.ab_dtype == DType::bfloat16 ? dt::bf16 : dt::f32;
   const dnnl::memory::desc a_md(
-      {m, k}, dt::bf16, key.ta == 'N' ? dnnl::memory::dims{k, 1} : dnnl::memory::dims{1, m});
+      {m, k}, ab, key.ta == 'N' ? dnnl::memory::dims{k, 1} : dnnl::memory::dims{1, m});
   const dnnl::memory::desc b_md(
-      {k, n}, dt::bf16, key.tb == 'N' ? dnnl::memory::dims{n, 1} : dnnl::memory::dims{1, k});
+      {k, n}, ab, key.tb == 'N' ? dnnl::memory::dims{n, 1} : dnnl::memory::dims{1, k});
   const dnnl::memory::desc c_md({m, n}, key.c_dtype == DType::bfloat16 ? dt::bf16 : dt::f32,
                                 dnnl::memory::dims{n, 1});
   dnnl::primitive_attr attr;
@@ -188,10 +189,10 @@ bool isa_has_bf16(dnnl::cpu_isa isa) {
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
-Key key_for(char ta, char tb, float alpha, DType c_dtype, float beta, int64_t m, int64_t n,
-            int64_t k) {
+Key key_for(char ta, char tb, float alpha, DType ab_dtype, DType c_dtype, float beta, int64_t m,
+            int64_t n, int64_t k) {
   const int threads = use_threads(m, n, k);
-  return Key{m, n, k, ta, tb, c_dtype, alpha, beta, threads};
+  return Key{m, n, k, ta, tb, ab_dtype, c_dtype, alpha, beta, threads};
 }
 
 }  // namespace
@@ -201,7 +202,25 @@ bool available() {
     try {
       if (!isa_has_bf16(dnnl::get_effective_cpu_isa())) return false;
       const int64_t s = 64;
-      return entry_for(key_for('N', 'N', 1.0f, DType::float32, 0.0f, s, s, s)).native;
+      return entry_for(key_for('N', 'N', 1.0f, DType::bfloat16, DType::float32, 0.0f, s, s, s))
+          .native;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+bool fp32_available() {
+  static const bool ok = [] {
+    try {
+      const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+      if (isa == dnnl::cpu_isa::all || isa == dnnl::cpu_isa::sse41 || isa == dnnl::cpu_isa::avx) {
+        return false;
+      }
+      const int64_t s = 64;
+      return entry_for(key_for('N', 'N', 1.0f, DType::float32, DType::float32, 0.0f, s, s, s))
+          .native;
     } catch (const dnnl::error&) {
       return false;
     }
@@ -220,11 +239,9 @@ std::string version() {
 
 bool gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
           const GemmOut& C, int64_t m, int64_t n, int64_t k) {
-  if (A.dtype != DType::bfloat16 || B.dtype != DType::bfloat16) {
-    throw InternalError("onednn::gemm: A and B must be bf16");
-  }
+  if (A.dtype != B.dtype) throw InternalError("onednn::gemm: A and B must have one dtype");
   if (m <= 0 || n <= 0 || k <= 0) return false;  // gemm() handles empty products itself
-  Entry& e = entry_for(key_for(transA, transB, alpha, C.dtype, beta, m, n, k));
+  Entry& e = entry_for(key_for(transA, transB, alpha, A.dtype, C.dtype, beta, m, n, k));
   if (!e.native) return false;
   e.a.set_data_handle(const_cast<void*>(A.data));
   e.b.set_data_handle(const_cast<void*>(B.data));
@@ -236,8 +253,8 @@ bool gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
 }
 
 std::string implementation(char transA, char transB, float alpha, DType c_dtype, float beta,
-                           int64_t m, int64_t n, int64_t k) {
-  return entry_for(key_for(transA, transB, alpha, c_dtype, beta, m, n, k)).impl;
+                           int64_t m, int64_t n, int64_t k, DType ab_dtype) {
+  return entry_for(key_for(transA, transB, alpha, ab_dtype, c_dtype, beta, m, n, k)).impl;
 }
 
 int64_t cached_primitives() {

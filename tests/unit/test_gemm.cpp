@@ -222,8 +222,22 @@ TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {
 }
 
 TEST_F(Gemm, BackendChoice) {
-  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32),
-            GemmBackend::kokkos_kernels);
+  // fp32: kokkos-kernels, except oneDNN where OpenBLAS runs its generic kernels on this CPU.
+  const std::string core = blas_core_name();
+  const bool generic = core == "Prescott" || core == "Core2" || core == "Penryn" ||
+                       core == "Dunnington" || core == "Nehalem" || core == "Katmai";
+  GemmBackend want_f32 = GemmBackend::kokkos_kernels;
+#if defined(KKTRAIN_HAVE_ONEDNN)
+  const char* forced = std::getenv("KKTRAIN_GEMM_FP32");
+  if (forced == nullptr && std::getenv("KKTRAIN_GEMM") == nullptr && generic &&
+      onednn::fp32_available()) {
+    want_f32 = GemmBackend::onednn;
+  }
+#endif
+  std::printf("OpenBLAS core '%s', fp32 backend %s\n", core.c_str(),
+              gemm_backend_name(gemm_backend_for(DType::float32, DType::float32, DType::float32)));
+  (void)generic;
+  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32), want_f32);
   EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::float32, DType::float32),
             GemmBackend::converted);
   EXPECT_EQ(gemm_backend_for(DType::float32, DType::bfloat16, DType::bfloat16),
@@ -233,6 +247,8 @@ TEST_F(Gemm, BackendChoice) {
   set_gemm_reference(true);
   EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32),
             GemmBackend::converted);
+  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32),
+            GemmBackend::kokkos_kernels);
   set_gemm_reference(false);
   std::printf("gemm backends: %s\n", gemm_backends_summary().c_str());
 #if defined(KKTRAIN_HAVE_ONEDNN)
@@ -268,11 +284,12 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   const auto flops = [](GemmBackend b) { return gemm_counters().flops[static_cast<int>(b)]; };
 
   const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
-  const int64_t kk = calls(GemmBackend::kokkos_kernels), conv = calls(GemmBackend::converted);
+  const GemmBackend f32 = gemm_backend_for(DType::float32, DType::float32, DType::float32);
+  const int64_t kk = calls(f32), conv = calls(GemmBackend::converted);
+  gemm('N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
+  EXPECT_EQ(calls(f32), kk + 1);
   const int64_t nat = calls(bf);
   const double nat_flops = flops(bf);
-  gemm('N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
-  EXPECT_EQ(calls(GemmBackend::kokkos_kernels), kk + 1);
   gemm('N', 'N', 1.0f, A16.in(), B32.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + 1);
   gemm('N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
