@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "bench/bench_util.hpp"
 #include "model/gemm.hpp"
 #include "model/transformer.hpp"
+#include "optim/optimizer.hpp"
 
 using namespace kktrain;
 using bench::median;
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   m.tie_word_embeddings = false;
   int64_t T = 256, B = 8;
   int warmup = 2, iters = 5;
+  bool with_optimizer = true;
   std::string compute = "float32", storage = "float32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -82,6 +85,8 @@ int main(int argc, char** argv) {
       warmup = std::atoi(v);
     else if (k == "--iters")
       iters = std::atoi(v);
+    else if (k == "--optimizer")
+      with_optimizer = std::atoi(v) != 0;
     else if (k == "--ckpt")
       m.activation_checkpointing = std::atoi(v) != 0;
     else {
@@ -99,6 +104,10 @@ int main(int argc, char** argv) {
               sgemm_peak(B * T, m.hidden_size, 4 * m.hidden_size));
   Transformer model(m, p);
   model.init_weights();
+  // A full training step also updates the parameters: torch-style AdamW (the PyTorch peer runs
+  // torch.optim.AdamW(foreach=True) on the same parameters).
+  std::unique_ptr<Optimizer> opt;
+  if (with_optimizer) opt = make_optimizer(OptimizerConfig(), model.params(), 1);
   std::mt19937 rng(1);
   std::vector<int32_t> ids(B * T), targets(B * T);
   for (auto& x : ids) x = static_cast<int32_t>(rng() % m.vocab_size);
@@ -111,6 +120,7 @@ int main(int argc, char** argv) {
     const double t0 = now();
     model.forward(ids.data(), targets.data(), B, T, fo);
     model.backward();
+    if (opt) opt->step(1e-4);
     Kokkos::fence();
     if (it >= warmup) times.push_back(now() - t0);
   }
@@ -129,8 +139,8 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"kind\": \"step\", \"impl\": \"kktrain\", \"compute\": \"%s\", \"storage\": \"%s\", "
       "\"median_s\": %.5f, \"min_s\": %.5f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, "
-      "\"iters\": %d}\n",
+      "\"iters\": %d, \"optimizer\": %s}\n",
       compute.c_str(), storage.c_str(), med, *std::min_element(times.begin(), times.end()),
-      tokens / med, flops / med / 1e9, iters);
+      tokens / med, flops / med / 1e9, iters, with_optimizer ? "true" : "false");
   return 0;
 }

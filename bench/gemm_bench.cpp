@@ -1,5 +1,6 @@
 // GFLOP/s of gemm() (model/gemm.hpp) per backend at the model's product shapes: fp32 through
-// kokkos-kernels (OpenBLAS sgemm), bf16 x bf16 through oneDNN (native bf16 dot products), and the
+// kokkos-kernels (OpenBLAS sgemm), fp32 through oneDNN where that is the default fp32 backend,
+// bf16 x bf16 through oneDNN (native bf16 dot products), and the
 // same bf16 product through the converted path (operands widened to fp32, then sgemm).
 //
 //   bench_gemm [--threads 1] [--reps 7] [--layout NT] [--shapes 2048x1024x1024,2048x384x1152]
@@ -126,9 +127,17 @@ int main(int argc, char** argv) {
                   flops / sec / 1e9, fp32_sec / sec);
       std::fflush(stdout);
     };
+    set_gemm_reference(true);  // fp32 on kokkos-kernels (the host BLAS) whatever the default
     const double t32 = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
                                     gout(c32.data(), s.m, s.n), GemmBackend::kokkos_kernels, reps);
     row("fp32 kk (BLAS)", t32, t32);
+    set_gemm_reference(false);
+    const GemmBackend f32 = gemm_backend_for(DType::float32, DType::float32, DType::float32);
+    if (f32 != GemmBackend::kokkos_kernels) {  // the default fp32 backend, when it is another
+      const double t = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
+                                    gout(c32.data(), s.m, s.n), f32, reps);
+      row((std::string("fp32 ") + gemm_backend_name(f32)).c_str(), t, t32);
+    }
     if (native) {
       set_gemm_reference(false);
       const GemmBackend be = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16);

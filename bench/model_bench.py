@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""kktrain vs PyTorch: forward+backward tokens/s of the same Llama-style model, side by side.
+"""kktrain vs PyTorch: training-step tokens/s of the same Llama-style model, side by side.
+
+A step is forward + backward + a torch-style AdamW update of fp32 parameters (kktrain's optimizer
+against torch.optim.AdamW(foreach=True)).
 
 Runs bench_model (kktrain) and torch_llama.py (PyTorch peer) alternately for several rounds at
 equal thread counts (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / torch.set_num_threads), for fp32
@@ -8,6 +11,7 @@ achieved GFLOP/s against the sgemm peak measured in the same run. Alternating ro
 slow drifts of a shared, noisy machine from favouring one side.
 
     bench/model_bench.py [--build build] [--rounds 3] [--threads 1,2] [--small]
+                         [--peer-env OPENBLAS_CORETYPE=SKYLAKEX]
 Needs Debian's /usr/bin/python3 (torch) for the peer.
 """
 import argparse
@@ -21,9 +25,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PEER_PYTHON = "/usr/bin/python3"
 
 
-def run(cmd, threads):
+def run(cmd, threads, extra_env=None):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
+    env.update(extra_env or {})
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
 
@@ -35,6 +40,8 @@ def main():
     p.add_argument("--threads", default="1")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--small", action="store_true", help="a tiny shape (smoke test)")
+    p.add_argument("--peer-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment for the PyTorch peer only, e.g. OPENBLAS_CORETYPE=SKYLAKEX")
     a = p.parse_args()
     shape = dict(hidden=384, layers=6, heads=6, kv_heads=6, ffn=1024, vocab=256, seq=256, batch=8)
     if a.small:
@@ -45,7 +52,8 @@ def main():
     args += ["--warmup", "1", "--iters", str(a.iters)]
     kk = [os.path.join(a.build, "bench", "bench_model")] + args
     pt = [PEER_PYTHON, os.path.join(HERE, "torch_llama.py")] + args
-    print("model:", ", ".join(f"{k}={v}" for k, v in shape.items()), "| untied head, fwd+bwd")
+    print("model:", ", ".join(f"{k}={v}" for k, v in shape.items()),
+          "| untied head, a full training step: forward + backward + AdamW (fp32 storage)")
     print(f"{'threads':>7} {'compute':>9} {'kktrain tok/s':>14} {'pytorch tok/s':>14} "
           f"{'ratio':>6} {'kk GFLOP/s':>10} {'sgemm peak':>10} {'of peak':>7}")
     for threads in [int(t) for t in a.threads.split(",")]:
@@ -58,7 +66,8 @@ def main():
                     else:
                         kk_tps.append(rec["tokens_per_s"])
                         gflops.append(rec["gflops"])
-                rec = run(pt + ["--compute", compute, "--threads", str(threads)], threads)[-1]
+                rec = run(pt + ["--compute", compute, "--threads", str(threads)], threads,
+                          dict(kv.split("=", 1) for kv in a.peer_env))[-1]
                 pt_tps.append(rec["tokens_per_s"])
             k, t = statistics.median(kk_tps), statistics.median(pt_tps)
             g, pk = statistics.median(gflops), statistics.median(peaks)

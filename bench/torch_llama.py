@@ -90,6 +90,7 @@ def main():
         p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
     p.add_argument("--compute", default="float32")
     p.add_argument("--storage", default="float32")
+    p.add_argument("--optimizer", type=int, default=1, help="1: each step also runs AdamW")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -98,6 +99,7 @@ def main():
         model = model.to(torch.bfloat16)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
     targets = torch.randint(0, a.vocab, (a.batch, a.seq))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True) if a.optimizer else None
     times = []
     for it in range(a.warmup + a.iters):
         model.zero_grad(set_to_none=True)
@@ -105,6 +107,8 @@ def main():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.compute == "bfloat16"):
             loss = model(ids, targets)
         loss.backward()
+        if opt is not None:
+            opt.step()
         dt = time.perf_counter() - t0
         if it >= a.warmup:
             times.append(dt)
