@@ -34,12 +34,47 @@ int world_size_option(const ParsedArgs& args, const AppContext& ctx) {
   return static_cast<int>(w);
 }
 
+// The reference's pattern A (TE FusedAdam: bf16 storage, fp32 master as bf16 + int16 remainder,
+// fp32 moments) and pattern B (torch AdamW on fp32 storage), applied to this config's model, data
+// and ranks: the comparison of peaks the reference asks users to make for their model.
+std::vector<AuditReport::PatternPeak> pattern_peaks(const Config& cfg, int world) {
+  std::vector<AuditReport::PatternPeak> out;
+  auto add = [&](const char* name, const char* what, OptimizerKind kind, DType storage) {
+    AuditReport::PatternPeak pp;
+    pp.name = name;
+    pp.description = what;
+    try {
+      Config c = cfg;
+      c.optimizer.kind = kind;
+      const bool fused = kind == OptimizerKind::fused_adam;
+      c.optimizer.master_weights = fused;
+      c.optimizer.store_param_remainders = fused;
+      c.optimizer.exp_avg_dtype = DType::float32;
+      c.optimizer.exp_avg_sq_dtype = DType::float32;
+      c.optimizer.stochastic_rounding = false;
+      c.precision.storage = storage;
+      auto model = plan_model(c, 0, world);
+      std::vector<std::string> quiet;
+      AuditReport r = precision_audit(c, model->params(), quiet);
+      pp.peak = predict_peak(c, *model, r);
+    } catch (const std::exception& e) {
+      pp.error = e.what();
+    }
+    out.push_back(std::move(pp));
+  };
+  add("A", "TE FusedAdam, bf16 storage + int16 remainder, fp32 moments", OptimizerKind::fused_adam,
+      DType::bfloat16);
+  add("B", "torch AdamW, fp32 storage", OptimizerKind::adamw, DType::float32);
+  return out;
+}
+
 int run_audit(const ParsedArgs& args, AppContext& ctx) {
   const int world = world_size_option(args, ctx);
   const Config cfg = load_app_config(args, ctx, world);
   auto model = plan_model(cfg, 0, world);
   AuditReport r = precision_audit(cfg, model->params(), log::warnings());
   r.peak = predict_peak(cfg, *model, r);
+  r.pattern_peaks = pattern_peaks(cfg, world);
   if (ctx.mpi->rank() == 0) {
     const std::string out = args.flags.count("--json") ? audit_json(r) : audit_table(r);
     std::fputs(out.c_str(), stdout);

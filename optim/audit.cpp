@@ -242,6 +242,19 @@ std::string audit_table(const AuditReport& r) {
     os << line;
   }
   if (r.peak) os << peak_text(*r.peak);
+  if (!r.pattern_peaks.empty()) {
+    os << "predicted peak of this model and run under each pattern:\n";
+    for (const auto& pp : r.pattern_peaks) {
+      os << "  pattern " << pp.name << " (" << pp.description << "): ";
+      if (pp.peak) {
+        os << fmt_bytes(pp.peak->total()) << " (parameters + gradients + optimizer state "
+           << fmt_bytes(pp.peak->parameters + pp.peak->gradients + pp.peak->optimizer_state)
+           << ")\n";
+      } else {
+        os << "not planned: " << pp.error << "\n";
+      }
+    }
+  }
   for (const auto& w : r.warnings) os << "warning: " << w << "\n";
   return os.str();
 }
@@ -297,6 +310,21 @@ std::string audit_json(const AuditReport& r) {
        << ", \"activations_without_checkpointing\": " << p.activations_without_checkpointing
        << ", \"activations_with_checkpointing\": " << p.activations_with_checkpointing
        << ", \"workspaces\": " << p.workspaces << ", \"baseline\": " << p.baseline << "}";
+  }
+  if (!r.pattern_peaks.empty()) {
+    os << ", \"pattern_peaks\": {";
+    for (std::size_t i = 0; i < r.pattern_peaks.size(); ++i) {
+      const auto& pp = r.pattern_peaks[i];
+      os << (i ? ", " : "") << json_string(pp.name)
+         << ": {\"description\": " << json_string(pp.description) << ", \"bytes_peak_predicted\": ";
+      if (pp.peak) {
+        os << pp.peak->total();
+      } else {
+        os << "null, \"error\": " << json_string(pp.error);
+      }
+      os << "}";
+    }
+    os << "}";
   }
   os << "}"
      << ", \"world_size\": " << r.world << ", \"warnings\": [";

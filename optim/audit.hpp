@@ -57,6 +57,14 @@ struct AuditReport {
   int64_t bytes_trainable = 0;  // everything attributable to trainable parameters
   std::vector<std::string> warnings;
   std::optional<PeakBreakdown> peak;  // the predicted training peak, when planned
+  // The same model and run under the reference's two patterns (the configured optimizer and
+  // storage replaced): name, description, predicted peak, or no value with the reason.
+  struct PatternPeak {
+    std::string name, description;
+    std::optional<PeakBreakdown> peak;
+    std::string error;
+  };
+  std::vector<PatternPeak> pattern_peaks;
   double bytes_per_trainable() const {
     return trainable_elements ? static_cast<double>(bytes_trainable) / trainable_elements : 0.0;
   }

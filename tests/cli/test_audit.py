@@ -130,6 +130,38 @@ def case_audit_pattern_b():
     check(doc["warnings"] == [], f"pattern B warnings: {doc['warnings']}")
 
 
+def case_audit_pattern_peaks():
+    """The audit predicts the peak of the same model and run under pattern A and pattern B: the
+    configured pattern's entry equals the configured prediction, B's state costs 2 more bytes per
+    parameter than A's (16 vs 14), and the other terms of the peak are the same model's."""
+    peaks = {}
+    for name, cfg in (("A", PATTERN_A), ("B", PATTERN_B), ("risky", RISKY)):
+        doc, _, where = audit(cfg, layers=2)
+        t = doc["totals"]
+        pp = t.get("pattern_peaks")
+        check(isinstance(pp, dict) and set(pp) == {"A", "B"}, f"pattern_peaks: {pp}" + where)
+        for k in ("A", "B"):
+            check(isinstance(pp[k]["bytes_peak_predicted"], int) and pp[k]["bytes_peak_predicted"] > 0,
+                  f"pattern {k}: {pp[k]}" + where)
+        if name in ("A", "B"):
+            check(pp[name]["bytes_peak_predicted"] == t["bytes_peak_predicted"],
+                  f"pattern {name}'s entry {pp[name]} != the configured peak "
+                  f"{t['bytes_peak_predicted']}" + where)
+        peaks[name] = (pp["A"]["bytes_peak_predicted"], pp["B"]["bytes_peak_predicted"],
+                       t["trainable_elements"])
+    a, b, n = peaks["A"]
+    # Only the resident state differs between the two (2 bytes a parameter); the compute copies
+    # follow the storage dtype (none on one rank where storage equals the compute dtype), so
+    # allow that difference on top.
+    check(a < b, f"pattern A peak {a} not below pattern B {b}")
+    check(b - a >= 2 * n, f"B - A = {b - a} bytes < 2 bytes x {n} parameters")
+    check(peaks["risky"][:2] == peaks["A"][:2], f"the comparison depends on the configured "
+          f"optimizer: {peaks}")
+    rc, out, err = run(["audit", config(PATTERN_A), *TINY_MODEL, "model.num_layers=2"])
+    check(rc == 0 and "pattern A (" in out and "pattern B (" in out,
+          "the table lacks the per-pattern peaks" + describe(["audit"], rc, out, err))
+
+
 def case_audit_risky():
     doc, by_name, where = audit(RISKY)
     check_audit_common(doc, by_name)

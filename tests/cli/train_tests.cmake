@@ -23,7 +23,8 @@ foreach(case IN LISTS KKTRAIN_TRAIN_CASES)
 endforeach()
 
 # kktrain audit: the three patterns (JSON and table), freezing (tests/cli/test_audit.py)
-foreach(case IN ITEMS audit_pattern_a audit_pattern_b audit_risky audit_table audit_freeze_modules
+foreach(case IN ITEMS audit_pattern_a audit_pattern_b audit_pattern_peaks audit_risky audit_table
+                      audit_freeze_modules
                       audit_freeze_parameters audit_unfreeze_parameters audit_freeze_tied_alias
                       audit_freeze_unknown)
   add_test(NAME train.${case}
