@@ -14,10 +14,10 @@ namespace kktrain {
 template <class TC>
 void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r) {
   Buffers& b = *buf_;
-  const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t N = b.B * b.T, C = cfg_.hidden_size;
   const int64_t K = static_cast<int64_t>(mtp_.size());
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  const CRef emb = embed_stream_.extent(0) ? CRef{embed_stream_.data(), DType::float32} : w(embed_);
+  const CRef emb = lookup_weights();
   r->mtp_loss = 0.0;
   for (int64_t d = 0; d < K; ++d) {
     const MtpParams& P = mtp_[d];

@@ -162,7 +162,6 @@ void Transformer::prepare(const ShardOptions& opts) {
     DView<float> v(s.name, s.bytes / static_cast<int64_t>(sizeof(float)));
     if (s.name == "staged_grad_embed") staged_grad_[embed_] = v;
     if (s.name == "staged_grad_lm_head") staged_grad_[lm_head_] = v;
-    if (s.name == "embed_stream") embed_stream_ = v;
     if (s.name == "rope_cos") rope_cos_ = v;
     if (s.name == "rope_sin") rope_sin_ = v;
   }
@@ -184,7 +183,6 @@ std::vector<BufferSpec> Transformer::model_buffer_plan() const {
     if (lm_head_ != embed_ && !mtp_.empty() && params_.info(lm_head_).trainable) {
       add("staged_grad_lm_head", params_.info(lm_head_).numel);
     }
-    if (lm_head_ == embed_ && rs_ != round_compute_[embed_]) add("embed_stream", emb.numel);
   }
   const int64_t half = cfg_.head_dim() / 2;
   add("rope_cos", cfg_.max_seq_len * half);

@@ -184,6 +184,9 @@ class Transformer {
   void backward_impl();
   // out (N, C) = the stream-dtype embedding rows of ids (N), from weights of either dtype.
   void embed_lookup(float* out, const int32_t* ids, const CRef& wte, int64_t N);
+  // The weights the embedding lookup reads (the compute copy, or the storage on one rank when
+  // the compute copy of a tied embedding is rounded and the stream is not).
+  CRef lookup_weights() const;
   template <class TC>
   void block_forward(const LayerParams& p, float* out, const float* inp, LayerActs& a);
   // dres (N, C): gradient of the block output on entry, of the block input on return.
@@ -228,7 +231,6 @@ class Transformer {
   // read by the MTP head, an untied LM head shared with MTP depths) sum them in fp32 here and
   // are rounded into their storage-dtype gradient once, at the end of backward().
   std::vector<DView<float>> staged_grad_;  // per parameter; empty when not staged
-  DView<float> embed_stream_;  // (V, C) one rank: lookup copy of a tied embedding (stream dtype)
   // Units: 0 the embedding, 1..L the layers, then the head (final norm + untied LM head) and the
   // MTP head when there is one.
   SingleCommunicator single_;

@@ -88,6 +88,17 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* targets, int64
   }
 }
 
+CRef Transformer::lookup_weights() const {
+  // One rank, tied embedding whose compute copy is rounded for the LM head while the stream is
+  // not: the lookup reads the storage itself (embed_lookup rounds to the stream dtype per row).
+  const ParamInfo& e = params_.info(embed_);
+  if (!units_->sharded() && lm_head_ == embed_ && rs_ != round_compute_[embed_]) {
+    if (e.dtype == DType::bfloat16) return CRef{params_.data<bf16>(embed_).data(), e.dtype};
+    return CRef{params_.data<float>(embed_).data(), e.dtype};
+  }
+  return w(embed_);
+}
+
 void Transformer::embed_lookup(float* out, const int32_t* ids, const CRef& wte, int64_t N) {
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
   dispatch_dtype(wte.dtype, [&](auto tag) {
@@ -114,7 +125,7 @@ void Transformer::backward() {
 template <class TC>
 ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOptions& opts) {
   Buffers& b = *buf_;
-  const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
+  const int64_t N = b.B * b.T, C = cfg_.hidden_size, L = cfg_.num_layers;
   const bool loss = opts.compute_logits && targets != nullptr;
   const bool backward = opts.prepare_backward && loss;
   const bool mtp = loss && opts.compute_mtp && !mtp_.empty();
@@ -129,13 +140,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   logits_valid_ = false;
 
   gather(embed_unit_);
-  if (embed_stream_.extent(0) > 0) {  // one rank, tied: the lookup reads the stream-dtype copy
-    dispatch_dtype(params_.info(embed_).dtype, [&](auto tag) {
-      using S = decltype(tag);
-      cast_to_float<S>(embed_stream_.data(), params_.data<S>(embed_).data(), V * C, rs_);
-    });
-  }
-  const CRef emb = embed_stream_.extent(0) ? CRef{embed_stream_.data(), DType::float32} : w(embed_);
+  const CRef emb = lookup_weights();
   embed_lookup(b.res[0].data(), b.ids.data(), emb, N);  // (N, C)
   boundary_output(b.res[0].data(), N * C);
   // The embedding is read again by a tied LM head and by the MTP head.

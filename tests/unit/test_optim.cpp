@@ -86,7 +86,9 @@ TEST(Optimizer, RemainderMasterIsBitwiseTheFp32Master) {
     for (std::size_t e = 0; e < a.size(); ++e) {
       uint32_t bits;
       std::memcpy(&bits, &a[e], 4);
-      if ((bits & 0xffffu) != 0x8000u) ASSERT_EQ(pa[e], pb[e]) << e;
+      if ((bits & 0xffffu) != 0x8000u) {
+        ASSERT_EQ(pa[e], pb[e]) << e;
+      }
     }
   }
   // The fp32 parameter has no master in either (it is its own master).
@@ -241,8 +243,12 @@ TEST(Optimizer, AllocatedStateMatchesThePlanAndFrozenHaveNone) {
       }
       // torch Adam/AdamW moments follow the parameter dtype, FusedAdam's the configured dtypes.
       const ParamStateInfo s0 = o->state_info(0);
-      if (c.is_torch_adam()) EXPECT_EQ(*s0.exp_avg, d);
-      if (c.kind == OptimizerKind::fused_adam) EXPECT_EQ(*s0.exp_avg, c.exp_avg_dtype);
+      if (c.is_torch_adam()) {
+        EXPECT_EQ(*s0.exp_avg, d);
+      }
+      if (c.kind == OptimizerKind::fused_adam) {
+        EXPECT_EQ(*s0.exp_avg, c.exp_avg_dtype);
+      }
     }
   }
 }
