@@ -392,7 +392,9 @@ TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
       run_grads(m, random_tokens(23, 5));
       EXPECT_EQ(m.units().buffer_bytes(), predicted)
           << dtype_name(storage) << " storage, " << dtype_name(compute) << " compute";
-      if (storage == DType::float32 && compute == DType::float32) EXPECT_EQ(predicted, 0);
+      if (storage == DType::float32 && compute == DType::float32) {
+        EXPECT_EQ(predicted, 0);
+      }
     }
   }
 }
