@@ -565,10 +565,11 @@ def interrupted(run_dir, np_, sig, after, twice=False):
     again once rank 0 announced the stop: signals sent together would merge into one delivery);
     returns (exit status, stderr, seconds from the last signal to the exit)."""
     err_path = run_dir + ".err"
-    # Twice: 256 micro-batches per step (~0.3 s idle, ~1 s when the machine is oversubscribed;
+    # Twice: 1024 micro-batches per step (~0.3 s idle, ~1 s when the machine is oversubscribed;
     # not part of what a checkpoint must match) leave the second signal time to arrive before
-    # the step ends (64 were not enough with 2 ranks x 4 OpenMP threads on 2 cores).
-    slow = [f"data.global_batch_size={512 * np_}"] if twice else []
+    # the step ends (256 were not enough with 2 ranks x 2 OpenMP threads on 2 cores once the
+    # model's kernels got faster; 64 not with 4 threads).
+    slow = [f"data.global_batch_size={2048 * np_}"] if twice else []
     p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow,
                f"train.output_dir={run_dir}"], np_, err_path)
     try:
