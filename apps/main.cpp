@@ -15,7 +15,9 @@
 #include "model/gemm.hpp"
 #include "parallel/threads.hpp"
 
-using namespace kktrain;
+// Everything lives in namespace kktrain (no using-directive at global scope: with CUDA, a global
+// `using namespace kktrain` makes kktrain::log collide with CUDA's own math functions).
+namespace kktrain {
 
 namespace {
 
@@ -73,7 +75,7 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   MpiRuntime mpi(&argc, &argv);
   log::set_rank(mpi.rank());
   const bool many = mpi.active() && mpi.size() > 1;
@@ -110,4 +112,10 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, rc);
   }
   return rc;
+}
+
+}  // namespace kktrain
+
+int main(int argc, char** argv) {
+  return kktrain::run_main(argc, argv);
 }

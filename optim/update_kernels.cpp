@@ -169,6 +169,11 @@ void fused_adam_impl(P* param, const P* grad, M* exp_avg, V* exp_avg_sq, float* 
   const float l2 = h.adam_w_mode ? 0.0f : h.weight_decay;
   const float decoupled = h.adam_w_mode ? h.weight_decay : 0.0f;
   const auto elem = KOKKOS_LAMBDA(const int64_t i) {
+    // nvcc: an extended lambda may not capture a variable first inside `if constexpr`; name the
+    // ones only some branches use here.
+    (void)master;
+    (void)remainder;
+    (void)r;
     float p0;
     if constexpr (Mode == kMaster) {
       p0 = master[i];
@@ -202,6 +207,9 @@ void fused_adam_impl(P* param, const P* grad, M* exp_avg, V* exp_avg_sq, float* 
     const bf16* gp = grad + o;
     int16_t* rp = Mode == kRemainder ? remainder + o : nullptr;
     const auto pair = KOKKOS_LAMBDA(const int64_t j) {
+      (void)rp;  // captured before any `if constexpr` (nvcc extended-lambda rule)
+      (void)r;
+      (void)s;
       const uint32_t pw = load_word(pp, j), gw = load_word(gp, j);
       const uint32_t mw = load_word(mp, j), vw = load_word(vp, j);
       float p_lo, p_hi;
@@ -243,6 +251,10 @@ void sgd_impl(P* param, const P* grad, P* momentum_buf, int64_t n, const SgdHype
   const float nesterov = h.nesterov ? 1.0f : 0.0f;
   Kokkos::parallel_for(
       "sgd_update", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
+        (void)momentum_buf;  // captured before the `if constexpr` (nvcc extended-lambda rule)
+        (void)keep;
+        (void)take;
+        (void)nesterov;
         const float p = to_f32(param[i]);
         float d = to_f32(grad[i]) * h.grad_scale + h.weight_decay * p;  // d_p.add(param, wd)
         if constexpr (Momentum) {
