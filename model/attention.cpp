@@ -26,17 +26,6 @@ void attention_probs(float* att, const TC* q, const TC* k, const AttentionDims& 
   causal_softmax_forward(att, d.B * d.H, T);
 }
 
-// The probabilities as the PV product's operand: rounded into pc in the compute dtype, or att
-// itself when they need no rounding and no conversion.
-template <class TC>
-const TC* compute_probs(const float* att, TC* pc, int64_t n, bool rc) {
-  if constexpr (std::is_same<TC, float>::value) {
-    if (!rc) return att;
-  }
-  round_copy(pc, att, n, rc);
-  return pc;
-}
-
 }  // namespace
 
 template <class TC>
@@ -47,7 +36,7 @@ void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const T
   for (int64_t b = 0; b < d.B; ++b) {
     for (int64_t h = 0; h < d.H; ++h) {
       const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
-      const TC* p = compute_probs(att + bh * T * T, pc_scratch, T * T, rc);
+      const TC* p = compute_copy(pc_scratch, att + bh * T * T, T * T, rc);
       // out_bh (T, D) = p (T, T) @ v_bkv (T, D), rounded once when out is bf16
       gemm('N', 'N', 1.0f, gin(p, T, T), gin(v + bkv * T * D, T, D), 0.0f,
            gout(out + bh * T * D, T, D));
@@ -71,7 +60,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scra
         const int64_t h = kv * group + j, bh = b * d.H + h;
         // The first head of a group writes dK/dV, the others accumulate (fp32 sums).
         const float beta = j == 0 ? 0.0f : 1.0f;
-        const TC* p = compute_probs(att + bh * T * T, pc_scratch, T * T, rc);
+        const TC* p = compute_copy(pc_scratch, att + bh * T * T, T * T, rc);
         const TC* go = dout + bh * T * D;
         // dv_bkv (T, D) += pc^T (T, T) @ dout_bh (T, D)
         gemm('T', 'N', 1.0f, gin(p, T, T), gin(go, T, D), beta, gout(dv + bkv * T * D, T, D));
@@ -83,7 +72,7 @@ void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scra
         // rounded to the compute dtype as the gradient of the scores product's output (autocast's
         // bf16 matmul output) before the dQ/dK products; pc is free again (p was used for dV).
         causal_softmax_backward(dp_scratch, att + bh * T * T, 1, T);
-        const TC* ds = compute_probs(dp_scratch, pc_scratch, T * T, rc);
+        const TC* ds = compute_copy(pc_scratch, dp_scratch, T * T, rc);
         // dq_bh (T, D) = scale * ds (T, T) @ k_bkv (T, D)
         gemm('N', 'N', d.scale, gin(ds, T, T), gin(k + bkv * T * D, T, D), 0.0f,
              gout(dq + bh * T * D, T, D));

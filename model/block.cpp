@@ -17,19 +17,6 @@
 
 namespace kktrain {
 
-namespace {
-// The compute-dtype copy of an fp32 stream tensor: dst (rounded), or src itself when nothing
-// changes (fp32 compute).
-template <class TC>
-const TC* compute_copy(TC* dst, const float* src, int64_t n, bool rc) {
-  if constexpr (std::is_same<TC, float>::value) {
-    if (!rc) return src;
-  }
-  round_copy(dst, src, n, rc);
-  return dst;
-}
-}  // namespace
-
 template <class TC>
 void Transformer::block_forward(const LayerParams& p, float* out, const float* inp, LayerActs& a) {
   Buffers& b = *buf_;

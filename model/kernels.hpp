@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
@@ -137,6 +138,17 @@ void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T
 // out (n) = rnd(in (n), round)
 template <class TO, class TI>
 void round_copy(TO* out, const TI* in, int64_t n, bool round);
+// The compute-dtype copy of an fp32 tensor (n) as a GEMM operand: dst holding rnd(src, rc) in TC,
+// or src itself when nothing changes (fp32 compute, no rounding).
+template <class TC>
+const TC* compute_copy(TC* dst, const float* src, int64_t n, bool rc) {
+  if constexpr (std::is_same<TC, float>::value) {
+    if (!rc) return src;
+  }
+  round_copy(dst, src, n, rc);
+  return dst;
+}
+
 // out (n) = rnd(a + b, round)        (out may alias a)
 template <class TB>
 void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round);
