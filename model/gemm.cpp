@@ -92,17 +92,11 @@ float* scratch(int which, int64_t n) {
   return bufs[which].data();
 }
 
-void widen(float* out, const void* in, DType dtype, int64_t n) {
-  if (dtype == DType::float32) {
-    const float* src = static_cast<const float*>(in);
-    Kokkos::parallel_for(
-        "gemm_copy", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) { out[i] = src[i]; });
-  } else {
-    const bf16* src = static_cast<const bf16*>(in);
-    Kokkos::parallel_for(
-        "gemm_widen", RangePolicy(0, n),
-        KOKKOS_LAMBDA(const int64_t i) { out[i] = to_f32(src[i]); });
-  }
+// out (n) fp32 = in (n) bf16 (exact).
+void widen(float* out, const bf16* in, int64_t n) {
+  Kokkos::parallel_for(
+      "gemm_widen", RangePolicy(0, n),
+      KOKKOS_LAMBDA(const int64_t i) { out[i] = load_f32(in, i); });
 }
 
 void narrow(bf16* out, const float* in, int64_t n) {
@@ -142,22 +136,19 @@ void kk_gemm(char transA, char transB, float alpha, const float* A, int64_t ar, 
 void converted_gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
                     float beta, const GemmOut& C, int64_t m, int64_t n) {
   if (m == 0 || n == 0) return;
-  const float* a = static_cast<const float*>(A.data);
-  const float* b = static_cast<const float*>(B.data);
-  if (A.dtype != DType::float32) {
-    float* s = scratch(0, A.rows * A.cols);
-    widen(s, A.data, A.dtype, A.rows * A.cols);
-    a = s;
-  }
-  if (B.dtype != DType::float32) {
-    float* s = scratch(1, B.rows * B.cols);
-    widen(s, B.data, B.dtype, B.rows * B.cols);
-    b = s;
-  }
+  // An operand as fp32: itself, or widened into scratch slot `slot` (gemm() admits fp32 and bf16).
+  const auto as_fp32 = [](const GemmIn& X, int slot) -> const float* {
+    if (X.dtype == DType::float32) return static_cast<const float*>(X.data);
+    float* s = scratch(slot, X.rows * X.cols);
+    widen(s, static_cast<const bf16*>(X.data), X.rows * X.cols);
+    return s;
+  };
+  const float* a = as_fp32(A, 0);
+  const float* b = as_fp32(B, 1);
   float* c = static_cast<float*>(C.data);
   if (C.dtype != DType::float32) {
     c = scratch(2, m * n);
-    if (beta != 0.0f) widen(c, C.data, C.dtype, m * n);
+    if (beta != 0.0f) widen(c, static_cast<const bf16*>(C.data), m * n);
   }
   kk_gemm(transA, transB, alpha, a, A.rows, A.cols, b, B.rows, B.cols, beta, c, m, n);
   if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);

@@ -195,35 +195,30 @@ Key key_for(char ta, char tb, float alpha, DType ab_dtype, DType c_dtype, float 
   return Key{m, n, k, ta, tb, ab_dtype, c_dtype, alpha, beta, threads};
 }
 
+// The CPU qualifies (isa_ok) and a 64^3 probe product with `ab` operands gets JIT code.
+bool probe_native(bool isa_ok, DType ab) {
+  try {
+    if (!isa_ok) return false;
+    const int64_t s = 64;
+    return entry_for(key_for('N', 'N', 1.0f, ab, DType::float32, 0.0f, s, s, s)).native;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 bool available() {
-  static const bool ok = [] {
-    try {
-      if (!isa_has_bf16(dnnl::get_effective_cpu_isa())) return false;
-      const int64_t s = 64;
-      return entry_for(key_for('N', 'N', 1.0f, DType::bfloat16, DType::float32, 0.0f, s, s, s))
-          .native;
-    } catch (const dnnl::error&) {
-      return false;
-    }
-  }();
+  static const bool ok = probe_native(isa_has_bf16(dnnl::get_effective_cpu_isa()), DType::bfloat16);
   return ok;
 }
 
 bool fp32_available() {
   static const bool ok = [] {
-    try {
-      const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-      if (isa == dnnl::cpu_isa::all || isa == dnnl::cpu_isa::sse41 || isa == dnnl::cpu_isa::avx) {
-        return false;
-      }
-      const int64_t s = 64;
-      return entry_for(key_for('N', 'N', 1.0f, DType::float32, DType::float32, 0.0f, s, s, s))
-          .native;
-    } catch (const dnnl::error&) {
-      return false;
-    }
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    const bool avx2 =
+        isa != dnnl::cpu_isa::all && isa != dnnl::cpu_isa::sse41 && isa != dnnl::cpu_isa::avx;
+    return probe_native(avx2, DType::float32);
   }();
   return ok;
 }

@@ -58,8 +58,7 @@ void Transformer::mtp_backward(float* dres) {
                      C, rs_);
     accumulate(P.norm, dw, round_compute_[P.norm]);
     block_backward<TC>(P.block, b.dh.data(), m.h_in.data(), b.mtp_block[d]);  // dh = d(h_in)
-    TC* dc = b.dc.p<TC>();
-    round_copy(dc, b.dh.data(), N * C, rc_);
+    const TC* dc = compute_copy(b.dc.p<TC>(), b.dh.data(), N * C, rc_);
     if (params_.info(P.eh_proj).trainable) {
       matmul_backward_weight(dw, dc, m.cat.p<TC>(), N, 2 * C, C);
       accumulate(P.eh_proj, dw, rc_);
