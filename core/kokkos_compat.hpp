@@ -26,6 +26,12 @@ template <class T>
 using DViewU =
     Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// Unmanaged 1-D host View over host memory (a std::vector's data): the host side of a deep_copy
+// at the edges (data loading, logging, checkpoint I/O, tests).
+template <class T>
+using HViewU =
+    Kokkos::View<T*, Kokkos::LayoutRight, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
 using RangePolicy = Kokkos::RangePolicy<ExecSpace>;
 
 namespace math {

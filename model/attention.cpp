@@ -10,20 +10,29 @@ namespace kktrain {
 
 namespace {
 
-// att (B, H, T, T) = causal_softmax(scale q k^T): scores for every head, then one softmax launch
-// over all B*H*T rows. Forward and backward call this, so both see the same probabilities.
+// The products of one (batch, KV head) pair as one matrix: the H / KV query heads of a group are
+// consecutive in the head layout, so their rows form one (G*T, D) block of q (and of out, dq,
+// dout), their scores one (G*T, T) block of att, while K and V are (T, D) blocks. Every attention
+// product is then a batch of B*KV identical products over contiguous matrices: one gemm_batched
+// call each, with the sums over a group's heads (dK, dV) inside the product.
+struct Blocks {
+  int64_t batch, GT, T, D;
+};
+
+Blocks blocks_of(const AttentionDims& d) {
+  return Blocks{d.B * d.KV, (d.H / d.KV) * d.T, d.T, d.D};
+}
+
+// att (B, H, T, T) = causal_softmax(scale q k^T): every head's scores in one batched product,
+// then one softmax launch over all B*H*T rows. Forward and backward call this, so both see the
+// same probabilities.
 template <class TC>
 void attention_probs(float* att, const TC* q, const TC* k, const AttentionDims& d) {
-  const int64_t T = d.T, D = d.D, group = d.H / d.KV;
-  for (int64_t b = 0; b < d.B; ++b) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
-      // att_bh (T, T) = scale * q_bh (T, D) @ k_bkv (T, D)^T
-      gemm('N', 'T', d.scale, gin(q + bh * T * D, T, D), gin(k + bkv * T * D, T, D), 0.0f,
-           gout(att + bh * T * T, T, T));
-    }
-  }
-  causal_softmax_forward(att, d.B * d.H, T);
+  const Blocks g = blocks_of(d);
+  // att_g (G*T, T) = scale * q_g (G*T, D) @ k_g (T, D)^T
+  gemm_batched(g.batch, 'N', 'T', d.scale, gin(q, g.GT, g.D), gin(k, g.T, g.D), 0.0f,
+               gout(att, g.GT, g.T));
+  causal_softmax_forward(att, d.B * d.H, d.T);
 }
 
 }  // namespace
@@ -31,19 +40,14 @@ void attention_probs(float* att, const TC* q, const TC* k, const AttentionDims& 
 template <class TC>
 void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const TC* k, const TC* v,
                        const AttentionDims& d, bool rc) {
-  const int64_t T = d.T, D = d.D, group = d.H / d.KV;
+  const Blocks g = blocks_of(d);
   attention_probs(att, q, k, d);
-  for (int64_t b = 0; b < d.B; ++b) {
-    for (int64_t h = 0; h < d.H; ++h) {
-      const int64_t bh = b * d.H + h, bkv = b * d.KV + h / group;
-      const TC* p = compute_copy(pc_scratch, att + bh * T * T, T * T, rc);
-      // out_bh (T, D) = p (T, T) @ v_bkv (T, D), rounded once when out is bf16
-      gemm('N', 'N', 1.0f, gin(p, T, T), gin(v + bkv * T * D, T, D), 0.0f,
-           gout(out + bh * T * D, T, D));
-    }
-  }
+  const TC* p = compute_copy(pc_scratch, att, d.B * d.H * d.T * d.T, rc);
+  // out_g (G*T, D) = p_g (G*T, T) @ v_g (T, D), rounded once when out is bf16
+  gemm_batched(g.batch, 'N', 'N', 1.0f, gin(p, g.GT, g.T), gin(v, g.T, g.D), 0.0f,
+               gout(out, g.GT, g.D));
   if constexpr (std::is_same<TC, float>::value) {  // fp32 containers: round after the sum
-    if (rc) round_copy(out, out, d.B * d.H * T * D, true);
+    if (rc) round_copy(out, out, d.B * d.H * d.T * d.D, true);
   }
 }
 
@@ -51,41 +55,32 @@ template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
                         float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,
                         const AttentionDims& d, bool rc) {
-  const int64_t T = d.T, D = d.D, group = d.H / d.KV;
+  const Blocks g = blocks_of(d);
+  const int64_t n_att = d.B * d.H * d.T * d.T;
   attention_probs(att, q, k, d);
-  for (int64_t b = 0; b < d.B; ++b) {
-    for (int64_t kv = 0; kv < d.KV; ++kv) {
-      const int64_t bkv = b * d.KV + kv;
-      for (int64_t j = 0; j < group; ++j) {
-        const int64_t h = kv * group + j, bh = b * d.H + h;
-        // The first head of a group writes dK/dV, the others accumulate (fp32 sums).
-        const float beta = j == 0 ? 0.0f : 1.0f;
-        const TC* p = compute_copy(pc_scratch, att + bh * T * T, T * T, rc);
-        const TC* go = dout + bh * T * D;
-        // dv_bkv (T, D) += pc^T (T, T) @ dout_bh (T, D)
-        gemm('T', 'N', 1.0f, gin(p, T, T), gin(go, T, D), beta, gout(dv + bkv * T * D, T, D));
-        // dp (T, T) = dout_bh (T, D) @ v_bkv^T, the gradient of the compute-dtype probabilities
-        gemm('N', 'T', 1.0f, gin(go, T, D), gin(v + bkv * T * D, T, D), 0.0f,
-             gout(dp_scratch, T, T));
-        if (rc) round_copy(dp_scratch, dp_scratch, T * T, true);
-        // dp -> dscores through the fp32 softmax (uses the unrounded probabilities), then
-        // rounded to the compute dtype as the gradient of the scores product's output (autocast's
-        // bf16 matmul output) before the dQ/dK products; pc is free again (p was used for dV).
-        causal_softmax_backward(dp_scratch, att + bh * T * T, 1, T);
-        const TC* ds = compute_copy(pc_scratch, dp_scratch, T * T, rc);
-        // dq_bh (T, D) = scale * ds (T, T) @ k_bkv (T, D)
-        gemm('N', 'N', d.scale, gin(ds, T, T), gin(k + bkv * T * D, T, D), 0.0f,
-             gout(dq + bh * T * D, T, D));
-        // dk_bkv (T, D) += scale * ds^T (T, T) @ q_bh (T, D)
-        gemm('T', 'N', d.scale, gin(ds, T, T), gin(q + bh * T * D, T, D), beta,
-             gout(dk + bkv * T * D, T, D));
-      }
-    }
-  }
+  const TC* p = compute_copy(pc_scratch, att, n_att, rc);
+  // dv_g (T, D) = p_g^T (T, G*T) @ dout_g (G*T, D): the sum over the group's heads is inside
+  gemm_batched(g.batch, 'T', 'N', 1.0f, gin(p, g.GT, g.T), gin(dout, g.GT, g.D), 0.0f,
+               gout(dv, g.T, g.D));
+  // dp_g (G*T, T) = dout_g (G*T, D) @ v_g (T, D)^T, the gradient of the compute-dtype probabilities
+  gemm_batched(g.batch, 'N', 'T', 1.0f, gin(dout, g.GT, g.D), gin(v, g.T, g.D), 0.0f,
+               gout(dp_scratch, g.GT, g.T));
+  if (rc) round_copy(dp_scratch, dp_scratch, n_att, true);
+  // dp -> dscores through the fp32 softmax (uses the unrounded probabilities), then rounded to the
+  // compute dtype as the gradient of the scores product's output (autocast's bf16 matmul output)
+  // before the dQ/dK products; pc is free again (p was used for dV).
+  causal_softmax_backward(dp_scratch, att, d.B * d.H, d.T);
+  const TC* ds = compute_copy(pc_scratch, dp_scratch, n_att, rc);
+  // dq_g (G*T, D) = scale * ds_g (G*T, T) @ k_g (T, D)
+  gemm_batched(g.batch, 'N', 'N', d.scale, gin(ds, g.GT, g.T), gin(k, g.T, g.D), 0.0f,
+               gout(dq, g.GT, g.D));
+  // dk_g (T, D) = scale * ds_g^T (T, G*T) @ q_g (G*T, D)
+  gemm_batched(g.batch, 'T', 'N', d.scale, gin(ds, g.GT, g.T), gin(q, g.GT, g.D), 0.0f,
+               gout(dk, g.T, g.D));
   if (rc) {
-    round_copy(dq, dq, d.B * d.H * T * D, true);
-    round_copy(dk, dk, d.B * d.KV * T * D, true);
-    round_copy(dv, dv, d.B * d.KV * T * D, true);
+    round_copy(dq, dq, d.B * d.H * d.T * d.D, true);
+    round_copy(dk, dk, d.B * d.KV * d.T * d.D, true);
+    round_copy(dv, dv, d.B * d.KV * d.T * d.D, true);
   }
 }
 

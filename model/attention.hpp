@@ -1,9 +1,10 @@
 // Causal multi-head attention with grouped KV heads, on head-major tensors.
 //
 // Scores and probabilities are fp32 (B, H, T, T); the probabilities fed to the PV product are
-// rounded to the compute dtype, as a bf16 autocast attention does. Per (batch, head) the products
-// are GEMMs on contiguous (T, D) and (T, T) blocks, so they run at BLAS speed. With GQA, query
-// head h reads KV head h / (H / KV); K and V gradients sum over the heads of a group.
+// rounded to the compute dtype, as a bf16 autocast attention does. With GQA, query head h reads KV
+// head h / (H / KV); K and V gradients sum over the heads of a group. Each product is one batched
+// GEMM over all batch entries and KV heads at once (the G = H / KV query heads of a group are one
+// (G*T, D) block), so a GPU runs it as one strided-batched call.
 //
 // The probabilities are not kept between forward and backward: the backward recomputes them with
 // the same GEMMs and the same softmax launch (so the same values) into the same one-layer scratch.
@@ -21,7 +22,7 @@ struct AttentionDims {
 
 // att (B, H, T, T) = causal_softmax(scale q k^T), fp32 scratch
 // out (B, H, T, D) = rnd(rnd(att, rc) @ v, rc)
-// pc_scratch (T, T) holds one head's rounded probabilities at a time.
+// pc_scratch (B, H, T, T) holds the rounded probabilities when rc (unused otherwise).
 template <class TC>
 void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const TC* k, const TC* v,
                        const AttentionDims& d, bool rc);
@@ -30,7 +31,7 @@ void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const T
 // fp32 sums rounded to the compute dtype at the end. The gradient of the probabilities (dP) and of
 // the scores (dS, after the fp32 softmax backward) are rounded to the compute dtype, as the
 // gradients of compute-dtype matmul outputs are under autocast. Scratch: att (B, H, T, T) (the
-// recomputed probabilities), pc (T, T), dp (T, T).
+// recomputed probabilities), pc (B, H, T, T) when rc, dp (B, H, T, T).
 template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
                         float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,

@@ -154,6 +154,15 @@ void converted_gemm(char transA, char transB, float alpha, const GemmIn& A, cons
   if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);
 }
 
+// Matrix i of a batch of contiguous matrices shaped like X.
+template <class X>
+X matrix(const X& x, int64_t i) {
+  X out = x;
+  using Byte = typename std::conditional<std::is_same<X, GemmIn>::value, const char, char>::type;
+  out.data = static_cast<Byte*>(x.data) + i * x.rows * x.cols * dtype_size(x.dtype);
+  return out;
+}
+
 int index_of(GemmBackend b) {
   return static_cast<int>(b);
 }
@@ -224,10 +233,15 @@ GemmCounters gemm_counters() {
 
 void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
           const GemmOut& C) {
+  gemm_batched(1, transA, transB, alpha, A, B, beta, C);
+}
+
+void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
+                  const GemmIn& B, float beta, const GemmOut& C) {
   const int64_t m = transA == 'N' ? A.rows : A.cols, k = transA == 'N' ? A.cols : A.rows;
   const int64_t kb = transB == 'N' ? B.rows : B.cols, n = transB == 'N' ? B.cols : B.rows;
   if (k != kb || C.rows != m || C.cols != n || (transA != 'N' && transA != 'T') ||
-      (transB != 'N' && transB != 'T')) {
+      (transB != 'N' && transB != 'T') || batch < 0) {
     throw InternalError("gemm: shapes do not match");
   }
   for (DType d : {A.dtype, B.dtype, C.dtype}) {
@@ -236,26 +250,34 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
     }
   }
   GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
+  if (batch == 0) return;
   if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
     g_counters.calls[index_of(be)] += 1;
-    if (m > 0 && n > 0) scale_c(beta, C, m * n);
+    if (m > 0 && n > 0) scale_c(beta, C, batch * m * n);
     return;
   }
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  // fp32 batches take the vendor library's strided-batched call too (kokkos-kernels has none).
+  if (be == GemmBackend::kokkos_kernels && batch > 1) be = native_bf16_backend();
+#endif
 #if defined(KKTRAIN_HAVE_ONEDNN)
   // false: oneDNN has only a reference implementation for this product; convert instead.
-  if (be == GemmBackend::onednn && !onednn::gemm(transA, transB, alpha, A, B, beta, C, m, n, k)) {
+  if (be == GemmBackend::onednn &&
+      !onednn::gemm(batch, transA, transB, alpha, A, B, beta, C, m, n, k)) {
     be = GemmBackend::converted;
   }
 #endif
 #if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
   if (be == GemmBackend::cublas || be == GemmBackend::rocblas) {
-    vendor_gpu::gemm(transA, transB, alpha, A, B, beta, C, m, n, k);
+    vendor_gpu::gemm(batch, transA, transB, alpha, A, B, beta, C, m, n, k);
   }
 #endif
   g_counters.calls[index_of(be)] += 1;
-  g_counters.flops[index_of(be)] += 2.0 * static_cast<double>(m) * n * k;
+  g_counters.flops[index_of(be)] += 2.0 * static_cast<double>(batch) * m * n * k;
   if (be == GemmBackend::kokkos_kernels || be == GemmBackend::converted) {
-    converted_gemm(transA, transB, alpha, A, B, beta, C, m, n);
+    for (int64_t i = 0; i < batch; ++i) {
+      converted_gemm(transA, transB, alpha, matrix(A, i), matrix(B, i), beta, matrix(C, i), m, n);
+    }
   }
 }
 

@@ -60,6 +60,14 @@ GemmOut gout(T* p, int64_t rows, int64_t cols) {
 void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
           const GemmOut& C);
 
+// `batch` independent products of one shape, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
+// matrix i of each operand directly follows matrix i - 1 (A_i at A.data + i * A.rows * A.cols
+// elements; rows and cols describe one matrix). One launch for the whole batch where the backend
+// has one: a oneDNN matmul with a batch dimension, cublas/rocblas strided-batched GemmEx (fp32 and
+// bf16) on GPUs; host BLAS runs the products one after another, each with its planned threads.
+void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
+                  const GemmIn& B, float beta, const GemmOut& C);
+
 enum class GemmBackend { kokkos_kernels, onednn, cublas, rocblas, converted };
 const char* gemm_backend_name(GemmBackend b);
 // The backend gemm() uses for these operand dtypes in this process. (A bf16 product whose layout

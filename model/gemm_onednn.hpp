@@ -24,13 +24,14 @@ bool fp32_available();
 std::string isa_name();
 std::string version();
 
-// C (m, n) = alpha * op(A) @ op(B) + beta * C, as gemm() documents; A and B both bf16 or both
-// fp32, C fp32 or bf16,
-// shapes already checked, m, n, k > 0 (gemm() handles empty products and alpha == 0 itself).
-// Transposes are memory strides (no copies). Returns false, having done nothing, when oneDNN
-// offers only a reference implementation for this product (the caller then converts).
-bool gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
-          const GemmOut& C, int64_t m, int64_t n, int64_t k);
+// C_i (m, n) = alpha * op(A_i) @ op(B_i) + beta * C_i for i < batch, as gemm_batched()
+// documents; A and B both bf16 or both fp32, C fp32 or bf16, shapes already checked, m, n, k > 0
+// (gemm() handles empty products and alpha == 0 itself). One primitive for the whole batch (a
+// leading batch dimension); transposes are memory strides (no copies). Returns false, having
+// done nothing, when oneDNN offers only a reference implementation for this product (the caller
+// then converts).
+bool gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
+          float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k);
 
 // The implementation oneDNN chose for such a product (e.g. "brg:avx512_core_amx"), creating and
 // caching its primitive; for tests and the benchmark.

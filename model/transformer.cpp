@@ -462,8 +462,8 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.oheads = mk.compute("oheads", N * H * D);
   b.proj = mk.compute("proj", N * C);
   b.att = mk.view<float>("att", B * H * T * T);
-  b.pc = mk.compute("pc", T * T);
-  b.dp = mk.view<float>("dp", T * T);
+  b.pc = mk.compute("pc", rc_ ? B * H * T * T : 0);  // compute-dtype copy only when rounding
+  b.dp = mk.view<float>("dp", B * H * T * T);
   b.dres = mk.view<float>("dres", N * C);
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);

@@ -41,7 +41,7 @@ struct Transformer::LayerActs {
   TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
   TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
   TBuf a;              // (N, F)        silu(gate) * up, compute dtype
-  // The softmax probabilities are not kept: backward recomputes them per head from q and k
+  // The softmax probabilities are not kept: backward recomputes them from q and k
   // (the same GEMM and softmax, so the same values) instead of holding (B, H, T, T) per layer.
 };
 
@@ -74,8 +74,8 @@ struct Transformer::Buffers {
   TBuf oheads;                          // (B, H, T, D)         compute dtype
   TBuf proj;                            // (N, C)               compute dtype
   DView<float> att;                     // (B, H, T, T) fp32 probabilities of the running layer
-  TBuf pc;                              // (T, T) one head's probabilities in the compute dtype
-  DView<float> dp;                      // (T, T) per-head scratch, fp32
+  TBuf pc;                              // (B, H, T, T) probabilities in the compute dtype (rc)
+  DView<float> dp;                      // (B, H, T, T) probability gradients, fp32
   TBuf xf;                              // (N, C) final norm output, compute dtype
   DView<float> rstd_f, losses;          // (N), (N) final norm statistics and per-token loss
   TBuf logits;                          // (N, V) compute dtype; dlogits in place after the loss

@@ -7,13 +7,27 @@
 namespace kktrain {
 
 double grad_sum_squares(const ParamRegistry& params) {
+  // One reduction per storage dtype over the flat gradient buffer, which holds exactly the
+  // trainable parameters' gradients; a parameter frozen after allocation (its gradient buffer
+  // kept but not trainable, or the reverse) sends that dtype back to one reduction per parameter.
   double total = 0.0;
-  for (int i = 0; i < params.size(); ++i) {
-    const ParamInfo& p = params.info(i);
-    if (!p.trainable) continue;
-    dispatch_dtype(p.dtype, [&](auto tag) {
+  for (DType d : {DType::float32, DType::bfloat16}) {
+    bool whole = true;
+    for (const ParamInfo& p : params.all())
+      whole = whole && !(p.dtype == d && p.has_grad != p.trainable);
+    dispatch_dtype(d, [&](auto tag) {
       using T = decltype(tag);
-      total += grad_sum_squares<T>(params.grad<T>(i).data(), p.local_numel);
+      if (whole) {
+        const DView<T>& g = params.flat_grad<T>();
+        total += grad_sum_squares<T>(g.data(), static_cast<int64_t>(g.extent(0)));
+        return;
+      }
+      for (int i = 0; i < params.size(); ++i) {
+        const ParamInfo& p = params.info(i);
+        if (p.dtype == d && p.trainable) {
+          total += grad_sum_squares<T>(params.grad<T>(i).data(), p.local_numel);
+        }
+      }
     });
   }
   return total;

@@ -9,7 +9,10 @@ peak_rss_bytes of the last metrics row (the peak over the training steps).
 
 Cases:
 - peaks_fp32_bf16: fp32 compute and bf16 compute over the same fp32 storage (AdamW); both
-  predictions hold, and the bf16 peak is at most 0.8 x the fp32 peak (measured here: ~0.78).
+  predictions hold, and the bf16 peak is at most 0.8 x the fp32 peak where bf16 products run
+  natively (oneDNN on AVX512-BF16/AMX: measured ~0.78). Where they take the converted path
+  (`kktrain --version` says "bf16: converted", e.g. AVX2-only CPUs) the widened fp32 operand
+  scratch adds ~35 MiB to the bf16 run, and the bound is 0.85 (measured ~0.83 on an AVX2 EPYC).
 - peaks_frozen: everything frozen but the last layer.
 - out_of_memory: a model that cannot fit stops before allocating, exit 2, one stderr line
   naming the predicted and available bytes, the largest group and what to change.
@@ -77,8 +80,11 @@ def case_peaks_fp32_bf16():
     with tempfile.TemporaryDirectory() as tmp:
         fp32 = check_close("fp32_compute", FP32, tmp)
         bf16 = check_close("bf16_compute", BF16, tmp)
-        print(f"bf16/fp32 measured peak ratio {bf16 / fp32:.3f}")
-        tt.check(bf16 <= 0.8 * fp32, f"bf16 compute peak {bf16} > 0.8 x fp32 compute peak {fp32}")
+        version = subprocess.run([tt.KKTRAIN, "--version"], capture_output=True, text=True).stdout
+        limit = 0.85 if "bf16: converted" in version else 0.8
+        print(f"bf16/fp32 measured peak ratio {bf16 / fp32:.3f} (limit {limit}; {version.strip()})")
+        tt.check(bf16 <= limit * fp32,
+                 f"bf16 compute peak {bf16} > {limit} x fp32 compute peak {fp32}")
 
 
 def case_peaks_frozen():

@@ -35,16 +35,20 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 200}};
 
-// A host matrix of either dtype holding bf16-exact values, with a double copy for the reference.
+// A matrix of either dtype holding bf16-exact values: a double copy for the reference, host
+// copies in both dtypes, and the device copy gemm() reads and writes (store() uploads the host
+// copy of `dtype`, load() brings the device one back).
 struct Matrix {
   DType dtype;
   int64_t rows, cols;
   std::vector<double> ref;
   std::vector<float> f32;
   std::vector<bf16> b16;
+  DView<float> d32;
+  DView<bf16> d16;
 
   Matrix(DType d, int64_t r, int64_t c, std::mt19937& rng, float scale = 2.0f)
-      : dtype(d), rows(r), cols(c), ref(r * c) {
+      : dtype(d), rows(r), cols(c), ref(r * c), d32("m32", r * c), d16("m16", r * c) {
     std::uniform_real_distribution<float> dist(-scale, scale);
     for (double& v : ref) v = round_to_bf16(dist(rng));
     store();
@@ -53,12 +57,21 @@ struct Matrix {
     f32.assign(ref.begin(), ref.end());
     b16.resize(ref.size());
     for (std::size_t i = 0; i < ref.size(); ++i) b16[i] = bf16(static_cast<float>(ref[i]));
+    Kokkos::deep_copy(d32, HViewU<float>(f32.data(), f32.size()));
+    Kokkos::deep_copy(d16, HViewU<bf16>(b16.data(), b16.size()));
   }
-  GemmIn in() const {
-    return dtype == DType::float32 ? gin(f32.data(), rows, cols) : gin(b16.data(), rows, cols);
+  void load() {
+    Kokkos::deep_copy(HViewU<float>(f32.data(), f32.size()), d32);
+    Kokkos::deep_copy(HViewU<bf16>(b16.data(), b16.size()), d16);
   }
-  GemmOut out() {
-    return dtype == DType::float32 ? gout(f32.data(), rows, cols) : gout(b16.data(), rows, cols);
+  // The matrix as an operand; with batch > 1, as `batch` contiguous (rows / batch, cols) ones.
+  GemmIn in(int64_t batch = 1) const {
+    const int64_t r = rows / batch;
+    return dtype == DType::float32 ? gin(d32.data(), r, cols) : gin(d16.data(), r, cols);
+  }
+  GemmOut out(int64_t batch = 1) {
+    const int64_t r = rows / batch;
+    return dtype == DType::float32 ? gout(d32.data(), r, cols) : gout(d16.data(), r, cols);
   }
   double at(int64_t i) const {
     return dtype == DType::float32 ? f32[i] : static_cast<double>(b16[i].to_float());
@@ -90,46 +103,56 @@ struct Result {
   std::vector<double> got, lo, hi;
 };
 
-// Runs one case through gemm() and checks every element; returns C for cross-backend checks.
-Result run_and_check(const Case& cs, uint32_t seed) {
-  SCOPED_TRACE(cs.name());
+// Runs one case through gemm() (gemm_batched() when batch > 1) and checks every element; returns
+// C for cross-backend checks.
+Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1) {
+  SCOPED_TRACE(cs.name() + " batch " + std::to_string(batch));
   std::mt19937 rng(seed);
   const int64_t m = cs.s.m, n = cs.s.n, k = cs.s.k;
-  Matrix A(cs.a, cs.ta == 'N' ? m : k, cs.ta == 'N' ? k : m, rng);
-  Matrix B(cs.b, cs.tb == 'N' ? k : n, cs.tb == 'N' ? n : k, rng);
-  Matrix C(cs.c, m, n, rng);
+  Matrix A(cs.a, batch * (cs.ta == 'N' ? m : k), cs.ta == 'N' ? k : m, rng);
+  Matrix B(cs.b, batch * (cs.tb == 'N' ? k : n), cs.tb == 'N' ? n : k, rng);
+  Matrix C(cs.c, batch * m, n, rng);
   const std::vector<double> c0 = C.ref;
-  gemm(cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
+  if (batch == 1) {
+    gemm(cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
+  } else {
+    gemm_batched(batch, cs.ta, cs.tb, cs.alpha, A.in(batch), B.in(batch), cs.beta, C.out(batch));
+  }
+  C.load();
   Result r;
-  r.got.resize(m * n);
-  r.lo.resize(m * n);
-  r.hi.resize(m * n);
+  r.got.resize(batch * m * n);
+  r.lo.resize(batch * m * n);
+  r.hi.resize(batch * m * n);
   int bad = 0;
-  for (int64_t i = 0; i < m; ++i) {
+  for (int64_t e = 0; e < batch * m; ++e) {
+    const int64_t bt = e / m, i = e % m;  // matrix bt, row i
+    const double* a_ref = A.ref.data() + bt * m * k;
+    const double* b_ref = B.ref.data() + bt * k * n;
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0, abs_sum = 0;
       for (int64_t p = 0; p < k; ++p) {
-        const double a = cs.ta == 'N' ? A.ref[i * k + p] : A.ref[p * m + i];
-        const double b = cs.tb == 'N' ? B.ref[p * n + j] : B.ref[j * k + p];
+        const double a = cs.ta == 'N' ? a_ref[i * k + p] : a_ref[p * m + i];
+        const double b = cs.tb == 'N' ? b_ref[p * n + j] : b_ref[j * k + p];
         sum += a * b;
         abs_sum += std::fabs(a * b);
       }
-      const double beta_c = cs.beta == 0.0f ? 0.0 : cs.beta * c0[i * n + j];
+      const int64_t at = e * n + j;
+      const double beta_c = cs.beta == 0.0f ? 0.0 : cs.beta * c0[at];
       const double ref = cs.alpha * sum + beta_c;
       const double tol =
           (k + 2) * std::ldexp(1.0, -24) * (std::fabs(cs.alpha) * abs_sum + std::fabs(beta_c));
-      const double v = C.at(i * n + j);
+      const double v = C.at(at);
       double lo = ref - tol, hi = ref + tol;
       if (cs.c == DType::bfloat16) {
         lo = bf16(float_toward(lo, false)).to_float();
         hi = bf16(float_toward(hi, true)).to_float();
       }
       const bool ok = lo <= v && v <= hi;
-      r.got[i * n + j] = v;
-      r.lo[i * n + j] = lo;
-      r.hi[i * n + j] = hi;
+      r.got[at] = v;
+      r.lo[at] = lo;
+      r.hi[at] = hi;
       if (!ok && ++bad <= 3) {
-        ADD_FAILURE() << "C[" << i << "," << j << "] = " << v << ", reference " << ref
+        ADD_FAILURE() << "C" << bt << "[" << i << "," << j << "] = " << v << ", reference " << ref
                       << ", tolerance " << tol;
       }
     }
@@ -196,6 +219,17 @@ INSTANTIATE_TEST_SUITE_P(
       const auto n = [](DType t) { return t == DType::float32 ? "f32" : "bf16"; };
       return std::string(n(info.param.a)) + "_" + n(info.param.b) + "_to_" + n(info.param.c);
     });
+
+// A batch of products (the attention's shape of call) on every operand dtype and transpose: each
+// matrix of the batch within the bound of its own reference.
+TEST_P(GemmDtypes, BatchedProductsMatchTheReferencePerMatrix) {
+  const DtypeCase d = GetParam();
+  uint32_t seed = 500;
+  for (const Case& cs : all_cases(d.a, d.b, d.c)) {
+    if (cs.s.m * cs.s.n * cs.s.k > 100000) continue;  // the three smaller shapes suffice
+    for (int64_t batch : {2, 5}) run_and_check(cs, seed++, batch);
+  }
+}
 
 TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {
   if (!native_bf16()) GTEST_SKIP() << "no native bf16 backend here";
@@ -298,6 +332,15 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   set_gemm_reference(true);
   gemm('N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + (bf == GemmBackend::converted ? 3 : 2));
+  // A batch is one call of its backend, with the whole batch's flops.
+  set_gemm_reference(false);
+  const int64_t f32_calls = calls(f32);
+  const double f32_flops = flops(f32);
+  Matrix Ab(DType::float32, 2 * 4, 3, rng), Bb(DType::float32, 2 * 3, 5, rng);
+  Matrix Cb(DType::float32, 2 * 4, 5, rng);
+  gemm_batched(2, 'N', 'N', 1.0f, Ab.in(2), Bb.in(2), 0.0f, Cb.out(2));
+  EXPECT_EQ(calls(f32), f32_calls + 1);
+  EXPECT_EQ(flops(f32) - f32_flops, 2 * 2.0 * 4 * 5 * 3);
 }
 
 // Zero-sized products and beta-only updates, on every backend: k == 0 gives C = beta * C (zeros
@@ -310,8 +353,10 @@ TEST_F(Gemm, EdgeCases) {
       Matrix A(ab, 3, 0, rng), B(ab, 0, 4, rng), C(c, 3, 4, rng);
       const std::vector<double> c0 = C.ref;
       gemm('N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
+      C.load();
       for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.5 * c0[i]);
       gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+      C.load();
       for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.0);
 
       Matrix A0(ab, 0, 5, rng), B0(ab, 5, 4, rng), C0(c, 0, 4, rng);
@@ -321,6 +366,7 @@ TEST_F(Gemm, EdgeCases) {
       C1.ref.assign(4, NAN);
       C1.store();
       gemm('N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
+      C1.load();
       for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(C1.at(i))) << i;
     }
   }
@@ -328,6 +374,9 @@ TEST_F(Gemm, EdgeCases) {
 
 TEST_F(Gemm, ShapeMismatchIsAnInternalError) {
   std::vector<float> a(6), b(6), c(4);
+  EXPECT_THROW(gemm_batched(-1, 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
+                            gout(c.data(), 2, 2)),
+               InternalError);
   EXPECT_THROW(
       gemm('N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 2, 3), 0.0f, gout(c.data(), 2, 2)),
       InternalError);
@@ -366,11 +415,14 @@ TEST(GemmEnv, ReferenceEnvironmentForcesConverted) {
   if (reference) {
     EXPECT_EQ(bf, GemmBackend::converted);
     EXPECT_NE(gemm_backends_summary().find("KKTRAIN_GEMM=reference"), std::string::npos);
-    std::vector<bf16> a(6, bf16(1.0f)), b(6, bf16(2.0f)), c(4);
+    DView<bf16> a("a", 6), b("b", 6), c("c", 4);
+    Kokkos::deep_copy(a, bf16(1.0f));
+    Kokkos::deep_copy(b, bf16(2.0f));
     const int64_t before = gemm_counters().calls[static_cast<int>(GemmBackend::converted)];
     gemm('N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2));
     EXPECT_EQ(gemm_counters().calls[static_cast<int>(GemmBackend::converted)], before + 1);
-    EXPECT_EQ(c[0].to_float(), 6.0f);
+    const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), c);
+    EXPECT_EQ(h(0).to_float(), 6.0f);
   } else {
     EXPECT_EQ(gemm_backends_summary().find("KKTRAIN_GEMM=reference"), std::string::npos);
   }
