@@ -10,6 +10,7 @@
 // `reps` timed calls after one warm-up call (which also builds oneDNN's primitive). Every product
 // gets `threads` threads (OpenBLAS and oneDNN's OpenMP alike).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -113,12 +114,21 @@ int main(int argc, char** argv) {
   for (const Shape& s : parse_shapes(shapes_text)) {
     const int64_t ar = ta == 'N' ? s.m : s.k, ac = ta == 'N' ? s.k : s.m;
     const int64_t br = tb == 'N' ? s.k : s.n, bc = tb == 'N' ? s.n : s.k;
-    std::vector<float> a32(ar * ac), b32(br * bc), c32(s.m * s.n);
-    for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = 0.001f * static_cast<float>(i % 997);
-    for (std::size_t i = 0; i < b32.size(); ++i) b32[i] = 0.002f * static_cast<float>(i % 991);
-    std::vector<bf16> a16(a32.size()), b16(b32.size()), c16(c32.size());
-    for (std::size_t i = 0; i < a32.size(); ++i) a16[i] = bf16(a32[i]);
-    for (std::size_t i = 0; i < b32.size(); ++i) b16[i] = bf16(b32[i]);
+    // Operands in device memory, filled by kernels (the products never see host memory).
+    DView<float> a32("a32", ar * ac), b32("b32", br * bc), c32("c32", s.m * s.n);
+    DView<bf16> a16("a16", ar * ac), b16("b16", br * bc), c16("c16", s.m * s.n);
+    Kokkos::parallel_for(
+        "fill_operands", RangePolicy(0, std::max(ar * ac, br * bc)), KOKKOS_LAMBDA(int64_t i) {
+          if (i < ar * ac) {
+            a32(i) = 0.001f * static_cast<float>(i % 997);
+            a16(i) = bf16(a32(i));
+          }
+          if (i < br * bc) {
+            b32(i) = 0.002f * static_cast<float>(i % 991);
+            b16(i) = bf16(b32(i));
+          }
+        });
+    Kokkos::fence();
     const double flops = 2.0 * s.m * s.n * s.k;
     const std::string name =
         std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);

@@ -42,7 +42,15 @@ if(TARGET trilinos_kokkoscore)
   set(KKTRAIN_KOKKOS_DEVICES ${Kokkos_DEVICES})
 else()
   set(KKTRAIN_KOKKOS_FLAVOUR "standalone")
-  find_package(KokkosKernels CONFIG REQUIRED)
+  # Kokkos Kernels from Kokkos' own prefix first: a system one (Debian's Trilinos packaging in
+  # /usr) would otherwise win over a Kokkos found through Kokkos_ROOT alone.
+  get_filename_component(_kk_prefix "${Kokkos_DIR}/../../.." ABSOLUTE)
+  find_package(KokkosKernels CONFIG REQUIRED HINTS "${_kk_prefix}")
+  if(NOT TARGET Kokkos::kokkoskernels)
+    message(FATAL_ERROR "kktrain: Kokkos ${Kokkos_VERSION} (${Kokkos_DIR}) is standalone but the "
+                        "Kokkos Kernels found (${KokkosKernels_DIR}) is not its match; set "
+                        "KokkosKernels_ROOT to the Kokkos Kernels built against that Kokkos")
+  endif()
   set(KKTRAIN_KOKKOS_VERSION "${Kokkos_VERSION}")
   if(KKTRAIN_KOKKOS_VERSION VERSION_GREATER_EQUAL 5)
     message(FATAL_ERROR "kktrain: Kokkos ${KKTRAIN_KOKKOS_VERSION} requires C++20; kktrain is "
@@ -59,6 +67,11 @@ set(KKTRAIN_KOKKOS_HAS_CUDA OFF)
 set(KKTRAIN_KOKKOS_HAS_HIP OFF)
 if("CUDA" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_CUDA)
   set(KKTRAIN_KOKKOS_HAS_CUDA ON)
+  # Every kernel is a KOKKOS_LAMBDA: a CUDA Kokkos needs device lambdas (always on from 4.0; an
+  # option before). kokkos_check stops configuration with Kokkos' own message when it is off.
+  if(COMMAND kokkos_check)
+    kokkos_check(OPTIONS CUDA_LAMBDA)
+  endif()
 endif()
 if("HIP" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_HIP)
   set(KKTRAIN_KOKKOS_HAS_HIP ON)

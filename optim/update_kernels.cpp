@@ -171,6 +171,7 @@ void fused_adam_impl(P* param, const P* grad, M* exp_avg, V* exp_avg_sq, float* 
   const auto elem = KOKKOS_LAMBDA(const int64_t i) {
     // nvcc: an extended lambda may not capture a variable first inside `if constexpr`; name the
     // ones only some branches use here.
+    (void)param;
     (void)master;
     (void)remainder;
     (void)r;

@@ -59,11 +59,13 @@ void MpiWorld::barrier() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-bool mpi_is_cuda_aware() {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+bool mpi_is_gpu_aware() {
+#if defined(KOKKOS_ENABLE_CUDA) && defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
+#elif defined(KOKKOS_ENABLE_HIP) && defined(MPIX_ROCM_AWARE_SUPPORT) && MPIX_ROCM_AWARE_SUPPORT
+  return MPIX_Query_rocm_support() == 1;
 #else
-  return false;
+  return false;  // cannot tell (or a host build): stage through host memory
 #endif
 }
 
@@ -143,8 +145,8 @@ class MpiCommunicator final : public MpiWorld {
     MPI_Type_commit(&bf16_type_);
     MPI_Op_create(bf16_sum_op, /*commute=*/1, &bf16_sum_);
     constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
-    stage_ = !host_memory && !mpi_is_cuda_aware();
-    path_ = host_memory ? "host" : stage_ ? "staged through host" : "device (CUDA-aware MPI)";
+    stage_ = !host_memory && !mpi_is_gpu_aware();
+    path_ = host_memory ? "host" : stage_ ? "staged through host" : "device (GPU-aware MPI)";
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -169,7 +171,11 @@ class MpiCommunicator final : public MpiWorld {
   void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) override {
     const double t0 = begin();
     const std::size_t esize = dtype_size(dtype);
-    Staging st(stage_);
+    // bf16 sums run in a user-defined MPI_Op, which reads its buffers on the host: a GPU-aware
+    // MPI may hand it device pointers (whether it copies first depends on its collective
+    // component), so bf16 is always staged when the buffers are not host memory.
+    constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    Staging st(stage_ || (dtype == DType::bfloat16 && !host_memory));
     const void* s = st.in(send, count * esize * size_);
     void* r = st.out(recv, count * esize);
     if (dtype == DType::float32) {

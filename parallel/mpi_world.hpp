@@ -22,8 +22,9 @@ class MpiWorld : public Communicator {
   int size_ = 1;
 };
 
-// Whether the MPI library accepts device (CUDA) pointers, as far as it tells (Open MPI's
-// MPIX_Query_cuda_support); false when it cannot say.
-bool mpi_is_cuda_aware();
+// Whether the MPI library accepts this build's device pointers, as far as it tells (Open MPI's
+// MPIX_Query_cuda_support in CUDA builds, MPIX_Query_rocm_support in HIP builds); false when it
+// cannot say or the build has no GPU (collectives then stage device buffers through host memory).
+bool mpi_is_gpu_aware();
 
 }  // namespace kktrain

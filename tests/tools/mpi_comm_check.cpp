@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/kokkos_compat.hpp"
 #include "parallel/communicator.hpp"
 
 using namespace kktrain;
 
 int main(int argc, char** argv) {
   MpiRuntime mpi(&argc, &argv);
+  Kokkos::ScopeGuard kokkos(argc, argv);  // after MPI, finalized before it
   auto comm = mpi.make_communicator();
   const int r = comm->rank(), w = comm->size();
   int failures = 0;
@@ -24,9 +26,15 @@ int main(int argc, char** argv) {
   expect(w == mpi.size() && r == mpi.rank(), "communicator agrees with the runtime");
   if (mpi.active()) expect(w > 1 ? comm->name() == "mpi" : comm->name() == "single", "kind");
   // 1000 floats: element i on rank k is i + k; the sum is w * i + w (w - 1) / 2, exact in fp32.
+  // The communicator's buffers are device memory: fill and read them through a host copy.
   std::vector<float> v(1000);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i + r);
-  comm->allreduce_sum(v.data(), v.size());
+  {
+    DView<float> dv("v", v.size());
+    Kokkos::deep_copy(dv, HViewU<float>(v.data(), v.size()));
+    comm->allreduce_sum(dv.data(), v.size());
+    Kokkos::deep_copy(HViewU<float>(v.data(), v.size()), dv);
+  }
   bool ok = true;
   for (std::size_t i = 0; i < v.size(); ++i) {
     ok = ok && v[i] == static_cast<float>(w * i + w * (w - 1) / 2);
