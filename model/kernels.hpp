@@ -55,6 +55,37 @@ KOKKOS_INLINE_FUNCTION float exp_fast(float x) {
   return x != x ? x : y;
 }
 
+// ---- launch shapes -----------------------------------------------------------------------------
+
+// Every element of a (rows, cols) index space, the shape of every row-wise kernel: f(r, c0, c1)
+// handles columns [c0, c1) of row r, doing its per-row work (index decoding, row pointers) once
+// per call. GPU builds call it once per element (c1 = c0 + 1): one thread per element,
+// consecutive threads on consecutive columns, so loads and stores of a row coalesce. CPU builds
+// call it once per row (c0 = 0, c1 = cols): the column loop is a plain inner loop the compiler
+// vectorizes. f is a KOKKOS_LAMBDA.
+template <class F>
+void for_rows_impl(std::true_type /*host*/, const char* name, int64_t rows, int64_t cols,
+                   const F& f) {
+  Kokkos::parallel_for(
+      name, RangePolicy(0, rows), KOKKOS_LAMBDA(const int64_t r) { f(r, int64_t(0), cols); });
+}
+template <class F>
+void for_rows_impl(std::false_type /*device*/, const char* name, int64_t rows, int64_t cols,
+                   const F& f) {
+  if (cols == 0) return;
+  Kokkos::parallel_for(
+      name, RangePolicy(0, rows * cols), KOKKOS_LAMBDA(const int64_t i) {
+        const int64_t c = i % cols;
+        f(i / cols, c, c + 1);
+      });
+}
+template <class F>
+void for_rows(const char* name, int64_t rows, int64_t cols, const F& f) {
+  using host =
+      std::integral_constant<bool, Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible>;
+  for_rows_impl(host(), name, rows, cols, f);
+}
+
 // ---- parameters ------------------------------------------------------------------------------
 
 // out (n) = float(in (n)), rounded to bf16 when `round`.   The per-forward compute-weight cast.

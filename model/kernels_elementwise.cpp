@@ -62,10 +62,11 @@ template <class TW>
 void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N, int64_t C,
                        int64_t V, bool rs) {
   (void)V;  // ids are validated against V by the data loader
-  Kokkos::parallel_for(
-      "embedding_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+  for_rows(
+      "embedding_forward", N, C,
+      KOKKOS_LAMBDA(const int64_t n, const int64_t c0, const int64_t c1) {
         const TW* row = wte + static_cast<int64_t>(ids[n]) * C;
-        for (int64_t c = 0; c < C; ++c) out[n * C + c] = rnd(load_f32(row, c), rs);
+        for (int64_t c = c0; c < c1; ++c) out[n * C + c] = rnd(load_f32(row, c), rs);
       });
 }
 
@@ -98,9 +99,9 @@ void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round)
 
 template <class TC>
 void concat2(TC* out, const float* a, const float* b, int64_t N, int64_t C, bool round) {
-  Kokkos::parallel_for(
-      "concat2", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        for (int64_t c = 0; c < C; ++c) {
+  for_rows(
+      "concat2", N, C, KOKKOS_LAMBDA(const int64_t n, const int64_t c0, const int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
           store_as(out, n * 2 * C + c, rnd(a[n * C + c], round));
           store_as(out, n * 2 * C + C + c, rnd(b[n * C + c], round));
         }
@@ -108,9 +109,9 @@ void concat2(TC* out, const float* a, const float* b, int64_t N, int64_t C, bool
 }
 
 void split2(float* a, float* b, const float* in, int64_t N, int64_t C) {
-  Kokkos::parallel_for(
-      "split2", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        for (int64_t c = 0; c < C; ++c) {
+  for_rows(
+      "split2", N, C, KOKKOS_LAMBDA(const int64_t n, const int64_t c0, const int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
           a[n * C + c] = in[n * 2 * C + c];
           b[n * C + c] = in[n * 2 * C + C + c];
         }
@@ -120,10 +121,11 @@ void split2(float* a, float* b, const float* in, int64_t N, int64_t C) {
 template <class TC>
 void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N, int64_t out,
                       float scale, bool rc) {
-  Kokkos::parallel_for(
-      "add_scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+  for_rows(
+      "add_scaled_slice", N, out,
+      KOKKOS_LAMBDA(const int64_t n, const int64_t j0, const int64_t j1) {
         TC* row = y + n * ld + col;
-        for (int64_t j = 0; j < out; ++j) {
+        for (int64_t j = j0; j < j1; ++j) {
           const float d = rnd(load_f32(delta, n * out + j) * scale, rc);
           store_as(row, j, rnd(load_f32(row, j) + d, rc));
         }
@@ -133,9 +135,9 @@ void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N
 template <class TC>
 void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w, float scale,
                   bool rc) {
-  Kokkos::parallel_for(
-      "scaled_slice", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
-        for (int64_t j = 0; j < w; ++j) {
+  for_rows(
+      "scaled_slice", N, w, KOKKOS_LAMBDA(const int64_t n, const int64_t j0, const int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
           store_as(out, n * w + j, rnd(load_f32(in, n * ld + col + j) * scale, rc));
         }
       });
@@ -147,11 +149,11 @@ KOKKOS_INLINE_FUNCTION float sigmoid_f(float x) {
 
 template <class TC>
 void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc) {
-  Kokkos::parallel_for(
-      "swiglu_forward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+  for_rows(
+      "swiglu_forward", N, F, KOKKOS_LAMBDA(const int64_t n, const int64_t f0, const int64_t f1) {
         const TC* g = gu + n * 2 * F;
         const TC* u = g + F;
-        for (int64_t f = 0; f < F; ++f) {
+        for (int64_t f = f0; f < f1; ++f) {
           const float gf = load_f32(g, f);
           const float s = rnd(gf * sigmoid_f(gf), rc);  // silu output, a compute-dtype tensor
           store_as(a, n * F + f, rnd(s * load_f32(u, f), rc));
@@ -161,14 +163,14 @@ void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc) {
 
 template <class TC>
 void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F, bool rc) {
-  Kokkos::parallel_for(
-      "swiglu_backward", RangePolicy(0, N), KOKKOS_LAMBDA(const int64_t n) {
+  for_rows(
+      "swiglu_backward", N, F, KOKKOS_LAMBDA(const int64_t n, const int64_t f0, const int64_t f1) {
         const TC* g = gu + n * 2 * F;
         const TC* u = g + F;
         const float* d = da + n * F;
         TC* dg = dgu + n * 2 * F;
         TC* du = dg + F;
-        for (int64_t f = 0; f < F; ++f) {
+        for (int64_t f = f0; f < f1; ++f) {
           const float gf = load_f32(g, f), uf = load_f32(u, f);
           const float sg = sigmoid_f(gf);
           const float s = rnd(gf * sg, rc);

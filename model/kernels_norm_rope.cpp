@@ -87,22 +87,27 @@ void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const fl
                   int64_t T, int64_t H, int64_t KV, int64_t D, bool rc) {
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
-  // One work item per (token, head slot): a row of D values.
-  Kokkos::parallel_for(
-      "rope_forward", RangePolicy(0, B * T * S), KOKKOS_LAMBDA(const int64_t idx) {
+  // Rows are (token, head slot) pairs of D values; element j of a row handles the rotary pair
+  // (j, j + half).
+  for_rows(
+      "rope_forward", B * T * S, half,
+      KOKKOS_LAMBDA(const int64_t idx, const int64_t j0, const int64_t j1) {
         const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
         const TC* x = qkv + idx * D;
         if (slot >= H + KV) {  // value head: layout change only
           TC* y = v + ((b * KV + slot - H - KV) * T + t) * D;
-          for (int64_t i = 0; i < D; ++i) y[i] = x[i];
+          for (int64_t j = j0; j < j1; ++j) {
+            y[j] = x[j];
+            y[j + half] = x[j + half];
+          }
           return;
         }
         TC* y = slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
         const float* c = cos + t * half;
         const float* s = sin + t * half;
         // rotate_half: y = x * cos + [-x2, x1] * sin
-        for (int64_t j = 0; j < half; ++j) {
+        for (int64_t j = j0; j < j1; ++j) {
           const float x1 = load_f32(x, j), x2 = load_f32(x, j + half);
           store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
           store_as(y, j + half, rnd(x2 * c[j] + x1 * s[j], rc));
@@ -116,14 +121,18 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
                    bool rc) {
   const int64_t S = H + 2 * KV;
   const int64_t half = D / 2;
-  Kokkos::parallel_for(
-      "rope_backward", RangePolicy(0, B * T * S), KOKKOS_LAMBDA(const int64_t idx) {
+  for_rows(
+      "rope_backward", B * T * S, half,
+      KOKKOS_LAMBDA(const int64_t idx, const int64_t j0, const int64_t j1) {
         const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
         TC* out = dqkv + idx * D;
         if (slot >= H + KV) {
           const float* g = dv + ((b * KV + slot - H - KV) * T + t) * D;
-          for (int64_t i = 0; i < D; ++i) store_as(out, i, g[i]);
+          for (int64_t j = j0; j < j1; ++j) {
+            store_as(out, j, g[j]);
+            store_as(out, j + half, g[j + half]);
+          }
           return;
         }
         const float* g =
@@ -131,7 +140,7 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
         const float* c = cos + t * half;
         const float* s = sin + t * half;
         // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s]
-        for (int64_t j = 0; j < half; ++j) {
+        for (int64_t j = j0; j < j1; ++j) {
           store_as(out, j, rnd(g[j] * c[j] + g[j + half] * s[j], rc));
           store_as(out, j + half, rnd(g[j + half] * c[j] - g[j] * s[j], rc));
         }
@@ -141,25 +150,27 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
 template <class TO, class TI>
 void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
-  // One work item per (b, t, h) row of D: out is (B, T, H, D), in is (B, H, T, D).
-  Kokkos::parallel_for(
-      "heads_to_tokens", RangePolicy(0, B * T * H), KOKKOS_LAMBDA(const int64_t idx) {
+  // Rows are (b, t, h) runs of D: out is (B, T, H, D), in is (B, H, T, D).
+  for_rows(
+      "heads_to_tokens", B * T * H, D,
+      KOKKOS_LAMBDA(const int64_t idx, const int64_t d0, const int64_t d1) {
         const int64_t h = idx % H, t = (idx / H) % T, b = idx / (H * T);
         const TI* x = in + ((b * H + h) * T + t) * D;
         TO* y = out + idx * D;
-        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(load_f32(x, d), round));
+        for (int64_t d = d0; d < d1; ++d) store_as(y, d, rnd(load_f32(x, d), round));
       });
 }
 
 template <class TO, class TI>
 void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
-  Kokkos::parallel_for(
-      "tokens_to_heads", RangePolicy(0, B * H * T), KOKKOS_LAMBDA(const int64_t idx) {
+  for_rows(
+      "tokens_to_heads", B * H * T, D,
+      KOKKOS_LAMBDA(const int64_t idx, const int64_t d0, const int64_t d1) {
         const int64_t t = idx % T, h = (idx / T) % H, b = idx / (T * H);
         const TI* x = in + ((b * T + t) * H + h) * D;
         TO* y = out + idx * D;
-        for (int64_t d = 0; d < D; ++d) store_as(y, d, rnd(load_f32(x, d), round));
+        for (int64_t d = d0; d < d1; ++d) store_as(y, d, rnd(load_f32(x, d), round));
       });
 }
 

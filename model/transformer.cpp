@@ -9,6 +9,7 @@
 #include "core/glob.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
+#include "model/attention.hpp"
 #include "model/kernels.hpp"
 #include "model/transformer_buffers.hpp"
 
@@ -462,8 +463,11 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.oheads = mk.compute("oheads", N * H * D);
   b.proj = mk.compute("proj", N * C);
   b.att = mk.view<float>("att", B * H * T * T);
-  b.pc = mk.compute("pc", rc_ ? B * H * T * T : 0);  // compute-dtype copy only when rounding
-  b.dp = mk.view<float>("dp", B * H * T * T);
+  // Attention scratch for one batched call's groups (all of them on GPUs, one on CPUs).
+  const int64_t att_call =
+      attention_groups_per_call(AttentionDims{B, T, H, KV, D, 1.0f}) * (H / KV) * T * T;
+  b.pc = mk.compute("pc", rc_ ? att_call : 0);  // compute-dtype copy only when rounding
+  b.dp = mk.view<float>("dp", att_call);
   b.dres = mk.view<float>("dres", N * C);
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);

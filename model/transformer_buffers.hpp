@@ -74,8 +74,8 @@ struct Transformer::Buffers {
   TBuf oheads;                          // (B, H, T, D)         compute dtype
   TBuf proj;                            // (N, C)               compute dtype
   DView<float> att;                     // (B, H, T, T) fp32 probabilities of the running layer
-  TBuf pc;                              // (B, H, T, T) probabilities in the compute dtype (rc)
-  DView<float> dp;                      // (B, H, T, T) probability gradients, fp32
+  TBuf pc;                              // one batched call's probabilities, compute dtype (rc)
+  DView<float> dp;                      // one batched call's probability gradients, fp32
   TBuf xf;                              // (N, C) final norm output, compute dtype
   DView<float> rstd_f, losses;          // (N), (N) final norm statistics and per-token loss
   TBuf logits;                          // (N, V) compute dtype; dlogits in place after the loss
