@@ -225,6 +225,11 @@ REL_TOL = 1.0e-6
 # over ranks, in double. That is within a few double ulps (measured 1.6e-16 at 2 ranks, 0 at 3);
 # with one micro-batch per rank on 2 ranks the two orders are the same operations: bit-identical.
 STEP1_LOSS_TOL = 1.0e-15
+# At another micro-batch size the per-micro-batch losses come from products with another row
+# count (micro-batch x seq_len rows), and a BLAS may block, and so sum, a product differently by
+# its row count: OpenBLAS' Zen sgemm does (measured 1.8e-9 on an AVX2 EPYC; 2e-16 where oneDNN ran
+# the fp32 products). Another data.seed moves the step-1 loss by > 1e-4.
+STEP1_OTHER_MICRO_BATCH_TOL = 1.0e-7
 
 
 PARAM_TOL = 1e-5  # measured worst 5.6e-7 (3 ranks), a 18x margin
@@ -272,7 +277,8 @@ def case_trajectories():
             f"{k} {rel(r.train_rows()[0]['loss'], l1):.3g}" for k, r in runs.items()))
         for name, r in runs.items():
             d = rel(r.train_rows()[0]["loss"], l1)
-            check(d <= STEP1_LOSS_TOL, f"{name}: step-1 loss {r.raw[0]['loss']} vs one rank's "
+            tol = STEP1_OTHER_MICRO_BATCH_TOL if name.endswith("micro-batch 1") else STEP1_LOSS_TOL
+            check(d <= tol, f"{name}: step-1 loss {r.raw[0]['loss']} vs one rank's "
                   f"{runs['1 rank'].raw[0]['loss']} ({d:.3g} relative): other samples or weights?")
         # The parameters after 20 steps (the final checkpoint of each run, full tensors whatever
         # the rank count): every element of every parameter agrees to PARAM_TOL of its tensor's

@@ -286,6 +286,47 @@ def case_determinism():
             shutil.rmtree(os.path.join(tmp, "b"))
 
 
+def case_thread_counts():
+    """Kokkos thread counts 1, 2 and 4 (OpenBLAS held at 1 thread: its sums follow its own thread
+    count, README "Threads") give bit-identical losses, learning rates and validation losses: no
+    kernel's result depends on scheduling. The gradient norm is a double-precision parallel_reduce
+    whose summation order follows the thread count: it must agree to 1e-12 relative (the fp32 clip
+    factor made from it then agrees exactly, as the identical losses show). With a Serial Kokkos
+    the count changes nothing and this checks plain determinism."""
+    def with_threads(n):
+        env = dict(os.environ, KOKKOS_NUM_THREADS=str(n), OMP_NUM_THREADS="1",
+                   OPENBLAS_NUM_THREADS="1")
+
+        def runner(args):
+            p = subprocess.run([KKTRAIN, *args], capture_output=True, text=True, timeout=120,
+                               env=env)
+            return p.returncode, p.stdout, p.stderr
+        return runner
+
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        for cfg in (DEFAULT, PATTERN_A):
+            common = [*TINY, "train.max_steps=10", "train.log_every=1", "train.val_every=5",
+                      "data.global_batch_size=4"]
+            runs = {n: Run(cfg, os.path.join(tmp, f"t{n}"), common, runner=with_threads(n)).ok()
+                    for n in (1, 2, 4)}
+            a = runs[1]
+            for n in (2, 4):
+                b = runs[n]
+                what = f"{cfg}: {n} Kokkos threads vs 1"
+                check(len(a.raw) == len(b.raw), f"{what}: {len(a.raw)} vs {len(b.raw)} rows")
+                for i, (x, y) in enumerate(zip(a.raw, b.raw)):
+                    for k in x:
+                        if k in TIMING_KEYS:
+                            continue
+                        if k == "grad_norm":
+                            gx, gy = float(x[k]), float(y[k])
+                            check(abs(gx - gy) <= 1e-12 * max(abs(gx), 1e-30),
+                                  f"{what}: row {i + 1} grad_norm {gx} vs {gy}")
+                        else:
+                            check(x[k] == y[k], f"{what}: row {i + 1} {k}: {x[k]} vs {y[k]}")
+                shutil.rmtree(b.out_dir)
+
+
 def case_metrics_kept():
     """A second run into the same train.output_dir keeps the first run's metrics.jsonl (as
     metrics.jsonl.1, then .2), byte for byte: no data is lost."""
