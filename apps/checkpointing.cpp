@@ -18,9 +18,6 @@ const char* const kKktrainVersion = "0.1.0";
 
 namespace {
 
-using DevBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using HostBytes = Kokkos::View<char*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
 h5::Elem elem_of(DType d) {
   return d == DType::bfloat16 ? h5::Elem::bf16 : h5::Elem::f32;
 }
@@ -45,10 +42,13 @@ std::vector<std::pair<std::string, double>> architecture_f64(const ModelConfig& 
   return {{"rope_theta", m.rope_theta}, {"rms_norm_eps", m.rms_norm_eps}};
 }
 
-void upload(void* dev, const void* host, std::size_t bytes) {
+void upload(const DBytesU& dev, const void* host, std::size_t bytes) {
+  if (dev.extent(0) != bytes) {
+    throw InternalError("checkpoint upload of " + std::to_string(bytes) + " bytes into " +
+                        std::to_string(dev.extent(0)));
+  }
   if (bytes == 0) return;
-  Kokkos::deep_copy(DevBytes(static_cast<char*>(dev), bytes),
-                    HostBytes(static_cast<char*>(const_cast<void*>(host)), bytes));
+  Kokkos::deep_copy(dev, HostBytesU(static_cast<char*>(const_cast<void*>(host)), bytes));
 }
 
 std::vector<float> widen(const std::vector<char>& bytes, h5::Elem e) {
@@ -110,9 +110,9 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
     s.row_begin = pi.row_begin;
     s.rows = pi.local_rows;
     s.row_len = pi.row_len;
-    s.data = dispatch_dtype(pi.dtype, [&](auto tag) -> void* {
+    s.data = dispatch_dtype(pi.dtype, [&](auto tag) {
       using T = decltype(tag);
-      return reg.data<T>(i).data();
+      return bytes_of(reg.data<T>(i));
     });
     s.attrs["trainable"] = pi.trainable ? "1" : "0";
     s.attrs["keep_in_fp32"] = pi.keep_fp32 ? "1" : "0";
@@ -255,9 +255,9 @@ std::vector<float> master_of(const FileParam& fp) {
 bool load_param(const FileParam& fp, ParamRegistry& reg, int i, Optimizer& opt) {
   const ParamInfo& p = reg.info(i);
   const MasterKind kind = opt.state_info(i).master;
-  void* dst = dispatch_dtype(p.dtype, [&](auto tag) -> void* {
+  const DBytesU dst = dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    return reg.data<T>(i).data();
+    return bytes_of(reg.data<T>(i));
   });
   StateRef master_ref, remainder_ref;
   for (const StateRef& st : opt.state_refs(i)) {

@@ -76,6 +76,20 @@ endif()
 if("HIP" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_HIP)
   set(KKTRAIN_KOKKOS_HAS_HIP ON)
 endif()
+# The backend every kernel runs on: Kokkos' default execution space (the device backend when the
+# Kokkos build has one, else its host-parallel backend, else Serial). Every test carries it as a
+# label (tests/CMakeLists.txt), so `ctest -L backend-cuda` is the whole suite on the GPU.
+if(KKTRAIN_KOKKOS_HAS_CUDA)
+  set(KKTRAIN_BACKEND cuda)
+elseif(KKTRAIN_KOKKOS_HAS_HIP)
+  set(KKTRAIN_BACKEND hip)
+elseif("OPENMP" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_OPENMP)
+  set(KKTRAIN_BACKEND openmp)
+elseif("THREADS" IN_LIST KKTRAIN_KOKKOS_DEVICES OR Kokkos_ENABLE_THREADS)
+  set(KKTRAIN_BACKEND threads)
+else()
+  set(KKTRAIN_BACKEND serial)
+endif()
 
 # Which BLAS answers Kokkos Kernels' float GEMM on the host. Debian routes libblas.so through the
 # alternatives system; the reference BLAS is ~25x slower than OpenBLAS, so say which one it is.

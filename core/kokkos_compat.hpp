@@ -32,6 +32,20 @@ template <class T>
 using HViewU =
     Kokkos::View<T*, Kokkos::LayoutRight, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// The bytes of a device tensor whose element type is a runtime dtype: what crosses module
+// boundaries where the dtype is data (checkpoint shards, optimizer state), so that host code can
+// only reach it through a deep_copy into a HostBytesU.
+using DBytesU =
+    Kokkos::View<char*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using HostBytesU =
+    Kokkos::View<char*, Kokkos::LayoutRight, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+// The bytes of a typed device View.
+template <class V>
+DBytesU bytes_of(const V& v) {
+  using T = typename V::non_const_value_type;
+  return DBytesU(reinterpret_cast<char*>(const_cast<T*>(v.data())), v.span() * sizeof(T));
+}
+
 using RangePolicy = Kokkos::RangePolicy<ExecSpace>;
 
 namespace math {

@@ -54,15 +54,14 @@ std::string checksum_hex(uint64_t c) {
 
 namespace {
 
-using DevBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using HostBytes = Kokkos::View<char*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
 std::vector<char> to_host(const ShardRef& s) {
   const std::size_t n = static_cast<std::size_t>(s.rows * s.row_len) * h5::elem_size(s.elem);
-  std::vector<char> out(n);
-  if (n > 0) {
-    Kokkos::deep_copy(HostBytes(out.data(), n), DevBytes(static_cast<char*>(s.data), n));
+  if (s.data.extent(0) != n) {
+    throw InternalError("shard " + s.dataset + ": " + std::to_string(s.data.extent(0)) +
+                        " bytes in device memory for " + std::to_string(n));
   }
+  std::vector<char> out(n);
+  if (n > 0) Kokkos::deep_copy(HostBytesU(out.data(), n), s.data);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kokkos_compat.hpp"
 #include "io/h5.hpp"
 #include "parallel/communicator.hpp"
 
@@ -37,7 +38,7 @@ struct ShardRef {
   h5::Elem elem = h5::Elem::f32;
   std::vector<int64_t> shape;  // the full logical shape
   int64_t row_begin = 0, rows = 0, row_len = 0;
-  void* data = nullptr;                      // rows * row_len elements
+  DBytesU data;                              // rows * row_len elements of `elem`, in device memory
   std::map<std::string, std::string> attrs;  // extra string attributes of the dataset
 };
 

@@ -18,6 +18,7 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/launch.hpp"
 
 namespace kktrain {
 
@@ -53,37 +54,6 @@ KOKKOS_INLINE_FUNCTION float exp_fast(float x) {
   const float scale = bits_float((k + 127u) << 23);
   const float y = p * scale;
   return x != x ? x : y;
-}
-
-// ---- launch shapes -----------------------------------------------------------------------------
-
-// Every element of a (rows, cols) index space, the shape of every row-wise kernel: f(r, c0, c1)
-// handles columns [c0, c1) of row r, doing its per-row work (index decoding, row pointers) once
-// per call. GPU builds call it once per element (c1 = c0 + 1): one thread per element,
-// consecutive threads on consecutive columns, so loads and stores of a row coalesce. CPU builds
-// call it once per row (c0 = 0, c1 = cols): the column loop is a plain inner loop the compiler
-// vectorizes. f is a KOKKOS_LAMBDA.
-template <class F>
-void for_rows_impl(std::true_type /*host*/, const char* name, int64_t rows, int64_t cols,
-                   const F& f) {
-  Kokkos::parallel_for(
-      name, RangePolicy(0, rows), KOKKOS_LAMBDA(const int64_t r) { f(r, int64_t(0), cols); });
-}
-template <class F>
-void for_rows_impl(std::false_type /*device*/, const char* name, int64_t rows, int64_t cols,
-                   const F& f) {
-  if (cols == 0) return;
-  Kokkos::parallel_for(
-      name, RangePolicy(0, rows * cols), KOKKOS_LAMBDA(const int64_t i) {
-        const int64_t c = i % cols;
-        f(i / cols, c, c + 1);
-      });
-}
-template <class F>
-void for_rows(const char* name, int64_t rows, int64_t cols, const F& f) {
-  using host =
-      std::integral_constant<bool, Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible>;
-  for_rows_impl(host(), name, rows, cols, f);
 }
 
 // ---- parameters ------------------------------------------------------------------------------
@@ -132,9 +102,16 @@ template <class TC>
 void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
                      int64_t N, int64_t C, float eps, bool rs, bool rc);
 // dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, rs), rs)      -- accumulates into the stream grad
-// dweight (C) = sum_n dout * rnd(x * rstd, rs)           -- fp32, written
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C, bool rs);
+// dweight (C) = sum_n dout * rnd(x * rstd, rs)           -- fp32, written: the sums over chunks
+//   of kRmsnormRowsPerPartial rows, then over the chunks, in that fixed order on every backend
+// partial (rmsnorm_partial_size(N, C)) fp32 scratch: the chunk sums
+constexpr int64_t kRmsnormRowsPerPartial = 64;
+inline int64_t rmsnorm_partial_size(int64_t N, int64_t C) {
+  return (N + kRmsnormRowsPerPartial - 1) / kRmsnormRowsPerPartial * C;
+}
+void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
+                      const float* inp, const float* weight, const float* rstd, int64_t N,
+                      int64_t C, bool rs);
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 

@@ -32,8 +32,9 @@ void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, 
       });
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C, bool rs) {
+void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
+                      const float* inp, const float* weight, const float* rstd, int64_t N,
+                      int64_t C, bool rs) {
   // Input gradient: one team per row.
   //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
   Kokkos::parallel_for(
@@ -52,11 +53,39 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
           dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, rs), rs);
         });
       });
-  // Weight gradient: one thread per channel, summing rows in a fixed order (deterministic).
+  // Weight gradient in two stages with a fixed summation order, the same on every backend: the
+  // sum over each chunk of kRmsnormRowsPerPartial rows (rows in order), then the sum of the chunk
+  // sums (chunks in order). GPUs: one thread per (chunk, channel), coalesced over channels; CPUs:
+  // one chunk per iteration, its rows streamed in order with a vectorized channel loop.
+  const int64_t R = kRmsnormRowsPerPartial, P = (N + R - 1) / R;
+  if (kHostKernels) {
+    Kokkos::parallel_for(
+        "rmsnorm_backward_weight_partial", RangePolicy(0, P), KOKKOS_LAMBDA(const int64_t p) {
+          float* acc = partial + p * C;
+          for (int64_t c = 0; c < C; ++c) acc[c] = 0.0f;
+          const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
+          for (int64_t n = p * R; n < end; ++n) {
+            const float r = rstd[n];
+            const float* x = inp + n * C;
+            const float* dy = dout + n * C;
+            for (int64_t c = 0; c < C; ++c) acc[c] += dy[c] * rnd(x[c] * r, rs);
+          }
+        });
+  } else {
+    Kokkos::parallel_for(
+        "rmsnorm_backward_weight_partial", RangePolicy(0, P * C), KOKKOS_LAMBDA(const int64_t i) {
+          const int64_t p = i / C, c = i - p * C;
+          const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
+          float acc = 0.0f;
+          for (int64_t n = p * R; n < end; ++n)
+            acc += dout[n * C + c] * rnd(inp[n * C + c] * rstd[n], rs);
+          partial[i] = acc;
+        });
+  }
   Kokkos::parallel_for(
       "rmsnorm_backward_weight", RangePolicy(0, C), KOKKOS_LAMBDA(const int64_t c) {
         float acc = 0.0f;
-        for (int64_t n = 0; n < N; ++n) acc += dout[n * C + c] * rnd(inp[n * C + c] * rstd[n], rs);
+        for (int64_t p = 0; p < P; ++p) acc += partial[p * C + c];
         dweight[c] = acc;
       });
 }

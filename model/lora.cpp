@@ -6,10 +6,10 @@
 // autocast: t = rnd(x A^T), d = rnd(t B^T), y = rnd(y + rnd(d * scale)).
 #include "core/errors.hpp"
 #include "core/glob.hpp"
+#include "model/block.hpp"
 #include "model/gemm.hpp"
 #include "model/kernels.hpp"
 #include "model/transformer.hpp"
-#include "model/transformer_buffers.hpp"
 
 namespace kktrain {
 
@@ -32,17 +32,6 @@ bool targeted(const std::vector<std::string>& targets, const std::string& module
 
 }  // namespace
 
-// Sizes of one adapter pair: A (r, in), B (out, r), and its scale alpha / r.
-struct LoraShape {
-  int64_t r, in, out;
-  float scale;
-};
-
-static LoraShape lora_shape(const ParamRegistry& reg, int a, int b, const PeftConfig& peft) {
-  return {reg.info(a).shape[0], reg.info(a).shape[1], reg.info(b).shape[0],
-          static_cast<float>(peft.alpha / static_cast<double>(peft.dim))};
-}
-
 void Transformer::register_lora(LayerParams& p) {
   for (int k = 0; k < kNumProj; ++k) {
     const ParamInfo base = params_.info(p.weight(k));
@@ -55,51 +44,40 @@ void Transformer::register_lora(LayerParams& p) {
 }
 
 template <class TC>
-void Transformer::lora_forward(const LayerParams& p, int proj, TC* y, int64_t ld, int64_t col,
-                               const TC* x) {
-  const int a = p.lora_a[proj], bb = p.lora_b[proj];
-  if (a < 0) return;
-  Buffers& b = *buf_;
-  const int64_t N = b.B * b.T;
-  const auto [r, in, out, scale] = lora_shape(params_, a, bb, peft_);
-  TC* t = b.lora_t.p<TC>();
-  TC* delta = b.lora_y.p<TC>();
-  matmul_forward(t, x, w(a), N, in, r);        // t (N, r)
-  matmul_forward(delta, t, w(bb), N, r, out);  // delta (N, out)
-  add_scaled_slice(y, ld, col, delta, N, out, scale, rc_);
+void lora_forward(TC* y, int64_t ld, int64_t col, const TC* x, const LoraWeights& l, int64_t N,
+                  int64_t in, int64_t out, TC* t, TC* delta, bool rc) {
+  if (!l.present()) return;
+  matmul_forward(t, x, l.a, N, in, l.r);       // t (N, r)
+  matmul_forward(delta, t, l.b, N, l.r, out);  // delta (N, out)
+  add_scaled_slice(y, ld, col, delta, N, out, l.scale, rc);
 }
 
 template <class TC>
-void Transformer::lora_backward(const LayerParams& p, int proj, const TC* dy, int64_t ld,
-                                int64_t col, const TC* x, float* dx) {
-  const int a = p.lora_a[proj], bb = p.lora_b[proj];
-  if (a < 0) return;
-  Buffers& b = *buf_;
-  const int64_t N = b.B * b.T;
-  const auto [r, in, out, scale] = lora_shape(params_, a, bb, peft_);
-  TC* t = b.lora_t.p<TC>();
-  TC* g = b.lora_y.p<TC>();
-  TC* dt = b.lora_dt.p<TC>();
+void lora_backward(float* dx, const TC* dy, int64_t ld, int64_t col, const TC* x,
+                   const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* dt, TC* g,
+                   float* dw, BlockGrads& grads, int wa, int wb, bool rc) {
+  if (!l.present()) return;
   // Recompute t = rnd(x A^T) rather than keeping it: (N, r) is cheap to redo.
-  matmul_forward(t, x, w(a), N, in, r);
-  scaled_slice(g, dy, ld, col, N, out, scale, rc_);  // g = d(delta) (N, out)
-  if (params_.info(bb).trainable) {
-    matmul_backward_weight(b.dw.data(), g, t, N, r, out);  // (out, r)
-    accumulate(bb, b.dw.data(), rc_);
+  matmul_forward(t, x, l.a, N, in, l.r);
+  scaled_slice(g, dy, ld, col, N, out, l.scale, rc);  // g = d(delta) (N, out)
+  if (grads.trainable(wb)) {
+    matmul_backward_weight(dw, g, t, N, l.r, out);  // (out, r)
+    grads.accumulate(wb, dw);
   }
-  matmul_backward_input(dt, g, w(bb), N, r, out, false);  // (N, r)
-  if (params_.info(a).trainable) {
-    matmul_backward_weight(b.dw.data(), dt, x, N, in, r);  // (r, in)
-    accumulate(a, b.dw.data(), rc_);
+  matmul_backward_input(dt, g, l.b, N, l.r, out, false);  // (N, r)
+  if (grads.trainable(wa)) {
+    matmul_backward_weight(dw, dt, x, N, in, l.r);  // (r, in)
+    grads.accumulate(wa, dw);
   }
-  matmul_backward_input(dx, dt, w(a), N, in, r, /*accumulate=*/true);
+  matmul_backward_input(dx, dt, l.a, N, in, l.r, /*accumulate=*/true);
 }
 
-#define KKTRAIN_INST_LORA(TC)                                                                 \
-  template void Transformer::lora_forward<TC>(const LayerParams&, int, TC*, int64_t, int64_t, \
-                                              const TC*);                                     \
-  template void Transformer::lora_backward<TC>(const LayerParams&, int, const TC*, int64_t,   \
-                                               int64_t, const TC*, float*);
+#define KKTRAIN_INST_LORA(TC)                                                                   \
+  template void lora_forward<TC>(TC*, int64_t, int64_t, const TC*, const LoraWeights&, int64_t, \
+                                 int64_t, int64_t, TC*, TC*, bool);                             \
+  template void lora_backward<TC>(float*, const TC*, int64_t, int64_t, const TC*,               \
+                                  const LoraWeights&, int64_t, int64_t, int64_t, TC*, TC*, TC*, \
+                                  float*, BlockGrads&, int, int, bool);
 KKTRAIN_INST_LORA(float)
 KKTRAIN_INST_LORA(bf16)
 #undef KKTRAIN_INST_LORA

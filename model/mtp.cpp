@@ -54,8 +54,8 @@ void Transformer::mtp_backward(float* dres) {
     const MtpActs& m = b.mtp[d];
     const float* h_prev = d == 0 ? b.res[cfg_.num_layers].data() : b.mtp[d - 1].h_out.data();
     // dh: d(h_out) from the next depth; add this depth's head, then go through the block.
-    rmsnorm_backward(b.dh.data(), dw, m.dxf.data(), m.h_out.data(), wf(P.norm), m.rstd_f.data(), N,
-                     C, rs_);
+    rmsnorm_backward(b.dh.data(), dw, b.norm_partial.data(), m.dxf.data(), m.h_out.data(),
+                     wf(P.norm), m.rstd_f.data(), N, C, rs_);
     accumulate(P.norm, dw, round_compute_[P.norm]);
     block_backward<TC>(P.block, b.dh.data(), m.h_in.data(), b.mtp_block[d]);  // dh = d(h_in)
     const TC* dc = compute_copy(b.dc.p<TC>(), b.dh.data(), N * C, rc_);
@@ -68,8 +68,8 @@ void Transformer::mtp_backward(float* dres) {
     split2(b.den.data(), b.dhn.data(), b.dcat.data(), N, C);
     // enorm -> embedding lookup of the shifted tokens
     Kokkos::deep_copy(b.demb, 0.0f);
-    rmsnorm_backward(b.demb.data(), dw, b.den.data(), m.emb.data(), wf(P.enorm), m.rstd_e.data(), N,
-                     C, rs_);
+    rmsnorm_backward(b.demb.data(), dw, b.norm_partial.data(), b.den.data(), m.emb.data(),
+                     wf(P.enorm), m.rstd_e.data(), N, C, rs_);
     accumulate(P.enorm, dw, round_compute_[P.enorm]);
     if (params_.info(embed_).trainable) {
       embedding_backward(dw, b.demb.data(), m.row_start.data(), m.positions.data(), V, C);
@@ -77,8 +77,8 @@ void Transformer::mtp_backward(float* dres) {
     }
     // hnorm -> the previous depth's output (or the main model's last residual)
     Kokkos::deep_copy(b.dh_prev, 0.0f);
-    rmsnorm_backward(b.dh_prev.data(), dw, b.dhn.data(), h_prev, wf(P.hnorm), m.rstd_h.data(), N, C,
-                     rs_);
+    rmsnorm_backward(b.dh_prev.data(), dw, b.norm_partial.data(), b.dhn.data(), h_prev, wf(P.hnorm),
+                     m.rstd_h.data(), N, C, rs_);
     accumulate(P.hnorm, dw, round_compute_[P.hnorm]);
     std::swap(b.dh, b.dh_prev);
   }

@@ -408,8 +408,7 @@ class BufferMaker {
   std::string group_;
 };
 
-void make_acts(BufferMaker& mk, Transformer::LayerActs& a, int64_t B, int64_t T,
-               const ModelConfig& c) {
+void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelConfig& c) {
   const int64_t N = B * T, C = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads;
   const int64_t D = c.head_dim(), F = c.intermediate_size;
   a.rstd1 = mk.view<float>("rstd1", N);
@@ -487,6 +486,7 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   }
   const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C});
   b.dw = mk.view<float>("dw", dw_size);
+  b.norm_partial = mk.view<float>("norm_partial", rmsnorm_partial_size(N, C));
   if (!mtp_.empty()) {
     b.dcat = mk.view<float>("dcat", N * 2 * C);
     b.dh = mk.view<float>("dh", N * C);

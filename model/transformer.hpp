@@ -33,6 +33,7 @@
 #include "core/config.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/param_registry.hpp"
+#include "model/block.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/fsdp.hpp"
 
@@ -132,8 +133,7 @@ class Transformer {
   const FsdpUnits& units() const { return *units_; }
 
  private:
-  // The seven projections of a block, in the order of their weights.
-  enum Proj { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
+  // A block's parameters (registry indices), projections in Proj order (model/block.hpp).
   struct LayerParams {
     int ln1, q, k, v, o, ln2, gate, up, down;
     int lora_a[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};  // LoRA adapters (model/lora.cpp)
@@ -149,7 +149,6 @@ class Transformer {
   };
 
  public:
-  struct LayerActs;  // public for the CUDA extended-lambda rules; defined in transformer_buffers
   struct Buffers;
 
  private:
@@ -187,11 +186,17 @@ class Transformer {
   // The weights the embedding lookup reads (the compute copy, or the storage on one rank when
   // the compute copy of a tied embedding is rounded and the stream is not).
   CRef lookup_weights() const;
+  // A block's layer functions (model/block.hpp) with this model's weights, buffers and gradient
+  // routing (model/transformer_layers.cpp).
   template <class TC>
-  void block_forward(const LayerParams& p, float* out, const float* inp, LayerActs& a);
+  void block_forward(const LayerParams& p, float* out, const float* inp, BlockActs& a);
   // dres (N, C): gradient of the block output on entry, of the block input on return.
   template <class TC>
-  void block_backward(const LayerParams& p, float* dres, const float* inp, const LayerActs& a);
+  void block_backward(const LayerParams& p, float* dres, const float* inp, const BlockActs& a);
+  BlockWeights block_weights(const LayerParams& p) const;
+  template <class TC>
+  BlockScratch<TC> block_scratch() const;
+  BlockDims block_dims() const;
   // Norm -> LM head -> loss over inp (N, C); with `backward` also the LM head's weight gradient
   // and dxf (N, C). Returns the sum of per-token losses.
   template <class TC>
@@ -200,16 +205,8 @@ class Transformer {
                       bool backward, float* dxf);
   template <class TC>
   void mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r);
-  // LoRA (model/lora.cpp). Adds the adapter of projection `proj` to y (N, out) at column `col`
-  // of rows `ld` wide, given the projection's input x (N, in).
+  // LoRA (model/lora.cpp): registers the adapters of a block's targeted projections.
   void register_lora(LayerParams& p);
-  template <class TC>
-  void lora_forward(const LayerParams& p, int proj, TC* y, int64_t ld, int64_t col, const TC* x);
-  // From the projection's output gradient dy (rows `ld` wide, at column `col`): the adapter
-  // gradients, and dx (N, in) += the input gradient through the adapter (fp32, unrounded).
-  template <class TC>
-  void lora_backward(const LayerParams& p, int proj, const TC* dy, int64_t ld, int64_t col,
-                     const TC* x, float* dx);
   // Adds the MTP head's gradient with respect to the main model's last residual into dres.
   template <class TC>
   void mtp_backward(float* dres);

@@ -10,41 +10,6 @@
 
 namespace kktrain {
 
-// A flat device buffer whose element type is the compute dtype: fp32, or 2-byte bf16 when the
-// compute dtype is bf16. p<T>() is valid for the type it was allocated with.
-struct TBuf {
-  DView<float> f;
-  DView<bf16> h;
-  template <class T>
-  T* p() const;
-  bool empty() const { return f.extent(0) == 0 && h.extent(0) == 0; }
-};
-template <>
-inline float* TBuf::p<float>() const {
-  return f.data();
-}
-template <>
-inline bf16* TBuf::p<bf16>() const {
-  return h.data();
-}
-
-// What one block keeps from its forward for its backward (shapes with N = B*T tokens).
-struct Transformer::LayerActs {
-  DView<float> rstd1;  // (N)           fp32
-  TBuf xn1;            // (N, C)        attention-norm output, compute dtype
-  TBuf q;              // (B, H, T, D)  rotated queries, compute dtype
-  TBuf k;              // (B, KV, T, D) rotated keys
-  TBuf v;              // (B, KV, T, D) values
-  TBuf o;              // (N, H*D)      attention output in token layout, compute dtype
-  DView<float> x1;     // (N, C)        residual after attention, stream dtype
-  DView<float> rstd2;  // (N)
-  TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
-  TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
-  TBuf a;              // (N, F)        silu(gate) * up, compute dtype
-  // The softmax probabilities are not kept: backward recomputes them from q and k
-  // (the same GEMM and softmax, so the same values) instead of holding (B, H, T, T) per layer.
-};
-
 // The multi-token-prediction head's per-depth activations.
 struct MtpActs {
   DView<int32_t> ids, targets;          // (N) shifted inputs / targets (-1 where unavailable)
@@ -68,7 +33,7 @@ struct Transformer::Buffers {
   DView<int32_t> row_start, positions;  // (V + 1), (N): token positions grouped by id
   int64_t count = 0;                    // non-ignored targets
   std::vector<DView<float>> res;        // L + 1 residual-stream tensors (N, C)
-  std::vector<LayerActs> acts;          // L blocks (1 shared set with checkpointing)
+  std::vector<BlockActs> acts;          // L blocks (1 shared set with checkpointing)
   DView<float> recompute_out;           // (N, C) block output during recompute
   TBuf qkv;                             // (N, (H + 2 KV) * D)  compute dtype
   TBuf oheads;                          // (B, H, T, D)         compute dtype
@@ -82,15 +47,16 @@ struct Transformer::Buffers {
   DView<float> hidden;                  // (N, C) final hidden states (output_hidden_states)
   DView<float> dxf;                     // (N, C) gradient of xf, computed right after the loss
   // backward scratch
-  DView<float> dw;          // largest weight (group): one dW at a time
-  DView<float> dres, dxn;   // (N, C) fp32: the stream gradient; GEMM + LoRA input gradients
-  TBuf dc;                  // (N, C) the stream gradient rounded to the compute dtype
-  TBuf dgu;                 // (N, 2F) compute dtype
-  DView<float> da;          // (N, F) fp32 until its one rounding (GEMM + LoRA contributions)
-  TBuf dqkv;                // (N, (H + 2 KV) * D) compute dtype
-  DView<float> dq, dk, dv;  // head layout, fp32 sums over a KV group's heads
-  DView<float> dtok;        // (N, H * D) fp32 (GEMM + LoRA contributions)
-  TBuf dheads;              // (B, H, T, D) compute dtype
+  DView<float> dw;            // largest weight (group): one dW at a time
+  DView<float> norm_partial;  // RMSNorm weight-gradient chunk sums (rmsnorm_partial_size)
+  DView<float> dres, dxn;     // (N, C) fp32: the stream gradient; GEMM + LoRA input gradients
+  TBuf dc;                    // (N, C) the stream gradient rounded to the compute dtype
+  TBuf dgu;                   // (N, 2F) compute dtype
+  DView<float> da;            // (N, F) fp32 until its one rounding (GEMM + LoRA contributions)
+  TBuf dqkv;                  // (N, (H + 2 KV) * D) compute dtype
+  DView<float> dq, dk, dv;    // head layout, fp32 sums over a KV group's heads
+  DView<float> dtok;          // (N, H * D) fp32 (GEMM + LoRA contributions)
+  TBuf dheads;                // (B, H, T, D) compute dtype
   // MTP only: (N, 2C) eh_proj input gradient; (N, C) gradients of h_out/h_prev, the two normed
   // halves, and the embedding lookup; (N, V) logits of the current depth.
   DView<float> dcat, dh, dh_prev, den, dhn, demb;
@@ -99,7 +65,7 @@ struct Transformer::Buffers {
   // LoRA scratch: (N, r) adapter activations and their gradient; (N, out) delta / gradient.
   TBuf lora_t, lora_dt, lora_y;
   std::vector<MtpActs> mtp;          // one per MTP depth
-  std::vector<LayerActs> mtp_block;  // one per MTP depth
+  std::vector<BlockActs> mtp_block;  // one per MTP depth
 };
 
 }  // namespace kktrain

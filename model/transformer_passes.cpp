@@ -148,7 +148,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   for (int64_t l = 0; l < L; ++l) {
     const int unit = 1 + static_cast<int>(l);
     gather(unit);
-    LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     block_forward<TC>(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
     boundary_output(b.res[l + 1].data(), N * C);
     release_after_forward(unit);
@@ -223,8 +223,8 @@ void Transformer::backward_impl() {
   }
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
   gather(head_unit_);
-  rmsnorm_backward(b.dres.data(), b.dw.data(), b.dxf.data(), b.res[L].data(), wf(final_norm_),
-                   b.rstd_f.data(), N, C, rs_);
+  rmsnorm_backward(b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(), b.res[L].data(),
+                   wf(final_norm_), b.rstd_f.data(), N, C, rs_);
   accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
   reduce(head_unit_);
   release_after_forward(head_unit_);
@@ -232,7 +232,7 @@ void Transformer::backward_impl() {
   for (int64_t l = L - 1; l >= 0; --l) {
     const int unit = 1 + static_cast<int>(l);
     gather(unit);
-    LayerActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     if (cfg_.activation_checkpointing) {
       // Recompute this block's activations under the same compute dtype; same kernels, same
       // inputs, so the gradients are bitwise those of the stored-activation run.

@@ -32,6 +32,19 @@ void StateTensor::allocate(const std::string& label, DType d, int64_t n) {
   }
 }
 
+StateTensor StateTensor::window(int64_t offset, int64_t n) const {
+  StateTensor w;
+  w.dtype = dtype;
+  w.present = present;
+  const auto range = std::make_pair(offset, offset + n);
+  if (dtype == DType::float32) {
+    w.f32 = Kokkos::subview(f32, range);
+  } else {
+    w.b16 = Kokkos::subview(b16, range);
+  }
+  return w;
+}
+
 template <>
 float* StateTensor::data<float>() const {
   return f32.data();
@@ -91,19 +104,81 @@ StateRef ref(const char* name, StateTensor& t) {
   StateRef r;
   r.name = name;
   r.dtype = t.dtype;
-  r.data = t.dtype == DType::float32 ? static_cast<void*>(t.f32.data())
-                                     : static_cast<void*>(t.b16.data());
+  r.data = t.dtype == DType::float32 ? bytes_of(t.f32) : bytes_of(t.b16);
   return r;
 }
 
-RoundingMode rounding(bool stochastic, uint64_t seed, int64_t step, const ParamInfo& p) {
+RoundingMode rounding(bool stochastic, uint64_t seed, int64_t step, DType d) {
   RoundingMode r;
-  r.stochastic = stochastic && p.dtype == DType::bfloat16;
+  r.stochastic = stochastic && d == DType::bfloat16;
   r.seed = seed;
   r.step = static_cast<uint64_t>(step);
-  // The element's index in the whole model, wherever its shard lives.
-  r.index_offset = static_cast<int64_t>(p.index_offset) + p.row_begin * p.row_len;
   return r;
+}
+
+// The trainable parameters of one storage dtype: their state lives in flat buffers of the
+// group's numel (a parameter's shard at state_offset), and one launch updates them all.
+struct StateGroup {
+  DType dtype = DType::float32;  // the parameters' (and their gradients') storage dtype
+  std::vector<int> params;       // registry indices, in registration order
+  std::vector<int64_t> state_offset;
+  int64_t numel = 0;
+  std::vector<UpdatePlan> plans;  // one (grouped launch) or one per parameter
+};
+
+std::vector<StateGroup> state_groups(const ParamRegistry& reg) {
+  std::vector<StateGroup> groups;
+  for (DType d : {DType::float32, DType::bfloat16}) {
+    StateGroup g;
+    g.dtype = d;
+    for (int i = 0; i < reg.size(); ++i) {
+      const ParamInfo& p = reg.info(i);
+      if (p.dtype != d || !p.trainable) continue;
+      g.params.push_back(i);
+      g.state_offset.push_back(g.numel);
+      g.numel += p.local_numel;
+    }
+    if (!g.params.empty()) groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+// The group's launch plans over the registry's flat buffers and the group's state arrays.
+void plan_group(StateGroup& g, const ParamRegistry& reg, const std::vector<FlatArray>& state,
+                UpdateLaunch launch) {
+  const int bytes = static_cast<int>(dtype_size(g.dtype));
+  FlatArray param, grad;
+  dispatch_dtype(g.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    param = FlatArray{reg.flat_data<T>().data(), bytes};
+    grad = FlatArray{reg.flat_grad<T>().data(), bytes};
+  });
+  std::vector<UpdateTensor> tensors;
+  for (std::size_t k = 0; k < g.params.size(); ++k) {
+    const ParamInfo& p = reg.info(g.params[k]);
+    if (!p.has_grad) reg.grad<float>(g.params[k]);  // trainable without a gradient: the error
+    UpdateTensor u;
+    u.param = static_cast<int64_t>(p.offset);
+    u.grad = static_cast<int64_t>(p.grad_offset);
+    u.state = g.state_offset[k];
+    u.n = p.local_numel;
+    // The element's index in the whole model, wherever its shard lives.
+    u.index = static_cast<int64_t>(p.index_offset) + p.row_begin * p.row_len;
+    u.decay = p.no_weight_decay ? 0 : 1;
+    tensors.push_back(u);
+  }
+  g.plans.clear();
+  if (launch == UpdateLaunch::grouped) {
+    g.plans.emplace_back(tensors, param, grad, state);
+  } else {
+    for (const UpdateTensor& u : tensors)
+      g.plans.emplace_back(std::vector<UpdateTensor>{u}, param, grad, state);
+  }
+}
+
+FlatArray flat(const StateTensor& t) {
+  if (!t.present) return {};
+  return t.dtype == DType::float32 ? FlatArray{t.f32.data(), 4} : FlatArray{t.b16.data(), 2};
 }
 
 // ---- the Adam family's shared state: exp_avg and exp_avg_sq per trainable parameter ------------
@@ -111,13 +186,25 @@ RoundingMode rounding(bool stochastic, uint64_t seed, int64_t step, const ParamI
 class AdamBase : public Optimizer {
  public:
   AdamBase(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed)
-      : cfg_(c), reg_(reg), seed_(seed), m_(reg.size()), v_(reg.size()) {
-    for (int i = 0; i < reg.size(); ++i) {
-      const ParamInfo& p = reg.info(i);
-      const ParamStateInfo plan = plan_state(c, p);
-      if (!plan.has_state) continue;
-      m_[i].allocate(p.name + ".exp_avg", *plan.exp_avg, p.local_numel);
-      v_[i].allocate(p.name + ".exp_avg_sq", *plan.exp_avg_sq, p.local_numel);
+      : cfg_(c),
+        reg_(reg),
+        seed_(seed),
+        groups_(state_groups(reg)),
+        m_(reg.size()),
+        v_(reg.size()),
+        gm_(groups_.size()),
+        gv_(groups_.size()) {
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
+      const StateGroup& g = groups_[k];
+      const ParamStateInfo plan = plan_state(c, reg.info(g.params[0]));
+      const std::string label = std::string(dtype_name(g.dtype)) + "_params";
+      gm_[k].allocate("exp_avg." + label, *plan.exp_avg, g.numel);
+      gv_[k].allocate("exp_avg_sq." + label, *plan.exp_avg_sq, g.numel);
+      for (std::size_t j = 0; j < g.params.size(); ++j) {
+        const int i = g.params[j];
+        m_[i] = gm_[k].window(g.state_offset[j], reg.info(i).local_numel);
+        v_[i] = gv_[k].window(g.state_offset[j], reg.info(i).local_numel);
+      }
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }
@@ -146,14 +233,20 @@ class AdamBase : public Optimizer {
   OptimizerConfig cfg_;
   ParamRegistry& reg_;
   uint64_t seed_;
-  std::vector<StateTensor> m_, v_;
+  std::vector<StateGroup> groups_;
+  std::vector<StateTensor> m_, v_;    // per parameter: windows of the group buffers
+  std::vector<StateTensor> gm_, gv_;  // per group: flat moments
 };
 
 // ---- torch.optim.Adam / AdamW ------------------------------------------------------------------
 
 class TorchAdam final : public AdamBase {
  public:
-  using AdamBase::AdamBase;
+  TorchAdam(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed, UpdateLaunch launch)
+      : AdamBase(c, reg, seed) {
+    for (std::size_t k = 0; k < groups_.size(); ++k)
+      plan_group(groups_[k], reg, {flat(gm_[k]), flat(gv_[k])}, launch);
+  }
 
   void step(double lr, float grad_scale) override {
     ++step_;
@@ -161,27 +254,27 @@ class TorchAdam final : public AdamBase {
     // tensor ops (torch casts Python scalars to the tensor's dtype).
     const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(step_));
     const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step_));
-    for (int i = 0; i < reg_.size(); ++i) {
-      const ParamInfo& p = reg_.info(i);
-      if (!p.trainable) continue;
-      const double wd = p.no_weight_decay ? 0.0 : cfg_.weight_decay;
-      TorchAdamHyper h;
-      h.beta1 = static_cast<float>(cfg_.beta1);
-      h.beta2 = static_cast<float>(cfg_.beta2);
-      h.one_minus_beta1 = static_cast<float>(1.0 - cfg_.beta1);
-      h.one_minus_beta2 = static_cast<float>(1.0 - cfg_.beta2);
-      h.eps = static_cast<float>(cfg_.eps);
-      h.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
-      h.neg_step_size = static_cast<float>(-(lr / bc1));
-      h.decoupled = cfg_.kind == OptimizerKind::adamw;
-      h.decay_factor = static_cast<float>(1.0 - lr * wd);
-      h.weight_decay = static_cast<float>(wd);
-      h.grad_scale = grad_scale;
-      const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, p);
-      dispatch_dtype(p.dtype, [&](auto tag) {
+    TorchAdamHyper h;
+    h.beta1 = static_cast<float>(cfg_.beta1);
+    h.beta2 = static_cast<float>(cfg_.beta2);
+    h.one_minus_beta1 = static_cast<float>(1.0 - cfg_.beta1);
+    h.one_minus_beta2 = static_cast<float>(1.0 - cfg_.beta2);
+    h.eps = static_cast<float>(cfg_.eps);
+    h.bias_correction2_sqrt = static_cast<float>(std::sqrt(bc2));
+    h.neg_step_size = static_cast<float>(-(lr / bc1));
+    h.decoupled = cfg_.kind == OptimizerKind::adamw;
+    h.decay_factor = static_cast<float>(1.0 - lr * cfg_.weight_decay);
+    h.weight_decay = static_cast<float>(cfg_.weight_decay);
+    h.grad_scale = grad_scale;
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
+      const StateGroup& g = groups_[k];
+      const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, g.dtype);
+      dispatch_dtype(g.dtype, [&](auto tag) {
         using T = decltype(tag);
-        torch_adam_update<T>(reg_.data<T>(i).data(), reg_.grad<T>(i).data(), m_[i].data<T>(),
-                             v_[i].data<T>(), p.local_numel, h, r);
+        for (const UpdatePlan& plan : g.plans) {
+          torch_adam_update<T>(plan, reg_.flat_data<T>().data(), reg_.flat_grad<T>().data(),
+                               gm_[k].data<T>(), gv_[k].data<T>(), h, r);
+        }
       });
     }
     Kokkos::fence();
@@ -192,25 +285,46 @@ class TorchAdam final : public AdamBase {
 
 class FusedAdam final : public AdamBase {
  public:
-  FusedAdam(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed)
+  FusedAdam(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed, UpdateLaunch launch)
       : AdamBase(c, reg, seed),
         master_(reg.size()),
         remainder_(reg.size()),
-        kind_(reg.size(), MasterKind::none) {
-    for (int i = 0; i < reg.size(); ++i) {
-      const ParamInfo& p = reg.info(i);
-      const ParamStateInfo plan = plan_state(c, p);
-      kind_[i] = plan.master;
-      if (plan.master == MasterKind::remainder) {
+        kind_(reg.size(), MasterKind::none),
+        gmaster_(groups_.size()),
+        gremainder_(groups_.size()),
+        gkind_(groups_.size(), MasterKind::none) {
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
+      StateGroup& g = groups_[k];
+      const MasterKind kind = plan_state(c, reg.info(g.params[0])).master;
+      gkind_[k] = kind;
+      const std::string label = std::string(dtype_name(g.dtype)) + "_params";
+      if (kind == MasterKind::remainder) {
         // fp32 master = bf16 param bits + int16 remainder; remainders start at zero.
-        remainder_[i] = Kokkos::View<int16_t*, MemSpace>(p.name + ".remainder", p.local_numel);
-      } else if (plan.master == MasterKind::float32) {
-        master_[i] = DView<float>(p.name + ".master", p.local_numel);
-        dispatch_dtype(p.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          widen_to_float<T>(master_[i].data(), reg.data<T>(i).data(), p.local_numel);
-        });
+        gremainder_[k] = Kokkos::View<int16_t*, MemSpace>("remainder." + label, g.numel);
+      } else if (kind == MasterKind::float32) {
+        gmaster_[k] = DView<float>("master." + label, g.numel);
       }
+      for (std::size_t j = 0; j < g.params.size(); ++j) {
+        const int i = g.params[j];
+        const ParamInfo& p = reg.info(i);
+        kind_[i] = kind;
+        const auto w = std::make_pair(g.state_offset[j], g.state_offset[j] + p.local_numel);
+        if (kind == MasterKind::remainder) {
+          remainder_[i] = Kokkos::subview(gremainder_[k], w);
+        } else if (kind == MasterKind::float32) {
+          master_[i] = Kokkos::subview(gmaster_[k], w);
+          dispatch_dtype(p.dtype, [&](auto tag) {
+            using T = decltype(tag);
+            widen_to_float<T>(master_[i].data(), reg.data<T>(i).data(), p.local_numel);
+          });
+        }
+      }
+      FlatArray master{gmaster_[k].data(), 4};
+      FlatArray rem{gremainder_[k].data(), 2};
+      plan_group(g, reg,
+                 {flat(gm_[k]), flat(gv_[k]), kind == MasterKind::float32 ? master : FlatArray{},
+                  kind == MasterKind::remainder ? rem : FlatArray{}},
+                 launch);
     }
   }
   void step(double lr, float grad_scale) override {
@@ -230,24 +344,25 @@ class FusedAdam final : public AdamBase {
                              : 1.0f;
     h.eps = static_cast<float>(cfg_.eps);
     h.lr = static_cast<float>(lr);
+    h.weight_decay = static_cast<float>(cfg_.weight_decay);
     h.adam_w_mode = cfg_.adam_w_mode;
     h.grad_scale = grad_scale;
-    for (int i = 0; i < reg_.size(); ++i) {
-      const ParamInfo& p = reg_.info(i);
-      if (!p.trainable) continue;
-      h.weight_decay = static_cast<float>(p.no_weight_decay ? 0.0 : cfg_.weight_decay);
-      const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, p);
-      float* master = kind_[i] == MasterKind::float32 ? master_[i].data() : nullptr;
-      int16_t* rem = kind_[i] == MasterKind::remainder ? remainder_[i].data() : nullptr;
-      dispatch_dtype(p.dtype, [&](auto pt) {
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
+      const StateGroup& g = groups_[k];
+      const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, g.dtype);
+      float* master = gkind_[k] == MasterKind::float32 ? gmaster_[k].data() : nullptr;
+      int16_t* rem = gkind_[k] == MasterKind::remainder ? gremainder_[k].data() : nullptr;
+      dispatch_dtype(g.dtype, [&](auto pt) {
         using P = decltype(pt);
-        dispatch_dtype(m_[i].dtype, [&](auto mt) {
+        dispatch_dtype(gm_[k].dtype, [&](auto mt) {
           using M = decltype(mt);
-          dispatch_dtype(v_[i].dtype, [&](auto vt) {
+          dispatch_dtype(gv_[k].dtype, [&](auto vt) {
             using V = decltype(vt);
-            fused_adam_update<P, M, V>(reg_.data<P>(i).data(), reg_.grad<P>(i).data(),
-                                       m_[i].data<M>(), v_[i].data<V>(), master, rem, p.local_numel,
-                                       h, r);
+            for (const UpdatePlan& plan : g.plans) {
+              fused_adam_update<P, M, V>(plan, reg_.flat_data<P>().data(),
+                                         reg_.flat_grad<P>().data(), gm_[k].data<M>(),
+                                         gv_[k].data<V>(), master, rem, h, r);
+            }
           });
         });
       });
@@ -266,13 +381,13 @@ class FusedAdam final : public AdamBase {
     if (kind_[i] == MasterKind::float32) {
       StateRef r;
       r.name = "master";
-      r.data = master_[i].data();
+      r.data = bytes_of(master_[i]);
       out.push_back(r);
     } else if (kind_[i] == MasterKind::remainder) {
       StateRef r;
       r.name = "remainder";
       r.int16 = true;
-      r.data = remainder_[i].data();
+      r.data = bytes_of(remainder_[i]);
       out.push_back(r);
     }
     return out;
@@ -297,44 +412,60 @@ class FusedAdam final : public AdamBase {
   }
 
  private:
-  std::vector<DView<float>> master_;
+  std::vector<DView<float>> master_;  // per parameter: windows of the group buffers
   std::vector<Kokkos::View<int16_t*, MemSpace>> remainder_;
   std::vector<MasterKind> kind_;
+  std::vector<DView<float>> gmaster_;  // per group
+  std::vector<Kokkos::View<int16_t*, MemSpace>> gremainder_;
+  std::vector<MasterKind> gkind_;
 };
 
 // ---- torch.optim.SGD -------------------------------------------------------------------------
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed)
-      : cfg_(c), reg_(reg), seed_(seed), buf_(reg.size()) {
-    for (int i = 0; i < reg.size(); ++i) {
-      const ParamInfo& p = reg.info(i);
-      const ParamStateInfo plan = plan_state(c, p);
-      if (plan.has_state)
-        buf_[i].allocate(p.name + ".momentum_buffer", *plan.momentum, p.local_numel);
+  Sgd(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed, UpdateLaunch launch)
+      : cfg_(c),
+        reg_(reg),
+        seed_(seed),
+        groups_(state_groups(reg)),
+        buf_(reg.size()),
+        gbuf_(groups_.size()) {
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
+      StateGroup& g = groups_[k];
+      const ParamStateInfo plan = plan_state(c, reg.info(g.params[0]));
+      if (plan.has_state) {
+        gbuf_[k].allocate("momentum_buffer." + std::string(dtype_name(g.dtype)) + "_params",
+                          *plan.momentum, g.numel);
+        for (std::size_t j = 0; j < g.params.size(); ++j) {
+          const int i = g.params[j];
+          buf_[i] = gbuf_[k].window(g.state_offset[j], reg.info(i).local_numel);
+        }
+      }
+      plan_group(g, reg, {flat(gbuf_[k])}, launch);
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }
 
   void step(double lr, float grad_scale) override {
     ++step_;
-    for (int i = 0; i < reg_.size(); ++i) {
-      const ParamInfo& p = reg_.info(i);
-      if (!p.trainable) continue;
-      SgdHyper h;
-      h.lr = static_cast<float>(lr);
-      h.momentum = static_cast<float>(cfg_.momentum);
-      h.one_minus_dampening = static_cast<float>(1.0 - cfg_.dampening);
-      h.weight_decay = static_cast<float>(p.no_weight_decay ? 0.0 : cfg_.weight_decay);
-      h.nesterov = cfg_.nesterov;
-      h.first_step = step_ == 1;
-      h.grad_scale = grad_scale;
-      const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, p);
-      dispatch_dtype(p.dtype, [&](auto tag) {
+    SgdHyper h;
+    h.lr = static_cast<float>(lr);
+    h.momentum = static_cast<float>(cfg_.momentum);
+    h.one_minus_dampening = static_cast<float>(1.0 - cfg_.dampening);
+    h.weight_decay = static_cast<float>(cfg_.weight_decay);
+    h.nesterov = cfg_.nesterov;
+    h.first_step = step_ == 1;
+    h.grad_scale = grad_scale;
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
+      const StateGroup& g = groups_[k];
+      const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, g.dtype);
+      dispatch_dtype(g.dtype, [&](auto tag) {
         using T = decltype(tag);
-        T* buf = buf_[i].empty() ? nullptr : buf_[i].data<T>();
-        sgd_update<T>(reg_.data<T>(i).data(), reg_.grad<T>(i).data(), buf, p.local_numel, h, r);
+        T* buf = gbuf_[k].empty() ? nullptr : gbuf_[k].data<T>();
+        for (const UpdatePlan& plan : g.plans) {
+          sgd_update<T>(plan, reg_.flat_data<T>().data(), reg_.flat_grad<T>().data(), buf, h, r);
+        }
       });
     }
     Kokkos::fence();
@@ -362,13 +493,15 @@ class Sgd final : public Optimizer {
   OptimizerConfig cfg_;
   ParamRegistry& reg_;
   uint64_t seed_;
-  std::vector<StateTensor> buf_;
+  std::vector<StateGroup> groups_;
+  std::vector<StateTensor> buf_;   // per parameter: windows of the group buffers
+  std::vector<StateTensor> gbuf_;  // per group
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, ParamRegistry& params,
-                                          uint64_t seed) {
+                                          uint64_t seed, UpdateLaunch launch) {
   for (int i = 0; i < params.size(); ++i) {
     ParamInfo& p = params.info_mut(i);
     bool excluded = glob_match_any(cfg.weight_decay_exclude, p.name);
@@ -379,11 +512,11 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, ParamRegis
   switch (cfg.kind) {
     case OptimizerKind::adam:
     case OptimizerKind::adamw:
-      return std::make_unique<TorchAdam>(cfg, params, seed);
+      return std::make_unique<TorchAdam>(cfg, params, seed, launch);
     case OptimizerKind::fused_adam:
-      return std::make_unique<FusedAdam>(cfg, params, seed);
+      return std::make_unique<FusedAdam>(cfg, params, seed, launch);
     case OptimizerKind::sgd:
-      return std::make_unique<Sgd>(cfg, params, seed);
+      return std::make_unique<Sgd>(cfg, params, seed, launch);
   }
   throw InternalError("unknown optimizer kind");
 }

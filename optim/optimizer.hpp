@@ -6,10 +6,12 @@
 //                              independently fp32 or bf16
 //   torch.optim.SGD            momentum buffer in the parameter's dtype
 //
-// Every update is one fused Kokkos kernel per parameter: it reads param, grad and state and
-// writes param and state, with fp32 arithmetic and one rounding per stored value. State exists
-// only for trainable parameters and is created when the optimizer is constructed, so build it
-// after the model's freeze/adapter setup.
+// State exists only for trainable parameters and is created when the optimizer is constructed, so
+// build it after the model's freeze/adapter setup. The trainable parameters of one storage dtype
+// form a group: each state tensor of the group is one flat buffer (a parameter's state is a window
+// of it), and a step is one fused kernel launch per group (optim/update_kernels.hpp) that reads
+// param, grad and state and writes param and state, with fp32 arithmetic and one rounding per
+// stored value.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,8 @@ struct StateTensor {
   DView<bf16> b16;
   bool present = false;  // allocated (a rank's shard of it may hold no elements)
   void allocate(const std::string& label, DType d, int64_t n);
+  // Elements [offset, offset + n) of this tensor, sharing its allocation.
+  StateTensor window(int64_t offset, int64_t n) const;
   bool empty() const { return !present; }
   template <class T>
   T* data() const;
@@ -51,7 +55,7 @@ struct StateRef {
   std::string name;  // "exp_avg", "exp_avg_sq", "momentum_buffer", "master", "remainder"
   DType dtype = DType::float32;  // float32 or bfloat16; ignored when int16
   bool int16 = false;            // TE remainders
-  void* data = nullptr;
+  DBytesU data;                  // the shard's bytes in device memory
 };
 
 class Optimizer {
@@ -81,10 +85,15 @@ class Optimizer {
 // optimizers' allocations and for the precision audit, which plans without allocating.
 ParamStateInfo plan_state(const OptimizerConfig& cfg, const ParamInfo& p);
 
+// How a step launches its kernels: one launch per group (what training uses), or one per
+// parameter (the same arithmetic on the same state layout; tests compare the two bit for bit).
+enum class UpdateLaunch { grouped, per_parameter };
+
 // Builds the optimizer named by cfg.optimizer for the trainable parameters of `params` and
 // marks weight-decay exclusions (optimizer.weight_decay_exclude globs) on the registry. Settings
 // that have no effect are reported by precision_warnings() (optim/audit.hpp).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, ParamRegistry& params,
-                                          uint64_t seed);
+                                          uint64_t seed,
+                                          UpdateLaunch launch = UpdateLaunch::grouped);
 
 }  // namespace kktrain

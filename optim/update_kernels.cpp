@@ -1,9 +1,10 @@
-// The fused update kernels. Every choice that is fixed for a launch (dtypes, master kind,
-// stochastic rounding, momentum) is a template parameter or folded into arithmetic (weight decay
-// terms that are 0 or 1 for the other mode), so the loop bodies are branch-free and vectorize.
+// The fused update kernels, one launch per group of tensors (for_tensor_blocks). Every choice that
+// is fixed for a launch (dtypes, master kind, stochastic rounding, momentum) is a template
+// parameter or folded into arithmetic (weight decay terms that are 0 or 1 for the other mode), so
+// the loop bodies are branch-free and vectorize; what differs per tensor (offsets, weight decay,
+// word alignment) is read once per block.
 #include "optim/update_kernels.hpp"
 
-#include <initializer_list>
 #include <type_traits>
 
 #include "core/random.hpp"
@@ -16,31 +17,33 @@ namespace {
 // round to nearest even, or stochastic rounding of finite values (noise added below the kept bits,
 // then truncation: unbiased in magnitude) keyed on the element's global index.
 template <bool SR>
-KOKKOS_INLINE_FUNCTION uint32_t param_bits32(float x, const RoundingMode& r, int64_t i) {
+KOKKOS_INLINE_FUNCTION uint32_t param_bits32(float x, const RoundingMode& r, int64_t index) {
   if constexpr (SR) {
     const uint32_t noise =
-        static_cast<uint32_t>(hash3(r.seed, r.step, static_cast<uint64_t>(r.index_offset + i))) &
-        0xffffu;
+        static_cast<uint32_t>(hash3(r.seed, r.step, static_cast<uint64_t>(index))) & 0xffffu;
     const uint32_t sr = (float_bits(x) + noise) & 0xffff0000u;
     return math::isfinite_f(x) ? sr : bf16_round_bits32(x);
   } else {
     (void)r;
-    (void)i;
+    (void)index;
     return bf16_round_bits32(x);
   }
 }
 
-// Rounds an fp32 result into the stored type: exact for float; bf16 as param_bits32.
+// Rounds an fp32 result into the stored type: exact for float; bf16 as param_bits32 (element i of
+// a tensor whose element 0 has global index `first`).
 template <class T, bool SR>
 struct Store {
-  KOKKOS_INLINE_FUNCTION static void apply(T* p, float x, const RoundingMode&, int64_t i) {
+  KOKKOS_INLINE_FUNCTION static void apply(T* p, int64_t i, float x, const RoundingMode&, int64_t) {
     store_as(p, i, x);
   }
 };
 template <bool SR>
 struct Store<bf16, SR> {
-  KOKKOS_INLINE_FUNCTION static void apply(bf16* p, float x, const RoundingMode& r, int64_t i) {
-    reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(param_bits32<SR>(x, r, i) >> 16);
+  KOKKOS_INLINE_FUNCTION static void apply(bf16* p, int64_t i, float x, const RoundingMode& r,
+                                           int64_t first) {
+    reinterpret_cast<uint16_t*>(p)[i] =
+        static_cast<uint16_t>(param_bits32<SR>(x, r, first + i) >> 16);
   }
 };
 
@@ -63,27 +66,21 @@ KOKKOS_INLINE_FUNCTION void store_exact(bf16* p, int64_t i, float x) {
   reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(float_bits(x) >> 16);
 }
 
-// Where a kernel over 16-bit arrays can run word by word (bf16.hpp, "two adjacent 16-bit values"):
-// 0 if every pointer is 4-byte aligned, 1 if every one is 2 bytes past (the words start at element
-// 1), -1 otherwise (element by element).
-inline int word_start(std::initializer_list<const void*> ptrs) {
-  int odd = 0, even = 0;
-  for (const void* p : ptrs) (reinterpret_cast<uintptr_t>(p) % 4 == 0 ? even : odd) += 1;
-  return odd == 0 ? 0 : even == 0 ? 1 : -1;
-}
-
-// Runs elem(i) for i in [0, n), with pair(j) covering elements s + 2j and s + 2j + 1 where the
-// arrays allow it (s = word_start; s < 0: elem everywhere).
+// Elements [lo, hi) of a tensor: pair(j) covers elements s + 2j and s + 2j + 1 where the arrays
+// allow it (s = word_start >= 0), elem(i) the rest (s < 0: everything). One call per block on
+// CPUs (the pair loop is the vectorized one), one element per call on GPUs.
 template <class Elem, class Pair>
-void run_words(const char* name, int64_t n, int s, const Elem& elem, const Pair& pair) {
-  if (s < 0 || n < 2 + s) {
-    Kokkos::parallel_for(name, RangePolicy(0, n), elem);
+KOKKOS_INLINE_FUNCTION void run_span(int64_t lo, int64_t hi, int s, const Elem& elem,
+                                     const Pair& pair) {
+  if (s < 0 || hi - lo < 2) {
+    for (int64_t i = lo; i < hi; ++i) elem(i);
     return;
   }
-  const int64_t words = (n - s) / 2;
-  if (s > 0) Kokkos::parallel_for(name, RangePolicy(0, s), elem);
-  Kokkos::parallel_for(name, RangePolicy(0, words), pair);
-  if (s + 2 * words < n) Kokkos::parallel_for(name, RangePolicy(s + 2 * words, n), elem);
+  int64_t first = lo;
+  if (((first - s) & 1) != 0) elem(first++);
+  const int64_t j0 = (first - s) / 2, words = (hi - first) / 2;
+  for (int64_t j = j0; j < j0 + words; ++j) pair(j);
+  if (first + 2 * words < hi) elem(hi - 1);
 }
 
 enum MasterMode { kPlain, kPlainSR, kMaster, kRemainder };
@@ -112,38 +109,47 @@ KOKKOS_INLINE_FUNCTION AdamResult torch_adam_element(float p0, float g0, float m
 }
 
 template <class P, bool SR>
-void torch_adam_impl(P* param, const P* grad, P* exp_avg, P* exp_avg_sq, int64_t n,
+void torch_adam_impl(const UpdatePlan& plan, P* param, const P* grad, P* exp_avg, P* exp_avg_sq,
                      const TorchAdamHyper& h, const RoundingMode& r) {
-  const float decay = h.decoupled ? h.decay_factor : 1.0f;
-  const float l2 = h.decoupled ? 0.0f : h.weight_decay;
-  const auto elem = KOKKOS_LAMBDA(const int64_t i) {
-    const AdamResult o = torch_adam_element<P>(
-        to_f32(param[i]), to_f32(grad[i]), to_f32(exp_avg[i]), to_f32(exp_avg_sq[i]), h, decay, l2);
-    store_exact(exp_avg, i, o.m);
-    store_exact(exp_avg_sq, i, o.v);
-    Store<P, SR>::apply(param, o.p, r, i);
-  };
-  if constexpr (std::is_same<P, bf16>::value) {
-    const int s = word_start({param, grad, exp_avg, exp_avg_sq});
-    const int64_t o = s > 0 ? s : 0;
-    bf16 *pp = param + o, *mp = exp_avg + o, *vp = exp_avg_sq + o;
-    const bf16* gp = grad + o;
-    const auto pair = KOKKOS_LAMBDA(const int64_t j) {
-      const uint32_t pw = load_word(pp, j), gw = load_word(gp, j);
-      const uint32_t mw = load_word(mp, j), vw = load_word(vp, j);
-      const AdamResult lo = torch_adam_element<bf16>(bf16_lo(pw), bf16_lo(gw), bf16_lo(mw),
-                                                     bf16_lo(vw), h, decay, l2);
-      const AdamResult hi = torch_adam_element<bf16>(bf16_hi(pw), bf16_hi(gw), bf16_hi(mw),
-                                                     bf16_hi(vw), h, decay, l2);
-      store_word(mp, j, bf16_word(float_bits(lo.m), float_bits(hi.m)));
-      store_word(vp, j, bf16_word(float_bits(lo.v), float_bits(hi.v)));
-      const int64_t i = s + 2 * j;
-      store_word(pp, j, bf16_word(param_bits32<SR>(lo.p, r, i), param_bits32<SR>(hi.p, r, i + 1)));
-    };
-    run_words("torch_adam_update", n, s, elem, pair);
-  } else {
-    Kokkos::parallel_for("torch_adam_update", RangePolicy(0, n), elem);
-  }
+  const DView<UpdateTensor> tensors = plan.tensors();
+  for_tensor_blocks(
+      "torch_adam_update", plan.blocks(),
+      KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
+        const UpdateTensor u = tensors(t);
+        const float decay = h.decoupled && u.decay ? h.decay_factor : 1.0f;
+        const float l2 = !h.decoupled && u.decay ? h.weight_decay : 0.0f;
+        P* pp = param + u.param;
+        const P* gp = grad + u.grad;
+        P* mp = exp_avg + u.state;
+        P* vp = exp_avg_sq + u.state;
+        const auto elem = [=](const int64_t i) {
+          const AdamResult o = torch_adam_element<P>(to_f32(pp[i]), to_f32(gp[i]), to_f32(mp[i]),
+                                                     to_f32(vp[i]), h, decay, l2);
+          store_exact(mp, i, o.m);
+          store_exact(vp, i, o.v);
+          Store<P, SR>::apply(pp, i, o.p, r, u.index);
+        };
+        if constexpr (std::is_same<P, bf16>::value) {
+          const int s = u.word_start;
+          const int64_t o = s > 0 ? s : 0;  // words start at element s
+          const auto pair = [=](const int64_t j) {
+            const uint32_t pw = load_word(pp + o, j), gw = load_word(gp + o, j);
+            const uint32_t mw = load_word(mp + o, j), vw = load_word(vp + o, j);
+            const AdamResult lo2 = torch_adam_element<bf16>(bf16_lo(pw), bf16_lo(gw), bf16_lo(mw),
+                                                            bf16_lo(vw), h, decay, l2);
+            const AdamResult hi2 = torch_adam_element<bf16>(bf16_hi(pw), bf16_hi(gw), bf16_hi(mw),
+                                                            bf16_hi(vw), h, decay, l2);
+            store_word(mp + o, j, bf16_word(float_bits(lo2.m), float_bits(hi2.m)));
+            store_word(vp + o, j, bf16_word(float_bits(lo2.v), float_bits(hi2.v)));
+            const int64_t i = u.index + o + 2 * j;
+            store_word(pp + o, j,
+                       bf16_word(param_bits32<SR>(lo2.p, r, i), param_bits32<SR>(hi2.p, r, i + 1)));
+          };
+          run_span(lo, hi, s, elem, pair);
+        } else {
+          run_span(lo, hi, -1, elem, elem);
+        }
+      });
 }
 
 // One element of TE FusedAdam from the master value p and the stored gradient and moments (as
@@ -163,154 +169,201 @@ KOKKOS_INLINE_FUNCTION AdamResult fused_adam_element(float p, float g0, float m0
 }
 
 template <class P, class M, class V, int Mode>
-void fused_adam_impl(P* param, const P* grad, M* exp_avg, V* exp_avg_sq, float* master,
-                     int16_t* remainder, int64_t n, const FusedAdamHyper& h,
+void fused_adam_impl(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg, V* exp_avg_sq,
+                     float* master, int16_t* remainder, const FusedAdamHyper& h,
                      const RoundingMode& r) {
-  const float l2 = h.adam_w_mode ? 0.0f : h.weight_decay;
-  const float decoupled = h.adam_w_mode ? h.weight_decay : 0.0f;
-  const auto elem = KOKKOS_LAMBDA(const int64_t i) {
-    // nvcc: an extended lambda may not capture a variable first inside `if constexpr`; name the
-    // ones only some branches use here.
-    (void)param;
-    (void)master;
-    (void)remainder;
-    (void)r;
-    float p0;
-    if constexpr (Mode == kMaster) {
-      p0 = master[i];
-    } else if constexpr (Mode == kRemainder) {
-      p0 = rebuild_remainder(param[i], remainder[i]);
-    } else {
-      p0 = to_f32(param[i]);
-    }
-    const AdamResult o = fused_adam_element(p0, to_f32(grad[i]), to_f32(exp_avg[i]),
-                                            to_f32(exp_avg_sq[i]), h, l2, decoupled);
-    store_as(exp_avg, i, o.m);
-    store_as(exp_avg_sq, i, o.v);
-    if constexpr (Mode == kMaster) {
-      master[i] = o.p;
-      store_as(param, i, o.p);
-    } else if constexpr (Mode == kRemainder) {
-      const Bf16Remainder sp = split_remainder(o.p);
-      store_bits(param, i, sp.high);
-      remainder[i] = sp.remainder;
-    } else {
-      Store<P, Mode == kPlainSR>::apply(param, o.p, r, i);
-    }
-  };
   // All-16-bit patterns (bf16 parameter and moments, remainder or none) run word by word.
-  if constexpr (std::is_same<P, bf16>::value && std::is_same<M, bf16>::value &&
-                std::is_same<V, bf16>::value && Mode != kMaster) {
-    const int s = Mode == kRemainder ? word_start({param, grad, exp_avg, exp_avg_sq, remainder})
-                                     : word_start({param, grad, exp_avg, exp_avg_sq});
-    const int64_t o = s > 0 ? s : 0;
-    bf16 *pp = param + o, *mp = exp_avg + o, *vp = exp_avg_sq + o;
-    const bf16* gp = grad + o;
-    int16_t* rp = Mode == kRemainder ? remainder + o : nullptr;
-    const auto pair = KOKKOS_LAMBDA(const int64_t j) {
-      (void)rp;  // captured before any `if constexpr` (nvcc extended-lambda rule)
-      (void)r;
-      (void)s;
-      const uint32_t pw = load_word(pp, j), gw = load_word(gp, j);
-      const uint32_t mw = load_word(mp, j), vw = load_word(vp, j);
-      float p_lo, p_hi;
-      if constexpr (Mode == kRemainder) {
-        const uint32_t rw = load_word(rp, j);
-        p_lo = rebuild_remainder_lo(pw, rw);
-        p_hi = rebuild_remainder_hi(pw, rw);
-      } else {
-        p_lo = bf16_lo(pw);
-        p_hi = bf16_hi(pw);
-      }
-      const AdamResult lo =
-          fused_adam_element(p_lo, bf16_lo(gw), bf16_lo(mw), bf16_lo(vw), h, l2, decoupled);
-      const AdamResult hi =
-          fused_adam_element(p_hi, bf16_hi(gw), bf16_hi(mw), bf16_hi(vw), h, l2, decoupled);
-      store_word(mp, j, bf16_word(bf16_round_bits32(lo.m), bf16_round_bits32(hi.m)));
-      store_word(vp, j, bf16_word(bf16_round_bits32(lo.v), bf16_round_bits32(hi.v)));
-      if constexpr (Mode == kRemainder) {
-        store_word(pp, j, bf16_word(split_remainder_high32(lo.p), split_remainder_high32(hi.p)));
-        store_word(rp, j, remainder_word(lo.p, hi.p));
-      } else {
-        const int64_t i = s + 2 * j;
-        store_word(pp, j,
-                   bf16_word(param_bits32<Mode == kPlainSR>(lo.p, r, i),
-                             param_bits32<Mode == kPlainSR>(hi.p, r, i + 1)));
-      }
-    };
-    run_words("fused_adam_update", n, s, elem, pair);
-  } else {
-    Kokkos::parallel_for("fused_adam_update", RangePolicy(0, n), elem);
-  }
+  constexpr bool kWords = std::is_same<P, bf16>::value && std::is_same<M, bf16>::value &&
+                          std::is_same<V, bf16>::value && Mode != kMaster;
+  const DView<UpdateTensor> tensors = plan.tensors();
+  for_tensor_blocks(
+      "fused_adam_update", plan.blocks(),
+      KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
+        // nvcc: an extended lambda may not capture a variable first inside `if constexpr`; name
+        // the ones only some branches use here.
+        (void)master;
+        (void)remainder;
+        (void)r;
+        const UpdateTensor u = tensors(t);
+        const float wd = u.decay ? h.weight_decay : 0.0f;
+        const float l2 = h.adam_w_mode ? 0.0f : wd;
+        const float decoupled = h.adam_w_mode ? wd : 0.0f;
+        P* pp = param + u.param;
+        const P* gp = grad + u.grad;
+        M* mp = exp_avg + u.state;
+        V* vp = exp_avg_sq + u.state;
+        float* wp = master ? master + u.state : nullptr;
+        int16_t* rp = remainder ? remainder + u.state : nullptr;
+        const auto elem = [=](const int64_t i) {
+          float p0;
+          if constexpr (Mode == kMaster) {
+            p0 = wp[i];
+          } else if constexpr (Mode == kRemainder) {
+            p0 = rebuild_remainder(pp[i], rp[i]);
+          } else {
+            p0 = to_f32(pp[i]);
+          }
+          const AdamResult o =
+              fused_adam_element(p0, to_f32(gp[i]), to_f32(mp[i]), to_f32(vp[i]), h, l2, decoupled);
+          store_as(mp, i, o.m);
+          store_as(vp, i, o.v);
+          if constexpr (Mode == kMaster) {
+            wp[i] = o.p;
+            store_as(pp, i, o.p);
+          } else if constexpr (Mode == kRemainder) {
+            const Bf16Remainder sp = split_remainder(o.p);
+            store_bits(pp, i, sp.high);
+            rp[i] = sp.remainder;
+          } else {
+            Store<P, Mode == kPlainSR>::apply(pp, i, o.p, r, u.index);
+          }
+        };
+        if constexpr (kWords) {
+          const int s = u.word_start;
+          const int64_t o = s > 0 ? s : 0;  // words start at element s
+          const auto pair = [=](const int64_t j) {
+            const uint32_t pw = load_word(pp + o, j), gw = load_word(gp + o, j);
+            const uint32_t mw = load_word(mp + o, j), vw = load_word(vp + o, j);
+            float p_lo, p_hi;
+            if constexpr (Mode == kRemainder) {
+              const uint32_t rw = load_word(rp + o, j);
+              p_lo = rebuild_remainder_lo(pw, rw);
+              p_hi = rebuild_remainder_hi(pw, rw);
+            } else {
+              p_lo = bf16_lo(pw);
+              p_hi = bf16_hi(pw);
+            }
+            const AdamResult lo2 =
+                fused_adam_element(p_lo, bf16_lo(gw), bf16_lo(mw), bf16_lo(vw), h, l2, decoupled);
+            const AdamResult hi2 =
+                fused_adam_element(p_hi, bf16_hi(gw), bf16_hi(mw), bf16_hi(vw), h, l2, decoupled);
+            store_word(mp + o, j, bf16_word(bf16_round_bits32(lo2.m), bf16_round_bits32(hi2.m)));
+            store_word(vp + o, j, bf16_word(bf16_round_bits32(lo2.v), bf16_round_bits32(hi2.v)));
+            if constexpr (Mode == kRemainder) {
+              store_word(pp + o, j,
+                         bf16_word(split_remainder_high32(lo2.p), split_remainder_high32(hi2.p)));
+              store_word(rp + o, j, remainder_word(lo2.p, hi2.p));
+            } else {
+              const int64_t i = u.index + o + 2 * j;
+              store_word(pp + o, j,
+                         bf16_word(param_bits32<Mode == kPlainSR>(lo2.p, r, i),
+                                   param_bits32<Mode == kPlainSR>(hi2.p, r, i + 1)));
+            }
+          };
+          run_span(lo, hi, s, elem, pair);
+        } else {
+          run_span(lo, hi, -1, elem, elem);
+        }
+      });
 }
 
 template <class P, bool SR, bool Momentum>
-void sgd_impl(P* param, const P* grad, P* momentum_buf, int64_t n, const SgdHyper& h,
+void sgd_impl(const UpdatePlan& plan, P* param, const P* grad, P* momentum_buf, const SgdHyper& h,
               const RoundingMode& r) {
   const float keep = h.first_step ? 0.0f : h.momentum;  // first step: buf = clone(d_p)
   const float take = h.first_step ? 1.0f : h.one_minus_dampening;
   const float nesterov = h.nesterov ? 1.0f : 0.0f;
-  Kokkos::parallel_for(
-      "sgd_update", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
+  const DView<UpdateTensor> tensors = plan.tensors();
+  for_tensor_blocks(
+      "sgd_update", plan.blocks(),
+      KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
         (void)momentum_buf;  // captured before the `if constexpr` (nvcc extended-lambda rule)
         (void)keep;
         (void)take;
         (void)nesterov;
-        const float p = to_f32(param[i]);
-        float d = to_f32(grad[i]) * h.grad_scale + h.weight_decay * p;  // d_p.add(param, wd)
-        if constexpr (Momentum) {
-          // buf.mul_(momentum).add_(d_p, alpha=1-dampening); nesterov: d_p.add(buf, momentum)
-          const float b = store_rounded(momentum_buf, i, to_f32(momentum_buf[i]) * keep + take * d);
-          d = nesterov != 0.0f ? d + h.momentum * b : b;
+        const UpdateTensor u = tensors(t);
+        const float wd = u.decay ? h.weight_decay : 0.0f;
+        P* pp = param + u.param;
+        const P* gp = grad + u.grad;
+        P* bp = Momentum ? momentum_buf + u.state : nullptr;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float p = to_f32(pp[i]);
+          float d = to_f32(gp[i]) * h.grad_scale + wd * p;  // d_p.add(param, wd)
+          if constexpr (Momentum) {
+            // buf.mul_(momentum).add_(d_p, alpha=1-dampening); nesterov: d_p.add(buf, momentum)
+            const float b = store_rounded(bp, i, to_f32(bp[i]) * keep + take * d);
+            d = nesterov != 0.0f ? d + h.momentum * b : b;
+          }
+          Store<P, SR>::apply(pp, i, p + (-h.lr) * d, r, u.index);  // param.add_(d_p, alpha=-lr)
         }
-        Store<P, SR>::apply(param, p + (-h.lr) * d, r, i);  // param.add_(d_p, alpha=-lr)
       });
+}
+
+// Where 16-bit arrays at these addresses can run word by word (bf16.hpp, "two adjacent 16-bit
+// values"): 0 if every address is 4-byte aligned, 1 if every one is 2 bytes past (the words start
+// at element 1), -1 otherwise (element by element).
+int word_start(const std::vector<uintptr_t>& addresses) {
+  int odd = 0, even = 0;
+  for (uintptr_t a : addresses) (a % 4 == 0 ? even : odd) += 1;
+  return odd == 0 ? 0 : even == 0 ? 1 : -1;
 }
 
 }  // namespace
 
+UpdatePlan::UpdatePlan(std::vector<UpdateTensor> tensors, FlatArray param, FlatArray grad,
+                       const std::vector<FlatArray>& state, int64_t block_len) {
+  std::vector<int64_t> sizes;
+  for (UpdateTensor& u : tensors) {
+    auto at = [](const FlatArray& a, int64_t off) {
+      return reinterpret_cast<uintptr_t>(a.base) + static_cast<uintptr_t>(off * a.elem_bytes);
+    };
+    std::vector<uintptr_t> addresses{at(param, u.param), at(grad, u.grad)};
+    for (const FlatArray& a : state) {
+      if (a.base) addresses.push_back(at(a, u.state));
+    }
+    u.word_start = word_start(addresses);
+    sizes.push_back(u.n);
+    numel_ += u.n;
+  }
+  tensors_ = DView<UpdateTensor>("update_tensors", tensors.size());
+  Kokkos::deep_copy(tensors_, HViewU<const UpdateTensor>(tensors.data(), tensors.size()));
+  blocks_ = TensorBlocks(sizes, block_len);
+}
+
 template <class P>
-void torch_adam_update(P* param, const P* grad, P* exp_avg, P* exp_avg_sq, int64_t n,
+void torch_adam_update(const UpdatePlan& plan, P* param, const P* grad, P* exp_avg, P* exp_avg_sq,
                        const TorchAdamHyper& h, const RoundingMode& r) {
   if (r.stochastic) {
-    torch_adam_impl<P, true>(param, grad, exp_avg, exp_avg_sq, n, h, r);
+    torch_adam_impl<P, true>(plan, param, grad, exp_avg, exp_avg_sq, h, r);
   } else {
-    torch_adam_impl<P, false>(param, grad, exp_avg, exp_avg_sq, n, h, r);
+    torch_adam_impl<P, false>(plan, param, grad, exp_avg, exp_avg_sq, h, r);
   }
 }
 
 template <class P, class M, class V>
-void fused_adam_update(P* param, const P* grad, M* exp_avg, V* exp_avg_sq, float* master,
-                       int16_t* remainder, int64_t n, const FusedAdamHyper& h,
+void fused_adam_update(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg, V* exp_avg_sq,
+                       float* master, int16_t* remainder, const FusedAdamHyper& h,
                        const RoundingMode& r) {
   if (master) {
-    fused_adam_impl<P, M, V, kMaster>(param, grad, exp_avg, exp_avg_sq, master, remainder, n, h, r);
+    fused_adam_impl<P, M, V, kMaster>(plan, param, grad, exp_avg, exp_avg_sq, master, remainder, h,
+                                      r);
   } else if (remainder) {
     if constexpr (std::is_same<P, bf16>::value) {
-      fused_adam_impl<P, M, V, kRemainder>(param, grad, exp_avg, exp_avg_sq, master, remainder, n,
-                                           h, r);
+      fused_adam_impl<P, M, V, kRemainder>(plan, param, grad, exp_avg, exp_avg_sq, master,
+                                           remainder, h, r);
     }
   } else if (r.stochastic) {
-    fused_adam_impl<P, M, V, kPlainSR>(param, grad, exp_avg, exp_avg_sq, master, remainder, n, h,
+    fused_adam_impl<P, M, V, kPlainSR>(plan, param, grad, exp_avg, exp_avg_sq, master, remainder, h,
                                        r);
   } else {
-    fused_adam_impl<P, M, V, kPlain>(param, grad, exp_avg, exp_avg_sq, master, remainder, n, h, r);
+    fused_adam_impl<P, M, V, kPlain>(plan, param, grad, exp_avg, exp_avg_sq, master, remainder, h,
+                                     r);
   }
 }
 
 template <class P>
-void sgd_update(P* param, const P* grad, P* momentum_buf, int64_t n, const SgdHyper& h,
+void sgd_update(const UpdatePlan& plan, P* param, const P* grad, P* momentum_buf, const SgdHyper& h,
                 const RoundingMode& r) {
   if (momentum_buf) {
     if (r.stochastic) {
-      sgd_impl<P, true, true>(param, grad, momentum_buf, n, h, r);
+      sgd_impl<P, true, true>(plan, param, grad, momentum_buf, h, r);
     } else {
-      sgd_impl<P, false, true>(param, grad, momentum_buf, n, h, r);
+      sgd_impl<P, false, true>(plan, param, grad, momentum_buf, h, r);
     }
   } else if (r.stochastic) {
-    sgd_impl<P, true, false>(param, grad, momentum_buf, n, h, r);
+    sgd_impl<P, true, false>(plan, param, grad, momentum_buf, h, r);
   } else {
-    sgd_impl<P, false, false>(param, grad, momentum_buf, n, h, r);
+    sgd_impl<P, false, false>(plan, param, grad, momentum_buf, h, r);
   }
 }
 
@@ -340,19 +393,20 @@ void rebuild_master(float* out, const bf16* param, const int16_t* remainder, int
       KOKKOS_LAMBDA(const int64_t i) { out[i] = rebuild_remainder(param[i], remainder[i]); });
 }
 
-#define KKTRAIN_INSTANTIATE_P(P)                                                                \
-  template void torch_adam_update<P>(P*, const P*, P*, P*, int64_t, const TorchAdamHyper&,      \
-                                     const RoundingMode&);                                      \
-  template void sgd_update<P>(P*, const P*, P*, int64_t, const SgdHyper&, const RoundingMode&); \
-  template double grad_sum_squares<P>(const P*, int64_t);                                       \
+#define KKTRAIN_INSTANTIATE_P(P)                                                    \
+  template void torch_adam_update<P>(const UpdatePlan&, P*, const P*, P*, P*,       \
+                                     const TorchAdamHyper&, const RoundingMode&);   \
+  template void sgd_update<P>(const UpdatePlan&, P*, const P*, P*, const SgdHyper&, \
+                              const RoundingMode&);                                 \
+  template double grad_sum_squares<P>(const P*, int64_t);                           \
   template void widen_to_float<P>(float*, const P*, int64_t);
 KKTRAIN_INSTANTIATE_P(float)
 KKTRAIN_INSTANTIATE_P(bf16)
 #undef KKTRAIN_INSTANTIATE_P
 
 #define KKTRAIN_INSTANTIATE_FUSED(P, M, V)                                                  \
-  template void fused_adam_update<P, M, V>(P*, const P*, M*, V*, float*, int16_t*, int64_t, \
-                                           const FusedAdamHyper&, const RoundingMode&);
+  template void fused_adam_update<P, M, V>(const UpdatePlan&, P*, const P*, M*, V*, float*, \
+                                           int16_t*, const FusedAdamHyper&, const RoundingMode&);
 KKTRAIN_INSTANTIATE_FUSED(float, float, float)
 KKTRAIN_INSTANTIATE_FUSED(float, float, bf16)
 KKTRAIN_INSTANTIATE_FUSED(float, bf16, float)

@@ -1,22 +1,64 @@
-// The fused optimizer update kernels: one Kokkos kernel per parameter reads param, grad and
-// state, and writes param and state. Arithmetic is fp32; each stored value is rounded once
-// (round-to-nearest-even, or stochastic rounding for bf16 parameters when asked).
+// The fused optimizer update kernels. One launch updates a whole group of tensors that share
+// their dtypes and master kind (llm.c / multi-tensor style): it reads param, grad and state from
+// flat buffers at each tensor's offsets and writes param and state. Arithmetic is fp32; each
+// stored value is rounded once (round-to-nearest-even, or stochastic rounding for bf16 parameters
+// when asked).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/launch.hpp"
 
 namespace kktrain {
 
 // Stochastic rounding of bf16 parameters updated without an fp32 master: the noise is keyed on
-// (seed, step, global element index), so results do not depend on threads, backend or ranks.
+// (seed, step, global element index), so results do not depend on threads, backend, ranks or
+// how tensors are grouped into launches.
 struct RoundingMode {
   bool stochastic = false;
   uint64_t seed = 0;
   uint64_t step = 0;
-  int64_t index_offset = 0;  // global index of element 0 of this parameter
+};
+
+// One tensor of a grouped update: where its elements sit in the flat buffers the group's kernel
+// is given (element offsets), and what differs between tensors of a group.
+struct UpdateTensor {
+  int64_t param = 0;  // offset in the flat parameter buffer
+  int64_t grad = 0;   // offset in the flat gradient buffer
+  int64_t state = 0;  // offset in the flat state buffers (moments, master, remainders)
+  int64_t n = 0;      // elements
+  int64_t index = 0;  // global element index of element 0 (the stochastic-rounding key)
+  int32_t decay = 1;  // 1: weight decay applies; 0: excluded (optimizer.weight_decay_exclude)
+  // Where its 16-bit arrays run two elements per 32-bit word (bf16.hpp): 0 when all are 4-byte
+  // aligned at element 0, 1 when all are at element 1, -1 element by element. Set by UpdatePlan.
+  int32_t word_start = -1;
+};
+
+// A flat array a plan will run on: its base pointer and element size.
+struct FlatArray {
+  const void* base = nullptr;
+  int elem_bytes = 0;
+};
+
+// The launch plan of one group: its tensor table and blocks in device memory, built once on the
+// host. The arrays (parameter, gradient, and every state array, indexed by `state`) decide each
+// tensor's word_start; the kernels must then be run on those same arrays.
+class UpdatePlan {
+ public:
+  UpdatePlan() = default;
+  UpdatePlan(std::vector<UpdateTensor> tensors, FlatArray param, FlatArray grad,
+             const std::vector<FlatArray>& state, int64_t block_len = 0);
+  const DView<UpdateTensor>& tensors() const { return tensors_; }
+  const TensorBlocks& blocks() const { return blocks_; }
+  int64_t numel() const { return numel_; }
+
+ private:
+  DView<UpdateTensor> tensors_;
+  TensorBlocks blocks_;
+  int64_t numel_ = 0;
 };
 
 // torch.optim.Adam / AdamW, in torch's order of operations (docs/precision.md, "Optimizers"):
@@ -28,13 +70,13 @@ struct RoundingMode {
 struct TorchAdamHyper {
   float beta1, beta2, one_minus_beta1, one_minus_beta2;
   float eps, bias_correction2_sqrt, neg_step_size;
-  float decay_factor;  // AdamW: 1 - lr wd
-  float weight_decay;  // Adam: L2 coefficient
+  float decay_factor;  // AdamW: 1 - lr wd (tensors without weight decay: 1)
+  float weight_decay;  // Adam: L2 coefficient (tensors without weight decay: 0)
   bool decoupled;      // AdamW
   float grad_scale;
 };
 template <class P>
-void torch_adam_update(P* param, const P* grad, P* exp_avg, P* exp_avg_sq, int64_t n,
+void torch_adam_update(const UpdatePlan& plan, P* param, const P* grad, P* exp_avg, P* exp_avg_sq,
                        const TorchAdamHyper& h, const RoundingMode& r);
 
 // Transformer Engine FusedAdam: fp32 math on the master value (the fp32 master, the rebuilt
@@ -43,25 +85,29 @@ void torch_adam_update(P* param, const P* grad, P* exp_avg, P* exp_avg_sq, int64
 //   AdamW mode: update = m_hat / (sqrt(v_hat) + eps) + wd p
 //   p -= lr update
 struct FusedAdamHyper {
-  float beta1, beta2, bias_correction1, bias_correction2, eps, lr, weight_decay;
+  float beta1, beta2, bias_correction1, bias_correction2, eps, lr;
+  float weight_decay;  // tensors without weight decay: 0
   bool adam_w_mode;
   float grad_scale;
 };
-// master (n) fp32 or null; remainder (n) int16 or null (only with P = bf16); never both.
+// master: fp32 or null; remainder: int16 or null (only with P = bf16); never both. Both are
+// state arrays (indexed by UpdateTensor::state).
 template <class P, class M, class V>
-void fused_adam_update(P* param, const P* grad, M* exp_avg, V* exp_avg_sq, float* master,
-                       int16_t* remainder, int64_t n, const FusedAdamHyper& h,
+void fused_adam_update(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg, V* exp_avg_sq,
+                       float* master, int16_t* remainder, const FusedAdamHyper& h,
                        const RoundingMode& r);
 
 // torch.optim.SGD with momentum, dampening, Nesterov and L2 weight decay; the momentum buffer
 // has the parameter's dtype and is a copy of the gradient on the first step.
 struct SgdHyper {
-  float lr, momentum, one_minus_dampening, weight_decay;
+  float lr, momentum, one_minus_dampening;
+  float weight_decay;  // tensors without weight decay: 0
   bool nesterov, first_step;
   float grad_scale;
 };
+// momentum_buf: a state array, or null without momentum.
 template <class P>
-void sgd_update(P* param, const P* grad, P* momentum_buf, int64_t n, const SgdHyper& h,
+void sgd_update(const UpdatePlan& plan, P* param, const P* grad, P* momentum_buf, const SgdHyper& h,
                 const RoundingMode& r);
 
 // Sum over n gradient elements of (float(g))^2, accumulated in double.

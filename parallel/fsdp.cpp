@@ -47,12 +47,22 @@ void unpack_full(O* out, const char* recv, std::size_t block_bytes, std::size_t 
       });
 }
 
+// The compute copies of a unit's parameters of storage dtype S and compute dtype O, one launch:
+// out + table[t].dst (n) O = rnd(src + table[t].src (n) S).
 template <class S, class O>
-void cast_full(O* out, const S* in, int64_t n, bool round) {
-  Kokkos::parallel_for(
-      "fsdp_cast_full", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
-        const float x = load_f32(in, e);
-        store_as(out, e, round ? round_to_bf16(x) : x);
+void cast_tensors(char* out, const S* src, const DView<CastTensor>& table,
+                  const TensorBlocks& blocks) {
+  for_tensor_blocks(
+      "fsdp_cast_weights", blocks,
+      KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
+        const CastTensor c = table(t);
+        O* d = reinterpret_cast<O*>(out + c.dst);
+        const S* s = src + c.src;
+        const bool round = c.round != 0;
+        for (int64_t e = lo; e < hi; ++e) {
+          const float x = load_f32(s, e);
+          store_as(d, e, round ? round_to_bf16(x) : x);
+        }
       });
 }
 
@@ -320,17 +330,42 @@ const float* FsdpUnits::weight(int param) const {
   return static_cast<const float*>(r.data);
 }
 
-void FsdpUnits::cast_weights(const Unit& u, char* out) {
-  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-    if (u.aliased[k]) continue;
-    const int p = u.spec.params[k];
-    const ParamInfo& pi = reg_.info(p);
-    dispatch_dtype(pi.dtype, [&](auto tag) {
+void FsdpUnits::cast_weights(Unit& u, char* out) {
+  if (u.casts.empty()) {
+    // The unit's launches, one per (storage, compute) dtype pair present, built once.
+    for (DType from : {DType::float32, DType::bfloat16}) {
+      for (DType to : {DType::float32, DType::bfloat16}) {
+        std::vector<CastTensor> tensors;
+        std::vector<int64_t> sizes;
+        for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+          const int p = u.spec.params[k];
+          const ParamInfo& pi = reg_.info(p);
+          if (u.aliased[k] || pi.dtype != from || cdtype_[p] != to) continue;
+          CastTensor c;
+          c.src = static_cast<int64_t>(pi.offset);
+          c.dst = static_cast<int64_t>(u.wbyte_off[k]);
+          c.n = pi.numel;
+          c.round = round_[p] ? 1 : 0;
+          tensors.push_back(c);
+          sizes.push_back(pi.numel);
+        }
+        if (tensors.empty()) continue;
+        CastLaunch l;
+        l.from = from;
+        l.to = to;
+        l.table = DView<CastTensor>("fsdp_cast_table", tensors.size());
+        Kokkos::deep_copy(l.table, HViewU<const CastTensor>(tensors.data(), tensors.size()));
+        l.blocks = TensorBlocks(sizes);
+        u.casts.push_back(std::move(l));
+      }
+    }
+  }
+  for (const CastLaunch& l : u.casts) {
+    dispatch_dtype(l.from, [&](auto tag) {
       using S = decltype(tag);
-      dispatch_dtype(cdtype_[p], [&](auto ctag) {
+      dispatch_dtype(l.to, [&](auto ctag) {
         using O = decltype(ctag);
-        cast_full<S, O>(reinterpret_cast<O*>(out + u.wbyte_off[k]), reg_.data<S>(p).data(),
-                        pi.numel, round_[p]);
+        cast_tensors<S, O>(out, reg_.flat_data<S>().data(), l.table, l.blocks);
       });
     });
   }

@@ -34,6 +34,7 @@
 
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/launch.hpp"
 #include "core/param_registry.hpp"
 #include "parallel/communicator.hpp"
 
@@ -51,6 +52,13 @@ struct ComputeLayout {
   std::vector<bool> round;   // the compute copy holds bf16-rounded values
   std::vector<DType> dtype;  // the compute buffer's element type (bf16 only where round)
   std::vector<int> group;    // fused group id (q/k/v, gate/up), -1 for none
+};
+
+// One parameter of a cast launch: its storage elements at `src` of the flat buffer of its dtype,
+// its compute copy at byte `dst` of the unit's weight buffer.
+struct CastTensor {
+  int64_t src = 0, dst = 0, n = 0;
+  int32_t round = 0;  // the copy is rounded to bf16
 };
 
 // Bytes of the reusable unit buffers a run allocates at its high-water mark (FsdpUnits::plan).
@@ -109,6 +117,13 @@ class FsdpUnits {
   int64_t buffer_bytes() const;
 
  private:
+  // One launch of the one-rank compute-copy cast: every parameter of a unit with storage dtype
+  // `from` and compute dtype `to` (a table of element/byte offsets, cut into blocks).
+  struct CastLaunch {
+    DType from = DType::float32, to = DType::float32;
+    DView<CastTensor> table;
+    TensorBlocks blocks;
+  };
   struct Unit {
     UnitSpec spec;
     int64_t numel = 0;                   // full elements of all parameters
@@ -121,6 +136,7 @@ class FsdpUnits {
     int64_t red_count = 0;               // reduce-scatter elements per rank block
     std::vector<int64_t> red_off;        // per parameter: offset in a block (-1: frozen)
     bool gathered = false, collecting = false, accumulated = false;
+    std::vector<CastLaunch> casts;  // one rank: the compute-copy casts, built at first gather
   };
   // comm null: planning only (plan()); the registry may be unallocated.
   FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
@@ -130,7 +146,7 @@ class FsdpUnits {
   char* weight_buffer(const Unit& u);
   DView<float>& grad_slot(const Unit& u);
   void unpack_weights(const Unit& u, char* out);
-  void cast_weights(const Unit& u, char* out);
+  void cast_weights(Unit& u, char* out);
   void pack_shards(const Unit& u, char* block);
   void accumulate(const Unit& u, const float* grads);
   void reduce_scatter(const Unit& u, const float* grads);

@@ -5,9 +5,11 @@
 //  - compute_logits = false returns the same hidden states without computing logits,
 //  - compute_mtp = false skips the MTP head exactly (main gradients unchanged, MTP grads zero),
 //  - gradients accumulate over backward calls,
-//  - bad token ids are rejected with an error naming the position.
+//  - bad token ids are rejected with an error naming the position,
+//  - the RMSNorm weight gradient sums in its documented order, bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "model/kernels.hpp"
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
 
@@ -395,6 +398,55 @@ TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
       if (storage == DType::float32 && compute == DType::float32) {
         EXPECT_EQ(predicted, 0);
       }
+    }
+  }
+}
+
+// ---- kernels -----------------------------------------------------------------------------------
+
+// The RMSNorm weight gradient is summed in a fixed, documented order on every backend: rows in
+// order within chunks of kRmsnormRowsPerPartial, then the chunk sums in order. A host loop in that
+// order must give the same bits (N = 200: three full chunks and a partial one), for both stream
+// dtypes; and the sums must be the right ones (double reference, fp32 summation noise).
+TEST(ModelKernels, RmsnormWeightGradientSumsInItsDocumentedOrder) {
+  const int64_t N = 200, C = 37;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> dout(N * C), inp(N * C), weight(C), rstd(N);
+  for (auto& x : dout) x = dist(rng);
+  for (auto& x : inp) x = dist(rng);
+  for (auto& x : weight) x = dist(rng);
+  for (auto& x : rstd) x = 0.5f + std::fabs(dist(rng));
+  auto dev = [](const std::vector<float>& h) {
+    DView<float> d("buf", h.size());
+    Kokkos::deep_copy(d, HViewU<const float>(h.data(), h.size()));
+    return d;
+  };
+  const DView<float> d_dout = dev(dout), d_inp = dev(inp), d_weight = dev(weight),
+                     d_rstd = dev(rstd);
+  for (bool rs : {false, true}) {
+    DView<float> dinp("dinp", N * C), dweight("dweight", C);
+    DView<float> partial("partial", rmsnorm_partial_size(N, C));
+    rmsnorm_backward(dinp.data(), dweight.data(), partial.data(), d_dout.data(), d_inp.data(),
+                     d_weight.data(), d_rstd.data(), N, C, rs);
+    std::vector<float> got(C);
+    Kokkos::deep_copy(HViewU<float>(got.data(), got.size()), dweight);
+    const int64_t R = kRmsnormRowsPerPartial;
+    for (int64_t c = 0; c < C; ++c) {
+      float total = 0.0f;
+      double exact = 0.0;
+      for (int64_t p = 0; p * R < N; ++p) {
+        float chunk = 0.0f;
+        for (int64_t n = p * R; n < std::min(N, (p + 1) * R); ++n) {
+          const float xhat = inp[n * C + c] * rstd[n];
+          const float term = dout[n * C + c] * (rs ? round_to_bf16(xhat) : xhat);
+          chunk += term;
+          exact += static_cast<double>(term);
+        }
+        total += chunk;
+      }
+      EXPECT_EQ(got[c], total) << "channel " << c << " rs " << rs;
+      EXPECT_NEAR(got[c], exact, 1e-5 * (1.0 + std::fabs(exact))) << "channel " << c;
     }
   }
 }

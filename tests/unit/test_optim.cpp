@@ -141,32 +141,45 @@ KernelInputs kernel_inputs(std::size_t n) {
   return in;
 }
 
-// Runs `kernel` with the parameter (and remainder) at element offset op and the gradient and
-// moments at om; returns every output's bits.
+// Runs `kernel` with the parameter at element offset op and the gradient, moments and remainder
+// at om, cut into blocks of block_len elements (0: the default); returns every output's bits.
 template <class Kernel>
-std::vector<uint32_t> run_at(const KernelInputs& in, int64_t op, int64_t om, Kernel kernel) {
+std::vector<uint32_t> run_at(const KernelInputs& in, int64_t op, int64_t om, int64_t block_len,
+                             Kernel kernel) {
   const std::size_t n = in.p.size();
   auto p = upload(in.p, op), g = upload(in.g, om), m = upload(in.m, om), v = upload(in.v, om);
-  auto r = upload(in.r, op);
-  kernel(p.data() + op, g.data() + om, m.data() + om, v.data() + om, r.data() + op,
-         static_cast<int64_t>(n));
+  auto r = upload(in.r, om);
+  UpdateTensor u;
+  u.n = static_cast<int64_t>(n);
+  u.index = 12345;
+  // The tensor at element offsets of arrays that start 64-byte aligned: the word alignment
+  // follows the offsets' parity.
+  u.param = op;
+  u.grad = u.state = om;
+  const UpdatePlan plan({u}, FlatArray{p.data(), 2}, FlatArray{g.data(), 2},
+                        {FlatArray{m.data(), 2}, FlatArray{v.data(), 2}, FlatArray{r.data(), 2}},
+                        block_len);
+  kernel(plan, p.data(), g.data(), m.data(), v.data(), r.data());
   Kokkos::fence();
   std::vector<uint32_t> out;
   for (const auto& x : download(p, op, n)) out.push_back(x.bits);
   for (const auto& x : download(m, om, n)) out.push_back(x.bits);
   for (const auto& x : download(v, om, n)) out.push_back(x.bits);
-  for (const auto& x : download(r, op, n)) out.push_back(static_cast<uint16_t>(x));
+  for (const auto& x : download(r, om, n)) out.push_back(static_cast<uint16_t>(x));
   return out;
 }
 
 template <class Kernel>
 void expect_paths_agree(const char* what, Kernel kernel) {
   const KernelInputs in = kernel_inputs(1001);
-  const auto aligned = run_at(in, 0, 0, kernel);  // words from element 0
-  const auto odd = run_at(in, 1, 1, kernel);      // words from element 1
-  const auto mixed = run_at(in, 1, 0, kernel);    // element by element
+  const auto aligned = run_at(in, 0, 0, 0, kernel);  // words from element 0
+  const auto odd = run_at(in, 1, 1, 0, kernel);      // words from element 1
+  const auto mixed = run_at(in, 1, 0, 0, kernel);    // element by element
+  // Blocks of 6 elements: every block but the first starts inside a word pair of the odd layout.
+  const auto odd_blocks = run_at(in, 1, 1, 6, kernel);
   EXPECT_TRUE(aligned == mixed) << what << ": word path (aligned) differs from element path";
   EXPECT_TRUE(odd == mixed) << what << ": word path (from element 1) differs from element path";
+  EXPECT_TRUE(odd_blocks == mixed) << what << ": word path in small blocks differs";
   std::vector<uint32_t> before;
   for (const auto* a : {&in.p, &in.m, &in.v})
     for (const auto& x : *a) before.push_back(x.bits);
@@ -183,11 +196,9 @@ TEST(UpdateKernels, WordByWordMatchesElementByElementBitwise) {
       rm.stochastic = sr;
       rm.seed = 7;
       rm.step = 3;
-      rm.index_offset = 12345;
       expect_paths_agree("torch adam",
-                         [&](bf16* p, const bf16* g, bf16* m, bf16* v, int16_t*, int64_t n) {
-                           torch_adam_update<bf16>(p, g, m, v, n, h, rm);
-                         });
+                         [&](const UpdatePlan& plan, bf16* p, const bf16* g, bf16* m, bf16* v,
+                             int16_t*) { torch_adam_update<bf16>(plan, p, g, m, v, h, rm); });
     }
   }
   for (bool adam_w : {true, false}) {
@@ -197,12 +208,110 @@ TEST(UpdateKernels, WordByWordMatchesElementByElementBitwise) {
       rm.stochastic = mode == 2;
       rm.seed = 9;
       rm.step = 2;
-      rm.index_offset = 777;
-      expect_paths_agree("fused adam", [&](bf16* p, const bf16* g, bf16* m, bf16* v, int16_t* r,
-                                           int64_t n) {
-        fused_adam_update<bf16, bf16, bf16>(p, g, m, v, nullptr, mode == 0 ? r : nullptr, n, h, rm);
+      expect_paths_agree("fused adam", [&](const UpdatePlan& plan, bf16* p, const bf16* g, bf16* m,
+                                           bf16* v, int16_t* r) {
+        fused_adam_update<bf16, bf16, bf16>(plan, p, g, m, v, nullptr, mode == 0 ? r : nullptr, h,
+                                            rm);
       });
     }
+  }
+}
+
+// ---- one launch per dtype group vs one launch per parameter -----------------------------------
+// Training updates all trainable parameters of a storage dtype in one launch over flat buffers
+// (tensor table, blocks, per-tensor weight decay and rounding keys). The same optimizer launched
+// once per parameter must give every parameter and state bit the same: a wrong offset, block edge,
+// word alignment, weight-decay flag or stochastic-rounding index would show here. Odd sizes put
+// tensors at odd element offsets; the large ones span several blocks; "frozen" sits between
+// trainable ones in the flat buffers.
+ParamRegistry mixed_registry() {
+  ParamRegistry reg;
+  reg.add("a.weight", "a", {333}, ParamRole::linear, DType::bfloat16);
+  reg.add("frozen.weight", "frozen", {7, 11}, ParamRole::linear, DType::bfloat16);
+  reg.add("c.weight", "c", {5, 13}, ParamRole::linear, DType::float32);
+  reg.add("d.weight", "d", {50001}, ParamRole::linear, DType::bfloat16);
+  reg.add("e.norm", "e", {17}, ParamRole::norm, DType::bfloat16);
+  reg.add("f.weight", "f", {40000}, ParamRole::linear, DType::float32);
+  reg.info_mut(1).trainable = false;
+  reg.allocate();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int i = 0; i < reg.size(); ++i) {
+    std::vector<float> v(reg.info(i).numel);
+    for (auto& x : v) x = dist(rng);
+    param_from_host(reg, i, v);
+  }
+  return reg;
+}
+
+void random_trainable_grads(ParamRegistry& reg, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1e-2f);
+  for (int i = 0; i < reg.size(); ++i) {
+    if (!reg.info(i).has_grad) continue;
+    std::vector<float> g(reg.info(i).numel);
+    for (auto& x : g) x = dist(rng);
+    param_from_host(reg, i, g, /*grad=*/true);
+  }
+}
+
+std::vector<uint32_t> all_bits(const ParamRegistry& reg, const Optimizer& o) {
+  std::vector<uint32_t> out;
+  auto add = [&](const std::vector<float>& v) {
+    for (float x : v) {
+      uint32_t b;
+      std::memcpy(&b, &x, 4);
+      out.push_back(b);
+    }
+  };
+  for (int i = 0; i < reg.size(); ++i) {
+    add(param_to_host(reg, i));
+    for (const auto& s : o.state_to_host(i)) add(s.second);
+  }
+  return out;
+}
+
+TEST(Optimizer, GroupedLaunchMatchesPerParameterLaunchesBitwise) {
+  std::vector<std::pair<const char*, OptimizerConfig>> cfgs;
+  OptimizerConfig c;
+  c.weight_decay = 0.1;
+  c.weight_decay_exclude = {"*.norm"};
+  c.kind = OptimizerKind::adamw;
+  c.stochastic_rounding = true;
+  cfgs.emplace_back("adamw + stochastic rounding", c);
+  c.kind = OptimizerKind::adam;
+  c.stochastic_rounding = false;
+  cfgs.emplace_back("adam (L2)", c);
+  cfgs.emplace_back("fused_adam remainders", fused(true, true));
+  cfgs.back().second.weight_decay_exclude = {"*.norm"};
+  OptimizerConfig f = fused(true, false);
+  f.exp_avg_sq_dtype = DType::bfloat16;
+  cfgs.emplace_back("fused_adam fp32 master, bf16 exp_avg_sq", f);
+  f = fused(false, false);
+  f.exp_avg_dtype = f.exp_avg_sq_dtype = DType::bfloat16;
+  f.stochastic_rounding = true;
+  cfgs.emplace_back("fused_adam no master, bf16 moments, stochastic rounding", f);
+  OptimizerConfig s;
+  s.kind = OptimizerKind::sgd;
+  s.momentum = 0.9;
+  s.nesterov = true;
+  s.weight_decay = 0.01;
+  cfgs.emplace_back("sgd nesterov", s);
+  for (const auto& [what, cfg] : cfgs) {
+    ParamRegistry a = mixed_registry(), b = mixed_registry();
+    auto grouped = make_optimizer(cfg, a, 3, UpdateLaunch::grouped);
+    auto single = make_optimizer(cfg, b, 3, UpdateLaunch::per_parameter);
+    const auto before = all_bits(a, *grouped);
+    for (int step = 0; step < 4; ++step) {
+      random_trainable_grads(a, 40 + step);
+      random_trainable_grads(b, 40 + step);
+      grouped->step(1e-2, 0.7f);
+      single->step(1e-2, 0.7f);
+    }
+    const auto ga = all_bits(a, *grouped), gb = all_bits(b, *single);
+    EXPECT_TRUE(ga == gb) << what;
+    EXPECT_TRUE(ga != before) << what << ": nothing was updated";
+    EXPECT_EQ(param_to_host(a, 1), param_to_host(mixed_registry(), 1)) << what << ": frozen moved";
   }
 }
 

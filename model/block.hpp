@@ -1,0 +1,161 @@
+// One transformer block and its LoRA adapters as free functions over explicit buffers (llm.c's
+// layer_forward(out, in..., dims) style): the caller passes the compute weights, the activations
+// kept for backward, the scratch, the sizes, and where the weight gradients go. Transformer only
+// orchestrates: it gathers the weights, owns the buffers and routes the gradients.
+//
+//   x1 = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
+//   out = x1 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm(x1)
+//   each projection y = x W^T [+ (alpha / r) (x A^T) B^T with a LoRA adapter]
+//
+// TC is the compute dtype's container (bf16 when the compute dtype is bf16, else float): the
+// outputs of matmuls, attention and SwiGLU are stored in it directly, so a GEMM's fp32 result is
+// rounded exactly once, on its store. Gradients that sum a GEMM and LoRA contributions stay fp32
+// until their one rounding.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.hpp"
+#include "core/dtype.hpp"
+#include "core/kokkos_compat.hpp"
+
+namespace kktrain {
+
+// A flat device buffer whose element type is the compute dtype: fp32, or 2-byte bf16 when the
+// compute dtype is bf16. p<T>() is valid for the type it was allocated with.
+struct TBuf {
+  DView<float> f;
+  DView<bf16> h;
+  template <class T>
+  T* p() const;
+  bool empty() const { return f.extent(0) == 0 && h.extent(0) == 0; }
+};
+template <>
+inline float* TBuf::p<float>() const {
+  return f.data();
+}
+template <>
+inline bf16* TBuf::p<bf16>() const {
+  return h.data();
+}
+
+// The seven projections of a block, in the order of their weights.
+enum Proj { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
+
+// The block's weights as gradient destinations: the two norms, the seven projections, and the
+// A and B matrices of each projection's adapter.
+enum BlockWeight {
+  kLn1,
+  kLn2,
+  kProj0,                        // kProj0 + proj
+  kLoraA0 = kProj0 + kNumProj,   // kLoraA0 + proj
+  kLoraB0 = kLoraA0 + kNumProj,  // kLoraB0 + proj
+  kNumBlockWeights = kLoraB0 + kNumProj
+};
+
+// Sizes and dtype flags of one block over a micro-batch of B sequences of T tokens.
+struct BlockDims {
+  int64_t B, T, C, H, KV, D, F;
+  float eps;  // RMSNorm epsilon
+  bool rs;    // the residual-stream dtype is bf16
+  bool rc;    // the compute dtype is bf16
+  int64_t N() const { return B * T; }
+  int64_t Q() const { return (H + 2 * KV) * D; }
+};
+
+// A LoRA adapter's compute weights: A (r, in), B (out, r), scale alpha / r. No data: no adapter.
+struct LoraWeights {
+  CRef a, b;
+  int64_t r = 0;
+  float scale = 0.0f;
+  bool present() const { return a.data != nullptr; }
+};
+
+// The compute weights one block reads (full, gathered; each GEMM weight in its compute-copy
+// dtype), and the rotary tables.
+struct BlockWeights {
+  const float* ln1 = nullptr;  // (C) fp32
+  const float* ln2 = nullptr;  // (C)
+  CRef qkv;                    // (Q, C): q, k, v rows adjacent
+  CRef o;                      // (C, H*D)
+  CRef gate_up;                // (2F, C): gate, up rows adjacent
+  CRef down;                   // (C, F)
+  LoraWeights lora[kNumProj];
+  const float* rope_cos = nullptr;  // (T_max, D/2)
+  const float* rope_sin = nullptr;
+};
+
+// What one block keeps from its forward for its backward (shapes with N = B*T tokens).
+struct BlockActs {
+  DView<float> rstd1;  // (N)           fp32
+  TBuf xn1;            // (N, C)        attention-norm output, compute dtype
+  TBuf q;              // (B, H, T, D)  rotated queries, compute dtype
+  TBuf k;              // (B, KV, T, D) rotated keys
+  TBuf v;              // (B, KV, T, D) values
+  TBuf o;              // (N, H*D)      attention output in token layout, compute dtype
+  DView<float> x1;     // (N, C)        residual after attention, stream dtype
+  DView<float> rstd2;  // (N)
+  TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
+  TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
+  TBuf a;              // (N, F)        silu(gate) * up, compute dtype
+  // The softmax probabilities are not kept: backward recomputes them from q and k
+  // (the same GEMM and softmax, so the same values) instead of holding (B, H, T, T) per layer.
+};
+
+// The block's scratch, reused by every block (device pointers; sizes with N = B*T tokens).
+template <class TC>
+struct BlockScratch {
+  TC* qkv;                        // (N, Q)
+  TC* oheads;                     // (B, H, T, D)
+  TC* proj;                       // (N, C)
+  float* att;                     // one batched attention call's probabilities (attention.hpp)
+  TC* pc;                         // their compute-dtype copy (rc only)
+  float* dp;                      // their gradients
+  TC* dc;                         // (N, C) the stream gradient in the compute dtype
+  TC* dgu;                        // (N, 2F)
+  float* da;                      // (N, F) fp32 until its one rounding
+  TC* dqkv;                       // (N, Q)
+  float *dq, *dk, *dv;            // head layout, fp32
+  float* dtok;                    // (N, H*D)
+  TC* dheads;                     // (B, H, T, D)
+  float* dxn;                     // (N, C) norm-output gradient (GEMM + LoRA contributions)
+  float* dw;                      // the largest weight (group) gradient, one at a time
+  float* norm_partial;            // rmsnorm_partial_size(N, C)
+  TC *lora_t, *lora_dt, *lora_y;  // (N, r), (N, r), (N, widest projection output)
+};
+
+// Where a block's weight gradients go. trainable(w): compute w's gradient at all; accumulate(w,
+// dw): dw (numel of w, fp32) is w's gradient from this backward (the receiver rounds it to the
+// dtype it was computed in and adds it to the parameter's).
+class BlockGrads {
+ public:
+  virtual ~BlockGrads() = default;
+  virtual bool trainable(int weight) const = 0;
+  virtual void accumulate(int weight, const float* dw) = 0;
+};
+
+// out (N, C) from inp (N, C); fills `a` for the backward.
+template <class TC>
+void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeights& w,
+                   const BlockScratch<TC>& s, const BlockDims& d);
+// dres (N, C): gradient of the block output on entry, of the block input on return; weight
+// gradients to `grads`.
+template <class TC>
+void block_backward(float* dres, const float* inp, const BlockActs& a, const BlockWeights& w,
+                    const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads);
+
+// y (N, out) at column col of rows ld wide += the adapter's output for x (N, in):
+// t = rnd(x A^T), delta = rnd(t B^T), y = rnd(y + rnd(delta * scale)) (PEFT under autocast).
+// t (N, r) and delta (N, out) are scratch. No-op without an adapter.
+template <class TC>
+void lora_forward(TC* y, int64_t ld, int64_t col, const TC* x, const LoraWeights& l, int64_t N,
+                  int64_t in, int64_t out, TC* t, TC* delta, bool rc);
+// From the projection's output gradient dy (rows ld wide, at column col): the adapter's weight
+// gradients to grads (weights wa, wb), and dx (N, in) += the input gradient through the adapter
+// (fp32, unrounded). t, dt (N, r), g (N, out) and dw (out * r or r * in) are scratch.
+template <class TC>
+void lora_backward(float* dx, const TC* dy, int64_t ld, int64_t col, const TC* x,
+                   const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* dt, TC* g,
+                   float* dw, BlockGrads& grads, int wa, int wb, bool rc);
+
+}  // namespace kktrain

@@ -1,0 +1,135 @@
+// The Transformer's side of the layer functions (model/block.hpp): it hands a block its gathered
+// compute weights, this micro-batch's buffers and sizes, and routes the block's weight gradients
+// to the parameters they belong to. Nothing here computes.
+#include "model/block.hpp"
+#include "model/transformer.hpp"
+#include "model/transformer_buffers.hpp"
+
+namespace kktrain {
+
+namespace {
+
+// BlockGrads over two callables (they reach the Transformer's private gradient routing).
+template <class Trainable, class Accumulate>
+class GradRouter final : public BlockGrads {
+ public:
+  GradRouter(Trainable t, Accumulate a) : trainable_(t), accumulate_(a) {}
+  bool trainable(int weight) const override { return trainable_(weight); }
+  void accumulate(int weight, const float* dw) override { accumulate_(weight, dw); }
+
+ private:
+  Trainable trainable_;
+  Accumulate accumulate_;
+};
+template <class Trainable, class Accumulate>
+GradRouter<Trainable, Accumulate> grad_router(Trainable t, Accumulate a) {
+  return GradRouter<Trainable, Accumulate>(t, a);
+}
+
+}  // namespace
+
+BlockWeights Transformer::block_weights(const LayerParams& p) const {
+  BlockWeights bw;
+  bw.ln1 = wf(p.ln1);
+  bw.ln2 = wf(p.ln2);
+  bw.qkv = w(p.q);  // q, k, v are one fused group: adjacent rows of the compute buffer
+  bw.o = w(p.o);
+  bw.gate_up = w(p.gate);  // gate, up likewise
+  bw.down = w(p.down);
+  for (int k = 0; k < kNumProj; ++k) {
+    if (p.lora_a[k] < 0) continue;
+    LoraWeights& l = bw.lora[k];
+    l.a = w(p.lora_a[k]);
+    l.b = w(p.lora_b[k]);
+    l.r = params_.info(p.lora_a[k]).shape[0];
+    l.scale = static_cast<float>(peft_.alpha / static_cast<double>(peft_.dim));
+  }
+  bw.rope_cos = rope_cos_.data();
+  bw.rope_sin = rope_sin_.data();
+  return bw;
+}
+
+template <class TC>
+BlockScratch<TC> Transformer::block_scratch() const {
+  const Buffers& b = *buf_;
+  BlockScratch<TC> s;
+  s.qkv = b.qkv.p<TC>();
+  s.oheads = b.oheads.p<TC>();
+  s.proj = b.proj.p<TC>();
+  s.att = b.att.data();
+  s.pc = b.pc.p<TC>();
+  s.dp = b.dp.data();
+  s.dc = b.dc.p<TC>();
+  s.dgu = b.dgu.p<TC>();
+  s.da = b.da.data();
+  s.dqkv = b.dqkv.p<TC>();
+  s.dq = b.dq.data();
+  s.dk = b.dk.data();
+  s.dv = b.dv.data();
+  s.dtok = b.dtok.data();
+  s.dheads = b.dheads.p<TC>();
+  s.dxn = b.dxn.data();
+  s.dw = b.dw.data();
+  s.norm_partial = b.norm_partial.data();
+  s.lora_t = b.lora_t.p<TC>();
+  s.lora_dt = b.lora_dt.p<TC>();
+  s.lora_y = b.lora_y.p<TC>();
+  return s;
+}
+
+BlockDims Transformer::block_dims() const {
+  BlockDims d;
+  d.B = buf_->B;
+  d.T = buf_->T;
+  d.C = cfg_.hidden_size;
+  d.H = cfg_.num_heads;
+  d.KV = cfg_.num_kv_heads;
+  d.D = cfg_.head_dim();
+  d.F = cfg_.intermediate_size;
+  d.eps = static_cast<float>(cfg_.rms_norm_eps);
+  d.rs = rs_;
+  d.rc = rc_;
+  return d;
+}
+
+template <class TC>
+void Transformer::block_forward(const LayerParams& p, float* out, const float* inp, BlockActs& a) {
+  kktrain::block_forward<TC>(out, inp, a, block_weights(p), block_scratch<TC>(), block_dims());
+}
+
+template <class TC>
+void Transformer::block_backward(const LayerParams& p, float* dres, const float* inp,
+                                 const BlockActs& a) {
+  // The registry index of a block weight (-1: an adapter the block does not have).
+  auto param_of = [&p](int weight) {
+    if (weight == kLn1) return p.ln1;
+    if (weight == kLn2) return p.ln2;
+    if (weight < kLoraA0) return p.weight(weight - kProj0);
+    if (weight < kLoraB0) return p.lora_a[weight - kLoraA0];
+    return p.lora_b[weight - kLoraB0];
+  };
+  auto router = grad_router(
+      [&](int weight) {
+        const int i = param_of(weight);
+        return i >= 0 && params_.info(i).trainable;
+      },
+      [&](int weight, const float* dw) {
+        const int i = param_of(weight);
+        // Norm weights keep their own compute dtype; projections and adapters compute in rc_.
+        accumulate(i, dw, weight == kLn1 || weight == kLn2 ? round_compute_[i] : rc_);
+      });
+  kktrain::block_backward<TC>(dres, inp, a, block_weights(p), block_scratch<TC>(), block_dims(),
+                              router);
+}
+
+#define KKTRAIN_INST_LAYERS(TC)                                                           \
+  template BlockScratch<TC> Transformer::block_scratch<TC>() const;                       \
+  template void Transformer::block_forward<TC>(const LayerParams&, float*, const float*,  \
+                                               BlockActs&);                               \
+  template void Transformer::block_backward<TC>(const LayerParams&, float*, const float*, \
+                                                const BlockActs&);
+KKTRAIN_INST_LAYERS(float)
+KKTRAIN_INST_LAYERS(bf16)
+#undef KKTRAIN_INST_LAYERS
+
+}  // namespace kktrain
