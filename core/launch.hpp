@@ -72,6 +72,20 @@ class TensorBlocks {
   int64_t count_ = 0, block_len_ = 0;
 };
 
+// A launch's per-tensor table (Entry: the caller's offsets and flags, one per tensor) and its
+// blocks, both in device memory, built once on the host.
+template <class Entry>
+struct TensorTable {
+  DView<Entry> entries;
+  TensorBlocks blocks;
+  TensorTable() = default;
+  // entries[t] covers sizes[t] elements.
+  TensorTable(const std::vector<Entry>& e, const std::vector<int64_t>& sizes, int64_t block_len = 0)
+      : entries("tensor_table", e.size()), blocks(sizes, block_len) {
+    Kokkos::deep_copy(entries, HViewU<const Entry>(e.data(), e.size()));
+  }
+};
+
 // f(tensor, lo, hi) for every element range of every block: elements [lo, hi) of `tensor`, with
 // the for_rows launch shape (GPUs: one element per call; CPUs: a whole block per call).
 template <class F>

@@ -168,13 +168,19 @@ KOKKOS_INLINE_FUNCTION AdamResult fused_adam_element(float p, float g0, float m0
   return o;
 }
 
+// All-16-bit patterns (bf16 parameter and moments, remainder or none) run word by word. (A
+// function, not a local constant: nvcc counts a local named in `if constexpr` inside a device
+// lambda as a capture there.)
+template <class P, class M, class V, int Mode>
+constexpr bool fused_words() {
+  return std::is_same<P, bf16>::value && std::is_same<M, bf16>::value &&
+         std::is_same<V, bf16>::value && Mode != kMaster;
+}
+
 template <class P, class M, class V, int Mode>
 void fused_adam_impl(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg, V* exp_avg_sq,
                      float* master, int16_t* remainder, const FusedAdamHyper& h,
                      const RoundingMode& r) {
-  // All-16-bit patterns (bf16 parameter and moments, remainder or none) run word by word.
-  constexpr bool kWords = std::is_same<P, bf16>::value && std::is_same<M, bf16>::value &&
-                          std::is_same<V, bf16>::value && Mode != kMaster;
   const DView<UpdateTensor> tensors = plan.tensors();
   for_tensor_blocks(
       "fused_adam_update", plan.blocks(),
@@ -218,7 +224,7 @@ void fused_adam_impl(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg
             Store<P, Mode == kPlainSR>::apply(pp, i, o.p, r, u.index);
           }
         };
-        if constexpr (kWords) {
+        if constexpr (fused_words<P, M, V, Mode>()) {
           const int s = u.word_start;
           const int64_t o = s > 0 ? s : 0;  // words start at element s
           const auto pair = [=](const int64_t j) {
@@ -315,9 +321,7 @@ UpdatePlan::UpdatePlan(std::vector<UpdateTensor> tensors, FlatArray param, FlatA
     sizes.push_back(u.n);
     numel_ += u.n;
   }
-  tensors_ = DView<UpdateTensor>("update_tensors", tensors.size());
-  Kokkos::deep_copy(tensors_, HViewU<const UpdateTensor>(tensors.data(), tensors.size()));
-  blocks_ = TensorBlocks(sizes, block_len);
+  table_ = TensorTable<UpdateTensor>(tensors, sizes, block_len);
 }
 
 template <class P>

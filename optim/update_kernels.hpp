@@ -51,13 +51,12 @@ class UpdatePlan {
   UpdatePlan() = default;
   UpdatePlan(std::vector<UpdateTensor> tensors, FlatArray param, FlatArray grad,
              const std::vector<FlatArray>& state, int64_t block_len = 0);
-  const DView<UpdateTensor>& tensors() const { return tensors_; }
-  const TensorBlocks& blocks() const { return blocks_; }
+  const DView<UpdateTensor>& tensors() const { return table_.entries; }
+  const TensorBlocks& blocks() const { return table_.blocks; }
   int64_t numel() const { return numel_; }
 
  private:
-  DView<UpdateTensor> tensors_;
-  TensorBlocks blocks_;
+  TensorTable<UpdateTensor> table_;
   int64_t numel_ = 0;
 };
 

@@ -1,9 +1,11 @@
 // FSDP2-style units: gather in the compute dtype, reduce-scatter in the reduce dtype
-// (parallel/fsdp.hpp has the what and why). Kernels are one parallel_for per parameter; index
-// arithmetic maps between the full (rows, row_len) tensor and its rank-major padded blocks.
+// (parallel/fsdp.hpp has the what and why). Each data movement of a unit is one launch per dtype
+// pair over a table of its parameters (TensorTable); index arithmetic maps between the full
+// (rows, row_len) tensor and its rank-major padded blocks.
 #include "parallel/fsdp.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
@@ -24,44 +26,58 @@ void ensure_bytes(Bytes& b, std::size_t n, const char* label) {
   if (b.extent(0) < n) b = Bytes(std::string(label), n);
 }
 
-// wire (shard_rows * row_len) W = shard (local_numel) S, zero padding past the local rows.
+// Every kernel below is one launch over a unit's parameters (a TensorTable of FsdpTensor); the
+// comment says what src, dst and n count for it.
+
+// Pack: block + dst bytes (shard_rows * row_len) W = shard S at src (elements) of the flat
+// storage, n local elements, zero padding past the local rows.
 template <class S, class W>
-void pack_shard(W* wire, const S* shard, int64_t local_numel, int64_t padded) {
-  Kokkos::parallel_for(
-      "fsdp_pack_shard", RangePolicy(0, padded), KOKKOS_LAMBDA(const int64_t e) {
-        store_as(wire, e, e < local_numel ? load_f32(shard, e) : 0.0f);
-      });
-}
-
-// out (rows * row_len) O = the rank-major blocks of recv (block_bytes apart, this parameter's
-// shard at byte offset off in each).
-template <class W, class O>
-void unpack_full(O* out, const char* recv, std::size_t block_bytes, std::size_t off, int64_t rows,
-                 int64_t row_len, int64_t shard_rows) {
-  Kokkos::parallel_for(
-      "fsdp_unpack_full", RangePolicy(0, rows * row_len), KOKKOS_LAMBDA(const int64_t e) {
-        const int64_t row = e / row_len, col = e - row * row_len;
-        const int64_t r = row / shard_rows, lr = row - r * shard_rows;
-        const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + off);
-        store_as(out, e, load_f32(src, lr * row_len + col));
-      });
-}
-
-// The compute copies of a unit's parameters of storage dtype S and compute dtype O, one launch:
-// out + table[t].dst (n) O = rnd(src + table[t].src (n) S).
-template <class S, class O>
-void cast_tensors(char* out, const S* src, const DView<CastTensor>& table,
-                  const TensorBlocks& blocks) {
+void pack_shards_kernel(char* block, const S* storage, const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
   for_tensor_blocks(
-      "fsdp_cast_weights", blocks,
-      KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
-        const CastTensor c = table(t);
-        O* d = reinterpret_cast<O*>(out + c.dst);
-        const S* s = src + c.src;
-        const bool round = c.round != 0;
-        for (int64_t e = lo; e < hi; ++e) {
-          const float x = load_f32(s, e);
-          store_as(d, e, round ? round_to_bf16(x) : x);
+      "fsdp_pack_shards", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        W* wire = reinterpret_cast<W*>(block + f.dst);
+        const S* shard = storage + f.src;
+        for (int64_t i = lo; i < hi; ++i) store_as(wire, i, i < f.n ? load_f32(shard, i) : 0.0f);
+      });
+}
+
+// Unpack: out + dst bytes (rows * row_len) O = the rank-major blocks of recv (block_bytes apart,
+// the parameter's shard at byte src in each).
+template <class W, class O>
+void unpack_weights_kernel(char* out, const char* recv, std::size_t block_bytes,
+                           const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
+  for_tensor_blocks(
+      "fsdp_unpack_weights", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        O* full = reinterpret_cast<O*>(out + f.dst);
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t row = i / f.row_len, col = i - row * f.row_len;
+          const int64_t r = row / f.shard_rows, lr = row - r * f.shard_rows;
+          const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + f.src);
+          store_as(full, i, load_f32(src, lr * f.row_len + col));
+        }
+      });
+}
+
+// One rank's compute copies: out + dst bytes (n) O = rnd(storage S at src elements (n)).
+template <class S, class O>
+void cast_weights_kernel(char* out, const S* storage, const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
+  for_tensor_blocks(
+      "fsdp_cast_weights", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        O* d = reinterpret_cast<O*>(out + f.dst);
+        const S* src = storage + f.src;
+        const bool round = f.round != 0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float x = load_f32(src, i);
+          store_as(d, i, round ? round_to_bf16(x) : x);
         }
       });
 }
@@ -71,42 +87,64 @@ KOKKOS_INLINE_FUNCTION float compute_grad(float g, bool round) {
   return round ? round_to_bf16(g) : g;
 }
 
-// acc (n) R = [acc +] rnd(grad): the reduce-dtype accumulator of a micro-batch that does not
-// synchronize.
+// Accumulate: acc (n) R = [acc +] rnd(grads at src (n)): the reduce-dtype accumulators of a
+// micro-batch that does not synchronize.
 template <class R>
-void accumulate_full(R* acc, const float* grad, int64_t n, bool round, bool first) {
-  Kokkos::parallel_for(
-      "fsdp_accumulate", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t e) {
-        const float g = compute_grad(grad[e], round);
-        store_as(acc, e, first ? g : load_f32(acc, e) + g);
-      });
-}
-
-// send: W blocks of red_count R; this parameter's rows of rank r go to block r at offset off,
-// padded rows are zero. Values: rnd(grad) [+ acc] in R.
-template <class R>
-void pack_reduce(R* send, const float* grad, const R* acc, int64_t red_count, int64_t off,
-                 int64_t rows, int64_t row_len, int64_t shard_rows, int world, bool round) {
-  const int64_t per_rank = shard_rows * row_len;
-  Kokkos::parallel_for(
-      "fsdp_pack_reduce", RangePolicy(0, per_rank * world), KOKKOS_LAMBDA(const int64_t e) {
-        const int64_t r = e / per_rank, i = e - r * per_rank;
-        const int64_t full = r * per_rank + i;  // rank r's rows are rows r*shard_rows.. in order
-        float v = 0.0f;
-        if (full / row_len < rows) {
-          v = compute_grad(grad[full], round);
-          if (acc) v += load_f32(acc, full);
+void accumulate_kernel(const float* grads, bool first, const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
+  for_tensor_blocks(
+      "fsdp_accumulate", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        R* acc = static_cast<R*>(f.acc);
+        const float* g = grads + f.src;
+        const bool round = f.round != 0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float x = compute_grad(g[i], round);
+          store_as(acc, i, first ? x : load_f32(acc, i) + x);
         }
-        store_as(send, r * red_count + off + i, v);
       });
 }
 
-// shard gradient (local_numel) G = recv R / world.
+// Reduce-scatter pack: send holds W blocks of red_count R; the parameter's rows of rank r go to
+// block r at element dst, padded rows are zero. Values: rnd(grads at src) [+ acc] in R.
+template <class R>
+void reduce_pack_kernel(R* send, const float* grads, int64_t red_count, bool with_acc,
+                        const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
+  for_tensor_blocks(
+      "fsdp_reduce_pack", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        const int64_t per_rank = f.shard_rows * f.row_len;
+        const float* g = grads + f.src;
+        const R* acc = static_cast<const R*>(f.acc);
+        const bool round = f.round != 0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t r = i / per_rank, j = i - r * per_rank;
+          const int64_t full = r * per_rank + j;  // rank r's rows are rows r*shard_rows.. in order
+          float v = 0.0f;
+          if (full / f.row_len < f.rows) {
+            v = compute_grad(g[full], round);
+            if (with_acc) v += load_f32(acc, full);
+          }
+          store_as(send, r * red_count + f.dst + j, v);
+        }
+      });
+}
+
+// Reduce-scatter unpack: the shard gradient at dst (elements) of the flat storage-dtype
+// gradient (n) G = recv at src (n) R / world.
 template <class R, class G>
-void unpack_reduce(G* grad, const R* recv, int64_t local_numel, float world) {
-  Kokkos::parallel_for(
-      "fsdp_unpack_reduce", RangePolicy(0, local_numel),
-      KOKKOS_LAMBDA(const int64_t e) { store_as(grad, e, load_f32(recv, e) / world); });
+void reduce_unpack_kernel(G* grad, const R* recv, float world, const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
+  for_tensor_blocks(
+      "fsdp_reduce_unpack", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        for (int64_t i = lo; i < hi; ++i)
+          store_as(grad + f.dst, i, load_f32(recv + f.src, i) / world);
+      });
 }
 
 DType wire_dtype(bool round) {
@@ -330,73 +368,96 @@ const float* FsdpUnits::weight(int param) const {
   return static_cast<const float*>(r.data);
 }
 
-void FsdpUnits::cast_weights(Unit& u, char* out) {
-  if (u.casts.empty()) {
-    // The unit's launches, one per (storage, compute) dtype pair present, built once.
-    for (DType from : {DType::float32, DType::bfloat16}) {
-      for (DType to : {DType::float32, DType::bfloat16}) {
-        std::vector<CastTensor> tensors;
-        std::vector<int64_t> sizes;
-        for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-          const int p = u.spec.params[k];
-          const ParamInfo& pi = reg_.info(p);
-          if (u.aliased[k] || pi.dtype != from || cdtype_[p] != to) continue;
-          CastTensor c;
-          c.src = static_cast<int64_t>(pi.offset);
-          c.dst = static_cast<int64_t>(u.wbyte_off[k]);
-          c.n = pi.numel;
-          c.round = round_[p] ? 1 : 0;
-          tensors.push_back(c);
-          sizes.push_back(pi.numel);
-        }
-        if (tensors.empty()) continue;
-        CastLaunch l;
-        l.from = from;
-        l.to = to;
-        l.table = DView<CastTensor>("fsdp_cast_table", tensors.size());
-        Kokkos::deep_copy(l.table, HViewU<const CastTensor>(tensors.data(), tensors.size()));
-        l.blocks = TensorBlocks(sizes);
-        u.casts.push_back(std::move(l));
+template <class Of>
+void FsdpUnits::build(Launches& l, const Unit& u, const Of& of) {
+  l.launches.clear();
+  for (DType from : {DType::float32, DType::bfloat16}) {
+    for (DType to : {DType::float32, DType::bfloat16}) {
+      std::vector<FsdpTensor> entries;
+      std::vector<int64_t> sizes;
+      for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
+        FsdpTensor e;
+        const auto [f, t, n] = of(k, e);
+        if (f != from || t != to) continue;
+        entries.push_back(e);
+        sizes.push_back(n);
       }
+      if (!entries.empty())
+        l.launches.push_back(Launch{from, to, TensorTable<FsdpTensor>(entries, sizes)});
     }
   }
-  for (const CastLaunch& l : u.casts) {
-    dispatch_dtype(l.from, [&](auto tag) {
-      using S = decltype(tag);
-      dispatch_dtype(l.to, [&](auto ctag) {
-        using O = decltype(ctag);
-        cast_tensors<S, O>(out, reg_.flat_data<S>().data(), l.table, l.blocks);
-      });
-    });
-  }
+  l.built = true;
 }
 
-void FsdpUnits::pack_shards(const Unit& u, char* block) {
-  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-    const int p = u.spec.params[k];
-    const ParamInfo& pi = reg_.info(p);
-    const int64_t padded = pi.shard_rows * pi.row_len;
-    dispatch_dtype(pi.dtype, [&](auto st) {
+namespace {
+// A parameter left out of a launch.
+constexpr std::tuple<DType, DType, int64_t> kSkip{DType::float16, DType::float16, 0};
+}  // namespace
+
+void FsdpUnits::cast_weights(Unit& u, char* out) {
+  if (!u.cast.built) {
+    build(u.cast, u, [&](std::size_t k, FsdpTensor& e) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      if (u.aliased[k]) return kSkip;
+      e.src = static_cast<int64_t>(pi.offset);
+      e.dst = static_cast<int64_t>(u.wbyte_off[k]);
+      e.round = round_[p] ? 1 : 0;
+      return std::make_tuple(pi.dtype, cdtype_[p], pi.numel);
+    });
+  }
+  for (const Launch& l : u.cast.launches) {
+    dispatch_dtype(l.from, [&](auto st) {
       using S = decltype(st);
-      dispatch_dtype(wire_dtype(round_[p]), [&](auto wt) {
-        using W = decltype(wt);
-        pack_shard<S, W>(reinterpret_cast<W*>(block + u.wire_off[k]), reg_.data<S>(p).data(),
-                         pi.local_numel, padded);
+      dispatch_dtype(l.to, [&](auto ot) {
+        using O = decltype(ot);
+        cast_weights_kernel<S, O>(out, reg_.flat_data<S>().data(), l.table);
       });
     });
   }
 }
 
-void FsdpUnits::unpack_weights(const Unit& u, char* out) {
-  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-    const int p = u.spec.params[k];
-    const ParamInfo& pi = reg_.info(p);
-    dispatch_dtype(wire_dtype(round_[p]), [&](auto wt) {
+void FsdpUnits::pack_shards(Unit& u, char* block) {
+  if (!u.pack.built) {
+    build(u.pack, u, [&](std::size_t k, FsdpTensor& e) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      e.src = static_cast<int64_t>(pi.offset);
+      e.dst = static_cast<int64_t>(u.wire_off[k]);
+      e.n = pi.local_numel;
+      return std::make_tuple(pi.dtype, wire_dtype(round_[p]), pi.shard_rows * pi.row_len);
+    });
+  }
+  for (const Launch& l : u.pack.launches) {
+    dispatch_dtype(l.from, [&](auto st) {
+      using S = decltype(st);
+      dispatch_dtype(l.to, [&](auto wt) {
+        using W = decltype(wt);
+        pack_shards_kernel<S, W>(block, reg_.flat_data<S>().data(), l.table);
+      });
+    });
+  }
+}
+
+void FsdpUnits::unpack_weights(Unit& u, char* out) {
+  if (!u.unpack.built) {
+    build(u.unpack, u, [&](std::size_t k, FsdpTensor& e) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      e.src = static_cast<int64_t>(u.wire_off[k]);
+      e.dst = static_cast<int64_t>(u.wbyte_off[k]);
+      e.rows = pi.rows;
+      e.row_len = pi.row_len;
+      e.shard_rows = pi.shard_rows;
+      return std::make_tuple(wire_dtype(round_[p]), cdtype_[p], pi.rows * pi.row_len);
+    });
+  }
+  for (const Launch& l : u.unpack.launches) {
+    dispatch_dtype(l.from, [&](auto wt) {
       using W = decltype(wt);
-      dispatch_dtype(cdtype_[p], [&](auto ctag) {
-        using O = decltype(ctag);
-        unpack_full<W, O>(reinterpret_cast<O*>(out + u.wbyte_off[k]), wire_recv_.data(),
-                          u.block_bytes, u.wire_off[k], pi.rows, pi.row_len, pi.shard_rows);
+      dispatch_dtype(l.to, [&](auto ot) {
+        using O = decltype(ot);
+        unpack_weights_kernel<W, O>(out, wire_recv_.data(), u.block_bytes, l.table);
       });
     });
   }
@@ -455,48 +516,81 @@ void FsdpUnits::discard_gradients() {
   for (auto& u : units_) u.accumulated = false;
 }
 
-void FsdpUnits::accumulate(const Unit& u, const float* grads) {
-  for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-    const int p = u.spec.params[k];
-    const ParamInfo& pi = reg_.info(p);
-    if (!pi.trainable) continue;
-    const std::size_t bytes = static_cast<std::size_t>(pi.numel) * dtype_size(reduce_);
-    ensure_bytes(acc_[p], bytes, "fsdp_grad_accumulator");
-    dispatch_dtype(reduce_, [&](auto rt) {
+void FsdpUnits::accumulate(Unit& u, const float* grads) {
+  if (!u.accumulate.built) {
+    for (int p : u.spec.params) {
+      const ParamInfo& pi = reg_.info(p);
+      if (!pi.trainable) continue;
+      const std::size_t bytes = static_cast<std::size_t>(pi.numel) * dtype_size(reduce_);
+      ensure_bytes(acc_[p], bytes, "fsdp_grad_accumulator");
+    }
+    // The accumulators never move once allocated (a parameter's size is fixed).
+    build(u.accumulate, u, [&](std::size_t k, FsdpTensor& e) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      if (!pi.trainable) return kSkip;
+      e.src = u.comp_off[k];
+      e.acc = acc_[p].data();
+      e.round = round_[p] ? 1 : 0;
+      return std::make_tuple(DType::float32, reduce_, pi.numel);
+    });
+  }
+  for (const Launch& l : u.accumulate.launches) {
+    dispatch_dtype(l.to, [&](auto rt) {
       using R = decltype(rt);
-      accumulate_full<R>(reinterpret_cast<R*>(acc_[p].data()), grads + u.comp_off[k], pi.numel,
-                         round_[p], !u.accumulated);
+      accumulate_kernel<R>(grads, !u.accumulated, l.table);
     });
   }
 }
 
-void FsdpUnits::reduce_scatter(const Unit& u, const float* grads) {
+void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
   const std::size_t esize = dtype_size(reduce_);
   const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
   ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
   ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
+  const bool with_acc = u.accumulated;
+  Launches& pack = u.reduce_pack[with_acc ? 1 : 0];
+  if (!pack.built) {
+    build(pack, u, [&](std::size_t k, FsdpTensor& e) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      if (!pi.trainable) return kSkip;
+      e.src = u.comp_off[k];
+      e.dst = u.red_off[k];
+      e.rows = pi.rows;
+      e.row_len = pi.row_len;
+      e.shard_rows = pi.shard_rows;
+      e.round = round_[p] ? 1 : 0;
+      e.acc = with_acc ? acc_[p].data() : nullptr;
+      return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * world_);
+    });
+  }
+  if (!u.reduce_unpack.built) {
+    build(u.reduce_unpack, u, [&](std::size_t k, FsdpTensor& e) {
+      const int p = u.spec.params[k];
+      const ParamInfo& pi = reg_.info(p);
+      if (!pi.trainable || pi.local_numel == 0) return kSkip;
+      if (!pi.has_grad) reg_.grad<float>(p);  // trainable without a gradient buffer: the error
+      e.src = u.red_off[k];
+      e.dst = static_cast<int64_t>(pi.grad_offset);
+      e.n = pi.local_numel;
+      return std::make_tuple(reduce_, pi.dtype, pi.local_numel);
+    });
+  }
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
     R* send = reinterpret_cast<R*>(wire_send_.data());
-    for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      if (!pi.trainable) continue;
-      const R* acc = u.accumulated ? reinterpret_cast<const R*>(acc_[p].data()) : nullptr;
-      pack_reduce<R>(send, grads + u.comp_off[k], acc, u.red_count, u.red_off[k], pi.rows,
-                     pi.row_len, pi.shard_rows, world_, round_[p]);
+    for (const Launch& l : pack.launches) {
+      reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
     }
     comm_->reduce_scatter_sum(send, wire_recv_.data(), static_cast<std::size_t>(u.red_count),
                               reduce_);
     const R* recv = reinterpret_cast<const R*>(wire_recv_.data());
-    for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      if (!pi.trainable || pi.local_numel == 0) continue;
-      dispatch_dtype(pi.dtype, [&](auto gt) {
+    for (const Launch& l : u.reduce_unpack.launches) {
+      dispatch_dtype(l.to, [&](auto gt) {
         using G = decltype(gt);
-        unpack_reduce<R, G>(reg_.grad<G>(p).data(), recv + u.red_off[k], pi.local_numel,
-                            static_cast<float>(world_));
+        reduce_unpack_kernel<R, G>(reg_.flat_grad<G>().data(), recv, static_cast<float>(world_),
+                                   l.table);
       });
     }
   });

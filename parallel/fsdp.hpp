@@ -54,11 +54,14 @@ struct ComputeLayout {
   std::vector<int> group;    // fused group id (q/k/v, gate/up), -1 for none
 };
 
-// One parameter of a cast launch: its storage elements at `src` of the flat buffer of its dtype,
-// its compute copy at byte `dst` of the unit's weight buffer.
-struct CastTensor {
-  int64_t src = 0, dst = 0, n = 0;
-  int32_t round = 0;  // the copy is rounded to bf16
+// One parameter of a unit-wide launch (each of the unit's data movements is one launch per dtype
+// pair, over a table of its parameters; what src and dst count is the kernel's, fsdp.cpp).
+struct FsdpTensor {
+  int64_t src = 0, dst = 0;  // offsets (elements or bytes, per kernel)
+  int64_t n = 0;             // elements this rank holds (pack, unpack of the reduction, casts)
+  int64_t rows = 0, row_len = 0, shard_rows = 0;  // the full tensor and its shard rows
+  int32_t round = 0;                              // the compute copy / gradient is bf16-rounded
+  void* acc = nullptr;                            // the reduce-dtype accumulator (reductions)
 };
 
 // Bytes of the reusable unit buffers a run allocates at its high-water mark (FsdpUnits::plan).
@@ -117,12 +120,16 @@ class FsdpUnits {
   int64_t buffer_bytes() const;
 
  private:
-  // One launch of the one-rank compute-copy cast: every parameter of a unit with storage dtype
-  // `from` and compute dtype `to` (a table of element/byte offsets, cut into blocks).
-  struct CastLaunch {
+  // One launch of a unit's data movement: its parameters whose two dtypes (source and
+  // destination element types) are `from` and `to`.
+  struct Launch {
     DType from = DType::float32, to = DType::float32;
-    DView<CastTensor> table;
-    TensorBlocks blocks;
+    TensorTable<FsdpTensor> table;
+  };
+  // A unit's launches of one kind, built at first use (the tables never change afterwards).
+  struct Launches {
+    bool built = false;
+    std::vector<Launch> launches;
   };
   struct Unit {
     UnitSpec spec;
@@ -136,7 +143,10 @@ class FsdpUnits {
     int64_t red_count = 0;               // reduce-scatter elements per rank block
     std::vector<int64_t> red_off;        // per parameter: offset in a block (-1: frozen)
     bool gathered = false, collecting = false, accumulated = false;
-    std::vector<CastLaunch> casts;  // one rank: the compute-copy casts, built at first gather
+    // The unit-wide launches: one rank's compute-copy cast; several ranks' shard pack and
+    // unpack of the all-gather, accumulation, and the reduce-scatter's pack (without and with
+    // the accumulator) and unpack.
+    Launches cast, pack, unpack, accumulate, reduce_pack[2], reduce_unpack;
   };
   // comm null: planning only (plan()); the registry may be unallocated.
   FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
@@ -145,11 +155,15 @@ class FsdpUnits {
   void start_collecting(int unit);
   char* weight_buffer(const Unit& u);
   DView<float>& grad_slot(const Unit& u);
-  void unpack_weights(const Unit& u, char* out);
+  void unpack_weights(Unit& u, char* out);
   void cast_weights(Unit& u, char* out);
-  void pack_shards(const Unit& u, char* block);
-  void accumulate(const Unit& u, const float* grads);
-  void reduce_scatter(const Unit& u, const float* grads);
+  void pack_shards(Unit& u, char* block);
+  void accumulate(Unit& u, const float* grads);
+  void reduce_scatter(Unit& u, const float* grads);
+  // The unit's launches of one kind: for each parameter k, `of(k, entry)` fills its table entry
+  // and returns {from, to, elements}, or from = float16 to leave it out.
+  template <class Of>
+  static void build(Launches& l, const Unit& u, const Of& of);
 
   ParamRegistry& reg_;
   Communicator* comm_;  // null: a planning instance (plan())
