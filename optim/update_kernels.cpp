@@ -169,13 +169,13 @@ KOKKOS_INLINE_FUNCTION AdamResult fused_adam_element(float p, float g0, float m0
 }
 
 // All-16-bit patterns (bf16 parameter and moments, remainder or none) run word by word. (A
-// function, not a local constant: nvcc counts a local named in `if constexpr` inside a device
-// lambda as a capture there.)
+// trait, not a local constant: nvcc counts a local named in `if constexpr` inside a device
+// lambda as a capture there, and a constexpr function as host-only.)
 template <class P, class M, class V, int Mode>
-constexpr bool fused_words() {
-  return std::is_same<P, bf16>::value && std::is_same<M, bf16>::value &&
-         std::is_same<V, bf16>::value && Mode != kMaster;
-}
+struct FusedWords {
+  static constexpr bool value = std::is_same<P, bf16>::value && std::is_same<M, bf16>::value &&
+                                std::is_same<V, bf16>::value && Mode != kMaster;
+};
 
 template <class P, class M, class V, int Mode>
 void fused_adam_impl(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg, V* exp_avg_sq,
@@ -224,7 +224,7 @@ void fused_adam_impl(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg
             Store<P, Mode == kPlainSR>::apply(pp, i, o.p, r, u.index);
           }
         };
-        if constexpr (fused_words<P, M, V, Mode>()) {
+        if constexpr (FusedWords<P, M, V, Mode>::value) {
           const int s = u.word_start;
           const int64_t o = s > 0 ? s : 0;  // words start at element s
           const auto pair = [=](const int64_t j) {
