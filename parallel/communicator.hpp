@@ -2,8 +2,8 @@
 //
 // The trainer is written against this interface; a single-rank run uses SingleCommunicator (no
 // MPI calls at all), `mpirun` runs use the MPI communicator (MPI's own collectives), and GPU
-// builds the NCCL one. Buffer arguments are pointers into the default memory space (device
-// memory on GPU builds); scalar helpers (*_host) work on host values.
+// builds the NCCL one. Buffers are Views of the default memory space (device memory on GPU
+// builds), their sizes checked against each other; scalar helpers (*_host) work on host values.
 //
 // Every buffer collective between ranks is counted: stats() gives the payload bytes this rank sent
 // and the seconds spent inside collectives. Payload bytes are those of a bandwidth-optimal (ring)
@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/dtype.hpp"
+#include "core/kokkos_compat.hpp"
 
 namespace kktrain {
 
@@ -35,14 +36,15 @@ class Communicator {
   // How buffers reach the library: "host", "device (CUDA-aware MPI)", "staged through host".
   virtual std::string buffer_path() const { return "host"; }
 
-  // All-gather of `bytes` bytes per rank: recv (size() * bytes) holds rank r's send at r * bytes.
-  virtual void allgather_bytes(const void* send, void* recv, std::size_t bytes) = 0;
-  // Reduce-scatter of size() consecutive blocks of `count` elements of `dtype` in send: recv
-  // (count) = the sum over ranks of their block rank(). float32 sums in fp32; bfloat16 moves 2-byte
-  // values and each addition is done in fp32 and rounded once to bf16 (nearest even).
-  virtual void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) = 0;
-  // In-place sum across ranks of n floats.
-  virtual void allreduce_sum(float* data, std::size_t n) = 0;
+  // All-gather: every rank sends send (b bytes); recv (size() * b bytes) holds rank r's at r * b.
+  void allgather_bytes(const DBytesU& send, const DBytesU& recv);
+  // Reduce-scatter: send holds size() consecutive blocks of count elements of `dtype` (count =
+  // recv's elements); recv = the sum over ranks of their block rank(). float32 sums in fp32;
+  // bfloat16 moves 2-byte values and each addition is done in fp32 and rounded once to bf16
+  // (nearest even).
+  void reduce_scatter_sum(const DBytesU& send, const DBytesU& recv, DType dtype);
+  // In-place sum across ranks.
+  void allreduce_sum(const DViewU<float>& data);
 
   // In-place sum of one double on the host (scalars: losses, norms).
   virtual double allreduce_sum_host(double v) = 0;
@@ -58,6 +60,11 @@ class Communicator {
   void reset_stats() { stats_ = CommStats(); }
 
  protected:
+  // The collectives on raw pointers into the default memory space, sizes already checked.
+  virtual void allgather_impl(const void* send, void* recv, std::size_t bytes) = 0;
+  virtual void reduce_scatter_impl(const void* send, void* recv, std::size_t count,
+                                   DType dtype) = 0;
+  virtual void allreduce_impl(float* data, std::size_t n) = 0;
   CommStats stats_;
 };
 
@@ -66,14 +73,16 @@ class SingleCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string name() const override { return "single"; }
-  void allgather_bytes(const void* send, void* recv, std::size_t bytes) override;
-  void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) override;
-  void allreduce_sum(float*, std::size_t) override {}
   double allreduce_sum_host(double v) override { return v; }
   double allreduce_max_host(double v) override { return v; }
   uint64_t allreduce_sum_u64(uint64_t v) override { return v; }
   bool all_agree(bool ok) override { return ok; }
   void barrier() override {}
+
+ protected:
+  void allgather_impl(const void* send, void* recv, std::size_t bytes) override;
+  void reduce_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype) override;
+  void allreduce_impl(float*, std::size_t) override {}
 };
 
 // True when this process was started by an MPI launcher (mpirun/srun/mpiexec).

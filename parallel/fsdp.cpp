@@ -333,7 +333,8 @@ void FsdpUnits::gather(int unit) {
       ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
       ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
       pack_shards(u, wire_send_.data());
-      comm_->allgather_bytes(wire_send_.data(), wire_recv_.data(), u.block_bytes);
+      comm_->allgather_bytes(DBytesU(wire_send_.data(), u.block_bytes),
+                             DBytesU(wire_recv_.data(), u.block_bytes * world_));
       unpack_weights(u, out);
     }
   }
@@ -583,8 +584,8 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
     for (const Launch& l : pack.launches) {
       reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
     }
-    comm_->reduce_scatter_sum(send, wire_recv_.data(), static_cast<std::size_t>(u.red_count),
-                              reduce_);
+    comm_->reduce_scatter_sum(DBytesU(wire_send_.data(), block * world_),
+                              DBytesU(wire_recv_.data(), block), reduce_);
     const R* recv = reinterpret_cast<const R*>(wire_recv_.data());
     for (const Launch& l : u.reduce_unpack.launches) {
       dispatch_dtype(l.to, [&](auto gt) {

@@ -69,7 +69,32 @@ bool mpi_is_gpu_aware() {
 #endif
 }
 
-void SingleCommunicator::allgather_bytes(const void* send, void* recv, std::size_t bytes) {
+void Communicator::allgather_bytes(const DBytesU& send, const DBytesU& recv) {
+  const std::size_t bytes = send.extent(0);
+  if (recv.extent(0) != bytes * static_cast<std::size_t>(size())) {
+    throw InternalError("allgather_bytes: " + std::to_string(recv.extent(0)) +
+                        " receive bytes for " + std::to_string(size()) + " ranks of " +
+                        std::to_string(bytes));
+  }
+  allgather_impl(send.data(), recv.data(), bytes);
+}
+
+void Communicator::reduce_scatter_sum(const DBytesU& send, const DBytesU& recv, DType dtype) {
+  const std::size_t esize = dtype_size(dtype);
+  if (recv.extent(0) % esize != 0 ||
+      send.extent(0) != recv.extent(0) * static_cast<std::size_t>(size())) {
+    throw InternalError("reduce_scatter_sum: " + std::to_string(send.extent(0)) +
+                        " send bytes and " + std::to_string(recv.extent(0)) + " receive bytes of " +
+                        dtype_name(dtype) + " on " + std::to_string(size()) + " ranks");
+  }
+  reduce_scatter_impl(send.data(), recv.data(), recv.extent(0) / esize, dtype);
+}
+
+void Communicator::allreduce_sum(const DViewU<float>& data) {
+  allreduce_impl(data.data(), data.extent(0));
+}
+
+void SingleCommunicator::allgather_impl(const void* send, void* recv, std::size_t bytes) {
   using Bytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   if (send != recv && bytes > 0) {
     Kokkos::deep_copy(Bytes(static_cast<char*>(recv), bytes),
@@ -77,9 +102,9 @@ void SingleCommunicator::allgather_bytes(const void* send, void* recv, std::size
   }
 }
 
-void SingleCommunicator::reduce_scatter_sum(const void* send, void* recv, std::size_t count,
-                                            DType dtype) {
-  allgather_bytes(send, recv, count * dtype_size(dtype));
+void SingleCommunicator::reduce_scatter_impl(const void* send, void* recv, std::size_t count,
+                                             DType dtype) {
+  allgather_impl(send, recv, count * dtype_size(dtype));
 }
 
 namespace {
@@ -158,7 +183,7 @@ class MpiCommunicator final : public MpiWorld {
   std::string name() const override { return "mpi"; }
   std::string buffer_path() const override { return path_; }
 
-  void allgather_bytes(const void* send, void* recv, std::size_t bytes) override {
+  void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
     const double t0 = begin();
     Staging st(stage_);
     const void* s = st.in(send, bytes);
@@ -168,7 +193,7 @@ class MpiCommunicator final : public MpiWorld {
     end(t0, static_cast<double>(bytes) * (size_ - 1));
   }
 
-  void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) override {
+  void reduce_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype) override {
     const double t0 = begin();
     const std::size_t esize = dtype_size(dtype);
     // bf16 sums run in a user-defined MPI_Op, which reads its buffers on the host: a GPU-aware
@@ -189,7 +214,7 @@ class MpiCommunicator final : public MpiWorld {
     end(t0, static_cast<double>(count * esize) * (size_ - 1));
   }
 
-  void allreduce_sum(float* data, std::size_t n) override {
+  void allreduce_impl(float* data, std::size_t n) override {
     const double t0 = begin();
     Staging st(stage_);
     const void* s = st.in(data, n * sizeof(float));

@@ -62,14 +62,14 @@ class NcclCommunicator final : public MpiWorld {
   std::string name() const override { return "nccl"; }
   std::string buffer_path() const override { return "device (NCCL)"; }
 
-  void allgather_bytes(const void* send, void* recv, std::size_t bytes) override {
+  void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
     const double t0 = now_s();
     check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, comm_, kokkos_stream()),
                "ncclAllGather");
     finish(t0, static_cast<double>(bytes) * (size_ - 1));
   }
 
-  void reduce_scatter_sum(const void* send, void* recv, std::size_t count, DType dtype) override {
+  void reduce_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype) override {
     const double t0 = now_s();
     const ncclDataType_t t = dtype == DType::bfloat16 ? ncclBfloat16 : ncclFloat32;
     if (dtype != DType::float32 && dtype != DType::bfloat16) {
@@ -80,7 +80,7 @@ class NcclCommunicator final : public MpiWorld {
     finish(t0, static_cast<double>(count * dtype_size(dtype)) * (size_ - 1));
   }
 
-  void allreduce_sum(float* data, std::size_t n) override {
+  void allreduce_impl(float* data, std::size_t n) override {
     const double t0 = now_s();
     check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, kokkos_stream()),
                "ncclAllReduce");

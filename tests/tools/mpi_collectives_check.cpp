@@ -72,7 +72,7 @@ void check_allgather(Communicator& comm, Checker& ck) {
     to_device(dsend.data(), send);
     to_device(drecv.data(), std::vector<char>(drecv.extent(0), kFill));
     const CommStats before = fresh_stats(comm);
-    comm.allgather_bytes(dsend.data(), drecv.data(), bytes);
+    comm.allgather_bytes(DBytesU(dsend.data(), bytes), DBytesU(drecv.data(), w * bytes));
     check_stats(comm, ck, before, static_cast<double>(bytes), what);
     const auto recv = to_host(drecv.data(), drecv.extent(0));
     for (int k = 0; k < w; ++k) {
@@ -102,7 +102,9 @@ std::vector<float> run_reduce_scatter(Communicator& comm, Checker& ck,
   to_device(dsend.data(), hsend);
   to_device(drecv.data(), canary);
   const CommStats before = fresh_stats(comm);
-  comm.reduce_scatter_sum(dsend.data(), drecv.data(), count, dtype_of<T>::value);
+  comm.reduce_scatter_sum(DBytesU(reinterpret_cast<char*>(dsend.data()), hsend.size() * sizeof(T)),
+                          DBytesU(reinterpret_cast<char*>(drecv.data()), count * sizeof(T)),
+                          dtype_of<T>::value);
   check_stats(comm, ck, before, static_cast<double>(count * sizeof(T)), what);
   const auto recv = to_host(drecv.data(), canary.size());
   std::vector<float> out(count);
@@ -306,7 +308,8 @@ std::vector<T> everyones(Communicator& comm, const T* v, std::size_t n) {
       recv("recv", comm.size() * n * sizeof(T) + 1);
   Kokkos::deep_copy(Kokkos::subview(send, std::make_pair(std::size_t(0), n * sizeof(T))),
                     HostU<char>(reinterpret_cast<char*>(const_cast<T*>(v)), n * sizeof(T)));
-  comm.allgather_bytes(send.data(), recv.data(), n * sizeof(T));  // checks measure their own calls
+  comm.allgather_bytes(DBytesU(send.data(), n * sizeof(T)),
+                       DBytesU(recv.data(), comm.size() * n * sizeof(T)));  // unmeasured
   const auto bytes = to_host(recv.data(), comm.size() * n * sizeof(T));
   std::vector<T> out(comm.size() * n);
   if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
@@ -333,7 +336,7 @@ void check_allreduce(Communicator& comm, Checker& ck) {
       DView<float> d("allreduce", n);
       to_device(d.data(), h);
       const CommStats before = fresh_stats(comm);
-      comm.allreduce_sum(d.data(), n);
+      comm.allreduce_sum(d);
       const CommStats& s = comm.stats();
       const double want = 2.0 * n * sizeof(float) * (w - 1) / w;
       ck.expect(s.bytes_sent - before.bytes_sent == want, what + " stats bytes",

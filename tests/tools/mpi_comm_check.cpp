@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   {
     DView<float> dv("v", v.size());
     Kokkos::deep_copy(dv, HViewU<float>(v.data(), v.size()));
-    comm->allreduce_sum(dv.data(), v.size());
+    comm->allreduce_sum(dv);
     Kokkos::deep_copy(HViewU<float>(v.data(), v.size()), dv);
   }
   bool ok = true;
