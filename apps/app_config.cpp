@@ -1,6 +1,15 @@
 #include "apps/app_model.hpp"
 #include "apps/commands.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/errors.hpp"
+#include "core/files.hpp"
+
 namespace kktrain {
 
 Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_size) {
@@ -8,6 +17,31 @@ Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_
   opts.world_size = world_size > 0 ? world_size : ctx.mpi->size();
   opts.checkpoint_dtype = model_file_dtype;
   return load_config(args.positionals.at(0), args.overrides, opts);
+}
+
+void check_output_file(const std::string& opt, const std::string& out,
+                       const std::vector<std::pair<std::string, std::string>>& inputs) {
+  std::error_code ec;
+  const std::filesystem::path p(out);
+  if (out.empty()) throw UsageError(opt + ": an output file name is required");
+  if (std::filesystem::is_directory(p, ec)) {
+    throw UsageError(opt + ": '" + out + "' is a directory; give a file name");
+  }
+  for (const auto& [what, path] : inputs) {
+    if (!path.empty() && same_file(out, path)) {
+      throw UsageError(opt + ": '" + out + "' is the " + what +
+                       "; refusing to write over an input");
+    }
+  }
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw UsageError(opt + ": cannot write '" + out + "': directory '" + dir.string() +
+                     "' does not exist");
+  }
+  const bool exists = std::filesystem::exists(p, ec);
+  if (::access(exists ? out.c_str() : dir.c_str(), W_OK) != 0) {
+    throw UsageError(opt + ": cannot write '" + out + "': " + std::strerror(errno));
+  }
 }
 
 }  // namespace kktrain

@@ -26,6 +26,7 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
     throw UsageError("export: --lora must be merged or separate, got '" + l + "'");
   }
   const std::string& out = args.options.at("--out");
+  check_output_file("--out", out, {{"checkpoint being exported", file}});
   const int64_t bytes = export_checkpoint(
       file, out, dtype, l == "merged" ? LoraExport::merged : LoraExport::separate);
   log::info("export: " + file + " -> " + out + " (" + dtype_name(dtype) + ", " +

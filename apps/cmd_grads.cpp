@@ -53,6 +53,10 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain grads runs on one rank");
   const Config cfg = load_app_config(args, ctx);
   const std::string out = args.options.at("--out");
+  check_output_file("--out", out,
+                    {{"config file", args.positionals.at(0)},
+                     {"data file (data.path)", cfg.data.path.value_or("")},
+                     {"model.init_from file", cfg.model.init_from.value_or("")}});
   SingleCommunicator one_rank;
   auto model = build_model(cfg, one_rank);
   const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);

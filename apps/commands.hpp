@@ -35,4 +35,10 @@ Command inspect_command();
 // through the checkpoint reader.
 Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_size = 0);
 
+// Checks, before any work, that option `opt` (e.g. "--out") may write the file `out`: not a
+// directory, not one of `inputs` ({what, path}: the config file, the data file, ...), and its
+// directory exists and is writable. UsageError (exit 2) naming the reason otherwise.
+void check_output_file(const std::string& opt, const std::string& out,
+                       const std::vector<std::pair<std::string, std::string>>& inputs);
+
 }  // namespace kktrain

@@ -3,16 +3,19 @@
 // into one line on stderr with the documented exit status.
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "apps/build_info.hpp"
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "model/gemm.hpp"
+#include "parallel/mpi_world.hpp"
 #include "parallel/threads.hpp"
 
 // Everything lives in namespace kktrain (no using-directive at global scope: with CUDA, a global
@@ -38,17 +41,36 @@ void print_main_help(const std::vector<Command>& cmds) {
       "Exit status: 0 success, 1 run failure, 2 invalid input (config, override, data, file).\n");
 }
 
+// The version, then what this build runs on: Kokkos and where kernels run, GEMM per dtype, BLAS,
+// MPI (the library found at run time, and whether it takes device buffers), HDF5, NCCL, oneDNN.
+void print_version() {
+  std::printf("kktrain 0.1.0 (Kokkos %d.%d.%d)\n", KOKKOS_VERSION / 10000,
+              KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
+  std::printf("Kokkos: %s\n", KKTRAIN_BUILD_KOKKOS);
+  std::printf("GEMM: %s\n", gemm_backends_summary().c_str());
+  std::printf("BLAS: %s\n", KKTRAIN_BUILD_BLAS);
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(lib, &len);  // allowed before MPI_Init
+  std::string runtime(lib, static_cast<std::size_t>(len));
+  runtime = runtime.substr(0, runtime.find_first_of("\n,"));
+  std::printf("MPI: %s; at run time: %s; GPU-aware: %s\n", KKTRAIN_BUILD_MPI, runtime.c_str(),
+              mpi_is_gpu_aware() ? "yes" : "no");
+  std::printf("HDF5: %s\n", KKTRAIN_BUILD_HDF5);
+  std::printf("NCCL: %s\n", KKTRAIN_BUILD_NCCL);
+  std::printf("oneDNN: %s\n", KKTRAIN_BUILD_ONEDNN);
+}
+
 int dispatch(int argc, char** argv, MpiRuntime& mpi) {
   const auto cmds = all_commands();
-  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
+  if (argc < 2) throw UsageError("no command given (run 'kktrain --help' for the commands)");
+  if (!std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "help")) {
     print_main_help(cmds);
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::printf("kktrain 0.1.0 (Kokkos %d.%d.%d)\n", KOKKOS_VERSION / 10000,
-                KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
-    std::printf("GEMM: %s\n", gemm_backends_summary().c_str());
+    print_version();
     return 0;
   }
   const std::string name = argv[1];
@@ -87,22 +109,36 @@ int run_main(int argc, char** argv) {
     rc = dispatch(argc, argv, mpi);
     returned_normally = true;
   } catch (const CollectiveError& e) {  // every rank knows; one of them says what happened
-    if (e.printed_here()) std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    if (e.printed_here())
+      std::fprintf(stderr, "%s: error: %s\n", who.c_str(), log::one_line(e.what()).c_str());
     rc = e.exit_code();
     same_on_all_ranks = true;
   } catch (const ConfigError& e) {
-    if (mpi.rank() == 0) std::fprintf(stderr, "kktrain: error: %s\n", e.what());
+    if (mpi.rank() == 0)
+      std::fprintf(stderr, "kktrain: error: %s\n", log::one_line(e.what()).c_str());
     rc = e.exit_code();
     same_on_all_ranks = true;
   } catch (const UsageError& e) {
-    if (mpi.rank() == 0) std::fprintf(stderr, "kktrain: error: %s\n", e.what());
+    if (mpi.rank() == 0)
+      std::fprintf(stderr, "kktrain: error: %s\n", log::one_line(e.what()).c_str());
     rc = e.exit_code();
     same_on_all_ranks = true;
   } catch (const Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), log::one_line(e.what()).c_str());
     rc = e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: internal error: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%s: error: internal error: %s\n", who.c_str(),
+                 log::one_line(e.what()).c_str());
+    rc = 1;
+  }
+  // Everything a command printed must have reached stdout (a full disk, a closed pipe): a lost
+  // result is a failed run, not a success.
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if ((!flushed || std::ferror(stdout)) && rc == 0) {
+    std::fprintf(stderr, "%s: error: writing standard output failed: %s\n", who.c_str(),
+                 err != 0 ? std::strerror(err) : "a write did not complete");
     rc = 1;
   }
   const bool threw = rc != 0 && !returned_normally;

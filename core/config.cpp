@@ -10,6 +10,7 @@
 
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/log.hpp"
 
 namespace kktrain {
@@ -93,17 +94,19 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   s.finish();
 
   if (m->hidden_size % m->num_heads != 0) {
-    s.fail("num_heads", "hidden_size " + std::to_string(m->hidden_size) +
-                            " is not divisible by num_heads " + std::to_string(m->num_heads));
+    s.fail_either("hidden_size", "num_heads",
+                  "hidden_size " + std::to_string(m->hidden_size) +
+                      " is not divisible by num_heads " + std::to_string(m->num_heads));
   }
   if (m->num_heads % m->num_kv_heads != 0) {
-    s.fail("num_kv_heads", "num_heads " + std::to_string(m->num_heads) +
-                               " is not divisible by num_kv_heads " +
-                               std::to_string(m->num_kv_heads));
+    s.fail_either("num_heads", "num_kv_heads",
+                  "num_heads " + std::to_string(m->num_heads) +
+                      " is not divisible by num_kv_heads " + std::to_string(m->num_kv_heads));
   }
   if (m->head_dim() % 2 != 0) {
-    s.fail("num_heads", "head_dim = hidden_size / num_heads = " + std::to_string(m->head_dim()) +
-                            " must be even for rotary embeddings");
+    s.fail_either("hidden_size", "num_heads",
+                  "head_dim = hidden_size / num_heads = " + std::to_string(m->head_dim()) +
+                      " must be even for rotary embeddings");
   }
 }
 
@@ -295,28 +298,39 @@ struct Locator {
     for (std::string part; std::getline(ss, part, '.');) {
       if (!n.IsMap()) return origin->where(path, YAML::Node());
       const YAML::Node& cn = n;
-      n.reset(cn[part]);
-      if (!n.IsDefined()) return origin->where(path, YAML::Node());
+      const YAML::Node next = cn[part];  // a missing key gives an invalid node: never reset() to it
+      if (!next.IsDefined()) return origin->where(path, YAML::Node());
+      n.reset(next);
     }
     return origin->where(path, n);
   }
   [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
     throw ConfigError(path, msg, where(path));
   }
+  // A rule between two keys that fails: blames `a` when an override set it and not `b`, else `b`.
+  [[noreturn]] void fail_either(const std::string& a, const std::string& b,
+                                const std::string& msg) const {
+    const std::string wa = where(a);
+    if (wa.rfind("override ", 0) == 0 && where(b).rfind("override ", 0) != 0) {
+      throw ConfigError(a, msg, wa);
+    }
+    fail(b, msg);
+  }
 };
 
 void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
   if (c.data.seq_len > c.model.max_seq_len) {
-    loc.fail("data.seq_len", "seq_len " + std::to_string(c.data.seq_len) +
-                                 " exceeds model.max_seq_len " +
-                                 std::to_string(c.model.max_seq_len));
+    loc.fail_either("model.max_seq_len", "data.seq_len",
+                    "seq_len " + std::to_string(c.data.seq_len) + " exceeds model.max_seq_len " +
+                        std::to_string(c.model.max_seq_len));
   }
   const int64_t per_step = c.data.micro_batch_size * opts.world_size;
   if (c.data.global_batch_size % per_step != 0) {
-    loc.fail("data.global_batch_size",
-             "global_batch_size " + std::to_string(c.data.global_batch_size) +
-                 " is not a multiple of micro_batch_size x ranks = " +
-                 std::to_string(c.data.micro_batch_size) + " x " + std::to_string(opts.world_size));
+    loc.fail_either("data.micro_batch_size", "data.global_batch_size",
+                    "global_batch_size " + std::to_string(c.data.global_batch_size) +
+                        " is not a multiple of micro_batch_size x ranks = " +
+                        std::to_string(c.data.micro_batch_size) + " x " +
+                        std::to_string(opts.world_size));
   }
   const auto& o = c.optimizer;
   if (o.kind == OptimizerKind::fused_adam && o.store_param_remainders) {
@@ -373,13 +387,69 @@ const char* optimizer_kind_name(OptimizerKind k) {
   return "?";
 }
 
+namespace {
+
+// Configs nest a few levels deep; a flow collection ([...] or {...}) nested deeper than this is
+// refused before parsing, at the bracket that goes too deep (the YAML parser's own depth limit
+// reports only "bad file").
+constexpr int kMaxNesting = 64;
+
+void check_nesting(const std::string& text, const std::string& name) {
+  int depth = 0, line = 1, col = 0;
+  char quote = 0;
+  bool comment = false;
+  for (char ch : text) {
+    ++col;
+    if (ch == '\n') {
+      ++line;
+      col = 0;
+      comment = false;
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (ch == quote) quote = 0;
+      continue;
+    }
+    if (ch == '"' || ch == '\'') {
+      quote = ch;
+    } else if (ch == '#') {
+      comment = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > kMaxNesting) {
+        throw ConfigError("",
+                          "nested more than " + std::to_string(kMaxNesting) +
+                              " levels deep; a config is a few levels of mappings",
+                          name + ":" + std::to_string(line) + ":" + std::to_string(col));
+      }
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
 Config load_config_text(const std::string& text, const std::string& name,
                         const std::vector<std::string>& overrides, const LoadOptions& opts) {
   auto origin = std::make_shared<ConfigOrigin>();
   origin->file = name;
+  check_nesting(text, name);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // Empty documents (a stray '---') hold nothing; a second one with content would be dropped.
+    std::vector<YAML::Node> docs;
+    for (const YAML::Node& d : YAML::LoadAll(text)) {
+      if (!d.IsNull()) docs.push_back(d);
+    }
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      throw ConfigError("",
+                        "holds " + std::to_string(docs.size()) +
+                            " YAML documents (separated by '---'); a config is one document",
+                        m.is_null() ? name : name + ":" + std::to_string(m.line + 1));
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     throw ConfigError(
         "", "invalid YAML: " + e.msg,
@@ -477,6 +547,9 @@ Config load_config_text(const std::string& text, const std::string& name,
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    const LoadOptions& opts) {
+  if (auto why = unreadable_regular_file(path)) {
+    throw UsageError("cannot read config file '" + path + "': " + *why);
+  }
   std::ifstream in(path);
   if (!in) throw UsageError("cannot open config file '" + path + "'");
   std::stringstream ss;

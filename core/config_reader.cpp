@@ -175,6 +175,16 @@ void Section::fail(const std::string& key, const std::string& msg) const {
   throw ConfigError(key_path(key), msg, origin_->where(key_path(key), value(key)));
 }
 
+void Section::fail_either(const std::string& a, const std::string& b,
+                          const std::string& msg) const {
+  const std::string wa = origin_->where(key_path(a), value(a));
+  const std::string wb = origin_->where(key_path(b), value(b));
+  if (wa.rfind("override ", 0) == 0 && wb.rfind("override ", 0) != 0) {
+    throw ConfigError(key_path(a), msg, wa);
+  }
+  fail(b, msg);
+}
+
 int64_t Section::get_int(const std::string& key, int64_t def, int64_t min, int64_t max) {
   auto v = get_opt_int(key, def, min, max);
   return *v;

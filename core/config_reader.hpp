@@ -87,6 +87,10 @@ class Section {
   void finish(const std::map<std::string, std::string>& foreign = {}) const;
 
   [[noreturn]] void fail(const std::string& key, const std::string& msg) const;
+  // A rule between two keys of this section that fails: blames `a` when an override set it and
+  // not `b` (what the user just typed is the likelier mistake), else `b`.
+  [[noreturn]] void fail_either(const std::string& a, const std::string& b,
+                                const std::string& msg) const;
 
  private:
   YAML::Node value(const std::string& key) const;

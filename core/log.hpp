@@ -17,6 +17,10 @@ void set_quiet(bool quiet);
 void info(const std::string& msg);
 void warn(const std::string& msg);
 
+// msg with control characters (newlines, tabs, escape sequences, NUL) written as \n, \t, \xNN:
+// every message kktrain prints is one line, whatever a config value or file name holds.
+std::string one_line(const std::string& msg);
+
 // Warnings emitted so far in this process (in order), and a way to reset them (tests).
 const std::vector<std::string>& warnings();
 void clear_warnings();

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/random.hpp"
 
 namespace kktrain {
@@ -37,11 +38,11 @@ std::string resolve_format(const DataConfig& cfg) {
 }
 
 std::vector<int32_t> read_tokens(const std::string& path, const std::string& format) {
-  // An ifstream opens a directory without complaint and then reads nothing: name it instead of
-  // reporting an "empty" file.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw InputError("data.path: '" + path + "' is a directory, not a token or text file");
+  // An ifstream opens a directory without complaint and then reads nothing, and blocks on a FIFO:
+  // only regular files are read.
+  if (auto why = unreadable_regular_file(path)) {
+    throw InputError(why->rfind("is ", 0) == 0 ? "data.path: '" + path + "' " + *why
+                                               : "data.path: cannot open '" + path + "': " + *why);
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("data.path: cannot open '" + path + "'");

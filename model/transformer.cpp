@@ -261,6 +261,18 @@ void Transformer::register_params() {
     m.norm = add_param(pre + ".norm", {C}, ParamRole::norm, st);
     mtp_.push_back(m);
   }
+  // A protection glob that protects nothing is a mistake the run would not show.
+  for (const auto& g : cfg_.keep_in_fp32) {
+    bool matched = false;
+    for (const auto& pi : params_.all()) matched = matched || glob_match(g, pi.name);
+    if (!matched) {
+      throw ConfigError("model.keep_in_fp32",
+                        "'" + g +
+                            "' matches no parameter (names look like "
+                            "'model.layers.0.input_layernorm.weight'; `kktrain audit` lists "
+                            "them)");
+    }
+  }
   // LoRA adapters are registered after every base parameter, so the base layout (and the fused
   // q/k/v and gate/up compute weights) does not change.
   if (peft_.enabled) {

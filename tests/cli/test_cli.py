@@ -74,9 +74,7 @@ def case_help():
 
 
 def case_no_args():
-    rc, out, err = run()
-    check(rc == 2, f"no arguments must exit 2, got {rc}")
-    check("usage: kktrain" in out + err, "no arguments should print usage")
+    expect_error([], "no command", "--help")
 
 
 def case_unknown_command():
@@ -196,6 +194,80 @@ def case_config_floats_parse_as_floats():
     for section, key in (("model", "rms_norm_eps"), ("optimizer", "eps")):
         v = doc[section][key]
         check(isinstance(v, float), f"{section}.{key} reads as {v!r} ({type(v).__name__})")
+
+
+# ---- hostile inputs and outputs ----------------------------------------------------------------
+
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inputs",
+                              "default.yaml")
+
+
+def case_special_files():
+    """A directory or a FIFO as the config or data.path: a prompt error, never a hang."""
+    with tempfile.TemporaryDirectory() as d:
+        expect_error(["config", d], "is a directory", d)
+        fifo = os.path.join(d, "pipe")
+        os.mkfifo(fifo)
+        expect_error(["config", fifo], "FIFO", fifo)
+        expect_error(["grads", DEFAULT_CONFIG, "data.path=" + fifo, "--out",
+                      os.path.join(d, "g.h5")], "data.path", "FIFO")
+        expect_error(["grads", DEFAULT_CONFIG, "data.path=" + d, "--out",
+                      os.path.join(d, "g.h5")], "data.path", "directory")
+
+
+def case_yaml_shapes():
+    """Several YAML documents, or nesting no config has: located errors, nothing dropped."""
+    with tempfile.TemporaryDirectory() as d:
+        multi = os.path.join(d, "multi.yaml")
+        with open(multi, "w") as f:
+            f.write("model:\n  hidden_size: 64\n---\ntrain:\n  lr: 1\n")
+        expect_error(["config", multi], "2 YAML documents", "multi.yaml:4")
+        stray = os.path.join(d, "stray.yaml")  # an empty extra document holds nothing
+        with open(stray, "w") as f:
+            f.write("---\nmodel:\n  hidden_size: 64\n---\n")
+        rc, out, err = run("config", stray)
+        check(rc == 0, f"a stray '---' is not a second document: rc={rc} {err}")
+        deep = os.path.join(d, "deep.yaml")
+        with open(deep, "w") as f:
+            f.write("model: " + "[" * 10000 + "]" * 10000 + "\n")
+        expect_error(["config", deep], "nested more than", "deep.yaml:1:")
+
+
+def case_output_failures():
+    """A failed write is a failed run (exit 1, the reason on stderr); outputs never replace inputs
+    and are checked before any work."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([KKTRAIN, "config", DEFAULT_CONFIG], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    lines = p.stderr.splitlines()
+    check(p.returncode == 1, f"writing to /dev/full must fail: rc={p.returncode} {p.stderr}")
+    check(len(lines) == 1 and "standard output" in lines[0] and "No space" in lines[0],
+          "one line naming stdout and the reason: " + p.stderr)
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "cfg.yaml")
+        with open(DEFAULT_CONFIG) as src, open(cfg, "w") as dst:
+            dst.write(src.read())
+        before = open(cfg).read()
+        expect_error(["grads", cfg, "--out", cfg], "--out", "config file", "input")
+        check(open(cfg).read() == before, "the config was written over")
+        link = os.path.join(d, "link.yaml")
+        os.symlink(cfg, link)
+        expect_error(["grads", cfg, "--out", link], "config file")
+        expect_error(["grads", cfg, "--out", os.path.join(d, "none", "g.h5")], "does not exist")
+        expect_error(["grads", cfg, "--out", d], "is a directory")
+
+
+def case_override_blame():
+    """A rule between two keys blames the one an override set."""
+    expect_error(["config", DEFAULT_CONFIG, "model.hidden_size=66"], "model.hidden_size",
+                 "override 'model.hidden_size=66'")
+    expect_error(["config", DEFAULT_CONFIG, "model.num_kv_heads=3"], "model.num_kv_heads",
+                 "override 'model.num_kv_heads=3'")
+
+
+def case_keep_in_fp32_unmatched():
+    expect_error(["audit", DEFAULT_CONFIG, 'model.keep_in_fp32=["*nomatch*"]'],
+                 "model.keep_in_fp32", "*nomatch*", "matches no parameter")
 
 
 def main():
