@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""The precision study: one model, one text, one seed, five precision patterns.
+
+Trains kktrain's default model (inputs/default.yaml: 0.76M parameters, byte-level) on real text
+that every Debian machine ships (the licence texts in /usr/share/common-licenses, from the
+essential base-files package), same seed and schedule for every pattern:
+
+  A            TE FusedAdam, bf16 storage, fp32 master as bf16 + int16 remainder, fp32 moments
+  A-bf16-mom   the same with bf16 moments
+  B            torch AdamW, fp32 storage (fp32 moments)
+  risky        torch AdamW, bf16 storage (so bf16 moments, no master): the warned pattern
+  SR           torch AdamW, bf16 storage with stochastic rounding of the parameter update
+
+The learning rate decays (cosine) to min_lr late in the run, where an update is a small fraction
+of a bf16 weight's spacing: that is where rounding updates away shows. Writes, under --out:
+study.md (final and best validation loss, bytes per parameter of the allocated parameters,
+gradients and optimizer state as `kktrain audit` plans them (equal to what train allocates, a
+tested invariant), measured peak RSS and tokens/s per pattern), study.png (validation curves),
+study.json (everything), and each run's directory.
+
+    scripts/precision_study.py [--steps 600] [--lr 2e-3] [--min-lr 2e-5] [--out runs/precision_study]
+    scripts/precision_study.py --long          # 3000 steps
+    scripts/precision_study.py --steps 40 --patterns A,risky   # a smoke run (CI)
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FUSED = "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam"
+
+PATTERNS = {
+    "A": ("FusedAdam, bf16 + int16 remainder master, fp32 moments",
+          ["model.dtype=bfloat16", f"optimizer._target_={FUSED}", "optimizer.master_weights=true",
+           "optimizer.store_param_remainders=true"]),
+    "A-bf16-mom": ("FusedAdam, bf16 + remainder master, bf16 moments",
+                   ["model.dtype=bfloat16", f"optimizer._target_={FUSED}",
+                    "optimizer.master_weights=true", "optimizer.store_param_remainders=true",
+                    "optimizer.exp_avg_dtype=bfloat16", "optimizer.exp_avg_sq_dtype=bfloat16"]),
+    "B": ("AdamW, fp32 storage", ["model.dtype=float32"]),
+    "risky": ("AdamW, bf16 storage (bf16 moments, no master)", ["model.dtype=bfloat16"]),
+    "SR": ("AdamW, bf16 storage, stochastic rounding",
+           ["model.dtype=bfloat16", "optimizer.stochastic_rounding=true"]),
+}
+
+
+def corpus(path):
+    """The licence texts of /usr/share/common-licenses, each file once (symlinks resolved)."""
+    src = "/usr/share/common-licenses"
+    seen, parts = set(), []
+    for name in sorted(os.listdir(src)):
+        real = os.path.realpath(os.path.join(src, name))
+        if real in seen or not os.path.isfile(real):
+            continue
+        seen.add(real)
+        with open(real, "rb") as f:
+            parts.append(f.read())
+    data = b"\n".join(parts)
+    with open(path, "wb") as f:
+        f.write(data)
+    return len(data), len(parts)
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"precision_study: {' '.join(cmd)} failed (exit {p.returncode}):\n{p.stderr}")
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "runs", "precision_study"))
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--long", action="store_true", help="3000 steps")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr", type=float, default=2e-5)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--patterns", default=",".join(PATTERNS))
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--check", action="store_true",
+                    help="fail unless every run gave finite losses and each pattern's bytes per "
+                         "parameter is its arithmetic (docs/precision.md): the CI smoke test")
+    a = ap.parse_args()
+    steps = 3000 if a.long else a.steps
+    names = a.patterns.split(",")
+    for n in names:
+        if n not in PATTERNS:
+            sys.exit(f"precision_study: unknown pattern {n!r} (known: {', '.join(PATTERNS)})")
+    kk = os.path.join(a.build, "kktrain")
+    os.makedirs(a.out, exist_ok=True)
+    text = os.path.join(a.out, "corpus.txt")
+    nbytes, nfiles = corpus(text)
+    config = os.path.join(ROOT, "inputs", "default.yaml")
+    val_every = max(1, steps // 20)
+    common = [f"data.path={text}", "data.format=text", f"train.max_steps={steps}",
+              f"train.val_every={val_every}", f"train.log_every={max(1, steps // 4)}",
+              f"optimizer.lr={a.lr}", f"lr_scheduler.min_lr={a.min_lr}",
+              "lr_scheduler.lr_decay_style=cosine", f"lr_scheduler.lr_warmup_steps={steps // 20}",
+              f"model.seed={a.seed}", f"data.seed={a.seed}", "checkpoint.save_every=0"]
+    env = dict(os.environ)
+    results = {}
+    for n in names:
+        desc, ov = PATTERNS[n]
+        out = os.path.join(a.out, n)
+        cmd = [kk, "train", config, *common, *ov, f"train.output_dir={out}", "checkpoint.resume=none"]
+        print(f"[{n}] {desc}: {steps} steps", flush=True)
+        run(cmd, env)
+        rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
+        val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+        train = [r for r in rows if "loss" in r]
+        audit = json.loads(run([kk, "audit", config, *common, *ov, "--json"], env).stdout)
+        t = audit["totals"]
+        state = t["bytes_params"] + t["bytes_grads"] + t["bytes_moments"] + t["bytes_master"]
+        results[n] = {
+            "description": desc, "overrides": ov, "val": val,
+            "final_val": val[-1][1], "best_val": min(v for _, v in val),
+            "bytes_per_param": state / t["elements"],
+            "peak_rss_mib": max(r["peak_rss_bytes"] for r in train) / 2**20,
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in train[len(train) // 10:]),
+        }
+        r = results[n]
+        print(f"[{n}] final val {r['final_val']:.4f}, best {r['best_val']:.4f}, "
+              f"{r['bytes_per_param']:.2f} B/param, peak RSS {r['peak_rss_mib']:.1f} MiB, "
+              f"{r['tokens_per_s']:.0f} tok/s", flush=True)
+    meta = {"steps": steps, "lr": a.lr, "min_lr": a.min_lr, "seed": a.seed,
+            "corpus": f"/usr/share/common-licenses: {nfiles} files, {nbytes} bytes",
+            "parameters": audit["totals"]["elements"]}
+    with open(os.path.join(a.out, "study.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    lines = [f"Default model ({meta['parameters']} parameters), {meta['corpus']}, {steps} steps, "
+             f"lr {a.lr:g} cosine to {a.min_lr:g}, seed {a.seed}, bf16 compute.", "",
+             "| pattern | what | final val loss | best val loss | bytes/param | peak RSS MiB | tok/s |",
+             "|---|---|---|---|---|---|---|"]
+    for n, r in results.items():
+        lines.append(f"| {n} | {r['description']} | {r['final_val']:.4f} | {r['best_val']:.4f} | "
+                     f"{r['bytes_per_param']:.2f} | {r['peak_rss_mib']:.1f} | "
+                     f"{r['tokens_per_s']:.0f} |")
+    with open(os.path.join(a.out, "study.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if a.check:
+        # param + grad + moments + master bytes per parameter, every parameter trainable.
+        theory = {"A": 2 + 2 + 8 + 2, "A-bf16-mom": 2 + 2 + 4 + 2, "B": 4 + 4 + 8, "risky": 2 + 2 + 4,
+                  "SR": 2 + 2 + 4}
+        for n, r in results.items():
+            ok = all(v == v and v < 1e30 for _, v in r["val"]) and r["tokens_per_s"] > 0
+            if not ok or abs(r["bytes_per_param"] - theory[n]) > 1e-9:
+                sys.exit(f"precision_study --check: {n}: losses {r['val']}, "
+                         f"{r['bytes_per_param']} bytes/param (theory {theory[n]})")
+    if not a.no_plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+        for n, r in results.items():
+            ax.plot([s for s, _ in r["val"]], [v for _, v in r["val"]], label=f"{n}: {r['description']}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("validation loss (nats/byte)")
+        ax.set_title(f"kktrain precision patterns, {steps} steps, lr {a.lr:g} -> {a.min_lr:g}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, "study.png"))
+        print("wrote", os.path.join(a.out, "study.png"))
+
+
+if __name__ == "__main__":
+    main()
