@@ -46,7 +46,12 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
                        (spec.takes_overrides ? " (overrides are key.path=VALUE)" : ""));
     }
   }
-  if (p.positionals.size() < spec.positionals.size()) {
+  bool standalone = false;
+  for (const auto& f : spec.standalone_flags) standalone = standalone || p.flags.count(f) > 0;
+  if (standalone && (!p.positionals.empty() || !p.overrides.empty())) {
+    throw UsageError(cmd + ": " + *spec.standalone_flags.begin() + " takes no other arguments");
+  }
+  if (!standalone && p.positionals.size() < spec.positionals.size()) {
     throw UsageError(cmd + ": missing " + spec.positionals[p.positionals.size()] +
                      " (usage: kktrain " + spec.synopsis + ")");
   }

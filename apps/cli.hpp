@@ -19,6 +19,7 @@ struct CommandSpec {
   std::vector<std::string> positionals;        // names of required positional arguments
   bool takes_overrides;                        // accepts key.path=VALUE
   std::set<std::string> flags;                 // e.g. --json
+  std::set<std::string> standalone_flags;      // flags that take no positionals (config --schema)
   std::map<std::string, std::string> options;  // option -> default ("" = required if listed
                                                // in required_options)
   std::set<std::string> required_options;

@@ -131,6 +131,7 @@ void read_peft(Section& s, PeftConfig* p) {
   p->enabled = s.present("target_modules") || s.present("dim") || s.present("lora_dtype") ||
                s.present("alpha") || s.present("dropout") || s.present("_target_");
   const auto target = s.get_opt_string("_target_");
+  s.accepts("_target_", "nemo_automodel.components._peft.lora.PeftConfig, PeftConfig, lora, null");
   if (target && *target != "nemo_automodel.components._peft.lora.PeftConfig" &&
       *target != "PeftConfig" && *target != "lora") {
     s.fail("_target_", "unknown PEFT component \"" + *target +
@@ -152,6 +153,8 @@ void read_peft(Section& s, PeftConfig* p) {
 
 void read_optimizer(Section& s, OptimizerConfig* o) {
   const std::string target = s.get_string("_target_", kAdamW);
+  s.accepts("_target_", std::string(kAdamW) + ", " + kAdam + ", " + kFusedAdam + ", " + kSGD +
+                            " (or AdamW, Adam, FusedAdam, SGD)");
   if (!parse_optimizer_target(target, &o->kind)) {
     s.fail("_target_", "unknown optimizer \"" + target + "\"; accepted: " + kAdamW + ", " + kAdam +
                            ", " + kFusedAdam + ", " + kSGD + " (or AdamW, Adam, FusedAdam, SGD)");
@@ -213,6 +216,7 @@ void read_scheduler(Section& s, SchedulerConfig* c) {
 
 void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   d->strategy = s.get_string("strategy", "fsdp2");
+  s.accepts("strategy", "fsdp2");
   if (d->strategy != "fsdp2") {
     s.fail("strategy", "\"" + d->strategy +
                            "\" is not supported; kktrain implements fsdp2 (parameters, gradients "
@@ -222,6 +226,7 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
     Section mp = s.sub("mp_policy");
     const char* const kPolicy = "torch.distributed.fsdp.MixedPrecisionPolicy";
     const std::string target = mp.get_string("_target_", kPolicy);
+    mp.accepts("_target_", std::string(kPolicy) + ", MixedPrecisionPolicy");
     if (target != kPolicy && target != "MixedPrecisionPolicy") {
       mp.fail("_target_", "unknown mixed-precision policy \"" + target +
                               "\"; accepted: " + kPolicy + ", MixedPrecisionPolicy");
@@ -279,6 +284,7 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
   c->save_every = s.get_int("save_every", 0, 0, kMaxInt);
   c->keep_last = s.get_int("keep_last", 2, 1, 1 << 20);
   c->resume = s.get_string("resume", "auto");
+  s.accepts("resume", "auto, none, or a checkpoint path");
   if (c->resume == "never") c->resume = "none";  // an older spelling
   if (c->resume.empty()) s.fail("resume", "must be auto, none, or a checkpoint path");
   s.set_resolved("resume", YAML::Node(c->resume));
@@ -555,6 +561,73 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   std::stringstream ss;
   ss << in.rdbuf();
   return load_config_text(ss.str(), path, overrides, opts);
+}
+
+std::string config_schema_markdown() {
+  // Configs that take every branch of the readers; the label says whose default a row shows
+  // when the branches differ, or which optimizer a key belongs to.
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"AdamW", ""},
+      {"Adam", "optimizer:\n  _target_: torch.optim.Adam\n"},
+      {"FusedAdam", "optimizer:\n  _target_: FusedAdam\n"},
+      {"SGD", "optimizer:\n  _target_: SGD\n"},
+      {"AdamW", "peft:\n  target_modules: [q_proj]\n"},
+  };
+  struct Row {
+    SchemaEntry entry;
+    std::vector<std::string> labels;                            // variants that read it
+    std::vector<std::pair<std::string, std::string>> defaults;  // (default, variants)
+  };
+  std::vector<Row> rows;
+  auto section = [](const std::string& k) { return k.substr(0, k.find('.')); };
+  for (const auto& [label, text] : variants) {
+    SchemaRecorder rec;
+    load_config_text(text, "<schema>", {}, LoadOptions());
+    for (const SchemaEntry& e : rec.entries) {
+      auto it = std::find_if(rows.begin(), rows.end(),
+                             [&](const Row& r) { return r.entry.key == e.key; });
+      if (it == rows.end()) {
+        // A key only some variants read goes after the last row of its section.
+        auto pos = rows.end();
+        for (auto r = rows.begin(); r != rows.end(); ++r) {
+          if (section(r->entry.key) == section(e.key)) pos = r + 1;
+        }
+        it = rows.insert(pos, Row{e, {}, {}});
+      }
+      if (std::find(it->labels.begin(), it->labels.end(), label) == it->labels.end()) {
+        it->labels.push_back(label);
+      }
+      auto d = std::find_if(it->defaults.begin(), it->defaults.end(),
+                            [&](const auto& x) { return x.first == e.default_value; });
+      if (d == it->defaults.end()) {
+        it->defaults.emplace_back(e.default_value, label);
+      } else if (d->second.find(label) == std::string::npos) {
+        d->second += ", " + label;
+      }
+    }
+  }
+  auto cell = [](const std::string& s) {
+    std::string out;
+    for (char ch : s) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    return out;
+  };
+  std::string out = "| key | type | default | accepted |\n|---|---|---|---|\n";
+  for (const Row& r : rows) {
+    std::string type = r.entry.type;
+    if (section(r.entry.key) == "optimizer" && r.labels.size() < 4) {
+      std::string who;
+      for (const auto& l : r.labels) who += (who.empty() ? "" : ", ") + l;
+      type += " (" + who + ")";
+    }
+    std::string def;
+    for (const auto& [value, who] : r.defaults) {
+      def += (def.empty() ? "" : "; ") + std::string("`") + value + "`" +
+             (r.defaults.size() > 1 ? " (" + who + ")" : "");
+    }
+    out += "| `" + r.entry.key + "` | " + cell(type) + " | " + cell(def) + " | " +
+           cell(r.entry.accepted) + " |\n";
+  }
+  return out;
 }
 
 std::string to_yaml(const Config& cfg) {

@@ -164,4 +164,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // The resolved config as YAML text.
 std::string to_yaml(const Config& cfg);
 
+// Every config key with its type, default and accepted values, as the readers define them
+// (recorded while reading configs that take each optimizer's and PEFT's branch; a key whose
+// default depends on the optimizer lists each). One markdown table row per key, in reading order.
+std::string config_schema_markdown();
+
 }  // namespace kktrain

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -120,6 +121,37 @@ bool parse_double(const std::string& s, double* out) {
 
 }  // namespace
 
+namespace {
+SchemaRecorder* g_recorder = nullptr;
+
+std::string range_text(const std::string& lo, const std::string& hi, bool unbounded) {
+  return unbounded ? ">= " + lo : lo + " .. " + hi;
+}
+}  // namespace
+
+SchemaRecorder::SchemaRecorder() {
+  g_recorder = this;
+}
+SchemaRecorder::~SchemaRecorder() {
+  g_recorder = nullptr;
+}
+void Section::accepts(const std::string& key, const std::string& text) const {
+  if (!g_recorder) return;
+  for (auto& e : g_recorder->entries) {
+    if (e.key == key_path(key)) e.accepted = text;
+  }
+}
+
+void SchemaRecorder::record(SchemaEntry e) {
+  for (auto& x : entries) {
+    if (x.key == e.key) {
+      x = std::move(e);
+      return;
+    }
+  }
+  entries.push_back(std::move(e));
+}
+
 Section::Section(YAML::Node node, std::string path, std::shared_ptr<const ConfigOrigin> origin,
                  YAML::Node resolved)
     : node_(node), path_(std::move(path)), origin_(std::move(origin)), resolved_(resolved) {
@@ -193,6 +225,11 @@ int64_t Section::get_int(const std::string& key, int64_t def, int64_t min, int64
 std::optional<int64_t> Section::get_opt_int(const std::string& key, std::optional<int64_t> def,
                                             int64_t min, int64_t max) {
   known(key);
+  if (g_recorder) {
+    g_recorder->record({key_path(key), "integer", def ? std::to_string(*def) : "null",
+                        range_text(std::to_string(min), std::to_string(max),
+                                   max >= std::numeric_limits<int32_t>::max())});
+  }
   std::optional<int64_t> out = def;
   const YAML::Node v = value(key);
   if (v.IsDefined() && !v.IsNull()) {
@@ -212,6 +249,10 @@ std::optional<int64_t> Section::get_opt_int(const std::string& key, std::optiona
 
 double Section::get_double(const std::string& key, double def, double min, double max) {
   known(key);
+  if (g_recorder) {
+    g_recorder->record({key_path(key), "number", format_double(def),
+                        range_text(format_double(min), format_double(max), std::isinf(max))});
+  }
   double out = def;
   const YAML::Node v = value(key);
   if (v.IsDefined() && !v.IsNull()) {
@@ -230,6 +271,8 @@ double Section::get_double(const std::string& key, double def, double min, doubl
 
 bool Section::get_bool(const std::string& key, bool def) {
   known(key);
+  if (g_recorder)
+    g_recorder->record({key_path(key), "boolean", def ? "true" : "false", "true, false"});
   bool out = def;
   const YAML::Node v = value(key);
   if (v.IsDefined() && !v.IsNull()) {
@@ -248,6 +291,7 @@ bool Section::get_bool(const std::string& key, bool def) {
 
 std::string Section::get_string(const std::string& key, const std::string& def) {
   auto v = get_opt_string(key);
+  if (g_recorder) g_recorder->record({key_path(key), "string", "\"" + def + "\"", "any string"});
   std::string out = v ? *v : def;
   resolved_[key] = out;
   return out;
@@ -255,6 +299,7 @@ std::string Section::get_string(const std::string& key, const std::string& def) 
 
 std::optional<std::string> Section::get_opt_string(const std::string& key) {
   known(key);
+  if (g_recorder) g_recorder->record({key_path(key), "string", "null", "a string, or null"});
   const YAML::Node v = value(key);
   std::optional<std::string> out;
   if (v.IsDefined() && !v.IsNull()) {
@@ -268,6 +313,11 @@ std::optional<std::string> Section::get_opt_string(const std::string& key) {
 std::string Section::get_choice(const std::string& key, const std::string& def,
                                 const std::vector<std::string>& choices) {
   std::string s = get_string(key, def);
+  if (g_recorder) {
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    g_recorder->record({key_path(key), "choice", def, list});
+  }
   if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
     std::string list;
     for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
@@ -278,6 +328,10 @@ std::string Section::get_choice(const std::string& key, const std::string& def,
 
 std::vector<std::string> Section::get_string_list(const std::string& key, bool allow_glob_maps) {
   known(key);
+  if (g_recorder) {
+    g_recorder->record({key_path(key), "list of strings", "[]",
+                        allow_glob_maps ? "names or globs, or {glob: PATTERN}" : "strings"});
+  }
   std::vector<std::string> out;
   const YAML::Node v = value(key);
   auto item = [&](const YAML::Node& n) {
@@ -308,6 +362,13 @@ std::vector<std::string> Section::get_string_list(const std::string& key, bool a
 std::vector<double> Section::get_double_list(const std::string& key, const std::vector<double>& def,
                                              double min, double max) {
   known(key);
+  if (g_recorder) {
+    std::string d;
+    for (double x : def) d += (d.empty() ? "" : ", ") + format_double(x);
+    g_recorder->record(
+        {key_path(key), "list of " + std::to_string(def.size()) + " numbers", "[" + d + "]",
+         "each " + range_text(format_double(min), format_double(max), std::isinf(max))});
+  }
   std::vector<double> out = def;
   const YAML::Node v = value(key);
   if (v.IsDefined() && !v.IsNull()) {
@@ -337,6 +398,13 @@ std::vector<double> Section::get_double_list(const std::string& key, const std::
 std::optional<DType> Section::get_dtype(const std::string& key, std::optional<DType> def,
                                         bool allow_null, bool allow_auto, bool* is_auto) {
   known(key);
+  if (g_recorder) {
+    // float16 spellings parse but are refused (kktrain computes in float32 and bfloat16 only).
+    g_recorder->record({key_path(key), "dtype", def ? dtype_name(*def) : "null",
+                        std::string("float32 (fp32, torch.float32), bfloat16 (bf16, "
+                                    "torch.bfloat16)") +
+                            (allow_auto ? ", auto" : "") + (allow_null ? ", null" : "")});
+  }
   if (is_auto) *is_auto = false;
   const YAML::Node v = value(key);
   std::optional<DType> out = def;

@@ -37,6 +37,25 @@ std::string closest_key(const std::string& key, const std::vector<std::string>& 
 // Formats a double with the fewest digits that read back to the same value ("0.0003", "1e-08").
 std::string format_double(double v);
 
+// The configuration's schema as the readers below define it: while a SchemaRecorder exists,
+// every Section getter records the key it reads, its type, the default it was given and the
+// values it accepts (kktrain config --schema prints them, so the reference cannot drift from
+// the code).
+struct SchemaEntry {
+  std::string key, type, default_value, accepted;
+};
+class SchemaRecorder {
+ public:
+  SchemaRecorder();
+  ~SchemaRecorder();
+  SchemaRecorder(const SchemaRecorder&) = delete;
+  SchemaRecorder& operator=(const SchemaRecorder&) = delete;
+  // Entries in the order first read; a key read again (the same getter called twice, or a
+  // wrapper such as get_choice refining get_string) replaces its entry.
+  std::vector<SchemaEntry> entries;
+  void record(SchemaEntry e);
+};
+
 class Section {
  public:
   // `node` may be undefined or null (an absent section: every key takes its default).
@@ -72,6 +91,9 @@ class Section {
   // through *is_auto (when allow_auto). The resolved tree records the canonical spelling.
   std::optional<DType> get_dtype(const std::string& key, std::optional<DType> def, bool allow_null,
                                  bool allow_auto = false, bool* is_auto = nullptr);
+
+  // For the schema: what a key read as a plain string accepts (checked by the caller).
+  void accepts(const std::string& key, const std::string& text) const;
 
   // A nested mapping (absent or null gives an empty section with defaults).
   Section sub(const std::string& key);

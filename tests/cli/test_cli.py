@@ -270,6 +270,37 @@ def case_keep_in_fp32_unmatched():
                  "model.keep_in_fp32", "*nomatch*", "matches no parameter")
 
 
+def case_schema_in_readme():
+    """README's configuration reference is `kktrain config --schema`, and every key of the
+    shipped configs is in it."""
+    rc, out, err = run("config", "--schema")
+    check(rc == 0 and err == "", f"config --schema: rc={rc} {err}")
+    readme = open(os.path.join(os.path.dirname(DEFAULT_CONFIG), "..", "README.md")).read()
+    begin, end = "<!-- schema:begin -->\n", "<!-- schema:end -->"
+    check(begin in readme and end in readme, "README has no schema markers")
+    table = readme.split(begin, 1)[1].split(end, 1)[0]
+    check(table == out, "README's configuration reference differs from `kktrain config --schema`;"
+          " regenerate it")
+    keys = {line.split("`")[1] for line in out.splitlines()[2:]}
+    check(yaml is not None, "PyYAML is not available")
+    inputs = os.path.dirname(DEFAULT_CONFIG)
+    for name in sorted(os.listdir(inputs)):
+        if not name.endswith(".yaml"):
+            continue
+        doc = yaml.safe_load(open(os.path.join(inputs, name))) or {}
+
+        def walk(node, prefix):
+            for k, v in node.items():
+                path = prefix + k
+                if isinstance(v, dict) and path not in keys:
+                    walk(v, path + ".")
+                else:
+                    check(path in keys, f"{name}: key {path} is not in the schema")
+        walk(doc, "")
+    rc, _, err = run("config", "--schema", DEFAULT_CONFIG)
+    check(rc == 2 and "takes no other arguments" in err, "--schema with a CONFIG: " + err)
+
+
 def main():
     global KKTRAIN, DATA
     if len(sys.argv) != 4:
