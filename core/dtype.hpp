@@ -61,4 +61,10 @@ decltype(auto) dispatch_dtype(DType d, F&& f) {
   throw InternalError("dispatch_dtype: float16 tensors are not supported");
 }
 
+// Calls f(A{}, B{}) with A and B the scalar types of a and b.
+template <class F>
+void dispatch_dtypes(DType a, DType b, F&& f) {
+  dispatch_dtype(a, [&](auto x) { dispatch_dtype(b, [&](auto y) { f(x, y); }); });
+}
+
 }  // namespace kktrain

@@ -371,7 +371,7 @@ const float* FsdpUnits::weight(int param) const {
 
 template <class Of>
 void FsdpUnits::build(Launches& l, const Unit& u, const Of& of) {
-  l.launches.clear();
+  if (l.built) return;
   for (DType from : {DType::float32, DType::bfloat16}) {
     for (DType to : {DType::float32, DType::bfloat16}) {
       std::vector<FsdpTensor> entries;
@@ -396,70 +396,55 @@ constexpr std::tuple<DType, DType, int64_t> kSkip{DType::float16, DType::float16
 }  // namespace
 
 void FsdpUnits::cast_weights(Unit& u, char* out) {
-  if (!u.cast.built) {
-    build(u.cast, u, [&](std::size_t k, FsdpTensor& e) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      if (u.aliased[k]) return kSkip;
-      e.src = static_cast<int64_t>(pi.offset);
-      e.dst = static_cast<int64_t>(u.wbyte_off[k]);
-      e.round = round_[p] ? 1 : 0;
-      return std::make_tuple(pi.dtype, cdtype_[p], pi.numel);
-    });
-  }
+  build(u.cast, u, [&](std::size_t k, FsdpTensor& e) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    if (u.aliased[k]) return kSkip;
+    e.src = static_cast<int64_t>(pi.offset);
+    e.dst = static_cast<int64_t>(u.wbyte_off[k]);
+    e.round = round_[p] ? 1 : 0;
+    return std::make_tuple(pi.dtype, cdtype_[p], pi.numel);
+  });
   for (const Launch& l : u.cast.launches) {
-    dispatch_dtype(l.from, [&](auto st) {
+    dispatch_dtypes(l.from, l.to, [&](auto st, auto ot) {
       using S = decltype(st);
-      dispatch_dtype(l.to, [&](auto ot) {
-        using O = decltype(ot);
-        cast_weights_kernel<S, O>(out, reg_.flat_data<S>().data(), l.table);
-      });
+      cast_weights_kernel<S, decltype(ot)>(out, reg_.flat_data<S>().data(), l.table);
     });
   }
 }
 
 void FsdpUnits::pack_shards(Unit& u, char* block) {
-  if (!u.pack.built) {
-    build(u.pack, u, [&](std::size_t k, FsdpTensor& e) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      e.src = static_cast<int64_t>(pi.offset);
-      e.dst = static_cast<int64_t>(u.wire_off[k]);
-      e.n = pi.local_numel;
-      return std::make_tuple(pi.dtype, wire_dtype(round_[p]), pi.shard_rows * pi.row_len);
-    });
-  }
+  build(u.pack, u, [&](std::size_t k, FsdpTensor& e) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    e.src = static_cast<int64_t>(pi.offset);
+    e.dst = static_cast<int64_t>(u.wire_off[k]);
+    e.n = pi.local_numel;
+    return std::make_tuple(pi.dtype, wire_dtype(round_[p]), pi.shard_rows * pi.row_len);
+  });
   for (const Launch& l : u.pack.launches) {
-    dispatch_dtype(l.from, [&](auto st) {
+    dispatch_dtypes(l.from, l.to, [&](auto st, auto wt) {
       using S = decltype(st);
-      dispatch_dtype(l.to, [&](auto wt) {
-        using W = decltype(wt);
-        pack_shards_kernel<S, W>(block, reg_.flat_data<S>().data(), l.table);
-      });
+      pack_shards_kernel<S, decltype(wt)>(block, reg_.flat_data<S>().data(), l.table);
     });
   }
 }
 
 void FsdpUnits::unpack_weights(Unit& u, char* out) {
-  if (!u.unpack.built) {
-    build(u.unpack, u, [&](std::size_t k, FsdpTensor& e) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      e.src = static_cast<int64_t>(u.wire_off[k]);
-      e.dst = static_cast<int64_t>(u.wbyte_off[k]);
-      e.rows = pi.rows;
-      e.row_len = pi.row_len;
-      e.shard_rows = pi.shard_rows;
-      return std::make_tuple(wire_dtype(round_[p]), cdtype_[p], pi.rows * pi.row_len);
-    });
-  }
+  build(u.unpack, u, [&](std::size_t k, FsdpTensor& e) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    e.src = static_cast<int64_t>(u.wire_off[k]);
+    e.dst = static_cast<int64_t>(u.wbyte_off[k]);
+    e.rows = pi.rows;
+    e.row_len = pi.row_len;
+    e.shard_rows = pi.shard_rows;
+    return std::make_tuple(wire_dtype(round_[p]), cdtype_[p], pi.rows * pi.row_len);
+  });
   for (const Launch& l : u.unpack.launches) {
-    dispatch_dtype(l.from, [&](auto wt) {
-      using W = decltype(wt);
-      dispatch_dtype(l.to, [&](auto ot) {
-        using O = decltype(ot);
-        unpack_weights_kernel<W, O>(out, wire_recv_.data(), u.block_bytes, l.table);
-      });
+    dispatch_dtypes(l.from, l.to, [&](auto wt, auto ot) {
+      unpack_weights_kernel<decltype(wt), decltype(ot)>(out, wire_recv_.data(), u.block_bytes,
+                                                        l.table);
     });
   }
 }
@@ -551,33 +536,29 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
   ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
   const bool with_acc = u.accumulated;
   Launches& pack = u.reduce_pack[with_acc ? 1 : 0];
-  if (!pack.built) {
-    build(pack, u, [&](std::size_t k, FsdpTensor& e) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      if (!pi.trainable) return kSkip;
-      e.src = u.comp_off[k];
-      e.dst = u.red_off[k];
-      e.rows = pi.rows;
-      e.row_len = pi.row_len;
-      e.shard_rows = pi.shard_rows;
-      e.round = round_[p] ? 1 : 0;
-      e.acc = with_acc ? acc_[p].data() : nullptr;
-      return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * world_);
-    });
-  }
-  if (!u.reduce_unpack.built) {
-    build(u.reduce_unpack, u, [&](std::size_t k, FsdpTensor& e) {
-      const int p = u.spec.params[k];
-      const ParamInfo& pi = reg_.info(p);
-      if (!pi.trainable || pi.local_numel == 0) return kSkip;
-      if (!pi.has_grad) reg_.grad<float>(p);  // trainable without a gradient buffer: the error
-      e.src = u.red_off[k];
-      e.dst = static_cast<int64_t>(pi.grad_offset);
-      e.n = pi.local_numel;
-      return std::make_tuple(reduce_, pi.dtype, pi.local_numel);
-    });
-  }
+  build(pack, u, [&](std::size_t k, FsdpTensor& e) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    if (!pi.trainable) return kSkip;
+    e.src = u.comp_off[k];
+    e.dst = u.red_off[k];
+    e.rows = pi.rows;
+    e.row_len = pi.row_len;
+    e.shard_rows = pi.shard_rows;
+    e.round = round_[p] ? 1 : 0;
+    e.acc = with_acc ? acc_[p].data() : nullptr;
+    return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * world_);
+  });
+  build(u.reduce_unpack, u, [&](std::size_t k, FsdpTensor& e) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    if (!pi.trainable || pi.local_numel == 0) return kSkip;
+    if (!pi.has_grad) reg_.grad<float>(p);  // trainable without a gradient buffer: the error
+    e.src = u.red_off[k];
+    e.dst = static_cast<int64_t>(pi.grad_offset);
+    e.n = pi.local_numel;
+    return std::make_tuple(reduce_, pi.dtype, pi.local_numel);
+  });
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
     R* send = reinterpret_cast<R*>(wire_send_.data());

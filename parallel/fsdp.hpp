@@ -160,8 +160,9 @@ class FsdpUnits {
   void pack_shards(Unit& u, char* block);
   void accumulate(Unit& u, const float* grads);
   void reduce_scatter(Unit& u, const float* grads);
-  // The unit's launches of one kind: for each parameter k, `of(k, entry)` fills its table entry
-  // and returns {from, to, elements}, or from = float16 to leave it out.
+  // Builds the unit's launches of one kind once (a no-op afterwards): for each parameter k,
+  // `of(k, entry)` fills its table entry and returns {from, to, elements}, or from = float16 to
+  // leave it out.
   template <class Of>
   static void build(Launches& l, const Unit& u, const Of& of);
 

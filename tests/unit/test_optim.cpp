@@ -19,30 +19,30 @@
 namespace kktrain {
 namespace {
 
+// Every parameter (grad: every gradient buffer) drawn from N(0, scale^2) with `seed`.
+void fill_normal(ParamRegistry& reg, uint32_t seed, float scale, bool grad) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  for (int i = 0; i < reg.size(); ++i) {
+    if (grad && !reg.info(i).has_grad) continue;
+    std::vector<float> v(reg.info(i).numel);
+    for (auto& x : v) x = dist(rng);
+    param_from_host(reg, i, v, grad);
+  }
+}
+
 ParamRegistry make_registry(DType d, int64_t n = 1000) {
   ParamRegistry reg;
   reg.add("a.weight", "a", {n}, ParamRole::linear, d);
   reg.add("b.weight", "b", {n / 10, 10}, ParamRole::linear, d);
   reg.add("c.weight", "c", {7}, ParamRole::norm, DType::float32);  // protected-fp32-like
   reg.allocate();
-  std::mt19937 rng(3);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int i = 0; i < reg.size(); ++i) {
-    std::vector<float> v(reg.info(i).numel);
-    for (auto& x : v) x = dist(rng);
-    param_from_host(reg, i, v);
-  }
+  fill_normal(reg, 3, 1.0f, /*grad=*/false);
   return reg;
 }
 
 void random_grads(ParamRegistry& reg, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1e-2f);
-  for (int i = 0; i < reg.size(); ++i) {
-    std::vector<float> g(reg.info(i).numel);
-    for (auto& x : g) x = dist(rng);
-    param_from_host(reg, i, g, /*grad=*/true);
-  }
+  fill_normal(reg, seed, 1e-2f, /*grad=*/true);
 }
 
 OptimizerConfig fused(bool master, bool remainders) {
@@ -234,25 +234,8 @@ ParamRegistry mixed_registry() {
   reg.add("f.weight", "f", {40000}, ParamRole::linear, DType::float32);
   reg.info_mut(1).trainable = false;
   reg.allocate();
-  std::mt19937 rng(5);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int i = 0; i < reg.size(); ++i) {
-    std::vector<float> v(reg.info(i).numel);
-    for (auto& x : v) x = dist(rng);
-    param_from_host(reg, i, v);
-  }
+  fill_normal(reg, 5, 1.0f, /*grad=*/false);
   return reg;
-}
-
-void random_trainable_grads(ParamRegistry& reg, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1e-2f);
-  for (int i = 0; i < reg.size(); ++i) {
-    if (!reg.info(i).has_grad) continue;
-    std::vector<float> g(reg.info(i).numel);
-    for (auto& x : g) x = dist(rng);
-    param_from_host(reg, i, g, /*grad=*/true);
-  }
 }
 
 std::vector<uint32_t> all_bits(const ParamRegistry& reg, const Optimizer& o) {
@@ -303,8 +286,8 @@ TEST(Optimizer, GroupedLaunchMatchesPerParameterLaunchesBitwise) {
     auto single = make_optimizer(cfg, b, 3, UpdateLaunch::per_parameter);
     const auto before = all_bits(a, *grouped);
     for (int step = 0; step < 4; ++step) {
-      random_trainable_grads(a, 40 + step);
-      random_trainable_grads(b, 40 + step);
+      random_grads(a, 40 + step);
+      random_grads(b, 40 + step);
       grouped->step(1e-2, 0.7f);
       single->step(1e-2, 0.7f);
     }
