@@ -347,6 +347,7 @@ TrainProgress load_training_checkpoint(const std::string& file, const Config& cf
     p.step = f.read_attr_i64("/", "step");
     p.optimizer_steps = f.read_attr_i64("/", "optimizer_steps");
     p.nonfinite = f.read_attr_i64("/", "nonfinite_in_row");
+    if (f.has_attr("/", "config")) p.saved_config = f.read_attr_str("/", "config");
     opt.set_steps(p.optimizer_steps);
     if (converted > 0) {
       log::info("checkpoint: " + std::to_string(converted) +

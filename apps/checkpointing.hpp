@@ -39,6 +39,7 @@ struct TrainProgress {
   int64_t step = 0;             // loop steps completed (the next step's index)
   int64_t optimizer_steps = 0;  // updates applied (non-finite steps are skipped)
   int64_t nonfinite = 0;        // non-finite steps in a row
+  std::string saved_config;     // the resolved config the checkpoint was saved with (YAML)
 };
 
 // checkpoint.dir, or <train.output_dir>/checkpoints.

@@ -41,6 +41,23 @@ namespace kktrain {
 
 namespace {
 
+// The storage dtype, and the parameters stored otherwise (keep_in_fp32, LoRA adapters' own
+// dtype): "bfloat16 (73984 parameters float32)".
+std::string storage_text(const ParamRegistry& params, DType storage) {
+  int64_t other[2] = {0, 0};
+  for (const auto& p : params.all()) {
+    if (p.dtype != storage) other[p.dtype == DType::float32 ? 0 : 1] += p.numel;
+  }
+  std::string t = dtype_name(storage);
+  const DType kinds[2] = {DType::float32, DType::bfloat16};
+  for (int k = 0; k < 2; ++k) {
+    if (other[k] > 0) {
+      t += " (" + std::to_string(other[k]) + " parameters " + dtype_name(kinds[k]) + ")";
+    }
+  }
+  return t;
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -163,6 +180,16 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     }
     log::info("resumed from " + *source + " at step " + std::to_string(state.step) + " (" +
               seconds_text(now_s() - t0) + ")");
+    // Settings changed since the save take effect from here on (a longer max_steps stretches
+    // the schedule); say which, so a resumed run is never silently a different run.
+    const auto changed = config_differences(state.saved_config, to_yaml(cfg),
+                                            {"checkpoint.resume", "resolved_precision"});
+    if (!state.saved_config.empty() && !changed.empty()) {
+      std::string list;
+      for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
+      log::info("resumed with " + std::to_string(changed.size()) + " setting" +
+                (changed.size() == 1 ? "" : "s") + " changed since the checkpoint: " + list);
+    }
   }
   const std::string metrics_path =
       (std::filesystem::path(cfg.train.output_dir) / "metrics.jsonl").string();
@@ -199,7 +226,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   if (!ctx.threads.empty()) log::info(ctx.threads);
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + opt->name() + " on " + data.source() +
-            "; storage " + dtype_name(cfg.precision.storage) + ", compute " +
+            "; storage " + storage_text(params, cfg.precision.storage) + ", compute " +
             dtype_name(cfg.precision.compute) + "; " + std::to_string(cfg.train.max_steps) +
             " steps of " + std::to_string(tokens_per_step) + " tokens" + ranks + "; metrics -> " +
             metrics_path);
@@ -226,6 +253,16 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     log::info("checkpoint: step " + std::to_string(done) + " -> " + dir + " (" +
               std::to_string(checkpoint_bytes(params, *opt)) + " bytes on this rank in " +
               seconds_text(now_s() - t0) + ")");
+    // Settings changed since the save take effect from here on (a longer max_steps stretches
+    // the schedule); say which, so a resumed run is never silently a different run.
+    const auto changed = config_differences(state.saved_config, to_yaml(cfg),
+                                            {"checkpoint.resume", "resolved_precision"});
+    if (!state.saved_config.empty() && !changed.empty()) {
+      std::string list;
+      for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
+      log::info("resumed with " + std::to_string(changed.size()) + " setting" +
+                (changed.size() == 1 ? "" : "s") + " changed since the checkpoint: " + list);
+    }
   };
   // At every step boundary: the periodic checkpoint, and a stop request (a signal on any rank)
   // agreed over ranks, which saves and ends the loop.
@@ -238,6 +275,12 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     return !stop;
   };
   double last_loss = NAN;
+  const int64_t first_step = state.step;
+  if (first_step >= cfg.train.max_steps) {
+    log::info("nothing to train: the checkpoint is at step " + std::to_string(first_step) +
+              " and train.max_steps is " + std::to_string(cfg.train.max_steps) +
+              " (raise train.max_steps to train further); writing the export again");
+  }
   // Device high-water (GPU builds): used bytes sampled at step ends; -1 on host builds.
   int64_t device_peak = device_used_bytes();
   const double t_start = now_s();
@@ -364,11 +407,24 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     std::snprintf(measured, sizeof(measured), "peak RSS of the steps %.1f MiB",
                   train_peak / (1 << 20));
   }
-  char line[320];
+  // Steps run by this process (a resumed run says where it started; one with nothing left to
+  // train has no final loss and no step memory to compare with the prediction).
+  const int64_t ran = std::max<int64_t>(0, cfg.train.max_steps - first_step);
+  if (ran == 0) {
+    log::info("done: no steps to train, at step " + std::to_string(first_step));
+    return 0;
+  }
+  char resumed[64] = "";
+  if (first_step > 0) {
+    std::snprintf(resumed, sizeof(resumed), " (steps %lld to %lld, resumed)",
+                  static_cast<long long>(first_step + 1),
+                  static_cast<long long>(cfg.train.max_steps));
+  }
+  char line[384];
   std::snprintf(line, sizeof(line),
-                "done: %lld steps in %.1f s, final loss %.4f, peak RSS %.1f MiB%s; measured %s "
+                "done: %lld steps%s in %.1f s, final loss %.4f, peak RSS %.1f MiB%s; measured %s "
                 "vs predicted peak %.1f MiB",
-                static_cast<long long>(cfg.train.max_steps), now_s() - t_start, last_loss,
+                static_cast<long long>(ran), resumed, now_s() - t_start, last_loss,
                 peak / (1 << 20), W > 1 ? " (largest rank)" : "", measured,
                 static_cast<double>(predicted.total()) / (1 << 20));
   log::info(line);

@@ -630,6 +630,69 @@ std::string config_schema_markdown() {
   return out;
 }
 
+namespace {
+
+// Leaves of a YAML map as (dotted key, flow-style value); a map value that is not a map (a null
+// `peft`, a list) is one leaf.
+void flatten_yaml(const YAML::Node& n, const std::string& prefix,
+                  std::vector<std::pair<std::string, std::string>>* out) {
+  if (n.IsMap() && n.size() > 0) {
+    for (const auto& kv : n) {
+      const std::string k = kv.first.Scalar();
+      flatten_yaml(kv.second, prefix.empty() ? k : prefix + "." + k, out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e.SetNullFormat(YAML::LowerNull);
+  e << YAML::Flow << n;
+  out->emplace_back(prefix, e.c_str());
+}
+
+std::vector<std::pair<std::string, std::string>> yaml_leaves(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  try {
+    flatten_yaml(YAML::Load(text), "", &out);
+  } catch (const YAML::Exception&) {
+    out = {{"", text}};
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> config_differences(const std::string& before, const std::string& after,
+                                            const std::vector<std::string>& ignore) {
+  const auto b = yaml_leaves(before), a = yaml_leaves(after);
+  auto ignored = [&](const std::string& k) {
+    for (const auto& i : ignore) {
+      if (k == i || k.rfind(i + ".", 0) == 0) return true;
+    }
+    return false;
+  };
+  auto find = [](const std::vector<std::pair<std::string, std::string>>& v,
+                 const std::string& k) -> const std::string* {
+    for (const auto& [key, val] : v) {
+      if (key == k) return &val;
+    }
+    return nullptr;
+  };
+  std::vector<std::string> out;
+  for (const auto& [k, v] : a) {
+    if (ignored(k)) continue;
+    const std::string* old = find(b, k);
+    if (!old) {
+      out.push_back(k + ": (absent) -> " + v);
+    } else if (*old != v) {
+      out.push_back(k + ": " + *old + " -> " + v);
+    }
+  }
+  for (const auto& [k, v] : b) {
+    if (!ignored(k) && !find(a, k)) out.push_back(k + ": " + v + " -> (absent)");
+  }
+  return out;
+}
+
 std::string to_yaml(const Config& cfg) {
   YAML::Emitter e;
   e.SetNullFormat(YAML::LowerNull);

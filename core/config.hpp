@@ -164,6 +164,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // The resolved config as YAML text.
 std::string to_yaml(const Config& cfg);
 
+// The keys whose values differ between two configs as to_yaml writes them (e.g. the config a
+// checkpoint was saved with and the one resuming it), as "key.path: OLD -> NEW" in the order of
+// `after` (keys only in `before` last), values in YAML flow style; keys equal to or under one of
+// `ignore` are left out. Text that is not a YAML map compares as one value.
+std::vector<std::string> config_differences(const std::string& before, const std::string& after,
+                                            const std::vector<std::string>& ignore);
+
 // Every config key with its type, default and accepted values, as the readers define them
 // (recorded while reading configs that take each optimizer's and PEFT's branch; a key whose
 // default depends on the optimizer lists each). One markdown table row per key, in reading order.

@@ -257,6 +257,9 @@ def resume_exact(np_):
                           accum=accum).ok()
             tt.check(f"resumed from {ckpt(b, N // 2)} at step {N // 2}" in split.err,
                      f"{what}: no 'resumed' line" + split.where)
+            # The one setting that differs from the saved config is named (resume is ignored).
+            tt.check(f"resumed with 1 setting changed since the checkpoint: train.max_steps: "
+                     f"{N // 2} -> {N}\n" in split.err, f"{what}: changed settings" + split.where)
             tt.check([r["step"] for r in split.train_rows()] == list(range(1, N + 1)) and
                      [r["step"] for r in split.val_rows()] == [2, 4, 6, 8],
                      f"{what}: rows {split.rows}")
@@ -613,7 +616,8 @@ def signals(np_):
                      f"{sig.name} twice: rc {rc2}, {os.listdir(root)} vs {before}\n"
                      f"{err2[-2000:]}")
             rest = train(d, tt.PATTERN_A, *SIG_O, np_=np_, accum=SIG_ACCUM).ok()
-            tt.check(f"resumed from {ckpt(d, s)} at step {s}" in rest.err, rest.where)
+            tt.check(f"resumed from {ckpt(d, s)} at step {s}" in rest.err and
+                     "changed since the checkpoint" not in rest.err, rest.where)
             tt.compare_runs(ref, rest, f"{sig.name} at step {s} on {np_} rank(s), resumed")
             print(f"{np_} rank(s), {sig.name}: stopped after step {s} (exit {rc}); a second signal "
                   f"exited {rc2} {dt:.3f} s after it; the resumed run's metrics are the "

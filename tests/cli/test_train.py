@@ -342,6 +342,27 @@ def case_metrics_kept():
         check(os.path.exists(first.metrics_path + ".2"), "a third run keeps the second as .2")
 
 
+def case_finished_run_again():
+    """The same command again after a finished run trains nothing (one line says so, exit 0, the
+    metrics unchanged); a larger train.max_steps continues it and names the changed setting."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_train_") as tmp:
+        resume = "checkpoint.resume=auto"
+        first = train(tmp, "run", DEFAULT, resume, steps=3).ok()
+        with open(first.metrics_path) as f:
+            text = f.read()
+        again = train(tmp, "run", DEFAULT, resume, steps=3).ok()
+        check("nothing to train: the checkpoint is at step 3 and train.max_steps is 3" in again.err
+              and "done: no steps to train, at step 3" in again.err and
+              "changed since the checkpoint" not in again.err, "rerun" + again.where)
+        with open(first.metrics_path) as f:
+            check(f.read() == text, "a rerun with nothing to train changed metrics.jsonl")
+        more = train(tmp, "run", DEFAULT, resume, steps=5).ok()
+        check("resumed with 1 setting changed since the checkpoint: train.max_steps: 3 -> 5\n"
+              in more.err and "done: 2 steps (steps 4 to 5, resumed)" in more.err,
+              "continued" + more.where)
+        check([r["step"] for r in more.train_rows()] == [1, 3, 5], f"rows {more.rows}")
+
+
 # ---- 3. gradient accumulation ----------------------------------------------------------------
 
 

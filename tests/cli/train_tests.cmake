@@ -6,7 +6,7 @@ set(KKTRAIN_TRAIN_CASES
   # 1. a full run: metrics.jsonl rows, validation rows, loss goes down, lr schedule bit-exact
   full_run log_cadence lr_schedule_variants
   # 2.-3. determinism (bit-identical metrics, also across Kokkos thread counts), accumulation
-  determinism thread_counts metrics_kept grad_accumulation
+  determinism thread_counts metrics_kept finished_run_again grad_accumulation
   # 4. the precision patterns of docs/precision.md, the precision warning and its error mode
   pattern_a pattern_b pattern_risky pattern_risky_fail patterns_consistent
   # 5. non-finite loss / gradient norm: skipped steps, then exit 1
