@@ -3,16 +3,18 @@
 # missing) and builds kktrain in ./build with -j2 in Release.
 #
 #   scripts/setup.sh            runtime + build dependencies, then build
+#   scripts/setup.sh --h5py     also h5py, NumPy and Matplotlib (post-processing kktrain's files)
 #   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy, matplotlib)
 #   BUILD_DIR=dir CMAKE_ARGS="..." scripts/setup.sh   build elsewhere / with extra options
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_tests=0
+want_tests=0 want_h5py=0
 for a in "$@"; do
   case "$a" in
-    --tests) want_tests=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --tests) want_tests=1 want_h5py=1 ;;
+    --h5py) want_h5py=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -20,8 +22,11 @@ done
 pkgs=(g++ make cmake pkg-config
       libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libdnnl-dev
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libyaml-cpp-dev libgtest-dev)
+if [ "$want_h5py" = 1 ]; then
+  pkgs+=(python3 python3-h5py python3-numpy python3-matplotlib)
+fi
 if [ "$want_tests" = 1 ]; then
-  pkgs+=(python3 python3-torch python3-h5py python3-numpy python3-matplotlib)
+  pkgs+=(python3-torch)
 fi
 
 missing=()
