@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""The precision study: one model, one text, one seed, five precision patterns.
+"""The precision study: one model, one text, five precision patterns, one or more seeds.
 
 Trains kktrain's default model (inputs/default.yaml: 0.76M parameters, byte-level) on real text
 that every Debian machine ships (the licence texts in /usr/share/common-licenses, from the
-essential base-files package), same seed and schedule for every pattern:
+essential base-files package), the same seeds and schedule for every pattern:
 
   A            TE FusedAdam, bf16 storage, fp32 master as bf16 + int16 remainder, fp32 moments
   A-bf16-mom   the same with bf16 moments
@@ -16,13 +16,22 @@ of a bf16 weight's spacing: that is where rounding updates away shows. Writes, u
 study.md (final and best validation loss, bytes per parameter of the allocated parameters,
 gradients and optimizer state as `kktrain audit` plans them (equal to what train allocates, a
 tested invariant), measured peak RSS and tokens/s per pattern), study.png (validation curves),
-study.json (everything), and each run's directory.
+study.json (everything), and each run's directory. With several seeds (--seeds) the table gives
+each pattern's mean over the seeds and their range, the plot the mean curve and the range as a
+band: differences between patterns smaller than the spread between seeds are trajectory noise.
 
     scripts/precision_study.py [--steps 600] [--lr 2e-3] [--min-lr 2e-5] [--out runs/precision_study]
+    scripts/precision_study.py --seeds 1234,1235,1236 --jobs 2   # three seeds, two runs at a time
     scripts/precision_study.py --long          # 3000 steps
     scripts/precision_study.py --steps 40 --patterns A,risky   # a smoke run (CI)
+
+--jobs N runs N trainings at once, each limited to one thread (OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS, KOKKOS_NUM_THREADS = 1); the default model's products run on one thread
+anyway (kktrain splits a product only from 64M multiply-adds), so the losses are the same bits as
+with --jobs 1, and only tokens/s changes.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import statistics
@@ -80,7 +89,9 @@ def main():
     ap.add_argument("--long", action="store_true", help="3000 steps")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr", type=float, default=2e-5)
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seeds", default="1234", help="comma-separated model and data seeds")
+    ap.add_argument("--seed", type=int, help="one seed (the same as --seeds SEED)")
+    ap.add_argument("--jobs", type=int, default=1, help="trainings run at once (1 thread each)")
     ap.add_argument("--patterns", default=",".join(PATTERNS))
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--check", action="store_true",
@@ -98,47 +109,82 @@ def main():
     nbytes, nfiles = corpus(text)
     config = os.path.join(ROOT, "inputs", "default.yaml")
     val_every = max(1, steps // 20)
+    seeds = [a.seed] if a.seed is not None else [int(x) for x in a.seeds.split(",")]
     common = [f"data.path={text}", "data.format=text", f"train.max_steps={steps}",
               f"train.val_every={val_every}", f"train.log_every={max(1, steps // 4)}",
               f"optimizer.lr={a.lr}", f"lr_scheduler.min_lr={a.min_lr}",
               "lr_scheduler.lr_decay_style=cosine", f"lr_scheduler.lr_warmup_steps={steps // 20}",
-              f"model.seed={a.seed}", f"data.seed={a.seed}", "checkpoint.save_every=0"]
+              "checkpoint.save_every=0"]
     env = dict(os.environ)
-    results = {}
-    for n in names:
+    if a.jobs > 1:
+        env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", KOKKOS_NUM_THREADS="1")
+
+    def one(n, seed):
         desc, ov = PATTERNS[n]
-        out = os.path.join(a.out, n)
-        cmd = [kk, "train", config, *common, *ov, f"train.output_dir={out}", "checkpoint.resume=none"]
-        print(f"[{n}] {desc}: {steps} steps", flush=True)
-        run(cmd, env)
+        out = os.path.join(a.out, n if len(seeds) == 1 else f"{n}_seed{seed}")
+        sv = [f"model.seed={seed}", f"data.seed={seed}"]
+        run([kk, "train", config, *common, *sv, *ov, f"train.output_dir={out}",
+             "checkpoint.resume=none"], env)
         rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if l.strip()]
         val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
         train = [r for r in rows if "loss" in r]
-        audit = json.loads(run([kk, "audit", config, *common, *ov, "--json"], env).stdout)
+        audit = json.loads(run([kk, "audit", config, *common, *sv, *ov, "--json"], env).stdout)
         t = audit["totals"]
         state = t["bytes_params"] + t["bytes_grads"] + t["bytes_moments"] + t["bytes_master"]
-        results[n] = {
-            "description": desc, "overrides": ov, "val": val,
-            "final_val": val[-1][1], "best_val": min(v for _, v in val),
-            "bytes_per_param": state / t["elements"],
-            "peak_rss_mib": max(r["peak_rss_bytes"] for r in train) / 2**20,
-            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in train[len(train) // 10:]),
-        }
-        r = results[n]
-        print(f"[{n}] final val {r['final_val']:.4f}, best {r['best_val']:.4f}, "
+        r = {"seed": seed, "val": val, "final_val": val[-1][1], "best_val": min(v for _, v in val),
+             "final_train": train[-1]["loss"], "elements": t["elements"],
+             "bytes_per_param": state / t["elements"],
+             "peak_rss_mib": max(r["peak_rss_bytes"] for r in train) / 2**20,
+             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in train[len(train) // 10:])}
+        print(f"[{n} seed {seed}] final val {r['final_val']:.4f}, best {r['best_val']:.4f}, "
               f"{r['bytes_per_param']:.2f} B/param, peak RSS {r['peak_rss_mib']:.1f} MiB, "
               f"{r['tokens_per_s']:.0f} tok/s", flush=True)
-    meta = {"steps": steps, "lr": a.lr, "min_lr": a.min_lr, "seed": a.seed,
+        return r
+
+    print(f"{len(names)} patterns x {len(seeds)} seeds, {steps} steps each, {a.jobs} at a time",
+          flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        futures = {(n, s): pool.submit(one, n, s) for n in names for s in seeds}
+        runs = {key: f.result() for key, f in futures.items()}
+    results = {}
+    for n in names:
+        per = [runs[(n, s)] for s in seeds]
+        finals, bests = [r["final_val"] for r in per], [r["best_val"] for r in per]
+        steps_v = [s for s, _ in per[0]["val"]]
+        results[n] = {
+            "description": PATTERNS[n][0], "overrides": PATTERNS[n][1], "runs": per,
+            "val": [(st, statistics.mean(r["val"][i][1] for r in per)) for i, st in
+                    enumerate(steps_v)],
+            "val_min": [min(r["val"][i][1] for r in per) for i in range(len(steps_v))],
+            "val_max": [max(r["val"][i][1] for r in per) for i in range(len(steps_v))],
+            "final_val": statistics.mean(finals), "final_val_range": [min(finals), max(finals)],
+            "best_val": statistics.mean(bests), "best_val_range": [min(bests), max(bests)],
+            "final_train": statistics.mean(r["final_train"] for r in per),
+            "bytes_per_param": per[0]["bytes_per_param"],
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in per),
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in per),
+        }
+    meta = {"steps": steps, "lr": a.lr, "min_lr": a.min_lr, "seeds": seeds, "jobs": a.jobs,
             "corpus": f"/usr/share/common-licenses: {nfiles} files, {nbytes} bytes",
-            "parameters": audit["totals"]["elements"]}
+            "parameters": runs[(names[0], seeds[0])]["elements"]}
     with open(os.path.join(a.out, "study.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
+    several = len(seeds) > 1
+    seed_text = (f"seeds {', '.join(map(str, seeds))} (mean, and the range over seeds)" if several
+                 else f"seed {seeds[0]}")
     lines = [f"Default model ({meta['parameters']} parameters), {meta['corpus']}, {steps} steps, "
-             f"lr {a.lr:g} cosine to {a.min_lr:g}, seed {a.seed}, bf16 compute.", "",
-             "| pattern | what | final val loss | best val loss | bytes/param | peak RSS MiB | tok/s |",
-             "|---|---|---|---|---|---|---|"]
+             f"lr {a.lr:g} cosine to {a.min_lr:g}, {seed_text}, bf16 compute.", "",
+             "| pattern | what | final val loss | best val loss | final train loss | bytes/param | "
+             "peak RSS MiB | tok/s |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def cell(r, key):
+        lo, hi = r.get(key + "_range", (None, None))
+        return f"{r[key]:.4f}" + (f" ({lo:.4f}-{hi:.4f})" if several else "")
+
     for n, r in results.items():
-        lines.append(f"| {n} | {r['description']} | {r['final_val']:.4f} | {r['best_val']:.4f} | "
+        lines.append(f"| {n} | {r['description']} | {cell(r, 'final_val')} | "
+                     f"{cell(r, 'best_val')} | {r['final_train']:.4f} | "
                      f"{r['bytes_per_param']:.2f} | {r['peak_rss_mib']:.1f} | "
                      f"{r['tokens_per_s']:.0f} |")
     with open(os.path.join(a.out, "study.md"), "w") as f:
@@ -149,7 +195,8 @@ def main():
         theory = {"A": 2 + 2 + 8 + 2, "A-bf16-mom": 2 + 2 + 4 + 2, "B": 4 + 4 + 8, "risky": 2 + 2 + 4,
                   "SR": 2 + 2 + 4}
         for n, r in results.items():
-            ok = all(v == v and v < 1e30 for _, v in r["val"]) and r["tokens_per_s"] > 0
+            ok = all(v == v and v < 1e30 for run_ in r["runs"] for _, v in run_["val"]) and \
+                r["tokens_per_s"] > 0
             if not ok or abs(r["bytes_per_param"] - theory[n]) > 1e-9:
                 sys.exit(f"precision_study --check: {n}: losses {r['val']}, "
                          f"{r['bytes_per_param']} bytes/param (theory {theory[n]})")
@@ -159,10 +206,14 @@ def main():
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
         for n, r in results.items():
-            ax.plot([s for s, _ in r["val"]], [v for _, v in r["val"]], label=f"{n}: {r['description']}")
+            xs = [s for s, _ in r["val"]]
+            line, = ax.plot(xs, [v for _, v in r["val"]], label=f"{n}: {r['description']}")
+            if several:
+                ax.fill_between(xs, r["val_min"], r["val_max"], color=line.get_color(), alpha=0.15)
         ax.set_xlabel("step")
         ax.set_ylabel("validation loss (nats/byte)")
-        ax.set_title(f"kktrain precision patterns, {steps} steps, lr {a.lr:g} -> {a.min_lr:g}")
+        ax.set_title(f"kktrain precision patterns, {steps} steps, lr {a.lr:g} -> {a.min_lr:g}"
+                     + (f", {len(seeds)} seeds (band: range)" if several else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
