@@ -576,7 +576,9 @@ def interrupted(run_dir, np_, sig, after, twice=False):
     p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow,
                f"train.output_dir={run_dir}"], np_, err_path)
     try:
-        wait_for(lambda: f"step {after}/" in read(err_path) or p.poll() is not None, 60,
+        # Generous: a slow (`twice`) step with 2 ranks x 2 OpenMP threads on 2 cores, beside
+        # Open MPI's busy polling, has taken over 30 s.
+        wait_for(lambda: f"step {after}/" in read(err_path) or p.poll() is not None, 180,
                  f"step {after}")
         tt.check(p.poll() is None, f"the run ended before step {after}:\n{read(err_path)}")
         pids = [p.pid] if np_ == 1 else session_pids(p.pid, "kktrain")
@@ -610,7 +612,8 @@ def signals(np_):
                      f"{sig.name}: no checkpoint of step {s}: {os.listdir(root)}\n{err[-2000:]}")
             # A second signal: exit at once with the first one's status, no new checkpoint.
             before = (step_dirs(root), latest(root))
-            rc2, err2, dt = interrupted(d, np_, sig, s + 2, twice=True)
+            # The resumed run's first step (one slow step to wait for, not two).
+            rc2, err2, dt = interrupted(d, np_, sig, s + 1, twice=True)
             tt.check(rc2 == 128 + sig and "stopped by signal" not in err2 and
                      "checkpoint: step" not in err2 and (step_dirs(root), latest(root)) == before,
                      f"{sig.name} twice: rc {rc2}, {os.listdir(root)} vs {before}\n"
