@@ -97,7 +97,16 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="fail unless every run gave finite losses and each pattern's bytes per "
                          "parameter is its arithmetic (docs/precision.md): the CI smoke test")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite study.md and study.png from the study.json under --out, "
+                         "without training")
     a = ap.parse_args()
+    if a.report_only:
+        with open(os.path.join(a.out, "study.json")) as f:
+            d = json.load(f)
+        report(d["results"], d["meta"], a.out)
+        plot(d["results"], d["meta"], os.path.join(a.out, "study.png"))
+        return
     steps = 3000 if a.long else a.steps
     names = a.patterns.split(",")
     for n in names:
@@ -169,11 +178,31 @@ def main():
             "parameters": runs[(names[0], seeds[0])]["elements"]}
     with open(os.path.join(a.out, "study.json"), "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
+    report(results, meta, a.out)
+    if a.check:
+        # param + grad + moments + master bytes per parameter, every parameter trainable.
+        theory = {"A": 2 + 2 + 8 + 2, "A-bf16-mom": 2 + 2 + 4 + 2, "B": 4 + 4 + 8, "risky": 2 + 2 + 4,
+                  "SR": 2 + 2 + 4}
+        for n, r in results.items():
+            ok = all(v == v and v < 1e30 for run_ in r["runs"] for _, v in run_["val"]) and \
+                r["tokens_per_s"] > 0
+            if not ok or abs(r["bytes_per_param"] - theory[n]) > 1e-9:
+                sys.exit(f"precision_study --check: {n}: losses {r['val']}, "
+                         f"{r['bytes_per_param']} bytes/param (theory {theory[n]})")
+    if not a.no_plot:
+        plot(results, meta, os.path.join(a.out, "study.png"))
+
+
+def report(results, meta, out):
+    """study.md (and stdout): the table; with several seeds also each pattern's difference from
+    pattern A seed by seed (the same initialization and data order: a paired comparison)."""
+    seeds = meta["seeds"]
     several = len(seeds) > 1
     seed_text = (f"seeds {', '.join(map(str, seeds))} (mean, and the range over seeds)" if several
                  else f"seed {seeds[0]}")
-    lines = [f"Default model ({meta['parameters']} parameters), {meta['corpus']}, {steps} steps, "
-             f"lr {a.lr:g} cosine to {a.min_lr:g}, {seed_text}, bf16 compute.", "",
+    lines = [f"Default model ({meta['parameters']} parameters), {meta['corpus']}, "
+             f"{meta['steps']} steps, lr {meta['lr']:g} cosine to {meta['min_lr']:g}, {seed_text}, "
+             "bf16 compute.", "",
              "| pattern | what | final val loss | best val loss | final train loss | bytes/param | "
              "peak RSS MiB | tok/s |",
              "|---|---|---|---|---|---|---|---|"]
@@ -187,38 +216,44 @@ def main():
                      f"{cell(r, 'best_val')} | {r['final_train']:.4f} | "
                      f"{r['bytes_per_param']:.2f} | {r['peak_rss_mib']:.1f} | "
                      f"{r['tokens_per_s']:.0f} |")
-    with open(os.path.join(a.out, "study.md"), "w") as f:
+    if several and "A" in results:
+        lines += ["", f"Minus pattern A's, seed by seed ({', '.join(map(str, seeds))}):", "",
+                  "| pattern | final val loss | final train loss |", "|---|---|---|"]
+        base = results["A"]["runs"]
+        for n, r in results.items():
+            if n == "A":
+                continue
+            d = {k: " ".join(f"{x[k] - b[k]:+.4f}" for x, b in zip(r["runs"], base))
+                 for k in ("final_val", "final_train")}
+            lines.append(f"| {n} | {d['final_val']} | {d['final_train']} |")
+    with open(os.path.join(out, "study.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    if a.check:
-        # param + grad + moments + master bytes per parameter, every parameter trainable.
-        theory = {"A": 2 + 2 + 8 + 2, "A-bf16-mom": 2 + 2 + 4 + 2, "B": 4 + 4 + 8, "risky": 2 + 2 + 4,
-                  "SR": 2 + 2 + 4}
-        for n, r in results.items():
-            ok = all(v == v and v < 1e30 for run_ in r["runs"] for _, v in run_["val"]) and \
-                r["tokens_per_s"] > 0
-            if not ok or abs(r["bytes_per_param"] - theory[n]) > 1e-9:
-                sys.exit(f"precision_study --check: {n}: losses {r['val']}, "
-                         f"{r['bytes_per_param']} bytes/param (theory {theory[n]})")
-    if not a.no_plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-        for n, r in results.items():
-            xs = [s for s, _ in r["val"]]
-            line, = ax.plot(xs, [v for _, v in r["val"]], label=f"{n}: {r['description']}")
-            if several:
-                ax.fill_between(xs, r["val_min"], r["val_max"], color=line.get_color(), alpha=0.15)
-        ax.set_xlabel("step")
-        ax.set_ylabel("validation loss (nats/byte)")
-        ax.set_title(f"kktrain precision patterns, {steps} steps, lr {a.lr:g} -> {a.min_lr:g}"
-                     + (f", {len(seeds)} seeds (band: range)" if several else ""))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.out, "study.png"))
-        print("wrote", os.path.join(a.out, "study.png"))
+
+
+def plot(results, meta, path):
+    """The validation curves: one line per pattern (the mean over seeds), the range over seeds as
+    a band."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    several = len(meta["seeds"]) > 1
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for n, r in results.items():
+        xs = [s for s, _ in r["val"]]
+        line, = ax.plot(xs, [v for _, v in r["val"]], label=f"{n}: {r['description']}")
+        if several:
+            ax.fill_between(xs, r["val_min"], r["val_max"], color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (nats/byte)" + (", mean over seeds" if several else ""))
+    ax.set_title(f"{meta['steps']} steps, lr {meta['lr']:g} -> {meta['min_lr']:g}, "
+                 + (f"{len(meta['seeds'])} seeds (band: their range)" if several
+                    else f"seed {meta['seeds'][0]}"), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    print("wrote", path)
 
 
 if __name__ == "__main__":
