@@ -253,16 +253,6 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     log::info("checkpoint: step " + std::to_string(done) + " -> " + dir + " (" +
               std::to_string(checkpoint_bytes(params, *opt)) + " bytes on this rank in " +
               seconds_text(now_s() - t0) + ")");
-    // Settings changed since the save take effect from here on (a longer max_steps stretches
-    // the schedule); say which, so a resumed run is never silently a different run.
-    const auto changed = config_differences(state.saved_config, to_yaml(cfg),
-                                            {"checkpoint.resume", "resolved_precision"});
-    if (!state.saved_config.empty() && !changed.empty()) {
-      std::string list;
-      for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
-      log::info("resumed with " + std::to_string(changed.size()) + " setting" +
-                (changed.size() == 1 ? "" : "s") + " changed since the checkpoint: " + list);
-    }
   };
   // At every step boundary: the periodic checkpoint, and a stop request (a signal on any rank)
   // agreed over ranks, which saves and ends the loop.

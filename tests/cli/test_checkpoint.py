@@ -258,8 +258,10 @@ def resume_exact(np_):
             tt.check(f"resumed from {ckpt(b, N // 2)} at step {N // 2}" in split.err,
                      f"{what}: no 'resumed' line" + split.where)
             # The one setting that differs from the saved config is named (resume is ignored).
-            tt.check(f"resumed with 1 setting changed since the checkpoint: train.max_steps: "
-                     f"{N // 2} -> {N}\n" in split.err, f"{what}: changed settings" + split.where)
+            tt.check(split.err.count(f"resumed with 1 setting changed since the checkpoint: "
+                                     f"train.max_steps: {N // 2} -> {N}\n") == 1 and
+                     split.err.count("changed since the checkpoint") == 1,
+                     f"{what}: changed settings" + split.where)
             tt.check([r["step"] for r in split.train_rows()] == list(range(1, N + 1)) and
                      [r["step"] for r in split.val_rows()] == [2, 4, 6, 8],
                      f"{what}: rows {split.rows}")
