@@ -244,7 +244,8 @@ def plot(results, meta, path):
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for n, r in results.items():
         xs = [s for s, _ in r["val"]]
-        line, = ax.plot(xs, [v for _, v in r["val"]], label=f"{n}: {r['description']}")
+        color = f"C{list(PATTERNS).index(n)}"  # a pattern has the same colour in every plot
+        line, = ax.plot(xs, [v for _, v in r["val"]], color=color, label=f"{n}: {r['description']}")
         if several:
             ax.fill_between(xs, r["val_min"], r["val_max"], color=line.get_color(), alpha=0.15)
     ax.set_xlabel("step")
