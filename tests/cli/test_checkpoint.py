@@ -575,7 +575,12 @@ def interrupted(run_dir, np_, sig, after, twice=False):
     # the step ends (256 were not enough with 2 ranks x 2 OpenMP threads on 2 cores once the
     # model's kernels got faster; 64 not with 4 threads).
     slow = [f"data.global_batch_size={2048 * np_}"] if twice else []
-    p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow,
+    # The run must outlast the test's reaction: 200 tiny steps take under 4 s, and with 2 ranks x
+    # 2 OpenMP threads spinning on 2 cores this process has waited over 10 s for the CPU (a
+    # `sleep 1` took 13 s). A run 10x as long (the schedule is fixed by sched(STEPS)) is
+    # stopped long before its end; the run that resumes it sets its own train.max_steps.
+    longer = [f"train.max_steps={10 * STEPS}"]
+    p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow, *longer,
                f"train.output_dir={run_dir}"], np_, err_path)
     try:
         # Generous: a slow (`twice`) step with 2 ranks x 2 OpenMP threads on 2 cores, beside
@@ -600,7 +605,6 @@ def interrupted(run_dir, np_, sig, after, twice=False):
 
 def signals(np_):
     with tempfile.TemporaryDirectory(prefix="kktrain_ckpt_") as tmp:
-        ref = train(os.path.join(tmp, "ref"), tt.PATTERN_A, *SIG_O, np_=np_, accum=SIG_ACCUM).ok()
         for sig in (signal.SIGTERM, signal.SIGINT):
             d = os.path.join(tmp, sig.name)
             root = os.path.join(d, "checkpoints")
@@ -609,7 +613,7 @@ def signals(np_):
             tt.check(rc == 128 + sig and m is not None and "stop requested: saving" in err,
                      f"{sig.name}: rc {rc}\n{err[-2000:]}")
             s = int(m.group(1))
-            tt.check(5 <= s < STEPS and latest(root) == f"step_{s:08d}" and
+            tt.check(5 <= s < 10 * STEPS and latest(root) == f"step_{s:08d}" and
                      os.path.isfile(ckpt(d, s)) and f"checkpoint: step {s} -> " in err,
                      f"{sig.name}: no checkpoint of step {s}: {os.listdir(root)}\n{err[-2000:]}")
             # A second signal: exit at once with the first one's status, no new checkpoint.
@@ -620,9 +624,16 @@ def signals(np_):
                      "checkpoint: step" not in err2 and (step_dirs(root), latest(root)) == before,
                      f"{sig.name} twice: rc {rc2}, {os.listdir(root)} vs {before}\n"
                      f"{err2[-2000:]}")
-            rest = train(d, tt.PATTERN_A, *SIG_O, np_=np_, accum=SIG_ACCUM).ok()
+            # The same command resumes; its metrics are those of a run never interrupted (the
+            # schedule is sched(STEPS) whatever max_steps is, so both end a few steps after s).
+            end = [f"train.max_steps={s + 8}"]
+            rest = train(d, tt.PATTERN_A, *SIG_O, *end, np_=np_, accum=SIG_ACCUM).ok()
             tt.check(f"resumed from {ckpt(d, s)} at step {s}" in rest.err and
-                     "changed since the checkpoint" not in rest.err, rest.where)
+                     rest.err.count("changed since the checkpoint") == 1 and
+                     "resumed with 1 setting changed since the checkpoint: train.max_steps: "
+                     f"{10 * STEPS} -> {s + 8}\n" in rest.err, rest.where)
+            ref = train(os.path.join(tmp, sig.name + "_ref"), tt.PATTERN_A, *SIG_O, *end, np_=np_,
+                        accum=SIG_ACCUM).ok()
             tt.compare_runs(ref, rest, f"{sig.name} at step {s} on {np_} rank(s), resumed")
             print(f"{np_} rank(s), {sig.name}: stopped after step {s} (exit {rc}); a second signal "
                   f"exited {rc2} {dt:.3f} s after it; the resumed run's metrics are the "
