@@ -9,9 +9,9 @@ The scratch directory links `build` to BUILD_DIR and `inputs`, `scripts` to the 
 only this:
 - `kktrain train` commands get `train.max_steps=STEPS` appended (the README's runs are hundreds
   of steps; a few show the same behaviour);
-- a line whose comment says "Ctrl-C" is interrupted with SIGINT once its first step is logged:
-  it must exit 130 with "stopped by signal 2" and a checkpoint, and the next line (the same
-  command) must resume from that checkpoint and exit 0;
+- a line whose comment says "Ctrl-C" runs 20 x STEPS steps and is interrupted with SIGINT once
+  its first step is logged: it must exit 130 with "stopped by signal 2" and a checkpoint, and the
+  next line (the same command) must resume from that checkpoint and exit 0;
 - `mpirun` gets `--oversubscribe --allow-run-as-root` (ctest runs as root on 2 cores);
 - `scripts/*.py` and ```python blocks run with this interpreter (the one with h5py);
 - `scripts/setup.sh` lines are skipped (the build exists already).
@@ -119,7 +119,9 @@ def main():
                 words = adapt(cmd, mpirun)
                 where = f"README command `{cmd}`"
                 if "Ctrl-C" in comment and "again" not in comment:
-                    resume_step = interrupted(words, tmp, where)
+                    # Long enough that SIGINT lands mid-run even if this process waits for the CPU.
+                    resume_step = interrupted(words + [f"train.max_steps={20 * STEPS}"], tmp,
+                                              where)
                     print(f"ok {cmd}  (interrupted after step {resume_step}, exit 130)")
                     count += 1
                     continue
