@@ -182,9 +182,11 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
               seconds_text(now_s() - t0) + ")");
     // Settings changed since the save take effect from here on (a longer max_steps stretches
     // the schedule); say which, so a resumed run is never silently a different run.
-    const auto changed = config_differences(state.saved_config, to_yaml(cfg),
-                                            {"checkpoint.resume", "resolved_precision"});
-    if (!state.saved_config.empty() && !changed.empty()) {
+    const auto changed = state.saved_config.empty()
+                             ? std::vector<std::string>{}
+                             : config_differences(state.saved_config, to_yaml(cfg),
+                                                  {"checkpoint.resume", "resolved_precision"});
+    if (!changed.empty()) {
       std::string list;
       for (const auto& c : changed) list += (list.empty() ? "" : "; ") + c;
       log::info("resumed with " + std::to_string(changed.size()) + " setting" +
@@ -265,8 +267,10 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     return !stop;
   };
   double last_loss = NAN;
+  // Steps this process runs (a resumed run starts at state.step; one at max_steps runs none).
   const int64_t first_step = state.step;
-  if (first_step >= cfg.train.max_steps) {
+  const int64_t ran = std::max<int64_t>(0, cfg.train.max_steps - first_step);
+  if (ran == 0) {
     log::info("nothing to train: the checkpoint is at step " + std::to_string(first_step) +
               " and train.max_steps is " + std::to_string(cfg.train.max_steps) +
               " (raise train.max_steps to train further); writing the export again");
@@ -397,9 +401,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     std::snprintf(measured, sizeof(measured), "peak RSS of the steps %.1f MiB",
                   train_peak / (1 << 20));
   }
-  // Steps run by this process (a resumed run says where it started; one with nothing left to
-  // train has no final loss and no step memory to compare with the prediction).
-  const int64_t ran = std::max<int64_t>(0, cfg.train.max_steps - first_step);
+  // A run with nothing left to train has no final loss and no step memory to compare with the
+  // prediction; a resumed one says where it started.
   if (ran == 0) {
     log::info("done: no steps to train, at step " + std::to_string(first_step));
     return 0;

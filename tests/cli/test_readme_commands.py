@@ -25,16 +25,9 @@ import sys
 import tempfile
 import time
 
+from test_train import Failure, check  # this file's directory is on sys.path
+
 STEPS = 12
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 def tested_blocks(readme):
