@@ -46,7 +46,14 @@ DBytesU bytes_of(const V& v) {
   return DBytesU(reinterpret_cast<char*>(const_cast<T*>(v.data())), v.span() * sizeof(T));
 }
 
-using RangePolicy = Kokkos::RangePolicy<ExecSpace>;
+// Launch policies with 64-bit indices. On CUDA and HIP a policy's default index type is the
+// execution space's size_type, 32-bit unsigned: a launch over a 7B model's parameters (~7e9
+// elements) would be silently truncated. Every launch of the project goes through these.
+using RangePolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
+using TeamMember = TeamPolicy::member_type;
+static_assert(sizeof(RangePolicy::index_type) == 8 && sizeof(TeamPolicy::index_type) == 8,
+              "kktrain's launch policies must index with 64 bits");
 
 namespace math {
 #if KOKKOS_VERSION >= 30700

@@ -7,8 +7,7 @@
 namespace kktrain {
 
 namespace {
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using Member = TeamPolicy::member_type;
+using Member = TeamMember;
 }  // namespace
 
 template <class TC>

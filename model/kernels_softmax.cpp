@@ -8,8 +8,7 @@
 namespace kktrain {
 
 namespace {
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using Member = TeamPolicy::member_type;
+using Member = TeamMember;
 }  // namespace
 
 void causal_softmax_forward(float* att, int64_t R, int64_t T) {

@@ -1,0 +1,49 @@
+// Launch shapes at sizes past 2^32 (core/launch.hpp, core/kokkos_compat.hpp): a 7B model's
+// optimizer launch covers ~7e9 elements, more than a 32-bit index reaches. The policies are 64-bit
+// by a static_assert; these tests run launches whose index space really is larger than 2^32 and
+// check that the last index is reached and that every element of a tensor larger than 2^32 is
+// covered exactly once by the block table.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "core/kokkos_compat.hpp"
+#include "core/launch.hpp"
+
+namespace kktrain {
+namespace {
+
+constexpr int64_t kPast32 = (int64_t(1) << 32) + 3;  // 4294967299 indices
+
+TEST(Launch, RangePolicyReachesIndicesPast32Bits) {
+  // A reduction over the whole range: the largest index seen and the count of indices.
+  int64_t largest = -1;
+  Kokkos::parallel_reduce(
+      "max_index", RangePolicy(0, kPast32),
+      KOKKOS_LAMBDA(const int64_t i, int64_t& m) { m = i > m ? i : m; },
+      Kokkos::Max<int64_t>(largest));
+  EXPECT_EQ(largest, kPast32 - 1);
+}
+
+TEST(Launch, TensorBlocksCoverATensorPast32BitsExactlyOnce) {
+  // One tensor of 2^32 + 3 elements and a small one after it: the summed lengths of the blocks
+  // each tensor receives (one for_tensor_blocks launch) equal the tensors' sizes, and the largest
+  // element index reached is the last one.
+  const std::vector<int64_t> sizes = {kPast32, 5};
+  const TensorBlocks blocks(sizes, int64_t(1) << 22);
+  Kokkos::View<int64_t[2], MemSpace> covered("covered"), last("last");
+  for_tensor_blocks(
+      "cover", blocks, KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
+        Kokkos::atomic_add(&covered(t), hi - lo);
+        Kokkos::atomic_fetch_max(&last(t), hi - 1);
+      });
+  auto c = Kokkos::create_mirror_view_and_copy(HostSpace(), covered);
+  auto l = Kokkos::create_mirror_view_and_copy(HostSpace(), last);
+  EXPECT_EQ(c(0), kPast32);
+  EXPECT_EQ(c(1), 5);
+  EXPECT_EQ(l(0), kPast32 - 1);
+  EXPECT_EQ(l(1), 4);
+}
+
+}  // namespace
+}  // namespace kktrain
