@@ -9,6 +9,7 @@
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "core/strings.hpp"
 #include "io/checkpoint.hpp"
 #include "parallel/agree.hpp"
 
@@ -20,12 +21,6 @@ namespace {
 
 h5::Elem elem_of(DType d) {
   return d == DType::bfloat16 ? h5::Elem::bf16 : h5::Elem::f32;
-}
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
 }
 
 // The model's shape-defining settings, checked on resume.

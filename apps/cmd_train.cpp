@@ -28,6 +28,7 @@
 #include "apps/signals.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "core/strings.hpp"
 #include "io/checkpoint.hpp"
 #include "io/data.hpp"
 #include "io/metrics.hpp"
@@ -56,10 +57,6 @@ std::string storage_text(const ParamRegistry& params, DType storage) {
     }
   }
   return t;
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The validation loss: the mean token loss over validation windows [0, val_batches x B), the

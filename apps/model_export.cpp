@@ -8,6 +8,7 @@
 #include "apps/checkpointing.hpp"
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
+#include "core/strings.hpp"
 #include "io/checkpoint.hpp"
 
 namespace kktrain {
@@ -18,11 +19,6 @@ const char* const kArchI64[] = {"vocab_size",  "hidden_size",         "num_layer
                                 "num_heads",   "num_kv_heads",        "intermediate_size",
                                 "max_seq_len", "tie_word_embeddings", "mtp_num_layers"};
 const char* const kArchF64[] = {"rope_theta", "rms_norm_eps"};
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // "<module>.lora_A.weight" -> "<module>.weight" (empty when not an adapter).
 std::string adapter_base(const std::string& name, const char* which) {

@@ -7,6 +7,7 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/random.hpp"
+#include "core/strings.hpp"
 
 namespace kktrain {
 
@@ -23,11 +24,6 @@ std::string byte_detokenize(const std::vector<int32_t>& ids) {
 }
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string resolve_format(const DataConfig& cfg) {
   if (cfg.format != "auto") return cfg.format;

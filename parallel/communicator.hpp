@@ -54,6 +54,12 @@ class Communicator {
   virtual uint64_t allreduce_sum_u64(uint64_t v) = 0;
   // Logical AND of a host flag across ranks (agreement on errors and non-finite steps).
   virtual bool all_agree(bool ok) = 0;
+  // The lowest rank that passes failed = true, or size() when none does. A failing rank waits at
+  // most `failed_wait_s` seconds for the others to join and returns -1 when they have not (they
+  // are stuck in some other collective: the caller ends the job with abort()).
+  virtual int first_failing_rank(bool failed, double failed_wait_s) = 0;
+  // Ends every rank of the job at once with `exit_code` (the last resort of parallel/agree.hpp).
+  [[noreturn]] virtual void abort(int exit_code) = 0;
   virtual void barrier() = 0;
 
   const CommStats& stats() const { return stats_; }
@@ -77,6 +83,8 @@ class SingleCommunicator final : public Communicator {
   double allreduce_max_host(double v) override { return v; }
   uint64_t allreduce_sum_u64(uint64_t v) override { return v; }
   bool all_agree(bool ok) override { return ok; }
+  int first_failing_rank(bool failed, double) override { return failed ? 0 : 1; }
+  [[noreturn]] void abort(int exit_code) override;
   void barrier() override {}
 
  protected:

@@ -10,14 +10,17 @@
 #include <mpi-ext.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/strings.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_world.hpp"
 #ifdef KKTRAIN_HAVE_NCCL
@@ -53,6 +56,28 @@ bool MpiWorld::all_agree(bool ok) {
   int in = ok ? 1 : 0, out = 0;
   MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return out != 0;
+}
+
+int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
+  // Non-blocking, so that a failing rank can give up when the others never arrive. Tested often
+  // at first (agreements usually complete at once), then with sleeps that yield the CPU.
+  int in = failed ? rank_ : size_, out = size_;
+  MPI_Request req;
+  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
+  const double t0 = now_s();
+  int done = 0;
+  for (int polls = 0;; ++polls) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return out;
+    if (failed && now_s() - t0 > failed_wait_s) return -1;  // the request is abandoned: we abort
+    if (polls > 1000)
+      std::this_thread::sleep_for(std::chrono::microseconds(polls > 5000 ? 1000 : 50));
+  }
+}
+
+void MpiWorld::abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest
 }
 
 void MpiWorld::barrier() {
@@ -92,6 +117,10 @@ void Communicator::reduce_scatter_sum(const DBytesU& send, const DBytesU& recv, 
 
 void Communicator::allreduce_sum(const DViewU<float>& data) {
   allreduce_impl(data.data(), data.extent(0));
+}
+
+void SingleCommunicator::abort(int exit_code) {
+  std::_Exit(exit_code);
 }
 
 void SingleCommunicator::allgather_impl(const void* send, void* recv, std::size_t bytes) {
@@ -137,6 +166,7 @@ class Staging {
     out_dst_ = p;
     return out_.data();
   }
+  bool staged() const { return needed_; }
   void finish() {
     if (needed_ && out_dst_) copy(out_dst_, out_.data(), out_.size(), /*to_host=*/false);
     out_dst_ = nullptr;
@@ -158,10 +188,6 @@ class Staging {
   std::vector<char> in_, out_;
   void* out_dst_ = nullptr;
 };
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 class MpiCommunicator final : public MpiWorld {
  public:
@@ -186,9 +212,24 @@ class MpiCommunicator final : public MpiWorld {
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
     const double t0 = begin();
     Staging st(stage_);
-    const void* s = st.in(send, bytes);
-    void* r = st.out(recv, bytes * size_);
-    MPI_Allgather(s, count_of(bytes), MPI_BYTE, r, count_of(bytes), MPI_BYTE, MPI_COMM_WORLD);
+    const char* s = static_cast<const char*>(st.in(send, bytes));
+    char* r = static_cast<char*>(st.out(recv, bytes * size_));
+    // MPI counts are int: pieces of at most max_count() bytes, each received into every rank's
+    // block at the piece's offset through a datatype whose extent is one whole block.
+    if (bytes <= max_count()) {
+      const int n = static_cast<int>(bytes);
+      MPI_Allgather(s, n, MPI_BYTE, r, n, MPI_BYTE, MPI_COMM_WORLD);
+    }
+    for (std::size_t off = 0; bytes > max_count() && off < bytes; off += max_count()) {
+      const int n = static_cast<int>(std::min(bytes - off, max_count()));
+      MPI_Datatype piece, strided;
+      MPI_Type_contiguous(n, MPI_BYTE, &piece);
+      MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(bytes), &strided);
+      MPI_Type_commit(&strided);
+      MPI_Allgather(s + off, n, MPI_BYTE, r + off, 1, strided, MPI_COMM_WORLD);
+      MPI_Type_free(&strided);
+      MPI_Type_free(&piece);
+    }
     st.finish();
     end(t0, static_cast<double>(bytes) * (size_ - 1));
   }
@@ -201,14 +242,31 @@ class MpiCommunicator final : public MpiWorld {
     // component), so bf16 is always staged when the buffers are not host memory.
     constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
     Staging st(stage_ || (dtype == DType::bfloat16 && !host_memory));
-    const void* s = st.in(send, count * esize * size_);
-    void* r = st.out(recv, count * esize);
-    if (dtype == DType::float32) {
-      MPI_Reduce_scatter_block(s, r, count_of(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    } else if (dtype == DType::bfloat16) {
-      MPI_Reduce_scatter_block(s, r, count_of(count), bf16_type_, bf16_sum_, MPI_COMM_WORLD);
-    } else {
+    const char* s = static_cast<const char*>(st.in(send, count * esize * size_));
+    char* r = static_cast<char*>(st.out(recv, count * esize));
+    if (dtype != DType::float32 && dtype != DType::bfloat16) {
       throw InternalError("reduce_scatter_sum: unsupported dtype");
+    }
+    const MPI_Datatype type = dtype == DType::float32 ? MPI_FLOAT : bf16_type_;
+    const MPI_Op op = dtype == DType::float32 ? MPI_SUM : bf16_sum_;
+    if (count <= max_count()) {
+      MPI_Reduce_scatter_block(s, r, static_cast<int>(count), type, op, MPI_COMM_WORLD);
+    } else {
+      // More than an int of elements per rank: pieces of max_count() elements, each gathered
+      // from the W blocks into one contiguous send buffer (a reduction needs contiguous data).
+      const bool host = host_memory || st.staged();
+      std::vector<char> host_piece;
+      Kokkos::View<char*, MemSpace> dev_piece;
+      for (std::size_t off = 0; off < count; off += max_count()) {
+        const std::size_t n = std::min(count - off, max_count()), piece_bytes = n * esize;
+        char* piece = host ? (host_piece.resize(piece_bytes * size_), host_piece.data())
+                           : grow(dev_piece, piece_bytes * size_);
+        for (int k = 0; k < size_; ++k) {
+          copy_bytes(piece + k * piece_bytes, s + (k * count + off) * esize, piece_bytes, host);
+        }
+        MPI_Reduce_scatter_block(piece, r + off * esize, static_cast<int>(n), type, op,
+                                 MPI_COMM_WORLD);
+      }
     }
     st.finish();
     end(t0, static_cast<double>(count * esize) * (size_ - 1));
@@ -220,21 +278,40 @@ class MpiCommunicator final : public MpiWorld {
     const void* s = st.in(data, n * sizeof(float));
     void* r = st.out(data, n * sizeof(float));
     // In place on host memory; staged buffers are separate, so pass them as send and receive.
-    if (s == r) {
-      MPI_Allreduce(MPI_IN_PLACE, r, count_of(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    } else {
-      MPI_Allreduce(s, r, count_of(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    // Pieces of at most max_count() elements (MPI counts are int).
+    const float* sf = static_cast<const float*>(s);
+    float* rf = static_cast<float*>(r);
+    for (std::size_t off = 0; off < n; off += max_count()) {
+      const int c = static_cast<int>(std::min(n - off, max_count()));
+      MPI_Allreduce(s == r ? MPI_IN_PLACE : sf + off, rf + off, c, MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     }
     st.finish();
     end(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);
   }
 
  private:
-  static int count_of(std::size_t n) {
-    if (n > static_cast<std::size_t>(0x7fffffff)) {
-      throw InternalError("MPI collective of " + std::to_string(n) + " elements exceeds INT_MAX");
+  // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls),
+  // or KKTRAIN_TEST_MPI_MAX_COUNT when set (tests split small collectives the same way).
+  static std::size_t max_count() {
+    static const std::size_t m = [] {
+      const char* v = std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT");
+      const long long t = v ? std::atoll(v) : 0;
+      return t > 0 ? static_cast<std::size_t>(t) : static_cast<std::size_t>(0x7fffffff);
+    }();
+    return m;
+  }
+  static char* grow(Kokkos::View<char*, MemSpace>& v, std::size_t bytes) {
+    if (v.extent(0) < bytes) v = Kokkos::View<char*, MemSpace>("mpi_piece", bytes);
+    return v.data();
+  }
+  static void copy_bytes(char* dst, const char* src, std::size_t bytes, bool host) {
+    if (host) {
+      std::memcpy(dst, src, bytes);
+    } else {
+      using Dev = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      Kokkos::deep_copy(Dev(dst, bytes), Dev(const_cast<char*>(src), bytes));
     }
-    return static_cast<int>(n);
   }
   // Kernels that produced the send buffers must be done before MPI reads them.
   double begin() {

@@ -15,6 +15,8 @@ class MpiWorld : public Communicator {
   double allreduce_max_host(double v) override;
   uint64_t allreduce_sum_u64(uint64_t v) override;
   bool all_agree(bool ok) override;
+  int first_failing_rank(bool failed, double failed_wait_s) override;
+  [[noreturn]] void abort(int exit_code) override;
   void barrier() override;
 
  protected:

@@ -16,6 +16,7 @@
 
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/strings.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/nccl_communicator.hpp"
@@ -44,10 +45,6 @@ cudaStream_t kokkos_stream() {
 #else
   return nullptr;
 #endif
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 class NcclCommunicator final : public MpiWorld {
