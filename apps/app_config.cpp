@@ -1,6 +1,7 @@
 #include "apps/app_model.hpp"
 #include "apps/commands.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,9 +40,22 @@ void check_output_file(const std::string& opt, const std::string& out,
                      "' does not exist");
   }
   const bool exists = std::filesystem::exists(p, ec);
+  if (exists && !std::filesystem::is_regular_file(p, ec)) {
+    throw UsageError(opt + ": '" + out + "' exists and is not a regular file");
+  }
   if (::access(exists ? out.c_str() : dir.c_str(), W_OK) != 0) {
     throw UsageError(opt + ": cannot write '" + out + "': " + std::strerror(errno));
   }
+  // The file is written under a temporary name beside it and renamed over it: the directory must
+  // take a new file (not so in /proc or /sys, whose files can only be written in place).
+  const std::string probe = (dir / (".kktrain-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw UsageError(opt + ": cannot create a file in '" + dir.string() + "' to write '" + out +
+                     "': " + std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace kktrain

@@ -1,92 +1,102 @@
 #include "apps/app_model.hpp"
 
-#include "apps/checkpointing.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/param_registry.hpp"
-#include "io/checkpoint.hpp"
-#include "io/h5.hpp"
+#include "io/model_weights.hpp"
 #include "model/freeze.hpp"
 #include "model/param_io.hpp"
+#include "parallel/agree.hpp"
 
 namespace kktrain {
 
 namespace {
 
-// Opens what model.init_from names (a model file, or a checkpoint directory), with errors that
-// name the key.
-h5::File open_model_file(const std::string& path, std::string* resolved) {
-  try {
-    *resolved = resolve_checkpoint(path, "model.init_from");
-    return h5::File::open_read(*resolved);
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    if (msg.rfind("model.init_from", 0) == 0) throw;
-    throw InputError("model.init_from: " + msg);
-  }
+bool is_adapter_name(const std::string& n) {
+  return n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos;
 }
 
-bool is_adapter(const ParamInfo& p) {
-  return p.role == ParamRole::lora_a || p.role == ParamRole::lora_b;
+// What in the file this model cannot take, before anything is read: adapters the model does not
+// have (trained LoRA weights would be dropped), tensors it does not use, a tied weight given
+// separately, missing or mis-shaped parameters. Every rank sees the same file and model.
+void check_model_file(const WeightSource& src, const ParamRegistry& reg) {
+  const std::string file = "model.init_from: '" + src.path() + "'";
+  std::vector<std::string> adapters, unused;
+  for (const auto& n : src.names()) {
+    const int i = reg.find(n);
+    if (i < 0) {
+      (is_adapter_name(n) ? adapters : unused).push_back(n);
+    } else if (reg.info(i).name != n && src.shape(reg.info(i).name)) {
+      throw InputError(file + " holds " + n + " separately, but this model ties it to " +
+                       reg.info(i).name + " (set model.tie_word_embeddings: false)");
+    }
+  }
+  if (!adapters.empty()) {
+    throw InputError(file + " holds " + std::to_string(adapters.size()) +
+                     " trained LoRA adapter tensors (" + adapters.front() +
+                     ", ...) and this model has no adapters: their training would be lost; "
+                     "start from an export with them merged (kktrain export CHECKPOINT --out "
+                     "FILE.h5 --lora merged) or set the same peft settings");
+  }
+  if (!unused.empty()) {
+    std::string list;
+    for (std::size_t k = 0; k < unused.size() && k < 5; ++k) list += (k ? ", " : "") + unused[k];
+    if (unused.size() > 5) list += ", ... (" + std::to_string(unused.size()) + " in all)";
+    throw InputError(file + " has tensors this model does not use: " + list +
+                     " (a model of another architecture?)");
+  }
+  for (const auto& p : reg.all()) {
+    const auto shape = src.shape(p.name);
+    if (!shape) {
+      if (p.role == ParamRole::lora_a || p.role == ParamRole::lora_b) continue;
+      throw InputError(file + " has no parameter " + p.name);
+    }
+    if (*shape != p.shape) {
+      throw InputError(file + " parameter " + p.name + " has shape " + shape_string(*shape) +
+                       ", the model expects " + shape_string(p.shape));
+    }
+  }
 }
 
 }  // namespace
 
 DType model_file_dtype(const std::string& path) {
-  std::string file;
-  const h5::File f = open_model_file(path, &file);
-  if (f.has_attr("/", "storage_dtype")) {
+  SingleCommunicator one;
+  const auto src = open_weights(path, "model.init_from", one);
+  const auto it = src->attributes().str.find("storage_dtype");
+  if (it != src->attributes().str.end()) {
     DType d;
-    const std::string s = f.read_attr_str("/", "storage_dtype");
-    if (!parse_dtype(s, &d)) {
-      throw InputError("model.init_from: '" + file + "' has an unknown storage_dtype \"" + s +
-                       "\"");
+    if (!parse_dtype(it->second, &d)) {
+      throw InputError("model.init_from: '" + src->path() + "' has an unknown storage_dtype \"" +
+                       it->second + "\"");
     }
     return d;
   }
-  if (!f.exists("/params")) {
-    throw InputError("model.init_from: '" + file + "' has no /params group");
-  }
-  const auto names = f.list("/params");
-  if (names.empty()) throw InputError("model.init_from: '" + file + "' has no parameters");
-  const std::string kind = f.float_kind("/params/" + names.front());
-  if (kind == "bfloat16") return DType::bfloat16;
-  if (kind == "float32") return DType::float32;
-  throw InputError("model.init_from: '" + file + "' stores parameters as " + kind +
-                   ", not float32 or bfloat16");
+  return src->stored_dtype(src->names().front());
 }
 
-void load_model_file(Transformer& model, const std::string& path) {
-  std::string file;
-  const h5::File f = open_model_file(path, &file);
+void load_model_file(Transformer& model, const std::string& path, Communicator& comm) {
+  const auto src = open_weights(path, "model.init_from", comm);
   ParamRegistry& reg = model.params();
+  collectively(comm, [&] { check_model_file(*src, reg); });
   int fresh_adapters = 0;
   for (int i = 0; i < reg.size(); ++i) {
     const ParamInfo& p = reg.info(i);
-    const std::string ds = "/params/" + p.name;
-    if (!f.exists(ds)) {
-      if (is_adapter(p)) {  // fine-tuning a base model: adapters start from their init
-        ++fresh_adapters;
-        continue;
+    if (!src->shape(p.name)) {  // fine-tuning a base model: adapters start from their init
+      ++fresh_adapters;
+      continue;
+    }
+    // This rank's rows of the fp32 value (a checkpoint's master where it has one): fp32
+    // destinations take it as it is, bf16 ones round it once.
+    std::vector<float> rows;
+    collectively(comm, [&] {
+      try {
+        rows = src->read_rows_f32(p.name, p.row_begin, p.local_rows);
+      } catch (const InputError& e) {
+        throw InputError("model.init_from: " + std::string(e.what()));
       }
-      throw InputError("model.init_from: '" + file + "' has no parameter " + p.name);
-    }
-    if (f.shape(ds) != p.shape) {
-      throw InputError("model.init_from: '" + file + "' parameter " + p.name + " has shape " +
-                       shape_string(f.shape(ds)) + ", the model expects " + shape_string(p.shape));
-    }
-    if (f.has_attr(ds, "checksum")) {
-      const h5::Elem e = f.elem_of(ds);
-      const auto raw = read_full(f, ds, e);
-      const uint64_t c = shard_checksum(raw.data(), e, p.numel, 0);
-      if (checksum_hex(c) != f.read_attr_str(ds, "checksum")) {
-        throw InputError("model.init_from: '" + file + "': dataset '" + ds +
-                         "' fails its checksum: the file is corrupted");
-      }
-    }
-    // The fp32 value (a checkpoint's master where it has one): fp32 destinations take it
-    // as it is, bf16 ones round it once.
-    param_from_host(reg, i, parameter_master(f, p.name));
+    });
+    shard_from_host(reg, i, rows);
   }
   if (fresh_adapters > 0) {
     log::info("model.init_from: " + std::to_string(fresh_adapters) +
@@ -112,7 +122,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   model->prepare(so);
   if (!initialize) return model;  // a checkpoint will provide every value
   model->init_weights();          // adapters missing from an init_from file keep these values
-  if (cfg.model.init_from) load_model_file(*model, *cfg.model.init_from);
+  if (cfg.model.init_from) load_model_file(*model, *cfg.model.init_from, comm);
   return model;
 }
 

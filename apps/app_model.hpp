@@ -23,8 +23,11 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 // The storage dtype of a model file (for model.dtype: auto with model.init_from).
 DType model_file_dtype(const std::string& path);
 
-// Loads every parameter from /params/<canonical name> of an HDF5 file (a `kktrain grads` dump
-// or an export); fails naming the first missing or mis-shaped parameter.
-void load_model_file(Transformer& model, const std::string& path);
+// Loads every parameter of a model file (a kktrain export, checkpoint or `kktrain grads` dump):
+// each rank reads only the rows of its shard (collective over comm). Refuses, naming the file,
+// tensors the model would not use (trained LoRA adapters of a model without them included), a
+// tied weight given separately, and missing or mis-shaped parameters; adapters the file lacks
+// keep their initialization.
+void load_model_file(Transformer& model, const std::string& path, Communicator& comm);
 
 }  // namespace kktrain

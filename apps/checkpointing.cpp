@@ -3,6 +3,7 @@
 // apps/checkpointing.hpp and docs/checkpoints.md.
 #include "apps/checkpointing.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -11,11 +12,11 @@
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
+#include "io/elem_convert.hpp"
+#include "io/h5_rows.hpp"
 #include "parallel/agree.hpp"
 
 namespace kktrain {
-
-const char* const kKktrainVersion = "0.1.0";
 
 namespace {
 
@@ -44,41 +45,6 @@ void upload(const DBytesU& dev, const void* host, std::size_t bytes) {
   }
   if (bytes == 0) return;
   Kokkos::deep_copy(dev, HostBytesU(static_cast<char*>(const_cast<void*>(host)), bytes));
-}
-
-std::vector<float> widen(const std::vector<char>& bytes, h5::Elem e) {
-  const std::size_t n = bytes.size() / h5::elem_size(e);
-  std::vector<float> out(n);
-  if (e == h5::Elem::f32) {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-  } else if (e == h5::Elem::bf16) {
-    const auto* b = reinterpret_cast<const uint16_t*>(bytes.data());
-    for (std::size_t k = 0; k < n; ++k) out[k] = bf16::from_bits(b[k]).to_float();
-  } else {
-    throw InternalError("widen: int16 data");
-  }
-  return out;
-}
-
-// Values in dtype d: exact for float32, nearest-even for bfloat16.
-std::vector<char> narrow(const std::vector<float>& v, DType d) {
-  std::vector<char> out(v.size() * dtype_size(d));
-  if (d == DType::float32) {
-    std::memcpy(out.data(), v.data(), out.size());
-  } else {
-    auto* b = reinterpret_cast<uint16_t*>(out.data());
-    for (std::size_t k = 0; k < v.size(); ++k) b[k] = bf16_bits_from_float(v[k]);
-  }
-  return out;
-}
-
-std::vector<float> rebuild(const std::vector<char>& param, const std::vector<char>& rem) {
-  const std::size_t n = param.size() / 2;
-  std::vector<float> out(n);
-  const auto* p = reinterpret_cast<const uint16_t*>(param.data());
-  const auto* r = reinterpret_cast<const int16_t*>(rem.data());
-  for (std::size_t k = 0; k < n; ++k) out[k] = rebuild_remainder(bf16::from_bits(p[k]), r[k]);
-  return out;
 }
 
 [[noreturn]] void refuse(const std::string& file, const std::string& what) {
@@ -151,72 +117,108 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
 std::optional<std::string> resume_source(const Config& cfg) {
   const std::string& r = cfg.checkpoint.resume;
   if (r == "none") return std::nullopt;
-  if (r == "auto") return latest_checkpoint(checkpoint_root(cfg));
+  if (r == "auto") {
+    std::string note;
+    auto file = latest_checkpoint(checkpoint_root(cfg), &note);
+    if (!note.empty()) log::warn("checkpoint: " + note);
+    return file;
+  }
   return resolve_checkpoint(r, "checkpoint.resume");
 }
 
 namespace {
 
-void check_header(const h5::File& f, const std::string& file, const Config& cfg,
+// The header: format, version, architecture, optimizer, and the progress attributes (a forged or
+// damaged step count must not start a run at a negative step or make bias corrections
+// non-finite).
+void check_header(const FileIndex& ix, const std::string& file, const Config& cfg,
                   const Optimizer& opt) {
-  if (!f.has_attr("/", "format") || f.read_attr_str("/", "format") != "kktrain-checkpoint") {
+  if (!ix.root().str.count("format") || ix.root_str("format") != "kktrain-checkpoint") {
     refuse(file, "not a kktrain training checkpoint (no format attribute 'kktrain-checkpoint')");
   }
-  const int64_t v = f.read_attr_i64("/", "format_version");
+  const int64_t v = ix.root_i64("format_version");
   if (v != kCheckpointFormatVersion) {
     refuse(file, "format version " + std::to_string(v) + "; this kktrain reads version " +
                      std::to_string(kCheckpointFormatVersion));
   }
   for (const auto& [k, want] : architecture(cfg.model)) {
-    const int64_t got = f.read_attr_i64("/", k);
+    const int64_t got = ix.root_i64(k);
     if (got != want) {
       refuse(file, "saved for model." + k + " = " + std::to_string(got) + ", the config has " +
                        std::to_string(want));
     }
   }
   for (const auto& [k, want] : architecture_f64(cfg.model)) {
-    const double got = f.read_attr_f64("/", k);
+    const double got = ix.root_f64(k);
     if (got != want) {
       refuse(file, "saved for model." + k + " = " + format_double(got) + ", the config has " +
                        format_double(want));
     }
   }
-  const std::string o = f.read_attr_str("/", "optimizer");
+  const std::string& o = ix.root_str("optimizer");
   if (o != opt.name()) {
     refuse(file, "saved with optimizer " + o + ", the config uses " + opt.name() +
                      "; a different optimizer cannot take over its state (start from the "
                      "weights with model.init_from instead)");
   }
+  const int64_t step = ix.root_i64("step");
+  auto bad = [&](const std::string& what, const std::string& value, const std::string& rule) {
+    refuse(file,
+           "attribute " + what + " = " + value + " is invalid (" + rule + "): the file is damaged");
+  };
+  if (step < 0) bad("step", std::to_string(step), "a step count is at least 0");
+  const int64_t updates = ix.root_i64("optimizer_steps");
+  if (updates < 0 || updates > step) {
+    bad("optimizer_steps", std::to_string(updates), "between 0 and step = " + std::to_string(step));
+  }
+  const int64_t nonfinite = ix.root_i64("nonfinite_in_row");
+  if (nonfinite < 0 || nonfinite > step - updates) {
+    bad("nonfinite_in_row", std::to_string(nonfinite),
+        "between 0 and the " + std::to_string(step - updates) + " steps without an update");
+  }
+  const double next_lr = ix.root_f64("next_lr");
+  if (!std::isfinite(next_lr) || next_lr < 0.0) {
+    bad("next_lr", format_double(next_lr), "a finite learning rate of at least 0");
+  }
+  const int64_t world = ix.root_i64("world_size");
+  if (world < 1) bad("world_size", std::to_string(world), "at least 1");
+  ix.root_i64("model_seed");  // present (any value: seeds are 64-bit patterns)
+  ix.root_i64("data_seed");
 }
-
-}  // namespace
-
-namespace {
 
 // One parameter's rows as a checkpoint holds them: the stored parameter and its state tensors.
 struct FileParam {
   h5::Elem elem = h5::Elem::f32;
   std::vector<char> stored;
   std::vector<std::pair<std::string, std::vector<char>>> state;  // in the file's order
+  std::vector<h5::Elem> state_elem;
   const std::vector<char>* find(const std::string& name) const {
     for (const auto& [n, bytes] : state) {
       if (n == name) return &bytes;
     }
     return nullptr;
   }
+  h5::Elem elem_of(const std::string& name) const {
+    for (std::size_t k = 0; k < state.size(); ++k) {
+      if (state[k].first == name) return state_elem[k];
+    }
+    return h5::Elem::f32;
+  }
 };
 
 // Checks a parameter against the file and reads its rows (collective: every rank reads the same
 // datasets in the same order).
-FileParam read_param(ShardReader& r, const std::string& file, const ParamInfo& p) {
-  const h5::File& f = r.file();
+FileParam read_param(RowReader& r, const std::string& file, const ParamInfo& p) {
+  const FileIndex& ix = r.index();
   const std::string ds = "/params/" + p.name;
-  if (!f.exists(ds)) refuse(file, "has no parameter '" + p.name + "'");
-  if (f.shape(ds) != p.shape) {
-    refuse(file, "parameter '" + p.name + "' has shape " + shape_string(f.shape(ds)) +
+  const DatasetInfo* d = ix.find(ds);
+  if (!d) refuse(file, "has no parameter '" + p.name + "'");
+  if (d->shape != p.shape) {
+    refuse(file, "parameter '" + p.name + "' has shape " + shape_string(d->shape) +
                      ", the model expects " + shape_string(p.shape));
   }
-  const bool was_trainable = f.read_attr_str(ds, "trainable") == "1";
+  const auto t = d->attrs.find("trainable");
+  const bool was_trainable = t != d->attrs.end() && t->second == "1";
   if (was_trainable != p.trainable) {
     refuse(file, "parameter '" + p.name + "' was " + (was_trainable ? "trainable" : "frozen") +
                      " when saved and is " + (p.trainable ? "trainable" : "frozen") +
@@ -224,25 +226,36 @@ FileParam read_param(ShardReader& r, const std::string& file, const ParamInfo& p
                      "weights with model.init_from)");
   }
   FileParam fp;
-  fp.elem = f.elem_of(ds);
-  fp.stored = r.read_rows(ds, p.row_begin, p.local_rows, p.row_len);
+  fp.elem = d->elem(file);
+  if (fp.elem == h5::Elem::i16) refuse(file, "parameter '" + p.name + "' holds int16 data");
+  fp.stored = r.read_rows(ds, p.row_begin, p.local_rows);
   const std::string sg = "/optim/" + p.name;
-  if (f.exists(sg)) {
-    for (const auto& s : f.list(sg)) {
-      fp.state.emplace_back(s, r.read_rows(sg + "/" + s, p.row_begin, p.local_rows, p.row_len));
+  for (const auto& s : ix.list(sg)) {
+    const DatasetInfo& sd = ix.at(sg + "/" + s);
+    if (sd.shape != p.shape) {
+      refuse(file, "optimizer state '" + sd.path + "' has shape " + shape_string(sd.shape) +
+                       ", its parameter " + shape_string(p.shape));
     }
+    fp.state_elem.push_back(sd.elem(file));
+    fp.state.emplace_back(s, r.read_rows(sd.path, p.row_begin, p.local_rows));
   }
-  if (fp.find("remainder") && fp.elem != h5::Elem::bf16) {
-    refuse(file, "remainder of non-bf16 parameter '" + p.name + "'");
+  if (fp.find("remainder") &&
+      (fp.elem != h5::Elem::bf16 || fp.elem_of("remainder") != h5::Elem::i16)) {
+    refuse(file, "remainder of parameter '" + p.name +
+                     "' is not the int16 remainder of a bf16 "
+                     "parameter");
+  }
+  if (fp.find("master") && fp.elem_of("master") != h5::Elem::f32) {
+    refuse(file, "master of parameter '" + p.name + "' is not float32");
   }
   return fp;
 }
 
 // The parameter's fp32 value: its master when the file has one.
-std::vector<float> master_of(const FileParam& fp) {
-  if (const auto* m = fp.find("master")) return widen(*m, h5::Elem::f32);
-  if (const auto* rem = fp.find("remainder")) return rebuild(fp.stored, *rem);
-  return widen(fp.stored, fp.elem);
+std::vector<float> master_of(const FileParam& fp, const std::string& what) {
+  if (const auto* m = fp.find("master")) return widen_to_f32(*m, h5::Elem::f32, what);
+  if (const auto* rem = fp.find("remainder")) return rebuild_masters(fp.stored, *rem);
+  return widen_to_f32(fp.stored, fp.elem, what);
 }
 
 // Stores parameter i (and its master or remainder) from the file's rows by the conversion rules
@@ -274,10 +287,10 @@ bool load_param(const FileParam& fp, ParamRegistry& reg, int i, Optimizer& opt) 
       upload(remainder_ref.data, file_rem->data(), file_rem->size());
     return false;
   }
-  const std::vector<float> master = master_of(fp);
+  const std::vector<float> master = master_of(fp, "parameter '" + p.name + "'");
   std::vector<char> value;
   if (p.dtype == DType::float32) {
-    value = narrow(master, DType::float32);
+    value = narrow_from_f32(master, DType::float32);
   } else if (kind == MasterKind::remainder) {
     // TE's split: parameter + remainder rebuild the fp32 value exactly.
     value.resize(master.size() * 2);
@@ -293,10 +306,10 @@ bool load_param(const FileParam& fp, ParamRegistry& reg, int i, Optimizer& opt) 
   } else if (fp.elem == h5::Elem::bf16) {
     value = fp.stored;  // the stored bf16 parameter itself
   } else {
-    value = narrow(master, DType::bfloat16);
+    value = narrow_from_f32(master, DType::bfloat16);
   }
   if (kind == MasterKind::float32) {
-    const auto bytes = narrow(master, DType::float32);
+    const auto bytes = narrow_from_f32(master, DType::float32);
     upload(master_ref.data, bytes.data(), bytes.size());
   }
   upload(dst, value.data(), value.size());
@@ -304,8 +317,8 @@ bool load_param(const FileParam& fp, ParamRegistry& reg, int i, Optimizer& opt) 
 }
 
 // Moments and momentum: converted to their dtype in this run (nearest even, or exact widening).
-void load_moments(const FileParam& fp, const h5::File& f, const std::string& file,
-                  const ParamInfo& p, Optimizer& opt, int i) {
+void load_moments(const FileParam& fp, const std::string& file, const ParamInfo& p, Optimizer& opt,
+                  int i) {
   for (const StateRef& st : opt.state_refs(i)) {
     if (st.name == "master" || st.name == "remainder") continue;
     const auto* s = fp.find(st.name);
@@ -313,8 +326,11 @@ void load_moments(const FileParam& fp, const h5::File& f, const std::string& fil
       refuse(file, "has no optimizer state '" + st.name + "' for parameter '" + p.name +
                        "' (saved with other optimizer settings)");
     }
-    const h5::Elem se = f.elem_of("/optim/" + p.name + "/" + st.name);
-    const auto bytes = se == elem_of(st.dtype) ? *s : narrow(widen(*s, se), st.dtype);
+    const h5::Elem se = fp.elem_of(st.name);
+    const std::string what =
+        "'" + file + "': optimizer state '" + st.name + "' of '" + p.name + "'";
+    const auto bytes =
+        se == elem_of(st.dtype) ? *s : narrow_from_f32(widen_to_f32(*s, se, what), st.dtype);
     upload(st.data, bytes.data(), bytes.size());
   }
 }
@@ -324,25 +340,25 @@ void load_moments(const FileParam& fp, const h5::File& f, const std::string& fil
 TrainProgress load_training_checkpoint(const std::string& file, const Config& cfg,
                                        Transformer& model, Optimizer& opt, Communicator& comm) {
   return collectively(comm, [&] {
-    ShardReader r(file, comm);
-    const h5::File& f = r.file();
-    check_header(f, file, cfg, opt);
+    RowReader r(file, comm);
+    const FileIndex& ix = r.index();
+    check_header(ix, file, cfg, opt);
     ParamRegistry& reg = model.params();
-    for (const auto& n : f.list("/params")) {
+    for (const auto& n : ix.list("/params")) {
       if (reg.find(n) < 0) refuse(file, "has parameter '" + n + "', which this model does not");
     }
     int converted = 0;
     for (int i = 0; i < reg.size(); ++i) {
       const FileParam fp = read_param(r, file, reg.info(i));
       converted += load_param(fp, reg, i, opt) ? 1 : 0;
-      load_moments(fp, f, file, reg.info(i), opt, i);
+      load_moments(fp, file, reg.info(i), opt, i);
     }
     Kokkos::fence();
     TrainProgress p;
-    p.step = f.read_attr_i64("/", "step");
-    p.optimizer_steps = f.read_attr_i64("/", "optimizer_steps");
-    p.nonfinite = f.read_attr_i64("/", "nonfinite_in_row");
-    if (f.has_attr("/", "config")) p.saved_config = f.read_attr_str("/", "config");
+    p.step = ix.root_i64("step");
+    p.optimizer_steps = ix.root_i64("optimizer_steps");
+    p.nonfinite = ix.root_i64("nonfinite_in_row");
+    if (ix.root().str.count("config")) p.saved_config = ix.root_str("config");
     opt.set_steps(p.optimizer_steps);
     if (converted > 0) {
       log::info("checkpoint: " + std::to_string(converted) +
@@ -350,35 +366,6 @@ TrainProgress load_training_checkpoint(const std::string& file, const Config& cf
     }
     return p;
   });
-}
-
-std::vector<char> read_full(const h5::File& f, const std::string& ds, h5::Elem e) {
-  const auto shape = f.shape(ds);
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  const int64_t rows = shape.empty() ? 1 : shape[0];
-  std::vector<char> out(static_cast<std::size_t>(n) * h5::elem_size(e));
-  f.read_rows(ds, e, 0, rows, rows > 0 ? n / rows : 0, out.data());
-  return out;
-}
-
-std::vector<float> parameter_master(const h5::File& f, const std::string& name,
-                                    const FullRead& read) {
-  const std::string sg = "/optim/" + name, ds = "/params/" + name;
-  auto get = [&](const std::string& d, h5::Elem e) { return read ? read(d) : read_full(f, d, e); };
-  if (f.exists(sg + "/master")) return widen(get(sg + "/master", h5::Elem::f32), h5::Elem::f32);
-  const h5::Elem pe = f.elem_of(ds);
-  const std::vector<char> stored = get(ds, pe);
-  if (f.exists(sg + "/remainder")) {
-    if (pe != h5::Elem::bf16) throw InputError("'" + f.path() + "': remainder of non-bf16 " + ds);
-    return rebuild(stored, get(sg + "/remainder", h5::Elem::i16));
-  }
-  return widen(stored, pe);
-}
-
-bool parameter_has_master(const h5::File& f, const std::string& name) {
-  const std::string sg = "/optim/" + name;
-  return f.exists(sg + "/master") || f.exists(sg + "/remainder");
 }
 
 }  // namespace kktrain

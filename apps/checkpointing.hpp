@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/version.hpp"
 #include "io/h5.hpp"
 #include "model/transformer.hpp"
 #include "optim/optimizer.hpp"
@@ -33,7 +34,6 @@
 namespace kktrain {
 
 constexpr int64_t kCheckpointFormatVersion = 1;
-extern const char* const kKktrainVersion;
 
 struct TrainProgress {
   int64_t step = 0;             // loop steps completed (the next step's index)
@@ -56,20 +56,5 @@ std::optional<std::string> resume_source(const Config& cfg);
 // errors agreed over ranks) and returns the progress to continue from.
 TrainProgress load_training_checkpoint(const std::string& file, const Config& cfg,
                                        Transformer& model, Optimizer& opt, Communicator& comm);
-
-// ---- reading parameters of kktrain files on one process (export, init_from, inspect) ----------
-
-// Reads a whole dataset as raw elements of its own type (e.g. through a ShardReader, which checks
-// checksums); null: plain reads.
-using FullRead = std::function<std::vector<char>(const std::string& dataset)>;
-std::vector<char> read_full(const h5::File& f, const std::string& dataset, h5::Elem e);
-
-// The fp32 value of a parameter stored in a kktrain file (checkpoint, export or grads dump):
-// its fp32 master when the file has one (an fp32 master, or the bf16 parameter rebuilt with its
-// remainder), else the stored parameter widened exactly.
-std::vector<float> parameter_master(const h5::File& f, const std::string& name,
-                                    const FullRead& read = nullptr);
-// Whether that value came from a master (so a bf16 copy of it must be rounded from it).
-bool parameter_has_master(const h5::File& f, const std::string& name);
 
 }  // namespace kktrain

@@ -1,8 +1,27 @@
 #include "apps/cli.hpp"
 
+#include <filesystem>
+
 #include "core/errors.hpp"
 
 namespace kktrain {
+
+namespace {
+
+// key.path=VALUE where no file of that name exists: an override, not a positional argument.
+bool looks_like_override(const std::string& a) {
+  const auto eq = a.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  const std::string key = a.substr(0, eq);
+  if (key.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") !=
+      std::string::npos) {
+    return false;
+  }
+  std::error_code ec;
+  return !std::filesystem::exists(a, ec);
+}
+
+}  // namespace
 
 ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& args) {
   ParsedArgs p;
@@ -38,6 +57,11 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
       continue;
     }
     if (p.positionals.size() < spec.positionals.size()) {
+      if (spec.takes_overrides && looks_like_override(a)) {
+        throw UsageError(cmd + ": the override '" + a + "' comes before " +
+                         spec.positionals[p.positionals.size()] +
+                         "; overrides go after it (usage: kktrain " + spec.synopsis + ")");
+      }
       p.positionals.push_back(a);
     } else if (spec.takes_overrides && a.find('=') != std::string::npos) {
       p.overrides.push_back(a);

@@ -1,13 +1,13 @@
 // `kktrain export CHECKPOINT --out FILE.h5 [--dtype bfloat16|float32] [--lora merged|separate]`:
-// the consolidated model file of a training checkpoint (apps/model_export.hpp).
+// the consolidated model file of a training checkpoint (io/model_export.hpp).
 #include <cstdio>
 #include <string>
 
 #include "apps/commands.hpp"
-#include "apps/model_export.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint.hpp"
+#include "io/model_export.hpp"
 
 namespace kktrain {
 

@@ -24,7 +24,7 @@
 #include "apps/checkpointing.hpp"
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
-#include "apps/model_export.hpp"
+#include "apps/run_files.hpp"
 #include "apps/signals.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -32,6 +32,7 @@
 #include "io/checkpoint.hpp"
 #include "io/data.hpp"
 #include "io/metrics.hpp"
+#include "io/model_export.hpp"
 #include "optim/audit.hpp"
 #include "optim/grad_norm.hpp"
 #include "optim/optimizer.hpp"
@@ -147,6 +148,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   // The checkpoint to resume from (checkpoint.resume), if any: it provides every value, so the
   // model is not initialized first.
   const auto source = collectively(*comm, [&] { return resume_source(cfg); });
+  // No input may be a file this run writes over, moves or removes (checked before any work).
+  collectively(*comm, [&] { check_run_files(cfg, source); });
   const PeakBreakdown predicted = collectively(*comm, [&] { return check_memory(cfg, *comm); });
   auto model = build_model(cfg, *comm, /*initialize=*/!source);
   ParamRegistry& params = model->params();
@@ -229,8 +232,16 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
             dtype_name(cfg.precision.compute) + "; " + std::to_string(cfg.train.max_steps) +
             " steps of " + std::to_string(tokens_per_step) + " tokens" + ranks + "; metrics -> " +
             metrics_path);
+  // Rows go to metrics.jsonl on rank 0; a failed write (a full disk) is agreed on at the end of
+  // the step, and ends the run on every rank naming the file.
+  std::exception_ptr metrics_error;
   auto write_row = [&](const JsonLine& row) {
-    if (metrics) metrics->write(row);
+    if (!metrics || metrics_error) return;
+    try {
+      metrics->write(row);
+    } catch (...) {
+      metrics_error = std::current_exception();
+    }
   };
 
   StopSignals signals(rank0);
@@ -244,6 +255,19 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
         std::filesystem::path(checkpoint_root(cfg)) / step_dir_name(state.step) / kCheckpointFile;
     if (comm->all_agree(std::filesystem::equivalent(*source, own, ec))) saved_step = state.step;
   }
+  // The checkpoint root becomes this run's: checkpoints it did not continue from (all of them on
+  // a fresh start; those after the resumed step) are moved to earlier_N/, never replaced or
+  // pruned by its saves.
+  collectively(*comm, [&] {
+    if (!rank0) return;
+    const std::string moved = set_aside_checkpoints(checkpoint_root(cfg), saved_step);
+    if (!moved.empty()) {
+      log::info("checkpoint: " + moved + " (this run " +
+                (saved_step < 0 ? std::string("starts afresh")
+                                : "continues from step " + std::to_string(saved_step)) +
+                " and never writes over or prunes them)");
+    }
+  });
   auto save = [&](int64_t done) {
     const double t0 = now_s();
     const std::string dir =
@@ -257,7 +281,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   // agreed over ranks, which saves and ends the loop.
   int stop_signal = 0;
   auto end_of_step = [&](int64_t done) {
-    const bool stop = !comm->all_agree(StopSignals::received() == 0);
+    const bool stop = !comm->all_agree(StopSignals::received() == 0 && !metrics_error);
+    if (stop) agree_on_errors(*comm, metrics_error);  // a failed metrics write ends the run
     const bool periodic = cfg.checkpoint.save_every > 0 && done % cfg.checkpoint.save_every == 0;
     if (periodic || stop) save(done);
     if (stop) stop_signal = static_cast<int>(comm->allreduce_max_host(StopSignals::received()));
@@ -370,6 +395,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     }
     if (!end_of_step(done)) break;
   }
+  StopSignals::set_finishing();
   if (progress) std::fputc('\n', stderr);
   const double train_peak = comm->allreduce_max_host(peak_rss_bytes());
   const double device_max =
@@ -381,6 +407,18 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     return 128 + stop_signal;
   }
   if (saved_step != state.step) save(state.step);
+  // A stop request after the last step (a scheduler's SIGTERM while the run finishes): the final
+  // checkpoint is saved; the export, which a rerun writes, is skipped.
+  auto late_signal = [&] {
+    return static_cast<int>(comm->allreduce_max_host(StopSignals::received()));
+  };
+  if (const int sig = late_signal()) {
+    log::info("stopped by signal " + std::to_string(sig) + " after the last step (" +
+              std::to_string(state.step) +
+              "): the final checkpoint is saved, the export is not "
+              "written (run the same command again to write it)");
+    return 128 + sig;
+  }
   // The consolidated export of the final weights (rank 0 reads the checkpoint just written).
   const std::string export_path =
       (std::filesystem::path(cfg.train.output_dir) / "export.h5").string();
@@ -390,6 +428,11 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     export_checkpoint(file, export_path, cfg.checkpoint.export_dtype, LoraExport::merged);
   });
   log::info("export: " + export_path + " (" + dtype_name(cfg.checkpoint.export_dtype) + ")");
+  if (const int sig = late_signal()) {
+    log::info("stopped by signal " + std::to_string(sig) + " after the last step (" +
+              std::to_string(state.step) + "): the final checkpoint and the export are written");
+    return 128 + sig;
+  }
   const double peak = comm->allreduce_max_host(peak_rss_bytes());
   char measured[96];
   if (device_max >= 0) {

@@ -14,6 +14,7 @@
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "core/version.hpp"
 #include "model/gemm.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/threads.hpp"
@@ -44,7 +45,7 @@ void print_main_help(const std::vector<Command>& cmds) {
 // The version, then what this build runs on: Kokkos and where kernels run, GEMM per dtype, BLAS,
 // MPI (the library found at run time, and whether it takes device buffers), HDF5, NCCL, oneDNN.
 void print_version() {
-  std::printf("kktrain 0.1.0 (Kokkos %d.%d.%d)\n", KOKKOS_VERSION / 10000,
+  std::printf("kktrain %s (Kokkos %d.%d.%d)\n", kKktrainVersion, KOKKOS_VERSION / 10000,
               KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
   std::printf("Kokkos: %s\n", KKTRAIN_BUILD_KOKKOS);
   std::printf("GEMM: %s\n", gemm_backends_summary().c_str());

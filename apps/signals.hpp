@@ -15,6 +15,10 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
   // The first signal received, or 0.
   static int received();
+  // The training steps are over (the final checkpoint and the export follow): a signal from now
+  // on is announced as such, and the run exits 128 + the signal number after what it has
+  // started (it saves the final checkpoint; the export only when it had not begun).
+  static void set_finishing();
 };
 
 }  // namespace kktrain

@@ -3,27 +3,28 @@
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/log.hpp"
 #include "core/random.hpp"
+#include "io/durable.hpp"
 #include "parallel/agree.hpp"
 
 namespace kktrain {
 
 namespace fs = std::filesystem;
-
-MPI_Comm hdf5_comm(const Communicator& comm) {
-  return comm.size() > 1 ? MPI_COMM_WORLD : MPI_COMM_NULL;
-}
 
 namespace {
 
@@ -65,71 +66,8 @@ std::vector<char> to_host(const ShardRef& s) {
   return out;
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw RuntimeFailure("checkpoint: cannot open '" + path + "' to sync it");
-  const int r = ::fsync(fd);
-  ::close(fd);
-  if (r != 0) throw RuntimeFailure("checkpoint: cannot sync '" + path + "' to disk");
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw RuntimeFailure("checkpoint: cannot write '" + tmp + "'");
-  }
-  fsync_path(tmp, false);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw RuntimeFailure("checkpoint: cannot rename '" + tmp + "': " + ec.message());
-}
-
-// Swaps two directories atomically (Linux renameat2 RENAME_EXCHANGE); false where the system or
-// file system cannot.
-bool exchange_dirs(const fs::path& a, const fs::path& b) {
-#if defined(__linux__) && defined(RENAME_EXCHANGE)
-  return ::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0;
-#else
-  (void)a;
-  (void)b;
-  return false;
-#endif
-}
-
-// Steps of the complete step directories under root, ascending.
-std::vector<int64_t> saved_steps(const std::string& root) {
-  std::vector<int64_t> steps;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("step_", 0) != 0 || n.size() != 13) continue;
-    if (n.find_first_not_of("0123456789", 5) != std::string::npos) continue;
-    steps.push_back(std::stoll(n.substr(5)));
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-// Removes the oldest complete step directories beyond keep_last, never step `keep`.
-void prune_steps(const std::string& root, int64_t keep_last, int64_t keep) {
-  std::error_code ec;
-  const std::vector<int64_t> steps = saved_steps(root);
-  int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
-  for (std::size_t k = 0; k < steps.size() && excess > 0; ++k) {
-    if (steps[k] == keep) continue;
-    fs::remove_all(fs::path(root) / step_dir_name(steps[k]), ec);
-    --excess;
-  }
-}
-
-// The step `latest` names under root, or -1.
-int64_t latest_step(const std::string& root) {
-  std::ifstream in(fs::path(root) / "latest");
-  std::string name;
-  std::getline(in, name);
+// The step of a step directory's name ("step_00000100" -> 100), or -1.
+int64_t step_of(const std::string& name) {
   if (name.size() != 13 || name.rfind("step_", 0) != 0 ||
       name.find_first_not_of("0123456789", 5) != std::string::npos) {
     return -1;
@@ -139,64 +77,79 @@ int64_t latest_step(const std::string& root) {
 
 }  // namespace
 
-void write_host_dataset(h5::File& f, const std::string& dataset, h5::Elem elem,
-                        const std::vector<int64_t>& shape, const void* data) {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  const int64_t rows = shape.empty() ? 1 : shape[0];
-  f.create_dataset(dataset, elem, shape);
-  f.write_rows(dataset, elem, 0, rows, rows > 0 ? n / rows : 0, data);
-  f.attr_str(dataset, "dtype", h5::elem_name(elem));
-  f.attr_str(dataset, "checksum", checksum_hex(shard_checksum(data, elem, n, 0)));
+std::vector<int64_t> complete_steps(const std::string& root) {
+  // A step directory gets its name only once its file is complete and synced (the save writes
+  // .tmp_step_N/ and renames it), so a step_N/ with its checkpoint file is a complete checkpoint.
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of(e.path().filename().string());
+    if (step >= 0 && fs::is_regular_file(e.path() / kCheckpointFile, ec)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
+
+namespace {
+
+// Removes the oldest complete step directories beyond keep_last, never step `keep`.
+void prune_steps(const std::string& root, int64_t keep_last, int64_t keep) {
+  std::error_code ec;
+  const std::vector<int64_t> steps = complete_steps(root);
+  int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
+  for (std::size_t k = 0; k < steps.size() && excess > 0; ++k) {
+    if (steps[k] == keep) continue;
+    fs::remove_all(fs::path(root) / step_dir_name(steps[k]), ec);
+    --excess;
+  }
+}
+
+// The step `latest` names under root, or -1 (missing, not a regular file, not a step name).
+int64_t latest_step(const std::string& root) {
+  std::error_code ec;
+  const fs::path latest = fs::path(root) / "latest";
+  if (!fs::is_regular_file(latest, ec)) return -1;
+  std::ifstream in(latest);
+  std::string name;
+  std::getline(in, name);
+  return step_of(name);
+}
+
+// Makes room for a new `latest` file where something else stands under that name (a directory):
+// it is moved aside, never deleted.
+void clear_latest_name(const std::string& root) {
+  std::error_code ec;
+  const fs::path latest = fs::path(root) / "latest";
+  const auto st = fs::symlink_status(latest, ec);
+  if (ec || !fs::exists(st) || fs::is_regular_file(st) || fs::is_symlink(st)) return;
+  for (int n = 1;; ++n) {
+    const fs::path aside = fs::path(root) / ("latest.moved_aside." + std::to_string(n));
+    if (fs::exists(fs::symlink_status(aside, ec))) continue;
+    fs::rename(latest, aside, ec);
+    if (ec) {
+      throw RuntimeFailure("checkpoint: cannot move '" + latest.string() +
+                           "' (not a file) aside: " + ec.message());
+    }
+    log::warn("checkpoint: '" + latest.string() + "' was not a file; moved it to '" +
+              aside.string() + "'");
+    return;
+  }
+}
+
+}  // namespace
 
 void write_shards(const std::string& path, const std::vector<ShardRef>& shards,
                   const FileAttrs& attrs, Communicator& comm) {
-  h5::File f = h5::File::create(path, hdf5_comm(comm));
-  std::vector<uint64_t> partial;
-  for (const auto& s : shards) {
-    f.create_dataset(s.dataset, s.elem, s.shape);
-    const std::vector<char> host = to_host(s);
-    partial.push_back(
-        shard_checksum(host.data(), s.elem, s.rows * s.row_len, s.row_begin * s.row_len));
-    f.write_rows(s.dataset, s.elem, s.row_begin, s.rows, s.row_len, host.data());
-  }
-  // Attributes are collective metadata: every rank writes the same values.
-  for (std::size_t k = 0; k < shards.size(); ++k) {
-    const ShardRef& s = shards[k];
-    f.attr_str(s.dataset, "dtype", h5::elem_name(s.elem));
-    f.attr_str(s.dataset, "checksum", checksum_hex(comm.allreduce_sum_u64(partial[k])));
-    for (const auto& [key, value] : s.attrs) f.attr_str(s.dataset, key, value);
-  }
-  for (const auto& [key, value] : attrs.str) f.attr_str("/", key, value);
-  for (const auto& [key, value] : attrs.i64) f.attr_i64("/", key, value);
-  for (const auto& [key, value] : attrs.f64) f.attr_f64("/", key, value);
-  f.close();
-}
-
-ShardReader::ShardReader(const std::string& path, Communicator& comm)
-    : path_(path), comm_(comm), file_(h5::File::open_read(path, hdf5_comm(comm))) {}
-
-std::vector<char> ShardReader::read_rows(const std::string& dataset, int64_t row_begin,
-                                         int64_t rows, int64_t row_len) {
-  if (!file_.exists(dataset)) {
-    throw InputError("checkpoint '" + path_ + "' has no dataset '" + dataset + "'");
-  }
-  const h5::Elem e = file_.elem_of(dataset);
-  std::vector<char> out(static_cast<std::size_t>(rows * row_len) * h5::elem_size(e));
-  file_.read_rows(dataset, e, row_begin, rows, row_len, out.data());
-  const uint64_t sum =
-      comm_.allreduce_sum_u64(shard_checksum(out.data(), e, rows * row_len, row_begin * row_len));
-  if (!file_.has_attr(dataset, "checksum")) {
-    throw InputError("checkpoint '" + path_ + "': dataset '" + dataset + "' has no checksum");
-  }
-  const std::string want = file_.read_attr_str(dataset, "checksum");
-  if (checksum_hex(sum) != want) {
-    throw InputError("checkpoint '" + path_ + "': dataset '" + dataset +
-                     "' fails its checksum (stored " + want + ", read " + checksum_hex(sum) +
-                     "): the file is corrupted");
-  }
-  return out;
+  std::vector<DatasetSpec> specs;
+  for (const auto& s : shards) specs.push_back(DatasetSpec{s.dataset, s.elem, s.shape, s.attrs});
+  RowWriter w(path, std::move(specs), attrs, comm);
+  collectively(comm, [&] {
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      const ShardRef& s = shards[k];
+      w.write_rows(k, s.row_begin, s.rows, to_host(s).data());
+    }
+  });
+  w.finish();
 }
 
 std::string step_dir_name(int64_t step) {
@@ -218,7 +171,13 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
     fs::create_directories(root, ec);
     if (ec) throw InputError("checkpoint.dir: cannot create '" + root + "': " + ec.message());
     for (const auto& e : fs::directory_iterator(root, ec)) {  // debris of interrupted saves
-      if (e.path().filename().string().rfind(".tmp_", 0) == 0) fs::remove_all(e.path(), ec);
+      const std::string n = e.path().filename().string();
+      if (n.rfind(".tmp_", 0) == 0 || n.rfind(".latest.tmp.", 0) == 0) fs::remove_all(e.path(), ec);
+    }
+    // Step directories are never replaced: every one in the root is a checkpoint this run (or the
+    // run it resumed) wrote, and one of this step cannot exist (set_aside_checkpoints).
+    if (fs::exists(final_dir, ec)) {
+      throw InternalError("checkpoint: '" + final_dir.string() + "' exists already");
     }
     // A save interrupted before its pruning left keep_last + 1 steps: prune them now, so that
     // this save's new directory never makes more than keep_last + 1.
@@ -232,48 +191,75 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
     if (!rank0) return;
     fsync_path(tmp_file, false);
     fsync_path(tmp_dir.string(), true);
-    // A step saved again (a run resumed from an earlier step of this root) replaces a directory
-    // that `latest` may name: the new one is swapped in atomically where the system can, else
-    // the old one is moved aside first; it is removed only after `latest` is rewritten (killed
-    // before, it is .tmp_ debris that the next save clears).
     std::error_code ec;
-    fs::path old_dir;
-    if (fs::exists(final_dir, ec)) {
-      if (exchange_dirs(tmp_dir, final_dir)) {
-        old_dir = tmp_dir;
-      } else {
-        old_dir = fs::path(root) / (".tmp_old_" + name);
-        fs::remove_all(old_dir, ec);
-        fs::rename(final_dir, old_dir, ec);
-      }
-    }
-    if (!ec && old_dir != tmp_dir) fs::rename(tmp_dir, final_dir, ec);
+    fs::rename(tmp_dir, final_dir, ec);
     if (ec) {
       throw RuntimeFailure("checkpoint: cannot rename '" + tmp_dir.string() + "' to '" +
                            final_dir.string() + "': " + ec.message());
     }
     fsync_path(root, true);
+    clear_latest_name(root);
     write_text_atomically((fs::path(root) / "latest").string(), name + "\n");
-    fsync_path(root, true);
-    if (!old_dir.empty()) fs::remove_all(old_dir, ec);
     prune_steps(root, keep_last, step);  // only now may older checkpoints go
   });
   return final_dir.string();
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& root) {
-  const fs::path latest = fs::path(root) / "latest";
-  std::error_code ec;
-  if (!fs::is_regular_file(latest, ec)) return std::nullopt;
-  std::ifstream in(latest);
-  std::string name;
-  std::getline(in, name);
-  const fs::path file = fs::path(root) / name / kCheckpointFile;
-  if (name.empty() || !fs::is_regular_file(file, ec)) {
-    throw InputError("checkpoint: '" + latest.string() + "' names '" + name + "', which holds no " +
-                     kCheckpointFile);
+std::optional<std::string> latest_checkpoint(const std::string& root, std::string* note) {
+  const std::vector<int64_t> steps = complete_steps(root);
+  if (steps.empty()) return std::nullopt;
+  // The newest complete step directory: `latest` names it, unless a kill came between the
+  // directory's rename and the pointer's update, or the pointer was damaged or removed.
+  const int64_t newest = steps.back(), named = latest_step(root);
+  if (note && named != newest) {
+    std::error_code ec;
+    const fs::path latest = fs::path(root) / "latest";
+    const auto st = fs::symlink_status(latest, ec);
+    const std::string what = !fs::exists(st)        ? "is missing"
+                             : fs::is_directory(st) ? "is a directory"
+                             : named < 0            ? "is unreadable or names no step directory"
+                                                    : "names step " + std::to_string(named);
+    *note = "'" + latest.string() + "' " + what + "; using the newest complete checkpoint, " +
+            step_dir_name(newest);
   }
-  return file.string();
+  return (fs::path(root) / step_dir_name(newest) / kCheckpointFile).string();
+}
+
+std::string set_aside_checkpoints(const std::string& root, int64_t keep_through_step) {
+  std::vector<int64_t> moving;
+  for (int64_t s : complete_steps(root)) {
+    if (s > keep_through_step) moving.push_back(s);
+  }
+  if (moving.empty()) return "";
+  std::error_code ec;
+  fs::path aside;
+  for (int n = 1;; ++n) {
+    aside = fs::path(root) / ("earlier_" + std::to_string(n));
+    if (!fs::exists(fs::symlink_status(aside, ec))) break;
+  }
+  fs::create_directory(aside, ec);
+  if (ec)
+    throw RuntimeFailure("checkpoint: cannot create '" + aside.string() + "': " + ec.message());
+  const fs::path latest = fs::path(root) / "latest";
+  // `latest` first: it must never name a directory that is no longer there. When earlier steps
+  // stay (this run resumed one of them), it names the newest of those.
+  if (keep_through_step >= 0 && latest_step(root) > keep_through_step) {
+    clear_latest_name(root);
+    write_text_atomically(latest.string(), step_dir_name(keep_through_step) + "\n");
+  } else if (keep_through_step < 0 && fs::exists(fs::symlink_status(latest, ec))) {
+    fs::rename(latest, aside / "latest", ec);
+  }
+  for (int64_t s : moving) {
+    fs::rename(fs::path(root) / step_dir_name(s), aside / step_dir_name(s), ec);
+    if (ec) {
+      throw RuntimeFailure("checkpoint: cannot move '" + step_dir_name(s) + "' to '" +
+                           aside.string() + "': " + ec.message());
+    }
+  }
+  fsync_path(root, true);
+  return std::to_string(moving.size()) + " checkpoint" + (moving.size() == 1 ? "" : "s") +
+         " (steps " + std::to_string(moving.front()) + " to " + std::to_string(moving.back()) +
+         ") moved to " + aside.string();
 }
 
 std::string resolve_checkpoint(const std::string& path, const std::string& what) {

@@ -1,6 +1,11 @@
 #include "io/h5.hpp"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include "core/errors.hpp"
 
@@ -10,12 +15,22 @@ namespace h5 {
 namespace {
 
 void quiet() {
+  // No clean-up at exit: after a failed close (a full disk), HDF5 keeps the file's object, and
+  // its exit-time clean-up closes it again and crashes (SIGSEGV in H5F__close_cb). kktrain closes
+  // what it opened itself; a file given up after a failure stays open until the process ends.
+  static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
+  (void)no_atexit;
   // kktrain reports HDF5 failures itself, as one line; silence the library's stack dumps.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
+herr_t collect_error(unsigned, const H5E_error2_t* e, void* out) {
+  if (e->desc) static_cast<std::vector<std::string>*>(out)->push_back(e->desc);
+  return 0;
+}
+
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw RuntimeFailure("HDF5 file '" + path + "': " + what);
+  throw RuntimeFailure("HDF5 file '" + path + "': " + what + ": " + os_reason(path));
 }
 
 Handle space_for(const std::vector<int64_t>& shape) {
@@ -25,6 +40,28 @@ Handle space_for(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+std::string os_reason(const std::string& path) {
+  // HDF5's error stack holds the system's message where a read or write failed ("... errno = 28,
+  // error message = 'No space left on device' ...").
+  std::vector<std::string> descs;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &descs);
+  for (const auto& d : descs) {
+    const std::string key = "error message = '";
+    const std::size_t at = d.find(key);
+    if (at != std::string::npos) {
+      const std::size_t end = d.find('\'', at + key.size());
+      return d.substr(at + key.size(), end - at - key.size());
+    }
+  }
+  // Without one, a full file system is the usual cause.
+  struct statvfs fs {};
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0 && fs.f_bavail == 0) {
+    return std::strerror(ENOSPC);
+  }
+  return descs.empty() ? "input/output error" : descs.back();
+}
 
 Handle bf16_type() {
   // Start from IEEE binary32 and narrow it: sign at bit 15, exponent at 7..14, mantissa 0..6.
@@ -67,41 +104,26 @@ Handle elem_type(Elem e) {
   return Handle();
 }
 
-Handle mpio_fapl(MPI_Comm comm) {
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fapl_mpio(fapl.id(), comm, MPI_INFO_NULL);
-  return fapl;
-}
-
 }  // namespace
 
-File File::create(const std::string& path, MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL) return create(path);
-  quiet();
-  Handle fapl = mpio_fapl(comm);
-  Handle h(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose);
-  if (!h.valid()) throw RuntimeFailure("cannot create HDF5 file '" + path + "'");
-  return File(std::move(h), path, true);
-}
-
-File File::open_read(const std::string& path, MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL) return open_read(path);
-  quiet();
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    throw InputError("'" + path + "' is not a readable HDF5 file");
-  }
-  Handle fapl = mpio_fapl(comm);
-  Handle h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id()), H5Fclose);
-  if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "': truncated or damaged");
-  return File(std::move(h), path, true);
+void File::flush() {
+  if (h_.valid() && H5Fflush(h_.id(), H5F_SCOPE_GLOBAL) < 0) fail(path_, "cannot flush");
 }
 
 void File::close() {
   if (!h_.valid()) return;
-  const bool flushed = H5Fflush(h_.id(), H5F_SCOPE_GLOBAL) >= 0;
+  if (H5Fflush(h_.id(), H5F_SCOPE_GLOBAL) < 0) {
+    const std::string why = os_reason(path_);
+    abandon();  // closing a file whose flush failed can crash inside HDF5
+    throw RuntimeFailure("HDF5 file '" + path_ + "': cannot flush: " + why);
+  }
   const herr_t closed = H5Fclose(h_.id());
-  h_ = Handle();
-  if (!flushed || closed < 0) fail(path_, "cannot flush and close (disk full or I/O error?)");
+  h_.release();
+  if (closed < 0) fail(path_, "cannot close");
+}
+
+void File::abandon() {
+  h_.release();
 }
 
 void File::create_dataset(const std::string& name, Elem e, const std::vector<int64_t>& shape) {
@@ -109,22 +131,16 @@ void File::create_dataset(const std::string& name, Elem e, const std::vector<int
   H5Pset_create_intermediate_group(lcpl.id(), 1);
   Handle space = space_for(shape);
   Handle t = elem_type(e);
-  // Storage allocated at creation (a collective step every rank takes), no fill: otherwise HDF5
-  // allocates at the first write, collectively, but only on the ranks that have rows to write,
-  // and a rank with an empty shard deadlocks the others.
+  // Contiguous storage allocated at creation and never filled: the data is one byte range whose
+  // offset is known before any element is written (io/h5_rows.hpp writes it with pwrite).
   Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_layout(dcpl.id(), H5D_CONTIGUOUS);
   H5Pset_alloc_time(dcpl.id(), H5D_ALLOC_TIME_EARLY);
   H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER);
   Handle ds(
       H5Dcreate2(h_.id(), name.c_str(), t.id(), space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT),
       H5Dclose);
   if (!ds.valid()) fail(path_, "cannot create dataset '" + name + "'");
-}
-
-Handle File::transfer_plist() const {
-  Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  if (parallel_) H5Pset_dxpl_mpio(dxpl.id(), H5FD_MPIO_COLLECTIVE);
-  return dxpl;
 }
 
 void File::rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
@@ -148,9 +164,8 @@ void File::rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t r
     H5Sselect_none(mem.id());
   }
   Handle t = elem_type(e);
-  Handle dxpl = transfer_plist();
-  const herr_t r = write ? H5Dwrite(ds.id(), t.id(), mem.id(), file2.id(), dxpl.id(), buf)
-                         : H5Dread(ds.id(), t.id(), mem.id(), file2.id(), dxpl.id(), buf);
+  const herr_t r = write ? H5Dwrite(ds.id(), t.id(), mem.id(), file2.id(), H5P_DEFAULT, buf)
+                         : H5Dread(ds.id(), t.id(), mem.id(), file2.id(), H5P_DEFAULT, buf);
   if (r < 0) {
     if (write) fail(path_, "cannot write dataset '" + name + "'");
     throw InputError("HDF5 file '" + path_ + "': cannot read dataset '" + name + "'");
@@ -165,6 +180,36 @@ void File::write_rows(const std::string& name, Elem e, int64_t row_begin, int64_
 void File::read_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
                      int64_t row_len, void* out) const {
   rows_io(name, e, row_begin, rows, row_len, out, false);
+}
+
+int64_t File::raw_offset(const std::string& name) const {
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
+  const std::string k = kind(name);
+  if (k != "float32" && k != "bfloat16" && k != "int16") return -1;
+  Handle t(H5Dget_type(ds.id()), H5Tclose);
+  if (H5Tget_order(t.id()) != H5T_ORDER_LE) return -1;
+  Handle dcpl(H5Dget_create_plist(ds.id()), H5Pclose);
+  if (H5Pget_layout(dcpl.id()) != H5D_CONTIGUOUS || H5Pget_nfilters(dcpl.id()) != 0) return -1;
+  const haddr_t a = H5Dget_offset(ds.id());
+  return a == HADDR_UNDEF ? -1 : static_cast<int64_t>(a);
+}
+
+std::string File::kind(const std::string& name) const {
+  const std::string k = float_kind(name);
+  if (k != "other") return k;
+  Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle t(H5Dget_type(ds.id()), H5Tclose);
+  const std::size_t bits = 8 * H5Tget_size(t.id());
+  switch (H5Tget_class(t.id())) {
+    case H5T_INTEGER:
+      return std::string(H5Tget_sign(t.id()) == H5T_SGN_NONE ? "uint" : "int") +
+             std::to_string(bits);
+    case H5T_STRING:
+      return "string";
+    default:
+      return "non-numeric";
+  }
 }
 
 Elem File::elem_of(const std::string& name) const {
@@ -185,6 +230,13 @@ File File::create(const std::string& path) {
   quiet();
   Handle h(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (!h.valid()) throw RuntimeFailure("cannot create HDF5 file '" + path + "'");
+  return File(std::move(h), path);
+}
+
+File File::open_write(const std::string& path) {
+  quiet();
+  Handle h(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+  if (!h.valid()) throw RuntimeFailure("cannot open HDF5 file '" + path + "' for writing");
   return File(std::move(h), path);
 }
 
@@ -352,7 +404,17 @@ namespace {
 
 void write_attr(hid_t obj, const std::string& name, hid_t type, const void* v,
                 const std::string& path) {
-  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
+  if (H5Aexists(obj, name.c_str()) > 0) {
+    // An attribute of the same type and size is rewritten in place (no new space in the file).
+    Handle a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+    Handle t(H5Aget_type(a.id()), H5Tclose);
+    if (H5Tequal(t.id(), type) > 0) {
+      if (H5Awrite(a.id(), type, v) < 0) fail(path, "cannot write attribute " + name);
+      return;
+    }
+    a.reset();
+    H5Adelete(obj, name.c_str());
+  }
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
   Handle a(H5Acreate2(obj, name.c_str(), type, space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   if (!a.valid() || H5Awrite(a.id(), type, v) < 0) fail(path, "cannot write attribute " + name);

@@ -3,10 +3,9 @@
 // (HDF5 1.10 has none): an IEEE float with sign bit 15, exponent bits 7..14 (bias 127) and a
 // 7-bit mantissa, which h5dump prints and h5py reads as float32.
 //
-// Files can be opened collectively over an MPI communicator (parallel HDF5, MPI-IO driver): then
-// every rank makes the same create/attribute calls, and each rank writes or reads its own rows
-// of a dataset as a hyperslab in one collective transfer (a rank without rows still takes part,
-// with an empty selection). Row I/O moves elements in the dataset's own type, bit for bit.
+// One process at a time uses a file through this layer (several ranks share files through
+// io/h5_rows.hpp: one rank does the HDF5 metadata work, every rank moves its own bytes). Row I/O
+// moves elements in the dataset's own type, bit for bit.
 #pragma once
 
 #include <hdf5.h>
@@ -44,11 +43,17 @@ class Handle {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
   }
+  // Forgets the id without closing it.
+  void release() { id_ = -1; }
 
  private:
   hid_t id_ = -1;
   herr_t (*close_)(hid_t) = nullptr;
 };
+
+// Why the last HDF5 call on a file under `path` failed, as the system says it ("No space left on
+// device", "Input/output error"), from HDF5's error stack (read it before the next HDF5 call).
+std::string os_reason(const std::string& path);
 
 // The bf16 file/memory datatype (a committed copy is not needed; a transient type is fine).
 Handle bf16_type();
@@ -63,18 +68,26 @@ class File {
   // Creates (truncating) or opens an HDF5 file; throws InputError/RuntimeFailure with the path.
   static File create(const std::string& path);
   static File open_read(const std::string& path);
-  // Collective create / read-only open over `comm` (every rank calls; MPI_COMM_NULL: this process
-  // alone, as above).
-  static File create(const std::string& path, MPI_Comm comm);
-  static File open_read(const std::string& path, MPI_Comm comm);
-  bool parallel() const { return parallel_; }
-  // Flushes and closes, reporting failures (the destructor closes silently).
+  static File open_write(const std::string& path);  // an existing file, read-write
+  // Flushes and closes, reporting failures with the system's reason (the destructor closes
+  // silently). A file whose flush failed is abandoned, not closed (below).
   void close();
+  void flush();
+  // Gives the file up without closing it (closing a file whose flush failed can crash inside
+  // HDF5). It stays open until the process ends.
+  void abandon();
 
-  // Collective: a dataset of the full shape, in element type e.
+  // A dataset of the full shape in element type e, stored contiguously and allocated now (not
+  // filled): its bytes are one range of the file from the start (raw_offset).
   void create_dataset(const std::string& name, Elem e, const std::vector<int64_t>& shape);
-  // Collective: rows [row_begin, row_begin + rows) of dataset `name` (rows of row_len elements of
-  // type e) from / into host memory. rows = 0: this rank takes part without data.
+  // The byte offset of a contiguous dataset's data in the file; -1 when it has none (chunked or
+  // compressed storage, no elements, not allocated, or not little-endian float32/bfloat16/int16).
+  int64_t raw_offset(const std::string& name) const;
+  // What a dataset holds: "float32", "bfloat16", "int16", or another description ("float64",
+  // "float16", "int32", "uint8", "string", ...).
+  std::string kind(const std::string& name) const;
+  // Rows [row_begin, row_begin + rows) of dataset `name` (rows of row_len elements of type e)
+  // from / into host memory.
   void write_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
                   const void* data);
   void read_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
@@ -116,9 +129,7 @@ class File {
   double read_attr_f64(const std::string& obj, const std::string& name) const;
 
  private:
-  File(Handle h, std::string path, bool parallel = false)
-      : h_(std::move(h)), path_(std::move(path)), parallel_(parallel) {}
-  Handle transfer_plist() const;
+  File(Handle h, std::string path) : h_(std::move(h)), path_(std::move(path)) {}
   void rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
                void* buf, bool write) const;
   void write(const std::string& name, hid_t type, const void* data,
@@ -126,7 +137,6 @@ class File {
   Handle open_obj(const std::string& obj) const;
   Handle h_;
   std::string path_;
-  bool parallel_ = false;
 };
 
 }  // namespace h5

@@ -1,7 +1,9 @@
 #include "io/metrics.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -79,16 +81,22 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
     }
   }
   f_ = std::fopen(path.c_str(), "w");
-  if (!f_) throw InputError("train.output_dir: cannot write '" + path + "'");
+  if (!f_) {
+    throw InputError("train.output_dir: cannot write '" + path + "': " + std::strerror(errno));
+  }
   if (keep_through_step >= 0 && !previous_.empty()) {
     std::ifstream in(previous_);
-    for (std::string line; std::getline(in, line);) {
-      const auto k = line.find("\"step\": ");
-      if (k == std::string::npos) continue;
-      if (std::strtoll(line.c_str() + k + 8, nullptr, 10) > keep_through_step) break;
-      std::fprintf(f_, "%s\n", line.c_str());
+    try {
+      for (std::string line; std::getline(in, line);) {
+        const auto k = line.find("\"step\": ");
+        if (k == std::string::npos) continue;
+        if (std::strtoll(line.c_str() + k + 8, nullptr, 10) > keep_through_step) break;
+        put(line);
+      }
+    } catch (...) {
+      std::fclose(f_);
+      throw;
     }
-    std::fflush(f_);
   }
 }
 
@@ -97,8 +105,19 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(const JsonLine& line) {
-  std::fprintf(f_, "%s\n", line.text().c_str());
-  std::fflush(f_);
+  put(line.text());
+}
+
+void MetricsWriter::put(const std::string& text) {
+  // Every row reaches the file or the run fails naming it: a full disk must not lose rows
+  // silently.
+  errno = 0;
+  const bool ok = std::fprintf(f_, "%s\n", text.c_str()) >= 0 && std::fflush(f_) == 0;
+  if (!ok || std::ferror(f_)) {
+    const int err = errno;
+    throw RuntimeFailure("cannot write '" + path_ +
+                         "': " + (err != 0 ? std::strerror(err) : "a write did not complete"));
+  }
 }
 
 }  // namespace kktrain

@@ -33,12 +33,14 @@ class MetricsWriter {
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
+  // RuntimeFailure naming the file and the system's reason when the row does not reach it.
   void write(const JsonLine& line);
   const std::string& path() const { return path_; }
   // Where an earlier file was moved, or "" when there was none.
   const std::string& previous() const { return previous_; }
 
  private:
+  void put(const std::string& text);
   std::string path_, previous_;
   std::FILE* f_ = nullptr;
 };

@@ -7,6 +7,19 @@ namespace kktrain {
 
 namespace {
 using HostF = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// This rank's shard of parameter i (or its gradient) from local_numel host fp32 values.
+void store_rows(ParamRegistry& reg, int i, const float* local, bool grad) {
+  const ParamInfo& p = reg.info(i);
+  DView<float> tmp("param_from_host", p.local_numel);
+  Kokkos::deep_copy(tmp, HostF(const_cast<float*>(local), p.local_numel));
+  dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), tmp.data(),
+                       p.local_numel);
+  });
+  Kokkos::fence();
+}
 }  // namespace
 
 std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad) {
@@ -30,14 +43,16 @@ void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values
   }
   // This rank's rows of the full tensor.
   const std::size_t first = static_cast<std::size_t>(p.row_begin * p.row_len);
-  DView<float> tmp("param_from_host", p.local_numel);
-  Kokkos::deep_copy(tmp, HostF(const_cast<float*>(values.data()) + first, p.local_numel));
-  dispatch_dtype(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), tmp.data(),
-                       p.local_numel);
-  });
-  Kokkos::fence();
+  store_rows(reg, i, values.data() + first, grad);
+}
+
+void shard_from_host(ParamRegistry& reg, int i, const std::vector<float>& local) {
+  const ParamInfo& p = reg.info(i);
+  if (static_cast<int64_t>(local.size()) != p.local_numel) {
+    throw InternalError("parameter " + p.name + ": " + std::to_string(local.size()) +
+                        " values for a shard of " + std::to_string(p.local_numel));
+  }
+  store_rows(reg, i, local.data(), false);
 }
 
 }  // namespace kktrain

@@ -16,5 +16,8 @@ std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad = fa
 // values as they are.
 void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values,
                      bool grad = false);
+// Sets this rank's shard of parameter i from the fp32 values of its own rows (local_numel of
+// them: what a rank reads of a model file), rounding to nearest-even when stored in bf16.
+void shard_from_host(ParamRegistry& reg, int i, const std::vector<float>& local);
 
 }  // namespace kktrain

@@ -22,6 +22,16 @@ double failed_rank_wait() {
 void agree_on_errors(Communicator& comm, std::exception_ptr error) {
   int code = 0;
   std::string msg;
+  // An error every rank has already agreed on (a nested agreement): every rank holds it, so
+  // every rank rethrows it as it is, without a collective.
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const CollectiveError&) {
+      throw;
+    } catch (...) {
+    }
+  }
   if (error) {
     try {
       std::rethrow_exception(error);

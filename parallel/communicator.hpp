@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
@@ -52,6 +53,10 @@ class Communicator {
   virtual double allreduce_max_host(double v) = 0;
   // Sum modulo 2^64 of one unsigned 64-bit value on the host (checksums).
   virtual uint64_t allreduce_sum_u64(uint64_t v) = 0;
+  // The same for every element of a host vector, in place (one collective).
+  virtual void allreduce_sum_u64(std::vector<uint64_t>& v) = 0;
+  // Rank `root`'s bytes, on every rank (host; e.g. a file's index read by one rank).
+  virtual void broadcast_host(std::string& bytes, int root) = 0;
   // Logical AND of a host flag across ranks (agreement on errors and non-finite steps).
   virtual bool all_agree(bool ok) = 0;
   // The lowest rank that passes failed = true, or size() when none does. A failing rank waits at
@@ -82,6 +87,8 @@ class SingleCommunicator final : public Communicator {
   double allreduce_sum_host(double v) override { return v; }
   double allreduce_max_host(double v) override { return v; }
   uint64_t allreduce_sum_u64(uint64_t v) override { return v; }
+  void allreduce_sum_u64(std::vector<uint64_t>&) override {}
+  void broadcast_host(std::string&, int) override {}
   bool all_agree(bool ok) override { return ok; }
   int first_failing_rank(bool failed, double) override { return failed ? 0 : 1; }
   [[noreturn]] void abort(int exit_code) override;

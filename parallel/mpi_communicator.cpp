@@ -52,6 +52,32 @@ uint64_t MpiWorld::allreduce_sum_u64(uint64_t v) {
   return out;
 }
 
+void MpiWorld::allreduce_sum_u64(std::vector<uint64_t>& v) {
+  for (std::size_t off = 0; off < v.size(); off += max_count()) {
+    const int n = static_cast<int>(std::min(v.size() - off, max_count()));
+    MPI_Allreduce(MPI_IN_PLACE, v.data() + off, n, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  }
+}
+
+void MpiWorld::broadcast_host(std::string& bytes, int root) {
+  uint64_t n = bytes.size();
+  MPI_Bcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD);
+  bytes.resize(static_cast<std::size_t>(n));
+  for (std::size_t off = 0; off < n; off += max_count()) {
+    const int c = static_cast<int>(std::min(static_cast<std::size_t>(n) - off, max_count()));
+    MPI_Bcast(&bytes[off], c, MPI_BYTE, root, MPI_COMM_WORLD);
+  }
+}
+
+std::size_t MpiWorld::max_count() {
+  static const std::size_t m = [] {
+    const char* v = std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT");
+    const long long t = v ? std::atoll(v) : 0;
+    return t > 0 ? static_cast<std::size_t>(t) : static_cast<std::size_t>(0x7fffffff);
+  }();
+  return m;
+}
+
 bool MpiWorld::all_agree(bool ok) {
   int in = ok ? 1 : 0, out = 0;
   MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
@@ -291,16 +317,6 @@ class MpiCommunicator final : public MpiWorld {
   }
 
  private:
-  // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls),
-  // or KKTRAIN_TEST_MPI_MAX_COUNT when set (tests split small collectives the same way).
-  static std::size_t max_count() {
-    static const std::size_t m = [] {
-      const char* v = std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT");
-      const long long t = v ? std::atoll(v) : 0;
-      return t > 0 ? static_cast<std::size_t>(t) : static_cast<std::size_t>(0x7fffffff);
-    }();
-    return m;
-  }
   static char* grow(Kokkos::View<char*, MemSpace>& v, std::size_t bytes) {
     if (v.extent(0) < bytes) v = Kokkos::View<char*, MemSpace>("mpi_piece", bytes);
     return v.data();

@@ -2,6 +2,8 @@
 // moves device buffers; scalars, agreement and barriers still go through MPI).
 #pragma once
 
+#include <cstddef>
+
 #include "parallel/communicator.hpp"
 
 namespace kktrain {
@@ -14,12 +16,17 @@ class MpiWorld : public Communicator {
   double allreduce_sum_host(double v) override;
   double allreduce_max_host(double v) override;
   uint64_t allreduce_sum_u64(uint64_t v) override;
+  void allreduce_sum_u64(std::vector<uint64_t>& v) override;
+  void broadcast_host(std::string& bytes, int root) override;
   bool all_agree(bool ok) override;
   int first_failing_rank(bool failed, double failed_wait_s) override;
   [[noreturn]] void abort(int exit_code) override;
   void barrier() override;
 
  protected:
+  // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls),
+  // or KKTRAIN_TEST_MPI_MAX_COUNT when set (tests split small collectives the same way).
+  static std::size_t max_count();
   int rank_ = 0;
   int size_ = 1;
 };

@@ -342,12 +342,12 @@ def step_dirs(root):
 
 
 def state(root):
-    """(step directories, latest, leftovers of a killed save: .tmp_ directories and latest.tmp
-    by name and inode)."""
+    """(step directories, latest, leftovers of a killed save: .tmp_ directories and the
+    temporary of `latest`, by name and inode)."""
     if not os.path.isdir(root):
         return [], None, set()
     left = {(n, os.stat(os.path.join(root, n)).st_ino) for n in os.listdir(root)
-            if n.startswith(".tmp_") or n == "latest.tmp"}
+            if n.startswith(".tmp_") or n.startswith(".latest.tmp.")}
     return step_dirs(root), latest(root), left
 
 
@@ -414,11 +414,18 @@ def kill_trial(run_dir, np_, rng, prev, phases):
     if name is None:
         tt.check(prev is None and len(steps) <= 1, f"no latest, steps {steps}")
         return None
-    step = int(name[5:]) if re.fullmatch(r"step_\d{8}", name) else None
-    tt.check(step is not None, f"latest names {name!r}")
+    named = int(name[5:]) if re.fullmatch(r"step_\d{8}", name) else None
+    tt.check(named is not None, f"latest names {name!r}")
     tt.check(os.path.isfile(os.path.join(root, name, "checkpoint.h5")),
              f"latest names {name}, which is not a complete step directory: {os.listdir(root)}")
-    tt.check(prev is None or step >= prev, f"latest went back from step {prev} to {step}")
+    # A step directory is complete once it has its name (the save renames it into place), so the
+    # newest one is the checkpoint to continue from; `latest` names it, or the one before when
+    # the kill came between the rename and the pointer's update.
+    step = steps[-1]
+    tt.check(step >= named, f"latest names {name}, newer than every step directory {steps}")
+    name = f"step_{step:08d}"
+    tt.check(prev is None or step >= prev, f"the newest checkpoint went back from step {prev} "
+             f"to {step}")
     rc, out, err = launch(["inspect", root])
     tt.check(rc == 0 and f"  step: {step}\n" in out, f"inspect {root}: rc {rc}\n{err}")
     args = ["train", tt.config(tt.PATTERN_A), *tiny(np_), *BIG, f"data.global_batch_size={np_}",
@@ -458,11 +465,11 @@ def case_kill_during_save():
 
 
 def case_kill_during_resave():
-    """A run resumed from an earlier step of its own root (rolling back) saves the later steps
-    again, replacing the directory `latest` names. A kill at any moment must leave `latest` naming
-    a complete checkpoint. The old directory gets 20000 extra files, so removing it takes a while
-    (as on a slow file system); the run is watched and killed at the first moment `latest` names
-    no complete checkpoint, if there is one."""
+    """A run resumed from an earlier step of its own root (rolling back) moves the later
+    checkpoints to earlier_1/ (never replacing or pruning them) and saves its own. A kill at any
+    moment must leave `latest` naming a complete checkpoint. The old directory gets 20000 extra
+    files (as on a slow file system); the run is watched and killed at the first moment `latest`
+    names no complete checkpoint, if there is one; the moved checkpoint keeps every file."""
     with tempfile.TemporaryDirectory(prefix="kktrain_ckpt_") as tmp:
         d = os.path.join(tmp, "run")
         root = os.path.join(d, "checkpoints")
@@ -490,10 +497,13 @@ def case_kill_during_resave():
         rc, out, err = launch(["inspect", root])
         tt.check(seen is None and rc == 0, f"while step 4 was saved again, {seen}; killed then, "
                  f"the checkpoint root does not load: inspect rc {rc}: {err}")
+        moved = os.path.join(root, "earlier_1", "step_00000004")
         tt.check(p.returncode == 0 and "checkpoint: step 4 -> " in read(d + ".err") and
-                 latest(root) == "step_00000004" and os.listdir(old) == ["checkpoint.h5"],
-                 f"the run did not save step 4 again: rc {p.returncode}\n{read(d + '.err')}")
-        print(f"step 4 saved again over a slow-to-remove directory: `latest` named a complete "
+                 latest(root) == "step_00000004" and os.listdir(old) == ["checkpoint.h5"] and
+                 len(os.listdir(moved)) == 20001 and "moved to" in read(d + ".err"),
+                 f"the run did not move the later step 4 aside and save its own: rc "
+                 f"{p.returncode}\n{read(d + '.err')}")
+        print(f"step 4 saved again after the earlier one was moved aside: `latest` named a complete "
               f"checkpoint at each of {polls} looks")
 
 

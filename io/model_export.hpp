@@ -12,6 +12,11 @@
 // parameter rebuilt with its remainder), rounded once to nearest even: never bf16 -> bf16 of an
 // already rounded value. LoRA adapters are merged into their base weights (W + alpha/r * B A,
 // formed in fp32 with the product accumulated in double) or written separately.
+//
+// Streamed: tensor by tensor in pieces of rows (kStreamPieceBytes of fp32 values), so one process
+// never holds more than a piece of a tensor (and a LoRA pair's small factors) whatever the model's
+// size. Atomic: written under a temporary name beside `out`, synced, renamed over it; a failure
+// or a kill leaves the previous file (or none), never part of one.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,150 @@
+// Model weights from kktrain's HDF5 files (io/model_weights.hpp).
+#include "io/model_weights.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+#include "io/checkpoint.hpp"
+#include "io/elem_convert.hpp"
+#include "io/h5_rows.hpp"
+#include "parallel/agree.hpp"
+
+namespace kktrain {
+
+namespace {
+
+// /params/<name> of a checkpoint, an export or a grads dump; a checkpoint's /optim/<name>/master
+// or /optim/<name>/remainder give the fp32 value the parameter stands for.
+class H5Weights final : public WeightSource {
+ public:
+  H5Weights(const std::string& file, Communicator& comm) : r_(file, comm) {
+    const FileIndex& ix = r_.index();
+    const auto it = ix.root().str.find("format");
+    const std::string f = it == ix.root().str.end() ? "" : it->second;
+    kind_ = f == "kktrain-checkpoint" ? "kktrain checkpoint"
+            : f == "kktrain-export"   ? "kktrain export"
+                                      : "HDF5 file";
+    names_ = ix.list("/params");
+    if (names_.empty()) {
+      throw InputError("'" + file + "' holds no parameters (no datasets under /params)");
+    }
+  }
+  const std::string& path() const override { return r_.path(); }
+  std::string kind() const override { return kind_; }
+  std::vector<std::string> names() const override { return names_; }
+
+  std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
+    const DatasetInfo* d = r_.index().find("/params/" + name);
+    if (!d) return std::nullopt;
+    return d->shape;
+  }
+
+  DType stored_dtype(const std::string& name) const override {
+    if (master(name) || remainder(name)) return DType::float32;
+    return param(name).elem(path()) == h5::Elem::bf16 ? DType::bfloat16 : DType::float32;
+  }
+
+  std::vector<float> read_rows_f32(const std::string& name, int64_t row_begin,
+                                   int64_t rows) override {
+    const DatasetInfo& p = param(name);
+    if (const DatasetInfo* m = master(name)) {
+      return widen_to_f32(r_.read_rows(m->path, row_begin, rows), m->elem(path()), what(*m));
+    }
+    const std::vector<char> stored = r_.read_rows(p.path, row_begin, rows);
+    if (const DatasetInfo* rem = remainder(name)) {
+      check_remainder(p, *rem);
+      return rebuild_masters(stored, r_.read_rows(rem->path, row_begin, rows));
+    }
+    return widen_to_f32(stored, p.elem(path()), what(p));
+  }
+
+  void stream_rows_f32(const std::string& name, int64_t piece_rows,
+                       const std::function<void(int64_t, int64_t, const float*)>& take) override {
+    const DatasetInfo& p = param(name);
+    const DatasetInfo* m = master(name);
+    const DatasetInfo* rem = m ? nullptr : remainder(name);
+    if (rem) check_remainder(p, *rem);
+    const DatasetInfo& first = m ? *m : p;
+    ChecksumCheck c1(path(), first), c2(path(), rem ? *rem : p);
+    const int64_t total = p.shape.empty() ? 1 : p.shape[0];
+    for (int64_t b = 0; b < total || b == 0; b += piece_rows) {
+      const int64_t n = std::min(piece_rows, total - b);
+      const h5::Elem e = first.elem(path());
+      const std::vector<char> bytes = r_.read_rows_local(first, b, n);
+      c1.add(bytes.data(), e, b, n);
+      std::vector<float> values;
+      if (rem) {
+        const std::vector<char> rb = r_.read_rows_local(*rem, b, n);
+        c2.add(rb.data(), h5::Elem::i16, b, n);
+        values = rebuild_masters(bytes, rb);
+      } else {
+        values = widen_to_f32(bytes, e, what(first));
+      }
+      take(b, n, values.data());
+      if (n <= 0) break;
+    }
+    c1.verify();
+    if (rem) c2.verify();
+  }
+
+  const FileAttrs& attributes() const override { return r_.index().root(); }
+
+  std::string tensor_attribute(const std::string& name, const std::string& attr) const override {
+    const DatasetInfo* d = r_.index().find("/params/" + name);
+    if (!d) return "";
+    const auto it = d->attrs.find(attr);
+    return it == d->attrs.end() ? "" : it->second;
+  }
+
+ private:
+  const DatasetInfo& param(const std::string& name) const {
+    const DatasetInfo* d = r_.index().find("/params/" + name);
+    if (!d) throw InputError("'" + path() + "' has no parameter '" + name + "'");
+    return *d;
+  }
+  const DatasetInfo* master(const std::string& name) const {
+    return r_.index().find("/optim/" + name + "/master");
+  }
+  const DatasetInfo* remainder(const std::string& name) const {
+    return r_.index().find("/optim/" + name + "/remainder");
+  }
+  void check_remainder(const DatasetInfo& p, const DatasetInfo& rem) const {
+    if (p.kind != "bfloat16" || rem.kind != "int16" || rem.shape != p.shape) {
+      throw InputError("'" + path() + "': " + rem.path + " is not the int16 remainder of a " +
+                       "bfloat16 parameter of the same shape");
+    }
+  }
+  std::string what(const DatasetInfo& d) const {
+    return "'" + path() + "': dataset '" + d.path + "'";
+  }
+  RowReader r_;
+  std::string kind_;
+  std::vector<std::string> names_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
+                                           Communicator& comm) {
+  const std::string file = collectively(comm, [&] {
+    try {
+      return resolve_checkpoint(path, what);
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      if (msg.rfind(what, 0) == 0) throw;
+      throw InputError(what + ": " + msg);
+    }
+  });
+  try {
+    return collectively(comm, [&]() -> std::unique_ptr<WeightSource> {
+      return std::make_unique<H5Weights>(file, comm);
+    });
+  } catch (const CollectiveError& e) {
+    if (!e.printed_here()) throw;
+    const std::string msg = e.what();
+    if (msg.rfind(what, 0) == 0) throw;
+    throw CollectiveError(what + ": " + msg, e.exit_code());
+  }
+}
+
+}  // namespace kktrain

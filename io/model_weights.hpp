@@ -1,0 +1,63 @@
+// A model's weights in a file, read as fp32 values a row range at a time: what model.init_from,
+// the export and `kktrain inspect` read. kktrain's own HDF5 files sit behind this interface
+// (training checkpoints, where a parameter's value is its fp32 master when the checkpoint keeps
+// one; exports; `kktrain grads` dumps); other formats implement the same few calls.
+//
+// Rows are dim 0 of a tensor (row-major), so every rank reads exactly the rows of its shard and
+// nothing else: loading a model on W ranks reads each byte of the file once in total.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "io/h5_rows.hpp"
+#include "parallel/communicator.hpp"
+
+namespace kktrain {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // The file (or directory) for messages.
+  virtual const std::string& path() const = 0;
+  // "kktrain checkpoint", "kktrain export", ... (for messages).
+  virtual std::string kind() const = 0;
+  // Canonical names of the tensors the file holds, in the file's order.
+  virtual std::vector<std::string> names() const = 0;
+  // The shape of a tensor; nullopt when the file has none by that name.
+  virtual std::optional<std::vector<int64_t>> shape(const std::string& name) const = 0;
+  // The dtype a tensor is stored in (its master's, float32, when the file keeps one).
+  virtual DType stored_dtype(const std::string& name) const = 0;
+  // Collective over the communicator the source was opened on: this rank's rows [row_begin,
+  // row_begin + rows) of tensor `name` as fp32 (bf16 widened exactly). Every rank calls this for
+  // the same tensors in the same order; together their rows cover the tensor (so a checksum over
+  // the whole tensor can be checked). InputError names the file and the tensor.
+  virtual std::vector<float> read_rows_f32(const std::string& name, int64_t row_begin,
+                                           int64_t rows) = 0;
+  // One process: the whole tensor in pieces of at most `piece_rows` rows, in order, each given
+  // to `take(row_begin, rows, values)`; the tensor's checksum is checked after the last piece
+  // (InputError then: whatever `take` wrote from it must be thrown away).
+  virtual void stream_rows_f32(
+      const std::string& name, int64_t piece_rows,
+      const std::function<void(int64_t row_begin, int64_t rows, const float* values)>& take) = 0;
+  // The file's root attributes (format, the architecture, lora_dim, ...).
+  virtual const FileAttrs& attributes() const = 0;
+  // A per-tensor attribute as text ("" when absent): keep_in_fp32, aliases, trainable.
+  virtual std::string tensor_attribute(const std::string& name, const std::string& attr) const = 0;
+};
+
+// Opens what a user named as a model file: an HDF5 file, a checkpoint step directory, a
+// checkpoint root with a `latest` pointer, or a run directory (collective over comm; errors
+// agreed on and named after `what`, e.g. "model.init_from").
+std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
+                                           Communicator& comm);
+
+// Rows of at most this many bytes of fp32 values per piece when a process streams a tensor.
+constexpr int64_t kStreamPieceBytes = int64_t(16) << 20;
+
+}  // namespace kktrain
