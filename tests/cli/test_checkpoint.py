@@ -14,8 +14,10 @@ What is checked, and what was measured (tiny model of test_train.py unless said)
   output_dtype null leave only summation order: losses within REL_TOL of the 2-rank run.
 - kill_during_save: SIGKILL (the whole mpirun session on 2 ranks) at random moments of a loop of
   save_every=1 runs; `latest` always names a complete checkpoint that loads.
-- keep_last_bound: a save over the keep_last + 1 directories an interrupted pruning left adds
-  none beyond keep_last + 1.
+- keep_last_bound: at every moment of a sequence of saves (replayed from inotify), at least
+  min(keep_last, saves so far) complete step directories and at most keep_last + 1; a step
+  directory appears complete (renamed) and an old one goes only while more than keep_last exist;
+  a save over the keep_last + 1 directories an interrupted pruning left adds none beyond them.
 - kill_during_resave: saving a step that exists (a run resumed from an earlier step of its own
   root) replaces the directory `latest` names; at no moment may `latest` name an incomplete one.
 - signals: SIGTERM / SIGINT stop at a step boundary with a checkpoint (143 / 130), resuming gives
@@ -512,6 +514,7 @@ class DirEvents:
     window of a millisecond cannot be missed, however loaded the machine."""
 
     MADE, GONE = 0x100 | 0x80, 0x200 | 0x40  # IN_CREATE | IN_MOVED_TO, IN_DELETE | IN_MOVED_FROM
+    MOVED_TO = 0x80
 
     def __init__(self, path):
         self.libc = ctypes.CDLL(None, use_errno=True)
@@ -535,13 +538,72 @@ class DirEvents:
         return out
 
 
+def replay(events, steps, keep_last):
+    """Replays the step directories' appearances and removals (DirEvents) from the set `steps`
+    present before. Returns (most present at any moment, the changes as "+N" / "-N", the bound
+    violations). The bounds, after every event:
+    - at least min(keep_last, saves so far) complete step directories (a directory named step_N
+      is complete: a save writes .tmp_step_N and renames it), so no moment of a save, however
+      short, leaves fewer checkpoints than keep_last asks for;
+    - a step directory appears by a rename (IN_MOVED_TO), complete, never made in place;
+    - one is removed only while more than keep_last are present: an old checkpoint goes only
+      once the new one is complete (or as the surplus an interrupted pruning left)."""
+    steps, saves = set(steps), len(steps)
+    most, seen, bad = len(steps), [], []
+    for mask, name in events:
+        if not re.fullmatch(r"step_\d{8}", name):
+            continue
+        made = bool(mask & DirEvents.MADE)
+        change = ("+" if made else "-") + name[5:].lstrip("0")
+        if made:
+            saves += name not in steps
+            steps.add(name)
+            if not mask & DirEvents.MOVED_TO:
+                bad.append(f"{change} was made in place, not renamed complete")
+        else:
+            if len(steps) <= keep_last:
+                bad.append(f"{change} with only {len(steps)} step directories present "
+                           f"(keep_last {keep_last}): removed before a newer one was complete")
+            steps.discard(name)
+        seen.append(change)
+        most = max(most, len(steps))
+        if len(steps) < min(keep_last, saves):
+            bad.append(f"after {change}: {len(steps)} complete step directories, fewer than "
+                       f"min(keep_last {keep_last}, {saves} saves)")
+    return most, seen, bad, steps
+
+
+def violations(bad, seen):
+    more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+    return "; ".join(bad[:3]) + more + f"; changes {' '.join(seen)}"
+
+
 def case_keep_last_bound():
-    """A save killed after its rename and before its pruning leaves keep_last + 1 step
+    """Pruning keeps the number of complete step directories within [min(keep_last, saves so
+    far), keep_last + 1] at every moment, saves in progress included, replayed from the kernel's
+    record of the root's changes (inotify: no window is too short to be seen, however loaded the
+    machine). 1. A fresh root, keep_last=2, a save every step for 6 steps: never fewer than
+    min(2, saves) (a pruning before the new directory is complete would leave 1), never more than
+    3. 2. A save killed after its rename and before its pruning leaves keep_last + 1 step
     directories; the next save must not add one more on top (else repeated kills at the end of
     saves pile them up: ckpt.kill_during_save saw [8, 9, 10, 11] with keep_last 2). Such a root
-    is made by a keep_last=3 run; a keep_last=2 run then saves one step, and the directory's
-    changes are replayed from inotify: never more than keep_last + 1 step directories."""
+    is made by a keep_last=3 run; a keep_last=2 run then saves one step: never more than
+    keep_last + 1 step directories, never fewer than keep_last."""
     with tempfile.TemporaryDirectory(prefix="kktrain_ckpt_") as tmp:
+        d = os.path.join(tmp, "fresh")
+        root = os.path.join(d, "checkpoints")
+        os.makedirs(root)
+        events = DirEvents(root)
+        r = train(d, tt.PATTERN_A, "checkpoint.save_every=1", "train.val_every=0",
+                  "train.max_steps=6", f"checkpoint.keep_last={KEEP}").ok()
+        most, seen, bad, steps = replay(events.read(), set(), KEEP)
+        print(f"a save every step, keep_last {KEEP}: changes {' '.join(seen)}")
+        tt.check(not bad, violations(bad, seen) + r.where)
+        tt.check(most <= KEEP + 1, f"up to {most} step directories (changes {' '.join(seen)})")
+        tt.check(steps == {f"step_{s:08d}" for s in step_dirs(root)} ==
+                 {"step_00000005", "step_00000006"},
+                 f"replayed {sorted(steps)}, listed {os.listdir(root)}" + r.where)
+
         d = os.path.join(tmp, "run")
         root = os.path.join(d, "checkpoints")
         o = ["checkpoint.save_every=2", "train.val_every=0", "checkpoint.resume=auto"]
@@ -550,12 +612,8 @@ def case_keep_last_bound():
         tt.check(len(steps) == 3, f"keep_last=3: {os.listdir(root)}")
         events = DirEvents(root)
         r = train(d, tt.PATTERN_A, *o, "train.max_steps=8", "checkpoint.keep_last=2").ok()
-        most, seen = len(steps), []
-        for mask, name in events.read():
-            if re.fullmatch(r"step_\d{8}", name):
-                steps = steps | {name} if mask & DirEvents.MADE else steps - {name}
-                most = max(most, len(steps))
-                seen.append(("+" if mask & DirEvents.MADE else "-") + name[5:].lstrip("0"))
+        most, seen, bad, steps = replay(events.read(), steps, KEEP)
+        tt.check(not bad, violations(bad, seen) + r.where)
         tt.check(steps == {f"step_{s:08d}" for s in step_dirs(root)} ==
                  {"step_00000006", "step_00000008"},
                  f"replayed {sorted(steps)}, listed {os.listdir(root)}")

@@ -573,6 +573,84 @@ def case_sr_unbiased(c):
                      100 * np.mean(final != p0)))
 
 
+def sr_decisions(c, hist, init, lrs, grads):
+    """Stochastic-rounding decisions of SGD without momentum on bf16 params: the fp32 value each
+    step rounds (pre = previous param + (-lr) g, one fp32 operation as in the kernel and torch),
+    whether it was rounded away from zero (up), and the fraction of a bf16 spacing it lies above
+    the truncated value (P(up) for unbiased rounding). Checks every param is a bf16 neighbour."""
+    prev = np.concatenate([init[None], hist[:-1]])
+    pre = prev + F32(-1.0) * np.asarray(lrs, F32)[:, None] * grads  # lr g is exact here
+    lo = bits(pre) & 0xFFFF0000
+    got = bits(hist)
+    up = got == lo + 0x10000
+    ok = (got == lo) | (up & (bits(pre) != lo))
+    c.true("every step: param is a bf16 neighbour of the fp32 value", ok.all(),
+           "%d of %d bad" % ((~ok).sum(), ok.size))
+    return up, (bits(pre) & 0xFFFF) / 65536.0
+
+
+def sr_sgd(p0, grads, lrs):
+    """kktrain SGD (no momentum, no weight decay) with stochastic rounding on bf16 params
+    (without it under --perturb: rounding to nearest is deterministic, so both SR cases fail)."""
+    kw = dict(momentum=0.0, weight_decay=0.0, stochastic_rounding=not PERTURB)
+    h, _, _ = run_kktrain(RUNNER, yaml(SGD, **kw), {"p": Param(p0, "bfloat16")}, {"p": grads},
+                          lrs, seed=11)
+    return h["p"]
+
+
+def case_sr_fresh_bits(c):
+    """Stochastic rounding draws new random bits at every step. Every update is exactly half a
+    bf16 spacing (SGD, lr 2^-8, gradients +-1 alternating, params in [1.25, 1.75) and the
+    negatives: spacing 2^-7), so each step's value sits exactly between two bf16 neighbours and
+    rounds away from zero with probability 1/2 whatever the previous steps did: the same update
+    at every step. With fresh bits, the up/down decisions of any two steps differ on half the
+    elements (binomial: n = 16384, sd 0.004; tolerance 0.03 = 7.7 sd); noise that does not change
+    with the step repeats the same decisions (0 differ)."""
+    n, steps = 16384, 8
+    rng = np.random.default_rng(17)
+    mag = 1.0 + rng.integers(32, 96, n) / 128.0  # bf16 values in [1.25, 1.75)
+    p0 = (mag * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)).astype(F32)
+    grads = np.stack([np.full(n, 1.0 if t % 2 == 0 else -1.0, F32) for t in range(steps)])
+    lrs = [2.0 ** -8] * steps
+    hist = sr_sgd(p0, grads, lrs)
+    up, frac = sr_decisions(c, hist, p0, lrs, grads)
+    c.true("every step's value lies exactly half a spacing above a bf16 value", (frac == 0.5).all(),
+           "%d of %d not" % ((frac != 0.5).sum(), frac.size))
+    share = up.mean(axis=1)
+    c.le("each step: |fraction rounded away from zero - 1/2|", np.abs(share - 0.5).max(), 0.03,
+         "  (%.4f .. %.4f)" % (share.min(), share.max()))
+    diff = [(np.mean(up[s] != up[t]), s + 1, t + 1) for s in range(steps) for t in range(s)]
+    lo, hi = min(diff), max(diff)
+    c.le("any two steps: |fraction of decisions that differ - 1/2|",
+         max(0.5 - lo[0], hi[0] - 0.5), 0.03, "  (%.4f at steps %d/%d .. %.4f at %d/%d)" % (
+             lo + hi))
+
+
+def case_sr_element_unbiased(c):
+    """Each element's rounding is unbiased over the steps, not only the mean over elements: 64
+    SGD steps of a constant update of 0.2 .. 0.8 bf16 spacings (per element; params in [1, 1.25)
+    and the negatives, moving away from zero, staying in their binade). With fresh bits, an
+    element's sum over steps of (up - P(up)) is a martingale with variance sum P(1 - P): z =
+    sum / sqrt(variance) is ~ N(0, 1) per element. Checked: max |z| over 4096 elements <= 6
+    (p ~ 1e-5 for a correct rounding) and mean z^2 within 1 +- 0.15 (sd 0.022). Noise fixed per
+    element makes each element round the same way every step: mean z^2 = 64."""
+    n, steps = 4096, 64
+    rng = np.random.default_rng(23)
+    sign = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    p0 = ((1.0 + rng.integers(0, 32, n) / 128.0) * sign).astype(F32)
+    g = (-sign * rng.uniform(0.2, 0.8, n)).astype(F32)
+    grads = np.broadcast_to(g, (steps, n)).copy()
+    lrs = [2.0 ** -7] * steps
+    hist = sr_sgd(p0, grads, lrs)
+    up, frac = sr_decisions(c, hist, p0, lrs, grads)
+    var = (frac * (1 - frac)).sum(axis=0)
+    c.true("every element: a rounding decision at every step", (var > 0).all())
+    z = (up - frac).sum(axis=0) / np.sqrt(np.maximum(var, 1e-30))
+    c.le("max over elements |z| (sum over 64 steps of up - P(up), in sd)", np.abs(z).max(), 6.0)
+    c.le("|mean over elements of z^2 - 1|", abs(np.mean(z * z) - 1.0), 0.15,
+         "  (mean z^2 %.3f)" % np.mean(z * z))
+
+
 def case_sr_off(c):
     """stochastic_rounding false is plain RNE; stochastic_rounding true has no effect on fp32
     params and on bf16 params with an fp32 master (FusedAdam rounds the master to nearest)."""

@@ -6,7 +6,7 @@
 set(KKTRAIN_OPTIM_CASES
   adamw_fp32 adam_fp32 sgd_fp32 adam_bf16_torch adam_bf16_emulation fused_master fused_l2
   fused_no_bias_correction fused_bf16_moments remainders wd_exclude grad_scale frozen
-  sr_deterministic sr_unbiased sr_off)
+  sr_deterministic sr_unbiased sr_fresh_bits sr_element_unbiased sr_off)
 foreach(case IN LISTS KKTRAIN_OPTIM_CASES)
   add_test(NAME optim.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/optim/check_optim.py

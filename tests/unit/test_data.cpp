@@ -2,6 +2,8 @@
 // deterministic sampling keyed by (seed, step, rank, micro-batch).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -145,6 +147,87 @@ TEST(TokenDataset, ValidationBatchesComeFromTheHeldOutTail) {
   }
   EXPECT_EQ(d.val_batch(0, 4, 8).ids, d.val_batch(0, 4, 8).ids);
   EXPECT_NE(d.val_batch(0, 4, 8).ids, d.val_batch(1, 4, 8).ids);
+}
+
+// Every window start the sampler can produce, for each split: enough windows are drawn to see
+// every start of the split's range (the whole image of the sampler's draw -> start mapping), and
+// the test asserts it saw every one, so an off-by-one at either end of either range is seen for
+// certain, not only when a random draw happens to hit it. Token value = its position: a window's
+// ids and targets say which tokens it read. Every training window, targets included, must lie
+// before the validation boundary (train_tokens()), every validation window after it.
+struct SplitCase {
+  int64_t tokens, seq_len;
+  double val_fraction;
+};
+
+// Starts of `draws` windows of one split, each checked to be T + 1 contiguous tokens
+// [start, start + T] inside [lo, hi). `window(k)` returns a batch of 64 windows, k = 0, 1, ...
+template <class WindowBatch>
+std::set<int64_t> starts_seen(WindowBatch window, int64_t draws, int64_t T, int64_t lo, int64_t hi,
+                              const char* split) {
+  std::set<int64_t> starts;
+  for (int64_t k = 0; k * 64 < draws; ++k) {
+    const Batch b = window(k);
+    for (int64_t r = 0; r < b.B; ++r) {
+      const int64_t start = b.ids[r * T];
+      for (int64_t t = 0; t < T; ++t) {
+        if (b.ids[r * T + t] != start + t || b.targets[r * T + t] != start + t + 1) {
+          ADD_FAILURE() << split << " window at " << start << " is not contiguous";
+          return starts;
+        }
+      }
+      if (start < lo || start + T >= hi) {  // tokens [start, start + T] with the last target
+        ADD_FAILURE() << split << " window reads tokens [" << start << ", " << start + T
+                      << "], outside the " << split << " split [" << lo << ", " << hi << ")";
+        return starts;
+      }
+      starts.insert(start);
+    }
+  }
+  return starts;
+}
+
+TEST(TokenDataset, EveryWindowStartStaysInItsSplit) {
+  // Ranges of 1 start (a split of exactly seq_len + 1 tokens), a few, and ~19000. Draws: 4x the
+  // coupon-collector count n (ln n + 1) of n starts, so a start is missed with probability
+  // < n exp(-4 (ln n + 1)) < 1e-7 (and the draws are fixed: the outcome never changes).
+  const std::vector<SplitCase> cases = {
+      {100, 8, 0.09},     // validation: exactly seq_len + 1 = 9 tokens, one start
+      {18, 8, 0.5},       // both splits exactly seq_len + 1 tokens
+      {1000, 8, 0.2},     // 792 and 192 starts
+      {257, 31, 0.25},    // odd sizes
+      {20000, 16, 0.05},  // 18984 and 984 starts
+  };
+  for (const SplitCase& c : cases) {
+    std::vector<int32_t> toks(static_cast<std::size_t>(c.tokens));
+    for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(i);
+    DataConfig cfg = data_cfg(std::string("mem"), c.seq_len);
+    cfg.val_fraction = c.val_fraction;
+    const TokenDataset d = TokenDataset::from_tokens(toks, cfg, "mem");
+    const int64_t T = c.seq_len, n_train = d.train_tokens(), n = c.tokens;
+    ASSERT_TRUE(d.has_validation()) << c.tokens << " tokens";
+    SCOPED_TRACE(std::to_string(n) + " tokens, seq_len " + std::to_string(T) + ", boundary " +
+                 std::to_string(n_train));
+    for (const bool val : {false, true}) {
+      const int64_t lo = val ? n_train : 0, hi = val ? n : n_train;
+      const int64_t range = hi - lo - T;  // starts lo .. hi - T - 1
+      const double expected = range * std::log(static_cast<double>(range) + 1.0) + range;
+      const int64_t draws = std::max<int64_t>(2000, static_cast<int64_t>(4 * expected));
+      const std::set<int64_t> seen =
+          val ? starts_seen([&](int64_t k) { return d.val_windows(k * 64, 64, 64, T); }, draws, T,
+                            lo, hi, "validation")
+              : starts_seen(
+                    // Steps and window indices as training draws them: 64 windows of step k.
+                    [&](int64_t k) { return d.train_batch(k, 64 * (k % 3), 64, T); }, draws, T, lo,
+                    hi, "training");
+      if (::testing::Test::HasFailure()) return;  // a window outside its split: reported above
+      ASSERT_EQ(static_cast<int64_t>(seen.size()), range)
+          << (val ? "validation" : "training") << ": " << seen.size() << " distinct starts seen in "
+          << draws << " draws, expected every one of [" << lo << ", " << hi - T << ")";
+      EXPECT_EQ(*seen.begin(), lo);
+      EXPECT_EQ(*seen.rbegin(), hi - T - 1);
+    }
+  }
 }
 
 TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
