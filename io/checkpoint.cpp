@@ -95,6 +95,13 @@ namespace {
 // Removes the oldest complete step directories beyond keep_last, never step `keep`.
 void prune_steps(const std::string& root, int64_t keep_last, int64_t keep) {
   std::error_code ec;
+  // A step directory without its file is one whose removal a kill interrupted: finish it.
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (step_of(e.path().filename().string()) >= 0 &&
+        !fs::is_regular_file(e.path() / kCheckpointFile, ec)) {
+      fs::remove_all(e.path(), ec);
+    }
+  }
   const std::vector<int64_t> steps = complete_steps(root);
   int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
   for (std::size_t k = 0; k < steps.size() && excess > 0; ++k) {

@@ -482,8 +482,12 @@ def case_kill_during_resave():
             open(os.path.join(old, f"pad_{i:05d}"), "w").close()
 
         def complete():
+            # The pointer may move on between reading it and looking at what it named (it is
+            # rewritten before the directory it named moves): only a look during which it stayed
+            # the same counts.
             name = latest(root)
-            return bool(name) and os.path.isfile(os.path.join(root, name, "checkpoint.h5"))
+            ok = bool(name) and os.path.isfile(os.path.join(root, name, "checkpoint.h5"))
+            return ok or latest(root) != name
 
         p = start(["train", tt.config(tt.PATTERN_A), *tiny(), *o, f"train.output_dir={d}",
                    f"checkpoint.resume={os.path.dirname(ckpt(d, 2))}"], 1, d + ".err")
