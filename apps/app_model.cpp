@@ -60,6 +60,11 @@ void check_model_file(const WeightSource& src, const ParamRegistry& reg) {
 
 }  // namespace
 
+GradSync grad_sync_of(const Config& cfg) {
+  return cfg.distributed.grad_sync == "last_micro_batch" ? GradSync::last_micro_batch
+                                                         : GradSync::every_micro_batch;
+}
+
 DType model_file_dtype(const std::string& path) {
   SingleCommunicator one;
   const auto src = open_weights(path, "model.init_from", one);
@@ -119,6 +124,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   ShardOptions so;
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;
+  so.grad_sync = grad_sync_of(cfg);
   model->prepare(so);
   if (!initialize) return model;  // a checkpoint will provide every value
   model->init_weights();          // adapters missing from an init_from file keep these values

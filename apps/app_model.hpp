@@ -20,6 +20,9 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm,
 // The same up to the layout of rank `rank` of `world`, without allocating (planning: the audit).
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 
+// distributed.grad_sync as the FSDP units take it.
+GradSync grad_sync_of(const Config& cfg);
+
 // The storage dtype of a model file (for model.dtype: auto with model.init_from).
 DType model_file_dtype(const std::string& path);
 

@@ -115,7 +115,7 @@ PeakBreakdown check_memory(const Config& cfg, Communicator& comm) {
   const AuditReport audit = precision_audit(cfg, planned->params(), {});
   const PeakBreakdown p = predict_peak(cfg, *planned, audit);
   std::string source;
-  const int64_t avail = available_memory_bytes(&source);
+  const int64_t avail = available_memory_bytes(&source, comm.ranks_on_node());
   if (avail >= 0 && p.total() > avail) {
     const auto [group, bytes] = p.largest();
     throw ConfigError("", "predicted peak memory " + std::to_string(p.total()) + " bytes (" +
@@ -141,6 +141,7 @@ void progress_line(int64_t step, int64_t total, double loss, double tps) {
 
 int run_train(const ParsedArgs& args, AppContext& ctx) {
   const Config cfg = load_app_config(args, ctx);
+  set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   auto comm = ctx.mpi->make_communicator();
   const int W = comm->size();
   const bool rank0 = comm->rank() == 0;

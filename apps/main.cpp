@@ -127,6 +127,15 @@ int run_main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), log::one_line(e.what()).c_str());
     rc = e.exit_code();
+  } catch (const std::bad_alloc& e) {
+    // Kokkos's allocation failures (RawMemoryAllocationFailure) say what and how much in their
+    // first lines; the rest is a traceback notice.
+    std::string what = e.what();
+    what = what.substr(0, what.find("\n"));
+    std::fprintf(stderr,
+                 "%s: error: out of memory: %s (kktrain audit CONFIG shows what a run needs)\n",
+                 who.c_str(), log::one_line(what.empty() ? "an allocation failed" : what).c_str());
+    rc = 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: internal error: %s\n", who.c_str(),
                  log::one_line(e.what()).c_str());

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "apps/app_model.hpp"
+#include "apps/memory_limits.hpp"
 #include "core/kokkos_compat.hpp"
 #include "model/gemm.hpp"
 
@@ -64,7 +66,7 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   const int64_t W = audit.world;
   const bool accumulates = cfg.data.global_batch_size / (B * W) > 1;
   const std::vector<BufferSpec> units =
-      model.unit_buffer_plan(cfg.distributed.reshard_after_forward, accumulates);
+      model.unit_buffer_plan(cfg.distributed.reshard_after_forward, accumulates, grad_sync_of(cfg));
   p.compute_weights = group_bytes(units, {"compute_weights"});
   const std::vector<BufferSpec> acts = model.buffer_plan(B, T);
   p.activations = kept_activations(acts);
@@ -82,7 +84,7 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   return p;
 }
 
-int64_t available_memory_bytes(std::string* source) {
+int64_t available_memory_bytes(std::string* source, int ranks_on_node) {
   if (const char* env = std::getenv("KKTRAIN_MEMORY_AVAILABLE_BYTES")) {
     *source = "KKTRAIN_MEMORY_AVAILABLE_BYTES";
     char* end = nullptr;
@@ -98,17 +100,9 @@ int64_t available_memory_bytes(std::string* source) {
   *source = "hipMemGetInfo free";
   return hipMemGetInfo(&free_b, &total_b) == hipSuccess ? static_cast<int64_t>(free_b) : -1;
 #else
-  *source = "MemAvailable of /proc/meminfo";
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream is(line.substr(13));
-    long long kib = -1;
-    is >> kib;
-    return kib >= 0 ? kib * 1024 : -1;
-  }
-  return -1;
+  const MemoryLimit m = host_memory_limit(ranks_on_node);
+  *source = m.source;
+  return m.bytes;
 #endif
 }
 

@@ -22,10 +22,12 @@ constexpr int64_t kBaselineBytes = int64_t(28) << 20;
 // `model` is the planned model of `cfg` (plan_model, for the rank and world of `audit`).
 PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const AuditReport& audit);
 
-// Bytes the run may use: KKTRAIN_MEMORY_AVAILABLE_BYTES when set; the device's free memory on
-// CUDA/HIP builds; MemAvailable of /proc/meminfo on host builds; -1 when unknown. `source`
-// names where it came from.
-int64_t available_memory_bytes(std::string* source);
+// Bytes this rank may use: KKTRAIN_MEMORY_AVAILABLE_BYTES when set; the device's free memory on
+// CUDA/HIP builds; on host builds the smallest of the node's MemAvailable and the memory cgroup's
+// room (each shared by the ranks_on_node ranks of this node) and the process's RLIMIT_AS /
+// RLIMIT_DATA headroom (apps/memory_limits.hpp); -1 when unknown. `source` names where it came
+// from.
+int64_t available_memory_bytes(std::string* source, int ranks_on_node);
 
 // A CUDA or HIP build: device_used_bytes() measures the device.
 bool device_memory_tracked();

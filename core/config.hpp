@@ -100,6 +100,14 @@ struct DistributedConfig {
   // for its backward (FSDP2's default); false keeps them from forward to backward (memory for
   // one all-gather per layer less).
   bool reshard_after_forward = true;
+  // Several ranks, several micro-batches per step: reduce-scatter every micro-batch and sum the
+  // shards in fp32 (FSDP2's way, gradient memory 1/W per rank), or sum the unsharded gradients
+  // and reduce-scatter once on the last micro-batch ("last_micro_batch": one collective per
+  // step, the whole gradient in reduce_dtype on every rank).
+  std::string grad_sync = "every_micro_batch";
+  // A rank that fails inside a collective step waits this long for the others to agree, then
+  // aborts the job (they are stuck in a collective it will never join).
+  double failed_rank_wait_s = 60.0;
 };
 
 struct DataConfig {

@@ -155,6 +155,7 @@ void Transformer::prepare(const ShardOptions& opts) {
   // copy exists one layer at a time; several ranks: as reshard_after_forward says.
   units_ = std::make_unique<FsdpUnits>(params_, *comm_, unit_specs(reshard_ || comm_->size() == 1),
                                        compute_layout(), prec_.reduce);
+  units_->set_grad_sync(opts.grad_sync);
   embed_unit_ = 0;
   head_unit_ = 1 + static_cast<int>(layers_.size());
   mtp_unit_ = mtp_.empty() ? -1 : head_unit_ + 1;
@@ -191,11 +192,11 @@ std::vector<BufferSpec> Transformer::model_buffer_plan() const {
   return plan;
 }
 
-std::vector<BufferSpec> Transformer::unit_buffer_plan(bool reshard_after_forward,
-                                                      bool accumulates) const {
+std::vector<BufferSpec> Transformer::unit_buffer_plan(bool reshard_after_forward, bool accumulates,
+                                                      GradSync sync) const {
   const bool one_rank = params_.shard_world() == 1;
   const UnitBufferBytes u = FsdpUnits::plan(params_, unit_specs(one_rank || reshard_after_forward),
-                                            compute_layout(), prec_.reduce, accumulates);
+                                            compute_layout(), prec_.reduce, accumulates, sync);
   std::vector<BufferSpec> plan = {{"fsdp_weights", "compute_weights", u.compute_weights, 1},
                                   {"fsdp_grads", "units", u.grad_slots, 1},
                                   {"fsdp_wire", "units", u.wire, 1},

@@ -54,6 +54,7 @@ struct ForwardOptions {
 struct ShardOptions {
   Communicator* comm = nullptr;       // null: one rank
   bool reshard_after_forward = true;  // several ranks: gather layers again for backward
+  GradSync grad_sync = GradSync::every_micro_batch;  // several ranks: parallel/fsdp.hpp
 };
 
 // One buffer of the model's working memory for a micro-batch shape (Transformer::buffer_plan).
@@ -126,7 +127,8 @@ class Transformer {
   // slots, wires, accumulators) and the model-level fp32 buffers prepare() allocates ("model":
   // staged gradients, rope tables), for the layout set by plan_layout() or prepare(); nothing is
   // allocated. `accumulates`: steps of several micro-batches.
-  std::vector<BufferSpec> unit_buffer_plan(bool reshard_after_forward, bool accumulates) const;
+  std::vector<BufferSpec> unit_buffer_plan(bool reshard_after_forward, bool accumulates,
+                                           GradSync sync = GradSync::every_micro_batch) const;
   // How each parameter's compute copy is held (dtype, rounding, fused groups).
   ComputeLayout compute_layout() const;
   // The units, for buffer accounting and tests (valid after prepare(allocate = true)).

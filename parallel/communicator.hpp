@@ -33,6 +33,8 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Ranks of this job on this node (sharing its memory), this one included.
+  virtual int ranks_on_node() const { return 1; }
   virtual std::string name() const = 0;
   // How buffers reach the library: "host", "device (CUDA-aware MPI)", "staged through host".
   virtual std::string buffer_path() const { return "host"; }

@@ -147,6 +147,30 @@ void reduce_unpack_kernel(G* grad, const R* recv, float world, const TensorTable
       });
 }
 
+// every_micro_batch: a micro-batch's received shard (n) R at src is summed into the fp32 shard
+// accumulator acc (n) (the first micro-batch sets it); the last stores (sum / world) into the
+// shard gradient at dst in its storage dtype G. acc may be the fp32 shard gradient itself.
+template <class R, class G>
+void reduce_into_shard_kernel(G* grad, const R* recv, float world, bool first, bool last,
+                              const TensorTable<FsdpTensor>& t) {
+  const DView<FsdpTensor> e = t.entries;
+  for_tensor_blocks(
+      "fsdp_reduce_into_shard", t.blocks,
+      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
+        const FsdpTensor f = e(k);
+        float* acc = static_cast<float*>(f.acc);
+        for (int64_t i = lo; i < hi; ++i) {
+          const float x = load_f32(recv + f.src, i);
+          const float sum = first ? x : acc[i] + x;
+          if (last) {
+            store_as(grad + f.dst, i, sum / world);
+          } else {
+            acc[i] = sum;
+          }
+        }
+      });
+}
+
 DType wire_dtype(bool round) {
   return round ? DType::bfloat16 : DType::float32;
 }
@@ -279,7 +303,8 @@ DView<float>& FsdpUnits::grad_slot(const Unit& u) {
 }
 
 UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> units,
-                                ComputeLayout layout, DType reduce_dtype, bool accumulates) {
+                                ComputeLayout layout, DType reduce_dtype, bool accumulates,
+                                GradSync sync) {
   // The planning instance only reads the registry (plan_unit); nothing is allocated.
   const FsdpUnits f(const_cast<ParamRegistry&>(reg), nullptr, std::move(units), std::move(layout),
                     reduce_dtype);
@@ -306,7 +331,13 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
       recv = std::max(recv, u.red_count * esize);
       if (accumulates) {
         for (int p : u.spec.params) {
-          if (reg.info(p).trainable) b.accumulators += reg.info(p).numel * esize;
+          const ParamInfo& pi = reg.info(p);
+          if (!pi.trainable) continue;
+          if (sync == GradSync::last_micro_batch) {
+            b.accumulators += pi.numel * esize;
+          } else if (pi.dtype != DType::float32) {  // fp32 shard gradients hold their own sums
+            b.accumulators += pi.local_numel * static_cast<int64_t>(sizeof(float));
+          }
         }
       }
     }
@@ -481,7 +512,10 @@ void FsdpUnits::reduce_gradients(int unit, bool sync) {
   if (u.red_count == 0) return;  // nothing trainable: no traffic
   start_collecting(unit);        // a unit that got no gradient this micro-batch sends zeros
   const float* grads = grad_slots_[u.spec.grad_slot].data();
-  if (sync) {
+  if (grad_sync_ == GradSync::every_micro_batch) {
+    reduce_scatter_into_shard(u, grads, sync);
+    u.accumulated = !sync;
+  } else if (sync) {
     reduce_scatter(u, grads);
     u.accumulated = false;
   } else {
@@ -529,12 +563,11 @@ void FsdpUnits::accumulate(Unit& u, const float* grads) {
   }
 }
 
-void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
+const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc) {
   const std::size_t esize = dtype_size(reduce_);
   const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
   ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
   ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
-  const bool with_acc = u.accumulated;
   Launches& pack = u.reduce_pack[with_acc ? 1 : 0];
   build(pack, u, [&](std::size_t k, FsdpTensor& e) {
     const int p = u.spec.params[k];
@@ -549,6 +582,20 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
     e.acc = with_acc ? acc_[p].data() : nullptr;
     return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * world_);
   });
+  dispatch_dtype(reduce_, [&](auto rt) {
+    using R = decltype(rt);
+    R* send = reinterpret_cast<R*>(wire_send_.data());
+    for (const Launch& l : pack.launches) {
+      reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
+    }
+  });
+  comm_->reduce_scatter_sum(DBytesU(wire_send_.data(), block * world_),
+                            DBytesU(wire_recv_.data(), block), reduce_);
+  return wire_recv_.data();
+}
+
+void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
+  const char* recv_bytes = pack_and_reduce(u, grads, u.accumulated);
   build(u.reduce_unpack, u, [&](std::size_t k, FsdpTensor& e) {
     const int p = u.spec.params[k];
     const ParamInfo& pi = reg_.info(p);
@@ -561,13 +608,7 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
   });
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
-    R* send = reinterpret_cast<R*>(wire_send_.data());
-    for (const Launch& l : pack.launches) {
-      reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
-    }
-    comm_->reduce_scatter_sum(DBytesU(wire_send_.data(), block * world_),
-                              DBytesU(wire_recv_.data(), block), reduce_);
-    const R* recv = reinterpret_cast<const R*>(wire_recv_.data());
+    const R* recv = reinterpret_cast<const R*>(recv_bytes);
     for (const Launch& l : u.reduce_unpack.launches) {
       dispatch_dtype(l.to, [&](auto gt) {
         using G = decltype(gt);
@@ -579,11 +620,48 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
   Kokkos::fence();
 }
 
+void FsdpUnits::reduce_scatter_into_shard(Unit& u, const float* grads, bool last) {
+  const char* recv_bytes = pack_and_reduce(u, grads, /*with_acc=*/false);
+  const bool first = !u.accumulated;
+  build(u.reduce_into_shard, u, [&](std::size_t k, FsdpTensor& e) {
+    const int p = u.spec.params[k];
+    const ParamInfo& pi = reg_.info(p);
+    if (!pi.trainable || pi.local_numel == 0) return kSkip;
+    if (!pi.has_grad) reg_.grad<float>(p);  // trainable without a gradient buffer: the error
+    e.src = u.red_off[k];
+    e.dst = static_cast<int64_t>(pi.grad_offset);
+    e.n = pi.local_numel;
+    if (pi.dtype == DType::float32) {  // the fp32 shard gradient holds the running sum
+      e.acc = reg_.flat_grad<float>().data() + pi.grad_offset;
+    } else {
+      if (shard_acc_.empty()) shard_acc_.resize(reg_.size());
+      if (shard_acc_[p].extent(0) == 0) {
+        shard_acc_[p] = DView<float>("fsdp_shard_grad_sum", pi.local_numel);
+      }
+      e.acc = shard_acc_[p].data();
+    }
+    return std::make_tuple(reduce_, pi.dtype, pi.local_numel);
+  });
+  dispatch_dtype(reduce_, [&](auto rt) {
+    using R = decltype(rt);
+    const R* recv = reinterpret_cast<const R*>(recv_bytes);
+    for (const Launch& l : u.reduce_into_shard.launches) {
+      dispatch_dtype(l.to, [&](auto gt) {
+        using G = decltype(gt);
+        reduce_into_shard_kernel<R, G>(reg_.flat_grad<G>().data(), recv, static_cast<float>(world_),
+                                       first, last, l.table);
+      });
+    }
+  });
+  Kokkos::fence();
+}
+
 int64_t FsdpUnits::buffer_bytes() const {
   int64_t n = 0;
   for (const auto& b : weight_slots_) n += static_cast<int64_t>(b.extent(0));
   for (const auto& b : grad_slots_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
   for (const auto& b : acc_) n += static_cast<int64_t>(b.extent(0));
+  for (const auto& b : shard_acc_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
   n += static_cast<int64_t>(wire_send_.extent(0) + wire_recv_.extent(0));
   return n;
 }

@@ -13,12 +13,18 @@
 //            compute-buffer dtype: 2-byte bf16 for bf16 compute copies, fp32 otherwise (norm
 //            weights, model-protected fp32 parameters, fused groups of mixed dtypes).
 //   reduce   the full fp32 gradient of each trainable parameter is rounded to its compute dtype,
-//            converted to the reduce dtype, and either added to the step's accumulator (a micro-
-//            batch that does not synchronize; FSDP2 accumulates unsharded gradients in the
-//            reduce dtype) or, on the last micro-batch, packed rank-major into W blocks and
-//            reduce-scattered (one collective per unit), divided by W (the mean over ranks) and
-//            stored into the shard gradient in the parameter's storage dtype. Frozen parameters
-//            have no gradient traffic and no buffers.
+//            converted to the reduce dtype, packed rank-major into W blocks and reduce-scattered
+//            (one collective per unit); the sum over ranks is divided by W (the mean over ranks)
+//            and stored into the shard gradient in the parameter's storage dtype. With several
+//            micro-batches per step (GradSync):
+//              every_micro_batch (the default, FSDP2's): each micro-batch is reduce-scattered at
+//                once and its shard summed in fp32 (in the shard gradient itself when that is
+//                fp32, else in a shard-sized fp32 accumulator); the last one stores the mean.
+//                Gradient memory: 1/W of the model per rank.
+//              last_micro_batch: the micro-batches' full gradients are summed in the reduce dtype
+//                in unsharded accumulators and reduce-scattered once, on the last (one collective
+//                per unit and step; the model's whole gradient in the reduce dtype per rank).
+//            Frozen parameters have no gradient traffic and no buffers.
 //
 // Buffers are reused: units that share a weight slot (decoder layers when weights are resharded
 // after use) never hold weights at the same time, and units that share a gradient slot never
@@ -64,12 +70,17 @@ struct FsdpTensor {
   void* acc = nullptr;                            // the reduce-dtype accumulator (reductions)
 };
 
+// When several micro-batches of a step reach the other ranks (see the file comment).
+enum class GradSync { every_micro_batch, last_micro_batch };
+
 // Bytes of the reusable unit buffers a run allocates at its high-water mark (FsdpUnits::plan).
 struct UnitBufferBytes {
   int64_t compute_weights = 0;  // weight slots: the largest unit of each slot
   int64_t grad_slots = 0;       // several ranks: fp32 full-gradient slots
   int64_t wire = 0;             // several ranks: all-gather / reduce-scatter send + recv buffers
-  int64_t accumulators = 0;     // several ranks, accumulating micro-batches: reduce-dtype sums
+  int64_t accumulators = 0;     // several ranks, accumulating micro-batches: the unsharded
+                                // reduce-dtype sums (last_micro_batch) or the shard fp32 sums of
+                                // parameters not stored in fp32 (every_micro_batch)
 };
 
 class FsdpUnits {
@@ -87,7 +98,10 @@ class FsdpUnits {
   // must be sharded (for its rank and world) but need not be allocated. `accumulates`: steps
   // have several micro-batches (several ranks accumulate unsharded gradients between them).
   static UnitBufferBytes plan(const ParamRegistry& reg, std::vector<UnitSpec> units,
-                              ComputeLayout layout, DType reduce_dtype, bool accumulates);
+                              ComputeLayout layout, DType reduce_dtype, bool accumulates,
+                              GradSync sync = GradSync::every_micro_batch);
+  // How micro-batches are reduced (before the first backward; default every_micro_batch).
+  void set_grad_sync(GradSync s) { grad_sync_ = s; }
 
   int size() const { return static_cast<int>(units_.size()); }
   const UnitSpec& spec(int unit) const { return units_[unit].spec; }
@@ -108,8 +122,9 @@ class FsdpUnits {
   // Sharded runs: the (numel) fp32 full gradient of trainable `param` for the current backward,
   // zero-filled when its unit starts collecting.
   float* grad_buffer(int param);
-  // Ends the unit's gradient collection for this micro-batch (see the file comment). `sync`:
-  // reduce-scatter now (last micro-batch); otherwise accumulate. Sharded runs only.
+  // Ends the unit's gradient collection for this micro-batch (see the file comment). `sync`: the
+  // step's last micro-batch (the shard gradients get their values); otherwise its gradients are
+  // accumulated (reduce-scattered now with every_micro_batch). Sharded runs only.
   void reduce_gradients(int unit, bool sync);
   // Drops gradients collected in this micro-batch but not yet reduced (an abandoned backward).
   void drop_collected();
@@ -146,7 +161,7 @@ class FsdpUnits {
     // The unit-wide launches: one rank's compute-copy cast; several ranks' shard pack and
     // unpack of the all-gather, accumulation, and the reduce-scatter's pack (without and with
     // the accumulator) and unpack.
-    Launches cast, pack, unpack, accumulate, reduce_pack[2], reduce_unpack;
+    Launches cast, pack, unpack, accumulate, reduce_pack[2], reduce_unpack, reduce_into_shard;
   };
   // comm null: planning only (plan()); the registry may be unallocated.
   FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
@@ -160,6 +175,11 @@ class FsdpUnits {
   void pack_shards(Unit& u, char* block);
   void accumulate(Unit& u, const float* grads);
   void reduce_scatter(Unit& u, const float* grads);
+  // every_micro_batch: this micro-batch's reduce-scatter, summed into the shard (last: the mean).
+  void reduce_scatter_into_shard(Unit& u, const float* grads, bool last);
+  // The reduce-scatter's pack of the unit's gradients (+ the unsharded accumulator) and the
+  // collective; returns the received block.
+  const char* pack_and_reduce(Unit& u, const float* grads, bool with_acc);
   // Builds the unit's launches of one kind once (a no-op afterwards): for each parameter k,
   // `of(k, entry)` fills its table entry and returns {from, to, elements}, or from = float16 to
   // leave it out.
@@ -179,6 +199,8 @@ class FsdpUnits {
   std::vector<DView<float>> grad_slots_;
   std::vector<int> grad_slot_owner_;  // unit collecting into each gradient slot, or -1
   std::vector<Kokkos::View<char*, MemSpace>> acc_;  // per parameter: accumulator, reduce dtype
+  std::vector<DView<float>> shard_acc_;  // every_micro_batch: shard fp32 sums (non-fp32 storage)
+  GradSync grad_sync_ = GradSync::every_micro_batch;
   Kokkos::View<char*, MemSpace> wire_send_, wire_recv_;
 };
 

@@ -32,6 +32,10 @@ namespace kktrain {
 MpiWorld::MpiWorld() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm node;  // the ranks that share this node's memory
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &ranks_on_node_);
+  MPI_Comm_free(&node);
 }
 
 double MpiWorld::allreduce_sum_host(double v) {

@@ -13,6 +13,7 @@ class MpiWorld : public Communicator {
   MpiWorld();
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int ranks_on_node() const override { return ranks_on_node_; }
   double allreduce_sum_host(double v) override;
   double allreduce_max_host(double v) override;
   uint64_t allreduce_sum_u64(uint64_t v) override;
@@ -29,6 +30,7 @@ class MpiWorld : public Communicator {
   static std::size_t max_count();
   int rank_ = 0;
   int size_ = 1;
+  int ranks_on_node_ = 1;
 };
 
 // Whether the MPI library accepts this build's device pointers, as far as it tells (Open MPI's

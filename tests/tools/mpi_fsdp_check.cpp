@@ -19,13 +19,17 @@
 //               bf16; G the storage dtype). That is bitwise at 2 ranks (one tree); for R = fp32
 //               it must also lie within Higham's gamma_{W-1} sum |x_r| / W of the exact mean
 //               (plus the division's and the storage cast's rounding).
-//   accumulate  micro-batches that do not sync keep acc = R(rnd(g)), then acc = R(acc + rnd(g))
-//               (an fp32 addition rounded once to R, as torch's bf16 += fp32); the syncing one
-//               reduces x_r = R(rnd(g_last) + acc). A micro-batch that produced no gradient adds
-//               zeros; discard_gradients() forgets the accumulator; drop_collected() forgets an
-//               abandoned backward.
-//   stats       (W - 1) x red_count x sizeof(R) per syncing unit (red_count: the trainable
-//               parameters' ceil(rows / W) x row_len), nothing for accumulation or frozen units.
+//   accumulate  GradSync::last_micro_batch: micro-batches that do not sync keep acc = R(rnd(g)),
+//               then acc = R(acc + rnd(g)) (an fp32 addition rounded once to R, as torch's
+//               bf16 += fp32); the syncing one reduces x_r = R(rnd(g_last) + acc).
+//               GradSync::every_micro_batch: every micro-batch reduces its own x_r = R(rnd(g)) to
+//               one of the tree sums t_m, the shard sums them in fp32 (a = t_1, a = fl(a + t_m)),
+//               and the syncing one stores G(a / W). In both, a micro-batch that produced no
+//               gradient adds zeros; discard_gradients() forgets the accumulation;
+//               drop_collected() forgets an abandoned backward.
+//   stats       (W - 1) x red_count x sizeof(R) per reduce-scatter (red_count: the trainable
+//               parameters' ceil(rows / W) x row_len): on the syncing micro-batch only, or on every
+//               micro-batch with every_micro_batch; nothing for frozen units.
 #include <functional>
 #include <string>
 #include <vector>
@@ -134,7 +138,9 @@ class FsdpCheck {
     if (w_ == 1) {
       check_one_rank_gradients();
     } else {
-      for (DType red : {F32, BF16}) check_reduce(red);
+      for (GradSync gs : {GradSync::last_micro_batch, GradSync::every_micro_batch}) {
+        for (DType red : {F32, BF16}) check_reduce(red, gs);
+      }
     }
   }
 
@@ -321,7 +327,36 @@ class FsdpCheck {
     return 0.0f;
   }
 
-  void check_reduce(DType red) {
+  // every_micro_batch: the shard sums it may hold after the syncing micro-batch (each
+  // micro-batch's reduction one of its tree sums, summed over micro-batches in fp32).
+  std::vector<float> shard_sums(DType red, int s, const Scenario& sc, int p, int64_t e) const {
+    const auto add = red == BF16 ? add_bf16 : add_f32;
+    std::vector<float> accs;
+    bool have = false;
+    for (std::size_t t = 0; t < sc.steps.size(); ++t) {
+      const Step& st = sc.steps[t];
+      if (st.end == End::drop) continue;
+      std::vector<float> x(w_);
+      for (int k = 0; k < w_; ++k) {
+        x[k] = to_dtype(red, st.fill ? rnd(p, grad_value(s, t, k, p, e)) : 0.0f);
+      }
+      const std::vector<float> trees = tree_sums(x, add);
+      std::vector<float> next;
+      for (float m : trees) {
+        if (!have) {
+          next.push_back(m);
+        } else {
+          for (float a : accs) next.push_back(a + m);
+        }
+      }
+      accs = next;
+      have = st.end == End::accumulate;
+      if (st.end == End::sync) return accs;
+    }
+    return {};
+  }
+
+  void check_reduce(DType red, GradSync gs) {
     const std::vector<Scenario> scenarios = {
         {"sync", {{true, End::sync}}},
         {"accumulate x2", {{true, End::accumulate}, {true, End::sync}}},
@@ -331,7 +366,10 @@ class FsdpCheck {
         {"abandoned backward", {{true, End::drop}, {false, End::sync}}},
     };
     FsdpUnits fs(reg_, comm_, units_, round_, red);
-    const std::string rname = red == F32 ? "R=f32" : "R=bf16";
+    fs.set_grad_sync(gs);
+    const bool every = gs == GradSync::every_micro_batch;
+    const std::string rname =
+        std::string(red == F32 ? "R=f32" : "R=bf16") + (every ? " every" : " last");
     // Units sharing a gradient slot cannot collect at the same time.
     fs.grad_buffer(0);
     ck_.expect(throws_internal([&] { fs.grad_buffer(3); }), "fsdp " + rname + " grad slots",
@@ -339,11 +377,13 @@ class FsdpCheck {
     fs.grad_buffer(9);  // another slot is fine
     fs.drop_collected();
     for (std::size_t s = 0; s < scenarios.size(); ++s) {
-      for (int u = 0; u < fs.size(); ++u) run_scenario(fs, red, s, scenarios[s], u, rname);
+      for (int u = 0; u < fs.size(); ++u) {
+        run_scenario(fs, red, every, s, scenarios[s], u, rname);
+      }
     }
   }
 
-  void run_scenario(FsdpUnits& fs, DType red, int s, const Scenario& sc, int unit,
+  void run_scenario(FsdpUnits& fs, DType red, bool every, int s, const Scenario& sc, int unit,
                     const std::string& rname) {
     const UnitSpec& us = units_[unit];
     const std::string what = "fsdp " + rname + " " + sc.name + " " + us.name;
@@ -369,26 +409,38 @@ class FsdpCheck {
         fs.reduce_gradients(unit, st.end == End::sync);
         if (st.end == End::accumulate_then_discard) fs.discard_gradients();
       }
-      const bool traffic = st.end == End::sync && red_count(us) > 0;
+      const bool reduces = st.end == End::sync || (every && st.end != End::drop);
+      const bool traffic = reduces && red_count(us) > 0;
       expect_traffic(comm_, ck_, before, static_cast<double>(red_count(us) * dtype_size(red)),
                      traffic, what + " step " + std::to_string(t));
     }
     for (int p : us.params) {
       if (reg_.info(p).trainable) {
-        check_shard_grad(red, s, sc, p, what);
+        check_shard_grad(red, every, s, sc, p, what);
       } else {
         check_frozen(fs, p, what);
       }
     }
   }
 
-  void check_shard_grad(DType red, int s, const Scenario& sc, int p, const std::string& what) {
+  void check_shard_grad(DType red, bool every, int s, const Scenario& sc, int p,
+                        const std::string& what) {
     const ParamInfo& pi = reg_.info(p);
     const auto got = param_to_host(reg_, p, true);
     const auto add = red == BF16 ? add_bf16 : add_f32;
     const float wf = static_cast<float>(w_);
     for (int64_t j = 0; j < pi.local_numel; ++j) {
       const int64_t e = pi.row_begin * pi.row_len + j;
+      if (every) {
+        std::vector<float> want;
+        for (float a : shard_sums(red, s, sc, p, e)) want.push_back(to_dtype(pi.dtype, a / wf));
+        if (!contains(want, got[j])) {
+          ck_.fail(
+              what + " " + pi.name + " every-micro-batch sum",
+              "element " + std::to_string(e) + ": " + show(got[j]) + " not in " + show_set(want));
+        }
+        continue;
+      }
       std::vector<float> x(w_);
       double exact = 0.0, mag = 0.0;
       for (int k = 0; k < w_; ++k) {
