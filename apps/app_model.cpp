@@ -94,13 +94,13 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
     // This rank's rows of the fp32 value (a checkpoint's master where it has one): fp32
     // destinations take it as it is, bf16 ones round it once.
     std::vector<float> rows;
-    collectively(comm, [&] {
-      try {
-        rows = src->read_rows_f32(p.name, p.row_begin, p.local_rows);
-      } catch (const InputError& e) {
-        throw InputError("model.init_from: " + std::string(e.what()));
-      }
-    });
+    try {
+      rows =
+          collectively(comm, [&] { return src->read_rows_f32(p.name, p.row_begin, p.local_rows); });
+    } catch (const CollectiveError& e) {  // every rank: the one that saw it names the key
+      if (!e.printed_here()) throw;
+      throw CollectiveError("model.init_from: " + std::string(e.what()), e.exit_code());
+    }
     shard_from_host(reg, i, rows);
   }
   if (fresh_adapters > 0) {

@@ -1,6 +1,8 @@
 #include "io/h5.hpp"
 
+#include <fcntl.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <filesystem>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 
 namespace kktrain {
 namespace h5 {
@@ -229,7 +232,9 @@ Elem File::elem_of(const std::string& name) const {
 File File::create(const std::string& path) {
   quiet();
   Handle h(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  if (!h.valid()) throw RuntimeFailure("cannot create HDF5 file '" + path + "'");
+  if (!h.valid()) {
+    throw RuntimeFailure("cannot create HDF5 file '" + path + "': " + os_reason(path));
+  }
   return File(std::move(h), path);
 }
 
@@ -242,6 +247,19 @@ File File::open_write(const std::string& path) {
 
 File File::open_read(const std::string& path) {
   quiet();
+  // The system's reason first, where there is one (a missing file, a read error): HDF5 only
+  // says that it is not a readable HDF5 file.
+  if (const auto why = unreadable_regular_file(path)) {
+    throw InputError("cannot read '" + path + "': " + *why);
+  }
+  {
+    char head[8];
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const ssize_t got = fd < 0 ? -1 : ::pread(fd, head, sizeof(head), 0);
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (got < 0) throw InputError("cannot read '" + path + "': " + std::strerror(err));
+  }
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw InputError("'" + path + "' is not a readable HDF5 file");
   }

@@ -158,6 +158,11 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
     const int64_t bytes = write_export(*src, checkpoint, tmp, dtype, lora);
     commit_file(tmp, out);
     return bytes;
+  } catch (const Error& e) {
+    std::filesystem::remove(tmp, ec);
+    // A write failed (exit 1): say which export, not just its temporary name.
+    if (e.exit_code() == 1) throw RuntimeFailure("export to '" + out + "' failed: " + e.what());
+    throw;
   } catch (...) {
     std::filesystem::remove(tmp, ec);
     throw;

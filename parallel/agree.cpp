@@ -22,16 +22,6 @@ double failed_rank_wait() {
 void agree_on_errors(Communicator& comm, std::exception_ptr error) {
   int code = 0;
   std::string msg;
-  // An error every rank has already agreed on (a nested agreement): every rank holds it, so
-  // every rank rethrows it as it is, without a collective.
-  if (error) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const CollectiveError&) {
-      throw;
-    } catch (...) {
-    }
-  }
   if (error) {
     try {
       std::rethrow_exception(error);
@@ -55,8 +45,12 @@ void agree_on_errors(Communicator& comm, std::exception_ptr error) {
     comm.abort(code);
   }
   if (first >= comm.size()) return;
+  // The lowest failing rank that has something to say speaks (an error agreed on earlier, in a
+  // nested step, carries its message on one rank only).
+  const int speaker = comm.first_failing_rank(!msg.empty(), g_failed_wait_s);
   const int status = static_cast<int>(comm.allreduce_max_host(static_cast<double>(code)));
-  throw CollectiveError(comm.rank() == first ? msg : std::string(), status);
+  const int who = speaker >= 0 && speaker < comm.size() ? speaker : first;
+  throw CollectiveError(comm.rank() == who ? msg : std::string(), status);
 }
 
 }  // namespace kktrain
