@@ -1,6 +1,7 @@
 #include "model/gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -167,7 +168,50 @@ int index_of(GemmBackend b) {
   return static_cast<int>(b);
 }
 
+// The largest dimension the libraries with 32-bit int arguments take (BLAS's LP64 interface
+// behind Kokkos Kernels, cuBLAS, rocBLAS): INT_MAX, or KKTRAIN_TEST_GEMM_INT_LIMIT in tests.
+int64_t int_limit() {
+  const char* v = std::getenv("KKTRAIN_TEST_GEMM_INT_LIMIT");
+  const long long t = v ? std::atoll(v) : 0;
+  return t > 0 ? static_cast<int64_t>(t) : static_cast<int64_t>(0x7fffffff);
+}
+
 }  // namespace
+
+// Runs a product whose dimensions do not fit a 32-bit int in pieces that do (false: no need).
+static bool gemm_in_int_pieces(int64_t batch, char transA, char transB, float alpha,
+                               const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C,
+                               int64_t m, int64_t n, int64_t k, GemmBackend be) {
+  const int64_t lim = int_limit();
+  if (m <= lim && n <= lim && k <= lim && batch <= lim) return false;
+  // Rows of C (and of A when it is not transposed) split into pieces; other dimensions cannot
+  // be (a library takes each of them whole).
+  const char* dim = n > lim                    ? "n (columns of the result)"
+                    : k > lim                  ? "k (the summed dimension)"
+                    : m > lim && transA != 'N' ? "m (of a transposed A)"
+                                               : nullptr;
+  if (dim) {
+    throw RuntimeFailure(std::string("a matrix product's ") + dim + " exceeds " +
+                         std::to_string(lim) + ", the largest " + gemm_backend_name(be) +
+                         " takes (" + std::to_string(m) + " x " + std::to_string(k) + " by " +
+                         std::to_string(k) + " x " + std::to_string(n) + ")");
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    const GemmIn Ai = matrix(A, i), Bi = matrix(B, i);
+    const GemmOut Ci = matrix(C, i);
+    for (int64_t r0 = 0; r0 < m; r0 += lim) {
+      const int64_t rows = std::min(lim, m - r0);
+      GemmIn a = Ai;
+      a.data = static_cast<const char*>(Ai.data) + r0 * Ai.cols * dtype_size(Ai.dtype);
+      a.rows = rows;
+      GemmOut c = Ci;
+      c.data = static_cast<char*>(Ci.data) + r0 * Ci.cols * dtype_size(Ci.dtype);
+      c.rows = rows;
+      gemm_batched(1, transA, transB, alpha, a, Bi, beta, c);
+    }
+  }
+  return true;
+}
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {
@@ -267,6 +311,11 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
     be = GemmBackend::converted;
   }
 #endif
+  // Dimensions past a 32-bit int (oneDNN, which ran above if it could, takes 64-bit ones).
+  if (be != GemmBackend::onednn &&
+      gemm_in_int_pieces(batch, transA, transB, alpha, A, B, beta, C, m, n, k, be)) {
+    return;
+  }
 #if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
   if (be == GemmBackend::cublas || be == GemmBackend::rocblas) {
     vendor_gpu::gemm(batch, transA, transB, alpha, A, B, beta, C, m, n, k);

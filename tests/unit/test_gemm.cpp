@@ -231,6 +231,36 @@ TEST_P(GemmDtypes, BatchedProductsMatchTheReferencePerMatrix) {
   }
 }
 
+// Libraries with 32-bit int dimensions (BLAS LP64, cuBLAS, rocBLAS): a product with more rows
+// than an int holds runs in row pieces, any other oversized dimension is refused naming it. The
+// limit is lowered to 5 (KKTRAIN_TEST_GEMM_INT_LIMIT) so that small products take that path.
+TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
+  const DtypeCase d = GetParam();
+  ::setenv("KKTRAIN_TEST_GEMM_INT_LIMIT", "5", 1);
+  uint32_t seed = 900;
+  for (const Shape& s : {Shape{13, 4, 3}, Shape{6, 5, 5}, Shape{11, 1, 2}}) {
+    for (char tb : {'N', 'T'}) {
+      for (int64_t batch : {1, 3}) {
+        run_and_check(Case{'N', tb, d.a, d.b, d.c, 0.5f, 1.0f, s}, seed++, batch);
+      }
+    }
+  }
+  const bool native = gemm_backend_for(d.a, d.b, d.c) == GemmBackend::onednn;
+  if (!native) {  // oneDNN takes 64-bit dimensions: nothing to refuse there
+    std::mt19937 rng(7);
+    Matrix A(d.a, 2, 3, rng), B(d.b, 3, 7, rng), C(d.c, 2, 7, rng);
+    try {
+      gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+      ADD_FAILURE() << "a product with 7 > 5 result columns was not refused";
+    } catch (const RuntimeFailure& e) {
+      EXPECT_NE(std::string(e.what()).find("n (columns of the result) exceeds 5"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  ::unsetenv("KKTRAIN_TEST_GEMM_INT_LIMIT");
+}
+
 TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {
   if (!native_bf16()) GTEST_SKIP() << "no native bf16 backend here";
   for (DType c : {DType::float32, DType::bfloat16}) {
