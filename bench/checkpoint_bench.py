@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Checkpoint save and load throughput at 1 and 2 ranks, against a plain sequential write and
-read of the same number of bytes to the same disk, in the same run.
+"""Checkpoint save and load throughput at 1 and 2 ranks, and `kktrain export`'s throughput and
+peak memory, against a plain sequential write and read of the same number of bytes to the same
+disk, in the same run.
 
 kktrain's side: `kktrain train` on a parameter-heavy model (pattern A: bf16 parameters, fp32
 moments, int16 remainders: 12 bytes per parameter on disk) for one step, which saves a
 checkpoint at the end and logs "checkpoint: ... in S s"; then a second run resumes from it and
 logs "resumed from ... (S s)". The save time covers everything a save does: device-to-host
-copies, checksums, the collective HDF5 write, fsync of the file and directories, renames, the
-`latest` pointer. The peer: Python writes the same byte count in 8 MiB blocks and fsyncs it,
-then reads it back (page cache warm, as kktrain's load right after its save is).
+copies, checksums, rank 0's HDF5 metadata, every rank's pwrite of its rows, fsync of the file and
+directories, renames, the `latest` pointer. The peer: Python writes the same byte count in 8 MiB
+blocks and fsyncs it, then reads it back (page cache warm, as kktrain's load right after its save
+is). Then `kktrain export` of the 1-rank checkpoint (bf16 and float32): wall time and the
+process's peak RSS (wait4), the export file's bytes per second against the same plain write.
 
     bench/checkpoint_bench.py [--build build] [--rounds 3] [--dir /tmp] [--small]
 """
@@ -76,6 +79,20 @@ def plain_io(path, nbytes):
     return t1 - t0, t2 - t1
 
 
+def export_run(build, ckpt_dir, out, extra):
+    """(seconds, peak RSS bytes, file bytes) of one `kktrain export`."""
+    cmd = [os.path.join(build, "kktrain"), "export", ckpt_dir, "--out", out, *extra]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    s = time.perf_counter() - t0
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    if status != 0:
+        raise RuntimeError(f"kktrain export failed ({status}):\n{err[-2000:]}")
+    return s, usage.ru_maxrss * 1024, os.path.getsize(out)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -84,6 +101,7 @@ def main():
     p.add_argument("--small", action="store_true", help="a tiny model (smoke test)")
     a = p.parse_args()
     rows = {1: [], 2: []}
+    exports = {"bfloat16": [], "float32": []}
     for _ in range(a.rounds):
         for ranks in (1, 2):
             tmp = tempfile.mkdtemp(prefix="kktrain_ckbench_", dir=a.dir)
@@ -101,6 +119,12 @@ def main():
                 load_s = seconds(r"resumed from .* \(([0-9.]+) s\)", log)
                 w_s, r_s = plain_io(os.path.join(tmp, "plain.bin"), nbytes)
                 rows[ranks].append((nbytes, save_s, load_s, w_s, r_s))
+                if ranks == 1:
+                    for dtype in exports:
+                        e_s, rss, ebytes = export_run(a.build, out, os.path.join(tmp, "e.h5"),
+                                                      ["--dtype", dtype])
+                        pw_s, _ = plain_io(os.path.join(tmp, "plain_e.bin"), ebytes)
+                        exports[dtype].append((ebytes, e_s, rss, pw_s))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     print("model:", " ".join(model_overrides(a.small)), "| pattern A (12 bytes/param on disk)")
@@ -116,6 +140,16 @@ def main():
               f"{load:>10.1f} {pr:>11.1f} {load / pr:>6.2f}", flush=True)
     print("MB/s = checkpoint file bytes / seconds (medians over rounds); plain = Python "
           "sequential write+fsync and read of the same bytes in the same directory.")
+    print(f"{'export':>8} {'MB':>8} {'MB/s':>8} {'plain write':>12} {'ratio':>6} "
+          f"{'peak RSS MiB':>13}")
+    for dtype, xs in exports.items():
+        mb = statistics.median(x[0] for x in xs) / 1e6
+        rate = statistics.median(x[0] / x[1] for x in xs) / 1e6
+        pw = statistics.median(x[0] / x[3] for x in xs) / 1e6
+        rss = statistics.median(x[2] for x in xs) / (1 << 20)
+        print(f"{dtype:>8} {mb:>8.1f} {rate:>8.1f} {pw:>12.1f} {rate / pw:>6.2f} {rss:>13.1f}")
+    print("export: `kktrain export` of the 1-rank checkpoint (whole process: start, checksums, "
+          "conversion, write, fsync, rename); peak RSS from wait4.")
 
 
 if __name__ == "__main__":

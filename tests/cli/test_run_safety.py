@@ -192,6 +192,33 @@ def case_full_disk_metrics():
             os.remove(os.path.join(disk, "filler"))
 
 
+def case_export_memory():
+    """`kktrain export` streams: its peak RSS stays within 48 MiB + half the model's fp32 bytes
+    (a 25.4M-parameter model: 97 MiB in fp32; holding every tensor in fp32, as exports did, took
+    128 MiB)."""
+    model = ["model.hidden_size=512", "model.num_layers=8", "model.num_heads=8",
+             "model.num_kv_heads=8", "model.intermediate_size=1376", "data.seq_len=16",
+             "data.micro_batch_size=1", "data.global_batch_size=1"]
+    with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp:
+        out = os.path.join(tmp, "run")
+        rc, o, e, s = run(["train", tt.config(tt.PATTERN_A), *model, "train.max_steps=1",
+                           "train.val_every=0", f"train.output_dir={out}"])
+        tt.check(rc == 0, e)
+        n = h5py.File(os.path.join(out, "export.h5"), "r")
+        params = sum(math.prod(d.shape) for d in n["params"].values())
+        n.close()
+        for dtype in ("bfloat16", "float32"):
+            p = subprocess.Popen([tt.KKTRAIN, "export", out, "--out", os.path.join(tmp, "e.h5"),
+                                  "--dtype", dtype], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+            _, status, usage = os.wait4(p.pid, 0)
+            p.stderr.close()
+            rss, limit = usage.ru_maxrss * 1024, (48 << 20) + params * 4 // 2
+            print(f"export {dtype}: {params} parameters ({params * 4 / 2**20:.1f} MiB in fp32), "
+                  f"peak RSS {rss / 2**20:.1f} MiB, limit {limit / 2**20:.1f} MiB")
+            tt.check(status == 0 and rss <= limit, f"{dtype}: status {status}, peak RSS {rss}")
+
+
 # ---- 2. one rank's fault -------------------------------------------------------------------
 
 
