@@ -133,29 +133,17 @@ void reduce_pack_kernel(R* send, const float* grads, int64_t red_count, bool wit
       });
 }
 
-// Reduce-scatter unpack: the shard gradient at dst (elements) of the flat storage-dtype
-// gradient (n) G = recv at src (n) R / world.
+// Reduce-scatter unpack: the received shard (n) R at src, summed over micro-batches in the fp32
+// shard accumulator acc (n) when the step reduces every micro-batch (the first sets it); the
+// last micro-batch stores (sum / world) into the shard gradient at dst (elements) of the flat
+// storage-dtype gradient G. acc may be the fp32 shard gradient itself; with first and last both
+// set (one reduction a step) it is not touched.
 template <class R, class G>
-void reduce_unpack_kernel(G* grad, const R* recv, float world, const TensorTable<FsdpTensor>& t) {
+void reduce_unpack_kernel(G* grad, const R* recv, float world, bool first, bool last,
+                          const TensorTable<FsdpTensor>& t) {
   const DView<FsdpTensor> e = t.entries;
   for_tensor_blocks(
       "fsdp_reduce_unpack", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        for (int64_t i = lo; i < hi; ++i)
-          store_as(grad + f.dst, i, load_f32(recv + f.src, i) / world);
-      });
-}
-
-// every_micro_batch: a micro-batch's received shard (n) R at src is summed into the fp32 shard
-// accumulator acc (n) (the first micro-batch sets it); the last stores (sum / world) into the
-// shard gradient at dst in its storage dtype G. acc may be the fp32 shard gradient itself.
-template <class R, class G>
-void reduce_into_shard_kernel(G* grad, const R* recv, float world, bool first, bool last,
-                              const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_reduce_into_shard", t.blocks,
       KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
         const FsdpTensor f = e(k);
         float* acc = static_cast<float*>(f.acc);
@@ -513,10 +501,10 @@ void FsdpUnits::reduce_gradients(int unit, bool sync) {
   start_collecting(unit);        // a unit that got no gradient this micro-batch sends zeros
   const float* grads = grad_slots_[u.spec.grad_slot].data();
   if (grad_sync_ == GradSync::every_micro_batch) {
-    reduce_scatter_into_shard(u, grads, sync);
+    reduce_scatter(u, grads, /*with_acc=*/false, /*first=*/!u.accumulated, /*last=*/sync);
     u.accumulated = !sync;
   } else if (sync) {
-    reduce_scatter(u, grads);
+    reduce_scatter(u, grads, /*with_acc=*/u.accumulated, true, true);
     u.accumulated = false;
   } else {
     accumulate(u, grads);
@@ -594,8 +582,9 @@ const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_ac
   return wire_recv_.data();
 }
 
-void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
-  const char* recv_bytes = pack_and_reduce(u, grads, u.accumulated);
+void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool first, bool last) {
+  const char* recv_bytes = pack_and_reduce(u, grads, with_acc);
+  const bool sums = grad_sync_ == GradSync::every_micro_batch;
   build(u.reduce_unpack, u, [&](std::size_t k, FsdpTensor& e) {
     const int p = u.spec.params[k];
     const ParamInfo& pi = reg_.info(p);
@@ -604,36 +593,10 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads) {
     e.src = u.red_off[k];
     e.dst = static_cast<int64_t>(pi.grad_offset);
     e.n = pi.local_numel;
-    return std::make_tuple(reduce_, pi.dtype, pi.local_numel);
-  });
-  dispatch_dtype(reduce_, [&](auto rt) {
-    using R = decltype(rt);
-    const R* recv = reinterpret_cast<const R*>(recv_bytes);
-    for (const Launch& l : u.reduce_unpack.launches) {
-      dispatch_dtype(l.to, [&](auto gt) {
-        using G = decltype(gt);
-        reduce_unpack_kernel<R, G>(reg_.flat_grad<G>().data(), recv, static_cast<float>(world_),
-                                   l.table);
-      });
-    }
-  });
-  Kokkos::fence();
-}
-
-void FsdpUnits::reduce_scatter_into_shard(Unit& u, const float* grads, bool last) {
-  const char* recv_bytes = pack_and_reduce(u, grads, /*with_acc=*/false);
-  const bool first = !u.accumulated;
-  build(u.reduce_into_shard, u, [&](std::size_t k, FsdpTensor& e) {
-    const int p = u.spec.params[k];
-    const ParamInfo& pi = reg_.info(p);
-    if (!pi.trainable || pi.local_numel == 0) return kSkip;
-    if (!pi.has_grad) reg_.grad<float>(p);  // trainable without a gradient buffer: the error
-    e.src = u.red_off[k];
-    e.dst = static_cast<int64_t>(pi.grad_offset);
-    e.n = pi.local_numel;
-    if (pi.dtype == DType::float32) {  // the fp32 shard gradient holds the running sum
+    if (sums && pi.dtype == DType::float32) {  // the fp32 shard gradient holds the running sum
       e.acc = reg_.flat_grad<float>().data() + pi.grad_offset;
-    } else {
+    } else if (sums) {
+      // (build() asks for each entry once per dtype pair: allocate once.)
       if (shard_acc_.empty()) shard_acc_.resize(reg_.size());
       if (shard_acc_[p].extent(0) == 0) {
         shard_acc_[p] = DView<float>("fsdp_shard_grad_sum", pi.local_numel);
@@ -645,11 +608,11 @@ void FsdpUnits::reduce_scatter_into_shard(Unit& u, const float* grads, bool last
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
     const R* recv = reinterpret_cast<const R*>(recv_bytes);
-    for (const Launch& l : u.reduce_into_shard.launches) {
+    for (const Launch& l : u.reduce_unpack.launches) {
       dispatch_dtype(l.to, [&](auto gt) {
         using G = decltype(gt);
-        reduce_into_shard_kernel<R, G>(reg_.flat_grad<G>().data(), recv, static_cast<float>(world_),
-                                       first, last, l.table);
+        reduce_unpack_kernel<R, G>(reg_.flat_grad<G>().data(), recv, static_cast<float>(world_),
+                                   first, last, l.table);
       });
     }
   });

@@ -161,7 +161,7 @@ class FsdpUnits {
     // The unit-wide launches: one rank's compute-copy cast; several ranks' shard pack and
     // unpack of the all-gather, accumulation, and the reduce-scatter's pack (without and with
     // the accumulator) and unpack.
-    Launches cast, pack, unpack, accumulate, reduce_pack[2], reduce_unpack, reduce_into_shard;
+    Launches cast, pack, unpack, accumulate, reduce_pack[2], reduce_unpack;
   };
   // comm null: planning only (plan()); the registry may be unallocated.
   FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
@@ -174,9 +174,9 @@ class FsdpUnits {
   void cast_weights(Unit& u, char* out);
   void pack_shards(Unit& u, char* block);
   void accumulate(Unit& u, const float* grads);
-  void reduce_scatter(Unit& u, const float* grads);
-  // every_micro_batch: this micro-batch's reduce-scatter, summed into the shard (last: the mean).
-  void reduce_scatter_into_shard(Unit& u, const float* grads, bool last);
+  // Reduce-scatters the unit's gradients (+ the unsharded accumulator when with_acc) and sums the
+  // shard over the step's micro-batches from `first` on; `last` stores the mean.
+  void reduce_scatter(Unit& u, const float* grads, bool with_acc, bool first, bool last);
   // The reduce-scatter's pack of the unit's gradients (+ the unsharded accumulator) and the
   // collective; returns the received block.
   const char* pack_and_reduce(Unit& u, const float* grads, bool with_acc);
