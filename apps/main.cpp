@@ -60,6 +60,7 @@ void print_version() {
   std::printf("HDF5: %s\n", KKTRAIN_BUILD_HDF5);
   std::printf("NCCL: %s\n", KKTRAIN_BUILD_NCCL);
   std::printf("oneDNN: %s\n", KKTRAIN_BUILD_ONEDNN);
+  std::printf("GPU BLAS: %s\n", KKTRAIN_BUILD_GPU_BLAS);
 }
 
 int dispatch(int argc, char** argv, MpiRuntime& mpi) {

@@ -172,6 +172,45 @@ if(KKTRAIN_ENABLE_NCCL)
 endif()
 
 # ---------------------------------------------------------------------------------------------
+# GPU BLAS (optional): cuBLAS in CUDA builds, rocBLAS in HIP builds, for the bf16 products and the
+# batched ones (model/gemm_vendor_gpu.cpp). KKTRAIN_ENABLE_GPU_BLAS: AUTO (default: on when
+# found), ON (found or a configuration error), OFF. Without it Kokkos Kernels' own GEMM runs every
+# product on the device (bf16 operands through fp32 copies): correct, slower. rocBLAS is not a
+# Debian package, so a HIP build on Debian falls back to it.
+# ---------------------------------------------------------------------------------------------
+set(KKTRAIN_ENABLE_GPU_BLAS "AUTO" CACHE STRING "cuBLAS / rocBLAS GEMM in GPU builds: AUTO, ON or OFF")
+set_property(CACHE KKTRAIN_ENABLE_GPU_BLAS PROPERTY STRINGS AUTO ON OFF)
+set(KKTRAIN_HAVE_CUBLAS OFF)
+set(KKTRAIN_HAVE_ROCBLAS OFF)
+set(KKTRAIN_GPU_BLAS "none (host Kokkos build)")
+string(TOUPPER "${KKTRAIN_ENABLE_GPU_BLAS}" _gpublas_want)
+if(KKTRAIN_KOKKOS_HAS_CUDA OR KKTRAIN_KOKKOS_HAS_HIP)
+  if(_gpublas_want STREQUAL "OFF")
+    set(KKTRAIN_GPU_BLAS "off (KKTRAIN_ENABLE_GPU_BLAS=OFF): Kokkos Kernels' GEMM")
+  elseif(KKTRAIN_KOKKOS_HAS_CUDA)
+    find_package(CUDAToolkit QUIET)
+    if(TARGET CUDA::cublas)
+      set(KKTRAIN_HAVE_CUBLAS ON)
+      set(KKTRAIN_GPU_BLAS "cuBLAS ${CUDAToolkit_VERSION}")
+    endif()
+  else()
+    find_package(rocblas QUIET)
+    if(TARGET roc::rocblas)
+      set(KKTRAIN_HAVE_ROCBLAS ON)
+      set(KKTRAIN_GPU_BLAS "rocBLAS ${rocblas_VERSION}")
+    endif()
+  endif()
+  if(NOT KKTRAIN_HAVE_CUBLAS AND NOT KKTRAIN_HAVE_ROCBLAS AND NOT _gpublas_want STREQUAL "OFF")
+    if(_gpublas_want STREQUAL "ON")
+      message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_GPU_BLAS=ON but neither cuBLAS (CUDA builds) "
+                          "nor rocBLAS (HIP builds) was found; set CUDAToolkit_ROOT / rocblas_DIR "
+                          "or configure with -DKKTRAIN_ENABLE_GPU_BLAS=AUTO or OFF")
+    endif()
+    set(KKTRAIN_GPU_BLAS "not found: Kokkos Kernels' GEMM (bf16 through fp32 copies)")
+  endif()
+endif()
+
+# ---------------------------------------------------------------------------------------------
 # oneDNN (optional): the bf16 x bf16 GEMM on CPUs with AVX512-BF16 / AMX (model/gemm_onednn.cpp).
 # Host Kokkos builds only. KKTRAIN_ENABLE_ONEDNN: AUTO (default: on when found), ON (found or a
 # configure error), OFF. Found by header and library, not by find_package(dnnl CONFIG): Debian's
@@ -243,6 +282,7 @@ function(kktrain_feature_summary)
   message(STATUS "  yaml-cpp        : ${yaml-cpp_VERSION}")
   message(STATUS "  NCCL            : ${KKTRAIN_NCCL}")
   message(STATUS "  oneDNN          : ${KKTRAIN_ONEDNN}")
+  message(STATUS "  GPU BLAS        : ${KKTRAIN_GPU_BLAS}")
   message(STATUS "  tests           : ${KKTRAIN_ENABLE_TESTS}")
   message(STATUS "  benchmarks      : ${KKTRAIN_ENABLE_BENCH}")
   message(STATUS "  sanitizers      : ${KKTRAIN_SANITIZE}")

@@ -11,7 +11,7 @@
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "model/gemm_onednn.hpp"
 #endif
-#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+#if defined(KKTRAIN_HAVE_VENDOR_GEMM)
 #include "model/gemm_vendor_gpu.hpp"
 #endif
 
@@ -64,10 +64,12 @@ GemmBackend fp32_backend() {
 
 // The native bf16 x bf16 backend this build and machine offer, or converted.
 GemmBackend native_bf16_backend() {
-#if defined(KOKKOS_ENABLE_CUDA)
+#if defined(KKTRAIN_HAVE_VENDOR_GEMM) && defined(KOKKOS_ENABLE_CUDA)
   return GemmBackend::cublas;
-#elif defined(KOKKOS_ENABLE_HIP)
+#elif defined(KKTRAIN_HAVE_VENDOR_GEMM) && defined(KOKKOS_ENABLE_HIP)
   return GemmBackend::rocblas;
+#elif defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  return GemmBackend::converted;  // a GPU build without its vendor BLAS: Kokkos Kernels' own GEMM
 #elif defined(KKTRAIN_HAVE_ONEDNN)
   return onednn::available() ? GemmBackend::onednn : GemmBackend::converted;
 #else
@@ -265,7 +267,14 @@ std::string gemm_backends_summary() {
   }
 #else
   if (bf == GemmBackend::converted) {
-    s += reference_only() ? " (KKTRAIN_GEMM=reference)" : " (no native bf16 backend built)";
+    s += reference_only() ? " (KKTRAIN_GEMM=reference)"
+#if defined(KOKKOS_ENABLE_HIP)
+                          : " (built without rocBLAS: Kokkos Kernels' GEMM on fp32 copies)";
+#elif defined(KOKKOS_ENABLE_CUDA)
+                          : " (built without cuBLAS: Kokkos Kernels' GEMM on fp32 copies)";
+#else
+                          : " (no native bf16 backend built)";
+#endif
   }
 #endif
   return s;
@@ -300,7 +309,7 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
     if (m > 0 && n > 0) scale_c(beta, C, batch * m * n);
     return;
   }
-#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+#if defined(KKTRAIN_HAVE_VENDOR_GEMM)
   // fp32 batches take the vendor library's strided-batched call too (kokkos-kernels has none).
   if (be == GemmBackend::kokkos_kernels && batch > 1) be = native_bf16_backend();
 #endif
@@ -316,7 +325,7 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
       gemm_in_int_pieces(batch, transA, transB, alpha, A, B, beta, C, m, n, k, be)) {
     return;
   }
-#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+#if defined(KKTRAIN_HAVE_VENDOR_GEMM)
   if (be == GemmBackend::cublas || be == GemmBackend::rocblas) {
     vendor_gpu::gemm(batch, transA, transB, alpha, A, B, beta, C, m, n, k);
   }
