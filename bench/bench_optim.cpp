@@ -1,8 +1,11 @@
 // Optimizer-step memory bandwidth of kktrain's fused updates, against a STREAM-style triad in
 // the same process, for each precision pattern; plus the measured resident bytes per parameter
 // (RSS growth when creating the parameters, gradients and optimizer state) against the theory.
+// Every pattern's step is timed without and with the counting of updates lost to rounding
+// (Optimizer::set_count_rounding), alternating step by step (which goes first alternates too):
+// median_s is the plain step, counted_median_s the counting one.
 //
-//   bench_optim --params 16777216 --iters 10
+//   bench_optim --params 16777216 --iters 10 [--pattern NAME_PREFIX]
 // Prints one JSON object per line ({"kind": "triad"}, {"kind": "optim", "pattern": ...}).
 //
 // Bytes counted per parameter per step are the reads and writes the update must do (no
@@ -57,12 +60,15 @@ int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   int64_t n = 1 << 24;
   int iters = 10;
+  std::string only;  // --pattern: only the patterns whose name starts with this
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--params")
       n = std::atoll(argv[i + 1]);
     else if (k == "--iters")
       iters = std::atoi(argv[i + 1]);
+    else if (k == "--pattern")
+      only = argv[i + 1];
   }
   {
     DView<float> a("a", n), b("b", n), c("c", n);
@@ -82,6 +88,9 @@ int main(int argc, char** argv) {
     OptimizerConfig adamw;
     patterns.push_back({"B: torch AdamW, fp32 storage", DType::float32, adamw, 28, 16});
     patterns.push_back({"risky: torch AdamW, bf16 storage", DType::bfloat16, adamw, 14, 8});
+    OptimizerConfig sr = adamw;
+    sr.stochastic_rounding = true;
+    patterns.push_back({"SR: torch AdamW, bf16, stochastic rounding", DType::bfloat16, sr, 14, 8});
     OptimizerConfig te;
     te.kind = OptimizerKind::fused_adam;
     te.master_weights = true;
@@ -99,6 +108,7 @@ int main(int argc, char** argv) {
     patterns.push_back({"SGD momentum, fp32 storage", DType::float32, sgd, 20, 12});
   }
   for (const auto& p : patterns) {
+    if (std::string(p.name).rfind(only, 0) != 0) continue;
     const long rss0 = rss_bytes();
     ParamRegistry reg;
     reg.add("w.weight", "w", {n}, ParamRole::linear, p.storage);
@@ -106,18 +116,24 @@ int main(int argc, char** argv) {
     auto opt = make_optimizer(p.opt, reg, 1);
     Kokkos::fence();
     const double resident = static_cast<double>(rss_bytes() - rss0) / static_cast<double>(n);
-    std::vector<double> t;
+    std::vector<double> t[2];  // [0]: plain steps, [1]: counting steps
     for (int r = 0; r < iters + 2; ++r) {
-      const double t0 = now();
-      opt->step(1e-3, 1.0f);
-      if (r >= 2) t.push_back(now() - t0);
+      for (int k = 0; k < 2; ++k) {
+        const int count = (r + k) % 2;
+        opt->set_count_rounding(count == 1);
+        const double t0 = now();
+        opt->step(1e-3, 1.0f);
+        if (r >= 2) t[count].push_back(now() - t0);
+      }
     }
-    const double med = median(t);
+    const double med = median(t[0]), counted = median(t[1]);
     std::printf(
-        "{\"kind\": \"optim\", \"pattern\": \"%s\", \"median_s\": %.6f, \"gbytes_per_s\": %.3f, "
-        "\"bytes_moved_per_param\": %.0f, \"resident_bytes_per_param\": %.2f, "
-        "\"theory_bytes_per_param\": %.0f}\n",
-        p.name, med, p.bytes_moved * n / med / 1e9, p.bytes_moved, resident, p.bytes_theory);
+        "{\"kind\": \"optim\", \"pattern\": \"%s\", \"median_s\": %.6f, \"counted_median_s\": "
+        "%.6f, "
+        "\"gbytes_per_s\": %.3f, \"bytes_moved_per_param\": %.0f, "
+        "\"resident_bytes_per_param\": %.2f, \"theory_bytes_per_param\": %.0f}\n",
+        p.name, med, counted, p.bytes_moved * n / med / 1e9, p.bytes_moved, resident,
+        p.bytes_theory);
   }
   return 0;
 }
