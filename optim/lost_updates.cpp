@@ -86,15 +86,16 @@ std::string lost_update_warning(const OptimizerConfig& cfg, const ParamRegistry&
                 static_cast<long long>(steps_above), update_lost_frac,
                 static_cast<long long>(step));
   std::string msg = head;
-  msg += "that share of the updates to the " + std::to_string(elements) +
-         " trainable bfloat16 parameter elements";
+  msg += std::string("that share of the updates ") + optimizer_kind_name(cfg.kind) +
+         " made to the " + std::to_string(elements) +
+         " trainable bfloat16 parameter elements it keeps without an fp32 master";
   if (adapters > 0) msg += " (" + std::to_string(adapters) + " of them LoRA adapters)";
-  msg += std::string(" that ") + optimizer_kind_name(cfg.kind) +
-         " updates without an fp32 master was smaller than half a bf16 spacing and rounded away. "
-         "Switch to pattern A: transformer_engine FusedAdam with master_weights: true, "
-         "store_param_remainders: true and float32 exp_avg_dtype/exp_avg_sq_dtype, keeping "
-         "model.dtype: bfloat16 (2 bytes more per parameter); or pattern B: torch.optim.AdamW "
-         "with model.dtype: float32";
+  msg +=
+      " was smaller than half a bf16 spacing and rounded away. "
+      "Switch to pattern A: transformer_engine FusedAdam with master_weights: true, "
+      "store_param_remainders: true and float32 exp_avg_dtype/exp_avg_sq_dtype, keeping "
+      "model.dtype: bfloat16 (2 bytes more per parameter); or pattern B: torch.optim.AdamW "
+      "with model.dtype: float32";
   if (adapters > 0) msg += " (for the adapters: peft.lora_dtype: float32)";
   msg +=
       ". optimizer.stochastic_rounding: true keeps the updates in expectation instead "
