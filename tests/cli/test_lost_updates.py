@@ -157,7 +157,8 @@ def case_lost_update_fail():
 
 def case_lost_update_config():
     """The warning's keys: train.update_lost_warn_frac in [0, 1], train.update_lost_warn_steps an
-    integer >= 0; anything else is one error line naming the key, exit 2."""
+    integer >= 0; anything else is one error line naming the key, exit 2. `train --help` names
+    the columns and the keys."""
     for override, needle in (("train.update_lost_warn_frac=1.5", "update_lost_warn_frac"),
                              ("train.update_lost_warn_frac=-0.1", "update_lost_warn_frac"),
                              ("train.update_lost_warn_frac=lots", "update_lost_warn_frac"),
@@ -169,6 +170,8 @@ def case_lost_update_config():
     rc, out, err = tt.run(["config", tt.config(tt.DEFAULT)])
     check(rc == 0 and "update_lost_warn_frac: 0.5" in out and "update_lost_warn_steps: 100" in out,
           "the defaults in the resolved config\n" + out)
+    tt.check_help("train", "update_lost_frac", "ema_lost_frac", "train.update_lost_warn_frac",
+                  "train.update_lost_warn_steps")
 
 
 if __name__ == "__main__":

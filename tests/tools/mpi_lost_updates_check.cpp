@@ -155,8 +155,12 @@ void check_pattern(Communicator& comm, Checker& ck, const Pattern& pt) {
                   l.sr_unchanged_frac == r.sr_unchanged_frac &&
                   l.master_held_frac == r.master_held_frac,
               what + ", fractions",
-              "update_lost_frac " + std::to_string(l.update_lost_frac) + " vs " +
-                  std::to_string(r.update_lost_frac));
+              "update_lost_frac, ema_lost_frac, sr_unchanged_frac, master_held_frac " +
+                  std::to_string(l.update_lost_frac) + " " + std::to_string(l.ema_lost_frac) + " " +
+                  std::to_string(l.sr_unchanged_frac) + " " + std::to_string(l.master_held_frac) +
+                  ", whole model " + std::to_string(r.update_lost_frac) + " " +
+                  std::to_string(r.ema_lost_frac) + " " + std::to_string(r.sr_unchanged_frac) +
+                  " " + std::to_string(r.master_held_frac));
   }
   // The data must exercise the counting: something is counted in every pattern but fp32 storage.
   ck.expect((nonzero > 0) == (pt.storage == DType::bfloat16),
