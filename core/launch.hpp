@@ -1,7 +1,9 @@
 // Launch shapes shared by every module: row-wise kernels (for_rows) and many tensors in one
 // launch (for_tensor_blocks, the multi-tensor pattern of fused optimizers), each with one shape
 // for GPUs (one thread per element, consecutive threads on consecutive elements) and one for CPUs
-// (one call per row or block, whose inner loop the compiler vectorizes).
+// (one call per row or block, whose inner loop the compiler vectorizes). Each has a reducing
+// variant (for_rows_reduce, for_tensor_blocks_reduce) with the same shapes, for a kernel that also
+// sums something over what it did.
 #pragma once
 
 #include <cstdint>
