@@ -23,6 +23,7 @@
 #include "apps/app_model.hpp"
 #include "apps/checkpointing.hpp"
 #include "apps/commands.hpp"
+#include "apps/lost_update_log.hpp"
 #include "apps/memory_plan.hpp"
 #include "apps/run_files.hpp"
 #include "apps/signals.hpp"
@@ -35,6 +36,7 @@
 #include "io/model_export.hpp"
 #include "optim/audit.hpp"
 #include "optim/grad_norm.hpp"
+#include "optim/lost_updates.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "parallel/agree.hpp"
@@ -300,6 +302,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   }
   // Device high-water (GPU builds): used bytes sampled at step ends; -1 on host builds.
   int64_t device_peak = device_used_bytes();
+  // Updates lost to bf16 rounding: counted in the update launches of logged steps.
+  LostUpdateWatch lost_watch(cfg.train.update_lost_warn_frac, cfg.train.update_lost_warn_steps,
+                             first_step);
   const double t_start = now_s();
   for (int64_t step = state.step; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
@@ -348,14 +353,15 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     }
     state.nonfinite = 0;
     const double lr = schedule.lr(step);
+    const bool log_now =
+        done % cfg.train.log_every == 0 || done == 1 || done == cfg.train.max_steps;
+    opt->set_count_rounding(log_now);
     opt->step(lr, clip_factor(grad_norm, cfg.train.grad_clip));
     state.optimizer_steps = opt->steps();
     device_peak = std::max(device_peak, device_used_bytes());
     const double dt = now_s() - t0;
     const double tps = static_cast<double>(tokens_per_step) / dt;
     last_loss = loss;
-    const bool log_now =
-        done % cfg.train.log_every == 0 || done == 1 || done == cfg.train.max_steps;
     if (log_now) {
       JsonLine row;
       row.integer("step", done).num("loss", loss).num("grad_norm", grad_norm).num("lr", lr);
@@ -372,6 +378,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       } else {
         row.null("peak_device_bytes");  // host builds: no device memory apart from RSS
       }
+      const LostUpdates lost = lost_updates(opt->rounding_counts(),
+                                            [&](uint64_t v) { return comm->allreduce_sum_u64(v); });
+      add_lost_update_columns(row, lost);
       write_row(row);
       char line[256];
       std::snprintf(line, sizeof(line),
@@ -380,7 +389,19 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
                     static_cast<long long>(done), static_cast<long long>(cfg.train.max_steps), loss,
                     grad_norm, lr, tps, dt * 1e3);
       if (progress) std::fputc('\n', stderr);
-      log::info(line);
+      log::info(line + lost_update_text(lost));
+      if (lost_watch.observe(done, lost.update_lost_frac)) {  // the same on every rank
+        const std::string w = lost_update_warning(cfg.optimizer, params, lost.update_lost_frac,
+                                                  done, cfg.train.update_lost_warn_frac,
+                                                  done - lost_watch.above_since() + 1);
+        if (cfg.train.fail_on_precision_warning) {
+          save(done);
+          throw ConfigError("train.fail_on_precision_warning",
+                            "stopped at step " + std::to_string(done) + " (checkpoint saved): " + w,
+                            cfg.source);
+        }
+        log::warn(w);
+      }
     }
     if (progress) progress_line(done, cfg.train.max_steps, loss, tps);
     const bool val_now = val_ok && cfg.train.val_every > 0 &&
@@ -484,6 +505,10 @@ Command train_command() {
       "a row stop the run\n"
       "(exit 1). With torch Adam/AdamW and trainable bfloat16 parameters a precision warning\n"
       "is printed; train.fail_on_precision_warning: true makes it an error (exit 2).\n"
+      "Logged steps also count the updates bf16 rounding left unchanged (update_lost_frac,\n"
+      "ema_lost_frac in metrics.jsonl); when update_lost_frac stays above\n"
+      "train.update_lost_warn_frac for train.update_lost_warn_steps steps, a second warning\n"
+      "(with train.fail_on_precision_warning an error, after a checkpoint of that step).\n"
       "Checkpoints go to checkpoint.dir (<train.output_dir>/checkpoints) every\n"
       "checkpoint.save_every steps and at the end; the last checkpoint.keep_last are kept.\n"
       "checkpoint.resume: auto (the default) continues from the latest one there, none starts\n"

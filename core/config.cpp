@@ -277,6 +277,10 @@ void read_train(Section& s, TrainConfig* t) {
   t->output_dir = s.get_string("output_dir", t->output_dir);
   t->max_nonfinite_steps = s.get_int("max_nonfinite_steps", t->max_nonfinite_steps, 1, kMaxInt);
   t->fail_on_precision_warning = s.get_bool("fail_on_precision_warning", false);
+  t->update_lost_warn_frac =
+      s.get_double("update_lost_warn_frac", t->update_lost_warn_frac, 0.0, 1.0);
+  t->update_lost_warn_steps =
+      s.get_int("update_lost_warn_steps", t->update_lost_warn_steps, 0, kMaxInt);
   t->progress = s.get_choice("progress", "auto", {"auto", "on", "off"});
   s.finish();
   if (t->output_dir.empty()) s.fail("output_dir", "must not be empty");

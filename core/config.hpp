@@ -129,6 +129,10 @@ struct TrainConfig {
   std::string output_dir = "runs/default";
   int64_t max_nonfinite_steps = 5;
   bool fail_on_precision_warning = false;
+  // The runtime precision warning: update_lost_frac (optim/lost_updates.hpp) above this fraction
+  // on every logged step for this many steps (0: never).
+  double update_lost_warn_frac = 0.5;
+  int64_t update_lost_warn_steps = 100;
   std::string progress = "auto";  // auto | on | off
 };
 

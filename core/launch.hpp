@@ -1,7 +1,9 @@
 // Launch shapes shared by every module: row-wise kernels (for_rows) and many tensors in one
 // launch (for_tensor_blocks, the multi-tensor pattern of fused optimizers), each with one shape
 // for GPUs (one thread per element, consecutive threads on consecutive elements) and one for CPUs
-// (one call per row or block, whose inner loop the compiler vectorizes).
+// (one call per row or block, whose inner loop the compiler vectorizes). Each has a reducing
+// variant (for_rows_reduce, for_tensor_blocks_reduce) with the same shapes, for a kernel that also
+// sums something over what it did.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,37 @@ void for_rows_impl(std::false_type /*device*/, const char* name, int64_t rows, i
 template <class F>
 void for_rows(const char* name, int64_t rows, int64_t cols, const F& f) {
   for_rows_impl(std::integral_constant<bool, kHostKernels>(), name, rows, cols, f);
+}
+
+// for_rows with a sum: f(r, c0, c1, acc) adds what it computes for its columns into acc, and
+// total receives the sum over the whole index space. Value is a struct with += and a
+// Kokkos::reduction_identity<Value>::sum() (its zero); the launch shape is for_rows's.
+template <class F, class Value>
+void for_rows_reduce_impl(std::true_type /*host*/, const char* name, int64_t rows, int64_t cols,
+                          const F& f, Value& total) {
+  Kokkos::parallel_reduce(
+      name, RangePolicy(0, rows),
+      KOKKOS_LAMBDA(const int64_t r, Value& acc) { f(r, int64_t(0), cols, acc); },
+      Kokkos::Sum<Value>(total));
+}
+template <class F, class Value>
+void for_rows_reduce_impl(std::false_type /*device*/, const char* name, int64_t rows, int64_t cols,
+                          const F& f, Value& total) {
+  Kokkos::parallel_reduce(
+      name, RangePolicy(0, rows * cols),
+      KOKKOS_LAMBDA(const int64_t i, Value& acc) {
+        const int64_t c = i % cols;
+        f(i / cols, c, c + 1, acc);
+      },
+      Kokkos::Sum<Value>(total));
+}
+template <class F, class Value>
+void for_rows_reduce(const char* name, int64_t rows, int64_t cols, const F& f, Value& total) {
+  if (rows == 0 || cols == 0) {
+    total = Kokkos::reduction_identity<Value>::sum();
+    return;
+  }
+  for_rows_reduce_impl(std::integral_constant<bool, kHostKernels>(), name, rows, cols, f, total);
 }
 
 // ---- many tensors in one launch ----------------------------------------------------------------
@@ -99,6 +132,24 @@ void for_tensor_blocks(const char* name, const TensorBlocks& blocks, const F& f)
         const int64_t hi = k.begin + c1 < k.end ? k.begin + c1 : k.end;
         if (lo < hi) f(k.tensor, lo, hi);
       });
+}
+
+// for_tensor_blocks with a sum (for_rows_reduce): f(tensor, lo, hi, acc) adds into acc what it
+// computes for its elements; total receives the sum over every block. The multi-tensor update
+// and a count over what it did, in one launch.
+template <class F, class Value>
+void for_tensor_blocks_reduce(const char* name, const TensorBlocks& blocks, const F& f,
+                              Value& total) {
+  const DView<TensorBlock> t = blocks.table();
+  for_rows_reduce(
+      name, blocks.count(), blocks.block_len(),
+      KOKKOS_LAMBDA(const int64_t b, const int64_t c0, const int64_t c1, Value& acc) {
+        const TensorBlock k = t(b);
+        const int64_t lo = k.begin + c0;
+        const int64_t hi = k.begin + c1 < k.end ? k.begin + c1 : k.end;
+        if (lo < hi) f(k.tensor, lo, hi, acc);
+      },
+      total);
 }
 
 }  // namespace kktrain

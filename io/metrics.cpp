@@ -47,6 +47,12 @@ JsonLine& JsonLine::null(const std::string& k) {
   return *this;
 }
 
+JsonLine& JsonLine::object(const std::string& k, const JsonLine& inner) {
+  key(k);
+  body_ += inner.text();
+  return *this;
+}
+
 JsonLine& JsonLine::str(const std::string& k, const std::string& v) {
   key(k);
   body_ += "\"";

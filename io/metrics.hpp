@@ -16,6 +16,8 @@ class JsonLine {
   JsonLine& boolean(const std::string& key, bool v);
   JsonLine& str(const std::string& key, const std::string& v);
   JsonLine& null(const std::string& key);
+  // A nested object: {"key": {inner's fields}}.
+  JsonLine& object(const std::string& key, const JsonLine& inner);
   std::string text() const { return "{" + body_ + "}"; }
 
  private:

@@ -22,6 +22,20 @@ const char* master_kind_name(MasterKind k) {
   return "?";
 }
 
+const char* param_rounding_name(ParamRounding r) {
+  switch (r) {
+    case ParamRounding::float32:
+      return "float32";
+    case ParamRounding::nearest:
+      return "nearest";
+    case ParamRounding::stochastic:
+      return "stochastic";
+    case ParamRounding::master:
+      return "master";
+  }
+  return "?";
+}
+
 void StateTensor::allocate(const std::string& label, DType d, int64_t n) {
   dtype = d;
   present = true;
@@ -176,6 +190,22 @@ void plan_group(StateGroup& g, const ParamRegistry& reg, const std::vector<FlatA
   }
 }
 
+// The counting entry of group g (Optimizer::rounding_counts): how its parameters take updates,
+// its moment arrays, its elements on all ranks.
+GroupRoundingCounts rounding_entry(const StateGroup& g, const ParamRegistry& reg, bool stochastic,
+                                   bool master,
+                                   std::vector<std::pair<std::string, DType>> moments) {
+  GroupRoundingCounts c;
+  c.dtype = g.dtype;
+  c.rounding = g.dtype != DType::bfloat16 ? ParamRounding::float32
+               : master                   ? ParamRounding::master
+               : stochastic               ? ParamRounding::stochastic
+                                          : ParamRounding::nearest;
+  c.moments = std::move(moments);
+  for (int i : g.params) c.elements += reg.info(i).numel;
+  return c;
+}
+
 FlatArray flat(const StateTensor& t) {
   if (!t.present) return {};
   return t.dtype == DType::float32 ? FlatArray{t.f32.data(), 4} : FlatArray{t.b16.data(), 2};
@@ -244,8 +274,12 @@ class TorchAdam final : public AdamBase {
  public:
   TorchAdam(const OptimizerConfig& c, ParamRegistry& reg, uint64_t seed, UpdateLaunch launch)
       : AdamBase(c, reg, seed) {
-    for (std::size_t k = 0; k < groups_.size(); ++k)
+    for (std::size_t k = 0; k < groups_.size(); ++k) {
       plan_group(groups_[k], reg, {flat(gm_[k]), flat(gv_[k])}, launch);
+      rounding_.push_back(
+          rounding_entry(groups_[k], reg, c.stochastic_rounding, false,
+                         {{"exp_avg", gm_[k].dtype}, {"exp_avg_sq", gv_[k].dtype}}));
+    }
   }
 
   void step(double lr, float grad_scale) override {
@@ -269,11 +303,12 @@ class TorchAdam final : public AdamBase {
     for (std::size_t k = 0; k < groups_.size(); ++k) {
       const StateGroup& g = groups_[k];
       const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, g.dtype);
+      UpdateCounts* counts = counts_for(k);
       dispatch_dtype(g.dtype, [&](auto tag) {
         using T = decltype(tag);
         for (const UpdatePlan& plan : g.plans) {
           torch_adam_update<T>(plan, reg_.flat_data<T>().data(), reg_.flat_grad<T>().data(),
-                               gm_[k].data<T>(), gv_[k].data<T>(), h, r);
+                               gm_[k].data<T>(), gv_[k].data<T>(), h, r, counts);
         }
       });
     }
@@ -325,6 +360,9 @@ class FusedAdam final : public AdamBase {
                  {flat(gm_[k]), flat(gv_[k]), kind == MasterKind::float32 ? master : FlatArray{},
                   kind == MasterKind::remainder ? rem : FlatArray{}},
                  launch);
+      rounding_.push_back(
+          rounding_entry(g, reg, c.stochastic_rounding, kind != MasterKind::none,
+                         {{"exp_avg", gm_[k].dtype}, {"exp_avg_sq", gv_[k].dtype}}));
     }
   }
   void step(double lr, float grad_scale) override {
@@ -352,6 +390,7 @@ class FusedAdam final : public AdamBase {
       const RoundingMode r = rounding(cfg_.stochastic_rounding, seed_, step_, g.dtype);
       float* master = gkind_[k] == MasterKind::float32 ? gmaster_[k].data() : nullptr;
       int16_t* rem = gkind_[k] == MasterKind::remainder ? gremainder_[k].data() : nullptr;
+      UpdateCounts* counts = counts_for(k);
       dispatch_dtype(g.dtype, [&](auto pt) {
         using P = decltype(pt);
         dispatch_dtype(gm_[k].dtype, [&](auto mt) {
@@ -361,7 +400,7 @@ class FusedAdam final : public AdamBase {
             for (const UpdatePlan& plan : g.plans) {
               fused_adam_update<P, M, V>(plan, reg_.flat_data<P>().data(),
                                          reg_.flat_grad<P>().data(), gm_[k].data<M>(),
-                                         gv_[k].data<V>(), master, rem, h, r);
+                                         gv_[k].data<V>(), master, rem, h, r, counts);
             }
           });
         });
@@ -443,6 +482,9 @@ class Sgd final : public Optimizer {
         }
       }
       plan_group(g, reg, {flat(gbuf_[k])}, launch);
+      std::vector<std::pair<std::string, DType>> moments;
+      if (plan.has_state) moments.emplace_back("momentum_buffer", gbuf_[k].dtype);
+      rounding_.push_back(rounding_entry(g, reg, c.stochastic_rounding, false, moments));
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }
@@ -463,8 +505,10 @@ class Sgd final : public Optimizer {
       dispatch_dtype(g.dtype, [&](auto tag) {
         using T = decltype(tag);
         T* buf = gbuf_[k].empty() ? nullptr : gbuf_[k].data<T>();
+        UpdateCounts* counts = counts_for(k);
         for (const UpdatePlan& plan : g.plans) {
-          sgd_update<T>(plan, reg_.flat_data<T>().data(), reg_.flat_grad<T>().data(), buf, h, r);
+          sgd_update<T>(plan, reg_.flat_data<T>().data(), reg_.flat_grad<T>().data(), buf, h, r,
+                        counts);
         }
       });
     }

@@ -11,7 +11,8 @@
 // form a group: each state tensor of the group is one flat buffer (a parameter's state is a window
 // of it), and a step is one fused kernel launch per group (optim/update_kernels.hpp) that reads
 // param, grad and state and writes param and state, with fp32 arithmetic and one rounding per
-// stored value.
+// stored value. Asked to, that launch also counts the bf16 values whose update rounding left
+// unchanged (rounding_counts(): docs/precision.md, "Updates lost to rounding").
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "core/config.hpp"
 #include "core/param_registry.hpp"
+#include "optim/update_kernels.hpp"
 
 namespace kktrain {
 
@@ -33,6 +35,24 @@ struct ParamStateInfo {
   bool has_state = false;
   std::optional<DType> exp_avg, exp_avg_sq, momentum;
   MasterKind master = MasterKind::none;
+};
+
+// How the parameters of a dtype group store their updates, which says what their
+// UpdateCounts::param_unchanged means: fp32 storage (not counted), bf16 rounded to nearest
+// without a master (the update is lost), bf16 with stochastic rounding (kept in expectation),
+// bf16 with an fp32 master, full or bf16 + remainder (held in the master until it shows).
+enum class ParamRounding { float32, nearest, stochastic, master };
+const char* param_rounding_name(ParamRounding r);  // "float32", "nearest", "stochastic", "master"
+
+// One dtype group's counts of the last counted step on this rank, and what they are out of.
+struct GroupRoundingCounts {
+  DType dtype = DType::float32;  // the group's storage dtype
+  ParamRounding rounding = ParamRounding::float32;
+  // The group's moment arrays in UpdateCounts::moment_lost order ("exp_avg", "exp_avg_sq"; SGD:
+  // "momentum_buffer"), with their dtypes (only bf16 ones are counted).
+  std::vector<std::pair<std::string, DType>> moments;
+  int64_t elements = 0;  // the group's elements on all ranks together
+  UpdateCounts counts;   // this rank's shard
 };
 
 // A 1-D state tensor of a runtime dtype (float32, bfloat16) or int16 remainders.
@@ -72,13 +92,27 @@ class Optimizer {
   // The state tensors of parameter `param` (empty when it has none).
   virtual std::vector<StateRef> state_refs(int param) = 0;
 
+  // While on, every step() counts, in its update launches, the bf16 values whose update rounding
+  // left unchanged (UpdateCounts); rounding_counts() then holds this rank's counts of the last
+  // step, one entry per dtype group. Off (the default), the launches count nothing.
+  void set_count_rounding(bool on) { count_rounding_ = on; }
+  const std::vector<GroupRoundingCounts>& rounding_counts() const { return rounding_; }
+
   // Named state tensors of a parameter, as fp32 host copies (tests, checkpoints): "exp_avg",
   // "exp_avg_sq", "momentum_buffer", "master" (the fp32 master, rebuilt for remainders).
   virtual std::vector<std::pair<std::string, std::vector<float>>> state_to_host(
       int param) const = 0;
 
  protected:
+  // Zeroes the counts of a step and returns where group k's launches add theirs (null when not
+  // counting).
+  UpdateCounts* counts_for(std::size_t k) {
+    rounding_[k].counts = UpdateCounts();
+    return count_rounding_ ? &rounding_[k].counts : nullptr;
+  }
   int64_t step_ = 0;
+  bool count_rounding_ = false;
+  std::vector<GroupRoundingCounts> rounding_;  // filled by the optimizers' constructors
 };
 
 // The state `cfg` gives parameter `p` (none when frozen): the single source of truth for the

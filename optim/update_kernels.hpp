@@ -2,7 +2,8 @@
 // their dtypes and master kind (llm.c / multi-tensor style): it reads param, grad and state from
 // flat buffers at each tensor's offsets and writes param and state. Arithmetic is fp32; each
 // stored value is rounded once (round-to-nearest-even, or stochastic rounding for bf16 parameters
-// when asked).
+// when asked). Asked to, a launch also counts the bf16 values whose update the rounding left
+// unchanged (UpdateCounts), in the same pass: a reduction alongside the update.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,33 @@ struct RoundingMode {
   bool stochastic = false;
   uint64_t seed = 0;
   uint64_t step = 0;
+};
+
+// What an update launch counts when given somewhere to put it, over the elements it updated: the
+// updates bf16 rounding left invisible (docs/precision.md, "Updates lost to rounding"). An element
+// counts when the fp32 result of its update differs from the value the update started from (an
+// exact comparison; NaN never counts) and the stored bf16 value is nevertheless the one it was:
+//   param_unchanged   bf16 parameters. Without a master the change is lost (round to nearest) or
+//                     kept in expectation (stochastic rounding); with an fp32 master (full or
+//                     bf16 + remainder) the master holds it until it reaches the bf16 parameter.
+//                     fp32 parameters are not counted.
+//   moment_lost[k]    bf16 moments whose EMA result rounded back to the stored value: [0] exp_avg
+//                     (SGD: momentum_buffer), [1] exp_avg_sq. fp32 moments are not counted.
+struct UpdateCounts {
+  int64_t param_unchanged = 0;
+  int64_t moment_lost[2] = {0, 0};
+  KOKKOS_INLINE_FUNCTION UpdateCounts& operator+=(const UpdateCounts& o) {
+    param_unchanged += o.param_unchanged;
+    moment_lost[0] += o.moment_lost[0];
+    moment_lost[1] += o.moment_lost[1];
+    return *this;
+  }
+  // Kokkos 3.x joins reduction values through volatile references on some backends.
+  KOKKOS_INLINE_FUNCTION void operator+=(const volatile UpdateCounts& o) volatile {
+    param_unchanged += o.param_unchanged;
+    moment_lost[0] += o.moment_lost[0];
+    moment_lost[1] += o.moment_lost[1];
+  }
 };
 
 // One tensor of a grouped update: where its elements sit in the flat buffers the group's kernel
@@ -60,6 +88,9 @@ class UpdatePlan {
   int64_t numel_ = 0;
 };
 
+// Each update below adds its launch's counts to *counts when counts is not null (the launch is
+// then a parallel_reduce; without, the same loop as a parallel_for with no counting in it).
+
 // torch.optim.Adam / AdamW, in torch's order of operations (docs/precision.md, "Optimizers"):
 //   AdamW: p *= 1 - lr wd            Adam: g += wd p
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g
@@ -76,7 +107,8 @@ struct TorchAdamHyper {
 };
 template <class P>
 void torch_adam_update(const UpdatePlan& plan, P* param, const P* grad, P* exp_avg, P* exp_avg_sq,
-                       const TorchAdamHyper& h, const RoundingMode& r);
+                       const TorchAdamHyper& h, const RoundingMode& r,
+                       UpdateCounts* counts = nullptr);
 
 // Transformer Engine FusedAdam: fp32 math on the master value (the fp32 master, the rebuilt
 // bf16 + remainder master, or the parameter itself), moments of dtypes M and V.
@@ -94,7 +126,7 @@ struct FusedAdamHyper {
 template <class P, class M, class V>
 void fused_adam_update(const UpdatePlan& plan, P* param, const P* grad, M* exp_avg, V* exp_avg_sq,
                        float* master, int16_t* remainder, const FusedAdamHyper& h,
-                       const RoundingMode& r);
+                       const RoundingMode& r, UpdateCounts* counts = nullptr);
 
 // torch.optim.SGD with momentum, dampening, Nesterov and L2 weight decay; the momentum buffer
 // has the parameter's dtype and is a copy of the gradient on the first step.
@@ -107,7 +139,7 @@ struct SgdHyper {
 // momentum_buf: a state array, or null without momentum.
 template <class P>
 void sgd_update(const UpdatePlan& plan, P* param, const P* grad, P* momentum_buf, const SgdHyper& h,
-                const RoundingMode& r);
+                const RoundingMode& r, UpdateCounts* counts = nullptr);
 
 // Sum over n gradient elements of (float(g))^2, accumulated in double.
 template <class P>
@@ -121,3 +153,11 @@ void widen_to_float(float* out, const T* in, int64_t n);
 void rebuild_master(float* out, const bf16* param, const int16_t* remainder, int64_t n);
 
 }  // namespace kktrain
+
+// The zero of UpdateCounts for Kokkos::Sum.
+namespace Kokkos {
+template <>
+struct reduction_identity<kktrain::UpdateCounts> {
+  KOKKOS_FORCEINLINE_FUNCTION static kktrain::UpdateCounts sum() { return kktrain::UpdateCounts(); }
+};
+}  // namespace Kokkos

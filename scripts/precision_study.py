@@ -12,11 +12,16 @@ essential base-files package), the same seeds and schedule for every pattern:
   SR           torch AdamW, bf16 storage with stochastic rounding of the parameter update
 
 The learning rate decays (cosine) to min_lr late in the run, where an update is a small fraction
-of a bf16 weight's spacing: that is where rounding updates away shows. Writes, under --out:
-study.md (final and best validation loss, bytes per parameter of the allocated parameters,
-gradients and optimizer state as `kktrain audit` plans them (equal to what train allocates, a
-tested invariant), measured peak RSS and tokens/s per pattern), study.png (validation curves),
-study.json (everything), and each run's directory. With several seeds (--seeds) the table gives
+of a bf16 weight's spacing: that is where rounding updates away shows, and kktrain measures it as
+it happens: every logged step's metrics row carries update_lost_frac (the share of bf16
+parameters without an fp32 master whose nonzero update rounding left unchanged) and
+ema_lost_frac (the same for bf16 moments), counted inside the optimizer's update. The study logs
+100 steps of each run. Writes, under --out: study.md (final and best validation loss, final
+training loss, update_lost_frac and ema_lost_frac over the run and at its end, bytes per
+parameter of the allocated parameters, gradients and optimizer state as `kktrain audit` plans
+them (equal to what train allocates, a tested invariant), measured peak RSS and tokens/s per
+pattern), study.png (validation loss, training loss and the lost fractions over the steps, the
+learning rate beside them), study.json (everything), and each run's directory. With several seeds (--seeds) the table gives
 each pattern's mean over the seeds and their range, the plot the mean curve and the range as a
 band: differences between patterns smaller than the spread between seeds are trajectory noise.
 
@@ -42,6 +47,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 FUSED = "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam"
+# The metrics columns of updates lost to bf16 rounding (docs/cli.md, metrics.jsonl).
+LOST_KEYS = ("update_lost_frac", "ema_lost_frac", "sr_unchanged_frac", "master_held_frac")
 
 PATTERNS = {
     "A": ("FusedAdam, bf16 + int16 remainder master, fp32 moments",
@@ -123,7 +130,7 @@ def main():
     val_every = max(1, steps // 20)
     seeds = [a.seed] if a.seed is not None else [int(x) for x in a.seeds.split(",")]
     common = [f"data.path={text}", "data.format=text", f"train.max_steps={steps}",
-              f"train.val_every={val_every}", f"train.log_every={max(1, steps // 4)}",
+              f"train.val_every={val_every}", f"train.log_every={max(1, steps // 100)}",
               f"optimizer.lr={a.lr}", f"lr_scheduler.min_lr={a.min_lr}",
               "lr_scheduler.lr_decay_style=cosine", f"lr_scheduler.lr_warmup_steps={steps // 20}",
               "checkpoint.save_every=0"]
@@ -143,8 +150,14 @@ def main():
         audit = json.loads(run([kk, "audit", config, *common, *sv, *ov, "--json"], env).stdout)
         t = audit["totals"]
         state = t["bytes_params"] + t["bytes_grads"] + t["bytes_moments"] + t["bytes_master"]
+        tail = train[len(train) - max(1, len(train) // 10):]  # the last tenth of the logged steps
         r = {"seed": seed, "val": val, "final_val": val[-1][1], "best_val": min(v for _, v in val),
              "final_train": train[-1]["loss"], "elements": t["elements"],
+             "train": [(x["step"], x["loss"]) for x in train],
+             "lr": [(x["step"], x["lr"]) for x in train],
+             "lost": {k: [x[k] for x in train] for k in LOST_KEYS},
+             "lost_mean": {k: statistics.mean(x[k] for x in train) for k in LOST_KEYS},
+             "lost_end": {k: statistics.mean(x[k] for x in tail) for k in LOST_KEYS},
              "bytes_per_param": state / t["elements"],
              "peak_rss_mib": max(r["peak_rss_bytes"] for r in train) / 2**20,
              "tokens_per_s": statistics.median(r["tokens_per_s"] for r in train[len(train) // 10:])}
@@ -172,6 +185,13 @@ def main():
             "final_val": statistics.mean(finals), "final_val_range": [min(finals), max(finals)],
             "best_val": statistics.mean(bests), "best_val_range": [min(bests), max(bests)],
             "final_train": statistics.mean(r["final_train"] for r in per),
+            "train": [(st, statistics.mean(r["train"][i][1] for r in per))
+                      for i, (st, _) in enumerate(per[0]["train"])],
+            "lr": per[0]["lr"],
+            "lost": {k: [statistics.mean(r["lost"][k][i] for r in per)
+                         for i in range(len(per[0]["train"]))] for k in LOST_KEYS},
+            "lost_mean": {k: statistics.mean(r["lost_mean"][k] for r in per) for k in LOST_KEYS},
+            "lost_end": {k: statistics.mean(r["lost_end"][k] for r in per) for k in LOST_KEYS},
             "bytes_per_param": per[0]["bytes_per_param"],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in per),
             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in per),
@@ -192,6 +212,11 @@ def main():
             if not ok or abs(r["bytes_per_param"] - theory[n]) > 1e-9:
                 sys.exit(f"precision_study --check: {n}: losses {r['val']}, "
                          f"{r['bytes_per_param']} bytes/param (theory {theory[n]})")
+            # Only the risky pattern can lose parameter updates; bf16 moments only where kept.
+            lost = r["lost_mean"]
+            if (lost["update_lost_frac"] > 0) != (n == "risky") or \
+                    (lost["ema_lost_frac"] > 0) != (n in ("risky", "SR", "A-bf16-mom")):
+                sys.exit(f"precision_study --check: {n}: lost fractions {lost}")
     if not a.no_plot:
         plot(results, meta, os.path.join(a.out, "study.png"))
 
@@ -205,18 +230,25 @@ def report(results, meta, out):
                  else f"seed {seeds[0]}")
     lines = [f"Default model ({meta['parameters']} parameters), {meta['corpus']}, "
              f"{meta['steps']} steps, lr {meta['lr']:g} cosine to {meta['min_lr']:g}, {seed_text}, "
-             "bf16 compute.", "",
-             "| pattern | what | final val loss | best val loss | final train loss | bytes/param | "
-             "peak RSS MiB | tok/s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "bf16 compute. Lost fractions: mean over the logged steps / over the last tenth of "
+             "them.", "",
+             "| pattern | what | final val loss | best val loss | final train loss | "
+             "update_lost_frac | ema_lost_frac | bytes/param | peak RSS MiB | tok/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
 
     def cell(r, key):
         lo, hi = r.get(key + "_range", (None, None))
         return f"{r[key]:.4f}" + (f" ({lo:.4f}-{hi:.4f})" if several else "")
 
+    def lost(r, key):
+        if "lost_mean" not in r:  # a study.json from before the lost-update columns
+            return "-"
+        return f"{r['lost_mean'][key]:.4f} / {r['lost_end'][key]:.4f}"
+
     for n, r in results.items():
         lines.append(f"| {n} | {r['description']} | {cell(r, 'final_val')} | "
                      f"{cell(r, 'best_val')} | {r['final_train']:.4f} | "
+                     f"{lost(r, 'update_lost_frac')} | {lost(r, 'ema_lost_frac')} | "
                      f"{r['bytes_per_param']:.2f} | {r['peak_rss_mib']:.1f} | "
                      f"{r['tokens_per_s']:.0f} |")
     if several and "A" in results:
@@ -234,20 +266,36 @@ def report(results, meta, out):
     print("\n".join(lines))
 
 
+def smooth(values, k=5):
+    """Running mean over k logged steps (the step loss is one batch's: noisy)."""
+    out = []
+    for i in range(len(values)):
+        window = values[max(0, i - k + 1):i + 1]
+        out.append(sum(window) / len(window))
+    return out
+
+
 def plot(results, meta, path):
-    """The validation curves: one line per pattern (the mean over seeds), the range over seeds as
-    a band."""
+    """Outcome and mechanism side by side: validation loss (one line per pattern, the mean over
+    seeds, the range over seeds as a band), training loss over the second half of the run, where
+    the patterns part (mean over seeds, a running mean over 5 logged steps), and the fractions of updates lost to bf16 rounding (update_lost_frac solid,
+    ema_lost_frac dashed; patterns that lose nothing are 0 and drawn only in the legend's note)
+    with the learning rate behind them."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     several = len(meta["seeds"]) > 1
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    has_lost = all("lost" in r for r in results.values())
+    fig, axes = plt.subplots(1, 3 if has_lost else 1, figsize=(16, 4.4) if has_lost else (7, 4.2),
+                             dpi=110, squeeze=False)
+    axes = axes[0]
+    color = {n: f"C{list(PATTERNS).index(n)}" for n in results}  # the same colour in every plot
+    ax = axes[0]
     for n, r in results.items():
         xs = [s for s, _ in r["val"]]
-        color = f"C{list(PATTERNS).index(n)}"  # a pattern has the same colour in every plot
-        line, = ax.plot(xs, [v for _, v in r["val"]], color=color, label=f"{n}: {r['description']}")
+        ax.plot(xs, [v for _, v in r["val"]], color=color[n], label=f"{n}: {r['description']}")
         if several:
-            ax.fill_between(xs, r["val_min"], r["val_max"], color=line.get_color(), alpha=0.15)
+            ax.fill_between(xs, r["val_min"], r["val_max"], color=color[n], alpha=0.15)
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (nats/byte)" + (", mean over seeds" if several else ""))
     ax.set_title(f"{meta['steps']} steps, lr {meta['lr']:g} -> {meta['min_lr']:g}, "
@@ -255,6 +303,43 @@ def plot(results, meta, path):
                     else f"seed {meta['seeds'][0]}"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    if has_lost:
+        ax = axes[1]
+        half = meta["steps"] // 2
+        for n, r in results.items():
+            xs, ys = [s for s, _ in r["train"]], smooth([v for _, v in r["train"]])
+            ax.plot([x for x in xs if x >= half], [y for x, y in zip(xs, ys) if x >= half],
+                    color=color[n], label=n)
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (running mean of 5 logged steps)")
+        ax.set_title(f"outcome: training loss, steps {half} to {meta['steps']}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax = axes[2]
+        zero = []
+        for n, r in results.items():
+            xs = [s for s, _ in r["train"]]
+            drawn = False
+            for key, style in (("update_lost_frac", "-"), ("ema_lost_frac", "--")):
+                if max(r["lost"][key]) > 0:
+                    ax.plot(xs, r["lost"][key], style, color=color[n], label=f"{n}: {key}")
+                    drawn = True
+            if not drawn:
+                zero.append(n)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("step")
+        ax.set_ylabel("fraction of updates rounded away")
+        ax.set_title("mechanism: updates lost to bf16 rounding"
+                     + (f" ({', '.join(zero)}: 0)" if zero else ""), fontsize=10)
+        ax.grid(alpha=0.3)
+        lr_ax = ax.twinx()
+        first = next(iter(results.values()))
+        lr_ax.plot([s for s, _ in first["lr"]], [v for _, v in first["lr"]], ":", color="gray",
+                   label="learning rate")
+        lr_ax.set_ylabel("learning rate", color="gray")
+        lines, labels = ax.get_legend_handles_labels()
+        lr_lines, lr_labels = lr_ax.get_legend_handles_labels()
+        ax.legend(lines + lr_lines, labels + lr_labels, fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path)
     print("wrote", path)

@@ -26,3 +26,11 @@ foreach(case IN ITEMS empty_shards bf16_reduce_sum)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
 endforeach()
+# Updates lost to bf16 rounding, sharded (tests/cli/test_mpi_lost_updates.py): the columns are the
+# whole model's, the warning and its error mode once for all ranks.
+foreach(case IN ITEMS lost_updates_sharded lost_updates_warning_sharded)
+  add_test(NAME mpi.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_lost_updates.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
+endforeach()

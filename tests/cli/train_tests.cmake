@@ -52,6 +52,17 @@ foreach(case IN ITEMS loop_global_batch_invariance loop_weight_decay_exclude_ali
   set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
 endforeach()
 
+# Updates lost to bf16 rounding as training reports them (tests/cli/test_lost_updates.py): the
+# metrics columns per pattern, counting leaving the run unchanged, the runtime warning, its error
+# mode and config keys.
+foreach(case IN ITEMS lost_update_columns lost_update_counting_changes_nothing
+                      lost_update_warning lost_update_fail lost_update_config)
+  add_test(NAME train.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_lost_updates.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(train.${case} PROPERTIES LABELS train TIMEOUT 120)
+endforeach()
+
 # The predicted training peak against the measured one (tests/cli/test_memory.py; docs/memory.md):
 # d 512, 8 layers, T 256, B 8, 2 steps per run. peaks_fp32_bf16 takes ~50 s on two busy cores
 # (fp32 GEMMs), peaks_frozen ~12 s, out_of_memory well under a second.

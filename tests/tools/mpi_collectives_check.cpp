@@ -1,7 +1,8 @@
-// Checks every buffer collective of the communicator, and the FSDP unit machinery on top of it
-// (mpi_fsdp_check.cpp), against serial references that every rank computes from the same seeded
-// data. ctest runs it under mpirun with 2, 3 and 4 ranks and once without a launcher (one rank:
-// SingleCommunicator, where the collectives are copies and FSDP has no wire). Exits non-zero
+// Checks every buffer collective of the communicator, the FSDP unit machinery on top of it
+// (mpi_fsdp_check.cpp) and the optimizer's lost-update counts summed over ranks
+// (mpi_lost_updates_check.cpp), against serial references that every rank computes from the same
+// seeded data. ctest runs it under mpirun with 2, 3 and 4 ranks and once without a launcher (one
+// rank: SingleCommunicator, where the collectives are copies and FSDP has no wire). Exits non-zero
 // naming each mismatch; rank 0 prints "ok: N ranks" when every rank passed.
 //
 //   allgather_bytes     blocks of 0, 1, 2, 3, 7, 13, 255 and 4099 bytes: exact, no byte
@@ -35,8 +36,9 @@
 #include "tests/tools/mpi_check_common.hpp"
 
 namespace kktrain::check {
-void check_fsdp(Communicator& comm, Checker& ck);  // mpi_fsdp_check.cpp
-}
+void check_fsdp(Communicator& comm, Checker& ck);          // mpi_fsdp_check.cpp
+void check_lost_updates(Communicator& comm, Checker& ck);  // mpi_lost_updates_check.cpp
+}  // namespace kktrain::check
 
 using namespace kktrain;
 using namespace kktrain::check;
@@ -413,6 +415,7 @@ int main(int argc, char** argv) {
       check_reduce_scatter_bf16(*comm, ck);
       check_allreduce(*comm, ck);
       check_fsdp(*comm, ck);
+      check_lost_updates(*comm, ck);
     } catch (const std::exception& e) {
       // The other ranks may be inside a collective: end the job rather than hang it.
       std::fprintf(stderr, "rank %d/%d: unexpected exception: %s\n", rank, world, e.what());

@@ -2,7 +2,8 @@
 // optimizer launch covers ~7e9 elements, more than a 32-bit index reaches. The policies are 64-bit
 // by a static_assert; these tests run launches whose index space really is larger than 2^32 and
 // check that the last index is reached and that every element of a tensor larger than 2^32 is
-// covered exactly once by the block table.
+// covered exactly once by the block table. Also the reducing variant of the block launch
+// (for_tensor_blocks_reduce) with a struct as its value.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -43,6 +44,64 @@ TEST(Launch, TensorBlocksCoverATensorPast32BitsExactlyOnce) {
   EXPECT_EQ(c(1), 5);
   EXPECT_EQ(l(0), kPast32 - 1);
   EXPECT_EQ(l(1), 4);
+}
+
+// A two-field sum for for_tensor_blocks_reduce: elements seen and the sum of their indices.
+struct Seen {
+  int64_t elements = 0, index_sum = 0;
+  KOKKOS_INLINE_FUNCTION Seen& operator+=(const Seen& o) {
+    elements += o.elements;
+    index_sum += o.index_sum;
+    return *this;
+  }
+  KOKKOS_INLINE_FUNCTION void operator+=(const volatile Seen& o) volatile {
+    elements += o.elements;
+    index_sum += o.index_sum;
+  }
+};
+
+}  // namespace
+}  // namespace kktrain
+
+namespace Kokkos {
+template <>
+struct reduction_identity<kktrain::Seen> {
+  KOKKOS_FORCEINLINE_FUNCTION static kktrain::Seen sum() { return kktrain::Seen(); }
+};
+}  // namespace Kokkos
+
+namespace kktrain {
+namespace {
+
+TEST(Launch, TensorBlocksReduceSumsEveryElementOnce) {
+  // Tensors of 0, 7, 33 and 5 elements in blocks of 6 (partial blocks, an empty tensor): the
+  // sum counts every element once, with its index in its tensor plus 1000 x the tensor.
+  const std::vector<int64_t> sizes = {0, 7, 33, 5};
+  const TensorBlocks blocks(sizes, 6);
+  Seen total;
+  total.elements = -1;  // overwritten, not added to
+  for_tensor_blocks_reduce(
+      "seen", blocks,
+      KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi, Seen& acc) {
+        for (int64_t i = lo; i < hi; ++i) {
+          acc.elements += 1;
+          acc.index_sum += 1000 * t + i;
+        }
+      },
+      total);
+  int64_t want = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t)
+    for (int64_t i = 0; i < sizes[t]; ++i) want += 1000 * static_cast<int64_t>(t) + i;
+  EXPECT_EQ(total.elements, 45);
+  EXPECT_EQ(total.index_sum, want);
+  // No blocks at all: the zero.
+  Seen none;
+  none.elements = 7;
+  for_tensor_blocks_reduce(
+      "none", TensorBlocks(std::vector<int64_t>{0, 0}, 6),
+      KOKKOS_LAMBDA(const int64_t, const int64_t, const int64_t, Seen& acc) { acc.elements += 1; },
+      none);
+  EXPECT_EQ(none.elements, 0);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "optim/update_kernels.hpp"
+#include "unit/device_test_util.hpp"
 
 namespace kktrain {
 namespace {
@@ -101,22 +102,8 @@ TEST(Optimizer, RemainderMasterIsBitwiseTheFp32Master) {
 // are 2 bytes past), element by element otherwise. Run each on the same inputs with all arrays
 // aligned, all misaligned, and mixed (element path), over random bit patterns (NaN, inf,
 // subnormals included) and ordinary values, n odd; every output bit must agree.
-template <class T>
-DView<T> upload(const std::vector<T>& h, int64_t off) {
-  DView<T> d("buf", h.size() + 2);
-  auto m = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < h.size(); ++i) m(off + static_cast<int64_t>(i)) = h[i];
-  Kokkos::deep_copy(d, m);
-  return d;
-}
-template <class T>
-std::vector<T> download(const DView<T>& d, int64_t off, std::size_t n) {
-  auto m = Kokkos::create_mirror_view(d);
-  Kokkos::deep_copy(m, d);
-  std::vector<T> h(n);
-  for (std::size_t i = 0; i < n; ++i) h[i] = m(off + static_cast<int64_t>(i));
-  return h;
-}
+using testing_util::download;
+using testing_util::upload;
 
 struct KernelInputs {
   std::vector<bf16> p, g, m, v;
