@@ -1,8 +1,12 @@
 #include "apps/app_model.hpp"
 
+#include <map>
+#include <optional>
+
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/param_registry.hpp"
+#include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
 #include "model/freeze.hpp"
 #include "model/param_io.hpp"
@@ -60,9 +64,50 @@ void check_model_file(const WeightSource& src, const ParamRegistry& reg) {
 
 }  // namespace
 
+namespace {
+
+// A Hugging Face directory's dtype: config.json's torch_dtype, which at least one tensor must have;
+// without it, the one dtype of all tensors. float16 is refused (kktrain stores float32 or
+// bfloat16; a float16 file loads into either when model.dtype says which).
+DType hf_dtype(const WeightSource& src) {
+  std::map<DType, std::string> held;  // dtype -> a tensor stored in it
+  for (const auto& n : src.names()) held.emplace(src.stored_dtype(n), n);
+  const std::string dir = "model.init_from: '" + src.path() + "'";
+  std::optional<DType> d;
+  const auto it = src.attributes().str.find("storage_dtype");
+  if (it != src.attributes().str.end()) {
+    DType t;
+    parse_dtype(it->second, &t);
+    if (!held.count(t)) {
+      throw InputError(dir + ": config.json says torch_dtype " + it->second +
+                       " but no tensor is stored in it (" + held.begin()->second + " is " +
+                       dtype_name(held.begin()->first) + "); set model.dtype");
+    }
+    d = t;
+  } else if (held.size() == 1) {
+    d = held.begin()->first;
+  } else {
+    throw InputError(dir + " has tensors in " + std::to_string(held.size()) +
+                     " dtypes and config.json has no torch_dtype; set model.dtype");
+  }
+  if (*d == DType::float16) {
+    throw InputError(dir +
+                     " holds float16 weights and kktrain stores float32 or bfloat16: set "
+                     "model.dtype (float16 values widen exactly to float32 and round once "
+                     "to bfloat16)");
+  }
+  return *d;
+}
+
+}  // namespace
+
 DType model_file_dtype(const std::string& path) {
   SingleCommunicator one;
   const auto src = open_weights(path, "model.init_from", one);
+  if (src->attributes().str.count("format") &&
+      src->attributes().str.at("format") == "huggingface") {
+    return hf_dtype(*src);
+  }
   const auto it = src->attributes().str.find("storage_dtype");
   if (it != src->attributes().str.end()) {
     DType d;
@@ -73,6 +118,15 @@ DType model_file_dtype(const std::string& path) {
     return d;
   }
   return src->stored_dtype(src->names().front());
+}
+
+std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path) {
+  if (!is_hf_directory(path)) return std::nullopt;
+  try {
+    return hf_model_file_architecture(read_hf_config(path));
+  } catch (const InputError& e) {
+    throw InputError("model.init_from: " + std::string(e.what()));
+  }
 }
 
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/config.hpp"
@@ -20,8 +21,13 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm,
 // The same up to the layout of rank `rank` of `world`, without allocating (planning: the audit).
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 
-// The storage dtype of a model file (for model.dtype: auto with model.init_from).
+// The storage dtype of a model file (for model.dtype: auto with model.init_from): a kktrain
+// file's storage_dtype; a Hugging Face directory's torch_dtype, checked against its tensors.
 DType model_file_dtype(const std::string& path);
+
+// The architecture a model file records for the config (a Hugging Face directory's config.json;
+// nullopt for kktrain's files, whose architecture the config gives). InputError naming the file.
+std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path);
 
 // Loads every parameter of a model file (a kktrain export, checkpoint or `kktrain grads` dump):
 // each rank reads only the rows of its shard (collective over comm). Refuses, naming the file,

@@ -11,6 +11,7 @@
 #include "core/random.hpp"
 #include "model/attention.hpp"
 #include "model/kernels.hpp"
+#include "model/rope.hpp"
 #include "model/transformer_buffers.hpp"
 
 namespace kktrain {
@@ -167,7 +168,7 @@ void Transformer::prepare(const ShardOptions& opts) {
     if (s.name == "rope_sin") rope_sin_ = v;
   }
   rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.max_seq_len, cfg_.head_dim(),
-              static_cast<float>(cfg_.rope_theta));
+              rope_inv_freq(cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling));
 }
 
 std::vector<BufferSpec> Transformer::model_buffer_plan() const {
