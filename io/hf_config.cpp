@@ -117,8 +117,9 @@ void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_posi
   if (k.boolean("mlp_bias", false)) k.fail("mlp_bias", "kktrain's MLP has no biases");
   const std::string act = k.text("hidden_act", "silu");
   if (act != "silu") k.fail("hidden_act", "kktrain's MLP is SwiGLU (hidden_act \"silu\")");
-  if (k.has("attention_dropout") && k.number("attention_dropout", 1.0) != 0.0) {
-    k.fail("attention_dropout", "kktrain has no attention dropout");
+  if (k.has("attention_dropout") &&
+      (!k.j["attention_dropout"].is_number() || k.j["attention_dropout"].get<double>() != 0.0)) {
+    k.fail("attention_dropout", "kktrain has no attention dropout (0.0 is accepted)");
   }
   // Mistral's default window is 4096; a window at least the context long changes nothing.
   const bool mistral = arch == "MistralForCausalLM";
