@@ -31,6 +31,11 @@ void check_model_file(const WeightSource& src, const ParamRegistry& reg) {
     if (i < 0) {
       (is_adapter_name(n) ? adapters : unused).push_back(n);
     } else if (reg.info(i).name != n && src.shape(reg.info(i).name)) {
+      if (src.attributes().str.count("format") &&
+          src.attributes().str.at("format") == "huggingface") {
+        throw InputError(file + " holds " + n + " although its config.json ties it to " +
+                         reg.info(i).name + " (tie_word_embeddings: true): which one is meant?");
+      }
       throw InputError(file + " holds " + n + " separately, but this model ties it to " +
                        reg.info(i).name + " (set model.tie_word_embeddings: false)");
     }

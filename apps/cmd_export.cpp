@@ -35,7 +35,9 @@ int64_t parse_size(const std::string& text) {
     char* end = nullptr;
     errno = 0;
     const double v = std::strtod(num.c_str(), &end);
-    if (end == num.c_str() || *end != '\0' || errno != 0 || !(v >= 1) || v * scale > 9e18) break;
+    if (end == num.c_str() || *end != '\0' || errno != 0 || !(v * scale >= 1) || v * scale > 9e18) {
+      break;
+    }
     return static_cast<int64_t>(std::floor(v * scale));
   }
   throw UsageError("export: --max-shard-size must be a size such as 5GB, 500MB or 2GiB, got '" +

@@ -61,3 +61,22 @@ foreach(case IN ITEMS peaks_fp32_bf16 peaks_frozen out_of_memory)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(train.memory_${case} PROPERTIES LABELS train TIMEOUT 300)
 endforeach()
+
+# Hugging Face directories end to end (tests/cli/test_hf.py): config.json into the config, every
+# malformed directory refused, the safetensors export (round trip, shards, kills), generate's
+# command line. Label "hf"; export_killed trains nothing but writes a 50 MB model 13 times.
+foreach(case IN ITEMS config_from_file refusals roundtrip export_shards export_killed generate_cli)
+  add_test(NAME hf.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(hf.${case} PROPERTIES LABELS hf TIMEOUT 300)
+endforeach()
+# A Hugging Face directory against an independent PyTorch Llama loaded from the same files
+# (tests/hf/check_hf_parity.py): weights, loss, every gradient, greedy generation.
+foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_single
+                      bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16)
+  add_test(NAME hf.parity_${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
+                   $<TARGET_FILE:kktrain> ${case})
+  set_tests_properties(hf.parity_${case} PROPERTIES LABELS "hf;parity" TIMEOUT 120)
+endforeach()

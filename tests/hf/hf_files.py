@@ -24,6 +24,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+from torch_reference import hf_inv_freq, hf_llama3_rescale  # noqa: E402,F401
+
 ELEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
               "U8": 1, "BOOL": 1}
 MAX_HEADER = 100_000_000
@@ -239,33 +243,3 @@ def read_llama_dir(path: str):
         total = sum(v.size * ELEM_BYTES[d] for d, v in tensors.values())
         assert idx["metadata"]["total_size"] == total, "index total_size"
     return cfg, tensors, files
-
-
-# ---- rotary inverse frequencies as Hugging Face computes them -------------------------------------
-
-
-def hf_inv_freq(D: int, theta: float, scaling: Optional[dict]) -> torch.Tensor:
-    """modeling_rope_utils: _compute_default_rope_parameters and _compute_llama3_parameters,
-    written from their formulas (fp32 tensors, Python scalars)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
-    return hf_llama3_rescale(inv_freq, scaling)
-
-
-def hf_llama3_rescale(inv_freq: torch.Tensor, scaling: Optional[dict]) -> torch.Tensor:
-    """_compute_llama3_parameters' rescaling of the default frequencies (unchanged without
-    llama3 scaling)."""
-    if not scaling or scaling.get("rope_type", scaling.get("type")) in (None, "default"):
-        return inv_freq
-    factor = scaling["factor"]
-    low_freq_factor = scaling["low_freq_factor"]
-    high_freq_factor = scaling["high_freq_factor"]
-    old_context_len = scaling["original_max_position_embeddings"]
-    low_freq_wavelen = old_context_len / low_freq_factor
-    high_freq_wavelen = old_context_len / high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor -
-                                                                      low_freq_factor)
-    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
-    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Rotary inverse frequencies: kktrain's (model/rope.cpp, printed by tests/tools/rope_inv_freq)
-against Hugging Face's formulas run in PyTorch (tests/hf/hf_files.py: hf_inv_freq), for the
+against Hugging Face's formulas run in PyTorch (torch_reference.py: hf_inv_freq), for the
 default rope and llama3 scaling (Llama 3.1 8B's and 3.2 1B's settings, and settings with many
 frequencies in each band):
 
@@ -21,8 +21,7 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hf"))
-import hf_files as hf  # noqa: E402
+import torch_reference as hf  # noqa: E402  (hf_inv_freq, hf_llama3_rescale)
 
 CASES = [  # D, theta, scaling
     (64, 10000.0, None),
