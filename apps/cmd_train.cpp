@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "apps/app_model.hpp"
 #include "apps/checkpointing.hpp"
@@ -108,8 +109,20 @@ int64_t checkpoint_bytes(const ParamRegistry& params, Optimizer& opt) {
   return n;
 }
 
-// Peak resident memory of this process so far (bytes).
+// Peak resident memory of this process so far (bytes): VmHWM of /proc/self/status, the high-water
+// mark of this program's own address space. (getrusage's ru_maxrss also keeps the peak of the
+// process image exec replaced: launched from a large parent, e.g. a Python harness with PyTorch
+// loaded, it reports the parent's size.) ru_maxrss where /proc is not there.
 double peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      double kib = 0.0;
+      if (status >> kib) return kib * 1024.0;
+      break;
+    }
+  }
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/errors.hpp"
@@ -54,6 +55,15 @@ int64_t data_resident_bytes(const DataConfig& cfg, int world) {
 
 namespace {
 
+// kValidateAtLoadTokens, or KKTRAIN_TEST_VALIDATE_AT_LOAD_TOKENS when set (tests reach the
+// draw-time check with small files).
+int64_t validate_at_load_tokens() {
+  if (const char* env = std::getenv("KKTRAIN_TEST_VALIDATE_AT_LOAD_TOKENS")) {
+    return std::strtoll(env, nullptr, 10);
+  }
+  return kValidateAtLoadTokens;
+}
+
 std::string describe(const TokenFile& f) {
   return f.path() + " (" + f.format() + ")";
 }
@@ -96,7 +106,7 @@ TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size) {
     if (formats.find(f->format()) == std::string::npos) {
       formats += (formats.empty() ? "" : ", ") + f->format();
     }
-    if (f->size() <= kValidateAtLoadTokens && f->max_id() >= vocab_size) {
+    if (f->size() <= validate_at_load_tokens() && f->max_id() >= vocab_size) {
       if (const int64_t bad = f->first_at_least(0, f->size(), vocab_size); bad >= 0) {
         d.read_checked(Part{f, f->size(), 0}, bad, 1, nullptr);
       }

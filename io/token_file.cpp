@@ -35,8 +35,10 @@ std::string format_by_name(const std::string& p) {
   return "text";
 }
 
-// Bytes below one page are whole pages of the mapping: madvise wants page-aligned ranges.
-const int64_t kPage = static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+// What a window's read may have mapped: the kernel maps the pages around a faulting one too
+// ("fault-around", 64 KiB aligned blocks by default; huge pages of 2 MiB where the file system
+// gives them), so the whole aligned 2 MiB blocks around a window are dropped, not only its pages.
+constexpr int64_t kReleaseBlock = int64_t(2) << 20;
 
 }  // namespace
 
@@ -124,8 +126,9 @@ int64_t TokenFile::max_id() const {
 }
 
 void TokenFile::release(int64_t byte_begin, int64_t byte_end) const {
-  const int64_t lo = byte_begin / kPage * kPage;
-  const int64_t hi = std::min(map_bytes_, byte_end);
+  const int64_t lo = byte_begin / kReleaseBlock * kReleaseBlock;
+  const int64_t hi =
+      std::min(map_bytes_, (byte_end + kReleaseBlock - 1) / kReleaseBlock * kReleaseBlock);
   if (hi > lo) {
     ::madvise(static_cast<char*>(map_) + lo, static_cast<std::size_t>(hi - lo), MADV_DONTNEED);
   }

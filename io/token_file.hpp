@@ -8,8 +8,9 @@
 //   llmc     llm.c / modded-nanogpt shards: a header of 256 little-endian int32 ([0] = 20240520,
 //            [1] = version 1 (uint16 tokens), [2] = the token count), then the uint16 tokens
 //
-// A window is copied out of the mapping as int32 ids and its pages are dropped from this
-// process's mapping right away (madvise DONTNEED: the pages stay in the page cache), so a long
+// A window is copied out of the mapping as int32 ids and the pages around it are dropped from
+// this process's mapping right away (madvise DONTNEED over the aligned 2 MiB blocks it touched:
+// the kernel maps neighbouring pages on a fault too; the pages stay in the page cache), so a long
 // run's resident memory does not grow with the part of the corpus it has read.
 #pragma once
 

@@ -80,3 +80,12 @@ foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_sing
                    $<TARGET_FILE:kktrain> ${case})
   set_tests_properties(hf.parity_${case} PROPERTIES LABELS "hf;parity" TIMEOUT 120)
 endforeach()
+# Token corpora of any size (tests/cli/test_data_files.py): peak RSS on a 3 GiB sparse file vs a
+# 30 MiB one, llm.c shards, lists and globs on 1 and 2 ranks, ids checked as windows are drawn,
+# a Hugging Face directory loaded on 2 ranks. Label "data".
+foreach(case IN ITEMS rss_3gib llmc lists_two_ranks ids_at_draw_two_ranks hf_two_ranks)
+  add_test(NAME data.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_data_files.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(data.${case} PROPERTIES LABELS data TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
