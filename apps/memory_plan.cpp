@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/kokkos_compat.hpp"
+#include "io/data.hpp"
 #include "model/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -78,6 +79,7 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   p.workspaces = group_bytes(acts, {"batch", "head", "scratch"}) +
                  group_bytes(units, {"units", "model"}) +
                  gemm_scratch_bytes(cfg, model.compute_bf16(), B, T);
+  p.data = data_resident_bytes(cfg.data, static_cast<int>(W));
   p.baseline = kBaselineBytes;
   return p;
 }
