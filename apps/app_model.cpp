@@ -1,11 +1,16 @@
 #include "apps/app_model.hpp"
 
+#include <algorithm>
+#include <cstdio>
+
 #include <map>
 #include <optional>
 
+#include "apps/memory_plan.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/param_registry.hpp"
+#include "core/strings.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
 #include "model/freeze.hpp"
@@ -138,7 +143,12 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
   const auto src = open_weights(path, "model.init_from", comm);
   ParamRegistry& reg = model.params();
   collectively(comm, [&] { check_model_file(*src, reg); });
+  // Adapters the file lacks start from their seeded initialization; nothing else is initialized
+  // (the file's values replace it).
+  model.init_weights([&](const std::string& name) { return !src->shape(name); });
   int fresh_adapters = 0;
+  const double t0 = now_s();
+  double bytes = 0.0;  // of the file read by this rank
   for (int i = 0; i < reg.size(); ++i) {
     const ParamInfo& p = reg.info(i);
     if (!src->shape(p.name)) {  // fine-tuning a base model: adapters start from their init
@@ -155,8 +165,19 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
         throw InputError("model.init_from: " + std::string(e.what()));
       }
     });
+    bytes += static_cast<double>(rows.size() * dtype_size(src->stored_dtype(p.name)));
     shard_from_host(reg, i, rows);
   }
+  const double seconds = comm.allreduce_max_host(now_s() - t0);
+  const double total = comm.allreduce_sum_host(bytes);
+  const double rss = comm.allreduce_max_host(peak_rss_bytes());
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%.1f MiB of weights read by %d rank%s in %.2f s (%.0f MiB/s); peak RSS %.1f MiB%s",
+                total / 1048576.0, comm.size(), comm.size() > 1 ? "s" : "", seconds,
+                total / 1048576.0 / std::max(seconds, 1e-9), rss / 1048576.0,
+                comm.size() > 1 ? " (largest rank)" : "");
+  log::info("model.init_from: " + src->path() + ": " + line);
   if (fresh_adapters > 0) {
     log::info("model.init_from: " + std::to_string(fresh_adapters) +
               " LoRA adapter tensors are not in the file and start from their initialization");
@@ -180,8 +201,11 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;
   model->prepare(so);
   if (!initialize) return model;  // a checkpoint will provide every value
-  model->init_weights();          // adapters missing from an init_from file keep these values
-  if (cfg.model.init_from) load_model_file(*model, *cfg.model.init_from, comm);
+  if (cfg.model.init_from) {
+    load_model_file(*model, *cfg.model.init_from, comm);  // initializes what the file lacks
+  } else {
+    model->init_weights();
+  }
   return model;
 }
 

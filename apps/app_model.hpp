@@ -33,7 +33,7 @@ std::optional<ModelFileArchitecture> model_file_architecture(const std::string& 
 // each rank reads only the rows of its shard (collective over comm). Refuses, naming the file,
 // tensors the model would not use (trained LoRA adapters of a model without them included), a
 // tied weight given separately, and missing or mis-shaped parameters; adapters the file lacks
-// keep their initialization.
+// take their seeded initialization (Transformer::init_weights).
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm);
 
 }  // namespace kktrain

@@ -96,8 +96,10 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   }
   const double t0 = now_s();
   const int64_t bytes = export_checkpoint(file, out, o);
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.2f s", now_s() - t0);
   log::info("export: " + file + " -> " + out + " (" + format + ", " + dtype_name(dtype) + ", " +
-            std::to_string(bytes) + " bytes of weights in " + std::to_string(now_s() - t0) + " s)");
+            std::to_string(bytes) + " bytes of weights in " + seconds + ")");
   return 0;
 }
 

@@ -12,14 +12,12 @@
 // when stderr is a terminal), and metrics.jsonl in train.output_dir. A step whose loss or
 // gradient norm is not finite (on any rank: both are reduced over ranks) is skipped with a
 // warning on every rank; train.max_nonfinite_steps in a row stop the run.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "apps/app_model.hpp"
 #include "apps/checkpointing.hpp"
@@ -107,25 +105,6 @@ int64_t checkpoint_bytes(const ParamRegistry& params, Optimizer& opt) {
     }
   }
   return n;
-}
-
-// Peak resident memory of this process so far (bytes): VmHWM of /proc/self/status, the high-water
-// mark of this program's own address space. (getrusage's ru_maxrss also keeps the peak of the
-// process image exec replaced: launched from a large parent, e.g. a Python harness with PyTorch
-// loaded, it reports the parent's size.) ru_maxrss where /proc is not there.
-double peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmHWM:") {
-      double kib = 0.0;
-      if (status >> kib) return kib * 1024.0;
-      break;
-    }
-  }
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
 // The predicted peak of this rank, planned before anything is allocated; a run that cannot fit

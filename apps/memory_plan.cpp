@@ -1,9 +1,12 @@
 #include "apps/memory_plan.hpp"
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <cstdlib>
+
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "core/kokkos_compat.hpp"
 #include "io/data.hpp"
@@ -112,6 +115,21 @@ int64_t available_memory_bytes(std::string* source) {
   }
   return -1;
 #endif
+}
+
+double peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      double kib = 0.0;
+      if (status >> kib) return kib * 1024.0;
+      break;
+    }
+  }
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
 bool device_memory_tracked() {

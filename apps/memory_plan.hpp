@@ -28,6 +28,12 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
 // names where it came from.
 int64_t available_memory_bytes(std::string* source);
 
+// Peak resident memory of this process so far (bytes): VmHWM of /proc/self/status, the
+// high-water mark of this program's own address space. (getrusage's ru_maxrss also keeps the peak
+// of the process image exec replaced: launched from a large parent, e.g. a Python harness with
+// PyTorch loaded, it reports the parent's size.) ru_maxrss where /proc is not there.
+double peak_rss_bytes();
+
 // A CUDA or HIP build: device_used_bytes() measures the device.
 bool device_memory_tracked();
 // The device's used bytes now (total - free) on CUDA/HIP builds; -1 on host builds.

@@ -294,11 +294,12 @@ void Transformer::register_params() {
   }
 }
 
-void Transformer::init_weights() {
+void Transformer::init_weights(const std::function<bool(const std::string&)>& which) {
   const double std = cfg_.init_std;
   const double out_std = std / std::sqrt(2.0 * std::max<int64_t>(1, cfg_.num_layers));
   for (int i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_.info(i);
+    if (which && !which(p.name)) continue;
     const uint64_t seed = cfg_.seed, stream = name_stream(p.name);
     const bool is_out =
         p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
