@@ -83,6 +83,10 @@ void read_rope_scaling(Section& s, RopeScaling* r) {
   r->high_freq_factor = s.get_double("high_freq_factor", 4.0, 1e-6, kInf);
   r->original_max_position_embeddings =
       s.get_int("original_max_position_embeddings", 8192, 1, 1 << 30);
+  for (const char* k : kLlama3) {
+    s.accepts(k, std::string("required with rope_type llama3: ") +
+                     (k == kLlama3[3] ? "an integer >= 1" : "> 0") + " (Llama 3.1's shown)");
+  }
   s.finish();
   if (r->high_freq_factor <= r->low_freq_factor) {
     s.fail_either("low_freq_factor", "high_freq_factor",

@@ -94,8 +94,7 @@ std::string peak_text(const PeakBreakdown& p) {
      << " + optimizer state " << fmt_bytes(p.optimizer_state) << " + compute weights "
      << fmt_bytes(p.compute_weights) << " + activations " << fmt_bytes(p.activations)
      << " + workspaces " << fmt_bytes(p.workspaces) << " + data " << fmt_bytes(p.data)
-     << " + baseline " << fmt_bytes(p.baseline)
-     << "\n";
+     << " + baseline " << fmt_bytes(p.baseline) << "\n";
   os << "activations: " << fmt_bytes(p.activations_without_checkpointing)
      << " without checkpointing, " << fmt_bytes(p.activations_with_checkpointing)
      << " with model.activation_checkpointing\n";

@@ -231,10 +231,11 @@ TEST(TokenFiles, DrawingWindowsKeepsTheResidentSetFlat) {
                 anon0 = resident_bytes("RssAnon:");
   for (int64_t step = 1; step <= 300; ++step) d.train_batch(step, 0, 64, 256);
   const int64_t grown = resident_bytes() - before;
-  std::printf("resident set after 19200 windows of a 1 GiB file: %+.1f MiB (file pages %+.1f MiB, "
-              "anonymous %+.1f MiB)\n",
-              grown / 1048576.0, (resident_bytes("RssFile:") - file0) / 1048576.0,
-              (resident_bytes("RssAnon:") - anon0) / 1048576.0);
+  std::printf(
+      "resident set after 19200 windows of a 1 GiB file: %+.1f MiB (file pages %+.1f MiB, "
+      "anonymous %+.1f MiB)\n",
+      grown / 1048576.0, (resident_bytes("RssFile:") - file0) / 1048576.0,
+      (resident_bytes("RssAnon:") - anon0) / 1048576.0);
   EXPECT_LT(grown, int64_t(8) << 20);
   std::remove(path.c_str());
 }
