@@ -215,9 +215,9 @@ int64_t resident_bytes(const char* field = "VmRSS:") {
 }
 
 TEST(TokenFiles, DrawingWindowsKeepsTheResidentSetFlat) {
-  // A 1 GiB sparse uint16 file (zeros: valid ids): 20000 windows at random places touch 20000+
-  // pages (80 MiB and more) that would stay mapped; dropped after each copy, the resident set
-  // grows by the batch buffers only.
+  // A 1 GiB sparse uint16 file (zeros: valid ids): 19200 windows at random places touch 19200+
+  // pages (75 MiB and more, with the pages the kernel maps around each fault) that would stay
+  // mapped; dropped after each copy, the file's resident pages do not grow.
   const std::string path = temp_path("sparse.u16");
   {
     FILE* f = std::fopen(path.c_str(), "wb");
@@ -231,12 +231,16 @@ TEST(TokenFiles, DrawingWindowsKeepsTheResidentSetFlat) {
                 anon0 = resident_bytes("RssAnon:");
   for (int64_t step = 1; step <= 300; ++step) d.train_batch(step, 0, 64, 256);
   const int64_t grown = resident_bytes() - before;
+  const int64_t file_grown = resident_bytes("RssFile:") - file0;
   std::printf(
       "resident set after 19200 windows of a 1 GiB file: %+.1f MiB (file pages %+.1f MiB, "
       "anonymous %+.1f MiB)\n",
       grown / 1048576.0, (resident_bytes("RssFile:") - file0) / 1048576.0,
       (resident_bytes("RssAnon:") - anon0) / 1048576.0);
-  EXPECT_LT(grown, int64_t(8) << 20);
+  // The file's pages (RssFile: the anonymous part is the allocator's, which a sanitizer's
+  // quarantine of freed batches inflates) stay unmapped: +31 MiB when only each window's own
+  // pages were dropped.
+  EXPECT_LT(file_grown, int64_t(8) << 20);
   std::remove(path.c_str());
 }
 
