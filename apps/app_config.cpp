@@ -17,6 +17,7 @@ Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_
   LoadOptions opts;
   opts.world_size = world_size > 0 ? world_size : ctx.mpi->size();
   opts.checkpoint_dtype = model_file_dtype;
+  opts.model_file_architecture = model_file_architecture;
   return load_config(args.positionals.at(0), args.overrides, opts);
 }
 

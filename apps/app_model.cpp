@@ -1,8 +1,17 @@
 #include "apps/app_model.hpp"
 
+#include <algorithm>
+#include <cstdio>
+
+#include <map>
+#include <optional>
+
+#include "apps/memory_plan.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/param_registry.hpp"
+#include "core/strings.hpp"
+#include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
 #include "model/freeze.hpp"
 #include "model/param_io.hpp"
@@ -27,6 +36,11 @@ void check_model_file(const WeightSource& src, const ParamRegistry& reg) {
     if (i < 0) {
       (is_adapter_name(n) ? adapters : unused).push_back(n);
     } else if (reg.info(i).name != n && src.shape(reg.info(i).name)) {
+      if (src.attributes().str.count("format") &&
+          src.attributes().str.at("format") == "huggingface") {
+        throw InputError(file + " holds " + n + " although its config.json ties it to " +
+                         reg.info(i).name + " (tie_word_embeddings: true): which one is meant?");
+      }
       throw InputError(file + " holds " + n + " separately, but this model ties it to " +
                        reg.info(i).name + " (set model.tie_word_embeddings: false)");
     }
@@ -65,9 +79,50 @@ GradSync grad_sync_of(const Config& cfg) {
                                                          : GradSync::every_micro_batch;
 }
 
+namespace {
+
+// A Hugging Face directory's dtype: config.json's torch_dtype, which at least one tensor must have;
+// without it, the one dtype of all tensors. float16 is refused (kktrain stores float32 or
+// bfloat16; a float16 file loads into either when model.dtype says which).
+DType hf_dtype(const WeightSource& src) {
+  std::map<DType, std::string> held;  // dtype -> a tensor stored in it
+  for (const auto& n : src.names()) held.emplace(src.stored_dtype(n), n);
+  const std::string dir = "model.init_from: '" + src.path() + "'";
+  std::optional<DType> d;
+  const auto it = src.attributes().str.find("storage_dtype");
+  if (it != src.attributes().str.end()) {
+    DType t;
+    parse_dtype(it->second, &t);
+    if (!held.count(t)) {
+      throw InputError(dir + ": config.json says torch_dtype " + it->second +
+                       " but no tensor is stored in it (" + held.begin()->second + " is " +
+                       dtype_name(held.begin()->first) + "); set model.dtype");
+    }
+    d = t;
+  } else if (held.size() == 1) {
+    d = held.begin()->first;
+  } else {
+    throw InputError(dir + " has tensors in " + std::to_string(held.size()) +
+                     " dtypes and config.json has no torch_dtype; set model.dtype");
+  }
+  if (*d == DType::float16) {
+    throw InputError(dir +
+                     " holds float16 weights and kktrain stores float32 or bfloat16: set "
+                     "model.dtype (float16 values widen exactly to float32 and round once "
+                     "to bfloat16)");
+  }
+  return *d;
+}
+
+}  // namespace
+
 DType model_file_dtype(const std::string& path) {
   SingleCommunicator one;
   const auto src = open_weights(path, "model.init_from", one);
+  if (src->attributes().str.count("format") &&
+      src->attributes().str.at("format") == "huggingface") {
+    return hf_dtype(*src);
+  }
   const auto it = src->attributes().str.find("storage_dtype");
   if (it != src->attributes().str.end()) {
     DType d;
@@ -80,11 +135,25 @@ DType model_file_dtype(const std::string& path) {
   return src->stored_dtype(src->names().front());
 }
 
+std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path) {
+  if (!is_hf_directory(path)) return std::nullopt;
+  try {
+    return hf_model_file_architecture(read_hf_config(path));
+  } catch (const InputError& e) {
+    throw InputError("model.init_from: " + std::string(e.what()));
+  }
+}
+
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm) {
   const auto src = open_weights(path, "model.init_from", comm);
   ParamRegistry& reg = model.params();
   collectively(comm, [&] { check_model_file(*src, reg); });
+  // Adapters the file lacks start from their seeded initialization; nothing else is initialized
+  // (the file's values replace it).
+  model.init_weights([&](const std::string& name) { return !src->shape(name); });
   int fresh_adapters = 0;
+  const double t0 = now_s();
+  double bytes = 0.0;  // of the file read by this rank
   for (int i = 0; i < reg.size(); ++i) {
     const ParamInfo& p = reg.info(i);
     if (!src->shape(p.name)) {  // fine-tuning a base model: adapters start from their init
@@ -101,8 +170,19 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
       if (!e.printed_here()) throw;
       throw CollectiveError("model.init_from: " + std::string(e.what()), e.exit_code());
     }
+    bytes += static_cast<double>(rows.size() * dtype_size(src->stored_dtype(p.name)));
     shard_from_host(reg, i, rows);
   }
+  const double seconds = comm.allreduce_max_host(now_s() - t0);
+  const double total = comm.allreduce_sum_host(bytes);
+  const double rss = comm.allreduce_max_host(peak_rss_bytes());
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%.1f MiB of weights read by %d rank%s in %.2f s (%.0f MiB/s); peak RSS %.1f MiB%s",
+                total / 1048576.0, comm.size(), comm.size() > 1 ? "s" : "", seconds,
+                total / 1048576.0 / std::max(seconds, 1e-9), rss / 1048576.0,
+                comm.size() > 1 ? " (largest rank)" : "");
+  log::info("model.init_from: " + src->path() + ": " + line);
   if (fresh_adapters > 0) {
     log::info("model.init_from: " + std::to_string(fresh_adapters) +
               " LoRA adapter tensors are not in the file and start from their initialization");
@@ -127,8 +207,11 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   so.grad_sync = grad_sync_of(cfg);
   model->prepare(so);
   if (!initialize) return model;  // a checkpoint will provide every value
-  model->init_weights();          // adapters missing from an init_from file keep these values
-  if (cfg.model.init_from) load_model_file(*model, *cfg.model.init_from, comm);
+  if (cfg.model.init_from) {
+    load_model_file(*model, *cfg.model.init_from, comm);  // initializes what the file lacks
+  } else {
+    model->init_weights();
+  }
   return model;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/config.hpp"
@@ -23,14 +24,19 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 // distributed.grad_sync as the FSDP units take it.
 GradSync grad_sync_of(const Config& cfg);
 
-// The storage dtype of a model file (for model.dtype: auto with model.init_from).
+// The storage dtype of a model file (for model.dtype: auto with model.init_from): a kktrain
+// file's storage_dtype; a Hugging Face directory's torch_dtype, checked against its tensors.
 DType model_file_dtype(const std::string& path);
+
+// The architecture a model file records for the config (a Hugging Face directory's config.json;
+// nullopt for kktrain's files, whose architecture the config gives). InputError naming the file.
+std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path);
 
 // Loads every parameter of a model file (a kktrain export, checkpoint or `kktrain grads` dump):
 // each rank reads only the rows of its shard (collective over comm). Refuses, naming the file,
 // tensors the model would not use (trained LoRA adapters of a model without them included), a
 // tied weight given separately, and missing or mis-shaped parameters; adapters the file lacks
-// keep their initialization.
+// take their seeded initialization (Transformer::init_weights).
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm);
 
 }  // namespace kktrain

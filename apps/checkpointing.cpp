@@ -14,6 +14,7 @@
 #include "io/checkpoint.hpp"
 #include "io/elem_convert.hpp"
 #include "io/h5_rows.hpp"
+#include "io/hf_config.hpp"
 #include "parallel/agree.hpp"
 
 namespace kktrain {
@@ -105,6 +106,8 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
   a.f64["next_lr"] = next_lr;
   for (const auto& [k, v] : architecture(cfg.model)) a.i64[k] = v;
   for (const auto& [k, v] : architecture_f64(cfg.model)) a.f64[k] = v;
+  if (cfg.model.rope_scaling.llama3())
+    a.str["rope_scaling"] = rope_scaling_json(cfg.model.rope_scaling);
   if (cfg.peft.enabled) {
     a.i64["lora_dim"] = cfg.peft.dim;
     a.f64["lora_alpha"] = cfg.peft.alpha;
@@ -154,6 +157,15 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
       refuse(file, "saved for model." + k + " = " + format_double(got) + ", the config has " +
                        format_double(want));
     }
+  }
+  const auto rs = ix.root().str.find("rope_scaling");
+  const std::string saved_scaling = rs == ix.root().str.end() ? "" : rs->second;
+  if (saved_scaling != rope_scaling_json(cfg.model.rope_scaling)) {
+    refuse(file, "saved for model.rope_scaling " +
+                     (saved_scaling.empty() ? std::string("default") : saved_scaling) +
+                     ", the config has " +
+                     (cfg.model.rope_scaling.llama3() ? rope_scaling_json(cfg.model.rope_scaling)
+                                                      : std::string("default")));
   }
   const std::string& o = ix.root_str("optimizer");
   if (o != opt.name()) {

@@ -1,17 +1,71 @@
-// `kktrain export CHECKPOINT --out FILE.h5 [--dtype bfloat16|float32] [--lora merged|separate]`:
-// the consolidated model file of a training checkpoint (io/model_export.hpp).
+// `kktrain export CHECKPOINT --out OUT [--format hdf5|safetensors] [--dtype bfloat16|float32]
+// [--lora merged|separate] [--max-shard-size SIZE]`: the consolidated model file of a training
+// checkpoint (io/model_export.hpp), kktrain's HDF5 or a Hugging Face directory.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
+#include "core/strings.hpp"
 #include "io/checkpoint.hpp"
 #include "io/model_export.hpp"
 
 namespace kktrain {
 
 namespace {
+
+// "5GB", "500MB", "10GiB", "123456" (bytes); Hugging Face's units (GB = 10^9, GiB = 2^30).
+int64_t parse_size(const std::string& text) {
+  static const std::pair<const char*, double> units[] = {
+      {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0}, {"GB", 1e9}, {"MB", 1e6},
+      {"KB", 1e3},           {"kB", 1e3},        {"B", 1.0},      {"", 1.0}};
+  for (const auto& [u, scale] : units) {
+    const std::string unit = u;
+    if (text.size() <= unit.size() || text.compare(text.size() - unit.size(), unit.size(), unit)) {
+      continue;
+    }
+    const std::string num = text.substr(0, text.size() - unit.size());
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(num.c_str(), &end);
+    if (end == num.c_str() || *end != '\0' || errno != 0 || !(v * scale >= 1) || v * scale > 9e18) {
+      break;
+    }
+    return static_cast<int64_t>(std::floor(v * scale));
+  }
+  throw UsageError("export: --max-shard-size must be a size such as 5GB, 500MB or 2GiB, got '" +
+                   text + "'");
+}
+
+// The directory --out names for a safetensors export: new, empty, or a previous export, in a
+// directory that takes new entries (the export is built beside it and renamed into place).
+void check_output_dir(const std::string& out) {
+  namespace fs = std::filesystem;
+  if (out.empty()) throw UsageError("--out: an output directory name is required");
+  const std::string refusal = safetensors_out_refusal(out);
+  if (!refusal.empty()) throw UsageError("--out: " + refusal);
+  fs::path p(out);
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw UsageError("--out: cannot write '" + out + "': directory '" + dir.string() +
+                     "' does not exist");
+  }
+  const fs::path probe = dir / (".kktrain-probe." + std::to_string(::getpid()));
+  if (!fs::create_directory(probe, ec) || ec) {
+    throw UsageError("--out: cannot create a directory in '" + dir.string() + "' to write '" + out +
+                     "': " + (ec ? ec.message() : std::string("it exists")));
+  }
+  fs::remove(probe, ec);
+}
 
 int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain export runs on one rank");
@@ -25,12 +79,27 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (l != "merged" && l != "separate") {
     throw UsageError("export: --lora must be merged or separate, got '" + l + "'");
   }
+  const std::string& format = args.options.at("--format");
+  if (format != "hdf5" && format != "safetensors") {
+    throw UsageError("export: --format must be hdf5 or safetensors, got '" + format + "'");
+  }
+  ExportOptions o;
+  o.dtype = dtype;
+  o.lora = l == "merged" ? LoraExport::merged : LoraExport::separate;
+  o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
+  o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
   const std::string& out = args.options.at("--out");
-  check_output_file("--out", out, {{"checkpoint being exported", file}});
-  const int64_t bytes = export_checkpoint(
-      file, out, dtype, l == "merged" ? LoraExport::merged : LoraExport::separate);
-  log::info("export: " + file + " -> " + out + " (" + dtype_name(dtype) + ", " +
-            std::to_string(bytes) + " bytes of weights)");
+  if (o.format == ExportFormat::hdf5) {
+    check_output_file("--out", out, {{"checkpoint being exported", file}});
+  } else {
+    check_output_dir(out);
+  }
+  const double t0 = now_s();
+  const int64_t bytes = export_checkpoint(file, out, o);
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.2f s", now_s() - t0);
+  log::info("export: " + file + " -> " + out + " (" + format + ", " + dtype_name(dtype) + ", " +
+            std::to_string(bytes) + " bytes of weights in " + seconds + ")");
   return 0;
 }
 
@@ -40,18 +109,30 @@ Command export_command() {
   CommandSpec s;
   s.name = "export";
   s.synopsis =
-      "export CHECKPOINT --out FILE.h5 [--dtype bfloat16|float32] [--lora merged|separate]";
-  s.summary = "Write the consolidated model file (weights only, bf16 by default) of a checkpoint.";
+      "export CHECKPOINT --out OUT [--format hdf5|safetensors] [--dtype bfloat16|float32] "
+      "[--lora merged|separate] [--max-shard-size SIZE]";
+  s.summary = "Write the consolidated model (weights only, bf16 by default) of a checkpoint.";
   s.details =
-      "CHECKPOINT is a checkpoint file, a step directory, or a checkpoint root with a 'latest'\n"
-      "pointer. FILE.h5 holds /params/<canonical name> in --dtype (model.keep_in_fp32\n"
-      "parameters stay float32), a tied weight once with an 'alias' attribute, and the\n"
-      "architecture as root attributes. Values are rounded once from the fp32 master where the\n"
-      "checkpoint has one. LoRA adapters are merged into their base weights (default) or kept\n"
-      "as separate datasets. Every dataset is checked against its checksum first.\n";
+      "CHECKPOINT is a checkpoint file, a step directory, a checkpoint root with a 'latest'\n"
+      "pointer, or a run directory. Values are rounded once from the fp32 master where the\n"
+      "checkpoint has one (float32: the master itself); model.keep_in_fp32 parameters stay\n"
+      "float32. Every tensor is checked against its checksum as it is read.\n"
+      "--format hdf5 (default): OUT is a file holding /params/<canonical name>, a tied weight\n"
+      "once with an 'alias' attribute, and the architecture as root attributes. LoRA adapters\n"
+      "are merged into their base weights (default) or kept as separate datasets.\n"
+      "--format safetensors: OUT is a Hugging Face model directory (new, empty, or a previous\n"
+      "export, which is replaced whole): config.json, model.safetensors or shards of at most\n"
+      "--max-shard-size (default 5GB; units B, KB, MB, GB, KiB, MiB, GiB) with\n"
+      "model.safetensors.index.json. Tensors under their canonical names; a tied lm_head is\n"
+      "not written; the multi-token-prediction head is left out; adapters are merged.\n"
+      "Transformers, vLLM and llama.cpp's converter load it; so does model.init_from.\n";
   s.positionals = {"CHECKPOINT"};
   s.takes_overrides = false;
-  s.options = {{"--out", ""}, {"--dtype", "bfloat16"}, {"--lora", "merged"}};
+  s.options = {{"--out", ""},
+               {"--dtype", "bfloat16"},
+               {"--lora", "merged"},
+               {"--format", "hdf5"},
+               {"--max-shard-size", "5GB"}};
   s.required_options = {"--out"};
   return Command{s, run_export, true};
 }

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "io/data.hpp"
 #include "io/h5.hpp"
+#include "io/hf_config.hpp"
 #include "model/param_io.hpp"
 
 namespace kktrain {
@@ -39,6 +40,7 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_i64("/", "intermediate_size", m.intermediate_size);
   f.attr_f64("/", "rope_theta", m.rope_theta);
   f.attr_f64("/", "rms_norm_eps", m.rms_norm_eps);
+  if (m.rope_scaling.llama3()) f.attr_str("/", "rope_scaling", rope_scaling_json(m.rope_scaling));
   f.attr_i64("/", "tie_word_embeddings", m.tie_word_embeddings ? 1 : 0);
   f.attr_i64("/", "max_seq_len", m.max_seq_len);
   f.attr_i64("/", "mtp_num_layers", m.mtp_num_layers);
@@ -53,10 +55,11 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain grads runs on one rank");
   const Config cfg = load_app_config(args, ctx);
   const std::string out = args.options.at("--out");
-  check_output_file("--out", out,
-                    {{"config file", args.positionals.at(0)},
-                     {"data file (data.path)", cfg.data.path.value_or("")},
-                     {"model.init_from file", cfg.model.init_from.value_or("")}});
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"config file", args.positionals.at(0)},
+      {"model.init_from file", cfg.model.init_from.value_or("")}};
+  for (const auto& f : data_files(cfg.data)) inputs.emplace_back("data file (data.path)", f);
+  check_output_file("--out", out, inputs);
   SingleCommunicator one_rank;
   auto model = build_model(cfg, one_rank);
   const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);

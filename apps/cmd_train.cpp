@@ -12,7 +12,6 @@
 // when stderr is a terminal), and metrics.jsonl in train.output_dir. A step whose loss or
 // gradient norm is not finite (on any rank: both are reduced over ranks) is skipped with a
 // warning on every rank; train.max_nonfinite_steps in a row stop the run.
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -73,10 +72,17 @@ double validation_loss(Transformer& model, const TokenDataset& data, const Confi
   const int64_t windows = cfg.train.val_batches * B;
   const int64_t calls = (windows + W * B - 1) / (W * B);
   double sum = 0.0, tokens = 0.0;
-  for (int64_t j = 0; j < calls; ++j) {
-    const int64_t first = (j * W + comm.rank()) * B;
-    const int64_t count = std::max<int64_t>(0, std::min<int64_t>(B, windows - first));
-    const Batch b = data.val_windows(count > 0 ? first : 0, count, B, cfg.data.seq_len);
+  // Every rank draws its windows first (a bad token id on one rank ends every rank).
+  const std::vector<Batch> batches = collectively(comm, [&] {
+    std::vector<Batch> v;
+    for (int64_t j = 0; j < calls; ++j) {
+      const int64_t first = (j * W + comm.rank()) * B;
+      const int64_t count = std::max<int64_t>(0, std::min<int64_t>(B, windows - first));
+      v.push_back(data.val_windows(count > 0 ? first : 0, count, B, cfg.data.seq_len));
+    }
+    return v;
+  });
+  for (const Batch& b : batches) {
     const ForwardResult r = model.forward(b.ids.data(), b.targets.data(), b.B, b.T, fo);
     sum += r.loss * static_cast<double>(r.tokens);
     tokens += static_cast<double>(r.tokens);
@@ -101,13 +107,6 @@ int64_t checkpoint_bytes(const ParamRegistry& params, Optimizer& opt) {
     }
   }
   return n;
-}
-
-// Peak resident memory of this process so far (bytes).
-double peak_rss_bytes() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
 // The predicted peak of this rank, planned before anything is allocated; a run that cannot fit
@@ -213,7 +212,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const int64_t tokens_per_step = cfg.data.global_batch_size * T;
   const bool progress = rank0 && (cfg.train.progress == "on" ||
                                   (cfg.train.progress == "auto" && isatty(STDERR_FILENO)));
-  bool val_ok = data.has_validation() && data.val_tokens() > T;
+  bool val_ok = data.has_validation_windows(T);
   if (cfg.train.val_every > 0 && !val_ok) {
     log::warn("data: no validation split long enough for seq_len " + std::to_string(T) +
               "; validation is skipped (raise data.val_fraction)");
@@ -311,9 +310,17 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const CommStats c0 = comm->stats();
     model->zero_grads();
     double loss_sum = 0.0, mtp_sum = 0.0;
+    // This rank's slice of the step's windows, drawn first: a bad token id in a large file (its
+    // ids are checked as they are read) ends every rank with that rank's message.
+    const std::vector<Batch> batches = collectively(*comm, [&] {
+      std::vector<Batch> v;
+      for (int64_t m = 0; m < micro_steps; ++m) {
+        v.push_back(data.train_batch(step, comm->rank() * (micro_steps * B) + m * B, B, T));
+      }
+      return v;
+    });
     for (int64_t m = 0; m < micro_steps; ++m) {
-      const int64_t first = comm->rank() * (micro_steps * B) + m * B;  // this rank's slice
-      const Batch b = data.train_batch(step, first, B, T);
+      const Batch& b = batches[m];
       ForwardOptions fo;
       fo.prepare_backward = true;
       fo.compute_mtp = cfg.model.compute_mtp;
@@ -442,14 +449,18 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     return 128 + sig;
   }
   // The consolidated export of the final weights (rank 0 reads the checkpoint just written).
-  const std::string export_path =
-      (std::filesystem::path(cfg.train.output_dir) / "export.h5").string();
+  const std::string export_path = run_export_path(cfg);
   collectively(*comm, [&] {
     if (!rank0) return;
     const std::string file = resolve_checkpoint(checkpoint_root(cfg), "checkpoint.dir");
-    export_checkpoint(file, export_path, cfg.checkpoint.export_dtype, LoraExport::merged);
+    ExportOptions o;
+    o.dtype = cfg.checkpoint.export_dtype;
+    o.format = cfg.checkpoint.export_format == "safetensors" ? ExportFormat::safetensors
+                                                             : ExportFormat::hdf5;
+    export_checkpoint(file, export_path, o);
   });
-  log::info("export: " + export_path + " (" + dtype_name(cfg.checkpoint.export_dtype) + ")");
+  log::info("export: " + export_path + " (" + cfg.checkpoint.export_format + ", " +
+            dtype_name(cfg.checkpoint.export_dtype) + ")");
   if (const int sig = late_signal()) {
     log::info("stopped by signal " + std::to_string(sig) + " after the last step (" +
               std::to_string(state.step) + "): the final checkpoint and the export are written");

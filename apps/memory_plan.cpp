@@ -1,13 +1,17 @@
 #include "apps/memory_plan.hpp"
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <cstdlib>
+
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "apps/app_model.hpp"
 #include "apps/memory_limits.hpp"
 #include "core/kokkos_compat.hpp"
+#include "io/data.hpp"
 #include "model/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -80,6 +84,7 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   p.workspaces = group_bytes(acts, {"batch", "head", "scratch"}) +
                  group_bytes(units, {"units", "model"}) +
                  gemm_scratch_bytes(cfg, model.compute_bf16(), B, T);
+  p.data = data_resident_bytes(cfg.data, static_cast<int>(W));
   p.baseline = kBaselineBytes;
   return p;
 }
@@ -104,6 +109,21 @@ int64_t available_memory_bytes(std::string* source, int ranks_on_node) {
   *source = m.source;
   return m.bytes;
 #endif
+}
+
+double peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      double kib = 0.0;
+      if (status >> kib) return kib * 1024.0;
+      break;
+    }
+  }
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0;  // Linux reports KiB
 }
 
 bool device_memory_tracked() {

@@ -10,6 +10,8 @@
 #include "apps/checkpointing.hpp"
 #include "core/errors.hpp"
 #include "io/checkpoint.hpp"
+#include "io/data.hpp"
+#include "io/model_export.hpp"
 
 namespace kktrain {
 
@@ -27,19 +29,37 @@ std::optional<FileId> id_of(const std::string& path) {
 
 }  // namespace
 
+std::string run_export_path(const Config& cfg) {
+  const fs::path out(cfg.train.output_dir);
+  return (out / (cfg.checkpoint.export_format == "safetensors" ? "export" : "export.h5")).string();
+}
+
 void check_run_files(const Config& cfg, const std::optional<std::string>& resume_file) {
   // What the run writes, renames or removes: every file it may touch, by identity.
   const fs::path out(cfg.train.output_dir);
+  const std::string export_path = run_export_path(cfg);
   std::vector<std::pair<std::string, std::string>> outputs = {
       {"the run's metrics file", (out / "metrics.jsonl").string()},
-      {"the run's export", (out / "export.h5").string()},
+      {"the run's export", export_path},
   };
+  std::error_code ec;
+  if (cfg.checkpoint.export_format == "safetensors") {
+    const std::string refusal = safetensors_out_refusal(export_path);
+    if (!refusal.empty()) {
+      throw UsageError("checkpoint.export_format: safetensors writes " + export_path + ", but " +
+                       refusal);
+    }
+    if (fs::is_directory(export_path, ec)) {
+      for (const auto& e : fs::directory_iterator(export_path, ec)) {
+        outputs.emplace_back("a file of the run's export directory", e.path().string());
+      }
+    }
+  }
   std::set<FileId> skip;  // the checkpoint the run resumes from is read, then left alone
   if (resume_file) {
     if (auto id = id_of(*resume_file)) skip.insert(*id);
   }
   const std::string root = checkpoint_root(cfg);
-  std::error_code ec;
   if (fs::is_directory(root, ec)) {
     for (auto it = fs::recursive_directory_iterator(root, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -49,8 +69,16 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
     }
   }
   std::vector<std::pair<std::string, std::string>> inputs = {{"CONFIG", cfg.source}};
-  if (cfg.data.path) inputs.emplace_back("data.path", *cfg.data.path);
-  if (cfg.model.init_from && !resume_file) {
+  try {
+    for (const auto& f : data_files(cfg.data)) inputs.emplace_back("data.path", f);
+  } catch (const InputError&) {  // a glob matching nothing: the data loader says so
+  }
+  if (cfg.model.init_from && !resume_file && fs::is_directory(*cfg.model.init_from, ec) &&
+      fs::exists(fs::path(*cfg.model.init_from) / "config.json", ec)) {
+    for (const auto& e : fs::directory_iterator(*cfg.model.init_from, ec)) {
+      inputs.emplace_back("model.init_from", e.path().string());  // a Hugging Face directory
+    }
+  } else if (cfg.model.init_from && !resume_file) {
     inputs.emplace_back("model.init_from", *cfg.model.init_from);
     if (fs::is_directory(*cfg.model.init_from, ec)) {
       try {

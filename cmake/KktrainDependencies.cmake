@@ -4,6 +4,7 @@
 #   kktrain::mpi      MPI (C API)
 #   kktrain::hdf5     HDF5 (serial or parallel: one rank does each file's HDF5 work)
 #   kktrain::yaml     yaml-cpp
+#   kktrain::json     nlohmann/json (header-only: safetensors headers, Hugging Face config.json)
 #   kktrain::nccl     NCCL + CUDA runtime (only when KKTRAIN_ENABLE_NCCL)
 #   kktrain::onednn   oneDNN for bf16 GEMM on CPUs (only when found / KKTRAIN_ENABLE_ONEDNN)
 # and records what was found for the feature summary printed at the end of configuration.
@@ -148,6 +149,20 @@ else()
 endif()
 
 # ---------------------------------------------------------------------------------------------
+# nlohmann/json (header-only): the JSON of safetensors headers and Hugging Face config.json files
+# ---------------------------------------------------------------------------------------------
+find_package(nlohmann_json 3.2 CONFIG QUIET)
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  message(FATAL_ERROR "kktrain: nlohmann/json (3.2 or newer) was not found; kktrain reads and "
+                      "writes Hugging Face model directories (safetensors headers, config.json) "
+                      "with it. Install it (Debian: nlohmann-json3-dev) or set nlohmann_json_DIR "
+                      "to the directory holding nlohmann_jsonConfig.cmake")
+endif()
+add_library(kktrain_json INTERFACE)
+add_library(kktrain::json ALIAS kktrain_json)
+target_link_libraries(kktrain_json INTERFACE nlohmann_json::nlohmann_json)
+
+# ---------------------------------------------------------------------------------------------
 # NCCL (optional): default ON exactly when Kokkos was built with CUDA.
 # ---------------------------------------------------------------------------------------------
 option(KKTRAIN_ENABLE_NCCL "Build the NCCL communicator" ${KKTRAIN_KOKKOS_HAS_CUDA})
@@ -280,6 +295,7 @@ function(kktrain_feature_summary)
   message(STATUS "  MPI             : ${KKTRAIN_MPI}")
   message(STATUS "  HDF5            : ${HDF5_VERSION}, parallel: ${HDF5_IS_PARALLEL}")
   message(STATUS "  yaml-cpp        : ${yaml-cpp_VERSION}")
+  message(STATUS "  nlohmann/json   : ${nlohmann_json_VERSION}")
   message(STATUS "  NCCL            : ${KKTRAIN_NCCL}")
   message(STATUS "  oneDNN          : ${KKTRAIN_ONEDNN}")
   message(STATUS "  GPU BLAS        : ${KKTRAIN_GPU_BLAS}")

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/config_model_file.hpp"
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
@@ -58,6 +59,42 @@ void require_supported(Section& s, const std::string& key, std::optional<DType> 
   }
 }
 
+// model.rope_scaling (Hugging Face's rope_scaling): the llama3 factors are required, as Hugging
+// Face requires them; they are read only for llama3.
+void read_rope_scaling(Section& s, RopeScaling* r) {
+  r->rope_type = s.get_choice("rope_type", "default", {"default", "llama3"});
+  std::map<std::string, std::string> foreign;
+  const char* const kLlama3[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                 "original_max_position_embeddings"};
+  if (!r->llama3()) {
+    for (const char* k : kLlama3) foreign[k] = "applies only to rope_type: llama3";
+    s.finish(foreign);
+    return;
+  }
+  for (const char* k : kLlama3) {
+    if (!s.has(k)) {
+      s.fail(k,
+             "rope_type llama3 needs factor, low_freq_factor, high_freq_factor and "
+             "original_max_position_embeddings");
+    }
+  }
+  r->factor = s.get_double("factor", 8.0, 1e-6, kInf);
+  r->low_freq_factor = s.get_double("low_freq_factor", 1.0, 1e-6, kInf);
+  r->high_freq_factor = s.get_double("high_freq_factor", 4.0, 1e-6, kInf);
+  r->original_max_position_embeddings =
+      s.get_int("original_max_position_embeddings", 8192, 1, 1 << 30);
+  for (const char* k : kLlama3) {
+    s.accepts(k, std::string("required with rope_type llama3: ") +
+                     (k == kLlama3[3] ? "an integer >= 1" : "> 0") + " (Llama 3.1's shown)");
+  }
+  s.finish();
+  if (r->high_freq_factor <= r->low_freq_factor) {
+    s.fail_either("low_freq_factor", "high_freq_factor",
+                  "high_freq_factor " + format_double(r->high_freq_factor) +
+                      " must exceed low_freq_factor " + format_double(r->low_freq_factor));
+  }
+}
+
 void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->vocab_size = s.get_int("vocab_size", m->vocab_size, 1, 1 << 24);
   m->hidden_size = s.get_int("hidden_size", m->hidden_size, 2, 1 << 20);
@@ -68,6 +105,10 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->max_seq_len = s.get_int("max_seq_len", m->max_seq_len, 1, 1 << 22);
   m->rope_theta = s.get_double("rope_theta", m->rope_theta, 1e-6, kInf);
   m->rms_norm_eps = s.get_double("rms_norm_eps", m->rms_norm_eps, 0.0, 1.0);
+  {
+    Section r = s.sub("rope_scaling");
+    read_rope_scaling(r, &m->rope_scaling);
+  }
   m->tie_word_embeddings = s.get_bool("tie_word_embeddings", m->tie_word_embeddings);
 
   // Storage dtype: both spellings accept the same values; resolution happens in load_config.
@@ -257,8 +298,16 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
 }
 
 void read_data(Section& s, DataConfig* d, int world_size) {
-  d->path = s.get_opt_string("path");
-  d->format = s.get_choice("format", "auto", {"auto", "text", "uint16", "uint32"});
+  d->paths = s.get_string_list("path");
+  s.accepts("path", "a file, a glob (shards_*.bin) or a list of them; null: the embedded corpus");
+  if (d->paths.size() <= 1) {
+    s.set_resolved("path",
+                   d->paths.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Node(d->paths[0]));
+  }
+  for (const auto& p : d->paths) {
+    if (p.empty()) s.fail("path", "an empty file name");
+  }
+  d->format = s.get_choice("format", "auto", {"auto", "text", "uint16", "uint32", "llmc"});
   d->seq_len = s.get_int("seq_len", d->seq_len, 1, 1 << 22);
   d->micro_batch_size = s.get_int("micro_batch_size", d->micro_batch_size, 1, 1 << 20);
   d->global_batch_size = s.get_int("global_batch_size", d->micro_batch_size * world_size, 1,
@@ -297,6 +346,7 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
   s.set_resolved("resume", YAML::Node(c->resume));
   c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, false);
   require_supported(s, "export_dtype", c->export_dtype);
+  c->export_format = s.get_choice("export_format", "hdf5", {"hdf5", "safetensors"});
   s.finish();
 }
 
@@ -473,6 +523,14 @@ Config load_config_text(const std::string& text, const std::string& name,
   for (const auto& o : overrides) apply_override(root, o, origin.get());
 
   Config c;
+  if (opts.model_file_architecture) {
+    const std::string init_from = init_from_in_tree(root);
+    if (!init_from.empty()) {
+      if (auto arch = opts.model_file_architecture(init_from)) {
+        apply_model_file_architecture(root, *arch, origin.get(), &c.model_file_keys);
+      }
+    }
+  }
   c.source = name;
   c.resolved = YAML::Node(YAML::NodeType::Map);
   Section top(root, "", origin, c.resolved);
@@ -579,6 +637,9 @@ std::string config_schema_markdown() {
       {"FusedAdam", "optimizer:\n  _target_: FusedAdam\n"},
       {"SGD", "optimizer:\n  _target_: SGD\n"},
       {"AdamW", "peft:\n  target_modules: [q_proj]\n"},
+      {"AdamW",
+       "model:\n  rope_scaling: {rope_type: llama3, factor: 8, low_freq_factor: 1,\n"
+       "    high_freq_factor: 4, original_max_position_embeddings: 8192}\n"},
   };
   struct Row {
     SchemaEntry entry;
@@ -705,7 +766,7 @@ std::string to_yaml(const Config& cfg) {
   e.SetNullFormat(YAML::LowerNull);
   e.SetIndent(2);
   e << cfg.resolved;
-  return std::string(e.c_str()) + "\n";
+  return mark_model_file_keys(std::string(e.c_str()) + "\n", cfg.model_file_keys);
 }
 
 }  // namespace kktrain

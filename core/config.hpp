@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,17 @@
 #include "core/precision.hpp"
 
 namespace kktrain {
+
+// model.rope_scaling: how the rotary inverse frequencies are rescaled for long contexts, as
+// Hugging Face's rope_scaling (model/rope.hpp computes them).
+struct RopeScaling {
+  std::string rope_type = "default";  // default (no scaling) | llama3 (Llama 3.1 / 3.2)
+  double factor = 0.0;                // llama3: low frequencies are divided by it
+  double low_freq_factor = 0.0;       // wavelengths > original / low_freq_factor: divided
+  double high_freq_factor = 0.0;      // wavelengths < original / high_freq_factor: kept
+  int64_t original_max_position_embeddings = 0;
+  bool llama3() const { return rope_type == "llama3"; }
+};
 
 struct ModelConfig {
   int64_t vocab_size = 256;
@@ -30,6 +42,7 @@ struct ModelConfig {
   int64_t max_seq_len = 256;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
+  RopeScaling rope_scaling;
   bool tie_word_embeddings = true;
   uint64_t seed = 1234;
   double init_std = 0.02;
@@ -111,8 +124,10 @@ struct DistributedConfig {
 };
 
 struct DataConfig {
-  std::optional<std::string> path;  // null: the embedded default corpus
-  std::string format = "auto";      // auto | text | uint16 | uint32
+  // data.path: token files or globs, in order (empty: the embedded default corpus). One file or
+  // a list; windows never straddle two files.
+  std::vector<std::string> paths;
+  std::string format = "auto";  // auto | text | uint16 | uint32 | llmc (llm.c .bin shards)
   int64_t seq_len = 128;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;
@@ -142,6 +157,7 @@ struct CheckpointConfig {
   int64_t keep_last = 2;           // step directories kept
   std::string resume = "auto";     // auto (latest under dir, if any) | none | <checkpoint path>
   DType export_dtype = DType::bfloat16;  // the consolidated export written at the end
+  std::string export_format = "hdf5";    // hdf5 (export.h5) | safetensors (export/ directory)
 };
 
 struct Config {
@@ -157,6 +173,22 @@ struct Config {
   ResolvedPrecision precision;
   YAML::Node resolved;  // the full config as `kktrain config` prints it
   std::string source;   // config file path
+  // model keys that came from model.init_from's own architecture (a Hugging Face config.json):
+  // key path ("model.hidden_size") -> the file.
+  std::map<std::string, std::string> model_file_keys;
+};
+
+// The architecture a model file records about itself (a Hugging Face directory's config.json),
+// as values of model.* keys. A config that leaves a key unset takes the file's value; one that
+// sets it to another value is refused.
+struct ModelFileArchitecture {
+  struct Value {
+    std::string key;       // under model. ("num_layers")
+    std::string file_key;  // as the file names it ("num_hidden_layers")
+    YAML::Node value;
+  };
+  std::string source;  // the file, for messages
+  std::vector<Value> values;
 };
 
 struct LoadOptions {
@@ -164,6 +196,10 @@ struct LoadOptions {
   // Reads the storage dtype of a checkpoint (for model.dtype: auto with model.init_from); set by
   // the application layer, which owns HDF5. Unset: init_from with auto is an error.
   std::function<DType(const std::string& path)> checkpoint_dtype;
+  // The architecture of model.init_from when the file records one (nullopt otherwise); set by
+  // the application layer, which reads model files.
+  std::function<std::optional<ModelFileArchitecture>(const std::string& path)>
+      model_file_architecture;
 };
 
 // Parses YAML text (no file); `name` is used in error locations.

@@ -27,6 +27,13 @@ std::string ConfigOrigin::where(const std::string& key_path, const YAML::Node& n
     if (dot == std::string::npos) break;
     p.resize(dot);
   }
+  for (p = key_path; !p.empty();) {
+    auto it = from_files.find(p);
+    if (it != from_files.end()) return "from " + it->second;
+    auto dot = p.rfind('.');
+    if (dot == std::string::npos) break;
+    p.resize(dot);
+  }
   if (node.IsDefined() && !node.Mark().is_null() && !file.empty()) {
     return file + ":" + std::to_string(node.Mark().line + 1) + ":" +
            std::to_string(node.Mark().column + 1);

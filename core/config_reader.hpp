@@ -23,9 +23,11 @@ namespace kktrain {
 
 // Where config values came from; shared by every Section of one config.
 struct ConfigOrigin {
-  std::string file;                              // config file path
-  std::map<std::string, std::string> overrides;  // key path -> "key=value" as typed
-  // "file:line:col", "override 'a.b=1'", or "" when nothing better is known.
+  std::string file;                               // config file path
+  std::map<std::string, std::string> overrides;   // key path -> "key=value" as typed
+  std::map<std::string, std::string> from_files;  // key path -> the model file it came from
+  // "file:line:col", "override 'a.b=1'", "from FILE" (a value taken from a model file), or ""
+  // when nothing better is known.
   std::string where(const std::string& key_path, const YAML::Node& node) const;
 };
 

@@ -1,13 +1,23 @@
-// Training data: a byte-level tokenizer, loaders for text and pre-tokenized binary token files,
-// the embedded default corpus, a train/validation split and deterministic batch sampling.
+// Training data: a byte-level tokenizer, token files of any size read in place (io/token_file.hpp:
+// text, uint16, uint32, llm.c shards; one file, a list or globs), the embedded default corpus, a
+// train/validation split and deterministic batch sampling.
+//
+// Each file is split on its own: its last data.val_fraction of tokens are validation. Windows of
+// T + 1 tokens never straddle two files: the window starts of all files form one range, a draw
+// picks a start in it, and the start falls in one file.
 //
 // Sampling is global: window k of optimizer step s (k in [0, data.global_batch_size)) starts at a
 // position drawn from (data.seed, s, k). Each rank and micro-batch takes a contiguous slice of
 // those windows, so the global batch is the same samples however it is split into micro-batches
 // and ranks, and a run and its resume see the same batches, whatever happened in between.
+//
+// Token ids are checked against model.vocab_size as windows are drawn (and, for files of up to
+// kValidateAtLoadTokens tokens, once at load, so a bad small file is refused before any work);
+// a start never reads a whole large corpus.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,10 +39,28 @@ struct Batch {
   std::vector<int32_t> targets;  // (B, T): ids shifted by one
 };
 
+class TokenFile;
+
+// Files of at most this many tokens have every id checked when they are opened.
+constexpr int64_t kValidateAtLoadTokens = int64_t(16) << 20;
+
+// data.path's files in order: globs expanded (sorted), each matching at least one file.
+// InputError naming the pattern otherwise.
+std::vector<std::string> data_files(const DataConfig& cfg);
+
+// Bytes the data path keeps resident on one of `world` ranks: the embedded corpus when data.path
+// is unset (kEmbeddedCorpusBytes), a step's windows (ids and targets of global_batch_size /
+// world windows of seq_len tokens) and the piece buffer of the check at load. Token files cost
+// no resident memory beyond the window being copied (io/token_file.hpp).
+int64_t data_resident_bytes(const DataConfig& cfg, int world);
+// The embedded corpus as int32 ids.
+constexpr int64_t kEmbeddedCorpusBytes = int64_t(4) << 20;
+
 class TokenDataset {
  public:
-  // Loads data.path (or the default corpus when null) and splits it. Throws InputError naming
-  // the file for a missing, unreadable, empty or too short file, or token ids >= vocab_size.
+  // Maps data.path's files (or makes the default corpus when data.path is unset) and splits
+  // them. Throws InputError naming the file for a missing, unreadable, empty or too short file,
+  // a malformed llm.c header, or (files up to kValidateAtLoadTokens) a token id >= vocab_size.
   static TokenDataset load(const DataConfig& cfg, int64_t vocab_size);
   // From an in-memory token stream (tests).
   static TokenDataset from_tokens(std::vector<int32_t> tokens, const DataConfig& cfg,
@@ -50,20 +78,32 @@ class TokenDataset {
     return val_windows(index * B, B, B, T);
   }
 
-  int64_t train_tokens() const { return n_train_; }
-  int64_t val_tokens() const { return static_cast<int64_t>(tokens_.size()) - n_train_; }
+  int64_t train_tokens() const;
+  int64_t val_tokens() const;
   bool has_validation() const { return val_tokens() > 0; }
+  // True when some file's validation split holds a window of T + 1 tokens.
+  bool has_validation_windows(int64_t T) const { return starts(true, T) > 0; }
   const std::string& source() const { return source_; }
 
  private:
-  // Rows [0, count) are windows first.. of the split [begin, begin + len) keyed by (stream, key);
-  // rows [count, B) repeat row 0's tokens with ignored targets.
-  Batch window_batch(int64_t begin, int64_t len, uint64_t stream, uint64_t key, int64_t first,
-                     int64_t count, int64_t B, int64_t T) const;
-  std::vector<int32_t> tokens_;
-  int64_t n_train_ = 0;
+  struct Part {
+    std::shared_ptr<const TokenFile> file;
+    int64_t n_train = 0, n_val = 0;  // tokens [0, n_train) train, [n_train, n_train + n_val) val
+  };
+  // Window starts of T + 1 tokens over all files' train (or validation) splits.
+  int64_t starts(bool val, int64_t T) const;
+  // Rows [0, count) are windows first.. of the split keyed by (stream, key); rows [count, B)
+  // repeat row 0's tokens with ignored targets.
+  Batch window_batch(bool val, uint64_t stream, uint64_t key, int64_t first, int64_t count,
+                     int64_t B, int64_t T) const;
+  // tokens [begin, begin + n) of part p into out, each id checked against vocab_.
+  void read_checked(const Part& p, int64_t begin, int64_t n, int32_t* out) const;
+  void add_part(std::shared_ptr<const TokenFile> f, const DataConfig& cfg);
+  std::vector<Part> parts_;
   uint64_t seed_ = 0;
+  int64_t vocab_ = 0;
   std::string source_;
+  bool text_ = false;  // byte-level text (for the vocab message)
 };
 
 }  // namespace kktrain

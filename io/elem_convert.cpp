@@ -22,7 +22,38 @@ std::vector<float> widen_to_f32(const std::vector<char>& bytes, h5::Elem e,
   return out;
 }
 
+float f16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf, NaN (payload)
+  if (exp != 0) return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return bits_float(sign);  // +-0
+  // Subnormal: mant * 2^-24, normalized for fp32 (every binary16 subnormal is an fp32 normal).
+  int e = -1;
+  do {
+    mant <<= 1;
+    ++e;
+  } while ((mant & 0x400u) == 0);
+  return bits_float(sign | (static_cast<uint32_t>(112 - e) << 23) | ((mant & 0x3ffu) << 13));
+}
+
+std::vector<float> widen_dtype_to_f32(const char* bytes, int64_t n, DType d) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  if (d == DType::float32) {
+    std::memcpy(out.data(), bytes, out.size() * 4);
+    return out;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    uint16_t b;
+    std::memcpy(&b, bytes + 2 * k, 2);
+    out[k] = d == DType::bfloat16 ? bf16::from_bits(b).to_float() : f16_bits_to_float(b);
+  }
+  return out;
+}
+
 std::vector<char> narrow_from_f32(const std::vector<float>& v, DType d) {
+  if (d == DType::float16) throw InternalError("narrow_from_f32: float16 is not written");
   std::vector<char> out(v.size() * dtype_size(d));
   if (d == DType::float32) {
     std::memcpy(out.data(), v.data(), out.size());

@@ -1,4 +1,5 @@
-// The consolidated export (io/model_export.hpp).
+// The consolidated export (io/model_export.hpp): the tensor plan, the streaming loop, and the
+// HDF5 sink (the safetensors sink: io/export_safetensors.cpp).
 #include "io/model_export.hpp"
 
 #include <algorithm>
@@ -6,13 +7,15 @@
 #include <map>
 #include <vector>
 
-#include "core/bf16.hpp"
 #include "core/errors.hpp"
+#include "core/log.hpp"
 #include "core/strings.hpp"
 #include "core/version.hpp"
 #include "io/durable.hpp"
 #include "io/elem_convert.hpp"
+#include "io/export_sink.hpp"
 #include "io/h5_rows.hpp"
+#include "io/lora_merge.hpp"
 #include "io/model_weights.hpp"
 
 namespace kktrain {
@@ -23,33 +26,6 @@ const char* const kArchI64[] = {"vocab_size",  "hidden_size",         "num_layer
                                 "num_heads",   "num_kv_heads",        "intermediate_size",
                                 "max_seq_len", "tie_word_embeddings", "mtp_num_layers"};
 const char* const kArchF64[] = {"rope_theta", "rms_norm_eps"};
-
-// "<module>.lora_A.weight" -> "<module>.weight" (empty when not an adapter).
-std::string adapter_base(const std::string& name, const char* which) {
-  const std::string tail = std::string(".lora_") + which + ".weight";
-  if (!ends_with(name, tail)) return "";
-  return name.substr(0, name.size() - tail.size()) + ".weight";
-}
-
-// The LoRA factors of one base weight, read whole (they are small: r rows or r columns).
-struct LoraPair {
-  std::vector<float> a, b;  // A (r, in), B (out, r)
-  int64_t r = 0;
-};
-
-// Rows [row_begin, row_begin + rows) of W (out, in) += scale * B A, each sum in double, rounded
-// once to fp32.
-void merge_rows(float* w, const LoraPair& l, int64_t row_begin, int64_t rows, int64_t in,
-                double scale) {
-  for (int64_t o = 0; o < rows; ++o) {
-    const float* b = l.b.data() + (row_begin + o) * l.r;
-    for (int64_t i = 0; i < in; ++i) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < l.r; ++k) acc += static_cast<double>(b[k]) * l.a[k * in + i];
-      w[o * in + i] = static_cast<float>(static_cast<double>(w[o * in + i]) + scale * acc);
-    }
-  }
-}
 
 int64_t i64_attr(const FileAttrs& a, const std::string& name, const std::string& file) {
   const auto it = a.i64.find(name);
@@ -67,104 +43,154 @@ double f64_attr(const FileAttrs& a, const std::string& name, const std::string& 
   return it->second;
 }
 
-// Writes the export into `tmp` (already a temporary name); returns the tensor bytes.
-int64_t write_export(WeightSource& src, const std::string& checkpoint, const std::string& tmp,
-                     DType dtype, LoraExport lora) {
-  const FileAttrs& in = src.attributes();
-  const std::vector<std::string> names = src.names();
-  const bool has_lora = in.i64.count("lora_dim") > 0;
-  const bool merge = lora == LoraExport::merged && has_lora;
-  double scale = 0.0;
-  if (merge) scale = f64_attr(in, "lora_alpha", checkpoint) / i64_attr(in, "lora_dim", checkpoint);
-
-  std::vector<DatasetSpec> specs;
-  std::vector<std::string> sources;
-  for (const auto& n : names) {
-    const bool adapter = !adapter_base(n, "A").empty() || !adapter_base(n, "B").empty();
-    if (adapter && merge) continue;
+// The tensors an export writes, in the source's order.
+std::vector<ExportTensor> plan_tensors(const WeightSource& src, const ExportOptions& o) {
+  std::vector<ExportTensor> out;
+  int skipped_mtp = 0;
+  for (const auto& n : src.names()) {
+    if (o.format == ExportFormat::safetensors && starts_with(n, "mtp.")) {
+      ++skipped_mtp;
+      continue;
+    }
+    ExportTensor t;
+    t.name = n;
+    t.shape = *src.shape(n);
     const bool keep = src.tensor_attribute(n, "keep_in_fp32") == "1";
-    DatasetSpec s;
-    s.path = "/params/" + n;
-    s.elem = dtype == DType::bfloat16 && !keep ? h5::Elem::bf16 : h5::Elem::f32;
-    s.shape = *src.shape(n);
+    t.dtype = o.dtype == DType::bfloat16 && !keep ? DType::bfloat16 : DType::float32;
     const std::string aliases = src.tensor_attribute(n, "aliases");
-    if (!aliases.empty()) s.attrs["alias"] = aliases;
-    specs.push_back(s);
-    sources.push_back(n);
+    if (!aliases.empty() && o.format == ExportFormat::hdf5) t.attrs["alias"] = aliases;
+    out.push_back(t);
   }
+  if (skipped_mtp > 0) {
+    log::info("export: the multi-token-prediction head (" + std::to_string(skipped_mtp) +
+              " tensors) is not written to the safetensors directory");
+  }
+  return out;
+}
+
+// The HDF5 export's root attributes: the checkpoint's architecture and step.
+FileAttrs hdf5_root(const FileAttrs& in, const std::string& checkpoint, const ExportOptions& o,
+                    bool adapters_kept) {
   FileAttrs out;
   out.str["format"] = "kktrain-export";
   out.i64["format_version"] = 1;
   out.str["kktrain_version"] = kKktrainVersion;
-  out.str["storage_dtype"] = dtype_name(dtype);
+  out.str["storage_dtype"] = dtype_name(o.dtype);
   out.str["source_checkpoint"] = checkpoint;
   out.i64["step"] = i64_attr(in, "step", checkpoint);
   for (const char* k : kArchI64) out.i64[k] = i64_attr(in, k, checkpoint);
   for (const char* k : kArchF64) out.f64[k] = f64_attr(in, k, checkpoint);
-  if (has_lora && !merge) {
+  const auto rs = in.str.find("rope_scaling");
+  if (rs != in.str.end() && !rs->second.empty()) out.str["rope_scaling"] = rs->second;
+  if (adapters_kept) {
     out.i64["lora_dim"] = i64_attr(in, "lora_dim", checkpoint);
     out.f64["lora_alpha"] = f64_attr(in, "lora_alpha", checkpoint);
   }
+  return out;
+}
 
-  SingleCommunicator one;
-  RowWriter w(tmp, specs, out, one);
-  for (std::size_t k = 0; k < specs.size(); ++k) {
-    const std::string& n = sources[k];
-    const std::vector<int64_t>& shape = specs[k].shape;
-    const int64_t rows = shape.empty() ? 1 : shape[0];
-    int64_t numel = 1;
-    for (auto d : shape) numel *= d;
-    const int64_t row_len = rows > 0 ? numel / rows : 0;
-    // The adapters of this weight, when merging (read whole: r x in and out x r).
-    LoraPair pair;
-    const std::string stem = n.size() > 7 ? n.substr(0, n.size() - 7) : n;  // without ".weight"
-    const bool merged_here =
-        merge && std::count(names.begin(), names.end(), stem + ".lora_A.weight") > 0;
-    if (merged_here) {
-      const std::string an = stem + ".lora_A.weight", bn = stem + ".lora_B.weight";
-      pair.r = (*src.shape(an))[0];
-      pair.a = src.read_rows_f32(an, 0, pair.r);
-      pair.b = src.read_rows_f32(bn, 0, (*src.shape(bn))[0]);
-    }
+// Every tensor in pieces of rows, converted to its dtype, into the sink; then the commit.
+int64_t stream_export(WeightSource& src, const std::vector<ExportTensor>& tensors,
+                      ExportSink& sink) {
+  sink.begin(tensors);
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const ExportTensor& t = tensors[k];
+    const int64_t row_len = t.row_len();
     const int64_t piece_rows =
         std::max<int64_t>(1, kStreamPieceBytes / std::max<int64_t>(1, row_len * 4));
-    src.stream_rows_f32(n, piece_rows, [&](int64_t b, int64_t count, const float* v) {
-      std::vector<float> values(v, v + count * row_len);
-      if (merged_here) merge_rows(values.data(), pair, b, count, row_len, scale);
-      const DType d = specs[k].elem == h5::Elem::bf16 ? DType::bfloat16 : DType::float32;
-      const std::vector<char> bytes = narrow_from_f32(values, d);
-      w.write_rows(k, b, count, bytes.data());
+    src.stream_rows_f32(t.name, piece_rows, [&](int64_t b, int64_t n, const float* v) {
+      const std::vector<char> bytes =
+          narrow_from_f32(std::vector<float>(v, v + n * row_len), t.dtype);
+      sink.write_rows(k, b, n, bytes.data());
     });
   }
-  w.finish();
-  return w.bytes_written();
+  return sink.commit();
 }
+
+// ---- the HDF5 sink ---------------------------------------------------------------------------
+
+class Hdf5Sink final : public ExportSink {
+ public:
+  Hdf5Sink(const std::string& out, const FileAttrs& root)
+      : out_(out), tmp_(temporary_name(out)), root_(root) {}
+  void begin(const std::vector<ExportTensor>& tensors) override {
+    std::vector<DatasetSpec> specs;
+    for (const auto& t : tensors) {
+      specs.push_back(DatasetSpec{"/params/" + t.name,
+                                  t.dtype == DType::bfloat16 ? h5::Elem::bf16 : h5::Elem::f32,
+                                  t.shape, t.attrs});
+    }
+    w_ = std::make_unique<RowWriter>(tmp_, specs, root_, one_);
+  }
+  void write_rows(std::size_t k, int64_t row_begin, int64_t rows, const char* bytes) override {
+    w_->write_rows(k, row_begin, rows, bytes);
+  }
+  int64_t commit() override {
+    w_->finish();
+    const int64_t bytes = w_->bytes_written();
+    w_.reset();
+    commit_file(tmp_, out_);
+    return bytes;
+  }
+  void discard() noexcept override {
+    w_.reset();
+    std::error_code ec;
+    std::filesystem::remove(tmp_, ec);
+  }
+
+ private:
+  std::string out_, tmp_;
+  FileAttrs root_;
+  SingleCommunicator one_;
+  std::unique_ptr<RowWriter> w_;
+};
 
 }  // namespace
 
-int64_t export_checkpoint(const std::string& checkpoint, const std::string& out, DType dtype,
-                          LoraExport lora) {
+int64_t ExportTensor::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::unique_ptr<ExportSink> make_hdf5_sink(const std::string& out, const FileAttrs& root) {
+  return std::make_unique<Hdf5Sink>(out, root);
+}
+
+int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
+                          const ExportOptions& o) {
   std::error_code ec;
   if (std::filesystem::equivalent(checkpoint, out, ec)) {
     throw UsageError("export: --out '" + out + "' is the checkpoint itself");
   }
   SingleCommunicator one;
-  const auto src = open_weights(checkpoint, "export", one);
+  std::unique_ptr<WeightSource> src = open_weights(checkpoint, "export", one);
   if (src->kind() != "kktrain checkpoint") {
     throw InputError("export: '" + checkpoint + "' is not a kktrain training checkpoint");
   }
-  const std::string tmp = temporary_name(out);
+  const FileAttrs in = src->attributes();
+  const bool has_lora = in.i64.count("lora_dim") > 0;
+  if (has_lora && o.lora == LoraExport::separate && o.format == ExportFormat::safetensors) {
+    throw UsageError(
+        "export: --lora separate writes kktrain's HDF5 export only; a safetensors "
+        "directory gets the adapters merged (--lora merged)");
+  }
+  if (o.lora == LoraExport::merged) src = with_lora_merged(std::move(src));
+  const std::vector<ExportTensor> tensors = plan_tensors(*src, o);
+  std::unique_ptr<ExportSink> sink =
+      o.format == ExportFormat::hdf5
+          ? make_hdf5_sink(out,
+                           hdf5_root(in, checkpoint, o, has_lora && o.lora == LoraExport::separate))
+          : make_safetensors_sink(out, architecture_of(*src), o.dtype, o.max_shard_bytes);
   try {
-    const int64_t bytes = write_export(*src, checkpoint, tmp, dtype, lora);
-    commit_file(tmp, out);
-    return bytes;
+    return stream_export(*src, tensors, *sink);
   } catch (const Error& e) {
-    std::filesystem::remove(tmp, ec);
+    sink->discard();
     // A write failed (exit 1): say which export, not just its temporary name.
     if (e.exit_code() == 1) throw RuntimeFailure("export to '" + out + "' failed: " + e.what());
     throw;
   } catch (...) {
-    std::filesystem::remove(tmp, ec);
+    sink->discard();
     throw;
   }
 }

@@ -7,6 +7,8 @@
 #include "io/checkpoint.hpp"
 #include "io/elem_convert.hpp"
 #include "io/h5_rows.hpp"
+#include "io/hf_config.hpp"
+#include "io/hf_weights.hpp"
 #include "parallel/agree.hpp"
 
 namespace kktrain {
@@ -124,8 +126,57 @@ class H5Weights final : public WeightSource {
 
 }  // namespace
 
+ModelConfig architecture_of(const WeightSource& src) {
+  const FileAttrs& a = src.attributes();
+  auto i64 = [&](const char* k) {
+    const auto it = a.i64.find(k);
+    if (it == a.i64.end()) {
+      throw InputError("'" + src.path() + "' has no integer attribute '" + k +
+                       "' (not a kktrain model file?)");
+    }
+    return it->second;
+  };
+  auto f64 = [&](const char* k) {
+    const auto it = a.f64.find(k);
+    if (it == a.f64.end()) {
+      throw InputError("'" + src.path() + "' has no numeric attribute '" + k +
+                       "' (not a kktrain model file?)");
+    }
+    return it->second;
+  };
+  ModelConfig m;
+  m.vocab_size = i64("vocab_size");
+  m.hidden_size = i64("hidden_size");
+  m.num_layers = i64("num_layers");
+  m.num_heads = i64("num_heads");
+  m.num_kv_heads = i64("num_kv_heads");
+  m.intermediate_size = i64("intermediate_size");
+  m.max_seq_len = i64("max_seq_len");
+  m.tie_word_embeddings = i64("tie_word_embeddings") != 0;
+  m.mtp_num_layers = a.i64.count("mtp_num_layers") ? a.i64.at("mtp_num_layers") : 0;
+  m.rope_theta = f64("rope_theta");
+  m.rms_norm_eps = f64("rms_norm_eps");
+  const auto rs = a.str.find("rope_scaling");
+  if (rs != a.str.end()) m.rope_scaling = rope_scaling_from_json(rs->second, src.path());
+  if (m.num_heads <= 0 || m.hidden_size % m.num_heads != 0 || m.num_kv_heads <= 0 ||
+      m.num_heads % m.num_kv_heads != 0) {
+    throw InputError("'" + src.path() + "': inconsistent architecture attributes (hidden_size " +
+                     std::to_string(m.hidden_size) + ", num_heads " + std::to_string(m.num_heads) +
+                     ", num_kv_heads " + std::to_string(m.num_kv_heads) + ")");
+  }
+  return m;
+}
+
 std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
                                            Communicator& comm) {
+  if (is_hf_directory(path)) {
+    try {
+      return open_hf_weights(path, comm);
+    } catch (const CollectiveError& e) {
+      if (!e.printed_here()) throw;
+      throw CollectiveError(what + ": " + e.what(), e.exit_code());
+    }
+  }
   const std::string file = collectively(comm, [&] {
     try {
       return resolve_checkpoint(path, what);

@@ -1,7 +1,7 @@
 // A model's weights in a file, read as fp32 values a row range at a time: what model.init_from,
-// the export and `kktrain inspect` read. kktrain's own HDF5 files sit behind this interface
+// the export and `kktrain generate` read. kktrain's own HDF5 files sit behind this interface
 // (training checkpoints, where a parameter's value is its fp32 master when the checkpoint keeps
-// one; exports; `kktrain grads` dumps); other formats implement the same few calls.
+// one; exports; `kktrain grads` dumps), and so do Hugging Face directories (safetensors).
 //
 // Rows are dim 0 of a tensor (row-major), so every rank reads exactly the rows of its shard and
 // nothing else: loading a model on W ranks reads each byte of the file once in total.
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/dtype.hpp"
 #include "io/h5_rows.hpp"
 #include "parallel/communicator.hpp"
@@ -51,11 +52,18 @@ class WeightSource {
   virtual std::string tensor_attribute(const std::string& name, const std::string& attr) const = 0;
 };
 
-// Opens what a user named as a model file: an HDF5 file, a checkpoint step directory, a
+// Opens what a user named as a model file: a Hugging Face model directory (config.json with
+// safetensors weights, io/hf_weights.hpp), an HDF5 file, a checkpoint step directory, a
 // checkpoint root with a `latest` pointer, or a run directory (collective over comm; errors
 // agreed on and named after `what`, e.g. "model.init_from").
 std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
                                            Communicator& comm);
+
+// The model a file holds, from its attributes (kktrain's architecture attributes, which a
+// Hugging Face directory provides from config.json): vocab_size, hidden_size, num_layers,
+// num_heads, num_kv_heads, intermediate_size, max_seq_len, tie_word_embeddings, mtp_num_layers,
+// rope_theta, rms_norm_eps, rope_scaling. InputError naming the file and a missing attribute.
+ModelConfig architecture_of(const WeightSource& src);
 
 // Rows of at most this many bytes of fp32 values per piece when a process streams a tensor.
 constexpr int64_t kStreamPieceBytes = int64_t(16) << 20;

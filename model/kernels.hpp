@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
@@ -115,8 +116,9 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
-// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * theta^(-2j/D), computed in fp32.
-void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta);
+// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, model/rope.hpp),
+// computed in fp32.
+void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
 // rotate-half rotary on q and k (fp32 math, rounded to rc), v copied.
 template <class TC>

@@ -89,16 +89,14 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
       });
 }
 
-void rope_tables(float* cos, float* sin, int64_t T, int64_t D, float theta) {
-  // Computed on the host in fp32 exactly as the reference model does (inv_freq = 1 / theta^(2j/D)
-  // in fp32, angle = t * inv_freq in fp32), then copied to the device once per model.
+void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq) {
+  // Computed on the host in fp32 exactly as the reference model does (angle = t * inv_freq in
+  // fp32, inv_freq from model/rope.hpp), then copied to the device once per model.
   const int64_t half = D / 2;
   std::vector<float> hc(T * half), hs(T * half);
   for (int64_t j = 0; j < half; ++j) {
-    const float expo = static_cast<float>(2 * j) / static_cast<float>(D);
-    const float inv_freq = 1.0f / std::pow(theta, expo);
     for (int64_t t = 0; t < T; ++t) {
-      const float a = static_cast<float>(t) * inv_freq;
+      const float a = static_cast<float>(t) * inv_freq[j];
       hc[t * half + j] = std::cos(a);
       hs[t * half + j] = std::sin(a);
     }

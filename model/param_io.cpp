@@ -9,14 +9,20 @@ namespace {
 using HostF = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 // This rank's shard of parameter i (or its gradient) from local_numel host fp32 values.
+// Host builds cast straight from the host values; device builds stage them on the device first.
 void store_rows(ParamRegistry& reg, int i, const float* local, bool grad) {
   const ParamInfo& p = reg.info(i);
-  DView<float> tmp("param_from_host", p.local_numel);
-  Kokkos::deep_copy(tmp, HostF(const_cast<float*>(local), p.local_numel));
+  constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, HostSpace>::accessible;
+  DView<float> tmp;
+  const float* src = local;
+  if (!host) {
+    tmp = DView<float>(Kokkos::ViewAllocateWithoutInitializing("param_from_host"), p.local_numel);
+    Kokkos::deep_copy(tmp, HostF(const_cast<float*>(local), p.local_numel));
+    src = tmp.data();
+  }
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), tmp.data(),
-                       p.local_numel);
+    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), src, p.local_numel);
   });
   Kokkos::fence();
 }

@@ -11,6 +11,7 @@
 #include "core/random.hpp"
 #include "model/attention.hpp"
 #include "model/kernels.hpp"
+#include "model/rope.hpp"
 #include "model/transformer_buffers.hpp"
 
 namespace kktrain {
@@ -168,7 +169,7 @@ void Transformer::prepare(const ShardOptions& opts) {
     if (s.name == "rope_sin") rope_sin_ = v;
   }
   rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.max_seq_len, cfg_.head_dim(),
-              static_cast<float>(cfg_.rope_theta));
+              rope_inv_freq(cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling));
 }
 
 std::vector<BufferSpec> Transformer::model_buffer_plan() const {
@@ -294,11 +295,12 @@ void Transformer::register_params() {
   }
 }
 
-void Transformer::init_weights() {
+void Transformer::init_weights(const std::function<bool(const std::string&)>& which) {
   const double std = cfg_.init_std;
   const double out_std = std / std::sqrt(2.0 * std::max<int64_t>(1, cfg_.num_layers));
   for (int i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_.info(i);
+    if (which && !which(p.name)) continue;
     const uint64_t seed = cfg_.seed, stream = name_stream(p.name);
     const bool is_out =
         p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,8 +100,9 @@ class Transformer {
   const ParamRegistry& params() const { return params_; }
 
   // Deterministic init from cfg.seed: N(0, init_std) for embeddings and projections, scaled by
-  // 1/sqrt(2 L) for o_proj and down_proj; norms at 1.
-  void init_weights();
+  // 1/sqrt(2 L) for o_proj and down_proj; norms at 1. `which(name)`, when given, picks the
+  // parameters to initialize (a model file provides the others).
+  void init_weights(const std::function<bool(const std::string& name)>& which = nullptr);
 
   // One micro-batch: ids and targets are host arrays of B*T tokens (targets < 0 are ignored).
   ForwardResult forward(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,

@@ -78,6 +78,7 @@ std::pair<std::string, int64_t> PeakBreakdown::largest() const {
                                                     {"compute_weights", compute_weights},
                                                     {"activations", activations},
                                                     {"workspaces", workspaces},
+                                                    {"data", data},
                                                     {"baseline", baseline}};
   std::pair<std::string, int64_t> best = groups[0];
   for (const auto& g : groups) {
@@ -92,8 +93,8 @@ std::string peak_text(const PeakBreakdown& p) {
      << fmt_bytes(p.parameters) << " + gradients " << fmt_bytes(p.gradients)
      << " + optimizer state " << fmt_bytes(p.optimizer_state) << " + compute weights "
      << fmt_bytes(p.compute_weights) << " + activations " << fmt_bytes(p.activations)
-     << " + workspaces " << fmt_bytes(p.workspaces) << " + baseline " << fmt_bytes(p.baseline)
-     << "\n";
+     << " + workspaces " << fmt_bytes(p.workspaces) << " + data " << fmt_bytes(p.data)
+     << " + baseline " << fmt_bytes(p.baseline) << "\n";
   os << "activations: " << fmt_bytes(p.activations_without_checkpointing)
      << " without checkpointing, " << fmt_bytes(p.activations_with_checkpointing)
      << " with model.activation_checkpointing\n";
@@ -309,7 +310,8 @@ std::string audit_json(const AuditReport& r) {
        << ", \"compute_weights\": " << p.compute_weights << ", \"activations\": " << p.activations
        << ", \"activations_without_checkpointing\": " << p.activations_without_checkpointing
        << ", \"activations_with_checkpointing\": " << p.activations_with_checkpointing
-       << ", \"workspaces\": " << p.workspaces << ", \"baseline\": " << p.baseline << "}";
+       << ", \"workspaces\": " << p.workspaces << ", \"data\": " << p.data
+       << ", \"baseline\": " << p.baseline << "}";
   }
   if (!r.pattern_peaks.empty()) {
     os << ", \"pattern_peaks\": {";

@@ -37,10 +37,11 @@ struct PeakBreakdown {
   int64_t activations = 0;      // what the configured run keeps from forward to backward
   int64_t activations_without_checkpointing = 0, activations_with_checkpointing = 0;
   int64_t workspaces = 0;  // scratch, head, batch, unit gradient slots, wires, GEMM scratch
+  int64_t data = 0;        // the data path: a step's token windows, the embedded corpus if used
   int64_t baseline = 0;    // the process before the model (Kokkos, MPI, libraries)
   int64_t total() const {
     return parameters + gradients + optimizer_state + compute_weights + activations + workspaces +
-           baseline;
+           data + baseline;
   }
   // The counted group with the most bytes, and its bytes.
   std::pair<std::string, int64_t> largest() const;

@@ -39,7 +39,7 @@ FROZEN = BF16 + ['freeze_config.freeze_modules=[{glob: "*"}]',
                  'freeze_config.unfreeze_modules=[{glob: "model.layers.7.*"}]']
 GROUPS = ("parameters", "gradients", "optimizer_state", "compute_weights", "activations",
           "activations_without_checkpointing", "activations_with_checkpointing", "workspaces",
-          "baseline")
+          "data", "baseline")
 
 
 def predicted(overrides):

@@ -61,7 +61,9 @@ def adapt(cmd, mpirun):
 
 
 def run(words, cwd, where):
-    p = subprocess.run(words, cwd=cwd, capture_output=True, text=True, timeout=300)
+    # errors="replace": `kktrain generate --prompt` prints a byte-level model's bytes as they are
+    p = subprocess.run(words, cwd=cwd, capture_output=True, text=True, errors="replace",
+                       timeout=300)
     check(p.returncode == 0, f"{where}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p
 

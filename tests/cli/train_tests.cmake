@@ -72,3 +72,31 @@ foreach(case IN ITEMS peaks_fp32_bf16 peaks_frozen out_of_memory)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(train.memory_${case} PROPERTIES LABELS train TIMEOUT 300)
 endforeach()
+
+# Hugging Face directories end to end (tests/cli/test_hf.py): config.json into the config, every
+# malformed directory refused, the safetensors export (round trip, shards, kills), generate's
+# command line. Label "hf"; export_killed trains nothing but writes a 50 MB model 13 times.
+foreach(case IN ITEMS config_from_file refusals roundtrip export_shards export_killed generate_cli)
+  add_test(NAME hf.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(hf.${case} PROPERTIES LABELS hf TIMEOUT 300)
+endforeach()
+# A Hugging Face directory against an independent PyTorch Llama loaded from the same files
+# (tests/hf/check_hf_parity.py): weights, loss, every gradient, greedy generation.
+foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_single
+                      bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16)
+  add_test(NAME hf.parity_${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
+                   $<TARGET_FILE:kktrain> ${case})
+  set_tests_properties(hf.parity_${case} PROPERTIES LABELS "hf;parity" TIMEOUT 120)
+endforeach()
+# Token corpora of any size (tests/cli/test_data_files.py): peak RSS on a 3 GiB sparse file vs a
+# 30 MiB one, llm.c shards, lists and globs on 1 and 2 ranks, ids checked as windows are drawn,
+# a Hugging Face directory loaded on 2 ranks. Label "data".
+foreach(case IN ITEMS rss_3gib llmc lists_two_ranks ids_at_draw_two_ranks hf_two_ranks)
+  add_test(NAME data.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_data_files.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(data.${case} PROPERTIES LABELS data TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

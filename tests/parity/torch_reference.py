@@ -19,6 +19,7 @@ from the command line: `torch_reference.py FILE.h5 [--mode float64]` prints the 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -119,9 +120,37 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, stat_dtype: torch.dty
     return w * (xs * rstd).to(in_dtype)
 
 
-def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype):
-    """cos, sin (T, D): inv_freq and angles in fp32 (HF LlamaRotaryEmbedding, default rope)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))  # fp32
+def hf_inv_freq(D: int, theta: float, scaling: Optional[dict]) -> torch.Tensor:
+    """modeling_rope_utils: _compute_default_rope_parameters and _compute_llama3_parameters,
+    written from their formulas (fp32 tensors, Python scalars)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    return hf_llama3_rescale(inv_freq, scaling)
+
+
+def hf_llama3_rescale(inv_freq: torch.Tensor, scaling: Optional[dict]) -> torch.Tensor:
+    """_compute_llama3_parameters' rescaling of the default frequencies (unchanged without
+    llama3 scaling)."""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) in (None, "default"):
+        return inv_freq
+    factor = scaling["factor"]
+    low_freq_factor = scaling["low_freq_factor"]
+    high_freq_factor = scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor -
+                                                                      low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optional[dict] = None):
+    """cos, sin (T, D): inv_freq and angles in fp32 (HF LlamaRotaryEmbedding; llama3 scaling
+    when given)."""
+    inv_freq = hf_inv_freq(D, theta, scaling)  # fp32
     pos = torch.arange(T, dtype=torch.int64).float()
     angle = pos[:, None] * inv_freq[None, :]  # (T, D/2) fp32, one rounding (HF: K=1 matmul)
     emb = torch.cat((angle, angle), dim=-1)  # (T, D)
@@ -144,6 +173,7 @@ class Reference:
         self.d, self.mode = dump, mode
         self.eps = float(dump.attrs["rms_norm_eps"])
         self.theta = float(dump.attrs["rope_theta"])
+        self.scaling = json.loads(dump.attrs.get("rope_scaling") or "null")  # llama3 or None
         self.D = dump.C // dump.H
         # statistics (norm, softmax, loss) dtype: fp32 except in the float64 reference
         self.stat = torch.float64 if mode == "float64" else torch.float32
@@ -213,7 +243,7 @@ class Reference:
         tgt = torch.from_numpy(d.targets)
         B, T = ids.shape
         h = F.embedding(ids, self.p("model.embed_tokens.weight"))
-        cos, sin = rope_tables(T, self.D, self.theta, h.dtype)
+        cos, sin = rope_tables(T, self.D, self.theta, h.dtype, self.scaling)
         for i in range(d.L):
             h = self.block(h, f"model.layers.{i}.", cos, sin)
         loss = self.head_loss(h, "model.norm.weight", tgt)

@@ -448,7 +448,8 @@ TEST_F(ConfigTest, OverridesCreateSectionsAndLaterOnesWin) {
   EXPECT_DOUBLE_EQ(cfg.lr_scheduler.min_lr, 1e-4);
   EXPECT_EQ(cfg.precision.compute, DType::float32);
   EXPECT_EQ(cfg.model.hidden_size, 64);
-  EXPECT_EQ(cfg.data.path, std::string("corpus=v2.txt"));  // only the first '=' splits
+  EXPECT_EQ(cfg.data.paths,
+            std::vector<std::string>{"corpus=v2.txt"});  // only the first '=' splits
   // A null section in the file becomes a mapping; a whole section can be replaced.
   EXPECT_EQ(load("model:\n", {"model.num_layers=2"}).model.num_layers, 2);
   const Config whole = load("model:\n  num_layers: 7\n", {"model={hidden_size: 32}"});

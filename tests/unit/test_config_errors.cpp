@@ -93,7 +93,17 @@ const ErrorCase kCases[] = {
     {"bool_list", "distributed:\n  mp_policy:\n    cast_forward_inputs: @[true]\n",
      "distributed.mp_policy.cast_forward_inputs", "expected true or false, got a list"},
     // Strings and choices.
-    {"string_list", "data:\n  path: @[a, b]\n", "data.path", "expected a string, got a list"},
+    {"string_list", "checkpoint:\n  resume: @[a, b]\n", "checkpoint.resume",
+     "expected a string, got a list"},
+    {"data_path_nested", "data:\n  path: @[a, [b]]\n", "data.path", "expected a list of strings"},
+    {"data_path_empty", "data:\n  path: @[a, \"\"]\n", "data.path", "an empty file name"},
+    // model.rope_scaling.
+    {"rope_type", "model:\n  rope_scaling: {rope_type: @yarn}\n", "model.rope_scaling.rope_type",
+     "\"yarn\" is not one of: default, llama3"},
+    {"rope_llama3_missing", "model:\n  rope_scaling: {rope_type: llama3, factor: 8}\n",
+     "model.rope_scaling.low_freq_factor", "needs factor, low_freq_factor", "test.yaml"},
+    {"rope_default_factor", "model:\n  rope_scaling: {rope_type: default, factor: @8}\n",
+     "model.rope_scaling.factor", "applies only to rope_type: llama3"},
     {"string_mapping", "train:\n  output_dir: @{a: 1}\n", "train.output_dir",
      "expected a string, got a mapping"},
     {"init_from_list", "model:\n  init_from: @[a]\n", "model.init_from", "expected a string"},

@@ -28,7 +28,7 @@ std::string write_file(const std::string& name, const std::string& bytes) {
 
 DataConfig data_cfg(std::optional<std::string> path, int64_t seq_len = 8) {
   DataConfig d;
-  d.path = std::move(path);
+  if (path) d.paths = {*path};
   d.seq_len = seq_len;
   d.val_fraction = 0.1;
   return d;

@@ -1,0 +1,165 @@
+// `kktrain generate MODEL [--prompt TEXT | --prompt-ids 1,2,3] [--max-new-tokens N]
+// [--temperature T] [--top-k K] [--seed S]`: continues a prompt with a model file, one token at a
+// time through a KV cache (model/generate.hpp).
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "apps/commands.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "core/strings.hpp"
+#include "io/data.hpp"
+#include "io/lora_merge.hpp"
+#include "io/model_weights.hpp"
+#include "model/generate.hpp"
+
+namespace kktrain {
+
+namespace {
+
+int64_t parse_int(const std::string& opt, const std::string& text, int64_t min) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min) {
+    throw UsageError("generate: " + opt + " must be an integer of at least " + std::to_string(min) +
+                     ", got '" + text + "'");
+  }
+  return v;
+}
+
+double parse_number(const std::string& opt, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0) {
+    throw UsageError("generate: " + opt + " must be a number of at least 0, got '" + text + "'");
+  }
+  return v;
+}
+
+std::vector<int32_t> prompt_ids(const std::string& text, int64_t vocab) {
+  std::vector<int32_t> ids;
+  std::string item;
+  for (std::size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && text[i] != ',') {
+      item += text[i];
+      continue;
+    }
+    const int64_t id = parse_int("--prompt-ids", item, 0);
+    if (id >= vocab) {
+      throw UsageError("generate: --prompt-ids: token id " + item +
+                       " is not below the model's "
+                       "vocab_size " +
+                       std::to_string(vocab));
+    }
+    ids.push_back(static_cast<int32_t>(id));
+    item.clear();
+  }
+  return ids;
+}
+
+int run_generate(const ParsedArgs& args, AppContext& ctx) {
+  if (ctx.mpi->size() > 1) throw UsageError("kktrain generate runs on one rank");
+  const std::string& text = args.options.at("--prompt");
+  const std::string& ids_text = args.options.at("--prompt-ids");
+  if (text.empty() == ids_text.empty()) {
+    throw UsageError("generate: give --prompt TEXT or --prompt-ids 1,2,3 (one of them)");
+  }
+  SamplingOptions o;
+  o.max_new_tokens = parse_int("--max-new-tokens", args.options.at("--max-new-tokens"), 0);
+  o.temperature = parse_number("--temperature", args.options.at("--temperature"));
+  o.top_k = parse_int("--top-k", args.options.at("--top-k"), 0);
+  o.seed = static_cast<uint64_t>(parse_int("--seed", args.options.at("--seed"), 0));
+
+  SingleCommunicator one;
+  auto src = with_lora_merged(open_weights(args.positionals.at(0), "generate", one));
+  const ModelConfig cfg = architecture_of(*src);
+  std::vector<int32_t> prompt;
+  if (!text.empty()) {
+    if (cfg.vocab_size < 256) {
+      throw UsageError(
+          "generate: --prompt is byte-level text, which needs vocab_size >= 256; "
+          "this model has " +
+          std::to_string(cfg.vocab_size) + " (give token ids with --prompt-ids)");
+    }
+    prompt = byte_tokenize(text);
+  } else {
+    prompt = prompt_ids(ids_text, cfg.vocab_size);
+  }
+  const int64_t positions = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
+  if (positions > cfg.max_seq_len) {
+    throw UsageError("generate: " + std::to_string(prompt.size()) + " prompt tokens + " +
+                     std::to_string(o.max_new_tokens) + " new ones exceed the model's " +
+                     "max_seq_len " + std::to_string(cfg.max_seq_len));
+  }
+  // Weights as the file stores them: bf16 stays bf16; fp32 masters and float16 files are fp32.
+  const DType dtype = src->stored_dtype("model.embed_tokens.weight") == DType::bfloat16
+                          ? DType::bfloat16
+                          : DType::float32;
+  const double t_load = now_s();
+  Decoder dec(
+      cfg, dtype,
+      [&](const std::string& name) {
+        const auto shape = src->shape(name);
+        if (!shape) {
+          throw InputError("generate: '" + src->path() + "' has no tensor " + name +
+                           " (the model needs it)");
+        }
+        return src->read_rows_f32(name, 0, shape->empty() ? 1 : (*shape)[0]);
+      },
+      std::max<int64_t>(1, positions));
+  const double t0 = now_s();
+  const std::vector<int32_t> out = generate_tokens(dec, prompt, o);
+  const double seconds = now_s() - t0;
+  if (!text.empty()) {
+    const std::string s = byte_detokenize(out);
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    std::string line;
+    for (int32_t t : out) line += (line.empty() ? "" : ",") + std::to_string(t);
+    std::printf("%s\n", line.c_str());
+  }
+  char info[256];
+  std::snprintf(info, sizeof(info),
+                "generate: %zu prompt + %zu new tokens in %.2f s (%.1f tokens/s; weights %s, "
+                "%.1f MiB, loaded in %.2f s; KV cache %.1f MiB)",
+                prompt.size(), out.size(), seconds,
+                static_cast<double>(prompt.size() + out.size()) / std::max(seconds, 1e-9),
+                dtype_name(dtype), dec.weight_bytes() / 1048576.0, t0 - t_load,
+                dec.cache_bytes() / 1048576.0);
+  log::info(info);
+  return 0;
+}
+
+}  // namespace
+
+Command generate_command() {
+  CommandSpec s;
+  s.name = "generate";
+  s.synopsis =
+      "generate MODEL (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N] "
+      "[--temperature T] [--top-k K] [--seed S]";
+  s.summary = "Continue a prompt with a model (greedy or sampled), one token at a time.";
+  s.details =
+      "MODEL is a run directory, a checkpoint (file, step directory or root), a kktrain\n"
+      "export or a Hugging Face model directory. --prompt is byte-level text (models with\n"
+      "vocab_size >= 256, as kktrain's byte tokenizer makes them) and the answer is printed as\n"
+      "text; --prompt-ids are token ids and the answer is printed as ids. Each new token runs\n"
+      "one position through a KV cache; prompt + new tokens must fit max_seq_len.\n"
+      "Weights stay in the dtype the file stores (LoRA adapters merged); activations and\n"
+      "logits are fp32. --temperature 0 (default) is greedy: the argmax of the logits (the\n"
+      "first of equal maxima). Otherwise tokens are drawn from softmax(logits / T) over the\n"
+      "--top-k largest (0: all), keyed on --seed: the same seed gives the same answer.\n";
+  s.positionals = {"MODEL"};
+  s.takes_overrides = false;
+  s.options = {{"--prompt", ""},       {"--prompt-ids", ""}, {"--max-new-tokens", "32"},
+               {"--temperature", "0"}, {"--top-k", "0"},     {"--seed", "0"}};
+  return Command{s, run_generate, true};
+}
+
+}  // namespace kktrain

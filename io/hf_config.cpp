@@ -1,0 +1,300 @@
+// Hugging Face config.json read and written (io/hf_config.hpp).
+#include "io/hf_config.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "core/files.hpp"
+
+namespace kktrain {
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// One key of config.json, read with the file's name in every error.
+struct Keys {
+  const json& j;
+  std::string file;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    const std::string value = j.contains(key) ? " = " + j[key].dump() : "";
+    throw InputError("'" + file + "': " + key + value + ": " + what);
+  }
+  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
+  int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t min) const {
+    if (!has(key)) {
+      if (!def) fail(key, "missing (a Llama config.json has it)");
+      return *def;
+    }
+    const json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < min) {
+      fail(key, "not an integer of at least " + std::to_string(min));
+    }
+    return v.get<int64_t>();
+  }
+  double number(const std::string& key, double def) const {
+    if (!has(key)) return def;
+    const json& v = j[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
+      fail(key, "not a positive number");
+    }
+    return v.get<double>();
+  }
+  bool boolean(const std::string& key, bool def) const {
+    if (!has(key)) return def;
+    if (!j[key].is_boolean()) fail(key, "not true or false");
+    return j[key].get<bool>();
+  }
+  std::string text(const std::string& key, const std::string& def) const {
+    if (!has(key)) return def;
+    if (!j[key].is_string()) fail(key, "not a string");
+    return j[key].get<std::string>();
+  }
+};
+
+json parse_json_object(const std::string& file, const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError("'" + file + "': not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object()) throw InputError("'" + file + "': not a JSON object");
+  return j;
+}
+
+RopeScaling read_rope_scaling(const Keys& k) {
+  RopeScaling r;
+  if (!k.has("rope_scaling")) return r;
+  const json& s = k.j["rope_scaling"];
+  if (!s.is_object()) k.fail("rope_scaling", "not a JSON object");
+  // Older files say "type"; Hugging Face reads either.
+  const std::string key = s.contains("rope_type") ? "rope_type" : "type";
+  if (!s.contains(key) || !s[key].is_string()) k.fail("rope_scaling", "has no rope_type");
+  const std::string type = s[key].get<std::string>();
+  if (type == "default") return r;
+  if (type != "llama3") {
+    throw InputError("'" + k.file + "': rope_scaling.rope_type = \"" + type +
+                     "\": kktrain implements llama3 rope scaling (and none)");
+  }
+  r.rope_type = "llama3";
+  auto field = [&](const char* name) {
+    if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0)) {
+      throw InputError("'" + k.file + "': rope_scaling." + name +
+                       (s.contains(name) ? " = " + s[name].dump() : std::string()) +
+                       ": llama3 rope scaling needs it as a positive number");
+    }
+    return s[name].get<double>();
+  };
+  r.factor = field("factor");
+  r.low_freq_factor = field("low_freq_factor");
+  r.high_freq_factor = field("high_freq_factor");
+  const double orig = field("original_max_position_embeddings");
+  if (orig != std::floor(orig)) {
+    throw InputError("'" + k.file + "': rope_scaling.original_max_position_embeddings = " +
+                     s["original_max_position_embeddings"].dump() + ": not an integer");
+  }
+  r.original_max_position_embeddings = static_cast<int64_t>(orig);
+  if (r.high_freq_factor <= r.low_freq_factor) {
+    throw InputError("'" + k.file +
+                     "': rope_scaling.high_freq_factor = " + s["high_freq_factor"].dump() +
+                     " must exceed low_freq_factor = " + s["low_freq_factor"].dump());
+  }
+  return r;
+}
+
+// What the model does not compute, refused by key and value.
+void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_positions) {
+  if (k.boolean("attention_bias", false)) {
+    k.fail("attention_bias", "kktrain's attention has no biases");
+  }
+  if (k.boolean("mlp_bias", false)) k.fail("mlp_bias", "kktrain's MLP has no biases");
+  const std::string act = k.text("hidden_act", "silu");
+  if (act != "silu") k.fail("hidden_act", "kktrain's MLP is SwiGLU (hidden_act \"silu\")");
+  if (k.has("attention_dropout") &&
+      (!k.j["attention_dropout"].is_number() || k.j["attention_dropout"].get<double>() != 0.0)) {
+    k.fail("attention_dropout", "kktrain has no attention dropout (0.0 is accepted)");
+  }
+  // Mistral's default window is 4096; a window at least the context long changes nothing.
+  const bool mistral = arch == "MistralForCausalLM";
+  if (k.j.contains("sliding_window") || mistral) {
+    const bool absent = !k.j.contains("sliding_window");
+    if (absent || !k.j["sliding_window"].is_null()) {
+      const int64_t w = absent ? 4096 : k.integer("sliding_window", std::nullopt, 1);
+      if (w < max_positions) {
+        if (absent) {
+          throw InputError("'" + k.file + "': sliding_window: absent, which for " + arch +
+                           " means 4096 < max_position_embeddings " +
+                           std::to_string(max_positions) +
+                           ": kktrain's attention has no sliding window");
+        }
+        k.fail("sliding_window",
+               "kktrain's attention has no sliding window (it is shorter than "
+               "max_position_embeddings " +
+                   std::to_string(max_positions) + ")");
+      }
+    }
+  }
+  if (k.boolean("use_sliding_window", false)) {
+    k.fail("use_sliding_window", "kktrain's attention has no sliding window");
+  }
+}
+
+}  // namespace
+
+bool is_hf_directory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) && fs::exists(fs::path(path) / "config.json", ec);
+}
+
+std::string read_small_file(const std::string& file) {
+  if (auto why = unreadable_regular_file(file)) {
+    throw InputError("'" + file + "': " + (why->rfind("is ", 0) == 0 ? "" : "cannot read: ") +
+                     *why);
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError("'" + file + "': cannot read");
+  return ss.str();
+}
+
+HfArchitecture read_hf_config(const std::string& dir) {
+  const std::string file = (fs::path(dir) / "config.json").string();
+  return parse_hf_config(file, read_small_file(file));
+}
+
+HfArchitecture parse_hf_config(const std::string& file, const std::string& text) {
+  HfArchitecture a;
+  a.file = file;
+  const json j = parse_json_object(file, text);
+  const Keys k{j, a.file};
+  if (!k.has("architectures") || !j["architectures"].is_array() || j["architectures"].size() != 1 ||
+      !j["architectures"][0].is_string()) {
+    k.fail("architectures", "expected [\"LlamaForCausalLM\"] or [\"MistralForCausalLM\"]");
+  }
+  a.architecture = j["architectures"][0].get<std::string>();
+  if (a.architecture != "LlamaForCausalLM" && a.architecture != "MistralForCausalLM") {
+    k.fail("architectures", "kktrain trains LlamaForCausalLM and MistralForCausalLM models");
+  }
+  const std::string type = k.text("model_type", "");
+  const std::string want = a.architecture == "LlamaForCausalLM" ? "llama" : "mistral";
+  if (type != want) k.fail("model_type", "expected \"" + want + "\" for " + a.architecture);
+  ModelConfig& m = a.model;
+  m.vocab_size = k.integer("vocab_size", std::nullopt, 1);
+  m.hidden_size = k.integer("hidden_size", std::nullopt, 1);
+  m.intermediate_size = k.integer("intermediate_size", std::nullopt, 1);
+  m.num_layers = k.integer("num_hidden_layers", std::nullopt, 0);
+  m.num_heads = k.integer("num_attention_heads", std::nullopt, 1);
+  m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
+  m.rms_norm_eps = k.number("rms_norm_eps", 1e-6);
+  m.rope_theta = k.number("rope_theta", 10000.0);
+  m.max_seq_len = k.integer("max_position_embeddings",
+                            a.architecture == "MistralForCausalLM" ? 4096 * 32 : 2048, 1);
+  m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
+  m.rope_scaling = read_rope_scaling(k);
+  if (m.hidden_size % m.num_heads != 0) {
+    k.fail("hidden_size", "not divisible by num_attention_heads " + std::to_string(m.num_heads));
+  }
+  if (k.has("head_dim") && k.integer("head_dim", std::nullopt, 1) != m.hidden_size / m.num_heads) {
+    k.fail("head_dim", "kktrain's attention has head_dim = hidden_size / num_attention_heads = " +
+                           std::to_string(m.hidden_size / m.num_heads));
+  }
+  refuse_unsupported(k, a.architecture, m.max_seq_len);
+  a.torch_dtype_text = k.text("torch_dtype", "");
+  if (!a.torch_dtype_text.empty()) {
+    DType d;
+    if (!parse_dtype(a.torch_dtype_text, &d)) {
+      k.fail("torch_dtype", "not float32, bfloat16 or float16");
+    }
+    a.torch_dtype = d;
+  }
+  return a;
+}
+
+std::string rope_scaling_json(const RopeScaling& r) {
+  if (!r.llama3()) return "";
+  nlohmann::ordered_json j;
+  j["rope_type"] = "llama3";
+  j["factor"] = r.factor;
+  j["low_freq_factor"] = r.low_freq_factor;
+  j["high_freq_factor"] = r.high_freq_factor;
+  j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  return j.dump();
+}
+
+RopeScaling rope_scaling_from_json(const std::string& text, const std::string& where) {
+  if (text.empty()) return RopeScaling();
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(where + ": rope_scaling is not valid JSON (" + std::string(e.what()) + ")");
+  }
+  json wrapper = json::object();
+  wrapper["rope_scaling"] = j;
+  return read_rope_scaling(Keys{wrapper, where});
+}
+
+std::string hf_config_json(const ModelConfig& m, DType dtype) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.hidden_size;
+  j["intermediate_size"] = m.intermediate_size;
+  j["num_hidden_layers"] = m.num_layers;
+  j["num_attention_heads"] = m.num_heads;
+  j["num_key_value_heads"] = m.num_kv_heads;
+  j["head_dim"] = m.head_dim();
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = m.rms_norm_eps;
+  j["rope_theta"] = m.rope_theta;
+  j["rope_scaling"] = m.rope_scaling.llama3()
+                          ? nlohmann::ordered_json::parse(rope_scaling_json(m.rope_scaling))
+                          : nlohmann::ordered_json();
+  j["max_position_embeddings"] = m.max_seq_len;
+  j["tie_word_embeddings"] = m.tie_word_embeddings;
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["mlp_bias"] = false;
+  j["torch_dtype"] = dtype_name(dtype);
+  j["use_cache"] = true;
+  return j.dump(2) + "\n";
+}
+
+ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
+  const ModelConfig& m = a.model;
+  ModelFileArchitecture f;
+  f.source = a.file;
+  f.values = {
+      {"vocab_size", "vocab_size", YAML::Node(m.vocab_size)},
+      {"hidden_size", "hidden_size", YAML::Node(m.hidden_size)},
+      {"intermediate_size", "intermediate_size", YAML::Node(m.intermediate_size)},
+      {"num_layers", "num_hidden_layers", YAML::Node(m.num_layers)},
+      {"num_heads", "num_attention_heads", YAML::Node(m.num_heads)},
+      {"num_kv_heads", "num_key_value_heads", YAML::Node(m.num_kv_heads)},
+      {"rms_norm_eps", "rms_norm_eps", YAML::Node(m.rms_norm_eps)},
+      {"rope_theta", "rope_theta", YAML::Node(m.rope_theta)},
+      {"max_seq_len", "max_position_embeddings", YAML::Node(m.max_seq_len)},
+      {"tie_word_embeddings", "tie_word_embeddings", YAML::Node(m.tie_word_embeddings)},
+  };
+  YAML::Node rs(YAML::NodeType::Map);
+  rs["rope_type"] = m.rope_scaling.rope_type;
+  if (m.rope_scaling.llama3()) {
+    rs["factor"] = m.rope_scaling.factor;
+    rs["low_freq_factor"] = m.rope_scaling.low_freq_factor;
+    rs["high_freq_factor"] = m.rope_scaling.high_freq_factor;
+    rs["original_max_position_embeddings"] = m.rope_scaling.original_max_position_embeddings;
+  }
+  f.values.push_back({"rope_scaling", "rope_scaling", rs});
+  return f;
+}
+
+}  // namespace kktrain

@@ -1,0 +1,62 @@
+// A Hugging Face model directory's config.json: the architecture of a Llama-style model (and
+// Mistral without a sliding window, the same math) read into kktrain's model settings, and
+// written for an export.
+//
+//   config.json key              kktrain            notes
+//   vocab_size                   vocab_size
+//   hidden_size                  hidden_size
+//   intermediate_size            intermediate_size
+//   num_hidden_layers            num_layers
+//   num_attention_heads          num_heads
+//   num_key_value_heads          num_kv_heads       absent: num_attention_heads
+//   head_dim                     -                  must be hidden_size / num_attention_heads
+//   rms_norm_eps                 rms_norm_eps       absent: 1e-6 (Hugging Face's default)
+//   rope_theta                   rope_theta         absent: 10000
+//   max_position_embeddings      max_seq_len        absent: 2048
+//   tie_word_embeddings          tie_word_embeddings  absent: false (LlamaConfig's default)
+//   rope_scaling                 rope_scaling       null, {rope_type: default} or llama3
+//   torch_dtype                  (model.dtype: auto)
+//
+// Anything kktrain's model does not compute is refused with one line naming the key and its
+// value: another architecture or model_type, attention_bias or mlp_bias true, hidden_act other
+// than silu, a sliding window shorter than the context, attention dropout, an unknown
+// rope_scaling type.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/config.hpp"
+#include "core/dtype.hpp"
+
+namespace kktrain {
+
+struct HfArchitecture {
+  std::string file;          // DIR/config.json
+  std::string architecture;  // "LlamaForCausalLM" or "MistralForCausalLM"
+  ModelConfig model;         // the shape keys above (other fields at their defaults)
+  std::optional<DType> torch_dtype;
+  std::string torch_dtype_text;  // as written ("" when absent)
+};
+
+// True when `path` is a directory holding config.json (a Hugging Face model directory).
+bool is_hf_directory(const std::string& path);
+
+// Reads and checks DIR/config.json. InputError naming the file, the key and its value.
+HfArchitecture read_hf_config(const std::string& dir);
+// The same for the text of `file`, already read.
+HfArchitecture parse_hf_config(const std::string& file, const std::string& text);
+// A small regular file's bytes (config.json, an index). InputError naming it.
+std::string read_small_file(const std::string& file);
+
+// The config.json of a model with kktrain's settings `m`, tensors stored in `dtype`.
+std::string hf_config_json(const ModelConfig& m, DType dtype);
+
+// The values model.* takes from the file (core/config.hpp), for load_config.
+ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a);
+
+// rope_scaling as the text of a JSON object ("" for none), and back (InputError naming `where`).
+std::string rope_scaling_json(const RopeScaling& r);
+RopeScaling rope_scaling_from_json(const std::string& text, const std::string& where);
+
+}  // namespace kktrain

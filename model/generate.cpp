@@ -1,0 +1,293 @@
+// Inference with a KV cache (model/generate.hpp).
+#include "model/generate.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "core/errors.hpp"
+#include "core/random.hpp"
+#include "model/gemm.hpp"
+#include "model/kernels.hpp"
+#include "model/rope.hpp"
+
+namespace kktrain {
+
+namespace {
+
+// A matrix on the device in its kept dtype.
+struct Matrix {
+  DView<float> f;
+  DView<bf16> h;
+  int64_t rows = 0, cols = 0;
+  CRef ref() const {
+    return h.extent(0) ? CRef{h.data(), DType::bfloat16} : CRef{f.data(), DType::float32};
+  }
+};
+
+Matrix upload_matrix(const std::string& name, const std::vector<float>& v, int64_t rows,
+                     int64_t cols, DType dtype) {
+  if (static_cast<int64_t>(v.size()) != rows * cols) {
+    throw InputError("generate: tensor " + name + " has " + std::to_string(v.size()) +
+                     " values, the model expects " + std::to_string(rows) + " x " +
+                     std::to_string(cols));
+  }
+  Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  DView<float> tmp(name, v.size());
+  Kokkos::deep_copy(tmp, HViewU<const float>(v.data(), v.size()));
+  if (dtype == DType::bfloat16) {
+    m.h = DView<bf16>(name, v.size());
+    cast_from_float(m.h.data(), tmp.data(), static_cast<int64_t>(v.size()));
+  } else {
+    m.f = tmp;
+  }
+  return m;
+}
+
+DView<float> upload_vector(const std::string& name, const std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) != n) {
+    throw InputError("generate: tensor " + name + " has " + std::to_string(v.size()) +
+                     " values, the model expects " + std::to_string(n));
+  }
+  DView<float> d(name, v.size());
+  Kokkos::deep_copy(d, HViewU<const float>(v.data(), v.size()));
+  return d;
+}
+
+// rows (R, P) of scores in place -> softmax probabilities (fp32, exp as the training softmax).
+void softmax_rows(float* s, int64_t R, int64_t P) {
+  Kokkos::parallel_for(
+      "decode_softmax", TeamPolicy(R, Kokkos::AUTO), KOKKOS_LAMBDA(const TeamMember& m) {
+        float* row = s + m.league_rank() * P;
+        float mx = -FLT_MAX;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, P),
+            [&](const int64_t j, float& acc) { acc = math::max_f(acc, row[j]); },
+            Kokkos::Max<float>(mx));
+        float sum = 0.0f;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, P),
+            [&](const int64_t j, float& acc) {
+              const float e = exp_fast(row[j] - mx);
+              row[j] = e;
+              acc += e;
+            },
+            sum);
+        const float inv = 1.0f / sum;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, P),
+                             [&](const int64_t j) { row[j] *= inv; });
+      });
+}
+
+// cache (KV, Tmax, D) at position p = x (KV, D)
+void cache_put(float* cache, const float* x, int64_t KV, int64_t Tmax, int64_t D, int64_t p) {
+  Kokkos::parallel_for(
+      "decode_cache_put", RangePolicy(0, KV * D), KOKKOS_LAMBDA(const int64_t i) {
+        const int64_t g = i / D, d = i % D;
+        cache[(g * Tmax + p) * D + d] = x[i];
+      });
+}
+
+}  // namespace
+
+struct Decoder::Impl {
+  ModelConfig cfg;
+  int64_t C, H, KV, D, F, V, Q;
+  Matrix embed, lm_head;
+  DView<float> final_norm;
+  struct Layer {
+    DView<float> ln1, ln2;
+    Matrix q, k, v, o, gate, up, down;
+  };
+  std::vector<Layer> layers;
+  DView<float> cos, sin;        // (Tmax, D/2)
+  DView<float> kcache, vcache;  // (L, KV, Tmax, D)
+  DView<float> x, xn, qkv, q, k, v, att, o, proj, gu, a, logits, rstd;
+  DView<int32_t> id;
+};
+
+Decoder::Decoder(const ModelConfig& cfg, DType dtype,
+                 const std::function<std::vector<float>(const std::string&)>& read,
+                 int64_t max_positions)
+    : impl_(std::make_unique<Impl>()), max_pos_(max_positions) {
+  Impl& m = *impl_;
+  m.cfg = cfg;
+  m.C = cfg.hidden_size;
+  m.H = cfg.num_heads;
+  m.KV = cfg.num_kv_heads;
+  m.D = cfg.head_dim();
+  m.F = cfg.intermediate_size;
+  m.V = cfg.vocab_size;
+  m.Q = (m.H + 2 * m.KV) * m.D;
+  if (max_positions < 1 || max_positions > cfg.max_seq_len) {
+    throw UsageError("generate: " + std::to_string(max_positions) +
+                     " positions do not fit the model's max_seq_len " +
+                     std::to_string(cfg.max_seq_len));
+  }
+  auto mat = [&](const std::string& n, int64_t r, int64_t c) {
+    Matrix w = upload_matrix(n, read(n), r, c, dtype);
+    weight_bytes_ += r * c * static_cast<int64_t>(dtype_size(dtype));
+    return w;
+  };
+  auto vec = [&](const std::string& n) {
+    weight_bytes_ += 4 * m.C;
+    return upload_vector(n, read(n), m.C);
+  };
+  m.embed = mat("model.embed_tokens.weight", m.V, m.C);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Impl::Layer L;
+    L.ln1 = vec(p + "input_layernorm.weight");
+    L.q = mat(p + "self_attn.q_proj.weight", m.H * m.D, m.C);
+    L.k = mat(p + "self_attn.k_proj.weight", m.KV * m.D, m.C);
+    L.v = mat(p + "self_attn.v_proj.weight", m.KV * m.D, m.C);
+    L.o = mat(p + "self_attn.o_proj.weight", m.C, m.H * m.D);
+    L.ln2 = vec(p + "post_attention_layernorm.weight");
+    L.gate = mat(p + "mlp.gate_proj.weight", m.F, m.C);
+    L.up = mat(p + "mlp.up_proj.weight", m.F, m.C);
+    L.down = mat(p + "mlp.down_proj.weight", m.C, m.F);
+    m.layers.push_back(std::move(L));
+  }
+  m.final_norm = vec("model.norm.weight");
+  m.lm_head = cfg.tie_word_embeddings ? m.embed : mat("lm_head.weight", m.V, m.C);
+
+  const int64_t half = m.D / 2, T = max_positions;
+  m.cos = DView<float>("decode_cos", T * half);
+  m.sin = DView<float>("decode_sin", T * half);
+  rope_tables(m.cos.data(), m.sin.data(), T, m.D,
+              rope_inv_freq(m.D, cfg.rope_theta, cfg.rope_scaling));
+  const int64_t cache = cfg.num_layers * m.KV * T * m.D;
+  m.kcache = DView<float>("decode_k", cache);
+  m.vcache = DView<float>("decode_v", cache);
+  m.x = DView<float>("decode_x", m.C);
+  m.xn = DView<float>("decode_xn", m.C);
+  m.qkv = DView<float>("decode_qkv", m.Q);
+  m.q = DView<float>("decode_q", m.H * m.D);
+  m.k = DView<float>("decode_k1", m.KV * m.D);
+  m.v = DView<float>("decode_v1", m.KV * m.D);
+  m.att = DView<float>("decode_att", m.H * T);
+  m.o = DView<float>("decode_o", m.H * m.D);
+  m.proj = DView<float>("decode_proj", m.C);
+  m.gu = DView<float>("decode_gu", 2 * m.F);
+  m.a = DView<float>("decode_a", m.F);
+  m.logits = DView<float>("decode_logits", m.V);
+  m.rstd = DView<float>("decode_rstd", 1);
+  m.id = DView<int32_t>("decode_id", 1);
+}
+
+Decoder::~Decoder() = default;
+
+int64_t Decoder::cache_bytes() const {
+  return 2 * 4 * static_cast<int64_t>(impl_->kcache.extent(0));
+}
+
+std::vector<float> Decoder::step(int32_t token) {
+  Impl& m = *impl_;
+  if (pos_ >= max_pos_) {
+    throw UsageError("generate: the KV cache holds " + std::to_string(max_pos_) + " positions");
+  }
+  if (token < 0 || token >= m.V) {
+    throw UsageError("generate: token id " + std::to_string(token) + " is not below vocab_size " +
+                     std::to_string(m.V));
+  }
+  const int64_t C = m.C, H = m.H, KV = m.KV, D = m.D, F = m.F, T = max_pos_, p = pos_;
+  const int64_t G = H / KV, P = p + 1, half = D / 2;
+  const float eps = static_cast<float>(m.cfg.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  Kokkos::deep_copy(m.id, token);
+  const CRef e = m.embed.ref();
+  if (e.dtype == DType::bfloat16) {
+    embedding_forward(m.x.data(), m.id.data(), static_cast<const bf16*>(e.data), 1, C, m.V, false);
+  } else {
+    embedding_forward(m.x.data(), m.id.data(), static_cast<const float*>(e.data), 1, C, m.V, false);
+  }
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    const Impl::Layer& L = m.layers[l];
+    float* kc = m.kcache.data() + static_cast<int64_t>(l) * KV * T * D;
+    float* vc = m.vcache.data() + static_cast<int64_t>(l) * KV * T * D;
+    rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1, C, eps,
+                           false, false);
+    // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
+    matmul_forward(m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
+    matmul_forward(m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
+    matmul_forward(m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D);
+    rope_forward<float>(m.q.data(), m.k.data(), m.v.data(), m.qkv.data(), m.cos.data() + p * half,
+                        m.sin.data() + p * half, 1, 1, H, KV, D, false);
+    cache_put(kc, m.k.data(), KV, T, D, p);
+    cache_put(vc, m.v.data(), KV, T, D, p);
+    // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
+    for (int64_t g = 0; g < KV; ++g) {
+      gemm('N', 'T', scale, gin(m.q.data() + g * G * D, G, D), gin(kc + g * T * D, P, D), 0.0f,
+           gout(m.att.data() + g * G * P, G, P));
+    }
+    softmax_rows(m.att.data(), H, P);
+    for (int64_t g = 0; g < KV; ++g) {
+      gemm('N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P), gin(vc + g * T * D, P, D), 0.0f,
+           gout(m.o.data() + g * G * D, G, D));
+    }
+    matmul_forward(m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
+    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, false);
+    rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1, C, eps,
+                           false, false);
+    matmul_forward(m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
+    matmul_forward(m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
+    swiglu_forward<float>(m.a.data(), m.gu.data(), 1, F, false);
+    matmul_forward(m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
+    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, false);
+  }
+  rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), m.final_norm.data(), 1, C,
+                         eps, false, false);
+  matmul_forward(m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
+  std::vector<float> out(m.V);
+  Kokkos::deep_copy(HViewU<float>(out.data(), out.size()), m.logits);
+  ++pos_;
+  return out;
+}
+
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, int64_t index) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (o.temperature <= 0.0) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<int32_t> ids(V);
+  for (int64_t i = 0; i < V; ++i) ids[i] = static_cast<int32_t>(i);
+  const int64_t k = o.top_k > 0 && o.top_k < V ? o.top_k : V;
+  // The k largest, ties by the smaller id (a total order: the same choice on every platform).
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+  });
+  std::vector<double> w(k);
+  double total = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    w[i] = std::exp((static_cast<double>(logits[ids[i]]) - logits[ids[0]]) / o.temperature);
+    total += w[i];
+  }
+  const double u = static_cast<double>(
+                       uniform01(o.seed, name_stream("generate"), static_cast<uint64_t>(index))) *
+                   total;
+  double acc = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    acc += w[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[k - 1];
+}
+
+std::vector<int32_t> generate_tokens(Decoder& d, const std::vector<int32_t>& prompt,
+                                     const SamplingOptions& o) {
+  if (prompt.empty()) throw UsageError("generate: the prompt is empty");
+  std::vector<float> logits;
+  for (int32_t t : prompt) logits = d.step(t);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    const int32_t next = sample_token(logits, o, i);
+    out.push_back(next);
+    if (next == o.stop_token || i + 1 == o.max_new_tokens) break;
+    logits = d.step(next);
+  }
+  return out;
+}
+
+}  // namespace kktrain

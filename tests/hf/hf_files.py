@@ -1,0 +1,245 @@
+"""Hugging Face model directories for the tests, written and read from the safetensors format's
+description, not from kktrain's code:
+
+  bytes [0, 8)        N, little-endian unsigned 64-bit: the header's length
+  bytes [8, 8 + N)    UTF-8 JSON {name: {"dtype", "shape", "data_offsets": [begin, end]},
+                      "__metadata__": {str: str}}
+  bytes [8 + N, EOF)  the tensors, little-endian, C order, at [begin, end) of this section,
+                      contiguous from 0 and ending exactly at the end of the file
+
+plus config.json (LlamaForCausalLM keys) and, for sharded checkpoints, model.safetensors.index.json
+({"metadata": {"total_size"}, "weight_map": {name: file}}).
+
+`read_safetensors` checks every rule of the format and raises AssertionError naming the broken
+one, so a test that reads kktrain's files with it checks that kktrain writes valid ones.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+from torch_reference import hf_inv_freq, hf_llama3_rescale  # noqa: E402,F401
+
+ELEM_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+              "U8": 1, "BOOL": 1}
+MAX_HEADER = 100_000_000
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even bf16 bits (uint16) of float32 values (via torch's conversion)."""
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).to(torch.bfloat16)
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bf16 bits (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def encode(values: np.ndarray, dtype: str) -> bytes:
+    """Little-endian bytes of float32 `values` stored as dtype (F32 exact, BF16/F16 rounded to
+    nearest even)."""
+    if dtype == "F32":
+        return np.ascontiguousarray(values, dtype="<f4").tobytes()
+    if dtype == "BF16":
+        return bf16_bits(values).astype("<u2").tobytes()
+    if dtype == "F16":
+        return np.ascontiguousarray(values, dtype=np.float32).astype("<f2").tobytes()
+    raise ValueError(dtype)
+
+
+def decode(data: bytes, dtype: str, shape) -> np.ndarray:
+    """float32 values of stored elements (exact widening)."""
+    if dtype == "F32":
+        v = np.frombuffer(data, dtype="<f4").astype(np.float32)
+    elif dtype == "BF16":
+        v = bf16_values(np.frombuffer(data, dtype="<u2"))
+    elif dtype == "F16":
+        v = np.frombuffer(data, dtype="<f2").astype(np.float32)
+    else:
+        raise ValueError(f"unsupported dtype {dtype}")
+    return v.reshape(shape)
+
+
+def write_safetensors(path: str, tensors: List[Tuple[str, str, np.ndarray]],
+                      metadata: Optional[Dict[str, str]] = None,
+                      header_override: Optional[bytes] = None, tail: bytes = b"") -> None:
+    """tensors: (name, dtype, float32 values) in data order. header_override replaces the JSON
+    (malformed-file tests); tail is appended after the data."""
+    header: Dict[str, object] = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    blobs, offset = [], 0
+    for name, dtype, values in tensors:
+        b = encode(values, dtype)
+        header[name] = {"dtype": dtype, "shape": list(values.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    text = header_override if header_override is not None else json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+        f.write(tail)
+
+
+def read_safetensors(path: str):
+    """(metadata, {name: (dtype, shape, float32 values)}, header_len), checking every rule."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert len(raw) >= 8, f"{path}: shorter than the length prefix"
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n <= MAX_HEADER, f"{path}: header length {n} over the limit"
+    assert 8 + n <= len(raw), f"{path}: header runs past the end"
+    text = raw[8:8 + n].decode("utf-8")
+    assert text.lstrip().startswith("{"), f"{path}: header is not an object"
+    pairs_seen: List[str] = []
+
+    def no_duplicates(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), f"{path}: duplicate names in the header"
+        pairs_seen.extend(keys)
+        return dict(pairs)
+
+    header = json.loads(text, object_pairs_hook=no_duplicates)
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None:
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    data = raw[8 + n:]
+    spans = []
+    out = {}
+    for name, e in header.items():
+        assert set(e) == {"dtype", "shape", "data_offsets"}, f"{path}: {name} fields {set(e)}"
+        dtype, shape, (b, end) = e["dtype"], e["shape"], e["data_offsets"]
+        assert dtype in ELEM_BYTES, f"{path}: {name} dtype {dtype}"
+        assert all(isinstance(d, int) and d >= 0 for d in shape), f"{path}: {name} shape"
+        assert 0 <= b <= end, f"{path}: {name} offsets"
+        assert end - b == math.prod(shape) * ELEM_BYTES[dtype], f"{path}: {name} size"
+        spans.append((b, end, name))
+        out[name] = (dtype, tuple(shape), decode(data[b:end], dtype, shape))
+    at = 0
+    for b, end, name in sorted(spans):
+        assert b == at, f"{path}: {name} begins at {b}, expected {at} (gap or overlap)"
+        at = end
+    assert at == len(data), f"{path}: tensors end at {at}, data section has {len(data)} bytes"
+    return metadata, out, n
+
+
+# ---- model directories ---------------------------------------------------------------------------
+
+
+def llama_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, tied=False, theta=10000.0,
+                 eps=1e-5, rope_scaling=None, torch_dtype="float32", **extra) -> Dict[str, object]:
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "hidden_act": "silu",
+         "rms_norm_eps": eps, "rope_theta": theta, "max_position_embeddings": max_pos,
+         "tie_word_embeddings": tied, "rope_scaling": rope_scaling, "attention_bias": False,
+         "mlp_bias": False, "torch_dtype": torch_dtype}
+    c.update(extra)
+    return c
+
+
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+
+def weight_names(cfg) -> List[str]:
+    names = ["model.embed_tokens.weight"]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        names += [p + "input_layernorm.weight"] + [
+            p + f"self_attn.{x}_proj.weight" for x in "qkvo"] + [
+            p + "post_attention_layernorm.weight"] + [
+            p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+    names.append("model.norm.weight")
+    if not cfg["tie_word_embeddings"]:
+        names.append("lm_head.weight")
+    return names
+
+
+def weight_shape(cfg, name) -> Tuple[int, ...]:
+    V, C, F = cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = C // H
+    if name.endswith("norm.weight"):
+        return (C,)
+    if name in ("model.embed_tokens.weight", "lm_head.weight"):
+        return (V, C)
+    last = name.split(".")[-2]
+    return {"q_proj": (H * D, C), "k_proj": (KV * D, C), "v_proj": (KV * D, C),
+            "o_proj": (C, H * D), "gate_proj": (F, C), "up_proj": (F, C),
+            "down_proj": (C, F)}[last]
+
+
+def random_weights(cfg, seed=0, std=0.1) -> Dict[str, np.ndarray]:
+    """float32 weights (norms around 1, so a kernel that ignored a norm weight is seen)."""
+    rng = np.random.default_rng(seed)
+    w = {}
+    for n in weight_names(cfg):
+        s = weight_shape(cfg, n)
+        if n.endswith("norm.weight"):
+            w[n] = (1.0 + 0.2 * rng.standard_normal(s)).astype(np.float32)
+        else:
+            w[n] = (std * rng.standard_normal(s)).astype(np.float32)
+    return w
+
+
+def write_llama_dir(path: str, cfg, weights: Dict[str, np.ndarray], dtype="F32",
+                    shards: int = 1, extra_tensors=()) -> None:
+    """config.json plus model.safetensors (shards == 1) or `shards` files with an index."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    items = [(n, dtype, weights[n]) for n in weights] + list(extra_tensors)
+    if shards == 1:
+        write_safetensors(os.path.join(path, "model.safetensors"), items, {"format": "pt"})
+        return
+    per = math.ceil(len(items) / shards)
+    weight_map, total = {}, 0
+    for k in range(shards):
+        name = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = items[k * per:(k + 1) * per]
+        write_safetensors(os.path.join(path, name), part, {"format": "pt"})
+        for n, d, v in part:
+            weight_map[n] = name
+            total += v.size * ELEM_BYTES[d]
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def read_llama_dir(path: str):
+    """(config, {name: (dtype, float32 values)}, files checked) of a Hugging Face directory."""
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    single = os.path.join(path, "model.safetensors")
+    index = os.path.join(path, "model.safetensors.index.json")
+    tensors, files = {}, []
+    if os.path.exists(single):
+        files = [single]
+    else:
+        with open(index) as f:
+            idx = json.load(f)
+        files = sorted({os.path.join(path, v) for v in idx["weight_map"].values()})
+    for file in files:
+        meta, t, _ = read_safetensors(file)
+        assert meta == {"format": "pt"}, f"{file}: __metadata__ {meta}"
+        for n, (d, s, v) in t.items():
+            assert n not in tensors, f"{n} in two files"
+            tensors[n] = (d, v)
+    if not os.path.exists(single):
+        assert set(idx["weight_map"]) == set(tensors), "index and files disagree"
+        total = sum(v.size * ELEM_BYTES[d] for d, v in tensors.values())
+        assert idx["metadata"]["total_size"] == total, "index total_size"
+    return cfg, tensors, files
