@@ -154,12 +154,13 @@ void converted_gemm(char transA, char transB, float alpha, const GemmIn& A, cons
   if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);
 }
 
-// Matrix i of a batch of contiguous matrices shaped like X.
+// Matrix i of a batch of matrices shaped like X, stride() elements apart.
 template <class X>
 X matrix(const X& x, int64_t i) {
   X out = x;
   using Byte = typename std::conditional<std::is_same<X, GemmIn>::value, const char, char>::type;
-  out.data = static_cast<Byte*>(x.data) + i * x.rows * x.cols * dtype_size(x.dtype);
+  out.data = static_cast<Byte*>(x.data) + i * x.stride() * dtype_size(x.dtype);
+  out.batch_stride = 0;
   return out;
 }
 
@@ -244,6 +245,10 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
       (transB != 'N' && transB != 'T') || batch < 0) {
     throw InternalError("gemm: shapes do not match");
   }
+  if (A.batch_stride < 0 || B.batch_stride < 0 || C.batch_stride < 0 ||
+      (batch > 1 && C.stride() < m * n)) {
+    throw InternalError("gemm: batch strides must be >= 0 and the C matrices must not overlap");
+  }
   for (DType d : {A.dtype, B.dtype, C.dtype}) {
     if (d != DType::float32 && d != DType::bfloat16) {
       throw InternalError(std::string("gemm: unsupported dtype ") + dtype_name(d));
@@ -253,7 +258,9 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   if (batch == 0) return;
   if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
     g_counters.calls[index_of(be)] += 1;
-    if (m > 0 && n > 0) scale_c(beta, C, batch * m * n);
+    if (m > 0 && n > 0) {
+      for (int64_t i = 0; i < batch; ++i) scale_c(beta, matrix(C, i), m * n);
+    }
     return;
   }
 #if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
