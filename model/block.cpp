@@ -48,9 +48,8 @@ void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeight
   adapter_forward(w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
   rope_forward(a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H, KV, D,
                rc);
-  attention_forward(s.oheads, s.att, s.pc, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
-                    rc);                            // (B, H, T, D)
-  heads_to_tokens(o, s.oheads, B, H, T, D, false);  // (N, H*D)
+  attention_forward(o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad, s.att,
+                    rc);  // (N, H*D) token layout
   matmul_forward(s.proj, o, w.o, N, H * D, C);
   adapter_forward(w, s, kO, s.proj, C, 0, o, N, H * D, C, rc);
   add_forward(a.x1.data(), inp, s.proj, N * C, rs);
@@ -112,8 +111,8 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   matmul_backward_input(s.dtok, dc, w.o, N, H * D, C, false);  // (N, H*D)
   adapter_backward(w, s, grads, kO, s.dtok, dc, C, 0, o, N, H * D, C, rc);
   tokens_to_heads(s.dheads, s.dtok, B, H, T, D, rc);  // (B, H, T, D)
-  attention_backward(s.dq, s.dk, s.dv, s.att, s.pc, s.dp, s.dheads, a.q.p<TC>(), a.k.p<TC>(),
-                     a.v.p<TC>(), ad, rc);
+  attention_backward(s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
+                     a.v.p<TC>(), ad, s.att, rc);
   rope_backward(s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, rc);  // (N, Q)
   if (trainable(kQ) || trainable(kK) || trainable(kV)) {
     matmul_backward_weight(dw, s.dqkv, xn1, N, C, Q);  // (Q, C)

@@ -128,18 +128,10 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
                    const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    bool rc);
 
-// out (B*T, H*D) = rnd(in (B, H, T, D), round)       and the inverse permutation
-template <class TO, class TI>
-void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
+// out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
+// writes its output in token layout itself: model/attention.hpp.)
 template <class TO, class TI>
 void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
-
-// ---- attention softmax -------------------------------------------------------------------------
-
-// att (R, T, T): in place, scores -> causal softmax probabilities (fp32); R = B*H.
-void causal_softmax_forward(float* att, int64_t R, int64_t T);
-// datt (R, T, T): in place, dP -> dS = P * (dP - sum_j P dP) on the causal part, 0 above it.
-void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T);
 
 // ---- elementwise -------------------------------------------------------------------------------
 

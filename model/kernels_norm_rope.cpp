@@ -176,20 +176,6 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
 }
 
 template <class TO, class TI>
-void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     bool round) {
-  // Rows are (b, t, h) runs of D: out is (B, T, H, D), in is (B, H, T, D).
-  for_rows(
-      "heads_to_tokens", B * T * H, D,
-      KOKKOS_LAMBDA(const int64_t idx, const int64_t d0, const int64_t d1) {
-        const int64_t h = idx % H, t = (idx / H) % T, b = idx / (H * T);
-        const TI* x = in + ((b * H + h) * T + t) * D;
-        TO* y = out + idx * D;
-        for (int64_t d = d0; d < d1; ++d) store_as(y, d, rnd(load_f32(x, d), round));
-      });
-}
-
-template <class TO, class TI>
 void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
                      bool round) {
   for_rows(
@@ -202,16 +188,15 @@ void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int
       });
 }
 
-#define KKTRAIN_INST_TC(TC)                                                                        \
-  template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,      \
-                                    int64_t, float, bool, bool);                                   \
-  template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,    \
-                                 int64_t, int64_t, int64_t, int64_t, bool);                        \
-  template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,     \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,       \
-                                  bool);                                                           \
-  template void heads_to_tokens<TC, TC>(TC*, const TC*, int64_t, int64_t, int64_t, int64_t, bool); \
-  template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t,  \
+#define KKTRAIN_INST_TC(TC)                                                                       \
+  template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,     \
+                                    int64_t, float, bool, bool);                                  \
+  template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,   \
+                                 int64_t, int64_t, int64_t, int64_t, bool);                       \
+  template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,    \
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,      \
+                                  bool);                                                          \
+  template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t, \
                                            bool);
 KKTRAIN_INST_TC(float)
 KKTRAIN_INST_TC(bf16)

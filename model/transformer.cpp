@@ -428,6 +428,7 @@ void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelC
   a.q = mk.compute("q", N * H * D);
   a.k = mk.compute("k", N * KV * D);
   a.v = mk.compute("v", N * KV * D);
+  a.lse = mk.view<float>("lse", N * H);
   a.o = mk.compute("o", N * H * D);
   a.x1 = mk.view<float>("x1", N * C);
   a.rstd2 = mk.view<float>("rstd2", N);
@@ -471,14 +472,18 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   mk.group("scratch");
   if (ckpt) b.recompute_out = mk.view<float>("recompute_out", N * C);
   b.qkv = mk.compute("qkv", N * Q);
-  b.oheads = mk.compute("oheads", N * H * D);
   b.proj = mk.compute("proj", N * C);
-  b.att = mk.view<float>("att", B * H * T * T);
-  // Attention scratch for one batched call's groups (all of them on GPUs, one on CPUs).
-  const int64_t att_call =
-      attention_groups_per_call(AttentionDims{B, T, H, KV, D, 1.0f}) * (H / KV) * T * T;
-  b.pc = mk.compute("pc", rc_ ? att_call : 0);  // compute-dtype copy only when rounding
-  b.dp = mk.view<float>("dp", att_call);
+  // The tiled attention's workspace: tiles and row statistics, linear in T (none of it T x T).
+  const AttentionWorkspaceSizes aw =
+      attention_workspace_sizes(AttentionDims{B, T, H, KV, D, 1.0f}, attention_kernel(), rc_);
+  b.att_scores = mk.view<float>("att_scores", aw.scores);
+  b.att_dprobs = mk.view<float>("att_dprobs", aw.dprobs);
+  b.att_probs = mk.compute("att_probs", aw.probs);
+  b.att_dscores = mk.compute("att_dscores", aw.dscores);
+  b.att_out_acc = mk.view<float>("att_out_acc", aw.out_acc);
+  b.att_row_max = mk.view<float>("att_row_max", aw.row_stats);
+  b.att_row_sum = mk.view<float>("att_row_sum", aw.row_stats);
+  b.att_delta = mk.view<float>("att_delta", aw.delta);
   b.dres = mk.view<float>("dres", N * C);
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);
