@@ -467,7 +467,7 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.rstd_f = mk.view<float>("rstd_f", N);
   b.losses = mk.view<float>("losses", N);
   b.dxf = mk.view<float>("dxf", N * C);
-  b.logits = mk.compute("logits", N * V);
+  b.logits = mk.compute("logits", std::min(N, cfg_.loss_chunk_tokens) * V);
   b.hidden = mk.view<float>("hidden", N * C);
   mk.group("scratch");
   if (ckpt) b.recompute_out = mk.view<float>("recompute_out", N * C);
@@ -511,7 +511,6 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
     b.den = mk.view<float>("den", N * C);
     b.dhn = mk.view<float>("dhn", N * C);
     b.demb = mk.view<float>("demb", N * C);
-    b.mtp_logits = mk.compute("mtp_logits", N * V);
     b.en = mk.view<float>("mtp_en", N * C);
     b.hn = mk.view<float>("mtp_hn", N * C);
     b.mtp.resize(mtp_.size());
@@ -547,7 +546,7 @@ void Transformer::ensure_buffers(int64_t B, int64_t T) {
   *buf_ = Buffers();  // free the old shape's buffers before allocating the new ones
   make_buffers(*buf_, B, T, true, nullptr);
   hidden_ = buf_->hidden;
-  logits_valid_ = false;
+  kept_logits_ = DView<float>();
 }
 
 std::vector<BufferSpec> Transformer::buffer_plan(int64_t B, int64_t T) const {

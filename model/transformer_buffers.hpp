@@ -44,9 +44,11 @@ struct Transformer::Buffers {
   TBuf att_probs, att_dscores;
   TBuf xf;                      // (N, C) final norm output, compute dtype
   DView<float> rstd_f, losses;  // (N), (N) final norm statistics and per-token loss
-  TBuf logits;                  // (N, V) compute dtype; dlogits in place after the loss
-  DView<float> hidden;          // (N, C) final hidden states (output_hidden_states)
-  DView<float> dxf;             // (N, C) gradient of xf, computed right after the loss
+  // (chunk, V) compute dtype: one chunk of model.loss_chunk_tokens rows at a time, dlogits in
+  // place after the loss; shared by the main and the MTP heads.
+  TBuf logits;
+  DView<float> hidden;  // (N, C) final hidden states (output_hidden_states)
+  DView<float> dxf;     // (N, C) gradient of xf, computed right after the loss
   // backward scratch
   DView<float> dw;            // largest weight (group): one dW at a time
   DView<float> norm_partial;  // RMSNorm weight-gradient chunk sums (rmsnorm_partial_size)
@@ -59,9 +61,8 @@ struct Transformer::Buffers {
   DView<float> dtok;          // (N, H * D) fp32 (GEMM + LoRA contributions)
   TBuf dheads;                // (B, H, T, D) compute dtype
   // MTP only: (N, 2C) eh_proj input gradient; (N, C) gradients of h_out/h_prev, the two normed
-  // halves, and the embedding lookup; (N, V) logits of the current depth.
+  // halves, and the embedding lookup.
   DView<float> dcat, dh, dh_prev, den, dhn, demb;
-  TBuf mtp_logits;
   DView<float> en, hn;  // (N, C) MTP forward: the two normed halves (compute-dtype values)
   // LoRA scratch: (N, r) adapter activations and their gradient; (N, out) delta / gradient.
   TBuf lora_t, lora_dt, lora_y;
