@@ -95,11 +95,6 @@ const TC* operand(const TC* rounded, const float* raw) {
   }
 }
 
-template <class TC>
-constexpr bool rounds_operands(bool rc) {
-  return rc || !std::is_same<TC, float>::value;
-}
-
 // Sum and max of x[0, n) in a fixed order that vectorizes: 16 interleaved partial results,
 // combined pairwise.
 KOKKOS_INLINE_FUNCTION float lane_sum(const float* x, int64_t n) {
@@ -128,6 +123,50 @@ KOKKOS_INLINE_FUNCTION float lane_max(const float* x, int64_t n) {
   return acc[0];
 }
 
+// Row kernels' inner loops, written so that they vectorize on CPUs: no branch in the loop
+// (the causal mask splits a row into [0, valid) and [valid, kw)), restrict-qualified distinct
+// arrays (in-place updates have their own loops).
+
+// x[c] = exp(x[c] - m) for c < valid, 0 for valid <= c < kw.
+KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t valid, int64_t kw, float m) {
+  for (int64_t c = 0; c < valid; ++c) x[c] = exp_fast(x[c] - m);
+  for (int64_t c = valid; c < kw; ++c) x[c] = 0.0f;
+}
+
+// out[c] = rnd(in[c], rc) in the compute dtype.
+template <class TC>
+KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restrict in, int64_t n,
+                                      bool rc) {
+  for (int64_t c = 0; c < n; ++c) store_as(out, c, rnd(in[c], rc));
+}
+
+// The backward's P = exp(S - lse) (0 where masked) and dS = rnd(P (rnd(dP) - delta)) of a row,
+// into p and ds (rnd(P) there), or in place of S and dP.
+template <class TC>
+KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
+                                        const float* __restrict s, const float* __restrict dp,
+                                        int64_t valid, int64_t kw, float lse, float delta,
+                                        bool rc) {
+  for (int64_t c = 0; c < valid; ++c) {
+    const float e = exp_fast(s[c] - lse);
+    store_as(p, c, rnd(e, rc));
+    store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta), rc));
+  }
+  for (int64_t c = valid; c < kw; ++c) {
+    store_as(p, c, 0.0f);
+    store_as(ds, c, 0.0f);
+  }
+}
+KOKKOS_INLINE_FUNCTION void dscores_row_in_place(float* s, float* dp, int64_t valid, int64_t kw,
+                                                 float lse, float delta) {
+  for (int64_t c = 0; c < valid; ++c) {
+    const float e = exp_fast(s[c] - lse);
+    s[c] = e;
+    dp[c] = e * (dp[c] - delta);
+  }
+  for (int64_t c = valid; c < kw; ++c) s[c] = dp[c] = 0.0f;
+}
+
 // One step of a tile's loop: rows (nc groups, nr query rows) of query head g, query tile at i0,
 // key block [k0, k0 + kw).
 struct Step {
@@ -151,11 +190,9 @@ void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, boo
         float* srow = scores + row * kw;
         const float m_old = first ? -FLT_MAX : m[row];
         const float m_new = math::max_f(m_old, lane_max(srow, valid));
-        for (int64_t c = 0; c < kw; ++c) srow[c] = c < valid ? exp_fast(srow[c] - m_new) : 0.0f;
+        exp_row(srow, valid, kw, m_new);
         const float sum = lane_sum(srow, kw);
-        if (probs != nullptr) {
-          for (int64_t c = 0; c < kw; ++c) store_as(probs, row * kw + c, rnd(srow[c], rc));
-        }
+        if (probs != nullptr) round_row(probs + row * kw, srow, kw, rc);
         m[row] = m_new;
         if (first) {
           l[row] = sum;
@@ -204,16 +241,11 @@ void dscores_block(const AttentionScratch<TC>& s, const float* lse, const Step& 
         const float row_lse = lse[stat], row_delta = delta[stat];
         float* srow = scores + row * kw;
         float* dprow = dprobs + row * kw;
-        for (int64_t c = 0; c < kw; ++c) {
-          const float p = c < valid ? exp_fast(srow[c] - row_lse) : 0.0f;
-          const float ds = rnd(p * (rnd(dprow[c], rc) - row_delta), rc);
-          if (probs != nullptr) {
-            store_as(probs, row * kw + c, rnd(p, rc));
-            store_as(dscores, row * kw + c, ds);
-          } else {
-            srow[c] = p;
-            dprow[c] = ds;
-          }
+        if (probs != nullptr) {
+          dscores_row(probs + row * kw, dscores + row * kw, srow, dprow, valid, kw, row_lse,
+                      row_delta, rc);
+        } else {  // fp32 without rounding
+          dscores_row_in_place(srow, dprow, valid, kw, row_lse, row_delta);
         }
       });
 }

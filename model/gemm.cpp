@@ -1,8 +1,10 @@
 #include "model/gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "core/blas_threads.hpp"
@@ -237,6 +239,35 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
   gemm_batched(1, transA, transB, alpha, A, B, beta, C);
 }
 
+// While a Kokkos Tools library is loaded (bench/kernel_timer.cpp), each product is a profile
+// region named after its shape, so profiles attribute GEMM time by shape.
+class GemmRegion {
+ public:
+  GemmRegion(int64_t batch, char ta, char tb, const GemmIn& A, const GemmIn& B, const GemmOut& C,
+             int64_t m, int64_t n, int64_t k, float beta) {
+    active_ = Kokkos::Profiling::profileLibraryLoaded();
+    if (!active_) return;
+    const auto t = [](DType d) { return d == DType::bfloat16 ? "bf16" : "f32"; };
+    char name[160];
+    std::snprintf(name, sizeof(name), "gemm %c%c %lldx%lldx%lld%s %s.%s->%s%s", ta, tb,
+                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                  batch > 1 ? (" x" + std::to_string(batch)).c_str() : "", t(A.dtype), t(B.dtype),
+                  t(C.dtype), beta != 0.0f ? " +C" : "");
+    Kokkos::Profiling::pushRegion(name);
+  }
+  ~GemmRegion() {
+    if (active_) {
+      Kokkos::fence();
+      Kokkos::Profiling::popRegion();
+    }
+  }
+  GemmRegion(const GemmRegion&) = delete;
+  GemmRegion& operator=(const GemmRegion&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
                   const GemmIn& B, float beta, const GemmOut& C) {
   const int64_t m = transA == 'N' ? A.rows : A.cols, k = transA == 'N' ? A.cols : A.rows;
@@ -256,6 +287,7 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   }
   GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
   if (batch == 0) return;
+  const GemmRegion region(batch, transA, transB, A, B, C, m, n, k, beta);
   if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
     g_counters.calls[index_of(be)] += 1;
     if (m > 0 && n > 0) {
