@@ -414,11 +414,6 @@ void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const T
   } else {
     tiled_backward(dq, dk, dv, dout, lse, q, k, v, d, s, rc);
   }
-  if (rc) {
-    round_copy(dq, dq, d.B * d.H * d.T * d.D, true);
-    round_copy(dk, dk, d.B * d.KV * d.T * d.D, true);
-    round_copy(dv, dv, d.B * d.KV * d.T * d.D, true);
-  }
 }
 
 #define KKTRAIN_INST_ATTENTION(TC)                                                                 \

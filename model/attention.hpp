@@ -10,10 +10,10 @@
 //
 // Backward recomputes each tile's probabilities from q, k and lse, P = exp(S - lse), and with
 // D = rowsum(dout * out): dP = rnd(dout v^T), dS = rnd(P * (dP - D)), dV += rnd(P)^T dout,
-// dQ += scale dS k, dK += scale dS^T q, accumulated in fp32 and rounded to the compute dtype at the
-// end. With GQA, query head h reads KV head h / (H / KV); K and V gradients sum over the heads of a
-// group (in a fixed order: results are deterministic, so activation-checkpoint recompute gives the
-// same bits). Repeated K/V are never materialized.
+// dQ += scale dS k, dK += scale dS^T q, accumulated in fp32 (rounded to the compute dtype once,
+// by their consumer). With GQA, query head h reads KV head h / (H / KV); K and V gradients sum over
+// the heads of a group (in a fixed order: results are deterministic, so activation-checkpoint
+// recompute gives the same bits). Repeated K/V are never materialized.
 //
 // Two kernels compute this, chosen per build (attention_kernel()):
 //   tiled_gemm  host builds: the tile products are batched GEMMs (model/gemm.hpp; oneDNN or BLAS),
@@ -81,7 +81,9 @@ void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* 
                        const AttentionDims& d, const AttentionScratch<TC>& s, bool rc);
 
 // From dout (B, H, T, D) (already in the compute dtype), the forward's out (B*T, H*D) and lse:
-// dq (B, H, T, D), dk and dv (B, KV, T, D), fp32 sums rounded to the compute dtype at the end.
+// dq (B, H, T, D), dk and dv (B, KV, T, D), fp32 sums. They are the gradients of compute-dtype
+// tensors, so each is rounded to the compute dtype once by its consumer (rope_backward rounds on
+// load, saving a pass over them).
 template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
                         const float* lse, const TC* q, const TC* k, const TC* v,

@@ -185,6 +185,9 @@ Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
   attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, sc, rc);
   attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
                      k.data(), v.data(), d, sc, rc);
+  if (rc) {  // the model's consumer (rope_backward) rounds the fp32 sums on load
+    for (auto* g : {&dq, &dk, &dv}) round_copy(g->data(), g->data(), g->extent(0), true);
+  }
   Kokkos::fence();
   set_attention_tiles(0, 0);
   set_attention_kernel(kHostKernels ? AttentionKernel::tiled_gemm : AttentionKernel::team);
