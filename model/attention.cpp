@@ -27,12 +27,12 @@ namespace kktrain {
 
 namespace {
 
-// ---- tile sizes
-// ---------------------------------------------------------------------------------- tiled_gemm
-// (CPUs). Query tile: 64 rows. The diagonal tile computes its masked upper half too, an overhead of
-// q_rows / (2 T) of the causal work (12.5% at T = 256, 0.8% at T = 4096), and a smaller tile
-// doubles the calls and halves each product's rows (M = 64 per head keeps oneDNN's and BLAS'
-// kernels near their rate; measured in bench/README.md).
+// ---- tile sizes ----------------------------------------------------------------------------
+// tiled_gemm (CPUs). Query tile: 64 rows. The diagonal tile computes its masked upper half too, an
+// overhead of q_rows / (2 T) of the causal work (12.5% at T = 256, 0.8% at T = 4096), and a
+// smaller tile doubles the calls and halves each product's rows (M = 64 per head keeps oneDNN's and
+// BLAS' kernels near their rate; 32, 64, 128 and 256 measured within the noise of each other at
+// T = 256 and 2048, bench/README.md).
 constexpr int64_t kCpuQueryRows = 64;
 // Key block: 1024 keys. Up to T = 1024 a query tile's keys are one block (one product per step,
 // the softmax exact in one pass); beyond, the online softmax streams blocks of 1024, whose fp32
@@ -42,11 +42,18 @@ constexpr int64_t kCpuKeyCols = 1024;
 // (a server core's L2), so the scores stay in cache from the product through the row kernel to
 // the next product; at least one.
 constexpr int64_t kCpuScoreBytes = int64_t(2) << 20;
-// team (GPUs): 32 x 32 tiles (16 x 16 beyond D = 64): a team's fp32 tiles (q, k, v, dO, scores,
-// accumulators) then fit the 48 KiB of shared memory a block gets by default for D <= 64; larger
-// tiles or D fall back to level-1 (global) scratch, which is slower but correct.
-constexpr int64_t kGpuTile = 32;
-constexpr int64_t kGpuTileLargeD = 16;
+// team (GPUs): square tiles, the largest of 64, 32, 16, 8 whose largest kernel (dK/dV: q and dO
+// tiles, K^T and V^T, two accumulators, P and dS, in fp32: (6 D + 2 t + 2) t floats) fits the
+// 48 KiB of shared memory a CUDA block gets without opting in (HIP's LDS is 64 KiB): 32 for D = 32,
+// 16 for D = 64, 8 for D = 128. Tiles that do not fit (larger D, or set by hand) run from level-1
+// (global) scratch: slower, still correct.
+constexpr int64_t kGpuScratchBytes = int64_t(48) << 10;
+int64_t gpu_tile(int64_t D) {
+  for (int64_t t : {64, 32, 16}) {
+    if ((6 * D + 2 * t + 2) * t * static_cast<int64_t>(sizeof(float)) <= kGpuScratchBytes) return t;
+  }
+  return 8;
+}
 
 int g_kernel = -1;  // -1: not decided yet (the environment, else the build's default)
 int64_t g_q_rows = -1, g_k_cols = -1;
@@ -347,7 +354,7 @@ AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
   read_environment();
   AttentionTiles t;
   if (k == AttentionKernel::team) {
-    t.q_rows = t.k_cols = d.D <= 64 ? kGpuTile : kGpuTileLargeD;
+    t.q_rows = t.k_cols = gpu_tile(d.D);
   } else {
     t.q_rows = kCpuQueryRows;
     t.k_cols = kCpuKeyCols;

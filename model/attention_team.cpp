@@ -10,8 +10,9 @@
 // The backward's two passes recompute the scores with the same loops, so both see the same P and
 // dS, and nothing is added by two teams to one element (no atomics: deterministic).
 //
-// Scratch tiles are fp32 (inputs widened once when loaded). A team's tiles fit level-0 scratch
-// (GPU shared memory) at the default tile sizes for D <= 64; otherwise level 1 (global memory).
+// Scratch tiles are fp32 (inputs widened once when loaded). At the default tile sizes
+// (model/attention.cpp) a team's tiles fit level-0 scratch (GPU shared memory) up to D = 128;
+// whatever does not fit runs from level 1 (global memory).
 #include <Kokkos_Core.hpp>
 #include <cfloat>
 
