@@ -56,7 +56,7 @@ int64_t gpu_tile(int64_t D) {
 }
 
 int g_kernel = -1;  // -1: not decided yet (the environment, else the build's default)
-int64_t g_q_rows = -1, g_k_cols = -1;
+int64_t g_q_rows = -1, g_k_cols = -1, g_groups = 0;
 
 // KKTRAIN_ATTENTION=team|tiled_gemm and KKTRAIN_ATTENTION_TILES=QxK (query rows x keys) in the
 // environment override the defaults, so that tests can run either kernel and small tiles through
@@ -344,10 +344,11 @@ const char* attention_kernel_name(AttentionKernel k) {
   return k == AttentionKernel::team ? "team" : "tiled_gemm";
 }
 
-void set_attention_tiles(int64_t q_rows, int64_t k_cols) {
+void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups) {
   read_environment();
   g_q_rows = q_rows;
   g_k_cols = k_cols;
+  g_groups = groups;
 }
 
 AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
@@ -367,6 +368,7 @@ AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
   t.groups = k == AttentionKernel::team
                  ? 1
                  : std::max<int64_t>(1, std::min(d.B * d.KV, kCpuScoreBytes / per_group));
+  if (k != AttentionKernel::team && g_groups > 0) t.groups = std::min(d.B * d.KV, g_groups);
   return t;
 }
 

@@ -46,12 +46,13 @@ const char* attention_kernel_name(AttentionKernel k);
 // Tile sizes: query rows per tile, keys per block, and (tiled_gemm) the (batch, KV head) groups
 // one batched GEMM call covers. attention_tiles() gives the kernel's defaults for these sizes;
 // set_attention_tiles() replaces them, as KKTRAIN_ATTENTION_TILES=QxK does (tests use small
-// tiles so that short sequences cross many tile and block boundaries; 0 restores the defaults).
+// tiles so that short sequences cross many tile and block boundaries, and few groups per call so
+// that the groups split into chunks; 0 restores the defaults).
 struct AttentionTiles {
   int64_t q_rows = 0, k_cols = 0, groups = 0;
 };
 AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k);
-void set_attention_tiles(int64_t q_rows, int64_t k_cols);
+void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups = 0);
 
 // The working buffers the caller provides (device memory; element counts from
 // attention_workspace_sizes for the same dims, kernel and rc). TC buffers are only needed when

@@ -111,8 +111,12 @@ struct Entry {
   bool native = false;
 };
 
-// Cap on cached primitives: the model uses ~20 shapes; a program sweeping shapes starts over.
-constexpr std::size_t kMaxCached = 256;
+// Cap on cached primitives: the model's layers use ~20 shapes, the tiled attention up to a few
+// hundred (each of its ~9 products per key-block width (up to 1024 / 64 = 16 widths), for full and
+// partial query tiles and group chunks: 142 measured at T = 3000 with 50 KV heads), all of them
+// every step, so the cap must hold them all (a full cache starts over: creating primitives again
+// every step would cost far more than running them). A program sweeping shapes starts over.
+constexpr std::size_t kMaxCached = 1024;
 
 std::unordered_map<Key, Entry, KeyHash>& cache() {
   static std::unordered_map<Key, Entry, KeyHash> c;

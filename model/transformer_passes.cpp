@@ -139,7 +139,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
     units_->drop_collected();
   }
   sync_ = opts.sync_grads;
-  if (!opts.keep_logits) kept_logits_ = DView<float>();
+  if (!opts.keep_logits || !opts.compute_logits) kept_logits_ = DView<float>();
 
   gather(embed_unit_);
   const CRef emb = lookup_weights();

@@ -3,9 +3,9 @@
 //  - the materialized attention kktrain ran before (tests/unit/attention_reference.hpp), and
 //  - a float64 host computation of the same function from the same (bf16-exact) inputs,
 // for fp32 and bf16 compute, GQA / MQA / MHA, B > 1, odd T, T not a multiple of the tile, tiles
-// that cut the sequence into many query tiles and key blocks (so the online softmax rescales), and
-// T = 1. Also: the kernels are deterministic (a second run gives the same bits), and the workspace
-// grows linearly in T.
+// that cut the sequence into many query tiles and key blocks (so the online softmax rescales), the
+// (batch, KV head) groups split into several batched calls, and T = 1. Also: the kernels are
+// deterministic (a second run gives the same bits), and the workspace grows linearly in T.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,19 +38,23 @@ const Shape kShapes[] = {
     {3, 64, 3, 3, 8},    // MHA, T exactly one default CPU tile
 };
 
-// A kernel with its tile sizes (0: the kernel's defaults).
+// A kernel with its tile sizes and (tiled_gemm) groups per call (0: the kernel's defaults).
 struct Config {
   AttentionKernel kernel;
-  int64_t q_rows, k_cols;
+  int64_t q_rows, k_cols, groups = 0;
   std::string name() const {
     return std::string(attention_kernel_name(kernel)) + " " + std::to_string(q_rows) + "x" +
-           std::to_string(k_cols);
+           std::to_string(k_cols) + " groups " + std::to_string(groups);
   }
 };
 const Config kConfigs[] = {
-    {AttentionKernel::tiled_gemm, 0, 0}, {AttentionKernel::tiled_gemm, 16, 32},
-    {AttentionKernel::tiled_gemm, 7, 5}, {AttentionKernel::team, 0, 0},
-    {AttentionKernel::team, 8, 16},      {AttentionKernel::team, 5, 3},
+    {AttentionKernel::tiled_gemm, 0, 0},
+    {AttentionKernel::tiled_gemm, 16, 32},
+    {AttentionKernel::tiled_gemm, 7, 5},
+    {AttentionKernel::tiled_gemm, 16, 32, 3},  // (batch, KV head) groups split into chunks of 3
+    {AttentionKernel::team, 0, 0},
+    {AttentionKernel::team, 8, 16},
+    {AttentionKernel::team, 5, 3},
 };
 
 // Outputs in head layout (B, H, T, D) / (B, KV, T, D) as doubles on the host.
@@ -164,7 +168,7 @@ Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
   const AttentionDims d = s.dims();
   const bool rc = !std::is_same<TC, float>::value;
   set_attention_kernel(c.kernel);
-  set_attention_tiles(c.q_rows, c.k_cols);
+  set_attention_tiles(c.q_rows, c.k_cols, c.groups);
   const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, c.kernel, rc);
   DView<float> scores("scores", ws.scores), dprobs("dprobs", ws.dprobs), acc("acc", ws.out_acc);
   DView<float> mx("m", ws.row_stats), l("l", ws.row_stats), delta("delta", ws.delta);
