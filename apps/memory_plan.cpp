@@ -53,8 +53,10 @@ int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int6
   const ModelConfig& m = cfg.model;
   const int64_t N = B * T, C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size;
   const int64_t Q = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim();
-  const int64_t widest = std::max({Q, 2 * F, V, 2 * C, m.num_heads * m.head_dim()});
-  const int64_t act = N * widest, weight = widest * std::max(C, F);
+  const int64_t widest = std::max({Q, 2 * F, 2 * C, m.num_heads * m.head_dim()});
+  // The LM head's activations are one chunk of rows of logits (model.loss_chunk_tokens).
+  const int64_t act = std::max(N * widest, std::min(N, m.loss_chunk_tokens) * V);
+  const int64_t weight = std::max(widest, V) * std::max(C, F);
   return 4 * (std::max(act, weight) * 2 + act);
 }
 

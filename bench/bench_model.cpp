@@ -1,16 +1,24 @@
-// Forward+backward throughput of the kktrain model, for bench/model_bench.py to set side by side
-// with the same model in PyTorch. Also measures the machine's sgemm peak through the same Kokkos
-// Kernels GEMM path the model uses, so achieved GFLOP/s can be read against it.
+// Forward+backward throughput of the kktrain model, for bench/model_bench.py and
+// bench/long_context_bench.py to set side by side with the same model in PyTorch. Also measures
+// the best rate of one GEMM through gemm() (the interface the model uses) in fp32 and bf16 at a
+// model-like shape, so the step's model FLOP utilization can be read against the GEMM rate of its
+// compute dtype.
 //
 //   bench_model --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256
 //               --seq 256 --batch 8 --compute bfloat16 --storage float32 --warmup 2 --iters 5
-// Prints one JSON object per line: {"kind": "sgemm_peak", ...} and {"kind": "step", ...}.
+// Prints one JSON object per line: {"kind": "gemm_peak", "dtype": ...} (two) and
+// {"kind": "step", ...}: wall and process CPU seconds per step (CPU time is less disturbed by
+// other processes on a shared machine), tokens/s, model GFLOP/s, peak RSS.
+#include <sys/resource.h>
 #include <Kokkos_Core.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -27,19 +35,40 @@ using bench::now;
 
 namespace {
 
-// Best-of sgemm rate at a transformer-like shape: (B*T, C) x (C, 4C).
-double sgemm_peak(int64_t M, int64_t K, int64_t N) {
-  DView<float> a("a", M * K), b("b", K * N), c("c", M * N);
-  Kokkos::deep_copy(a, 0.5f);
-  Kokkos::deep_copy(b, 0.25f);
+// Best-of GEMM rate at a transformer-like shape: (B*T, C) x (C, 4C), operands and result in T
+// (bf16 products run oneDNN's native kernels where the CPU has them).
+template <class T>
+double gemm_peak(int64_t M, int64_t K, int64_t N) {
+  DView<T> a("a", M * K), b("b", K * N), c("c", M * N);
+  Kokkos::deep_copy(a, from_f32<T>(0.5f));
+  Kokkos::deep_copy(b, from_f32<T>(0.25f));
   double best = 0.0;
   for (int r = 0; r < 7; ++r) {
     const double t0 = now();
-    gemm('N', 'N', 1.0f, gin(a.data(), M, K), gin(b.data(), K, N), 0.0f, gout(c.data(), M, N));
+    gemm('N', 'T', 1.0f, gin(a.data(), M, K), gin(b.data(), N, K), 0.0f, gout(c.data(), M, N));
     Kokkos::fence();
     best = std::max(best, 2.0 * M * N * K / (now() - t0) / 1e9);
   }
   return best;
+}
+
+double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+double peak_rss_mib() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // KiB on Linux
+}
+
+double rss_mib() {  // resident now: the second field of /proc/self/statm, in pages
+  std::ifstream f("/proc/self/statm");
+  long long size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * 4096.0 / (1 << 20);
 }
 
 }  // namespace
@@ -56,7 +85,7 @@ int main(int argc, char** argv) {
   m.tie_word_embeddings = false;
   int64_t T = 256, B = 8;
   int warmup = 2, iters = 5;
-  bool with_optimizer = true;
+  bool with_optimizer = true, measure_gemm = true;
   std::string compute = "float32", storage = "float32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -87,6 +116,8 @@ int main(int argc, char** argv) {
       iters = std::atoi(v);
     else if (k == "--optimizer")
       with_optimizer = std::atoi(v) != 0;
+    else if (k == "--gemm-peak")
+      measure_gemm = std::atoi(v) != 0;
     else if (k == "--ckpt")
       m.activation_checkpointing = std::atoi(v) != 0;
     else {
@@ -100,8 +131,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_model: bad dtype\n");
     return 2;
   }
-  std::printf("{\"kind\": \"sgemm_peak\", \"gflops\": %.2f}\n",
-              sgemm_peak(B * T, m.hidden_size, 4 * m.hidden_size));
+  if (measure_gemm) {  // (its buffers count in the peak RSS: --gemm-peak 0 for memory runs)
+    std::printf("{\"kind\": \"gemm_peak\", \"dtype\": \"float32\", \"gflops\": %.2f}\n",
+                gemm_peak<float>(B * T, m.hidden_size, 4 * m.hidden_size));
+    std::printf("{\"kind\": \"gemm_peak\", \"dtype\": \"bfloat16\", \"gflops\": %.2f}\n",
+                gemm_peak<bf16>(B * T, m.hidden_size, 4 * m.hidden_size));
+  }
+  const double base_rss = rss_mib();  // the process before the model
   Transformer model(m, p);
   model.init_weights();
   // A full training step also updates the parameters: torch-style AdamW (the PyTorch peer runs
@@ -114,19 +150,25 @@ int main(int argc, char** argv) {
   for (auto& x : targets) x = static_cast<int32_t>(rng() % m.vocab_size);
   ForwardOptions fo;
   fo.prepare_backward = true;
-  std::vector<double> times;
+  std::vector<double> times, cpu_times;
   for (int it = 0; it < warmup + iters; ++it) {
     model.params().zero_grads();
-    const double t0 = now();
+    if (it >= warmup) Kokkos::Profiling::pushRegion("bench_step");  // bench/kernel_timer.cpp
+    const double t0 = now(), c0 = cpu_now();
     model.forward(ids.data(), targets.data(), B, T, fo);
     model.backward();
     if (opt) opt->step(1e-4);
     Kokkos::fence();
-    if (it >= warmup) times.push_back(now() - t0);
+    if (it >= warmup) Kokkos::Profiling::popRegion();
+    if (it >= warmup) {
+      times.push_back(now() - t0);
+      cpu_times.push_back(cpu_now() - c0);
+    }
   }
-  // FLOPs of one forward+backward: 6 per matmul parameter per token, plus attention's
-  // QK^T and PV (full T x T products as computed): 2 * 2 * T * C per token per layer forward,
-  // twice that backward.
+  // Model FLOPs of one forward+backward: 6 per matmul parameter per token, plus the causal
+  // attention's QK^T and PV: 2 products x 2 flops x (T/2 keys on average) x C per token per layer
+  // forward, twice that backward: 6 L T C per token. (The recomputation in backward and the masked
+  // halves of diagonal tiles are work the implementation adds, not model FLOPs.)
   int64_t matmul_params = 0;
   for (const auto& pi : model.params().all()) {
     if (pi.role == ParamRole::linear) matmul_params += pi.numel;
@@ -134,13 +176,15 @@ int main(int argc, char** argv) {
   matmul_params += m.tie_word_embeddings ? m.vocab_size * m.hidden_size : 0;
   const double tokens = static_cast<double>(B * T);
   const double flops = 6.0 * matmul_params * tokens +
-                       12.0 * m.num_layers * static_cast<double>(T) * m.hidden_size * tokens;
+                       6.0 * m.num_layers * static_cast<double>(T) * m.hidden_size * tokens;
   const double med = median(times);
   std::printf(
       "{\"kind\": \"step\", \"impl\": \"kktrain\", \"compute\": \"%s\", \"storage\": \"%s\", "
-      "\"median_s\": %.5f, \"min_s\": %.5f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, "
-      "\"iters\": %d, \"optimizer\": %s}\n",
+      "\"median_s\": %.5f, \"min_s\": %.5f, \"cpu_median_s\": %.5f, \"tokens_per_s\": %.1f, "
+      "\"gflops\": %.2f, \"peak_rss_mib\": %.1f, \"base_rss_mib\": %.1f, \"iters\": %d, "
+      "\"optimizer\": %s}\n",
       compute.c_str(), storage.c_str(), med, *std::min_element(times.begin(), times.end()),
-      tokens / med, flops / med / 1e9, iters, with_optimizer ? "true" : "false");
+      median(cpu_times), tokens / med, flops / med / 1e9, peak_rss_mib(), base_rss, iters,
+      with_optimizer ? "true" : "false");
   return 0;
 }

@@ -6,9 +6,11 @@ against torch.optim.AdamW(foreach=True)).
 
 Runs bench_model (kktrain) and torch_llama.py (PyTorch peer) alternately for several rounds at
 equal thread counts (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / torch.set_num_threads), for fp32
-and bf16 compute, and prints medians, the kktrain/PyTorch throughput ratio, and kktrain's
-achieved GFLOP/s against the sgemm peak measured in the same run. Alternating rounds keeps
-slow drifts of a shared, noisy machine from favouring one side.
+and bf16 compute, and prints medians, the kktrain/PyTorch throughput ratio (wall time; and CPU
+time per step, which other processes on a shared machine disturb less), and kktrain's model FLOP
+utilization: model GFLOP/s (6 x matmul parameters x tokens + 6 L T C per token for the causal
+attention) against the best rate of one GEMM of the same dtype measured in the same run.
+Alternating rounds keeps slow drifts of a shared, noisy machine from favouring one side.
 
     bench/model_bench.py [--build build] [--rounds 3] [--threads 1,2] [--small]
                          [--peer-env OPENBLAS_CORETYPE=SKYLAKEX]
@@ -55,26 +57,32 @@ def main():
     print("model:", ", ".join(f"{k}={v}" for k, v in shape.items()),
           "| untied head, a full training step: forward + backward + AdamW (fp32 storage)")
     print(f"{'threads':>7} {'compute':>9} {'kktrain tok/s':>14} {'pytorch tok/s':>14} "
-          f"{'ratio':>6} {'kk GFLOP/s':>10} {'sgemm peak':>10} {'of peak':>7}")
+          f"{'ratio':>6} {'cpu ratio':>9} {'kk GFLOP/s':>10} {'GEMM peak':>9} {'MFU':>5}")
     for threads in [int(t) for t in a.threads.split(",")]:
         for compute in ("float32", "bfloat16"):
-            kk_tps, pt_tps, gflops, peaks = [], [], [], []
+            kk_tps, pt_tps, kk_cpu, pt_cpu, gflops, peaks = [], [], [], [], [], []
             for _ in range(a.rounds):
                 for rec in run(kk + ["--compute", compute], threads):
-                    if rec["kind"] == "sgemm_peak":
-                        peaks.append(rec["gflops"])
+                    if rec["kind"] == "gemm_peak":
+                        if rec["dtype"] == compute:
+                            peaks.append(rec["gflops"])
                     else:
                         kk_tps.append(rec["tokens_per_s"])
+                        kk_cpu.append(rec["cpu_median_s"])
                         gflops.append(rec["gflops"])
                 rec = run(pt + ["--compute", compute, "--threads", str(threads)], threads,
                           dict(kv.split("=", 1) for kv in a.peer_env))[-1]
                 pt_tps.append(rec["tokens_per_s"])
+                pt_cpu.append(rec["cpu_median_s"])
             k, t = statistics.median(kk_tps), statistics.median(pt_tps)
+            cr = statistics.median(pt_cpu) / statistics.median(kk_cpu)
             g, pk = statistics.median(gflops), statistics.median(peaks)
-            print(f"{threads:>7} {compute:>9} {k:>14.1f} {t:>14.1f} {k / t:>6.2f} {g:>10.1f} "
-                  f"{pk:>10.1f} {g / pk:>7.0%}", flush=True)
-    print("ratio = kktrain / PyTorch throughput (median over rounds); PyTorch bf16 is CPU "
-          "autocast (oneDNN bf16 kernels where the CPU has them).")
+            print(f"{threads:>7} {compute:>9} {k:>14.1f} {t:>14.1f} {k / t:>6.2f} {cr:>9.2f} "
+                  f"{g:>10.1f} {pk:>9.1f} {g / pk:>5.0%}", flush=True)
+    print("ratio = kktrain / PyTorch throughput (median over rounds); cpu ratio = PyTorch / "
+          "kktrain CPU seconds per step; MFU = kktrain's model GFLOP/s / the best in-run GEMM "
+          "rate of the compute dtype. PyTorch bf16 is CPU autocast (oneDNN bf16 kernels where the "
+          "CPU has them).")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ would, timed forward+backward at a fixed thread count. bf16 compute uses CPU aut
 
     torch_llama.py --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256 \
                    --seq 256 --batch 8 --compute bfloat16 --threads 1 --warmup 2 --iters 5
-Prints one JSON line like bench_model.
+Prints one JSON line like bench_model: wall and process CPU seconds per step, tokens/s, peak RSS
+and the RSS before the model was built (the interpreter and torch itself).
 """
 import argparse
 import json
 import math
+import resource
 import statistics
 import time
 
@@ -83,6 +85,11 @@ class Llama(torch.nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
 def main():
     p = argparse.ArgumentParser()
     for k, v in dict(hidden=384, layers=6, heads=6, kv_heads=6, ffn=1024, vocab=256, seq=256,
@@ -94,28 +101,32 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    base_rss = rss_mib()
     model = Llama(a)
     if a.storage == "bfloat16":
         model = model.to(torch.bfloat16)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
     targets = torch.randint(0, a.vocab, (a.batch, a.seq))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True) if a.optimizer else None
-    times = []
+    times, cpu_times = [], []
     for it in range(a.warmup + a.iters):
         model.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.compute == "bfloat16"):
             loss = model(ids, targets)
         loss.backward()
         if opt is not None:
             opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if it >= a.warmup:
             times.append(dt)
+            cpu_times.append(dc)
     med = statistics.median(times)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(dict(kind="step", impl="pytorch", compute=a.compute, storage=a.storage,
-                          median_s=med, min_s=min(times), tokens_per_s=a.batch * a.seq / med,
-                          iters=a.iters, threads=torch.get_num_threads(),
+                          median_s=med, min_s=min(times), cpu_median_s=statistics.median(cpu_times),
+                          tokens_per_s=a.batch * a.seq / med, peak_rss_mib=peak,
+                          base_rss_mib=base_rss, iters=a.iters, threads=torch.get_num_threads(),
                           torch=torch.__version__)))
 
 

@@ -128,6 +128,7 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->init_from = s.get_opt_string("init_from");
   spec->init_from = m->init_from;
   m->activation_checkpointing = s.get_bool("activation_checkpointing", false);
+  m->loss_chunk_tokens = s.get_int("loss_chunk_tokens", m->loss_chunk_tokens, 1, 1 << 24);
   m->keep_in_fp32 = s.get_string_list("keep_in_fp32");
   m->mtp_num_layers = s.get_int("mtp_num_layers", 0, 0, 64);
   m->compute_mtp = s.get_bool("compute_mtp", true);

@@ -48,6 +48,9 @@ struct ModelConfig {
   double init_std = 0.02;
   std::optional<std::string> init_from;
   bool activation_checkpointing = false;
+  // Rows (tokens) per chunk of the LM head + loss: the head GEMM, log-softmax, loss and dlogits
+  // run chunk by chunk, so (loss_chunk_tokens, V) logits exist at a time, never (B*T, V).
+  int64_t loss_chunk_tokens = 256;
   std::vector<std::string> keep_in_fp32;  // parameter globs kept fp32 (model-protected)
   int64_t mtp_num_layers = 0;             // multi-token-prediction head depth (0 = none)
   bool compute_mtp = true;

@@ -1,8 +1,25 @@
+// Tiled causal attention (model/attention.hpp): kernel choice, tile sizes, and the tiled_gemm
+// kernel, whose tile products are batched GEMM calls with row kernels in between.
+//
+// tiled_gemm loops on the host over (query head within a KV group g, query tile, chunk of
+// (batch, KV head) groups, key block). The query tile of head g of every group in the chunk is one
+// strided batch (groups G*T rows apart in the head layout), its key block another (T rows apart),
+// so each product is one gemm_batched call whatever B and KV are; the causal bound ends the key
+// blocks at the tile's last query row. Every sum runs in a fixed order (the GEMM's, then the host
+// loop's), so results are deterministic.
 #include "model/attention.hpp"
 
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/bf16.hpp"
+#include "core/errors.hpp"
+#include "model/attention_impl.hpp"
 #include "model/gemm.hpp"
 #include "model/kernels.hpp"
 
@@ -10,107 +27,413 @@ namespace kktrain {
 
 namespace {
 
-// The products of one (batch, KV head) group as one matrix: the H / KV query heads of a group are
-// consecutive in the head layout, so their rows form one (G*T, D) block of q (and of out, dq,
-// dout), their scores one (G*T, T) block of att, while K and V are (T, D) blocks. Every attention
-// product is then a batch of identical products over contiguous matrices, one gemm_batched call
-// per chunk of attention_groups_per_call() groups, with the sums over a group's heads (dK, dV)
-// inside the product.
-struct Chunk {
-  int64_t groups, GT, T, D;        // groups in this call; one group's matrix sizes
-  int64_t q_off, kv_off, att_off;  // element offsets of the chunk's first group
-};
+// ---- tile sizes ----------------------------------------------------------------------------
+// tiled_gemm (CPUs). Query tile: 64 rows. The diagonal tile computes its masked upper half too, an
+// overhead of q_rows / (2 T) of the causal work (12.5% at T = 256, 0.8% at T = 4096), and a
+// smaller tile doubles the calls and halves each product's rows (M = 64 per head keeps oneDNN's and
+// BLAS' kernels near their rate; 32, 64, 128 and 256 measured within the noise of each other at
+// T = 256 and 2048, bench/README.md).
+constexpr int64_t kCpuQueryRows = 64;
+// Key block: 1024 keys. Up to T = 1024 a query tile's keys are one block (one product per step,
+// the softmax exact in one pass); beyond, the online softmax streams blocks of 1024, whose fp32
+// scores (64 x 1024 x 4 bytes = 256 KiB per group) stay within a core's L2.
+constexpr int64_t kCpuKeyCols = 1024;
+// Groups per call: as many (batch, KV head) groups as keep one call's fp32 scores within 2 MiB
+// (a server core's L2), so the scores stay in cache from the product through the row kernel to
+// the next product; at least one.
+constexpr int64_t kCpuScoreBytes = int64_t(2) << 20;
+// team (GPUs): square tiles, the largest of 64, 32, 16, 8 whose largest kernel (dK/dV: q and dO
+// tiles, K^T and V^T, two accumulators, P and dS, in fp32: (6 D + 2 t + 2) t floats) fits the
+// 48 KiB of shared memory a CUDA block gets without opting in (HIP's LDS is 64 KiB): 32 for D = 32,
+// 16 for D = 64, 8 for D = 128. Tiles that do not fit (larger D, or set by hand) run from level-1
+// (global) scratch: slower, still correct.
+constexpr int64_t kGpuScratchBytes = int64_t(48) << 10;
+int64_t gpu_tile(int64_t D) {
+  for (int64_t t : {64, 32, 16}) {
+    if ((6 * D + 2 * t + 2) * t * static_cast<int64_t>(sizeof(float)) <= kGpuScratchBytes) return t;
+  }
+  return 8;
+}
 
-template <class Fn>
-void for_each_chunk(const AttentionDims& d, const Fn& fn) {
-  const int64_t total = d.B * d.KV, per = attention_groups_per_call(d);
-  const int64_t GT = (d.H / d.KV) * d.T;
-  for (int64_t g0 = 0; g0 < total; g0 += per) {
-    const int64_t n = total - g0 < per ? total - g0 : per;
-    fn(Chunk{n, GT, d.T, d.D, g0 * GT * d.D, g0 * d.T * d.D, g0 * GT * d.T});
+int g_kernel = -1;  // -1: not decided yet (the environment, else the build's default)
+int64_t g_q_rows = -1, g_k_cols = -1, g_groups = 0;
+
+// KKTRAIN_ATTENTION=team|tiled_gemm and KKTRAIN_ATTENTION_TILES=QxK (query rows x keys) in the
+// environment override the defaults, so that tests can run either kernel and small tiles through
+// the whole program (kktrain grads against PyTorch).
+void read_environment() {
+  if (g_kernel < 0) {
+    const char* e = std::getenv("KKTRAIN_ATTENTION");
+    const std::string want = e ? e : "";
+    if (want == "team") {
+      g_kernel = static_cast<int>(AttentionKernel::team);
+    } else if (want == "tiled_gemm") {
+      g_kernel = static_cast<int>(AttentionKernel::tiled_gemm);
+    } else if (want.empty()) {
+      g_kernel =
+          static_cast<int>(kHostKernels ? AttentionKernel::tiled_gemm : AttentionKernel::team);
+    } else {
+      throw UsageError("KKTRAIN_ATTENTION='" + want + "': expected team or tiled_gemm");
+    }
+  }
+  if (g_q_rows < 0) {
+    const char* e = std::getenv("KKTRAIN_ATTENTION_TILES");
+    long long q = 0, k = 0;
+    char x = 0, extra = 0;
+    if (e != nullptr &&
+        (std::sscanf(e, "%lld%c%lld%c", &q, &x, &k, &extra) != 3 || x != 'x' || q < 1 || k < 1)) {
+      throw UsageError(std::string("KKTRAIN_ATTENTION_TILES='") + e +
+                       "': expected QxK, query rows x keys per block, both >= 1");
+    }
+    g_q_rows = q;
+    g_k_cols = k;
   }
 }
 
-// att_c (groups, G*T, T) = causal_softmax(scale q_c k_c^T): the chunk's scores in one batched
-// product, then one softmax launch over its rows. Forward and backward call this, so both see the
-// same probabilities.
+// The operand the P~ V (and dV) products read: the rounded copy, or the fp32 values themselves
+// when nothing is rounded (TC = float, no rc).
 template <class TC>
-void attention_probs(float* att, const TC* q, const TC* k, const AttentionDims& d, const Chunk& c) {
-  gemm_batched(c.groups, 'N', 'T', d.scale, gin(q + c.q_off, c.GT, c.D),
-               gin(k + c.kv_off, c.T, c.D), 0.0f, gout(att + c.att_off, c.GT, c.T));
-  causal_softmax_forward(att + c.att_off, c.groups * c.GT / c.T, c.T);  // heads in the chunk
+const TC* operand(const TC* rounded, const float* raw) {
+  if constexpr (std::is_same<TC, float>::value) {
+    return rounded != nullptr ? rounded : raw;
+  } else {
+    (void)raw;
+    return rounded;
+  }
+}
+
+// Sum and max of x[0, n) in a fixed order that vectorizes: 16 interleaved partial results,
+// combined pairwise.
+KOKKOS_INLINE_FUNCTION float lane_sum(const float* x, int64_t n) {
+  float acc[16] = {};
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += x[c + j];
+  }
+  for (int j = 0; c + j < n; ++j) acc[j] += x[c + j];
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  }
+  return acc[0];
+}
+KOKKOS_INLINE_FUNCTION float lane_max(const float* x, int64_t n) {
+  float acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = -FLT_MAX;
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] = x[c + j] > acc[j] ? x[c + j] : acc[j];
+  }
+  for (int j = 0; c + j < n; ++j) acc[j] = x[c + j] > acc[j] ? x[c + j] : acc[j];
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int j = 0; j < w; ++j) acc[j] = acc[j + w] > acc[j] ? acc[j + w] : acc[j];
+  }
+  return acc[0];
+}
+
+// Row kernels' inner loops, written so that they vectorize on CPUs: no branch in the loop
+// (the causal mask splits a row into [0, valid) and [valid, kw)), restrict-qualified distinct
+// arrays (in-place updates have their own loops).
+
+// x[c] = exp(x[c] - m) for c < valid, 0 for valid <= c < kw.
+KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t valid, int64_t kw, float m) {
+  for (int64_t c = 0; c < valid; ++c) x[c] = exp_fast(x[c] - m);
+  for (int64_t c = valid; c < kw; ++c) x[c] = 0.0f;
+}
+
+// out[c] = rnd(in[c], rc) in the compute dtype.
+template <class TC>
+KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restrict in, int64_t n,
+                                      bool rc) {
+  for (int64_t c = 0; c < n; ++c) store_as(out, c, rnd(in[c], rc));
+}
+
+// The backward's P = exp(S - lse) (0 where masked) and dS = rnd(P (rnd(dP) - delta)) of a row,
+// into p and ds (rnd(P) there), or in place of S and dP.
+template <class TC>
+KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
+                                        const float* __restrict s, const float* __restrict dp,
+                                        int64_t valid, int64_t kw, float lse, float delta,
+                                        bool rc) {
+  for (int64_t c = 0; c < valid; ++c) {
+    const float e = exp_fast(s[c] - lse);
+    store_as(p, c, rnd(e, rc));
+    store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta), rc));
+  }
+  for (int64_t c = valid; c < kw; ++c) {
+    store_as(p, c, 0.0f);
+    store_as(ds, c, 0.0f);
+  }
+}
+KOKKOS_INLINE_FUNCTION void dscores_row_in_place(float* s, float* dp, int64_t valid, int64_t kw,
+                                                 float lse, float delta) {
+  for (int64_t c = 0; c < valid; ++c) {
+    const float e = exp_fast(s[c] - lse);
+    s[c] = e;
+    dp[c] = e * (dp[c] - delta);
+  }
+  for (int64_t c = valid; c < kw; ++c) s[c] = dp[c] = 0.0f;
+}
+
+// One step of a tile's loop: rows (nc groups, nr query rows) of query head g, query tile at i0,
+// key block [k0, k0 + kw).
+struct Step {
+  int64_t c0, nc, g, i0, nr, k0, kw;
+};
+
+// Online-softmax update of the forward over scores (nc, nr, kw): running max m and sum l per row,
+// the block's P~ = exp(S - m) (0 where masked) into probs (rounded to rc; TC) or in place, and the
+// output accumulator (nc, nr, D) rescaled by exp(m_old - m_new) before this block's product adds
+// to it. The first block starts the row.
+template <class TC>
+void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, bool rc) {
+  float* scores = s.scores;
+  TC* probs = s.probs;
+  float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
+  const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0;
+  const bool first = k0 == 0;
+  Kokkos::parallel_for(
+      "attention_softmax_block", RangePolicy(0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t valid = causal_width(i0 + row % nr, k0, kw);
+        float* srow = scores + row * kw;
+        const float m_old = first ? -FLT_MAX : m[row];
+        const float m_new = math::max_f(m_old, lane_max(srow, valid));
+        exp_row(srow, valid, kw, m_new);
+        const float sum = lane_sum(srow, kw);
+        if (probs != nullptr) round_row(probs + row * kw, srow, kw, rc);
+        m[row] = m_new;
+        if (first) {
+          l[row] = sum;
+        } else {
+          const float alpha = exp_fast(m_old - m_new);
+          l[row] = alpha * l[row] + sum;
+          for (int64_t e = 0; e < D; ++e) acc[row * D + e] *= alpha;
+        }
+      });
+}
+
+// out (token layout) = rnd(acc / l), lse = m + log(l) for the rows of a tile.
+template <class TC>
+void finalize_tile(TC* out, float* lse, const AttentionScratch<TC>& s, const Step& st,
+                   const AttentionDims& d, bool rc) {
+  const float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
+  const int64_t nr = st.nr, i0 = st.i0, c0 = st.c0, g = st.g;
+  const int64_t T = d.T, H = d.H, D = d.D, KV = d.KV, G = d.H / d.KV;
+  Kokkos::parallel_for(
+      "attention_finalize", RangePolicy(0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t bk = c0 + row / nr, t = i0 + row % nr;
+        const int64_t b = bk / KV, h = (bk % KV) * G + g;
+        const float inv = 1.0f / l[row];
+        TC* o = out + token_index(b, h, t, 0, T, H, D);
+        for (int64_t e = 0; e < D; ++e) store_as(o, e, rnd(acc[row * D + e] * inv, rc));
+        lse[(b * H + h) * T + t] = m[row] + math::log(l[row]);
+      });
+}
+
+// Backward row kernel over scores S and dprobs dP (nc, nr, kw): P = exp(S - lse) (0 where
+// masked), its rounded copy into probs (or in place), and dS = rnd(P * (rnd(dP) - delta)) into
+// dscores (or in place of dP).
+template <class TC>
+void dscores_block(const AttentionScratch<TC>& s, const float* lse, const Step& st,
+                   const AttentionDims& d, bool rc) {
+  float *scores = s.scores, *dprobs = s.dprobs;
+  const float* delta = s.delta;
+  TC *probs = s.probs, *dscores = s.dscores;
+  const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0, c0 = st.c0, g = st.g;
+  const int64_t T = d.T, G = d.H / d.KV;
+  Kokkos::parallel_for(
+      "attention_dscores_block", RangePolicy(0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t t = i0 + row % nr;
+        const int64_t stat = ((c0 + row / nr) * G + g) * T + t;  // (b*H + h)*T + t
+        const int64_t valid = causal_width(t, k0, kw);
+        const float row_lse = lse[stat], row_delta = delta[stat];
+        float* srow = scores + row * kw;
+        float* dprow = dprobs + row * kw;
+        if (probs != nullptr) {
+          dscores_row(probs + row * kw, dscores + row * kw, srow, dprow, valid, kw, row_lse,
+                      row_delta, rc);
+        } else {  // fp32 without rounding
+          dscores_row_in_place(srow, dprow, valid, kw, row_lse, row_delta);
+        }
+      });
+}
+
+template <class TC>
+void tiled_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
+                   const AttentionDims& d, const AttentionScratch<TC>& s, bool rc) {
+  const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
+  const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t i0 = 0; i0 < T; i0 += tl.q_rows) {
+      const int64_t nr = std::min(tl.q_rows, T - i0), kend = i0 + nr;
+      for (int64_t c0 = 0; c0 < NG; c0 += tl.groups) {
+        const int64_t nc = std::min(tl.groups, NG - c0);
+        const GemmIn qt = gin(q + ((c0 * G + g) * T + i0) * D, nr, D, G * T * D);  // (nr, D)
+        for (int64_t k0 = 0; k0 < kend; k0 += tl.k_cols) {
+          const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0)};
+          const int64_t kw = st.kw;
+          // S (nr, kw) = scale q_tile k_block^T, fp32
+          gemm_batched(nc, 'N', 'T', d.scale, qt, gin(k + (c0 * T + k0) * D, kw, D, T * D), 0.0f,
+                       gout(s.scores, nr, kw));
+          softmax_block(s, st, D, rc);
+          // acc (nr, D) (+)= rnd(P~) (nr, kw) v_block (kw, D), fp32
+          gemm_batched(nc, 'N', 'N', 1.0f, gin(operand(s.probs, s.scores), nr, kw),
+                       gin(v + (c0 * T + k0) * D, kw, D, T * D), k0 == 0 ? 0.0f : 1.0f,
+                       gout(s.out_acc, nr, D));
+        }
+        finalize_tile(out, lse, s, Step{c0, nc, g, i0, nr, 0, 0}, d, rc);
+      }
+    }
+  }
+}
+
+template <class TC>
+void tiled_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse, const TC* q,
+                    const TC* k, const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s,
+                    bool rc) {
+  const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
+  const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
+  // dK and dV sum over query tiles and the group's heads: start at zero, every product adds.
+  Kokkos::deep_copy(DViewU<float>(dk, NG * T * D), 0.0f);
+  Kokkos::deep_copy(DViewU<float>(dv, NG * T * D), 0.0f);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t i0 = 0; i0 < T; i0 += tl.q_rows) {
+      const int64_t nr = std::min(tl.q_rows, T - i0), kend = i0 + nr;
+      for (int64_t c0 = 0; c0 < NG; c0 += tl.groups) {
+        const int64_t nc = std::min(tl.groups, NG - c0);
+        const int64_t qoff = ((c0 * G + g) * T + i0) * D, qstride = G * T * D;
+        const GemmIn qt = gin(q + qoff, nr, D, qstride), dot = gin(dout + qoff, nr, D, qstride);
+        for (int64_t k0 = 0; k0 < kend; k0 += tl.k_cols) {
+          const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0)};
+          const int64_t kw = st.kw, koff = (c0 * T + k0) * D;
+          const GemmIn kb = gin(k + koff, kw, D, T * D);
+          // S (nr, kw) = scale q_tile k_block^T; dP (nr, kw) = dout_tile v_block^T
+          gemm_batched(nc, 'N', 'T', d.scale, qt, kb, 0.0f, gout(s.scores, nr, kw));
+          gemm_batched(nc, 'N', 'T', 1.0f, dot, gin(v + koff, kw, D, T * D), 0.0f,
+                       gout(s.dprobs, nr, kw));
+          dscores_block(s, lse, st, d, rc);
+          const TC* p = operand(s.probs, s.scores);
+          const TC* ds = operand(s.dscores, s.dprobs);
+          // dv_block (kw, D) += rnd(P)^T (kw, nr) dout_tile (nr, D)
+          gemm_batched(nc, 'T', 'N', 1.0f, gin(p, nr, kw), dot, 1.0f,
+                       gout(dv + koff, kw, D, T * D));
+          // dq_tile (nr, D) (+)= scale dS (nr, kw) k_block (kw, D)
+          gemm_batched(nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb, k0 == 0 ? 0.0f : 1.0f,
+                       gout(dq + qoff, nr, D, qstride));
+          // dk_block (kw, D) += scale dS^T (kw, nr) q_tile (nr, D)
+          gemm_batched(nc, 'T', 'N', d.scale, gin(ds, nr, kw), qt, 1.0f,
+                       gout(dk + koff, kw, D, T * D));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
 
-int64_t attention_groups_per_call(const AttentionDims& d) {
-  // GPUs: every group in one call (one launch per product). CPUs: one group at a time, so its
-  // scores and their gradient stay in cache between the products and the softmax (the host BLAS
-  // runs one product at a time either way).
-  if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) return d.B * d.KV;
-  return 1;
+AttentionKernel attention_kernel() {
+  read_environment();
+  return static_cast<AttentionKernel>(g_kernel);
+}
+
+void set_attention_kernel(AttentionKernel k) {
+  read_environment();
+  g_kernel = static_cast<int>(k);
+}
+
+const char* attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::team ? "team" : "tiled_gemm";
+}
+
+void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups) {
+  read_environment();
+  g_q_rows = q_rows;
+  g_k_cols = k_cols;
+  g_groups = groups;
+}
+
+AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
+  read_environment();
+  AttentionTiles t;
+  if (k == AttentionKernel::team) {
+    t.q_rows = t.k_cols = gpu_tile(d.D);
+  } else {
+    t.q_rows = kCpuQueryRows;
+    t.k_cols = kCpuKeyCols;
+  }
+  if (g_q_rows > 0) t.q_rows = g_q_rows;
+  if (g_k_cols > 0) t.k_cols = g_k_cols;
+  t.q_rows = std::max<int64_t>(1, std::min(t.q_rows, d.T));
+  t.k_cols = std::max<int64_t>(1, std::min(t.k_cols, d.T));
+  const int64_t per_group = t.q_rows * t.k_cols * static_cast<int64_t>(sizeof(float));
+  t.groups = k == AttentionKernel::team
+                 ? 1
+                 : std::max<int64_t>(1, std::min(d.B * d.KV, kCpuScoreBytes / per_group));
+  if (k != AttentionKernel::team && g_groups > 0) t.groups = std::min(d.B * d.KV, g_groups);
+  return t;
+}
+
+AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
+                                                  bool round_operands) {
+  AttentionWorkspaceSizes w;
+  w.delta = d.B * d.H * d.T;
+  if (k == AttentionKernel::team) return w;  // the team kernel's tiles live in team scratch
+  const AttentionTiles t = attention_tiles(d, k);
+  const int64_t tile = t.groups * t.q_rows * t.k_cols;
+  w.scores = w.dprobs = tile;
+  w.probs = w.dscores = round_operands ? tile : 0;
+  w.out_acc = t.groups * t.q_rows * d.D;
+  w.row_stats = t.groups * t.q_rows;
+  return w;
 }
 
 template <class TC>
-void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const TC* k, const TC* v,
-                       const AttentionDims& d, bool rc) {
-  for_each_chunk(d, [&](const Chunk& c) {
-    attention_probs(att, q, k, d, c);
-    const TC* p = compute_copy(pc_scratch, att + c.att_off, c.groups * c.GT * c.T, rc);
-    // out_g (G*T, D) = p_g (G*T, T) @ v_g (T, D), rounded once when out is bf16
-    gemm_batched(c.groups, 'N', 'N', 1.0f, gin(p, c.GT, c.T), gin(v + c.kv_off, c.T, c.D), 0.0f,
-                 gout(out + c.q_off, c.GT, c.D));
-  });
-  if constexpr (std::is_same<TC, float>::value) {  // fp32 containers: round after the sum
-    if (rc) round_copy(out, out, d.B * d.H * d.T * d.D, true);
+void attention_delta(float* delta, const TC* dout, const TC* out, const AttentionDims& d) {
+  const int64_t T = d.T, H = d.H, D = d.D;
+  Kokkos::parallel_for(
+      "attention_delta", RangePolicy(0, d.B * H * T), KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t t = row % T, h = (row / T) % H, b = row / (T * H);
+        const TC* o = out + token_index(b, h, t, 0, T, H, D);
+        const TC* go = dout + row * D;
+        float acc[16] = {};
+        for (int64_t e = 0; e < D; ++e) acc[e % 16] += to_f32(go[e]) * to_f32(o[e]);
+        for (int w = 8; w >= 1; w /= 2) {
+          for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+        }
+        delta[row] = acc[0];
+      });
+}
+
+template <class TC>
+void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
+                       const AttentionDims& d, const AttentionScratch<TC>& s, bool rc) {
+  if (attention_kernel() == AttentionKernel::team) {
+    team_attention_forward(out, lse, q, k, v, d, rc);
+  } else {
+    tiled_forward(out, lse, q, k, v, d, s, rc);
   }
 }
 
 template <class TC>
-void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
-                        float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,
-                        const AttentionDims& d, bool rc) {
-  for_each_chunk(d, [&](const Chunk& c) {
-    const int64_t n_att = c.groups * c.GT * c.T;
-    const TC* go = dout + c.q_off;
-    attention_probs(att, q, k, d, c);
-    const TC* p = compute_copy(pc_scratch, att + c.att_off, n_att, rc);
-    // dv_g (T, D) = p_g^T (T, G*T) @ dout_g (G*T, D): the sum over the group's heads is inside
-    gemm_batched(c.groups, 'T', 'N', 1.0f, gin(p, c.GT, c.T), gin(go, c.GT, c.D), 0.0f,
-                 gout(dv + c.kv_off, c.T, c.D));
-    // dp_g (G*T, T) = dout_g (G*T, D) @ v_g (T, D)^T, the gradient of the compute-dtype
-    // probabilities
-    gemm_batched(c.groups, 'N', 'T', 1.0f, gin(go, c.GT, c.D), gin(v + c.kv_off, c.T, c.D), 0.0f,
-                 gout(dp_scratch, c.GT, c.T));
-    if (rc) round_copy(dp_scratch, dp_scratch, n_att, true);
-    // dp -> dscores through the fp32 softmax (uses the unrounded probabilities), then rounded to
-    // the compute dtype as the gradient of the scores product's output (autocast's bf16 matmul
-    // output) before the dQ/dK products; pc is free again (p was used for dV).
-    causal_softmax_backward(dp_scratch, att + c.att_off, c.groups * c.GT / c.T, c.T);
-    const TC* ds = compute_copy(pc_scratch, dp_scratch, n_att, rc);
-    // dq_g (G*T, D) = scale * ds_g (G*T, T) @ k_g (T, D)
-    gemm_batched(c.groups, 'N', 'N', d.scale, gin(ds, c.GT, c.T), gin(k + c.kv_off, c.T, c.D), 0.0f,
-                 gout(dq + c.q_off, c.GT, c.D));
-    // dk_g (T, D) = scale * ds_g^T (T, G*T) @ q_g (G*T, D)
-    gemm_batched(c.groups, 'T', 'N', d.scale, gin(ds, c.GT, c.T), gin(q + c.q_off, c.GT, c.D), 0.0f,
-                 gout(dk + c.kv_off, c.T, c.D));
-  });
-  if (rc) {
-    round_copy(dq, dq, d.B * d.H * d.T * d.D, true);
-    round_copy(dk, dk, d.B * d.KV * d.T * d.D, true);
-    round_copy(dv, dv, d.B * d.KV * d.T * d.D, true);
+void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
+                        const float* lse, const TC* q, const TC* k, const TC* v,
+                        const AttentionDims& d, const AttentionScratch<TC>& s, bool rc) {
+  attention_delta(s.delta, dout, out, d);
+  if (attention_kernel() == AttentionKernel::team) {
+    team_attention_backward(dq, dk, dv, dout, lse, s.delta, q, k, v, d, rc);
+  } else {
+    tiled_backward(dq, dk, dv, dout, lse, q, k, v, d, s, rc);
   }
 }
 
-template void attention_forward<float>(float*, float*, float*, const float*, const float*,
-                                       const float*, const AttentionDims&, bool);
-template void attention_forward<bf16>(bf16*, float*, bf16*, const bf16*, const bf16*, const bf16*,
-                                      const AttentionDims&, bool);
-template void attention_backward<float>(float*, float*, float*, float*, float*, float*,
-                                        const float*, const float*, const float*, const float*,
-                                        const AttentionDims&, bool);
-template void attention_backward<bf16>(float*, float*, float*, float*, bf16*, float*, const bf16*,
-                                       const bf16*, const bf16*, const bf16*, const AttentionDims&,
-                                       bool);
+#define KKTRAIN_INST_ATTENTION(TC)                                                                 \
+  template void attention_delta<TC>(float*, const TC*, const TC*, const AttentionDims&);           \
+  template void attention_forward<TC>(TC*, float*, const TC*, const TC*, const TC*,                \
+                                      const AttentionDims&, const AttentionScratch<TC>&, bool);    \
+  template void attention_backward<TC>(float*, float*, float*, const TC*, const TC*, const float*, \
+                                       const TC*, const TC*, const TC*, const AttentionDims&,      \
+                                       const AttentionScratch<TC>&, bool);
+KKTRAIN_INST_ATTENTION(float)
+KKTRAIN_INST_ATTENTION(bf16)
+#undef KKTRAIN_INST_ATTENTION
 
 }  // namespace kktrain

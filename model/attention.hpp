@@ -1,14 +1,28 @@
-// Causal multi-head attention with grouped KV heads, on head-major tensors.
+// Causal multi-head attention with grouped KV heads, tiled (the FlashAttention-2 algorithm): no
+// T x T tensor exists at any time, memory is linear in T.
 //
-// Scores and probabilities are fp32 (B, H, T, T); the probabilities fed to the PV product are
-// rounded to the compute dtype, as a bf16 autocast attention does. With GQA, query head h reads KV
-// head h / (H / KV); K and V gradients sum over the heads of a group. The G = H / KV query heads
-// of a (batch, KV head) group are one (G*T, D) block, so each product is a batched GEMM over
-// groups: on GPUs one strided-batched call over all B*KV groups, on CPUs one group per call (its
-// (G*T, T) scores stay in cache from the product through the softmax to the next products).
+// Forward, per query tile of a head: the key/value blocks up to the causal diagonal are streamed
+// (blocks entirely above the diagonal are never touched), scores S = scale q k^T in fp32, an
+// online softmax keeps each row's running max m and sum l in fp32 and rescales the fp32 output
+// accumulator when the max grows, P~ = exp(S - m) is rounded to the compute dtype for the P~ V
+// product (as a bf16 autocast attention rounds its probabilities), and the output is rounded once,
+// out = rnd(acc / l). Only the row log-sum-exp lse = m + log(l) is kept for backward.
 //
-// The probabilities are not kept between forward and backward: the backward recomputes them with
-// the same GEMMs and the same softmax launch (so the same values) into the same one-layer scratch.
+// Backward recomputes each tile's probabilities from q, k and lse, P = exp(S - lse), and with
+// D = rowsum(dout * out): dP = rnd(dout v^T), dS = rnd(P * (dP - D)), dV += rnd(P)^T dout,
+// dQ += scale dS k, dK += scale dS^T q, accumulated in fp32 (rounded to the compute dtype once,
+// by their consumer). With GQA, query head h reads KV head h / (H / KV); K and V gradients sum over
+// the heads of a group (in a fixed order: results are deterministic, so activation-checkpoint
+// recompute gives the same bits). Repeated K/V are never materialized.
+//
+// Two kernels compute this, chosen per build (attention_kernel()):
+//   tiled_gemm  host builds: the tile products are batched GEMMs (model/gemm.hpp; oneDNN or BLAS),
+//               one call per product for a query tile of every (batch, KV head) group at once
+//               (strided batches), with vectorized row kernels (online softmax, dS) in between.
+//   team        GPU builds: one Kokkos team per (batch, head, query tile) (forward, dQ) or per
+//               (batch, KV head, key tile) (dK, dV), tiles in team scratch memory, no GEMM calls.
+// Both run on every build (set_attention_kernel, or KKTRAIN_ATTENTION=team|tiled_gemm in the
+// environment), and tests compare them.
 // q, k, v, the output and dout are compute-dtype tensors (TC = float or bf16).
 #pragma once
 
@@ -21,25 +35,59 @@ struct AttentionDims {
   float scale;  // 1 / sqrt(D)
 };
 
-// Groups per batched call: B*KV on GPU builds, 1 on CPU builds. The pc and dp scratch hold
-// attention_groups_per_call(d) * (H / KV) * T * T elements.
-int64_t attention_groups_per_call(const AttentionDims& d);
+enum class AttentionKernel { tiled_gemm, team };
+// The kernel this process runs: tiled_gemm on host builds, team on GPU builds, unless set (or
+// KKTRAIN_ATTENTION names one; any other value is a UsageError).
+AttentionKernel attention_kernel();
+// Overrides the choice from here on (tests run both kernels on one build).
+void set_attention_kernel(AttentionKernel k);
+const char* attention_kernel_name(AttentionKernel k);
 
-// att (B, H, T, T) = causal_softmax(scale q k^T), fp32 scratch
-// out (B, H, T, D) = rnd(rnd(att, rc) @ v, rc)
-// pc_scratch (per-call groups, G*T, T) holds the rounded probabilities when rc (unused otherwise).
-template <class TC>
-void attention_forward(TC* out, float* att, TC* pc_scratch, const TC* q, const TC* k, const TC* v,
-                       const AttentionDims& d, bool rc);
+// Tile sizes: query rows per tile, keys per block, and (tiled_gemm) the (batch, KV head) groups
+// one batched GEMM call covers. attention_tiles() gives the kernel's defaults for these sizes;
+// set_attention_tiles() replaces them, as KKTRAIN_ATTENTION_TILES=QxK does (tests use small
+// tiles so that short sequences cross many tile and block boundaries, and few groups per call so
+// that the groups split into chunks; 0 restores the defaults).
+struct AttentionTiles {
+  int64_t q_rows = 0, k_cols = 0, groups = 0;
+};
+AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k);
+void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups = 0);
 
-// From dout (B, H, T, D) (already in the compute dtype): dq (B, H, T, D), dk, dv (B, KV, T, D),
-// fp32 sums rounded to the compute dtype at the end. The gradient of the probabilities (dP) and of
-// the scores (dS, after the fp32 softmax backward) are rounded to the compute dtype, as the
-// gradients of compute-dtype matmul outputs are under autocast. Scratch: att (B, H, T, T) (the
-// recomputed probabilities), pc (when rc) and dp (per-call groups, G*T, T).
+// The working buffers the caller provides (device memory; element counts from
+// attention_workspace_sizes for the same dims, kernel and rc). TC buffers are only needed when
+// the products' operands are rounded (TC = bf16, or rc): otherwise they may be null.
 template <class TC>
-void attention_backward(float* dq, float* dk, float* dv, float* att, TC* pc_scratch,
-                        float* dp_scratch, const TC* dout, const TC* q, const TC* k, const TC* v,
-                        const AttentionDims& d, bool rc);
+struct AttentionScratch {
+  float* scores = nullptr;   // (groups, q_rows, k_cols) fp32: S, then P
+  float* dprobs = nullptr;   // (groups, q_rows, k_cols) fp32: dP (backward)
+  TC* probs = nullptr;       // (groups, q_rows, k_cols) rnd(P~) / rnd(P): the product operand
+  TC* dscores = nullptr;     // (groups, q_rows, k_cols) rnd(dS) (backward)
+  float* out_acc = nullptr;  // (groups, q_rows, D) fp32 output accumulator (forward)
+  float* row_max = nullptr;  // (groups, q_rows) running max m (forward)
+  float* row_sum = nullptr;  // (groups, q_rows) running sum l (forward)
+  float* delta = nullptr;    // (B, H, T) D = rowsum(dout * out) (backward)
+};
+struct AttentionWorkspaceSizes {
+  int64_t scores = 0, dprobs = 0, probs = 0, dscores = 0, out_acc = 0, row_stats = 0, delta = 0;
+};
+// round_operands: P and dS are rounded copies (TC = bf16, or rc).
+AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
+                                                  bool round_operands);
+
+// out (B*T, H*D) token layout = rnd(softmax(scale q k^T + causal mask) v), lse (B, H, T) fp32;
+// q (B, H, T, D), k and v (B, KV, T, D).
+template <class TC>
+void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
+                       const AttentionDims& d, const AttentionScratch<TC>& s, bool rc);
+
+// From dout (B, H, T, D) (already in the compute dtype), the forward's out (B*T, H*D) and lse:
+// dq (B, H, T, D), dk and dv (B, KV, T, D), fp32 sums. They are the gradients of compute-dtype
+// tensors, so each is rounded to the compute dtype once by its consumer (rope_backward rounds on
+// load, saving a pass over them).
+template <class TC>
+void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
+                        const float* lse, const TC* q, const TC* k, const TC* v,
+                        const AttentionDims& d, const AttentionScratch<TC>& s, bool rc);
 
 }  // namespace kktrain

@@ -48,9 +48,8 @@ void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeight
   adapter_forward(w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
   rope_forward(a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H, KV, D,
                rc);
-  attention_forward(s.oheads, s.att, s.pc, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
-                    rc);                            // (B, H, T, D)
-  heads_to_tokens(o, s.oheads, B, H, T, D, false);  // (N, H*D)
+  attention_forward(o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad, s.att,
+                    rc);  // (N, H*D) token layout
   matmul_forward(s.proj, o, w.o, N, H * D, C);
   adapter_forward(w, s, kO, s.proj, C, 0, o, N, H * D, C, rc);
   add_forward(a.x1.data(), inp, s.proj, N * C, rs);
@@ -89,8 +88,7 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   }
   matmul_backward_input(s.da, dc, w.down, N, F, C, false);  // (N, F)
   adapter_backward(w, s, grads, kDown, s.da, dc, C, 0, act, N, F, C, rc);
-  if (rc) round_copy(s.da, s.da, N * F, true);
-  swiglu_backward(s.dgu, s.da, a.gu.p<TC>(), N, F, rc);  // (N, 2F)
+  swiglu_backward(s.dgu, s.da, a.gu.p<TC>(), N, F, rc);  // (N, 2F); rounds da on load
   if (trainable(kGate) || trainable(kUp)) {
     matmul_backward_weight(dw, s.dgu, xn2, N, C, 2 * F);  // (2F, C)
     accumulate(kGate, dw);
@@ -99,8 +97,9 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   matmul_backward_input(s.dxn, s.dgu, w.gate_up, N, C, 2 * F, false);
   adapter_backward(w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F, rc);
   adapter_backward(w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F, rc);
-  if (rc) round_copy(s.dxn, s.dxn, N * C, true);
-  rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, a.x1.data(), w.ln2, a.rstd2.data(), N, C, rs);
+  // dxn rounded to the compute dtype on load
+  rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, a.x1.data(), w.ln2, a.rstd2.data(), N, C, rs,
+                   rc);
   grads.accumulate(kLn2, dw);
 
   // ---- attention: dres now holds d(x1); its compute-dtype copy is the o_proj output gradient.
@@ -112,9 +111,10 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   matmul_backward_input(s.dtok, dc, w.o, N, H * D, C, false);  // (N, H*D)
   adapter_backward(w, s, grads, kO, s.dtok, dc, C, 0, o, N, H * D, C, rc);
   tokens_to_heads(s.dheads, s.dtok, B, H, T, D, rc);  // (B, H, T, D)
-  attention_backward(s.dq, s.dk, s.dv, s.att, s.pc, s.dp, s.dheads, a.q.p<TC>(), a.k.p<TC>(),
-                     a.v.p<TC>(), ad, rc);
-  rope_backward(s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, rc);  // (N, Q)
+  attention_backward(s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
+                     a.v.p<TC>(), ad, s.att, rc);
+  // (N, Q); dq, dk, dv rounded to the compute dtype on load
+  rope_backward(s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, rc);
   if (trainable(kQ) || trainable(kK) || trainable(kV)) {
     matmul_backward_weight(dw, s.dqkv, xn1, N, C, Q);  // (Q, C)
     accumulate(kQ, dw);
@@ -125,8 +125,7 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   adapter_backward(w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C, H * D, rc);
   adapter_backward(w, s, grads, kK, s.dxn, s.dqkv, Q, H * D, xn1, N, C, KV * D, rc);
   adapter_backward(w, s, grads, kV, s.dxn, s.dqkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
-  if (rc) round_copy(s.dxn, s.dxn, N * C, true);
-  rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, inp, w.ln1, a.rstd1.data(), N, C, rs);
+  rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, inp, w.ln1, a.rstd1.data(), N, C, rs, rc);
   grads.accumulate(kLn1, dw);
 }
 

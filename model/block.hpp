@@ -18,6 +18,7 @@
 #include "core/bf16.hpp"
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
+#include "model/attention.hpp"
 
 namespace kktrain {
 
@@ -92,25 +93,23 @@ struct BlockActs {
   TBuf q;              // (B, H, T, D)  rotated queries, compute dtype
   TBuf k;              // (B, KV, T, D) rotated keys
   TBuf v;              // (B, KV, T, D) values
+  DView<float> lse;    // (B, H, T)     log-sum-exp of each attention row's scores, fp32
   TBuf o;              // (N, H*D)      attention output in token layout, compute dtype
   DView<float> x1;     // (N, C)        residual after attention, stream dtype
   DView<float> rstd2;  // (N)
   TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
   TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
   TBuf a;              // (N, F)        silu(gate) * up, compute dtype
-  // The softmax probabilities are not kept: backward recomputes them from q and k
-  // (the same GEMM and softmax, so the same values) instead of holding (B, H, T, T) per layer.
+  // The attention probabilities are never kept: backward recomputes each tile's from q, k and
+  // lse (model/attention.hpp), so no (B, H, T, T) tensor exists.
 };
 
 // The block's scratch, reused by every block (device pointers; sizes with N = B*T tokens).
 template <class TC>
 struct BlockScratch {
   TC* qkv;                        // (N, Q)
-  TC* oheads;                     // (B, H, T, D)
   TC* proj;                       // (N, C)
-  float* att;                     // one batched attention call's probabilities (attention.hpp)
-  TC* pc;                         // their compute-dtype copy (rc only)
-  float* dp;                      // their gradients
+  AttentionScratch<TC> att;       // the tiled attention's tiles and row statistics
   TC* dc;                         // (N, C) the stream gradient in the compute dtype
   TC* dgu;                        // (N, 2F)
   float* da;                      // (N, F) fp32 until its one rounding

@@ -2,8 +2,10 @@
 
 #include <KokkosBlas3_gemm.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "core/blas_threads.hpp"
@@ -157,12 +159,13 @@ void converted_gemm(char transA, char transB, float alpha, const GemmIn& A, cons
   if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);
 }
 
-// Matrix i of a batch of contiguous matrices shaped like X.
+// Matrix i of a batch of matrices shaped like X, stride() elements apart.
 template <class X>
 X matrix(const X& x, int64_t i) {
   X out = x;
   using Byte = typename std::conditional<std::is_same<X, GemmIn>::value, const char, char>::type;
-  out.data = static_cast<Byte*>(x.data) + i * x.rows * x.cols * dtype_size(x.dtype);
+  out.data = static_cast<Byte*>(x.data) + i * x.stride() * dtype_size(x.dtype);
+  out.batch_stride = 0;
   return out;
 }
 
@@ -289,6 +292,35 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
   gemm_batched(1, transA, transB, alpha, A, B, beta, C);
 }
 
+// While a Kokkos Tools library is loaded (bench/kernel_timer.cpp), each product is a profile
+// region named after its shape, so profiles attribute GEMM time by shape.
+class GemmRegion {
+ public:
+  GemmRegion(int64_t batch, char ta, char tb, const GemmIn& A, const GemmIn& B, const GemmOut& C,
+             int64_t m, int64_t n, int64_t k, float beta) {
+    active_ = Kokkos::Profiling::profileLibraryLoaded();
+    if (!active_) return;
+    const auto t = [](DType d) { return d == DType::bfloat16 ? "bf16" : "f32"; };
+    char name[160];
+    std::snprintf(name, sizeof(name), "gemm %c%c %lldx%lldx%lld%s %s.%s->%s%s", ta, tb,
+                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
+                  batch > 1 ? (" x" + std::to_string(batch)).c_str() : "", t(A.dtype), t(B.dtype),
+                  t(C.dtype), beta != 0.0f ? " +C" : "");
+    Kokkos::Profiling::pushRegion(name);
+  }
+  ~GemmRegion() {
+    if (active_) {
+      Kokkos::fence();
+      Kokkos::Profiling::popRegion();
+    }
+  }
+  GemmRegion(const GemmRegion&) = delete;
+  GemmRegion& operator=(const GemmRegion&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
                   const GemmIn& B, float beta, const GemmOut& C) {
   const int64_t m = transA == 'N' ? A.rows : A.cols, k = transA == 'N' ? A.cols : A.rows;
@@ -297,6 +329,10 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
       (transB != 'N' && transB != 'T') || batch < 0) {
     throw InternalError("gemm: shapes do not match");
   }
+  if (A.batch_stride < 0 || B.batch_stride < 0 || C.batch_stride < 0 ||
+      (batch > 1 && C.stride() < m * n)) {
+    throw InternalError("gemm: batch strides must be >= 0 and the C matrices must not overlap");
+  }
   for (DType d : {A.dtype, B.dtype, C.dtype}) {
     if (d != DType::float32 && d != DType::bfloat16) {
       throw InternalError(std::string("gemm: unsupported dtype ") + dtype_name(d));
@@ -304,9 +340,12 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   }
   GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
   if (batch == 0) return;
+  const GemmRegion region(batch, transA, transB, A, B, C, m, n, k, beta);
   if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
     g_counters.calls[index_of(be)] += 1;
-    if (m > 0 && n > 0) scale_c(beta, C, batch * m * n);
+    if (m > 0 && n > 0) {
+      for (int64_t i = 0; i < batch; ++i) scale_c(beta, matrix(C, i), m * n);
+    }
     return;
   }
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)

@@ -32,28 +32,34 @@
 
 namespace kktrain {
 
-// A row-major (rows, cols) matrix in device memory, contiguous (leading dimension = cols).
+// A row-major (rows, cols) matrix in device memory, contiguous (leading dimension = cols). In a
+// batch (gemm_batched), matrix i starts batch_stride elements after matrix i - 1; 0 means
+// rows * cols (the matrices follow each other directly).
 struct GemmIn {
   const void* data = nullptr;
   DType dtype = DType::float32;
   int64_t rows = 0, cols = 0;
+  int64_t batch_stride = 0;
+  int64_t stride() const { return batch_stride > 0 ? batch_stride : rows * cols; }
 };
 struct GemmOut {
   void* data = nullptr;
   DType dtype = DType::float32;
   int64_t rows = 0, cols = 0;
+  int64_t batch_stride = 0;
+  int64_t stride() const { return batch_stride > 0 ? batch_stride : rows * cols; }
 };
 
 template <class T>
-GemmIn gin(const T* p, int64_t rows, int64_t cols) {
-  return GemmIn{p, dtype_of<T>::value, rows, cols};
+GemmIn gin(const T* p, int64_t rows, int64_t cols, int64_t batch_stride = 0) {
+  return GemmIn{p, dtype_of<T>::value, rows, cols, batch_stride};
 }
 inline GemmIn gin(const CRef& r, int64_t rows, int64_t cols) {
-  return GemmIn{r.data, r.dtype, rows, cols};
+  return GemmIn{r.data, r.dtype, rows, cols, 0};
 }
 template <class T>
-GemmOut gout(T* p, int64_t rows, int64_t cols) {
-  return GemmOut{p, dtype_of<T>::value, rows, cols};
+GemmOut gout(T* p, int64_t rows, int64_t cols, int64_t batch_stride = 0) {
+  return GemmOut{p, dtype_of<T>::value, rows, cols, batch_stride};
 }
 
 // Throws InternalError on shape or dtype mismatches (a programming error, not user input).
@@ -61,10 +67,11 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
           const GemmOut& C);
 
 // `batch` independent products of one shape, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
-// matrix i of each operand directly follows matrix i - 1 (A_i at A.data + i * A.rows * A.cols
-// elements; rows and cols describe one matrix). One launch for the whole batch where the backend
-// has one: a oneDNN matmul with a batch dimension, cublas/rocblas strided-batched GemmEx (fp32 and
-// bf16) on GPUs; host BLAS runs the products one after another, each with its planned threads.
+// matrix i of each operand starts stride() elements after matrix i - 1 (A_i at A.data + i *
+// A.stride(); rows and cols describe one matrix; the C matrices must not overlap). One launch for
+// the whole batch where the backend has one: a oneDNN matmul with a strided batch dimension,
+// cublas/rocblas strided-batched GemmEx (fp32 and bf16) on GPUs; host BLAS runs the products one
+// after another, each with its planned threads.
 void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
                   const GemmIn& B, float beta, const GemmOut& C);
 

@@ -7,9 +7,9 @@
 //                 when beta == 0, so C is not read (BLAS semantics: NaN in C does not survive).
 //   bf16 C        oneDNN rounds the fp32 result to nearest-even once, after scale and sum.
 //
-// Primitives are cached per (batch, m, n, k, transposes, C dtype, alpha, beta, threads): the model
-// runs the same ~20 products every step, and creating a primitive costs far more than running a
-// small one. The engine and stream are created once.
+// Primitives are cached per (batch, m, n, k, batch strides, transposes, C dtype, alpha, beta,
+// threads): the model runs the same few dozen products every step, and creating a primitive costs
+// far more than running a small one. The engine and stream are created once.
 //
 // Threads: Debian's libdnnl runs on OpenMP, which starts one thread per core unless told. Each
 // product gets the count the project's thread plan gives a BLAS product of that size
@@ -74,14 +74,15 @@ Context& context() {
 
 struct Key {
   int64_t batch, m, n, k;
+  int64_t sa, sb, sc;  // batch strides in elements (batch > 1; 0 otherwise)
   char ta, tb;
   DType ab_dtype, c_dtype;
   float alpha, beta;
   int threads;
   bool operator==(const Key& o) const {
-    return batch == o.batch && m == o.m && n == o.n && k == o.k && ta == o.ta && tb == o.tb &&
-           ab_dtype == o.ab_dtype && c_dtype == o.c_dtype &&
-           std::memcmp(&alpha, &o.alpha, sizeof(float)) == 0 &&
+    return batch == o.batch && m == o.m && n == o.n && k == o.k && sa == o.sa && sb == o.sb &&
+           sc == o.sc && ta == o.ta && tb == o.tb && ab_dtype == o.ab_dtype &&
+           c_dtype == o.c_dtype && std::memcmp(&alpha, &o.alpha, sizeof(float)) == 0 &&
            std::memcmp(&beta, &o.beta, sizeof(float)) == 0 && threads == o.threads;
   }
 };
@@ -93,8 +94,9 @@ struct KeyHash {
     std::memcpy(&b, &key.beta, sizeof(b));
     std::size_t h = 1469598103934665603ull;
     for (uint64_t v : {uint64_t(key.batch), uint64_t(key.m), uint64_t(key.n), uint64_t(key.k),
-                       uint64_t(key.ta), uint64_t(key.tb), uint64_t(key.ab_dtype),
-                       uint64_t(key.c_dtype), uint64_t(a), uint64_t(b), uint64_t(key.threads)}) {
+                       uint64_t(key.sa), uint64_t(key.sb), uint64_t(key.sc), uint64_t(key.ta),
+                       uint64_t(key.tb), uint64_t(key.ab_dtype), uint64_t(key.c_dtype), uint64_t(a),
+                       uint64_t(b), uint64_t(key.threads)}) {
       h = (h ^ v) * 1099511628211ull;
     }
     return h;
@@ -109,8 +111,12 @@ struct Entry {
   bool native = false;
 };
 
-// Cap on cached primitives: the model uses ~20 shapes; a program sweeping shapes starts over.
-constexpr std::size_t kMaxCached = 256;
+// Cap on cached primitives: the model's layers use ~20 shapes, the tiled attention up to a few
+// hundred (each of its ~9 products per key-block width (up to 1024 / 64 = 16 widths), for full and
+// partial query tiles and group chunks: 142 measured at T = 3000 with 50 KV heads), all of them
+// every step, so the cap must hold them all (a full cache starts over: creating primitives again
+// every step would cost far more than running them). A program sweeping shapes starts over.
+constexpr std::size_t kMaxCached = 1024;
 
 std::unordered_map<Key, Entry, KeyHash>& cache() {
   static std::unordered_map<Key, Entry, KeyHash> c;
@@ -124,18 +130,19 @@ bool is_reference(const std::string& impl) {
 Entry make_entry(const Key& key) {
   const dnnl::memory::dim bt = key.batch, m = key.m, n = key.n, k = key.k;
   // Logical shapes A (m, k), B (k, n), C (m, n); row-major storage of A or A^T, B or B^T. A batch
-  // adds a leading dimension whose stride is one whole matrix.
+  // adds a leading dimension with the operand's batch stride.
   using dims = dnnl::memory::dims;
-  const auto md = [bt](dnnl::memory::dim r, dnnl::memory::dim c, dt type, bool trans) {
+  const auto md = [bt](dnnl::memory::dim r, dnnl::memory::dim c, dt type, bool trans,
+                       dnnl::memory::dim stride) {
     const dims strides = trans ? dims{1, r} : dims{c, 1};
     if (bt == 1) return dnnl::memory::desc({r, c}, type, strides);
-    return dnnl::memory::desc({bt, r, c}, type, dims{r * c, strides[0], strides[1]});
+    return dnnl::memory::desc({bt, r, c}, type, dims{stride, strides[0], strides[1]});
   };
   const dt ab = key.ab_dtype == DType::bfloat16 ? dt::bf16 : dt::f32;
-  const dnnl::memory::desc a_md = md(m, k, ab, key.ta != 'N');
-  const dnnl::memory::desc b_md = md(k, n, ab, key.tb != 'N');
+  const dnnl::memory::desc a_md = md(m, k, ab, key.ta != 'N', key.sa);
+  const dnnl::memory::desc b_md = md(k, n, ab, key.tb != 'N', key.sb);
   const dnnl::memory::desc c_md =
-      md(m, n, key.c_dtype == DType::bfloat16 ? dt::bf16 : dt::f32, false);
+      md(m, n, key.c_dtype == DType::bfloat16 ? dt::bf16 : dt::f32, false, key.sc);
   dnnl::primitive_attr attr;
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
   if (key.beta != 0.0f) {
@@ -196,9 +203,10 @@ bool isa_has_bf16(dnnl::cpu_isa isa) {
 }
 
 Key key_for(int64_t batch, char ta, char tb, float alpha, DType ab_dtype, DType c_dtype, float beta,
-            int64_t m, int64_t n, int64_t k) {
+            int64_t m, int64_t n, int64_t k, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
   const int threads = use_threads(batch * m, n, k);  // a batch is worth its total work
-  return Key{batch, m, n, k, ta, tb, ab_dtype, c_dtype, alpha, beta, threads};
+  if (batch == 1) sa = sb = sc = 0;                  // no batch dimension: strides unused
+  return Key{batch, m, n, k, sa, sb, sc, ta, tb, ab_dtype, c_dtype, alpha, beta, threads};
 }
 
 // The CPU qualifies (isa_ok) and a 64^3 probe product with `ab` operands gets JIT code.
@@ -242,7 +250,8 @@ bool gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
           float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k) {
   if (A.dtype != B.dtype) throw InternalError("onednn::gemm: A and B must have one dtype");
   if (m <= 0 || n <= 0 || k <= 0) return false;  // gemm() handles empty products itself
-  Entry& e = entry_for(key_for(batch, transA, transB, alpha, A.dtype, C.dtype, beta, m, n, k));
+  Entry& e = entry_for(key_for(batch, transA, transB, alpha, A.dtype, C.dtype, beta, m, n, k,
+                               A.stride(), B.stride(), C.stride()));
   if (!e.native) return false;
   e.a.set_data_handle(const_cast<void*>(A.data));
   e.b.set_data_handle(const_cast<void*>(B.data));

@@ -1,9 +1,9 @@
 // GEMM on GPUs through the vendor libraries (model/gemm_vendor_gpu.hpp). Both are
 // column-major: a row-major C (m, n) is a column-major C^T (n, m), and C^T = op(B)^T op(A)^T, so
 // the call swaps the operands and the dimensions and keeps each operand's own transpose flag and
-// leading dimension (its row length); a batch is strided by one whole matrix. One handle per
-// process, bound to Kokkos' default stream, so the products order with the Kokkos kernels around
-// them without extra fences.
+// leading dimension (its row length); a batch is strided by each operand's batch stride. One handle
+// per process, bound to Kokkos' default stream, so the products order with the Kokkos kernels
+// around them without extra fences.
 //
 // Compiled only in CUDA or HIP Kokkos builds (model/CMakeLists.txt); untested on this project's
 // CPU-only machines beyond compiling.
@@ -70,7 +70,7 @@ void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
           "cublasGemmEx");
     return;
   }
-  const long long sa = A.rows * A.cols, sb = B.rows * B.cols, sc = C.rows * C.cols;
+  const long long sa = A.stride(), sb = B.stride(), sc = C.stride();
   check(cublasGemmStridedBatchedEx(handle(), op(transB), op(transA), ni, mi, ki, &alpha, B.data,
                                    type(B.dtype), ldb, sb, A.data, type(A.dtype), lda, sa, &beta,
                                    C.data, type(C.dtype), ni, sc, static_cast<int>(batch),
@@ -123,7 +123,7 @@ void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
           "rocblas_gemm_ex");
     return;
   }
-  const rocblas_stride sa = A.rows * A.cols, sb = B.rows * B.cols, sc = C.rows * C.cols;
+  const rocblas_stride sa = A.stride(), sb = B.stride(), sc = C.stride();
   check(rocblas_gemm_strided_batched_ex(handle(), op(transB), op(transA), ni, mi, ki, &alpha,
                                         B.data, type(B.dtype), ldb, sb, A.data, type(A.dtype), lda,
                                         sa, &beta, C.data, type(C.dtype), ni, sc, C.data,

@@ -103,6 +103,8 @@ template <class TC>
 void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
                      int64_t N, int64_t C, float eps, bool rs, bool rc);
 // dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, rs), rs)      -- accumulates into the stream grad
+// dout (N, C) is read as rnd(dout, round_dout): a caller's fp32 sum (GEMM + LoRA contributions)
+// gets its one rounding to the compute dtype here, without a separate pass.
 // dweight (C) = sum_n dout * rnd(x * rstd, rs)           -- fp32, written: the sums over chunks
 //   of kRmsnormRowsPerPartial rows, then over the chunks, in that fixed order on every backend
 // partial (rmsnorm_partial_size(N, C)) fp32 scratch: the chunk sums
@@ -112,7 +114,7 @@ inline int64_t rmsnorm_partial_size(int64_t N, int64_t C) {
 }
 void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
                       const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C, bool rs);
+                      int64_t C, bool rs, bool round_dout = false);
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
@@ -125,23 +127,17 @@ template <class TC>
 void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
                   int64_t T, int64_t H, int64_t KV, int64_t D, bool rc);
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), rounded to rc.
+// dq, dk, dv are fp32 sums (model/attention.hpp), rounded to rc on load: the gradients of the
+// compute-dtype q, k, v.
 template <class TC>
 void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
                    const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                    bool rc);
 
-// out (B*T, H*D) = rnd(in (B, H, T, D), round)       and the inverse permutation
-template <class TO, class TI>
-void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
+// out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
+// writes its output in token layout itself: model/attention.hpp.)
 template <class TO, class TI>
 void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
-
-// ---- attention softmax -------------------------------------------------------------------------
-
-// att (R, T, T): in place, scores -> causal softmax probabilities (fp32); R = B*H.
-void causal_softmax_forward(float* att, int64_t R, int64_t T);
-// datt (R, T, T): in place, dP -> dS = P * (dP - sum_j P dP) on the causal part, 0 above it.
-void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T);
 
 // ---- elementwise -------------------------------------------------------------------------------
 
@@ -165,7 +161,7 @@ void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round)
 // a (N, F) = rnd(rnd(silu(g), rc) * u, rc) with gu (N, 2F) = [g | u] per row
 template <class TC>
 void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc);
-// dgu (N, 2F) = [dg | du] from da (N, F)
+// dgu (N, 2F) = [dg | du] from da (N, F), an fp32 sum rounded to rc on load
 template <class TC>
 void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F, bool rc);
 

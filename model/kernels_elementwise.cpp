@@ -174,8 +174,9 @@ void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t 
           const float gf = load_f32(g, f), uf = load_f32(u, f);
           const float sg = sigmoid_f(gf);
           const float s = rnd(gf * sg, rc);
-          const float ds = rnd(d[f] * uf, rc);  // gradient of the silu output
-          store_as(du, f, rnd(d[f] * s, rc));
+          const float df = rnd(d[f], rc);     // the gradient of the compute-dtype product, rounded
+          const float ds = rnd(df * uf, rc);  // gradient of the silu output
+          store_as(du, f, rnd(df * s, rc));
           // d silu(g)/dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
           store_as(dg, f, rnd(ds * sg * (1.0f + gf * (1.0f - sg)), rc));
         }

@@ -33,7 +33,7 @@ void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, 
 
 void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
                       const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C, bool rs) {
+                      int64_t C, bool rs, bool round_dout) {
   // Input gradient: one team per row.
   //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
   Kokkos::parallel_for(
@@ -45,10 +45,13 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
         float dot = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, C),
-            [&](const int64_t c, float& acc) { acc += rnd(dy[c] * weight[c], rs) * x[c]; }, dot);
+            [&](const int64_t c, float& acc) {
+              acc += rnd(rnd(dy[c], round_dout) * weight[c], rs) * x[c];
+            },
+            dot);
         const float k = r * r * r * dot / static_cast<float>(C);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float dx = r * rnd(dy[c] * weight[c], rs) - k * x[c];
+          const float dx = r * rnd(rnd(dy[c], round_dout) * weight[c], rs) - k * x[c];
           dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, rs), rs);
         });
       });
@@ -67,7 +70,7 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
             const float r = rstd[n];
             const float* x = inp + n * C;
             const float* dy = dout + n * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] += dy[c] * rnd(x[c] * r, rs);
+            for (int64_t c = 0; c < C; ++c) acc[c] += rnd(dy[c], round_dout) * rnd(x[c] * r, rs);
           }
         });
   } else {
@@ -77,7 +80,7 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
           const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
           float acc = 0.0f;
           for (int64_t n = p * R; n < end; ++n)
-            acc += dout[n * C + c] * rnd(inp[n * C + c] * rstd[n], rs);
+            acc += rnd(dout[n * C + c], round_dout) * rnd(inp[n * C + c] * rstd[n], rs);
           partial[i] = acc;
         });
   }
@@ -156,8 +159,8 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
         if (slot >= H + KV) {
           const float* g = dv + ((b * KV + slot - H - KV) * T + t) * D;
           for (int64_t j = j0; j < j1; ++j) {
-            store_as(out, j, g[j]);
-            store_as(out, j + half, g[j + half]);
+            store_as(out, j, rnd(g[j], rc));
+            store_as(out, j + half, rnd(g[j + half], rc));
           }
           return;
         }
@@ -165,25 +168,13 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
             slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + slot - H) * T + t) * D;
         const float* c = cos + t * half;
         const float* s = sin + t * half;
-        // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s]
+        // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s], from the gradients
+        // of the compute-dtype q and k (rounded on load).
         for (int64_t j = j0; j < j1; ++j) {
-          store_as(out, j, rnd(g[j] * c[j] + g[j + half] * s[j], rc));
-          store_as(out, j + half, rnd(g[j + half] * c[j] - g[j] * s[j], rc));
+          const float g1 = rnd(g[j], rc), g2 = rnd(g[j + half], rc);
+          store_as(out, j, rnd(g1 * c[j] + g2 * s[j], rc));
+          store_as(out, j + half, rnd(g2 * c[j] - g1 * s[j], rc));
         }
-      });
-}
-
-template <class TO, class TI>
-void heads_to_tokens(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     bool round) {
-  // Rows are (b, t, h) runs of D: out is (B, T, H, D), in is (B, H, T, D).
-  for_rows(
-      "heads_to_tokens", B * T * H, D,
-      KOKKOS_LAMBDA(const int64_t idx, const int64_t d0, const int64_t d1) {
-        const int64_t h = idx % H, t = (idx / H) % T, b = idx / (H * T);
-        const TI* x = in + ((b * H + h) * T + t) * D;
-        TO* y = out + idx * D;
-        for (int64_t d = d0; d < d1; ++d) store_as(y, d, rnd(load_f32(x, d), round));
       });
 }
 
@@ -200,16 +191,15 @@ void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int
       });
 }
 
-#define KKTRAIN_INST_TC(TC)                                                                        \
-  template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,      \
-                                    int64_t, float, bool, bool);                                   \
-  template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,    \
-                                 int64_t, int64_t, int64_t, int64_t, bool);                        \
-  template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,     \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,       \
-                                  bool);                                                           \
-  template void heads_to_tokens<TC, TC>(TC*, const TC*, int64_t, int64_t, int64_t, int64_t, bool); \
-  template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t,  \
+#define KKTRAIN_INST_TC(TC)                                                                       \
+  template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,     \
+                                    int64_t, float, bool, bool);                                  \
+  template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,   \
+                                 int64_t, int64_t, int64_t, int64_t, bool);                       \
+  template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,    \
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,      \
+                                  bool);                                                          \
+  template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t, \
                                            bool);
 KKTRAIN_INST_TC(float)
 KKTRAIN_INST_TC(bf16)

@@ -1,5 +1,6 @@
-// Row-wise softmax kernels: causal attention softmax and the fused softmax + cross-entropy loss.
-// Max, exponentials, sums and the loss are fp32 whatever the compute dtype.
+// The fused softmax + cross-entropy loss over rows of logits (the attention's softmax lives in
+// model/attention.cpp, tile by tile). Max, exponentials, sums and the loss are fp32 whatever the
+// compute dtype.
 #include <Kokkos_Core.hpp>
 #include <cfloat>
 
@@ -10,48 +11,6 @@ namespace kktrain {
 namespace {
 using Member = TeamMember;
 }  // namespace
-
-void causal_softmax_forward(float* att, int64_t R, int64_t T) {
-  // One team per (head, query row t); row t attends to keys 0..t.
-  Kokkos::parallel_for(
-      "causal_softmax_forward", TeamPolicy(R * T, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
-        const int64_t t = m.league_rank() % T;
-        float* row = att + m.league_rank() * T;
-        float mx = -FLT_MAX;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(m, t + 1),
-            [&](const int64_t j, float& acc) { acc = math::max_f(acc, row[j]); },
-            Kokkos::Max<float>(mx));
-        float sum = 0.0f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(m, t + 1),
-            [&](const int64_t j, float& acc) {
-              const float e = exp_fast(row[j] - mx);
-              row[j] = e;
-              acc += e;
-            },
-            sum);
-        const float inv = 1.0f / sum;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, T),
-                             [&](const int64_t j) { row[j] = j <= t ? row[j] * inv : 0.0f; });
-      });
-}
-
-void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T) {
-  Kokkos::parallel_for(
-      "causal_softmax_backward", TeamPolicy(R * T, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
-        const int64_t t = m.league_rank() % T;
-        float* drow = datt + m.league_rank() * T;
-        const float* prow = att + m.league_rank() * T;
-        float dot = 0.0f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(m, t + 1),
-            [&](const int64_t j, float& acc) { acc += prow[j] * drow[j]; }, dot);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, T), [&](const int64_t j) {
-          drow[j] = j <= t ? prow[j] * (drow[j] - dot) : 0.0f;
-        });
-      });
-}
 
 template <class TC>
 void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,

@@ -36,8 +36,8 @@ void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, Forward
         m.count > 0 ? static_cast<float>(opts.grad_scale * cfg_.mtp_loss_weight / K / m.count)
                     : 0.0f;
     const double sum = head_forward<TC>(P.norm, m.h_out.data(), m.xf.p<TC>(), m.rstd_f.data(),
-                                        nullptr, b.mtp_logits.p<TC>(), m.losses.data(),
-                                        m.targets.data(), true, scale, backward, m.dxf.data());
+                                        nullptr, m.losses.data(), m.targets.data(), true, scale,
+                                        backward, m.dxf.data(), nullptr);
     m.loss = m.count > 0 ? sum / static_cast<double>(m.count) : 0.0;
     r->mtp_loss += m.loss / static_cast<double>(K);
   }

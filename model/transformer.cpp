@@ -431,6 +431,7 @@ void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelC
   a.q = mk.compute("q", N * H * D);
   a.k = mk.compute("k", N * KV * D);
   a.v = mk.compute("v", N * KV * D);
+  a.lse = mk.view<float>("lse", N * H);
   a.o = mk.compute("o", N * H * D);
   a.x1 = mk.view<float>("x1", N * C);
   a.rstd2 = mk.view<float>("rstd2", N);
@@ -469,19 +470,23 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.rstd_f = mk.view<float>("rstd_f", N);
   b.losses = mk.view<float>("losses", N);
   b.dxf = mk.view<float>("dxf", N * C);
-  b.logits = mk.compute("logits", N * V);
+  b.logits = mk.compute("logits", std::min(N, cfg_.loss_chunk_tokens) * V);
   b.hidden = mk.view<float>("hidden", N * C);
   mk.group("scratch");
   if (ckpt) b.recompute_out = mk.view<float>("recompute_out", N * C);
   b.qkv = mk.compute("qkv", N * Q);
-  b.oheads = mk.compute("oheads", N * H * D);
   b.proj = mk.compute("proj", N * C);
-  b.att = mk.view<float>("att", B * H * T * T);
-  // Attention scratch for one batched call's groups (all of them on GPUs, one on CPUs).
-  const int64_t att_call =
-      attention_groups_per_call(AttentionDims{B, T, H, KV, D, 1.0f}) * (H / KV) * T * T;
-  b.pc = mk.compute("pc", rc_ ? att_call : 0);  // compute-dtype copy only when rounding
-  b.dp = mk.view<float>("dp", att_call);
+  // The tiled attention's workspace: tiles and row statistics, linear in T (none of it T x T).
+  const AttentionWorkspaceSizes aw =
+      attention_workspace_sizes(AttentionDims{B, T, H, KV, D, 1.0f}, attention_kernel(), rc_);
+  b.att_scores = mk.view<float>("att_scores", aw.scores);
+  b.att_dprobs = mk.view<float>("att_dprobs", aw.dprobs);
+  b.att_probs = mk.compute("att_probs", aw.probs);
+  b.att_dscores = mk.compute("att_dscores", aw.dscores);
+  b.att_out_acc = mk.view<float>("att_out_acc", aw.out_acc);
+  b.att_row_max = mk.view<float>("att_row_max", aw.row_stats);
+  b.att_row_sum = mk.view<float>("att_row_sum", aw.row_stats);
+  b.att_delta = mk.view<float>("att_delta", aw.delta);
   b.dres = mk.view<float>("dres", N * C);
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);
@@ -509,7 +514,6 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
     b.den = mk.view<float>("den", N * C);
     b.dhn = mk.view<float>("dhn", N * C);
     b.demb = mk.view<float>("demb", N * C);
-    b.mtp_logits = mk.compute("mtp_logits", N * V);
     b.en = mk.view<float>("mtp_en", N * C);
     b.hn = mk.view<float>("mtp_hn", N * C);
     b.mtp.resize(mtp_.size());
@@ -545,7 +549,7 @@ void Transformer::ensure_buffers(int64_t B, int64_t T) {
   *buf_ = Buffers();  // free the old shape's buffers before allocating the new ones
   make_buffers(*buf_, B, T, true, nullptr);
   hidden_ = buf_->hidden;
-  logits_valid_ = false;
+  kept_logits_ = DView<float>();
 }
 
 std::vector<BufferSpec> Transformer::buffer_plan(int64_t B, int64_t T) const {

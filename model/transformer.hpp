@@ -43,9 +43,12 @@ namespace kktrain {
 struct ForwardOptions {
   bool compute_logits = true;         // false: stop after the final norm (no logits, no loss)
   bool output_hidden_states = false;  // keep the final-norm hidden states for hidden_states()
-  bool compute_mtp = true;            // run the multi-token-prediction head if the model has one
-  bool prepare_backward = false;      // also compute dlogits so backward() can run
-  float grad_scale = 1.0f;            // multiplies the gradient of the mean loss (accumulation)
+  // Also copy the main head's (B*T, V) logits, fp32, for logits(): a debugging aid that allocates
+  // B*T*V*4 bytes (the head itself only ever holds model.loss_chunk_tokens rows of them).
+  bool keep_logits = false;
+  bool compute_mtp = true;        // run the multi-token-prediction head if the model has one
+  bool prepare_backward = false;  // also compute dlogits so backward() can run
+  float grad_scale = 1.0f;        // multiplies the gradient of the mean loss (accumulation)
   // Several ranks: the backward of this forward ends the step's gradient accumulation and
   // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
   bool sync_grads = true;
@@ -62,9 +65,9 @@ struct ShardOptions {
 struct BufferSpec {
   std::string name;
   // "batch" (token ids), "activations" (kept from forward to backward), "recompute" (one layer's
-  // activations with activation checkpointing), "head" (final norm, logits), "scratch" (one
-  // layer's working tensors and gradients), "mtp" (the multi-token-prediction head's per-depth
-  // tensors).
+  // activations with activation checkpointing), "head" (final norm, one chunk of logits),
+  // "scratch" (one layer's working tensors and gradients, the attention's tiles), "mtp" (the
+  // multi-token-prediction head's per-depth tensors).
   std::string group;
   int64_t bytes = 0;  // of one copy
   int64_t copies = 1;
@@ -114,10 +117,10 @@ class Transformer {
   void zero_grads();
 
   // (B*T, C) final hidden states (after the final norm, stream dtype) of the last forward with
-  // output_hidden_states; (B*T, V) fp32 copy of the logits of the last forward that computed them
-  // without preparing a backward (which overwrites them with their gradient), else empty.
+  // output_hidden_states; (B*T, V) fp32 logits of the last forward with keep_logits (values in
+  // the compute dtype), else empty.
   DView<float> hidden_states() const { return hidden_; }
-  DView<float> logits() const;
+  DView<float> logits() const { return kept_logits_; }
   int64_t mtp_depth() const { return cfg_.mtp_num_layers; }
 
   bool compute_bf16() const { return rc_; }
@@ -201,12 +204,14 @@ class Transformer {
   template <class TC>
   BlockScratch<TC> block_scratch() const;
   BlockDims block_dims() const;
-  // Norm -> LM head -> loss over inp (N, C); with `backward` also the LM head's weight gradient
-  // and dxf (N, C). Returns the sum of per-token losses.
+  // Norm -> LM head -> loss over inp (N, C), the head in chunks of model.loss_chunk_tokens rows
+  // (one (chunk, V) logits buffer); with `backward` also the LM head's weight gradient
+  // (accumulated chunk by chunk in fp32, rounded once) and dxf (N, C). keep: copy the logits
+  // there (N, V) fp32. Returns the sum of per-token losses.
   template <class TC>
   double head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
-                      TC* logits, float* losses, const int32_t* targets, bool loss, float scale,
-                      bool backward, float* dxf);
+                      float* losses, const int32_t* targets, bool loss, float scale, bool backward,
+                      float* dxf, float* keep);
   template <class TC>
   void mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r);
   // LoRA (model/lora.cpp): registers the adapters of a block's targeted projections.
@@ -242,7 +247,7 @@ class Transformer {
   bool sync_ = true;  // the pending backward reduces (ForwardOptions::sync_grads)
   DView<float> rope_cos_, rope_sin_;
   DView<float> hidden_;
-  bool logits_valid_ = false;  // the logits buffer holds the last forward's logits
+  DView<float> kept_logits_;  // (B*T, V) of the last forward with keep_logits
   std::unique_ptr<Buffers> buf_;
   bool have_backward_ = false;
   bool last_compute_mtp_ = false;

@@ -36,16 +36,19 @@ struct Transformer::Buffers {
   std::vector<BlockActs> acts;          // L blocks (1 shared set with checkpointing)
   DView<float> recompute_out;           // (N, C) block output during recompute
   TBuf qkv;                             // (N, (H + 2 KV) * D)  compute dtype
-  TBuf oheads;                          // (B, H, T, D)         compute dtype
   TBuf proj;                            // (N, C)               compute dtype
-  DView<float> att;                     // (B, H, T, T) fp32 probabilities of the running layer
-  TBuf pc;                              // one batched call's probabilities, compute dtype (rc)
-  DView<float> dp;                      // one batched call's probability gradients, fp32
-  TBuf xf;                              // (N, C) final norm output, compute dtype
-  DView<float> rstd_f, losses;          // (N), (N) final norm statistics and per-token loss
-  TBuf logits;                          // (N, V) compute dtype; dlogits in place after the loss
-  DView<float> hidden;                  // (N, C) final hidden states (output_hidden_states)
-  DView<float> dxf;                     // (N, C) gradient of xf, computed right after the loss
+  // The tiled attention's workspace (model/attention.hpp: attention_workspace_sizes): fp32 tiles
+  // of scores and their gradients, their compute-dtype copies (rc), the forward's output
+  // accumulator and row statistics, and delta (B, H, T).
+  DView<float> att_scores, att_dprobs, att_out_acc, att_row_max, att_row_sum, att_delta;
+  TBuf att_probs, att_dscores;
+  TBuf xf;                      // (N, C) final norm output, compute dtype
+  DView<float> rstd_f, losses;  // (N), (N) final norm statistics and per-token loss
+  // (chunk, V) compute dtype: one chunk of model.loss_chunk_tokens rows at a time, dlogits in
+  // place after the loss; shared by the main and the MTP heads.
+  TBuf logits;
+  DView<float> hidden;  // (N, C) final hidden states (output_hidden_states)
+  DView<float> dxf;     // (N, C) gradient of xf, computed right after the loss
   // backward scratch
   DView<float> dw;            // largest weight (group): one dW at a time
   DView<float> norm_partial;  // RMSNorm weight-gradient chunk sums (rmsnorm_partial_size)
@@ -58,9 +61,8 @@ struct Transformer::Buffers {
   DView<float> dtok;          // (N, H * D) fp32 (GEMM + LoRA contributions)
   TBuf dheads;                // (B, H, T, D) compute dtype
   // MTP only: (N, 2C) eh_proj input gradient; (N, C) gradients of h_out/h_prev, the two normed
-  // halves, and the embedding lookup; (N, V) logits of the current depth.
+  // halves, and the embedding lookup.
   DView<float> dcat, dh, dh_prev, den, dhn, demb;
-  TBuf mtp_logits;
   DView<float> en, hn;  // (N, C) MTP forward: the two normed halves (compute-dtype values)
   // LoRA scratch: (N, r) adapter activations and their gradient; (N, out) delta / gradient.
   TBuf lora_t, lora_dt, lora_y;

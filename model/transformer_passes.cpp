@@ -1,8 +1,10 @@
 // Transformer forward and backward passes (main model and the multi-token-prediction head).
 //
-// The LM head's backward runs right after the loss (llm.c style): its gradient at the logits is
-// known as soon as the loss is, so the (N, V) logits buffer is reused and only the (N, C)
-// gradient of the final hidden state is kept for backward().
+// The LM head's backward runs right after the loss (llm.c style), chunk by chunk: a chunk's
+// gradient at the logits is known as soon as its loss is, so one (chunk, V) logits buffer serves
+// every chunk (head GEMM, log-softmax and loss, dlogits in place, the head's weight gradient added
+// in fp32, the chunk's rows of dxf) and only the (N, C) gradient of the final hidden state is kept
+// for backward(). (N, V) logits never exist.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -137,7 +139,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
     units_->drop_collected();
   }
   sync_ = opts.sync_grads;
-  logits_valid_ = false;
+  if (!opts.keep_logits || !opts.compute_logits) kept_logits_ = DView<float>();
 
   gather(embed_unit_);
   const CRef emb = lookup_weights();
@@ -162,11 +164,13 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
                     N, C, static_cast<float>(cfg_.rms_norm_eps), rs_, rc_);
   } else {
     const float scale = b.count > 0 ? opts.grad_scale / static_cast<float>(b.count) : 0.0f;
-    const double sum =
-        head_forward<TC>(final_norm_, b.res[L].data(), b.xf.p<TC>(), b.rstd_f.data(),
-                         opts.output_hidden_states ? hidden_.data() : nullptr, b.logits.p<TC>(),
-                         b.losses.data(), b.targets.data(), loss, scale, backward, b.dxf.data());
-    logits_valid_ = !backward;
+    if (opts.keep_logits && kept_logits_.extent(0) != static_cast<size_t>(N * cfg_.vocab_size)) {
+      kept_logits_ = DView<float>("kept_logits", N * cfg_.vocab_size);
+    }
+    const double sum = head_forward<TC>(
+        final_norm_, b.res[L].data(), b.xf.p<TC>(), b.rstd_f.data(),
+        opts.output_hidden_states ? hidden_.data() : nullptr, b.losses.data(), b.targets.data(),
+        loss, scale, backward, b.dxf.data(), opts.keep_logits ? kept_logits_.data() : nullptr);
     r.loss = b.count > 0 ? sum / static_cast<double>(b.count) : 0.0;
   }
   last_compute_mtp_ = mtp;
@@ -185,25 +189,35 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
 
 template <class TC>
 double Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
-                                 TC* logits, float* losses, const int32_t* targets, bool loss,
-                                 float scale, bool backward, float* dxf) {
+                                 float* losses, const int32_t* targets, bool loss, float scale,
+                                 bool backward, float* dxf, float* keep) {
   const int64_t N = buf_->B * buf_->T, C = cfg_.hidden_size, V = cfg_.vocab_size;
   rmsnorm_forward(xf, hidden_out, rstd, inp, wf(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
                   rs_, rc_);
-  matmul_forward(logits, xf, w(lm_head_), N, C, V);  // (N, V), rounded on the store when bf16
-  if (!loss) return 0.0;
-  cross_entropy_forward_backward(losses, logits, targets, N, V, scale, backward, rc_);
-  const double sum = sum_to_host(losses, N);
-  if (backward) {
-    // logits now hold dlogits (N, V) in the compute dtype.
-    if (params_.info(lm_head_).trainable) {
-      matmul_backward_weight(buf_->dw.data(), logits, xf, N, C, V);
-      accumulate(lm_head_, buf_->dw.data(), rc_);
+  if (!loss && keep == nullptr) return 0.0;  // nothing would read the logits
+  TC* logits = buf_->logits.p<TC>();
+  const bool head_grad = backward && params_.info(lm_head_).trainable;
+  const int64_t chunk = std::min(N, cfg_.loss_chunk_tokens);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t rows = std::min(chunk, N - n0);
+    // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16
+    matmul_forward(logits, xf + n0 * C, w(lm_head_), rows, C, V);
+    if (keep != nullptr) round_copy(keep + n0 * V, logits, rows * V, false);
+    if (!loss) continue;
+    cross_entropy_forward_backward(losses + n0, logits, targets + n0, rows, V, scale, backward,
+                                   rc_);
+    if (!backward) continue;
+    // logits now hold dlogits (rows, V) in the compute dtype. dW (V, C) (+)= dlogits^T @ xf rows:
+    // fp32, the chunks summed in order, rounded once by accumulate() below.
+    if (head_grad) {
+      gemm('T', 'N', 1.0f, gin(logits, rows, V), gin(xf + n0 * C, rows, C), n0 == 0 ? 0.0f : 1.0f,
+           gout(buf_->dw.data(), V, C));
     }
-    matmul_backward_input(dxf, logits, w(lm_head_), N, C, V, false);
-    if (rc_) round_copy(dxf, dxf, N * C, true);
+    matmul_backward_input(dxf + n0 * C, logits, w(lm_head_), rows, C, V, false);  // (rows, C)
   }
-  return sum;
+  if (head_grad) accumulate(lm_head_, buf_->dw.data(), rc_);
+  if (backward && rc_) round_copy(dxf, dxf, N * C, true);
+  return loss ? sum_to_host(losses, N) : 0.0;
 }
 
 template <class TC>
@@ -252,17 +266,6 @@ void Transformer::backward_impl() {
   flush_staged_grads();
   units_->release_all();
   Kokkos::fence();
-}
-
-DView<float> Transformer::logits() const {
-  const Buffers& b = *buf_;
-  if (!logits_valid_) return DView<float>();
-  if (!rc_) return b.logits.f;
-  DView<float> out("logits_fp32", b.logits.h.extent(0));
-  round_copy(out.data(), static_cast<const bf16*>(b.logits.h.data()),
-             static_cast<int64_t>(out.extent(0)), false);
-  Kokkos::fence();
-  return out;
 }
 
 }  // namespace kktrain

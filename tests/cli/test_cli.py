@@ -270,6 +270,27 @@ def case_keep_in_fp32_unmatched():
                  "model.keep_in_fp32", "*nomatch*", "matches no parameter")
 
 
+def case_attention_environment():
+    """KKTRAIN_ATTENTION / KKTRAIN_ATTENTION_TILES (docs/cli.md): a bad value is one error line,
+    exit 2, naming the variable, before anything runs; good values are accepted."""
+    for var, value, needle in (("KKTRAIN_ATTENTION", "flash", "expected team or tiled_gemm"),
+                               ("KKTRAIN_ATTENTION_TILES", "64", "expected QxK"),
+                               ("KKTRAIN_ATTENTION_TILES", "0x16", "both >= 1"),
+                               ("KKTRAIN_ATTENTION_TILES", "16x32x2", "expected QxK")):
+        args = ["audit", DEFAULT_CONFIG]
+        p = subprocess.run([KKTRAIN, *args], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, var: value})
+        where = f"{var}={value} kktrain {' '.join(args)}: rc={p.returncode}\n{p.stderr}"
+        lines = p.stderr.splitlines()
+        check(p.returncode == 2 and len(lines) == 1, "expected exit 2 and one line; " + where)
+        check(lines[0].startswith("kktrain: error: " + var + "='" + value + "'") and
+              needle in lines[0], "the line does not name the variable and the rule; " + where)
+    p = subprocess.run([KKTRAIN, "audit", DEFAULT_CONFIG], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "KKTRAIN_ATTENTION": "team",
+                                         "KKTRAIN_ATTENTION_TILES": "16x32"})
+    check(p.returncode == 0, f"good attention settings refused: {p.stderr}")
+
+
 def case_schema_in_readme():
     """README's configuration reference is `kktrain config --schema`, and every key of the
     shipped configs is in it."""

@@ -65,6 +65,10 @@ const ErrorCase kCases[] = {
     {"micro_batch_zero", "data:\n  micro_batch_size: @0\n", "data.micro_batch_size",
      "out of range"},
     {"peft_dim_zero", "peft:\n  target_modules: [q]\n  dim: @0\n", "peft.dim", "out of range"},
+    {"loss_chunk_zero", "model:\n  loss_chunk_tokens: @0\n", "model.loss_chunk_tokens",
+     "value 0 is out of range [1, 16777216]"},
+    {"loss_chunk_type", "model:\n  loss_chunk_tokens: @many\n", "model.loss_chunk_tokens",
+     "expected an integer"},
     // Floating point.
     {"double_string", "optimizer:\n  lr: @fast\n", "optimizer.lr",
      "expected a number, got \"fast\""},

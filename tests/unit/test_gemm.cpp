@@ -64,14 +64,15 @@ struct Matrix {
     Kokkos::deep_copy(HViewU<float>(f32.data(), f32.size()), d32);
     Kokkos::deep_copy(HViewU<bf16>(b16.data(), b16.size()), d16);
   }
-  // The matrix as an operand; with batch > 1, as `batch` contiguous (rows / batch, cols) ones.
-  GemmIn in(int64_t batch = 1) const {
-    const int64_t r = rows / batch;
-    return dtype == DType::float32 ? gin(d32.data(), r, cols) : gin(d16.data(), r, cols);
+  // The matrix as an operand; with batch > 1, as `batch` (rows / batch - pad, cols) ones, each
+  // followed by `pad` rows the product must neither read nor write (a strided batch).
+  GemmIn in(int64_t batch = 1, int64_t pad = 0) const {
+    const int64_t r = rows / batch - pad, st = pad > 0 ? (r + pad) * cols : 0;
+    return dtype == DType::float32 ? gin(d32.data(), r, cols, st) : gin(d16.data(), r, cols, st);
   }
-  GemmOut out(int64_t batch = 1) {
-    const int64_t r = rows / batch;
-    return dtype == DType::float32 ? gout(d32.data(), r, cols) : gout(d16.data(), r, cols);
+  GemmOut out(int64_t batch = 1, int64_t pad = 0) {
+    const int64_t r = rows / batch - pad, st = pad > 0 ? (r + pad) * cols : 0;
+    return dtype == DType::float32 ? gout(d32.data(), r, cols, st) : gout(d16.data(), r, cols, st);
   }
   double at(int64_t i) const {
     return dtype == DType::float32 ? f32[i] : static_cast<double>(b16[i].to_float());
@@ -104,21 +105,31 @@ struct Result {
 };
 
 // Runs one case through gemm() (gemm_batched() when batch > 1) and checks every element; returns
-// C for cross-backend checks.
-Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1) {
-  SCOPED_TRACE(cs.name() + " batch " + std::to_string(batch));
+// C for cross-backend checks. pad > 0: every matrix of the batch is followed by pad rows (of
+// A, B and C) that the product must leave alone (strided batches).
+Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1, int64_t pad = 0) {
+  SCOPED_TRACE(cs.name() + " batch " + std::to_string(batch) + " pad " + std::to_string(pad));
   std::mt19937 rng(seed);
   const int64_t m = cs.s.m, n = cs.s.n, k = cs.s.k;
-  Matrix A(cs.a, batch * (cs.ta == 'N' ? m : k), cs.ta == 'N' ? k : m, rng);
-  Matrix B(cs.b, batch * (cs.tb == 'N' ? k : n), cs.tb == 'N' ? n : k, rng);
-  Matrix C(cs.c, batch * m, n, rng);
+  const int64_t ar = cs.ta == 'N' ? m : k, br = cs.tb == 'N' ? k : n;
+  Matrix A(cs.a, batch * (ar + pad), cs.ta == 'N' ? k : m, rng);
+  Matrix B(cs.b, batch * (br + pad), cs.tb == 'N' ? n : k, rng);
+  Matrix C(cs.c, batch * (m + pad), n, rng);
   const std::vector<double> c0 = C.ref;
-  if (batch == 1) {
+  if (batch == 1 && pad == 0) {
     gemm(cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
   } else {
-    gemm_batched(batch, cs.ta, cs.tb, cs.alpha, A.in(batch), B.in(batch), cs.beta, C.out(batch));
+    gemm_batched(batch, cs.ta, cs.tb, cs.alpha, A.in(batch, pad), B.in(batch, pad), cs.beta,
+                 C.out(batch, pad));
   }
   C.load();
+  int64_t gaps_written = 0;  // the padding rows of C are untouched
+  for (int64_t bt = 0; bt < batch; ++bt) {
+    for (int64_t e = (bt * (m + pad) + m) * n; e < (bt + 1) * (m + pad) * n; ++e) {
+      gaps_written += C.at(e) != c0[e];
+    }
+  }
+  EXPECT_EQ(gaps_written, 0) << "elements of C between the batch's matrices were written";
   Result r;
   r.got.resize(batch * m * n);
   r.lo.resize(batch * m * n);
@@ -126,8 +137,9 @@ Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1) {
   int bad = 0;
   for (int64_t e = 0; e < batch * m; ++e) {
     const int64_t bt = e / m, i = e % m;  // matrix bt, row i
-    const double* a_ref = A.ref.data() + bt * m * k;
-    const double* b_ref = B.ref.data() + bt * k * n;
+    const double* a_ref = A.ref.data() + bt * (ar + pad) * A.cols;
+    const double* b_ref = B.ref.data() + bt * (br + pad) * B.cols;
+    const int64_t c_at = (bt * (m + pad) + i) * n;  // row i of matrix bt in C
     for (int64_t j = 0; j < n; ++j) {
       double sum = 0, abs_sum = 0;
       for (int64_t p = 0; p < k; ++p) {
@@ -137,11 +149,11 @@ Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1) {
         abs_sum += std::fabs(a * b);
       }
       const int64_t at = e * n + j;
-      const double beta_c = cs.beta == 0.0f ? 0.0 : cs.beta * c0[at];
+      const double beta_c = cs.beta == 0.0f ? 0.0 : cs.beta * c0[c_at + j];
       const double ref = cs.alpha * sum + beta_c;
       const double tol =
           (k + 2) * std::ldexp(1.0, -24) * (std::fabs(cs.alpha) * abs_sum + std::fabs(beta_c));
-      const double v = C.at(at);
+      const double v = C.at(c_at + j);
       double lo = ref - tol, hi = ref + tol;
       if (cs.c == DType::bfloat16) {
         lo = bf16(float_toward(lo, false)).to_float();
@@ -259,6 +271,17 @@ TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
     }
   }
   ::unsetenv("KKTRAIN_TEST_GEMM_INT_LIMIT");
+}
+
+// Strided batches (the tiled attention's calls: one tile of every head, heads T rows apart): each
+// matrix followed by rows the product must neither read nor write.
+TEST_P(GemmDtypes, StridedBatchesMatchTheReferenceAndLeaveTheGapsAlone) {
+  const DtypeCase d = GetParam();
+  uint32_t seed = 900;
+  for (const Case& cs : all_cases(d.a, d.b, d.c)) {
+    if (cs.s.m * cs.s.n * cs.s.k > 100000) continue;
+    run_and_check(cs, seed++, 3, 2);
+  }
 }
 
 TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {

@@ -3,6 +3,7 @@
 //    compute; the loss is summed in double, so its rounding noise is ~1e-7 relative),
 //  - activation checkpointing gives bitwise-identical gradients,
 //  - compute_logits = false returns the same hidden states without computing logits,
+//  - the LM head and loss in chunks of rows give the same loss, gradients and logits,
 //  - compute_mtp = false skips the MTP head exactly (main gradients unchanged, MTP grads zero),
 //  - gradients accumulate over backward calls,
 //  - bad token ids are rejected with an error naming the position,
@@ -314,6 +315,54 @@ TEST(ModelForward, ComputeMtpFalseSkipsTheHeadExactly) {
   double n = 0.0;
   for (float x : param_to_host(a.params(), eh, true)) n += std::fabs(x);
   EXPECT_GT(n, 0.0);
+}
+
+// The LM head and loss run in chunks of model.loss_chunk_tokens rows. Chunks of 3 rows (N = 14:
+// four full chunks and a partial one, main and MTP heads) against one chunk: the same loss and
+// gradients up to the order of fp32 sums (the head's weight gradient adds the chunks' products
+// one after another), and the kept logits are the ones the loss was computed from.
+TEST(ModelForward, LossChunksGiveTheSameLossGradientsAndLogits) {
+  for (const DType compute : {DType::float32, DType::bfloat16}) {
+    ModelConfig one = tiny_model(), chunked = tiny_model();
+    one.mtp_num_layers = chunked.mtp_num_layers = 1;
+    chunked.loss_chunk_tokens = 3;
+    const ResolvedPrecision p = precision(DType::float32, compute);
+    Transformer a(one, p), b(chunked, p);
+    a.init_weights();
+    b.init_weights();
+    const Tokens t = random_tokens(one.vocab_size, 19);
+    ForwardOptions keep;
+    keep.keep_logits = true;
+    const ForwardResult ra = a.forward(t.ids.data(), t.targets.data(), t.B, t.T, keep);
+    const ForwardResult rb = b.forward(t.ids.data(), t.targets.data(), t.B, t.T, keep);
+    EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * ra.loss) << dtype_name(compute);
+    EXPECT_NEAR(ra.mtp_loss, rb.mtp_loss, 1e-6 * ra.mtp_loss) << dtype_name(compute);
+    // The loss from the kept logits (host, double): mean of logsumexp - logit[target].
+    const auto logits = to_host(b.logits());
+    const int64_t V = one.vocab_size;
+    ASSERT_EQ(static_cast<int64_t>(logits.size()), t.B * t.T * V);
+    double sum = 0.0;
+    for (int64_t n = 0; n < t.B * t.T; ++n) {
+      double mx = -1e300, z = 0.0;
+      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[n * V + v]));
+      for (int64_t v = 0; v < V; ++v) z += std::exp(logits[n * V + v] - mx);
+      sum += mx + std::log(z) - logits[n * V + t.targets[n]];
+    }
+    EXPECT_NEAR(sum / (t.B * t.T), rb.loss, 1e-5 * rb.loss) << dtype_name(compute);
+    const auto ga = run_grads(a, t), gb = run_grads(b, t);
+    for (std::size_t i = 0; i < ga.size(); ++i) {
+      double num = 0.0, den = 0.0;
+      for (std::size_t e = 0; e < ga[i].size(); ++e) {
+        num = std::max(num, std::fabs(double(ga[i][e]) - gb[i][e]));
+        den = std::max(den, std::fabs(double(ga[i][e])));
+      }
+      // fp32: summation order only (measured <= 1e-7); bf16 compute: a sum that lands on the
+      // other side of a bf16 rounding boundary moves by one bf16 ulp (2^-8 relative).
+      const double tol = compute == DType::float32 ? 1e-6 : std::ldexp(1.0, -7);
+      EXPECT_LE(num, tol * den) << a.params().info(static_cast<int>(i)).name << " "
+                                << dtype_name(compute);
+    }
+  }
 }
 
 TEST(ModelGradients, BackwardAccumulates) {

@@ -1,0 +1,41 @@
+// Pieces shared by the two attention kernels (model/attention.cpp: tiled GEMM products;
+// model/attention_team.cpp: Kokkos teams with scratch tiles). Private to model/.
+#pragma once
+
+#include <cstdint>
+
+#include "core/kokkos_compat.hpp"
+#include "model/attention.hpp"
+#include "model/kernels.hpp"
+
+namespace kktrain {
+
+// How many keys of the block [k0, k0 + kw) query position t attends to (keys <= t): the causal
+// mask of a tile.
+KOKKOS_INLINE_FUNCTION int64_t causal_width(int64_t t, int64_t k0, int64_t kw) {
+  const int64_t n = t - k0 + 1;
+  return n < 0 ? 0 : (n > kw ? kw : n);
+}
+
+// The element index of (b, h, t, e) in a token-layout tensor (B*T, H*D) and a head-layout tensor
+// (B, H, T, D); row (b*H + h)*T + t of a (B, H, T) statistic is the head-layout row.
+KOKKOS_INLINE_FUNCTION int64_t token_index(int64_t b, int64_t h, int64_t t, int64_t e, int64_t T,
+                                           int64_t H, int64_t D) {
+  return ((b * T + t) * H + h) * D + e;
+}
+
+// delta (B, H, T) = rowsum(dout * out): dout in head layout, out in token layout, fp32 sums in a
+// fixed order.
+template <class TC>
+void attention_delta(float* delta, const TC* dout, const TC* out, const AttentionDims& d);
+
+// The team kernel (model/attention_team.cpp); same contract as attention_forward/backward.
+template <class TC>
+void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
+                            const AttentionDims& d, bool rc);
+template <class TC>
+void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse,
+                             const float* delta, const TC* q, const TC* k, const TC* v,
+                             const AttentionDims& d, bool rc);
+
+}  // namespace kktrain

@@ -1,0 +1,116 @@
+// The materialized causal attention kktrain ran before the tiled kernels (model/attention.hpp),
+// kept as the reference test_attention compares them with: per (batch, KV head) group, the fp32
+// scores (G*T, T) of all its query heads in one GEMM, a causal softmax over whole rows, the
+// probabilities rounded to the compute dtype for the PV product; backward recomputes them, with
+// dP = rnd(dout v^T), dS = rnd(P (dP - rowsum(P dP))), every GEMM accumulating in fp32.
+// Test-only: it holds (B, H, T, T) fp32 and (G*T, T) per group, which the model no longer does.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cfloat>
+#include <type_traits>
+
+#include "model/attention.hpp"
+#include "model/gemm.hpp"
+#include "model/kernels.hpp"
+
+namespace kktrain {
+namespace reference {
+
+// att (R, T, T): in place, scores -> causal softmax probabilities (fp32); R = B*H.
+inline void causal_softmax_forward(float* att, int64_t R, int64_t T) {
+  Kokkos::parallel_for(
+      "ref_causal_softmax_forward", RangePolicy(0, R * T), KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t t = row % T;
+        float* x = att + row * T;
+        float mx = -FLT_MAX;
+        for (int64_t j = 0; j <= t; ++j) mx = x[j] > mx ? x[j] : mx;
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) {
+          x[j] = exp_fast(x[j] - mx);
+          sum += x[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < T; ++j) x[j] = j <= t ? x[j] * inv : 0.0f;
+      });
+}
+
+// datt (R, T, T): in place, dP -> dS = P * (dP - sum_j P dP) on the causal part, 0 above it.
+inline void causal_softmax_backward(float* datt, const float* att, int64_t R, int64_t T) {
+  Kokkos::parallel_for(
+      "ref_causal_softmax_backward", RangePolicy(0, R * T), KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t t = row % T;
+        float* dx = datt + row * T;
+        const float* p = att + row * T;
+        float dot = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) dot += p[j] * dx[j];
+        for (int64_t j = 0; j < T; ++j) dx[j] = j <= t ? p[j] * (dx[j] - dot) : 0.0f;
+      });
+}
+
+// The materialized attention's buffers: (B, H, T, T) probabilities and one group's (G*T, T)
+// gradient and compute-dtype copy.
+template <class TC>
+struct Buffers {
+  DView<float> att, dp;
+  DView<TC> pc;
+  Buffers(const AttentionDims& d)
+      : att("ref_att", d.B * d.H * d.T * d.T),
+        dp("ref_dp", (d.H / d.KV) * d.T * d.T),
+        pc("ref_pc", (d.H / d.KV) * d.T * d.T) {}
+};
+
+// The probabilities of group g = b*KV + kv: att rows of its G heads (G*T, T).
+template <class TC>
+void probs(Buffers<TC>& s, const TC* q, const TC* k, const AttentionDims& d, int64_t g) {
+  const int64_t G = d.H / d.KV, GT = G * d.T, T = d.T, D = d.D;
+  float* att = s.att.data() + g * GT * T;
+  gemm('N', 'T', d.scale, gin(q + g * GT * D, GT, D), gin(k + g * T * D, T, D), 0.0f,
+       gout(att, GT, T));
+  causal_softmax_forward(att, G, T);
+}
+
+// out (B, H, T, D) head layout.
+template <class TC>
+void forward(TC* out, Buffers<TC>& s, const TC* q, const TC* k, const TC* v, const AttentionDims& d,
+             bool rc) {
+  const int64_t G = d.H / d.KV, GT = G * d.T, T = d.T, D = d.D;
+  for (int64_t g = 0; g < d.B * d.KV; ++g) {
+    probs(s, q, k, d, g);
+    const TC* p = compute_copy(s.pc.data(), s.att.data() + g * GT * T, GT * T, rc);
+    gemm('N', 'N', 1.0f, gin(p, GT, T), gin(v + g * T * D, T, D), 0.0f,
+         gout(out + g * GT * D, GT, D));
+  }
+  if constexpr (std::is_same<TC, float>::value) {
+    if (rc) round_copy(out, out, d.B * d.H * T * D, true);
+  }
+}
+
+template <class TC>
+void backward(float* dq, float* dk, float* dv, Buffers<TC>& s, const TC* dout, const TC* q,
+              const TC* k, const TC* v, const AttentionDims& d, bool rc) {
+  const int64_t G = d.H / d.KV, GT = G * d.T, T = d.T, D = d.D;
+  for (int64_t g = 0; g < d.B * d.KV; ++g) {
+    probs(s, q, k, d, g);
+    float* att = s.att.data() + g * GT * T;
+    const TC* go = dout + g * GT * D;
+    const TC* p = compute_copy(s.pc.data(), att, GT * T, rc);
+    gemm('T', 'N', 1.0f, gin(p, GT, T), gin(go, GT, D), 0.0f, gout(dv + g * T * D, T, D));
+    gemm('N', 'T', 1.0f, gin(go, GT, D), gin(v + g * T * D, T, D), 0.0f, gout(s.dp.data(), GT, T));
+    if (rc) round_copy(s.dp.data(), s.dp.data(), GT * T, true);
+    causal_softmax_backward(s.dp.data(), att, G, T);
+    const TC* ds = compute_copy(s.pc.data(), s.dp.data(), GT * T, rc);
+    gemm('N', 'N', d.scale, gin(ds, GT, T), gin(k + g * T * D, T, D), 0.0f,
+         gout(dq + g * GT * D, GT, D));
+    gemm('T', 'N', d.scale, gin(ds, GT, T), gin(q + g * GT * D, GT, D), 0.0f,
+         gout(dk + g * T * D, T, D));
+  }
+  if (rc) {
+    round_copy(dq, dq, d.B * d.H * T * D, true);
+    round_copy(dk, dk, d.B * d.KV * T * D, true);
+    round_copy(dv, dv, d.B * d.KV * T * D, true);
+  }
+}
+
+}  // namespace reference
+}  // namespace kktrain
