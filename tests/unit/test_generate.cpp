@@ -84,6 +84,7 @@ TEST_P(GreedyMatchesFullForward, AtEveryPosition) {
   const int64_t T = static_cast<int64_t>(seq.size()) - 1, V = cfg.vocab_size;
   std::vector<int32_t> ids(seq.begin(), seq.end() - 1), targets(seq.begin() + 1, seq.end());
   ForwardOptions fo;
+  fo.keep_logits = true;  // the full (T, V) logits for the comparison
   model.forward(ids.data(), targets.data(), 1, T, fo);
   std::vector<float> full(T * V);
   Kokkos::deep_copy(HViewU<float>(full.data(), full.size()), model.logits());
