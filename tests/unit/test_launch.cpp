@@ -16,14 +16,30 @@ namespace {
 
 constexpr int64_t kPast32 = (int64_t(1) << 32) + 3;  // 4294967299 indices
 
-TEST(Launch, RangePolicyReachesIndicesPast32Bits) {
-  // A reduction over the whole range: the largest index seen and the count of indices.
+// (Kernels live in free functions: CUDA's extended lambdas cannot sit in a test body.)
+int64_t largest_index(int64_t n) {
   int64_t largest = -1;
   Kokkos::parallel_reduce(
-      "max_index", RangePolicy(0, kPast32),
+      "max_index", RangePolicy(0, n),
       KOKKOS_LAMBDA(const int64_t i, int64_t& m) { m = i > m ? i : m; },
       Kokkos::Max<int64_t>(largest));
-  EXPECT_EQ(largest, kPast32 - 1);
+  return largest;
+}
+
+using Pair = Kokkos::View<int64_t[2], MemSpace>;
+
+// Per tensor t: the elements its blocks cover and the largest element index reached.
+void cover(const TensorBlocks& blocks, const Pair& covered, const Pair& last) {
+  for_tensor_blocks(
+      "cover", blocks, KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
+        Kokkos::atomic_add(&covered(t), hi - lo);
+        Kokkos::atomic_fetch_max(&last(t), hi - 1);
+      });
+}
+
+TEST(Launch, RangePolicyReachesIndicesPast32Bits) {
+  // A reduction over the whole range: the largest index seen.
+  EXPECT_EQ(largest_index(kPast32), kPast32 - 1);
 }
 
 TEST(Launch, TensorBlocksCoverATensorPast32BitsExactlyOnce) {
@@ -32,12 +48,8 @@ TEST(Launch, TensorBlocksCoverATensorPast32BitsExactlyOnce) {
   // element index reached is the last one.
   const std::vector<int64_t> sizes = {kPast32, 5};
   const TensorBlocks blocks(sizes, int64_t(1) << 22);
-  Kokkos::View<int64_t[2], MemSpace> covered("covered"), last("last");
-  for_tensor_blocks(
-      "cover", blocks, KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi) {
-        Kokkos::atomic_add(&covered(t), hi - lo);
-        Kokkos::atomic_fetch_max(&last(t), hi - 1);
-      });
+  Pair covered("covered"), last("last");
+  cover(blocks, covered, last);
   auto c = Kokkos::create_mirror_view_and_copy(HostSpace(), covered);
   auto l = Kokkos::create_mirror_view_and_copy(HostSpace(), last);
   EXPECT_EQ(c(0), kPast32);
@@ -73,13 +85,8 @@ struct reduction_identity<kktrain::Seen> {
 namespace kktrain {
 namespace {
 
-TEST(Launch, TensorBlocksReduceSumsEveryElementOnce) {
-  // Tensors of 0, 7, 33 and 5 elements in blocks of 6 (partial blocks, an empty tensor): the
-  // sum counts every element once, with its index in its tensor plus 1000 x the tensor.
-  const std::vector<int64_t> sizes = {0, 7, 33, 5};
-  const TensorBlocks blocks(sizes, 6);
-  Seen total;
-  total.elements = -1;  // overwritten, not added to
+// Every element once, with its index in its tensor plus 1000 x the tensor; `into` is overwritten.
+void seen(const TensorBlocks& blocks, Seen& into) {
   for_tensor_blocks_reduce(
       "seen", blocks,
       KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi, Seen& acc) {
@@ -88,7 +95,16 @@ TEST(Launch, TensorBlocksReduceSumsEveryElementOnce) {
           acc.index_sum += 1000 * t + i;
         }
       },
-      total);
+      into);
+}
+
+TEST(Launch, TensorBlocksReduceSumsEveryElementOnce) {
+  // Tensors of 0, 7, 33 and 5 elements in blocks of 6 (partial blocks, an empty tensor).
+  const std::vector<int64_t> sizes = {0, 7, 33, 5};
+  const TensorBlocks blocks(sizes, 6);
+  Seen total;
+  total.elements = -1;  // overwritten, not added to
+  seen(blocks, total);
   int64_t want = 0;
   for (std::size_t t = 0; t < sizes.size(); ++t)
     for (int64_t i = 0; i < sizes[t]; ++i) want += 1000 * static_cast<int64_t>(t) + i;
@@ -97,10 +113,7 @@ TEST(Launch, TensorBlocksReduceSumsEveryElementOnce) {
   // No blocks at all: the zero.
   Seen none;
   none.elements = 7;
-  for_tensor_blocks_reduce(
-      "none", TensorBlocks(std::vector<int64_t>{0, 0}, 6),
-      KOKKOS_LAMBDA(const int64_t, const int64_t, const int64_t, Seen& acc) { acc.elements += 1; },
-      none);
+  seen(TensorBlocks(std::vector<int64_t>{0, 0}, 6), none);
   EXPECT_EQ(none.elements, 0);
 }
 
