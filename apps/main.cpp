@@ -88,7 +88,9 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     ctx.mpi = &mpi;
     if (!c.needs_kokkos) return c.run(args, ctx);
     // Use the cores this process was given and no more (parallel/threads.hpp).
-    const ThreadPlan threads = plan_threads(read_thread_inputs());
+    const ThreadInputs inputs = read_thread_inputs();
+    const ThreadPlan threads = plan_threads(inputs);
+    if (threads.oversubscribed_by_user) log::warn(oversubscription_warning(threads, inputs));
     const std::string blas = apply_blas_threads(threads);
     KokkosSession kokkos(argc, argv, threads.kokkos_threads);
     ctx.threads = thread_summary(threads, blas, kokkos.describe());  // train prints it
@@ -100,6 +102,8 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
 }  // namespace
 
 int run_main(int argc, char** argv) {
+  // Thread settings that oversubscribe the cores: restarted with waits that yield (threads.hpp).
+  restart_to_yield_if_oversubscribed(argv);
   MpiRuntime mpi(&argc, &argv);
   log::set_rank(mpi.rank());
   const bool many = mpi.active() && mpi.size() > 1;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 #include <vector>
@@ -160,6 +161,15 @@ ThreadPlan plan_threads(const ThreadInputs& in) {
     p.reason += ", overridden by";
     for (std::size_t i = 0; i < asked.size(); ++i) p.reason += (i ? ", " : " ") + asked[i];
   }
+  // Kokkos and the BLAS take turns (a product runs inside no Kokkos kernel): the larger count.
+  const int busy = std::max(p.blas_threads, in.kokkos_host_parallel ? p.kokkos_threads : 1);
+  p.threads_on_cpus = p.bound ? busy : busy * ranks;
+  p.oversubscribed = p.threads_on_cpus > allowed;
+  p.oversubscribed_by_user = p.oversubscribed && busy > p.per_process;
+  if (p.oversubscribed && !p.oversubscribed_by_user) {
+    p.reason += "; " + plural(ranks, "rank", "ranks") + " on " + plural(allowed, "CPU", "CPUs") +
+                ": waits yield the CPU";
+  }
   return p;
 }
 
@@ -172,11 +182,59 @@ ThreadInputs read_thread_inputs(const EnvLookup& env) {
   in.omp_num_threads = parse_thread_count(env("OMP_NUM_THREADS"));
   in.openblas_num_threads = parse_thread_count(env("OPENBLAS_NUM_THREADS"));
   in.kokkos_num_threads = parse_thread_count(env("KOKKOS_NUM_THREADS"));
+#if defined(KOKKOS_ENABLE_OPENMP) || defined(KOKKOS_ENABLE_THREADS)
+  in.kokkos_host_parallel = true;
+#endif
   return in;
 }
 
 ThreadInputs read_thread_inputs() {
   return read_thread_inputs(real_env);
+}
+
+std::vector<std::pair<std::string, std::string>> yield_settings(const ThreadPlan& plan,
+                                                                const EnvLookup& env) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!plan.oversubscribed) return out;
+  for (const auto& [name, value] :
+       {std::pair<const char*, const char*>{"OMP_WAIT_POLICY", "passive"},
+        {"OPENBLAS_THREAD_TIMEOUT", "4"},
+        {"OMPI_MCA_mpi_yield_when_idle", "1"}}) {
+    if (env(name) == nullptr) out.emplace_back(name, value);
+  }
+  return out;
+}
+
+void restart_to_yield_if_oversubscribed(char** argv) {
+  // Restarted once at most: the marker stops a second restart if a setting does not hold.
+  constexpr const char* kMarker = "KKTRAIN_RESTARTED_TO_YIELD";
+  if (std::getenv(kMarker) != nullptr) return;
+  const auto settings = yield_settings(plan_threads(read_thread_inputs()), real_env);
+  if (settings.empty()) return;
+  for (const auto& [name, value] : settings) setenv(name.c_str(), value.c_str(), 0);
+  setenv(kMarker, "1", 1);
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv);
+  // execv failed (no /proc): go on; MPI still reads its setting at MPI_Init.
+}
+
+std::string oversubscription_warning(const ThreadPlan& plan, const ThreadInputs& in) {
+  if (!plan.oversubscribed_by_user) return "";
+  const int ranks = plan.bound ? 1 : std::max(in.local_ranks, 1);
+  std::string w = std::to_string(plan.threads_on_cpus) + " compute threads (" +
+                  plural(ranks, "rank", "ranks") + " x " +
+                  std::to_string(plan.threads_on_cpus / ranks) + ") share " +
+                  plural(plan.allowed_cpus, "CPU", "CPUs") +
+                  " as the thread settings ask: threads wait by sleeping instead of spinning (";
+  bool first = true;
+  for (const char* name :
+       {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "OMPI_MCA_mpi_yield_when_idle"}) {
+    const char* v = std::getenv(name);
+    w += (first ? "" : ", ") + std::string(name) + "=" + (v ? v : "unset");
+    first = false;
+  }
+  return w + "); unset OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and KOKKOS_NUM_THREADS for " +
+         std::to_string(plan.per_process) + " per process";
 }
 
 std::string apply_blas_threads(const ThreadPlan& plan) {

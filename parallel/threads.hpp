@@ -15,6 +15,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kktrain {
 
@@ -27,6 +29,8 @@ struct ThreadInputs {
   int omp_num_threads = 0;       // OMP_NUM_THREADS (first entry of a nested list)
   int openblas_num_threads = 0;  // OPENBLAS_NUM_THREADS
   int kokkos_num_threads = 0;    // KOKKOS_NUM_THREADS
+  // Kokkos runs host threads (OpenMP, Threads backends); the Serial backend computes on one.
+  bool kokkos_host_parallel = false;
 };
 
 struct ThreadPlan {
@@ -37,6 +41,12 @@ struct ThreadPlan {
   int blas_threads = 1;        // for the BLAS library (its limit: small products take fewer)
   bool blas_user_set = false;  // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS chose blas_threads
   std::string reason;          // e.g. "1 per process (2 CPUs allowed, 2 ranks on this node)"
+  // Compute threads of every process sharing these CPUs (this one's times the local ranks when
+  // unbound) and whether they outnumber the CPUs: the user's thread settings, or more ranks on
+  // the node than CPUs, can make them.
+  int threads_on_cpus = 1;
+  bool oversubscribed = false;
+  bool oversubscribed_by_user = false;  // the planned share would not oversubscribe
 };
 
 // The rule above. Never returns 0 threads, and never more than the allowed CPUs unless the user
@@ -62,6 +72,29 @@ ThreadInputs read_thread_inputs();
 // product gets it. Returns what happened for the startup line: "OpenBLAS 1", "OpenBLAS up to 2
 // (1 per 64M multiply-adds of a product)", or "BLAS threads not settable (no ...)".
 std::string apply_blas_threads(const ThreadPlan& plan);
+
+// Oversubscribed cores: a thread that waits by spinning (OpenMP workers between parallel regions,
+// OpenBLAS workers between products, an MPI rank polling for a collective) takes a core another
+// rank's compute thread, or any other process, needs. Measured with 2 ranks x 2 OpenMP threads
+// on 2 cores: a test driver polled 7 s late. These variables make every one of them wait by
+// sleeping; each is read when its library initializes, so they must be in the environment before
+// the process starts (OpenMP and OpenBLAS read theirs while the program is loaded):
+//   OMP_WAIT_POLICY=passive         libgomp (Kokkos' OpenMP backend, oneDNN) sleeps at once
+//   OPENBLAS_THREAD_TIMEOUT=4       OpenBLAS workers sleep after 2^4 cycles instead of 2^28
+//   OMPI_MCA_mpi_yield_when_idle=1  Open MPI yields the CPU while it polls
+// A variable the user set is left as it is. Returns the ones to set (name, value).
+std::vector<std::pair<std::string, std::string>> yield_settings(const ThreadPlan& plan,
+                                                                const EnvLookup& env);
+
+// When the plan oversubscribes the cores and some yield settings are missing: puts them in the
+// environment and starts this program again in place (execv of /proc/self/exe with the same
+// arguments; the process keeps its id, so a launcher such as mpirun still knows it). Must run
+// before MPI and Kokkos are initialized. Returns only when nothing needed doing or execv failed.
+void restart_to_yield_if_oversubscribed(char** argv);
+
+// The warning a run whose thread settings oversubscribe the cores prints once ("" otherwise:
+// more ranks than CPUs with one thread each is said in the startup line).
+std::string oversubscription_warning(const ThreadPlan& plan, const ThreadInputs& in);
 
 // Owns Kokkos for the process (like Kokkos::ScopeGuard): initialized with `threads` threads on
 // host-parallel backends (OpenMP, Threads); the Serial backend runs one thread whatever the plan.

@@ -61,7 +61,61 @@ TEST(ThreadPlan, MoreRanksThanCpusStillGetOneThread) {
     EXPECT_EQ(p.per_process, 1) << ranks;
     EXPECT_EQ(p.blas_threads, 1) << ranks;
     EXPECT_EQ(p.kokkos_threads, 1) << ranks;
+    // More ranks than CPUs is oversubscribed whatever the threads: waits must yield.
+    EXPECT_TRUE(p.oversubscribed) << ranks;
+    EXPECT_FALSE(p.oversubscribed_by_user) << ranks;
+    EXPECT_EQ(p.threads_on_cpus, ranks);
+    EXPECT_NE(p.reason.find(std::to_string(ranks) + " ranks on 2 CPUs: waits yield the CPU"),
+              std::string::npos)
+        << p.reason;
   }
+  EXPECT_FALSE(plan_threads(inputs(2, 2, 2)).oversubscribed);
+}
+
+TEST(ThreadPlan, OversubscriptionCountsTheThreadsThatRunAtOnce) {
+  // 2 ranks x OMP_NUM_THREADS=2 on 2 CPUs (the OpenMP test suite's setting).
+  ThreadInputs in = inputs(2, 2, 2);
+  in.omp_num_threads = 2;
+  in.kokkos_host_parallel = true;
+  ThreadPlan p = plan_threads(in);
+  EXPECT_TRUE(p.oversubscribed);
+  EXPECT_TRUE(p.oversubscribed_by_user);
+  EXPECT_EQ(p.threads_on_cpus, 4);
+  // The Serial backend computes on one thread; OpenBLAS still takes 2 per rank.
+  in.kokkos_host_parallel = false;
+  EXPECT_EQ(plan_threads(in).threads_on_cpus, 4);
+  in.omp_num_threads = 0;
+  in.kokkos_num_threads = 2;  // Kokkos threads of a Serial build never run
+  EXPECT_FALSE(plan_threads(in).oversubscribed);
+  in.kokkos_host_parallel = true;
+  EXPECT_TRUE(plan_threads(in).oversubscribed_by_user);
+  // Bound to 2 CPUs of 8: this process alone counts.
+  in = inputs(2, 8, 4);
+  in.omp_num_threads = 2;
+  EXPECT_FALSE(plan_threads(in).oversubscribed);
+  in.omp_num_threads = 3;
+  p = plan_threads(in);
+  EXPECT_TRUE(p.oversubscribed_by_user);
+  EXPECT_EQ(p.threads_on_cpus, 3);
+}
+
+TEST(ThreadPlan, OversubscribedRunsWaitBySleeping) {
+  ThreadInputs in = inputs(2, 2, 2);
+  in.omp_num_threads = 2;
+  const ThreadPlan p = plan_threads(in);
+  FakeEnv env;
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(yield_settings(p, env.lookup()), (Settings{{"OMP_WAIT_POLICY", "passive"},
+                                                       {"OPENBLAS_THREAD_TIMEOUT", "4"},
+                                                       {"OMPI_MCA_mpi_yield_when_idle", "1"}}));
+  env.vars["OMP_WAIT_POLICY"] = "active";  // the user's choice stays
+  EXPECT_EQ(yield_settings(p, env.lookup()),
+            (Settings{{"OPENBLAS_THREAD_TIMEOUT", "4"}, {"OMPI_MCA_mpi_yield_when_idle", "1"}}));
+  EXPECT_TRUE(yield_settings(plan_threads(inputs(2, 2, 2)), env.lookup()).empty());
+  const std::string w = oversubscription_warning(p, in);
+  EXPECT_NE(w.find("4 compute threads (2 ranks x 2) share 2 CPUs"), std::string::npos) << w;
+  EXPECT_NE(w.find("for 1 per process"), std::string::npos) << w;
+  EXPECT_EQ(oversubscription_warning(plan_threads(inputs(2, 2, 3)), inputs(2, 2, 3)), "");
 }
 
 TEST(ThreadPlan, BoundMaskIsUsedAsIsWhateverTheRankCount) {
