@@ -9,6 +9,7 @@
 
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
+#include "core/host_sync.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
@@ -112,7 +113,7 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
     a.i64["lora_dim"] = cfg.peft.dim;
     a.f64["lora_alpha"] = cfg.peft.alpha;
   }
-  Kokkos::fence();
+  host_sync();
   return save_checkpoint_dir(checkpoint_root(cfg), p.step, cfg.checkpoint.keep_last, comm,
                              [&](const std::string& file) { write_shards(file, shards, a, comm); });
 }
@@ -365,7 +366,7 @@ TrainProgress load_training_checkpoint(const std::string& file, const Config& cf
       converted += load_param(fp, reg, i, opt) ? 1 : 0;
       load_moments(fp, file, reg.info(i), opt, i);
     }
-    Kokkos::fence();
+    host_sync();
     TrainProgress p;
     p.step = ix.root_i64("step");
     p.optimizer_steps = ix.root_i64("optimizer_steps");

@@ -1,10 +1,12 @@
 // `kktrain train CONFIG [key=value ...]`: the training loop, on one rank or sharded over the
 // ranks of an mpirun launch.
 //
-//   per step: micro-batches -> forward -> backward (gradients accumulate; on several ranks the
-//             last micro-batch reduce-scatters them into the shards) -> global grad norm (one
-//             all-reduce of the shards' partial sums) -> clip factor -> one fused optimizer
-//             update of this rank's shard -> schedule
+//   per step: micro-batches -> forward -> backward (gradients accumulate; on several ranks
+//             reduce-scattered into the shards) -> the step's scalars (loss, MTP loss, gradient
+//             sum of squares, kept on the device) read back and all-reduced in one wait -> clip
+//             factor -> one fused optimizer update of this rank's shard -> the step's end agreed
+//             in one wait (signals, errors, the next step's windows, logged values) -> schedule
+//             (apps/step_sync.hpp: the step's only two host synchronizations)
 // The global batch is split deterministically: rank r of W takes windows [r G/W, (r+1) G/W) of
 // the step's G windows, in micro-batches of data.micro_batch_size, so every rank count and every
 // micro-batch size trains on the same samples. Losses are averaged over ranks; rank 0 logs and
@@ -26,7 +28,9 @@
 #include "apps/memory_plan.hpp"
 #include "apps/run_files.hpp"
 #include "apps/signals.hpp"
+#include "apps/step_sync.hpp"
 #include "core/errors.hpp"
+#include "core/host_sync.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
@@ -279,17 +283,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
               std::to_string(checkpoint_bytes(params, *opt)) + " bytes on this rank in " +
               seconds_text(now_s() - t0) + ")");
   };
-  // At every step boundary: the periodic checkpoint, and a stop request (a signal on any rank)
-  // agreed over ranks, which saves and ends the loop.
   int stop_signal = 0;
-  auto end_of_step = [&](int64_t done) {
-    const bool stop = !comm->all_agree(StopSignals::received() == 0 && !metrics_error);
-    if (stop) agree_on_errors(*comm, metrics_error);  // a failed metrics write ends the run
-    const bool periodic = cfg.checkpoint.save_every > 0 && done % cfg.checkpoint.save_every == 0;
-    if (periodic || stop) save(done);
-    if (stop) stop_signal = static_cast<int>(comm->allreduce_max_host(StopSignals::received()));
-    return !stop;
-  };
   double last_loss = NAN;
   // Steps this process runs (a resumed run starts at state.step; one at max_steps runs none).
   const int64_t first_step = state.step;
@@ -304,21 +298,26 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   // Updates lost to bf16 rounding: counted in the update launches of logged steps.
   LostUpdateWatch lost_watch(cfg.train.update_lost_warn_frac, cfg.train.update_lost_warn_steps,
                              first_step);
+  // The step's losses and gradient sum of squares stay on the device until its one readback.
+  DeviceSums step_sums(StepSlots::kCount);
+  // Each step's windows are drawn before the previous step's end agreement (where a window that
+  // cannot be drawn ends every rank with that rank's message); the first step's here.
+  auto draw_batches = [&](int64_t step) {
+    std::vector<Batch> v;
+    for (int64_t m = 0; m < micro_steps; ++m) {
+      v.push_back(data.train_batch(step, comm->rank() * (micro_steps * B) + m * B, B, T));
+    }
+    return v;
+  };
+  std::vector<Batch> batches;
+  if (ran > 0) batches = collectively(*comm, [&] { return draw_batches(state.step); });
   const double t_start = now_s();
   for (int64_t step = state.step; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
     const CommStats c0 = comm->stats();
+    const HostSyncCounts s0 = host_sync_counts();
     model->zero_grads();
-    double loss_sum = 0.0, mtp_sum = 0.0;
-    // This rank's slice of the step's windows, drawn first: a bad token id in a large file (its
-    // ids are checked as they are read) ends every rank with that rank's message.
-    const std::vector<Batch> batches = collectively(*comm, [&] {
-      std::vector<Batch> v;
-      for (int64_t m = 0; m < micro_steps; ++m) {
-        v.push_back(data.train_batch(step, comm->rank() * (micro_steps * B) + m * B, B, T));
-      }
-      return v;
-    });
+    step_sums.zero();
     for (int64_t m = 0; m < micro_steps; ++m) {
       const Batch& b = batches[m];
       ForwardOptions fo;
@@ -326,28 +325,31 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       fo.compute_mtp = cfg.model.compute_mtp;
       fo.grad_scale = 1.0f / static_cast<float>(micro_steps);  // mean over micro-batches
       fo.sync_grads = m + 1 == micro_steps;  // several ranks: reduce-scatter once per step
-      const ForwardResult r = model->forward(b.ids.data(), b.targets.data(), B, T, fo);
+      fo.loss_sums = &step_sums;             // read back once, with the gradient norm
+      model->forward(b.ids.data(), b.targets.data(), B, T, fo);
       model->backward();
-      loss_sum += r.loss;
-      mtp_sum += r.mtp_loss;
     }
-    const double loss = comm->allreduce_sum_host(loss_sum / micro_steps) / W;
-    const double mtp_loss = comm->allreduce_sum_host(mtp_sum / micro_steps) / W;
-    const double grad_norm = std::sqrt(comm->allreduce_sum_host(grad_sum_squares(params)));
+    grad_sum_squares(params, step_sums, StepSlots::kGradSquares);
+    const StepScalars sc = reduce_step_scalars(step_sums, micro_steps, *comm);
+    const double loss = sc.loss, mtp_loss = sc.mtp_loss, grad_norm = sc.grad_norm;
     const int64_t done = step + 1;
     state.step = done;
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    const double lr = schedule.lr(step);
+    const bool log_now =
+        done % cfg.train.log_every == 0 || done == 1 || done == cfg.train.max_steps;
+    if (!finite) {
       int64_t& nonfinite = state.nonfinite;
       ++nonfinite;
       log::warn("step " + std::to_string(done) + ": non-finite " +
                 (std::isfinite(loss) ? "gradient norm" : "loss") + "; update skipped (" +
                 std::to_string(nonfinite) + " in a row)");
-      write_row(JsonLine()
-                    .integer("step", done)
-                    .num("loss", loss)
-                    .num("grad_norm", grad_norm)
-                    .boolean("skipped", true));
       if (nonfinite >= cfg.train.max_nonfinite_steps) {
+        write_row(JsonLine()
+                      .integer("step", done)
+                      .num("loss", loss)
+                      .num("grad_norm", grad_norm)
+                      .boolean("skipped", true));
         // Every rank sees the same reduced loss and norm, so all stop here together.
         throw CollectiveError(rank0 ? "stopping at step " + std::to_string(done) + ": " +
                                           std::to_string(nonfinite) +
@@ -355,21 +357,50 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
                                     : std::string(),
                               1);
       }
-      if (!end_of_step(done)) break;
-      continue;
+    } else {
+      state.nonfinite = 0;
+      opt->set_count_rounding(log_now);
+      opt->step(lr, clip_factor(grad_norm, cfg.train.grad_clip));
+      state.optimizer_steps = opt->steps();
+      last_loss = loss;
     }
-    state.nonfinite = 0;
-    const double lr = schedule.lr(step);
-    const bool log_now =
-        done % cfg.train.log_every == 0 || done == 1 || done == cfg.train.max_steps;
-    opt->set_count_rounding(log_now);
-    opt->step(lr, clip_factor(grad_norm, cfg.train.grad_clip));
-    state.optimizer_steps = opt->steps();
     device_peak = std::max(device_peak, device_used_bytes());
+    // The step's end (apps/step_sync.hpp): the next step's windows, stop signals, errors, and
+    // on logged steps the metrics' reductions, in one agreement.
+    StepEndInputs in;
+    try {
+      if (done < cfg.train.max_steps) batches = draw_batches(done);
+    } catch (...) {
+      in.error = std::current_exception();
+    }
+    if (!in.error) in.error = metrics_error;  // a failed metrics write (the previous row's)
+    in.signal = StopSignals::received();
+    StepEnd end;
+    {
+      // The lost-update counts' readback is part of the step end's one wait.
+      SyncScope why(SyncCause::step_end, /*one_wait=*/true);
+      if (finite && log_now) {
+        in.logged = true;
+        in.peak_rss_bytes = peak_rss_bytes();
+        in.peak_device_bytes = static_cast<double>(device_peak);
+        lost_updates(opt->rounding_counts(), [&](uint64_t v) {  // in lost_updates' order
+          in.counts.push_back(v);
+          return v;
+        });
+      }
+      end = agree_step_end(in, *comm);
+    }
+    if (end.failed) agree_on_errors(*comm, in.error);  // throws on every rank
+    const HostSyncCounts syncs = host_sync_counts().since(s0);
     const double dt = now_s() - t0;
     const double tps = static_cast<double>(tokens_per_step) / dt;
-    last_loss = loss;
-    if (log_now) {
+    if (!finite) {
+      write_row(JsonLine()
+                    .integer("step", done)
+                    .num("loss", loss)
+                    .num("grad_norm", grad_norm)
+                    .boolean("skipped", true));
+    } else if (log_now) {
       JsonLine row;
       row.integer("step", done).num("loss", loss).num("grad_norm", grad_norm).num("lr", lr);
       if (model->mtp_depth() > 0 && cfg.model.compute_mtp) row.num("mtp_loss", mtp_loss);
@@ -379,15 +410,17 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
         row.num("comm_bytes", c1.bytes_sent - c0.bytes_sent)
             .num("comm_ms", (c1.seconds - c0.seconds) * 1e3);
       }
-      row.num("peak_rss_bytes", comm->allreduce_max_host(peak_rss_bytes()));
+      row.num("peak_rss_bytes", end.peak_rss_bytes);
       if (device_memory_tracked()) {  // the same on every rank: a build property
-        row.num("peak_device_bytes", comm->allreduce_max_host(static_cast<double>(device_peak)));
+        row.num("peak_device_bytes", end.peak_device_bytes);
       } else {
         row.null("peak_device_bytes");  // host builds: no device memory apart from RSS
       }
-      const LostUpdates lost = lost_updates(opt->rounding_counts(),
-                                            [&](uint64_t v) { return comm->allreduce_sum_u64(v); });
+      std::size_t next = 0;
+      const LostUpdates lost =
+          lost_updates(opt->rounding_counts(), [&](uint64_t) { return end.counts[next++]; });
       add_lost_update_columns(row, lost);
+      add_host_sync_columns(row, syncs);
       write_row(row);
       char line[256];
       std::snprintf(line, sizeof(line),
@@ -410,20 +443,41 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
         log::warn(w);
       }
     }
-    if (progress) progress_line(done, cfg.train.max_steps, loss, tps);
-    const bool val_now = val_ok && cfg.train.val_every > 0 &&
+    if (progress && finite) progress_line(done, cfg.train.max_steps, loss, tps);
+    const bool val_now = finite && val_ok && cfg.train.val_every > 0 &&
                          (done % cfg.train.val_every == 0 || done == cfg.train.max_steps);
     if (val_now) {
-      const double vl = validation_loss(*model, data, cfg, *comm);
-      write_row(JsonLine().integer("step", done).num("val_loss", vl));
+      const HostSyncCounts v0 = host_sync_counts();
+      double vl = 0.0;
+      {
+        SyncScope why(SyncCause::validation);
+        vl = validation_loss(*model, data, cfg, *comm);
+      }
+      JsonLine row;
+      row.integer("step", done).num("val_loss", vl);
+      add_host_sync_columns(row, host_sync_counts().since(v0));
+      write_row(row);
       if (progress) std::fputc('\n', stderr);
       char line[128];
       std::snprintf(line, sizeof(line), "step %lld | val_loss %.4f", static_cast<long long>(done),
                     vl);
       log::info(line);
     }
-    if (!end_of_step(done)) break;
+    // The periodic checkpoint, and a stop request (a signal on any rank), which saves and ends
+    // the loop.
+    const bool stop = end.signal != 0;
+    const bool periodic = cfg.checkpoint.save_every > 0 && done % cfg.checkpoint.save_every == 0;
+    if (periodic || stop) {
+      SyncScope why(SyncCause::io);
+      save(done);
+    }
+    if (stop) {
+      stop_signal = end.signal;
+      break;
+    }
   }
+  // A failed write of the last rows ends the run on every rank, naming the file.
+  agree_on_errors(*comm, metrics_error);
   StopSignals::set_finishing();
   if (progress) std::fputc('\n', stderr);
   const double train_peak = comm->allreduce_max_host(peak_rss_bytes());
@@ -509,7 +563,8 @@ Command train_command() {
       "tokens (gradients accumulate), global gradient-norm clipping (train.grad_clip), one\n"
       "optimizer update, the learning-rate schedule. Logs every train.log_every steps and\n"
       "writes <train.output_dir>/metrics.jsonl (step, loss, grad_norm, lr, tokens_per_s,\n"
-      "ms_per_step, peak_rss_bytes, peak_device_bytes; validation rows carry val_loss). Before\n"
+      "ms_per_step, peak_rss_bytes, peak_device_bytes, host_syncs: the step's waits for the\n"
+      "device or the ranks, 2 at most; validation rows carry val_loss). Before\n"
       "allocating, the predicted peak (kktrain audit) is compared with the available memory\n"
       "(KKTRAIN_MEMORY_AVAILABLE_BYTES overrides it); a run that cannot fit exits 2.\n"
       "Steps with a non-finite loss or gradient norm are skipped; train.max_nonfinite_steps in\n"

@@ -44,32 +44,59 @@ void for_rows(const char* name, int64_t rows, int64_t cols, const F& f) {
   for_rows_impl(std::integral_constant<bool, kHostKernels>(), name, rows, cols, f);
 }
 
+// Where a reduction's sum goes: a host value (the launch waits for the device to fill it) or a
+// rank-0 View in device memory (filled in the execution space's order, no wait).
+template <class Result>
+struct ReduceInto {
+  using value_type = Result;
+  static Kokkos::Sum<Result> sum(Result& r) { return Kokkos::Sum<Result>(r); }
+  static void zero(Result& r) { r = Kokkos::reduction_identity<Result>::sum(); }
+};
+template <class Value>
+struct ReduceInto<const Kokkos::View<Value, MemSpace>> {
+  using value_type = Value;
+  static Kokkos::Sum<Value, MemSpace> sum(const Kokkos::View<Value, MemSpace>& r) {
+    return Kokkos::Sum<Value, MemSpace>(r);
+  }
+  static void zero(const Kokkos::View<Value, MemSpace>& r) {
+    Kokkos::parallel_for(
+        "reduce_into_zero", RangePolicy(0, 1),
+        KOKKOS_LAMBDA(const int64_t) { r() = Kokkos::reduction_identity<Value>::sum(); });
+  }
+};
+template <class Value>
+struct ReduceInto<Kokkos::View<Value, MemSpace>> : ReduceInto<const Kokkos::View<Value, MemSpace>> {
+};
+
 // for_rows with a sum: f(r, c0, c1, acc) adds what it computes for its columns into acc, and
 // total receives the sum over the whole index space. Value is a struct with += and a
-// Kokkos::reduction_identity<Value>::sum() (its zero); the launch shape is for_rows's.
-template <class F, class Value>
+// Kokkos::reduction_identity<Value>::sum() (its zero); total is a Value or a device
+// Kokkos::View<Value, MemSpace> (ReduceInto); the launch shape is for_rows's.
+template <class F, class Result>
 void for_rows_reduce_impl(std::true_type /*host*/, const char* name, int64_t rows, int64_t cols,
-                          const F& f, Value& total) {
+                          const F& f, Result& total) {
+  using Value = typename ReduceInto<Result>::value_type;
   Kokkos::parallel_reduce(
       name, RangePolicy(0, rows),
       KOKKOS_LAMBDA(const int64_t r, Value& acc) { f(r, int64_t(0), cols, acc); },
-      Kokkos::Sum<Value>(total));
+      ReduceInto<Result>::sum(total));
 }
-template <class F, class Value>
+template <class F, class Result>
 void for_rows_reduce_impl(std::false_type /*device*/, const char* name, int64_t rows, int64_t cols,
-                          const F& f, Value& total) {
+                          const F& f, Result& total) {
+  using Value = typename ReduceInto<Result>::value_type;
   Kokkos::parallel_reduce(
       name, RangePolicy(0, rows * cols),
       KOKKOS_LAMBDA(const int64_t i, Value& acc) {
         const int64_t c = i % cols;
         f(i / cols, c, c + 1, acc);
       },
-      Kokkos::Sum<Value>(total));
+      ReduceInto<Result>::sum(total));
 }
-template <class F, class Value>
-void for_rows_reduce(const char* name, int64_t rows, int64_t cols, const F& f, Value& total) {
+template <class F, class Result>
+void for_rows_reduce(const char* name, int64_t rows, int64_t cols, const F& f, Result& total) {
   if (rows == 0 || cols == 0) {
-    total = Kokkos::reduction_identity<Value>::sum();
+    ReduceInto<Result>::zero(total);
     return;
   }
   for_rows_reduce_impl(std::integral_constant<bool, kHostKernels>(), name, rows, cols, f, total);
@@ -137,9 +164,10 @@ void for_tensor_blocks(const char* name, const TensorBlocks& blocks, const F& f)
 // for_tensor_blocks with a sum (for_rows_reduce): f(tensor, lo, hi, acc) adds into acc what it
 // computes for its elements; total receives the sum over every block. The multi-tensor update
 // and a count over what it did, in one launch.
-template <class F, class Value>
+template <class F, class Result>
 void for_tensor_blocks_reduce(const char* name, const TensorBlocks& blocks, const F& f,
-                              Value& total) {
+                              Result& total) {
+  using Value = typename ReduceInto<Result>::value_type;
   const DView<TensorBlock> t = blocks.table();
   for_rows_reduce(
       name, blocks.count(), blocks.block_len(),

@@ -95,7 +95,7 @@ int ParamRegistry::find(const std::string& name) const {
 
 void ParamRegistry::zero_grads() const {
   // bf16 +0 is all-zero bits; a kernel writes them (deep_copy needs arithmetic value types).
-  Kokkos::deep_copy(grad_f32_, 0.0f);
+  Kokkos::deep_copy(ExecSpace(), grad_f32_, 0.0f);
   auto g = grad_bf16_;
   Kokkos::parallel_for(
       "zero_grads_bf16", RangePolicy(0, g.extent(0)),

@@ -293,8 +293,8 @@ void tiled_backward(float* dq, float* dk, float* dv, const TC* dout, const float
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
   const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
   // dK and dV sum over query tiles and the group's heads: start at zero, every product adds.
-  Kokkos::deep_copy(DViewU<float>(dk, NG * T * D), 0.0f);
-  Kokkos::deep_copy(DViewU<float>(dv, NG * T * D), 0.0f);
+  Kokkos::deep_copy(ExecSpace(), DViewU<float>(dk, NG * T * D), 0.0f);
+  Kokkos::deep_copy(ExecSpace(), DViewU<float>(dv, NG * T * D), 0.0f);
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t i0 = 0; i0 < T; i0 += tl.q_rows) {
       const int64_t nr = std::min(tl.q_rows, T - i0), kend = i0 + nr;

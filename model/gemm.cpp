@@ -1,4 +1,5 @@
 #include "model/gemm.hpp"
+#include "core/host_sync.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 #include <algorithm>
@@ -310,7 +311,8 @@ class GemmRegion {
   }
   ~GemmRegion() {
     if (active_) {
-      Kokkos::fence();
+      SyncScope why(SyncCause::profiling);
+      host_sync();  // the region's time is its kernels'
       Kokkos::Profiling::popRegion();
     }
   }

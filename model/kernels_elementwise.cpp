@@ -1,4 +1,5 @@
 // Elementwise kernels: weight casts, gradient accumulation, embedding, residual adds, SwiGLU.
+#include "core/host_sync.hpp"
 #include "core/random.hpp"
 #include "model/kernels.hpp"
 
@@ -204,6 +205,7 @@ double sum_to_host(const float* x, int64_t n) {
   Kokkos::parallel_reduce(
       "sum_to_host", RangePolicy(0, n),
       KOKKOS_LAMBDA(const int64_t i, double& acc) { acc += static_cast<double>(x[i]); }, total);
+  count_host_sync();  // a reduction into a host value waits for it
   return total;
 }
 

@@ -19,6 +19,7 @@ void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, Forward
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const CRef emb = lookup_weights();
   r->mtp_loss = 0.0;
+  if (opts.loss_sums) opts.loss_sums->zero(ForwardOptions::kMtpScratchSlot);
   for (int64_t d = 0; d < K; ++d) {
     const MtpParams& P = mtp_[d];
     MtpActs& m = b.mtp[d];
@@ -35,11 +36,14 @@ void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, Forward
     const float scale =
         m.count > 0 ? static_cast<float>(opts.grad_scale * cfg_.mtp_loss_weight / K / m.count)
                     : 0.0f;
-    const double sum = head_forward<TC>(P.norm, m.h_out.data(), m.xf.p<TC>(), m.rstd_f.data(),
-                                        nullptr, m.losses.data(), m.targets.data(), true, scale,
-                                        backward, m.dxf.data(), nullptr);
-    m.loss = m.count > 0 ? sum / static_cast<double>(m.count) : 0.0;
-    r->mtp_loss += m.loss / static_cast<double>(K);
+    head_forward<TC>(P.norm, m.h_out.data(), m.xf.p<TC>(), m.rstd_f.data(), nullptr,
+                     m.losses.data(), m.targets.data(), true, scale, backward, m.dxf.data(),
+                     nullptr);
+    r->mtp_loss += mean_loss(m.losses.data(), m.count, opts, ForwardOptions::kMtpScratchSlot,
+                             static_cast<double>(K));
+  }
+  if (opts.loss_sums) {
+    opts.loss_sums->add_slot(ForwardOptions::kMtpSlot, ForwardOptions::kMtpScratchSlot);
   }
 }
 
@@ -48,7 +52,8 @@ void Transformer::mtp_backward(float* dres) {
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size;
   float* dw = b.dw.data();
-  Kokkos::deep_copy(b.dh, 0.0f);  // gradient of h_out of the deepest depth (nothing reads it)
+  Kokkos::deep_copy(ExecSpace(), b.dh,
+                    0.0f);  // gradient of h_out of the deepest depth (nothing reads it)
   for (int64_t d = static_cast<int64_t>(mtp_.size()) - 1; d >= 0; --d) {
     const MtpParams& P = mtp_[d];
     const MtpActs& m = b.mtp[d];
@@ -67,7 +72,7 @@ void Transformer::mtp_backward(float* dres) {
     if (rc_) round_copy(b.dcat.data(), b.dcat.data(), N * 2 * C, true);
     split2(b.den.data(), b.dhn.data(), b.dcat.data(), N, C);
     // enorm -> embedding lookup of the shifted tokens
-    Kokkos::deep_copy(b.demb, 0.0f);
+    Kokkos::deep_copy(ExecSpace(), b.demb, 0.0f);
     rmsnorm_backward(b.demb.data(), dw, b.norm_partial.data(), b.den.data(), m.emb.data(),
                      wf(P.enorm), m.rstd_e.data(), N, C, rs_);
     accumulate(P.enorm, dw, round_compute_[P.enorm]);
@@ -76,7 +81,7 @@ void Transformer::mtp_backward(float* dres) {
       accumulate(embed_, dw, rs_);
     }
     // hnorm -> the previous depth's output (or the main model's last residual)
-    Kokkos::deep_copy(b.dh_prev, 0.0f);
+    Kokkos::deep_copy(ExecSpace(), b.dh_prev, 0.0f);
     rmsnorm_backward(b.dh_prev.data(), dw, b.norm_partial.data(), b.dhn.data(), h_prev, wf(P.hnorm),
                      m.rstd_h.data(), N, C, rs_);
     accumulate(P.hnorm, dw, round_compute_[P.hnorm]);

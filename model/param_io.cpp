@@ -1,4 +1,5 @@
 #include "model/param_io.hpp"
+#include "core/host_sync.hpp"
 
 #include "core/errors.hpp"
 #include "model/kernels.hpp"
@@ -24,7 +25,7 @@ void store_rows(ParamRegistry& reg, int i, const float* local, bool grad) {
     using T = decltype(tag);
     cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), src, p.local_numel);
   });
-  Kokkos::fence();
+  host_sync();
 }
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Transformer setup: parameter registration (canonical names, ties, protected fp32), precision
 // flags, deterministic initialization, compute-weight casts and buffer management.
 #include "model/transformer.hpp"
+#include "core/host_sync.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -323,7 +324,7 @@ void Transformer::init_weights(const std::function<bool(const std::string&)>& wh
       }
     });
   }
-  Kokkos::fence();
+  host_sync();
 }
 
 void Transformer::release_after_forward(int unit) {
@@ -374,7 +375,7 @@ void Transformer::flush_staged_grads() {
       using T = decltype(tag);
       accumulate_grad<T>(params_.grad<T>(i).data(), st.data(), params_.info(i).numel, false);
     });
-    Kokkos::deep_copy(st, 0.0f);
+    Kokkos::deep_copy(ExecSpace(), st, 0.0f);
   }
 }
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/device_sums.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/param_registry.hpp"
 #include "model/block.hpp"
@@ -52,6 +53,11 @@ struct ForwardOptions {
   // Several ranks: the backward of this forward ends the step's gradient accumulation and
   // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
   bool sync_grads = true;
+  // Set: the losses are not read back (no host wait; ForwardResult's losses are NaN) but added
+  // on the device: slot kLossSlot += the mean loss, kMtpSlot += the MTP loss (kMtpScratchSlot is
+  // the forward's own). Null: read back into ForwardResult.
+  DeviceSums* loss_sums = nullptr;
+  static constexpr int kLossSlot = 0, kMtpSlot = 1, kMtpScratchSlot = 2;
 };
 
 // How the model is laid out over ranks; see Transformer::prepare().
@@ -207,11 +213,16 @@ class Transformer {
   // Norm -> LM head -> loss over inp (N, C), the head in chunks of model.loss_chunk_tokens rows
   // (one (chunk, V) logits buffer); with `backward` also the LM head's weight gradient
   // (accumulated chunk by chunk in fp32, rounded once) and dxf (N, C). keep: copy the logits
-  // there (N, V) fp32. Returns the sum of per-token losses.
+  // there (N, V) fp32. Per-token losses land in `losses` (N) when `loss`.
   template <class TC>
-  double head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
-                      float* losses, const int32_t* targets, bool loss, float scale, bool backward,
-                      float* dxf, float* keep);
+  void head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
+                    float* losses, const int32_t* targets, bool loss, float scale, bool backward,
+                    float* dxf, float* keep);
+  // The mean of a head's per-token losses (N) over its `count` counted tokens, divided by `then`
+  // (0 without counted tokens): read back, or (opts.loss_sums) added into `slot` on the device,
+  // returning NaN.
+  double mean_loss(const float* losses, int64_t count, const ForwardOptions& opts, int slot,
+                   double then = 1.0);
   template <class TC>
   void mtp_forward(const ForwardOptions& opts, bool backward, ForwardResult* r);
   // LoRA (model/lora.cpp): registers the adapters of a block's targeted projections.

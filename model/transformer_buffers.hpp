@@ -23,7 +23,6 @@ struct MtpActs {
   DView<float> rstd_f;                  // (N)
   DView<float> dxf;                     // (N, C) gradient of xf (LM head backward, at forward)
   DView<float> losses;                  // (N)
-  double loss = 0.0;
   int64_t count = 0;
 };
 

@@ -6,6 +6,7 @@
 // in fp32, the chunk's rows of dxf) and only the (N, C) gradient of the final hidden state is kept
 // for backward(). (N, V) logits never exist.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,13 @@ namespace {
 
 using HostInts = Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
+// Ordered on the execution space's queue behind the kernels still reading dst, without a fence
+// of the whole device (a copy without an instance fences first). The source is pageable host
+// memory, which CUDA and HIP stage before the call returns (so it may be freed after; the driver
+// may wait for the stream to do so: a pinned staging buffer would remove that wait).
 void upload(const DView<int32_t>& dst, const std::vector<int32_t>& src) {
-  Kokkos::deep_copy(Kokkos::subview(dst, std::make_pair<std::size_t, std::size_t>(0, src.size())),
+  Kokkos::deep_copy(ExecSpace(),
+                    Kokkos::subview(dst, std::make_pair<std::size_t, std::size_t>(0, src.size())),
                     HostInts(src.data(), src.size()));
 }
 
@@ -134,7 +140,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   units_->release_all();  // weights change between passes (optimizer steps, loads)
   if (backward) {         // drop contributions collected by a forward whose backward never ran
     for (auto& st : staged_grad_) {
-      if (st.extent(0) > 0) Kokkos::deep_copy(st, 0.0f);
+      if (st.extent(0) > 0) Kokkos::deep_copy(ExecSpace(), st, 0.0f);
     }
     units_->drop_collected();
   }
@@ -167,11 +173,11 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
     if (opts.keep_logits && kept_logits_.extent(0) != static_cast<size_t>(N * cfg_.vocab_size)) {
       kept_logits_ = DView<float>("kept_logits", N * cfg_.vocab_size);
     }
-    const double sum = head_forward<TC>(
-        final_norm_, b.res[L].data(), b.xf.p<TC>(), b.rstd_f.data(),
-        opts.output_hidden_states ? hidden_.data() : nullptr, b.losses.data(), b.targets.data(),
-        loss, scale, backward, b.dxf.data(), opts.keep_logits ? kept_logits_.data() : nullptr);
-    r.loss = b.count > 0 ? sum / static_cast<double>(b.count) : 0.0;
+    head_forward<TC>(final_norm_, b.res[L].data(), b.xf.p<TC>(), b.rstd_f.data(),
+                     opts.output_hidden_states ? hidden_.data() : nullptr, b.losses.data(),
+                     b.targets.data(), loss, scale, backward, b.dxf.data(),
+                     opts.keep_logits ? kept_logits_.data() : nullptr);
+    if (loss) r.loss = mean_loss(b.losses.data(), b.count, opts, ForwardOptions::kLossSlot);
   }
   last_compute_mtp_ = mtp;
   if (mtp) {
@@ -183,18 +189,19 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   release_after_forward(embed_unit_);
   if (!backward) units_->release_all();
   have_backward_ = backward;
-  Kokkos::fence();
+  // No fence: what reads the results next is a kernel (ordered after these) or a host copy
+  // (which waits for them); the step's waits are its own (core/host_sync.hpp).
   return r;
 }
 
 template <class TC>
-double Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
-                                 float* losses, const int32_t* targets, bool loss, float scale,
-                                 bool backward, float* dxf, float* keep) {
+void Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, float* hidden_out,
+                               float* losses, const int32_t* targets, bool loss, float scale,
+                               bool backward, float* dxf, float* keep) {
   const int64_t N = buf_->B * buf_->T, C = cfg_.hidden_size, V = cfg_.vocab_size;
   rmsnorm_forward(xf, hidden_out, rstd, inp, wf(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
                   rs_, rc_);
-  if (!loss && keep == nullptr) return 0.0;  // nothing would read the logits
+  if (!loss && keep == nullptr) return;  // nothing would read the logits
   TC* logits = buf_->logits.p<TC>();
   const bool head_grad = backward && params_.info(lm_head_).trainable;
   const int64_t chunk = std::min(N, cfg_.loss_chunk_tokens);
@@ -217,7 +224,16 @@ double Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd
   }
   if (head_grad) accumulate(lm_head_, buf_->dw.data(), rc_);
   if (backward && rc_) round_copy(dxf, dxf, N * C, true);
-  return loss ? sum_to_host(losses, N) : 0.0;
+}
+
+double Transformer::mean_loss(const float* losses, int64_t count, const ForwardOptions& opts,
+                              int slot, double then) {
+  const int64_t N = buf_->B * buf_->T;
+  if (opts.loss_sums != nullptr) {
+    opts.loss_sums->add_mean(slot, losses, N, static_cast<double>(count), then);
+    return NAN;
+  }
+  return count > 0 ? sum_to_host(losses, N) / static_cast<double>(count) / then : 0.0;
 }
 
 template <class TC>
@@ -228,7 +244,7 @@ void Transformer::backward_impl() {
   have_backward_ = false;
   Buffers& b = *buf_;
   const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
-  Kokkos::deep_copy(b.dres, 0.0f);
+  Kokkos::deep_copy(ExecSpace(), b.dres, 0.0f);
   if (last_compute_mtp_) {
     gather(mtp_unit_);
     mtp_backward<TC>(b.dres.data());  // adds d(res[L]) from the MTP head
@@ -265,7 +281,6 @@ void Transformer::backward_impl() {
   reduce(embed_unit_);
   flush_staged_grads();
   units_->release_all();
-  Kokkos::fence();
 }
 
 }  // namespace kktrain

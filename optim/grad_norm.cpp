@@ -6,11 +6,15 @@
 
 namespace kktrain {
 
-double grad_sum_squares(const ParamRegistry& params) {
+void grad_sum_squares(const ParamRegistry& params, DeviceSums& sums, int slot) {
   // One reduction per storage dtype over the flat gradient buffer, which holds exactly the
   // trainable parameters' gradients; a parameter frozen after allocation (its gradient buffer
   // kept but not trainable, or the reverse) sends that dtype back to one reduction per parameter.
-  double total = 0.0;
+  sums.zero(slot);
+  const auto add = [&](const auto* g, int64_t n) {
+    grad_sum_squares(g, n, sums.scratch());
+    sums.add_scratch(slot);
+  };
   for (DType d : {DType::float32, DType::bfloat16}) {
     bool whole = true;
     for (const ParamInfo& p : params.all())
@@ -19,18 +23,17 @@ double grad_sum_squares(const ParamRegistry& params) {
       using T = decltype(tag);
       if (whole) {
         const DView<T>& g = params.flat_grad<T>();
-        total += grad_sum_squares<T>(g.data(), static_cast<int64_t>(g.extent(0)));
+        add(g.data(), static_cast<int64_t>(g.extent(0)));
         return;
       }
       for (int i = 0; i < params.size(); ++i) {
         const ParamInfo& p = params.info(i);
         if (p.dtype == d && p.trainable) {
-          total += grad_sum_squares<T>(params.grad<T>(i).data(), p.local_numel);
+          add(params.grad<T>(i).data(), p.local_numel);
         }
       }
     });
   }
-  return total;
 }
 
 float clip_factor(double total_norm, double max_norm) {

@@ -4,12 +4,14 @@
 // update (Optimizer::step's grad_scale), saving a pass over the gradients.
 #pragma once
 
+#include "core/device_sums.hpp"
 #include "core/param_registry.hpp"
 
 namespace kktrain {
 
-// Sum over the trainable parameters' gradients of g^2 on this rank.
-double grad_sum_squares(const ParamRegistry& params);
+// sums[slot] = the sum over the trainable parameters' gradients of g^2 on this rank, on the
+// device (read back with the step's other sums at one wait).
+void grad_sum_squares(const ParamRegistry& params, DeviceSums& sums, int slot);
 
 // torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (norm + 1e-6)); 1 when
 // max_norm <= 0 (clipping disabled).

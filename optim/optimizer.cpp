@@ -1,10 +1,12 @@
 // torch Adam/AdamW, TE FusedAdam and torch SGD over the trainable parameters of a registry.
 #include "optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/errors.hpp"
 #include "core/glob.hpp"
+#include "core/host_sync.hpp"
 #include "core/log.hpp"
 #include "optim/update_kernels.hpp"
 
@@ -96,6 +98,34 @@ ParamStateInfo plan_state(const OptimizerConfig& c, const ParamInfo& p) {
       break;
   }
   return s;
+}
+
+UpdateCounts* Optimizer::counts_for(std::size_t k) {
+  rounding_[k].counts = UpdateCounts();
+  if (!count_rounding_) return nullptr;
+  if (device_counts_.extent(0) < 2 * rounding_.size()) {
+    device_counts_ = Kokkos::View<UpdateCounts*, MemSpace>("update_counts", 2 * rounding_.size());
+  }
+  const Kokkos::View<UpdateCounts*, MemSpace> c = device_counts_;
+  const int64_t at = static_cast<int64_t>(2 * k);
+  Kokkos::parallel_for(
+      "update_counts_zero", RangePolicy(0, 1),
+      KOKKOS_LAMBDA(const int64_t) { c(at) = UpdateCounts(); });
+  counted_.resize(rounding_.size(), false);
+  counted_[k] = true;
+  return c.data() + at;
+}
+
+const std::vector<GroupRoundingCounts>& Optimizer::rounding_counts() const {
+  if (std::find(counted_.begin(), counted_.end(), true) != counted_.end()) {
+    const auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), device_counts_);
+    count_host_sync();
+    for (std::size_t k = 0; k < counted_.size(); ++k) {
+      if (counted_[k]) rounding_[k].counts = host(2 * k);
+      counted_[k] = false;
+    }
+  }
+  return rounding_;
 }
 
 namespace {
@@ -312,7 +342,6 @@ class TorchAdam final : public AdamBase {
         }
       });
     }
-    Kokkos::fence();
   }
 };
 
@@ -406,7 +435,6 @@ class FusedAdam final : public AdamBase {
         });
       });
     }
-    Kokkos::fence();
   }
 
   ParamStateInfo state_info(int i) const override {
@@ -512,7 +540,6 @@ class Sgd final : public Optimizer {
         }
       });
     }
-    Kokkos::fence();
   }
 
   ParamStateInfo state_info(int i) const override {

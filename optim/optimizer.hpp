@@ -96,7 +96,8 @@ class Optimizer {
   // left unchanged (UpdateCounts); rounding_counts() then holds this rank's counts of the last
   // step, one entry per dtype group. Off (the default), the launches count nothing.
   void set_count_rounding(bool on) { count_rounding_ = on; }
-  const std::vector<GroupRoundingCounts>& rounding_counts() const { return rounding_; }
+  // Reading the counts of a counted step waits for the device once (core/host_sync.hpp).
+  const std::vector<GroupRoundingCounts>& rounding_counts() const;
 
   // Named state tensors of a parameter, as fp32 host copies (tests, checkpoints): "exp_avg",
   // "exp_avg_sq", "momentum_buffer", "master" (the fp32 master, rebuilt for remainders).
@@ -104,15 +105,15 @@ class Optimizer {
       int param) const = 0;
 
  protected:
-  // Zeroes the counts of a step and returns where group k's launches add theirs (null when not
-  // counting).
-  UpdateCounts* counts_for(std::size_t k) {
-    rounding_[k].counts = UpdateCounts();
-    return count_rounding_ ? &rounding_[k].counts : nullptr;
-  }
+  // Zeroes the counts of a step and returns where group k's launches add theirs: two
+  // UpdateCounts in device memory, the sum and a launch's scratch (null when not counting).
+  UpdateCounts* counts_for(std::size_t k);
   int64_t step_ = 0;
   bool count_rounding_ = false;
-  std::vector<GroupRoundingCounts> rounding_;  // filled by the optimizers' constructors
+  // Filled by the optimizers' constructors; the counts are copied from device_counts_ when read.
+  mutable std::vector<GroupRoundingCounts> rounding_;
+  Kokkos::View<UpdateCounts*, MemSpace> device_counts_;  // 2 per group: sum, scratch
+  mutable std::vector<bool> counted_;  // per group: device_counts_ has counts rounding_ has not
 };
 
 // The state `cfg` gives parameter `p` (none when frozen): the single source of truth for the

@@ -445,16 +445,14 @@ void sgd_update(const UpdatePlan& plan, P* param, const P* grad, P* momentum_buf
 }
 
 template <class P>
-double grad_sum_squares(const P* grad, int64_t n) {
-  double total = 0.0;
+void grad_sum_squares(const P* grad, int64_t n, const Kokkos::View<double, MemSpace>& out) {
   Kokkos::parallel_reduce(
       "grad_sum_squares", RangePolicy(0, n),
       KOKKOS_LAMBDA(const int64_t i, double& acc) {
         const float g = to_f32(grad[i]);
         acc += static_cast<double>(g * g);
       },
-      total);
-  return total;
+      out);
 }
 
 template <class T>
@@ -475,7 +473,7 @@ void rebuild_master(float* out, const bf16* param, const int16_t* remainder, int
                                      const TorchAdamHyper&, const RoundingMode&, UpdateCounts*); \
   template void sgd_update<P>(const UpdatePlan&, P*, const P*, P*, const SgdHyper&,              \
                               const RoundingMode&, UpdateCounts*);                               \
-  template double grad_sum_squares<P>(const P*, int64_t);                                        \
+  template void grad_sum_squares<P>(const P*, int64_t, const Kokkos::View<double, MemSpace>&);   \
   template void widen_to_float<P>(float*, const P*, int64_t);
 KKTRAIN_INSTANTIATE_P(float)
 KKTRAIN_INSTANTIATE_P(bf16)

@@ -88,8 +88,10 @@ class UpdatePlan {
   int64_t numel_ = 0;
 };
 
-// Each update below adds its launch's counts to *counts when counts is not null (the launch is
-// then a parallel_reduce; without, the same loop as a parallel_for with no counting in it).
+// Each update below adds its launch's counts to counts[0] when counts is not null: two
+// UpdateCounts in device memory, the sum and the launch's scratch (the launch is then a
+// parallel_reduce into the scratch, and the host does not wait for it; without, the same loop as
+// a parallel_for with no counting in it).
 
 // torch.optim.Adam / AdamW, in torch's order of operations (docs/precision.md, "Optimizers"):
 //   AdamW: p *= 1 - lr wd            Adam: g += wd p
@@ -141,9 +143,10 @@ template <class P>
 void sgd_update(const UpdatePlan& plan, P* param, const P* grad, P* momentum_buf, const SgdHyper& h,
                 const RoundingMode& r, UpdateCounts* counts = nullptr);
 
-// Sum over n gradient elements of (float(g))^2, accumulated in double.
+// out = the sum over n gradient elements of (float(g))^2, accumulated in double (on the device;
+// no wait).
 template <class P>
-double grad_sum_squares(const P* grad, int64_t n);
+void grad_sum_squares(const P* grad, int64_t n, const Kokkos::View<double, MemSpace>& out);
 
 // out (n) = float(in (n)), exact.
 template <class T>

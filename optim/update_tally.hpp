@@ -59,7 +59,8 @@ KOKKOS_INLINE_FUNCTION Tally<Count> tally_of(uint32_t param, uint32_t m, uint32_
 }
 
 // One launch of body(tensor, lo, hi, Tally<Count>&) over the plan's blocks: a parallel_for, or,
-// counting, a parallel_reduce whose sum is added to *counts.
+// counting, a parallel_reduce into counts[1] (device memory) that a one-thread kernel then adds
+// to counts[0]: no wait for the device (Optimizer::rounding_counts reads them back).
 template <class Body>
 void launch_update(std::false_type, const char* name, const UpdatePlan& plan, const Body& body,
                    UpdateCounts*) {
@@ -72,7 +73,7 @@ void launch_update(std::false_type, const char* name, const UpdatePlan& plan, co
 template <class Body>
 void launch_update(std::true_type, const char* name, const UpdatePlan& plan, const Body& body,
                    UpdateCounts* counts) {
-  UpdateCounts sum;
+  const Kokkos::View<UpdateCounts, MemSpace> sum(counts + 1);
   for_tensor_blocks_reduce(
       name, plan.blocks(),
       KOKKOS_LAMBDA(const int64_t t, const int64_t lo, const int64_t hi, UpdateCounts& acc) {
@@ -83,7 +84,9 @@ void launch_update(std::true_type, const char* name, const UpdatePlan& plan, con
         acc.moment_lost[1] += c.v;
       },
       sum);
-  *counts += sum;
+  Kokkos::parallel_for(
+      "update_counts_add", RangePolicy(0, 1),
+      KOKKOS_LAMBDA(const int64_t) { counts[0] += counts[1]; });
 }
 
 }  // namespace update_detail

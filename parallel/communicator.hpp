@@ -57,6 +57,9 @@ class Communicator {
   virtual uint64_t allreduce_sum_u64(uint64_t v) = 0;
   // The same for every element of a host vector, in place (one collective).
   virtual void allreduce_sum_u64(std::vector<uint64_t>& v) = 0;
+  // In place: every element of `sums` summed and every element of `maxes` maximized over ranks,
+  // the two reductions started together and waited for together (one host synchronization).
+  virtual void allreduce_host(std::vector<double>& sums, std::vector<double>& maxes) = 0;
   // Rank `root`'s bytes, on every rank (host; e.g. a file's index read by one rank).
   virtual void broadcast_host(std::string& bytes, int root) = 0;
   // Logical AND of a host flag across ranks (agreement on errors and non-finite steps).
@@ -90,6 +93,7 @@ class SingleCommunicator final : public Communicator {
   double allreduce_max_host(double v) override { return v; }
   uint64_t allreduce_sum_u64(uint64_t v) override { return v; }
   void allreduce_sum_u64(std::vector<uint64_t>&) override {}
+  void allreduce_host(std::vector<double>&, std::vector<double>&) override {}
   void broadcast_host(std::string&, int) override {}
   bool all_agree(bool ok) override { return ok; }
   int first_failing_rank(bool failed, double) override { return failed ? 0 : 1; }

@@ -479,7 +479,7 @@ void FsdpUnits::start_collecting(int unit) {
   }
   owner = unit;
   DView<float>& b = grad_slot(u);
-  Kokkos::deep_copy(Kokkos::subview(b, std::make_pair(int64_t(0), u.numel)), 0.0f);
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(b, std::make_pair(int64_t(0), u.numel)), 0.0f);
   u.collecting = true;
 }
 
@@ -616,7 +616,6 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool 
       });
     }
   });
-  Kokkos::fence();
 }
 
 int64_t FsdpUnits::buffer_bytes() const {

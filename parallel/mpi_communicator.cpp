@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
+#include "core/host_sync.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/strings.hpp"
 #include "parallel/communicator.hpp"
@@ -39,31 +41,51 @@ MpiWorld::MpiWorld() {
 }
 
 double MpiWorld::allreduce_sum_host(double v) {
+  count_host_sync();
   double out = 0.0;
   MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return out;
 }
 
 double MpiWorld::allreduce_max_host(double v) {
+  count_host_sync();
   double out = 0.0;
   MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return out;
 }
 
 uint64_t MpiWorld::allreduce_sum_u64(uint64_t v) {
+  count_host_sync();
   uint64_t out = 0;
   MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);  // unsigned: wraps mod 2^64
   return out;
 }
 
 void MpiWorld::allreduce_sum_u64(std::vector<uint64_t>& v) {
+  count_host_sync();
   for (std::size_t off = 0; off < v.size(); off += max_count()) {
     const int n = static_cast<int>(std::min(v.size() - off, max_count()));
     MPI_Allreduce(MPI_IN_PLACE, v.data() + off, n, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   }
 }
 
+void MpiWorld::allreduce_host(std::vector<double>& sums, std::vector<double>& maxes) {
+  count_host_sync();
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  // A handful of scalars: far below MPI's int counts.
+  if (!sums.empty()) {
+    MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM,
+                   MPI_COMM_WORLD, &req[0]);
+  }
+  if (!maxes.empty()) {
+    MPI_Iallreduce(MPI_IN_PLACE, maxes.data(), static_cast<int>(maxes.size()), MPI_DOUBLE, MPI_MAX,
+                   MPI_COMM_WORLD, &req[1]);
+  }
+  MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+}
+
 void MpiWorld::broadcast_host(std::string& bytes, int root) {
+  count_host_sync();
   uint64_t n = bytes.size();
   MPI_Bcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD);
   bytes.resize(static_cast<std::size_t>(n));
@@ -83,12 +105,14 @@ std::size_t MpiWorld::max_count() {
 }
 
 bool MpiWorld::all_agree(bool ok) {
+  count_host_sync();
   int in = ok ? 1 : 0, out = 0;
   MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return out != 0;
 }
 
 int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
+  count_host_sync();
   // Non-blocking, so that a failing rank can give up when the others never arrive. Tested often
   // at first (agreements usually complete at once), then with sleeps that yield the CPU.
   int in = failed ? rank_ : size_, out = size_;
@@ -111,6 +135,7 @@ void MpiWorld::abort(int exit_code) {
 }
 
 void MpiWorld::barrier() {
+  count_host_sync();
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
@@ -178,27 +203,45 @@ void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
-// Host copies of device buffers around an MPI call, when the library cannot take device memory.
+// A host buffer that only grows, never zero-filled (MPI writes or a copy fills what is used).
+class HostBuffer {
+ public:
+  char* reserve(std::size_t bytes) {
+    if (bytes > size_) {
+      data_.reset(new char[bytes]);
+      size_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0;
+};
+
+// Host copies of device buffers around an MPI call, when the library cannot take device memory,
+// in the communicator's persistent buffers (no allocation per call once they have grown).
 class Staging {
  public:
-  explicit Staging(bool needed) : needed_(needed) {}
+  Staging(bool needed, HostBuffer& in, HostBuffer& out) : needed_(needed), in_(in), out_(out) {}
   // A pointer MPI can read for `bytes` bytes of device memory at p.
   const void* in(const void* p, std::size_t bytes) {
     if (!needed_) return p;
-    in_.resize(bytes);
-    copy(in_.data(), p, bytes, /*to_host=*/true);
-    return in_.data();
+    char* h = in_.reserve(bytes);
+    copy(h, p, bytes, /*to_host=*/true);
+    return h;
   }
   // A pointer MPI can write `bytes` bytes into; finish() copies them to p.
   void* out(void* p, std::size_t bytes) {
     if (!needed_) return p;
-    out_.resize(bytes);
+    out_host_ = out_.reserve(bytes);
+    out_bytes_ = bytes;
     out_dst_ = p;
-    return out_.data();
+    return out_host_;
   }
   bool staged() const { return needed_; }
   void finish() {
-    if (needed_ && out_dst_) copy(out_dst_, out_.data(), out_.size(), /*to_host=*/false);
+    if (needed_ && out_dst_) copy(out_dst_, out_host_, out_bytes_, /*to_host=*/false);
     out_dst_ = nullptr;
   }
 
@@ -215,7 +258,10 @@ class Staging {
     }
   }
   bool needed_;
-  std::vector<char> in_, out_;
+  HostBuffer& in_;
+  HostBuffer& out_;
+  char* out_host_ = nullptr;
+  std::size_t out_bytes_ = 0;
   void* out_dst_ = nullptr;
 };
 
@@ -241,7 +287,7 @@ class MpiCommunicator final : public MpiWorld {
 
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
     const double t0 = begin();
-    Staging st(stage_);
+    Staging st(stage_, stage_in_, stage_out_);
     const char* s = static_cast<const char*>(st.in(send, bytes));
     char* r = static_cast<char*>(st.out(recv, bytes * size_));
     // MPI counts are int: pieces of at most max_count() bytes, each received into every rank's
@@ -271,7 +317,7 @@ class MpiCommunicator final : public MpiWorld {
     // MPI may hand it device pointers (whether it copies first depends on its collective
     // component), so bf16 is always staged when the buffers are not host memory.
     constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
-    Staging st(stage_ || (dtype == DType::bfloat16 && !host_memory));
+    Staging st(stage_ || (dtype == DType::bfloat16 && !host_memory), stage_in_, stage_out_);
     const char* s = static_cast<const char*>(st.in(send, count * esize * size_));
     char* r = static_cast<char*>(st.out(recv, count * esize));
     if (dtype != DType::float32 && dtype != DType::bfloat16) {
@@ -285,12 +331,10 @@ class MpiCommunicator final : public MpiWorld {
       // More than an int of elements per rank: pieces of max_count() elements, each gathered
       // from the W blocks into one contiguous send buffer (a reduction needs contiguous data).
       const bool host = host_memory || st.staged();
-      std::vector<char> host_piece;
-      Kokkos::View<char*, MemSpace> dev_piece;
       for (std::size_t off = 0; off < count; off += max_count()) {
         const std::size_t n = std::min(count - off, max_count()), piece_bytes = n * esize;
-        char* piece = host ? (host_piece.resize(piece_bytes * size_), host_piece.data())
-                           : grow(dev_piece, piece_bytes * size_);
+        char* piece = host ? host_piece_.reserve(piece_bytes * size_)
+                           : grow(piece_, piece_bytes * size_);
         for (int k = 0; k < size_; ++k) {
           copy_bytes(piece + k * piece_bytes, s + (k * count + off) * esize, piece_bytes, host);
         }
@@ -304,7 +348,7 @@ class MpiCommunicator final : public MpiWorld {
 
   void allreduce_impl(float* data, std::size_t n) override {
     const double t0 = begin();
-    Staging st(stage_);
+    Staging st(stage_, stage_in_, stage_out_);
     const void* s = st.in(data, n * sizeof(float));
     void* r = st.out(data, n * sizeof(float));
     // In place on host memory; staged buffers are separate, so pass them as send and receive.
@@ -335,10 +379,12 @@ class MpiCommunicator final : public MpiWorld {
   }
   // Kernels that produced the send buffers must be done before MPI reads them.
   double begin() {
-    Kokkos::fence();
+    collective_fence();
     return now_s();
   }
+  // Blocking MPI: the host waited for the collective (one wait per collective).
   void end(double t0, double bytes) {
+    count_collective_wait();
     stats_.seconds += now_s() - t0;
     stats_.bytes_sent += bytes;
     ++stats_.calls;
@@ -346,6 +392,9 @@ class MpiCommunicator final : public MpiWorld {
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   bool stage_ = false;
+  // Persistent buffers: staging copies, and reductions of more than an int of elements.
+  HostBuffer stage_in_, stage_out_, host_piece_;
+  Kokkos::View<char*, MemSpace> piece_;
   std::string path_;
 };
 

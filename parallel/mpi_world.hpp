@@ -18,6 +18,7 @@ class MpiWorld : public Communicator {
   double allreduce_max_host(double v) override;
   uint64_t allreduce_sum_u64(uint64_t v) override;
   void allreduce_sum_u64(std::vector<uint64_t>& v) override;
+  void allreduce_host(std::vector<double>& sums, std::vector<double>& maxes) override;
   void broadcast_host(std::string& bytes, int root) override;
   bool all_agree(bool ok) override;
   int first_failing_rank(bool failed, double failed_wait_s) override;

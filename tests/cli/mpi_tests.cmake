@@ -34,3 +34,11 @@ foreach(case IN ITEMS lost_updates_sharded lost_updates_warning_sharded)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
 endforeach()
+# The training step's host synchronizations (tests/cli/test_host_syncs.py): 2 a step on 1, 2 and 3
+# ranks whatever the micro-batches; the collectives' own waits counted apart (~5 s a case).
+foreach(case IN ITEMS syncs_one_rank syncs_sharded)
+  add_test(NAME sync.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_host_syncs.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(sync.${case} PROPERTIES LABELS "mpi;sync" TIMEOUT 180 SKIP_RETURN_CODE 77)
+endforeach()

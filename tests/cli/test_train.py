@@ -38,8 +38,11 @@ TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
 # Cases that run again into one train.output_dir start afresh (resume is tested on its own).
 TINY = TINY_MODEL + ["data.seq_len=32", "data.micro_batch_size=2", "data.global_batch_size=2",
                      "checkpoint.resume=none"]
-# Measurements that vary from run to run (time, memory): never compared bit for bit.
-TIMING_KEYS = ("tokens_per_s", "ms_per_step", "comm_ms", "peak_rss_bytes")
+# Measurements of how a run ran (time, memory; host synchronizations, which depend on the rank
+# count and the sharding settings, not on the numbers; test_host_syncs.py checks them): never
+# compared bit for bit.
+TIMING_KEYS = ("tokens_per_s", "ms_per_step", "comm_ms", "peak_rss_bytes", "host_syncs",
+               "host_syncs_by_cause")
 TRAIN_KEYS = ("step", "loss", "grad_norm", "lr", "tokens_per_s", "ms_per_step")
 
 # The precision warning must name the optimizer, the dtype and both recommended patterns.
@@ -150,7 +153,8 @@ def check_train_row(r, where=""):
 
 
 def check_val_row(r):
-    check(set(r) == {"step", "val_loss"}, f"validation row should be step + val_loss: {r}")
+    check(set(r) == {"step", "val_loss", "host_syncs", "host_syncs_by_cause"},
+          f"validation row should be step + val_loss + its host synchronizations: {r}")
     check(isinstance(r["step"], int), f"validation step {r['step']!r}")
     check(math.isfinite(r["val_loss"]) and r["val_loss"] > 0, f"val_loss {r['val_loss']!r}")
 

@@ -376,7 +376,10 @@ TEST(GradNorm, SumOfSquaresAndClipFactor) {
   param_from_host(reg, 1, {1.0f, -2.0f}, true);
   param_from_host(reg, 2, {100.0f, 100.0f}, true);
   reg.info_mut(2).trainable = false;  // frozen gradients do not count
-  EXPECT_DOUBLE_EQ(grad_sum_squares(reg), 9.0 + 16.0 + 1.0 + 4.0);
+  DeviceSums sums(2);
+  grad_sum_squares(reg, sums, 1);
+  grad_sum_squares(reg, sums, 1);  // the slot starts over
+  EXPECT_EQ(sums.read(), (std::vector<double>{0.0, 9.0 + 16.0 + 1.0 + 4.0}));
   EXPECT_FLOAT_EQ(clip_factor(std::sqrt(30.0), 1.0),
                   static_cast<float>(1.0 / (std::sqrt(30.0) + 1e-6)));
   EXPECT_EQ(clip_factor(0.5, 1.0), 1.0f);

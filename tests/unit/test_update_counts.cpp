@@ -139,9 +139,11 @@ UpdateCounts run_crafted(const Crafted<P, M, V>& in, int64_t op, int64_t om, int
                         {FlatArray{m.data(), sizeof(M)}, FlatArray{v.data(), sizeof(V)},
                          FlatArray{r.data(), 2}, FlatArray{w.data(), 4}},
                         block_len);
-  UpdateCounts c;
-  kernel(plan, p.data(), g.data(), m.data(), v.data(), w.data(), r.data(), count ? &c : nullptr);
-  Kokkos::fence();
+  // The kernels add into device memory: the sum and a launch's scratch.
+  Kokkos::View<UpdateCounts*, MemSpace> dc("counts", 2);
+  kernel(plan, p.data(), g.data(), m.data(), v.data(), w.data(), r.data(),
+         count ? dc.data() : nullptr);
+  const UpdateCounts c = Kokkos::create_mirror_view_and_copy(HostSpace(), dc)(0);
   if (after) {
     after->clear();
     append_bits(*after, download(p, op, n));

@@ -1,0 +1,68 @@
+// Host synchronizations: every place the host waits for the device or for the other ranks.
+//
+// On a GPU each wait drains the queue of kernels and collectives the host has issued ahead, so
+// a training step is shaped by how many it has. Every wait in kktrain goes through host_sync()
+// (a Kokkos fence, counted) or, where the wait is inside a library call (a device-to-host copy,
+// a host-scalar MPI reduction, an agreement, a blocking MPI collective on buffers), is counted
+// at that call (count_host_sync, count_collective_wait). The code around a wait says why it
+// waits (SyncScope), so a step's metrics row can say what it waited for:
+//
+//   step_scalars  the step's loss, multi-token loss and gradient sum of squares read back and
+//                 summed over ranks (one wait: the optimizer needs the clipping factor)
+//   step_end      the step's end agreed over ranks: stop signals, errors (the next step's token
+//                 windows are drawn before it, so a bad window ends every rank here), and on
+//                 logged steps the metrics' maxima and sums (one wait)
+//   collective    a buffer collective the host waits for (MPI on host memory progresses only
+//                 inside MPI calls; NCCL on a stream needs no host wait)
+//   setup         anything before the first step or after the last (allocation, loads, checks)
+//   io            checkpoints, exports and other file writes of a step
+//   validation    validation loss
+//   profiling     fences that close a profiled region (only with a Kokkos tool loaded)
+//
+// A step's global synchronizations (metrics `host_syncs`) are the waits of every cause but
+// `collective`, which is reported apart (`host_syncs_by_cause`).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace kktrain {
+
+enum class SyncCause { step_scalars, step_end, collective, setup, io, validation, profiling };
+constexpr int kSyncCauses = 7;
+
+const char* sync_cause_name(SyncCause c);
+
+// Waits inside a scope count under its cause (the innermost scope's; `setup` outside any).
+// A scope made with one_wait groups the waits its code does back to back (a device readback and
+// the reduction of its values over ranks) into one synchronization, counted when it ends.
+class SyncScope {
+ public:
+  explicit SyncScope(SyncCause cause, bool one_wait = false);
+  ~SyncScope();
+  SyncScope(const SyncScope&) = delete;
+  SyncScope& operator=(const SyncScope&) = delete;
+};
+
+// Waits for all device work this process issued (Kokkos::fence) and counts it.
+void host_sync();
+// Counts a wait done inside a library call (a device-to-host copy, an MPI reduction of host
+// scalars, an agreement): the caller waits at that call whatever kktrain does.
+void count_host_sync();
+// Counts the host's wait for a buffer collective (cause `collective`, never grouped).
+void count_collective_wait();
+// The fence before a library that runs on the host reads device buffers (MPI): part of the
+// collective's wait, which count_collective_wait counts.
+void collective_fence();
+
+// Counts since the process started, by cause.
+struct HostSyncCounts {
+  std::array<int64_t, kSyncCauses> by_cause{};
+  int64_t of(SyncCause c) const { return by_cause[static_cast<int>(c)]; }
+  // Global synchronizations: every cause but `collective`.
+  int64_t global() const;
+  HostSyncCounts since(const HostSyncCounts& earlier) const;
+};
+HostSyncCounts host_sync_counts();
+
+}  // namespace kktrain
