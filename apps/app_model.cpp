@@ -201,6 +201,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
   apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
+  comm.set_nonblocking(cfg.distributed.nonblocking_collectives);
   ShardOptions so;
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;

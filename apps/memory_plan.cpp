@@ -72,7 +72,8 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   const int64_t W = audit.world;
   const bool accumulates = cfg.data.global_batch_size / (B * W) > 1;
   const std::vector<BufferSpec> units =
-      model.unit_buffer_plan(cfg.distributed.reshard_after_forward, accumulates, grad_sync_of(cfg));
+      model.unit_buffer_plan(cfg.distributed.reshard_after_forward, accumulates, grad_sync_of(cfg),
+                             cfg.distributed.nonblocking_collectives);
   p.compute_weights = group_bytes(units, {"compute_weights"});
   const std::vector<BufferSpec> acts = model.buffer_plan(B, T);
   p.activations = kept_activations(acts);

@@ -289,6 +289,7 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   d->reshard_after_forward = s.get_bool("reshard_after_forward", true);
   d->grad_sync =
       s.get_choice("grad_sync", "every_micro_batch", {"every_micro_batch", "last_micro_batch"});
+  d->nonblocking_collectives = s.get_bool("nonblocking_collectives", false);
   d->failed_rank_wait_s = s.get_double("failed_rank_wait_s", 60.0, 0.0, 86400.0);
   s.finish();
   if (!d->reshard_after_forward && world_size == 1) {

@@ -195,10 +195,11 @@ std::vector<BufferSpec> Transformer::model_buffer_plan() const {
 }
 
 std::vector<BufferSpec> Transformer::unit_buffer_plan(bool reshard_after_forward, bool accumulates,
-                                                      GradSync sync) const {
+                                                      GradSync sync, bool overlapped) const {
   const bool one_rank = params_.shard_world() == 1;
-  const UnitBufferBytes u = FsdpUnits::plan(params_, unit_specs(one_rank || reshard_after_forward),
-                                            compute_layout(), prec_.reduce, accumulates, sync);
+  const UnitBufferBytes u =
+      FsdpUnits::plan(params_, unit_specs(one_rank || reshard_after_forward), compute_layout(),
+                      prec_.reduce, accumulates, sync, overlapped);
   std::vector<BufferSpec> plan = {{"fsdp_weights", "compute_weights", u.compute_weights, 1},
                                   {"fsdp_grads", "units", u.grad_slots, 1},
                                   {"fsdp_wire", "units", u.wire, 1},

@@ -137,9 +137,11 @@ class Transformer {
   // The unit machinery's buffers (FsdpUnits::plan: "compute_weights" slots; "units": gradient
   // slots, wires, accumulators) and the model-level fp32 buffers prepare() allocates ("model":
   // staged gradients, rope tables), for the layout set by plan_layout() or prepare(); nothing is
-  // allocated. `accumulates`: steps of several micro-batches.
+  // allocated. `accumulates`: steps of several micro-batches; `overlapped`: reduce-scatters
+  // overlap the backward (distributed.nonblocking_collectives).
   std::vector<BufferSpec> unit_buffer_plan(bool reshard_after_forward, bool accumulates,
-                                           GradSync sync = GradSync::every_micro_batch) const;
+                                           GradSync sync = GradSync::every_micro_batch,
+                                           bool overlapped = false) const;
   // How each parameter's compute copy is held (dtype, rounding, fused groups).
   ComputeLayout compute_layout() const;
   // The units, for buffer accounting and tests (valid after prepare(allocate = true)).

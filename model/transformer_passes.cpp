@@ -279,6 +279,7 @@ void Transformer::backward_impl() {
     accumulate(embed_, b.dw.data(), rs_);
   }
   reduce(embed_unit_);
+  units_->complete_reductions();  // the last reduce-scatter in flight: the shards are whole now
   flush_staged_grads();
   units_->release_all();
 }

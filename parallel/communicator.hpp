@@ -49,6 +49,18 @@ class Communicator {
   // In-place sum across ranks.
   void allreduce_sum(const DViewU<float>& data);
 
+  // reduce_scatter_sum, started now and completed by wait_collective(ticket): send and recv stay
+  // untouched until then. The MPI communicator with set_nonblocking(true) starts an
+  // MPI_Ireduce_scatter_block where it can (host memory, counts that fit an int); otherwise, and
+  // elsewhere, the collective completes before the call returns (NCCL: enqueued on the stream)
+  // and the ticket is kDone.
+  static constexpr int kDone = -1;
+  int reduce_scatter_start(const DBytesU& send, const DBytesU& recv, DType dtype);
+  void wait_collective(int ticket);
+  // Non-blocking reductions for reduce_scatter_start (distributed.nonblocking_collectives).
+  void set_nonblocking(bool on) { nonblocking_ = on; }
+  bool nonblocking() const { return nonblocking_; }
+
   // In-place sum of one double on the host (scalars: losses, norms).
   virtual double allreduce_sum_host(double v) = 0;
   // Maximum of one double on the host.
@@ -81,7 +93,15 @@ class Communicator {
   virtual void reduce_scatter_impl(const void* send, void* recv, std::size_t count,
                                    DType dtype) = 0;
   virtual void allreduce_impl(float* data, std::size_t n) = 0;
+  // Defaults: the blocking collective, kDone; nothing to wait for.
+  virtual int reduce_scatter_start_impl(const void* send, void* recv, std::size_t count,
+                                        DType dtype) {
+    reduce_scatter_impl(send, recv, count, dtype);
+    return kDone;
+  }
+  virtual void wait_impl(int /*ticket*/) {}
   CommStats stats_;
+  bool nonblocking_ = false;
 };
 
 class SingleCommunicator final : public Communicator {

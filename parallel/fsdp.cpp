@@ -292,13 +292,13 @@ DView<float>& FsdpUnits::grad_slot(const Unit& u) {
 
 UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> units,
                                 ComputeLayout layout, DType reduce_dtype, bool accumulates,
-                                GradSync sync) {
+                                GradSync sync, bool overlapped) {
   // The planning instance only reads the registry (plan_unit); nothing is allocated.
   const FsdpUnits f(const_cast<ParamRegistry&>(reg), nullptr, std::move(units), std::move(layout),
                     reduce_dtype);
   UnitBufferBytes b;
   std::vector<int64_t> wslot(f.weight_slots_.size(), 0), gslot(f.grad_slots_.size(), 0);
-  int64_t send = 0, recv = 0;
+  int64_t send = 0, recv = 0, red_send = 0, red_recv = 0;
   const int64_t esize = static_cast<int64_t>(dtype_size(reduce_dtype));
   for (const Unit& u : f.units_) {
     // weight_buffer(): a slot grows to its largest unit; one rank casts, several gather.
@@ -315,8 +315,10 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
     if (f.world_ > 1 && u.red_count > 0) {
       int64_t& g = gslot[u.spec.grad_slot];
       g = std::max(g, u.numel * static_cast<int64_t>(sizeof(float)));
-      send = std::max(send, u.red_count * esize * f.world_);
-      recv = std::max(recv, u.red_count * esize);
+      int64_t& s = overlapped ? red_send : send;
+      int64_t& r = overlapped ? red_recv : recv;
+      s = std::max(s, u.red_count * esize * f.world_);
+      r = std::max(r, u.red_count * esize);
       if (accumulates) {
         for (int p : u.spec.params) {
           const ParamInfo& pi = reg.info(p);
@@ -332,7 +334,7 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
   }
   for (int64_t w : wslot) b.compute_weights += w;
   for (int64_t g : gslot) b.grad_slots += g;
-  b.wire = send + recv;
+  b.wire = send + recv + 2 * (red_send + red_recv);
   return b;
 }
 
@@ -551,11 +553,16 @@ void FsdpUnits::accumulate(Unit& u, const float* grads) {
   }
 }
 
-const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc) {
+int FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc, int wire) {
   const std::size_t esize = dtype_size(reduce_);
   const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
-  ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
-  ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
+  if (overlapped()) {
+    ensure_bytes(red_send_[wire], block * world_, "fsdp_reduce_wire_send");
+    ensure_bytes(red_recv_[wire], block, "fsdp_reduce_wire_recv");
+  } else {
+    ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
+    ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
+  }
   Launches& pack = u.reduce_pack[with_acc ? 1 : 0];
   build(pack, u, [&](std::size_t k, FsdpTensor& e) {
     const int p = u.spec.params[k];
@@ -572,18 +579,45 @@ const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_ac
   });
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
-    R* send = reinterpret_cast<R*>(wire_send_.data());
+    R* send = reinterpret_cast<R*>(reduce_send(wire));
     for (const Launch& l : pack.launches) {
       reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
     }
   });
-  comm_->reduce_scatter_sum(DBytesU(wire_send_.data(), block * world_),
-                            DBytesU(wire_recv_.data(), block), reduce_);
-  return wire_recv_.data();
+  return comm_->reduce_scatter_start(DBytesU(reduce_send(wire), block * world_),
+                                     DBytesU(reduce_recv(wire), block), reduce_);
 }
 
 void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool first, bool last) {
-  const char* recv_bytes = pack_and_reduce(u, grads, with_acc);
+  // Started on the wire pair the previous one does not use; that one completes now, while this
+  // one runs (blocking communicators have completed it already).
+  InFlight f;
+  f.unit = static_cast<int>(&u - units_.data());
+  f.wire = overlapped() ? next_wire_ : 0;
+  f.first = first;
+  f.last = last;
+  f.ticket = pack_and_reduce(u, grads, with_acc, f.wire);
+  next_wire_ = 1 - next_wire_;
+  complete_reductions();
+  if (f.ticket == Communicator::kDone) {
+    finish_reduction(f);
+  } else {
+    in_flight_ = f;
+  }
+}
+
+void FsdpUnits::complete_reductions() {
+  if (in_flight_.unit < 0) return;
+  const InFlight f = in_flight_;
+  in_flight_ = InFlight();
+  finish_reduction(f);
+}
+
+void FsdpUnits::finish_reduction(const InFlight& f) {
+  comm_->wait_collective(f.ticket);
+  Unit& u = units_[f.unit];
+  const bool first = f.first, last = f.last;
+  const char* recv_bytes = reduce_recv(f.wire);
   const bool sums = grad_sync_ == GradSync::every_micro_batch;
   build(u.reduce_unpack, u, [&](std::size_t k, FsdpTensor& e) {
     const int p = u.spec.params[k];
@@ -625,6 +659,8 @@ int64_t FsdpUnits::buffer_bytes() const {
   for (const auto& b : acc_) n += static_cast<int64_t>(b.extent(0));
   for (const auto& b : shard_acc_) n += static_cast<int64_t>(b.extent(0) * sizeof(float));
   n += static_cast<int64_t>(wire_send_.extent(0) + wire_recv_.extent(0));
+  for (int w = 0; w < 2; ++w)
+    n += static_cast<int64_t>(red_send_[w].extent(0) + red_recv_[w].extent(0));
   return n;
 }
 

@@ -26,6 +26,13 @@
 //                per unit and step; the model's whole gradient in the reduce dtype per rank).
 //            Frozen parameters have no gradient traffic and no buffers.
 //
+// Overlap: with a non-blocking communicator (Communicator::set_nonblocking), a unit's
+// reduce-scatter is started as soon as its gradients are packed and completed (waited for, then
+// stored into the shards) when the next unit's is started, so it runs while that unit's backward
+// computes; the last one is completed by complete_reductions() at the end of the backward. Two
+// reduce wires alternate (one in flight, one being packed). The stored values are the same: the
+// same sums in the same order, only later. Blocking communicators complete each at once.
+//
 // Buffers are reused: units that share a weight slot (decoder layers when weights are resharded
 // after use) never hold weights at the same time, and units that share a gradient slot never
 // collect gradients at the same time. On one rank there is no wire: gather() casts the storage
@@ -97,9 +104,10 @@ class FsdpUnits {
   // The buffer bytes FsdpUnits over `reg` would allocate, without allocating anything: `reg`
   // must be sharded (for its rank and world) but need not be allocated. `accumulates`: steps
   // have several micro-batches (several ranks accumulate unsharded gradients between them).
+  // `overlapped`: reduce-scatters overlap the backward (two reduce wires of their own).
   static UnitBufferBytes plan(const ParamRegistry& reg, std::vector<UnitSpec> units,
                               ComputeLayout layout, DType reduce_dtype, bool accumulates,
-                              GradSync sync = GradSync::every_micro_batch);
+                              GradSync sync = GradSync::every_micro_batch, bool overlapped = false);
   // How micro-batches are reduced (before the first backward; default every_micro_batch).
   void set_grad_sync(GradSync s) { grad_sync_ = s; }
 
@@ -126,6 +134,9 @@ class FsdpUnits {
   // step's last micro-batch (the shard gradients get their values); otherwise its gradients are
   // accumulated (reduce-scattered now with every_micro_batch). Sharded runs only.
   void reduce_gradients(int unit, bool sync);
+  // Completes the reduce-scatter still in flight (overlap; see the file comment): the shard
+  // gradients hold every reduced unit afterwards. A no-op when none is.
+  void complete_reductions();
   // Drops gradients collected in this micro-batch but not yet reduced (an abandoned backward).
   void drop_collected();
   // Drops gradients collected or accumulated but not reduced (start of a step).
@@ -177,9 +188,22 @@ class FsdpUnits {
   // Reduce-scatters the unit's gradients (+ the unsharded accumulator when with_acc) and sums the
   // shard over the step's micro-batches from `first` on; `last` stores the mean.
   void reduce_scatter(Unit& u, const float* grads, bool with_acc, bool first, bool last);
-  // The reduce-scatter's pack of the unit's gradients (+ the unsharded accumulator) and the
-  // collective; returns the received block.
-  const char* pack_and_reduce(Unit& u, const float* grads, bool with_acc);
+  // A started reduce-scatter whose shards are not stored yet.
+  struct InFlight {
+    int unit = -1;  // -1: none
+    int ticket = Communicator::kDone;
+    int wire = 0;  // the reduce wire pair it uses
+    bool first = false, last = false;
+  };
+  // Packs the unit's gradients (+ the unsharded accumulator) into reduce wire pair `wire` and
+  // starts the collective; returns its ticket.
+  int pack_and_reduce(Unit& u, const float* grads, bool with_acc, int wire);
+  // Waits for `f` and stores its received block into the shard gradients.
+  void finish_reduction(const InFlight& f);
+  // The reduce wires: the gather wires when reductions do not overlap, else their own pair each.
+  char* reduce_send(int wire) { return overlapped() ? red_send_[wire].data() : wire_send_.data(); }
+  char* reduce_recv(int wire) { return overlapped() ? red_recv_[wire].data() : wire_recv_.data(); }
+  bool overlapped() const { return comm_ != nullptr && comm_->nonblocking(); }
   // Builds the unit's launches of one kind once (a no-op afterwards): for each parameter k,
   // `of(k, entry)` fills its table entry and returns {from, to, elements}, or from = float16 to
   // leave it out.
@@ -202,6 +226,9 @@ class FsdpUnits {
   std::vector<DView<float>> shard_acc_;  // every_micro_batch: shard fp32 sums (non-fp32 storage)
   GradSync grad_sync_ = GradSync::every_micro_batch;
   Kokkos::View<char*, MemSpace> wire_send_, wire_recv_;
+  Kokkos::View<char*, MemSpace> red_send_[2], red_recv_[2];  // overlapped reductions only
+  InFlight in_flight_;
+  int next_wire_ = 0;
 };
 
 }  // namespace kktrain

@@ -170,6 +170,21 @@ void Communicator::reduce_scatter_sum(const DBytesU& send, const DBytesU& recv, 
   reduce_scatter_impl(send.data(), recv.data(), recv.extent(0) / esize, dtype);
 }
 
+int Communicator::reduce_scatter_start(const DBytesU& send, const DBytesU& recv, DType dtype) {
+  const std::size_t esize = dtype_size(dtype);
+  if (recv.extent(0) % esize != 0 ||
+      send.extent(0) != recv.extent(0) * static_cast<std::size_t>(size())) {
+    throw InternalError("reduce_scatter_start: " + std::to_string(send.extent(0)) +
+                        " send bytes and " + std::to_string(recv.extent(0)) + " receive bytes of " +
+                        dtype_name(dtype) + " on " + std::to_string(size()) + " ranks");
+  }
+  return reduce_scatter_start_impl(send.data(), recv.data(), recv.extent(0) / esize, dtype);
+}
+
+void Communicator::wait_collective(int ticket) {
+  if (ticket != kDone) wait_impl(ticket);
+}
+
 void Communicator::allreduce_sum(const DViewU<float>& data) {
   allreduce_impl(data.data(), data.extent(0));
 }
@@ -333,8 +348,8 @@ class MpiCommunicator final : public MpiWorld {
       const bool host = host_memory || st.staged();
       for (std::size_t off = 0; off < count; off += max_count()) {
         const std::size_t n = std::min(count - off, max_count()), piece_bytes = n * esize;
-        char* piece = host ? host_piece_.reserve(piece_bytes * size_)
-                           : grow(piece_, piece_bytes * size_);
+        char* piece =
+            host ? host_piece_.reserve(piece_bytes * size_) : grow(piece_, piece_bytes * size_);
         for (int k = 0; k < size_; ++k) {
           copy_bytes(piece + k * piece_bytes, s + (k * count + off) * esize, piece_bytes, host);
         }
@@ -344,6 +359,40 @@ class MpiCommunicator final : public MpiWorld {
     }
     st.finish();
     end(t0, static_cast<double>(count * esize) * (size_ - 1));
+  }
+
+  int reduce_scatter_start_impl(const void* send, void* recv, std::size_t count,
+                                DType dtype) override {
+    constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    const bool direct = host_memory || (!stage_ && dtype == DType::float32);
+    if (!nonblocking_ || !direct || count > max_count() ||
+        (dtype != DType::float32 && dtype != DType::bfloat16)) {
+      reduce_scatter_impl(send, recv, count, dtype);
+      return kDone;
+    }
+    const double t0 = begin();
+    Pending p;
+    p.bytes = static_cast<double>(count * dtype_size(dtype)) * (size_ - 1);
+    MPI_Ireduce_scatter_block(
+        send, recv, static_cast<int>(count), dtype == DType::float32 ? MPI_FLOAT : bf16_type_,
+        dtype == DType::float32 ? MPI_SUM : bf16_sum_, MPI_COMM_WORLD, &p.request);
+    stats_.seconds += now_s() - t0;
+    // A free slot, or a new one (a handful are in flight at most).
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].request == MPI_REQUEST_NULL) {
+        pending_[i] = p;
+        return static_cast<int>(i);
+      }
+    }
+    pending_.push_back(p);
+    return static_cast<int>(pending_.size() - 1);
+  }
+
+  void wait_impl(int ticket) override {
+    Pending& p = pending_.at(static_cast<std::size_t>(ticket));
+    const double t0 = now_s();
+    MPI_Wait(&p.request, MPI_STATUS_IGNORE);  // sets it to MPI_REQUEST_NULL: the slot is free
+    end(t0, p.bytes);
   }
 
   void allreduce_impl(float* data, std::size_t n) override {
@@ -392,6 +441,12 @@ class MpiCommunicator final : public MpiWorld {
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   bool stage_ = false;
+  // Started non-blocking reductions (reduce_scatter_start); a free slot holds MPI_REQUEST_NULL.
+  struct Pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    double bytes = 0.0;
+  };
+  std::vector<Pending> pending_;
   // Persistent buffers: staging copies, and reductions of more than an int of elements.
   HostBuffer stage_in_, stage_out_, host_piece_;
   Kokkos::View<char*, MemSpace> piece_;
