@@ -122,9 +122,9 @@ struct DistributedConfig {
   // step, the whole gradient in reduce_dtype on every rank).
   std::string grad_sync = "every_micro_batch";
   // Several ranks: start each unit's reduce-scatter non-blocking (MPI_Ireduce_scatter_block) and
-  // complete it while the next unit's backward runs (parallel/fsdp.hpp), at the cost of two
-  // reduce wires of their own; false: each completes at once (the measured faster choice on CPUs,
-  // where MPI progresses a collective only inside its calls: bench/scaling_bench.py).
+  // complete it while the next unit's backward runs, and prefetch the next unit's all-gather
+  // (MPI_Iallgather) while a unit computes (parallel/fsdp.hpp), at the cost of two reduce wires
+  // of their own; false: each collective completes at once (bench/scaling_bench.py measures both).
   bool nonblocking_collectives = false;
   // A rank that fails inside a collective step waits this long for the others to agree, then
   // aborts the job (they are stuck in a collective it will never join).

@@ -178,7 +178,11 @@ class Transformer {
   const float* wf(int param) const { return units_->weight(param); }
   // Unit scheduling: gather before use; after a unit's forward, release it when sharded runs
   // reshard after forward; after its backward, reduce its gradients (sharded runs).
-  void gather(int unit) { units_->gather(unit); }
+  // ... and starts the all-gather of `next` (-1: none), the unit that runs after it.
+  void gather(int unit, int next = -1) {
+    units_->gather(unit);
+    if (next >= 0) units_->prefetch(next);
+  }
   void release_after_forward(int unit);
   void reduce(int unit);
   // Rounding at unit boundaries on several ranks (outputs cast to output_dtype, gradients to

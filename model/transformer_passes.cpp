@@ -147,7 +147,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   sync_ = opts.sync_grads;
   if (!opts.keep_logits || !opts.compute_logits) kept_logits_ = DView<float>();
 
-  gather(embed_unit_);
+  gather(embed_unit_, L > 0 ? 1 : head_unit_);
   const CRef emb = lookup_weights();
   embed_lookup(b.res[0].data(), b.ids.data(), emb, N);  // (N, C)
   boundary_output(b.res[0].data(), N * C);
@@ -155,7 +155,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   if (lm_head_ != embed_ && !mtp) release_after_forward(embed_unit_);
   for (int64_t l = 0; l < L; ++l) {
     const int unit = 1 + static_cast<int>(l);
-    gather(unit);
+    gather(unit, l + 1 < L ? unit + 1 : head_unit_);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     block_forward<TC>(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
     boundary_output(b.res[l + 1].data(), N * C);
@@ -163,7 +163,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   }
   ForwardResult r;
   r.tokens = b.count;
-  gather(head_unit_);
+  gather(head_unit_, mtp ? mtp_unit_ : -1);
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
     rmsnorm_forward(b.xf.p<TC>(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), wf(final_norm_),
@@ -246,13 +246,13 @@ void Transformer::backward_impl() {
   const int64_t N = b.B * b.T, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_layers;
   Kokkos::deep_copy(ExecSpace(), b.dres, 0.0f);
   if (last_compute_mtp_) {
-    gather(mtp_unit_);
+    gather(mtp_unit_, head_unit_);
     mtp_backward<TC>(b.dres.data());  // adds d(res[L]) from the MTP head
     reduce(mtp_unit_);
     release_after_forward(mtp_unit_);
   }
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
-  gather(head_unit_);
+  gather(head_unit_, L > 0 ? L : -1);  // the embedding's weights are not used by backward
   rmsnorm_backward(b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(), b.res[L].data(),
                    wf(final_norm_), b.rstd_f.data(), N, C, rs_);
   accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
@@ -261,7 +261,7 @@ void Transformer::backward_impl() {
   boundary_grad_out_of_unit(b.dres.data(), N * C);
   for (int64_t l = L - 1; l >= 0; --l) {
     const int unit = 1 + static_cast<int>(l);
-    gather(unit);
+    gather(unit, l > 0 ? unit - 1 : -1);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     if (cfg_.activation_checkpointing) {
       // Recompute this block's activations under the same compute dtype; same kernels, same

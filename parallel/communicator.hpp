@@ -56,6 +56,8 @@ class Communicator {
   // and the ticket is kDone.
   static constexpr int kDone = -1;
   int reduce_scatter_start(const DBytesU& send, const DBytesU& recv, DType dtype);
+  // allgather_bytes the same way (MPI_Iallgather).
+  int allgather_start(const DBytesU& send, const DBytesU& recv);
   void wait_collective(int ticket);
   // Non-blocking reductions for reduce_scatter_start (distributed.nonblocking_collectives).
   void set_nonblocking(bool on) { nonblocking_ = on; }
@@ -97,6 +99,10 @@ class Communicator {
   virtual int reduce_scatter_start_impl(const void* send, void* recv, std::size_t count,
                                         DType dtype) {
     reduce_scatter_impl(send, recv, count, dtype);
+    return kDone;
+  }
+  virtual int allgather_start_impl(const void* send, void* recv, std::size_t bytes) {
+    allgather_impl(send, recv, bytes);
     return kDone;
   }
   virtual void wait_impl(int /*ticket*/) {}

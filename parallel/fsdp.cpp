@@ -350,7 +350,12 @@ void FsdpUnits::gather(int unit) {
     char* out = weight_buffer(u);
     if (world_ == 1) {
       cast_weights(u, out);
+    } else if (prefetch_unit_ == unit) {  // its all-gather is in flight: complete it
+      comm_->wait_collective(prefetch_ticket_);
+      prefetch_unit_ = -1;
+      unpack_weights(u, out);
     } else {
+      drop_prefetch();
       ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
       ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
       pack_shards(u, wire_send_.data());
@@ -362,7 +367,27 @@ void FsdpUnits::gather(int unit) {
   u.gathered = true;
 }
 
+void FsdpUnits::prefetch(int unit) {
+  if (!overlapped() || world_ == 1) return;
+  Unit& u = units_[unit];
+  if (u.gathered || u.weight_bytes == 0 || prefetch_unit_ == unit) return;
+  drop_prefetch();
+  ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
+  ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
+  pack_shards(u, wire_send_.data());
+  prefetch_ticket_ = comm_->allgather_start(DBytesU(wire_send_.data(), u.block_bytes),
+                                            DBytesU(wire_recv_.data(), u.block_bytes * world_));
+  prefetch_unit_ = unit;
+}
+
+void FsdpUnits::drop_prefetch() {
+  if (prefetch_unit_ < 0) return;
+  comm_->wait_collective(prefetch_ticket_);
+  prefetch_unit_ = -1;
+}
+
 void FsdpUnits::release_all() {
+  drop_prefetch();  // weights may change before the next gather (an optimizer step, a load)
   for (auto& u : units_) u.gathered = false;
 }
 

@@ -30,8 +30,12 @@
 // reduce-scatter is started as soon as its gradients are packed and completed (waited for, then
 // stored into the shards) when the next unit's is started, so it runs while that unit's backward
 // computes; the last one is completed by complete_reductions() at the end of the backward. Two
-// reduce wires alternate (one in flight, one being packed). The stored values are the same: the
-// same sums in the same order, only later. Blocking communicators complete each at once.
+// reduce wires alternate (one in flight, one being packed). And prefetch(next) starts the next
+// unit's all-gather right after a unit is gathered (forward and backward, FSDP2's prefetch), so
+// it runs while this unit computes; gather(next) then waits for it and unpacks. One prefetch is
+// in flight at a time, on the gather wires (the reductions have their own). The stored values are
+// the same: the same bytes and sums in the same order, only earlier or later. Blocking
+// communicators complete each collective at once (and prefetch does nothing).
 //
 // Buffers are reused: units that share a weight slot (decoder layers when weights are resharded
 // after use) never hold weights at the same time, and units that share a gradient slot never
@@ -118,6 +122,9 @@ class FsdpUnits {
 
   // Full compute weights of every parameter of `unit`; a no-op when already gathered.
   void gather(int unit);
+  // Starts the all-gather of `unit` for a later gather(unit) (see the file comment); a no-op
+  // when not overlapping, on one rank, or when the unit is gathered or being prefetched.
+  void prefetch(int unit);
   bool gathered(int unit) const { return units_[unit].gathered; }
   // The unit's weights may be overwritten by another unit of its slot from now on.
   void release(int unit) { units_[unit].gathered = false; }
@@ -229,6 +236,10 @@ class FsdpUnits {
   Kokkos::View<char*, MemSpace> red_send_[2], red_recv_[2];  // overlapped reductions only
   InFlight in_flight_;
   int next_wire_ = 0;
+  int prefetch_unit_ = -1;  // the unit whose all-gather is in flight on the gather wires
+  int prefetch_ticket_ = Communicator::kDone;
+  // Completes a prefetch in flight without using its data (the wires are needed otherwise).
+  void drop_prefetch();
 };
 
 }  // namespace kktrain

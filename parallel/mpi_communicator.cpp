@@ -181,6 +181,16 @@ int Communicator::reduce_scatter_start(const DBytesU& send, const DBytesU& recv,
   return reduce_scatter_start_impl(send.data(), recv.data(), recv.extent(0) / esize, dtype);
 }
 
+int Communicator::allgather_start(const DBytesU& send, const DBytesU& recv) {
+  const std::size_t bytes = send.extent(0);
+  if (recv.extent(0) != bytes * static_cast<std::size_t>(size())) {
+    throw InternalError("allgather_start: " + std::to_string(recv.extent(0)) +
+                        " receive bytes for " + std::to_string(size()) + " ranks of " +
+                        std::to_string(bytes));
+  }
+  return allgather_start_impl(send.data(), recv.data(), bytes);
+}
+
 void Communicator::wait_collective(int ticket) {
   if (ticket != kDone) wait_impl(ticket);
 }
@@ -377,15 +387,22 @@ class MpiCommunicator final : public MpiWorld {
         send, recv, static_cast<int>(count), dtype == DType::float32 ? MPI_FLOAT : bf16_type_,
         dtype == DType::float32 ? MPI_SUM : bf16_sum_, MPI_COMM_WORLD, &p.request);
     stats_.seconds += now_s() - t0;
-    // A free slot, or a new one (a handful are in flight at most).
-    for (std::size_t i = 0; i < pending_.size(); ++i) {
-      if (pending_[i].request == MPI_REQUEST_NULL) {
-        pending_[i] = p;
-        return static_cast<int>(i);
-      }
+    return keep(p);
+  }
+
+  int allgather_start_impl(const void* send, void* recv, std::size_t bytes) override {
+    constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    if (!nonblocking_ || !(host_memory || !stage_) || bytes > max_count()) {
+      allgather_impl(send, recv, bytes);
+      return kDone;
     }
-    pending_.push_back(p);
-    return static_cast<int>(pending_.size() - 1);
+    const double t0 = begin();
+    Pending p;
+    p.bytes = static_cast<double>(bytes) * (size_ - 1);
+    const int n = static_cast<int>(bytes);
+    MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD, &p.request);
+    stats_.seconds += now_s() - t0;
+    return keep(p);
   }
 
   void wait_impl(int ticket) override {
@@ -447,6 +464,17 @@ class MpiCommunicator final : public MpiWorld {
     double bytes = 0.0;
   };
   std::vector<Pending> pending_;
+  // A started collective's slot: a free one, or a new one (a handful are in flight at most).
+  int keep(const Pending& p) {
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].request == MPI_REQUEST_NULL) {
+        pending_[i] = p;
+        return static_cast<int>(i);
+      }
+    }
+    pending_.push_back(p);
+    return static_cast<int>(pending_.size() - 1);
+  }
   // Persistent buffers: staging copies, and reductions of more than an int of elements.
   HostBuffer stage_in_, stage_out_, host_piece_;
   Kokkos::View<char*, MemSpace> piece_;

@@ -326,8 +326,10 @@ def case_trajectories():
 def case_nonblocking_collectives():
     """distributed.nonblocking_collectives=true on 2 and 3 ranks (fp32 and bf16 reduce, 2
     micro-batches per rank): each unit's reduce-scatter completes while the next unit's backward
-    runs, and the run is bit-identical to the blocking one (the same sums in the same order, only
-    later), with one collective wait per reduce-scatter either way."""
+    runs and the next unit's all-gather is prefetched while this one computes; the run is
+    bit-identical to the blocking one (the same bytes and sums in the same order, only earlier or
+    later), with one collective wait per collective either way. Fails when a prefetched unit is
+    not unpacked or a reduction reads the other wire."""
     common = ["model.num_layers=2", "train.log_every=1", "train.val_every=5"]
     with tempfile.TemporaryDirectory(prefix="kktrain_mpi_") as tmp:
         for np_, batch in ((2, 8), (3, 12)):
