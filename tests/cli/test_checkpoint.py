@@ -30,6 +30,7 @@ What is checked, and what was measured (tiny model of test_train.py unless said)
 """
 
 import ctypes
+import json
 import os
 import random
 import re
@@ -637,6 +638,22 @@ SIG_O = ["train.log_every=1", "train.val_every=50", "checkpoint.save_every=0",
          "checkpoint.resume=auto", *sched(STEPS), f"train.max_steps={STEPS}"]
 
 
+LONGER = 100  # an interrupted run's max_steps, in STEPS
+
+
+def logged_step(run_dir):
+    """The last training step in <run_dir>/metrics.jsonl (0 before the first row)."""
+    last = 0
+    for line in read(os.path.join(run_dir, "metrics.jsonl")).splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # a row being written
+            continue
+        if "loss" in row:
+            last = max(last, row["step"])
+    return last
+
+
 def interrupted(run_dir, np_, sig, after, twice=False):
     """Starts a run, sends `sig` to the ranks themselves once step `after` is logged (`twice`:
     again once rank 0 announced the stop: signals sent together would merge into one delivery);
@@ -648,16 +665,19 @@ def interrupted(run_dir, np_, sig, after, twice=False):
     # model's kernels got faster; 64 not with 4 threads).
     slow = [f"data.global_batch_size={2048 * np_}"] if twice else []
     # The run must outlast the test's reaction: 200 tiny steps take under 4 s, and with 2 ranks x
-    # 2 OpenMP threads spinning on 2 cores this process has waited over 10 s for the CPU (a
-    # `sleep 1` took 13 s). A run 10x as long (the schedule is fixed by sched(STEPS)) is
+    # 2 OpenMP threads on 2 cores a step can take 0.3 ms (threads that sleep instead of spinning:
+    # parallel/threads.hpp). A run 100x as long (the schedule is fixed by sched(STEPS)) is
     # stopped long before its end; the run that resumes it sets its own train.max_steps.
-    longer = [f"train.max_steps={10 * STEPS}"]
+    longer = [f"train.max_steps={LONGER * STEPS}"]
     p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow, *longer,
                f"train.output_dir={run_dir}"], np_, err_path)
     try:
         # Generous: a slow (`twice`) step with 2 ranks x 2 OpenMP threads on 2 cores, beside
         # Open MPI's busy polling, has taken over 30 s.
-        wait_for(lambda: f"step {after}/" in read(err_path) or p.poll() is not None, 180,
+        # Progress is read from rank 0's metrics.jsonl, which it writes itself: mpirun forwards
+        # the ranks' stderr late when the ranks keep the cores busy (measured: step 5's line
+        # reached the file when rank 0 was at step 1871, 0.5 s later).
+        wait_for(lambda: logged_step(run_dir) >= after or p.poll() is not None, 180,
                  f"step {after}")
         tt.check(p.poll() is None, f"the run ended before step {after}:\n{read(err_path)}")
         pids = [p.pid] if np_ == 1 else session_pids(p.pid, "kktrain")
@@ -685,7 +705,7 @@ def signals(np_):
             tt.check(rc == 128 + sig and m is not None and "stop requested: saving" in err,
                      f"{sig.name}: rc {rc}\n{err[-2000:]}")
             s = int(m.group(1))
-            tt.check(5 <= s < 10 * STEPS and latest(root) == f"step_{s:08d}" and
+            tt.check(5 <= s < LONGER * STEPS and latest(root) == f"step_{s:08d}" and
                      os.path.isfile(ckpt(d, s)) and f"checkpoint: step {s} -> " in err,
                      f"{sig.name}: no checkpoint of step {s}: {os.listdir(root)}\n{err[-2000:]}")
             # A second signal: exit at once with the first one's status, no new checkpoint.
@@ -703,7 +723,7 @@ def signals(np_):
             tt.check(f"resumed from {ckpt(d, s)} at step {s}" in rest.err and
                      rest.err.count("changed since the checkpoint") == 1 and
                      "resumed with 1 setting changed since the checkpoint: train.max_steps: "
-                     f"{10 * STEPS} -> {s + 8}\n" in rest.err, rest.where)
+                     f"{LONGER * STEPS} -> {s + 8}\n" in rest.err, rest.where)
             ref = train(os.path.join(tmp, sig.name + "_ref"), tt.PATTERN_A, *SIG_O, *end, np_=np_,
                         accum=SIG_ACCUM).ok()
             tt.compare_runs(ref, rest, f"{sig.name} at step {s} on {np_} rank(s), resumed")
