@@ -6,7 +6,9 @@
 // without a device-wide synchronization; the call returns after the stream has finished the
 // collective, because callers read results on the host (losses) or hand buffers to kernels on
 // other instances. bf16 moves as ncclBfloat16 (kktrain's bf16 has the same 2-byte layout).
-// Scalar host reductions, agreement and barriers go through MPI.
+// Scalar host reductions, agreement and barriers go through MPI. The all-to-all of blocks is one
+// NCCL group of a send and a receive per rank (ncclSend / ncclRecv, counts in size_t: no pieces);
+// split() splits both the NCCL communicator (ncclCommSplit) and the MPI one beside it.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -52,16 +54,45 @@ class NcclCommunicator final : public MpiWorld {
   NcclCommunicator() {
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_);
+    check_nccl(ncclCommInitRank(&nccl_, size_, id, rank_), "ncclCommInitRank");
   }
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  // A split: the MPI and NCCL communicators of the same ranks.
+  NcclCommunicator(MPI_Comm mpi, ncclComm_t nccl) : MpiWorld(mpi), nccl_(nccl) {}
+  ~NcclCommunicator() override { ncclCommDestroy(nccl_); }
   std::string name() const override { return "nccl"; }
   std::string buffer_path() const override { return "device (NCCL)"; }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ncclComm_t sub = nullptr;
+    check_nccl(ncclCommSplit(nccl_, color, key, &sub, nullptr), "ncclCommSplit");
+    return std::make_unique<NcclCommunicator>(split_comm(color, key), sub);
+  }
+
+  void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) override {
+    const double t0 = now_s();
+    std::size_t out = 0, in = 0;
+    double sent = 0.0;
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int j = 0; j < size_; ++j) {
+      const std::size_t b_out = bytes[rank_ * size_ + j], b_in = bytes[j * size_ + rank_];
+      if (b_out > 0) {
+        check_nccl(ncclSend(send + out, b_out, ncclUint8, j, nccl_, kokkos_stream()), "ncclSend");
+      }
+      if (b_in > 0) {
+        check_nccl(ncclRecv(recv + in, b_in, ncclUint8, j, nccl_, kokkos_stream()), "ncclRecv");
+      }
+      out += b_out;
+      in += b_in;
+      if (j != rank_) sent += static_cast<double>(b_out);
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    finish(t0, sent);
+    stats_.alltoall_bytes_sent += sent;
+  }
 
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
     const double t0 = now_s();
-    check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, comm_, kokkos_stream()),
+    check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, nccl_, kokkos_stream()),
                "ncclAllGather");
     finish(t0, static_cast<double>(bytes) * (size_ - 1));
   }
@@ -72,14 +103,14 @@ class NcclCommunicator final : public MpiWorld {
     if (dtype != DType::float32 && dtype != DType::bfloat16) {
       throw InternalError("reduce_scatter_sum: unsupported dtype");
     }
-    check_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, comm_, kokkos_stream()),
+    check_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, nccl_, kokkos_stream()),
                "ncclReduceScatter");
     finish(t0, static_cast<double>(count * dtype_size(dtype)) * (size_ - 1));
   }
 
   void allreduce_impl(float* data, std::size_t n) override {
     const double t0 = now_s();
-    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, kokkos_stream()),
+    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, nccl_, kokkos_stream()),
                "ncclAllReduce");
     finish(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);
   }
@@ -91,7 +122,7 @@ class NcclCommunicator final : public MpiWorld {
     stats_.bytes_sent += bytes;
     ++stats_.calls;
   }
-  ncclComm_t comm_ = nullptr;
+  ncclComm_t nccl_ = nullptr;
 };
 
 }  // namespace
