@@ -216,6 +216,7 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpe
   for (auto& spec : units) {
     Unit u;
     u.spec = std::move(spec);
+    u.world = u.spec.experts ? reg.expert_data_parallel() : world_;
     for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
       const int p = u.spec.params[k];
       if (unit_of_[p] >= 0) throw InternalError("parameter in two units: " + reg.info(p).name);
@@ -228,7 +229,10 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpe
     units_.push_back(std::move(u));
   }
   for (int p = 0; p < reg.size(); ++p) {
-    if (unit_of_[p] < 0) throw InternalError("parameter in no unit: " + reg.info(p).name);
+    // Expert parameters held by other expert-parallel ranks are in none of this rank's units.
+    const int owner = reg.info(p).expert_owner;
+    const bool held = owner < 0 || owner == rank_ % reg.expert_parallel();
+    if (unit_of_[p] < 0 && held) throw InternalError("parameter in no unit: " + reg.info(p).name);
   }
   weight_slots_.resize(weight_slots);
   grad_slots_.resize(grad_slots);
@@ -272,6 +276,23 @@ void FsdpUnits::plan_unit(Unit& u) const {
   }
 }
 
+void FsdpUnits::set_expert_comm(Communicator* comm) {
+  if (comm && (comm->size() != reg_.expert_data_parallel() ||
+               comm->rank() != rank_ / reg_.expert_parallel())) {
+    throw InternalError("expert communicator of rank " + std::to_string(comm->rank()) + " of " +
+                        std::to_string(comm->size()) + " for expert shards over " +
+                        std::to_string(reg_.expert_data_parallel()) + " ranks");
+  }
+  expert_comm_ = comm;
+}
+
+Communicator& FsdpUnits::unit_comm(const Unit& u) const {
+  if (!u.spec.experts || reg_.expert_parallel() == 1) return *comm_;
+  if (!expert_comm_)
+    throw InternalError("expert unit " + u.spec.name + " without its communicator");
+  return *expert_comm_;
+}
+
 char* FsdpUnits::weight_buffer(const Unit& u) {
   Kokkos::View<char*, MemSpace>& b = weight_slots_[u.spec.weight_slot];
   if (b.extent(0) < u.weight_bytes) {
@@ -307,7 +328,7 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
       w = std::max(w, static_cast<int64_t>(u.weight_bytes));
       if (f.world_ > 1) {
         send = std::max(send, static_cast<int64_t>(u.block_bytes));
-        recv = std::max(recv, static_cast<int64_t>(u.block_bytes) * f.world_);
+        recv = std::max(recv, static_cast<int64_t>(u.block_bytes) * u.world);
       }
     }
     // Gradient slots, wires and accumulators exist only on several ranks, for units with
@@ -315,7 +336,7 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
     if (f.world_ > 1 && u.red_count > 0) {
       int64_t& g = gslot[u.spec.grad_slot];
       g = std::max(g, u.numel * static_cast<int64_t>(sizeof(float)));
-      send = std::max(send, u.red_count * esize * f.world_);
+      send = std::max(send, u.red_count * esize * u.world);
       recv = std::max(recv, u.red_count * esize);
       if (accumulates) {
         for (int p : u.spec.params) {
@@ -350,10 +371,10 @@ void FsdpUnits::gather(int unit) {
       cast_weights(u, out);
     } else {
       ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
-      ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
+      ensure_bytes(wire_recv_, u.block_bytes * u.world, "fsdp_wire_recv");
       pack_shards(u, wire_send_.data());
-      comm_->allgather_bytes(DBytesU(wire_send_.data(), u.block_bytes),
-                             DBytesU(wire_recv_.data(), u.block_bytes * world_));
+      unit_comm(u).allgather_bytes(DBytesU(wire_send_.data(), u.block_bytes),
+                                   DBytesU(wire_recv_.data(), u.block_bytes * u.world));
       unpack_weights(u, out);
     }
   }
@@ -554,7 +575,7 @@ void FsdpUnits::accumulate(Unit& u, const float* grads) {
 const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc) {
   const std::size_t esize = dtype_size(reduce_);
   const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
-  ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
+  ensure_bytes(wire_send_, block * u.world, "fsdp_wire_send");
   ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
   Launches& pack = u.reduce_pack[with_acc ? 1 : 0];
   build(pack, u, [&](std::size_t k, FsdpTensor& e) {
@@ -568,7 +589,7 @@ const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_ac
     e.shard_rows = pi.shard_rows;
     e.round = round_[p] ? 1 : 0;
     e.acc = with_acc ? acc_[p].data() : nullptr;
-    return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * world_);
+    return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * u.world);
   });
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
@@ -577,8 +598,8 @@ const char* FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_ac
       reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
     }
   });
-  comm_->reduce_scatter_sum(DBytesU(wire_send_.data(), block * world_),
-                            DBytesU(wire_recv_.data(), block), reduce_);
+  unit_comm(u).reduce_scatter_sum(DBytesU(wire_send_.data(), block * u.world),
+                                  DBytesU(wire_recv_.data(), block), reduce_);
   return wire_recv_.data();
 }
 
