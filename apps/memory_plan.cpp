@@ -98,14 +98,24 @@ int64_t available_memory_bytes(std::string* source, int ranks_on_node) {
     const long long v = std::strtoll(env, &end, 10);
     return end != env && *end == '\0' && v >= 0 ? v : -1;
   }
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
+  // The device's free memory, shared by the ranks of this node that Kokkos puts on it (ranks go
+  // to devices round-robin by local rank).
+  size_t free_b = 0, total_b = 0;
+  int devices = 1;
 #if defined(KOKKOS_ENABLE_CUDA)
-  size_t free_b = 0, total_b = 0;
+  const bool ok = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 1;
   *source = "cudaMemGetInfo free";
-  return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? static_cast<int64_t>(free_b) : -1;
-#elif defined(KOKKOS_ENABLE_HIP)
-  size_t free_b = 0, total_b = 0;
+#else
+  const bool ok = hipMemGetInfo(&free_b, &total_b) == hipSuccess;
+  if (hipGetDeviceCount(&devices) != hipSuccess) devices = 1;
   *source = "hipMemGetInfo free";
-  return hipMemGetInfo(&free_b, &total_b) == hipSuccess ? static_cast<int64_t>(free_b) : -1;
+#endif
+  const int sharing =
+      std::max(1, (ranks_on_node + std::max(1, devices) - 1) / std::max(1, devices));
+  if (sharing > 1) *source += ", shared by " + std::to_string(sharing) + " ranks on the device";
+  return ok ? static_cast<int64_t>(free_b) / sharing : -1;
 #else
   const MemoryLimit m = host_memory_limit(ranks_on_node);
   *source = m.source;

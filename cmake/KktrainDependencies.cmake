@@ -105,10 +105,8 @@ if(EXISTS "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/libblas.so")
     set(KKTRAIN_BLAS "${_blas_real}")
   endif()
 endif()
-if(KKTRAIN_KOKKOS_HAS_CUDA)
-  set(KKTRAIN_BLAS "${KKTRAIN_BLAS}; cuBLAS on device")
-elseif(KKTRAIN_KOKKOS_HAS_HIP)
-  set(KKTRAIN_BLAS "${KKTRAIN_BLAS}; rocBLAS on device")
+if(KKTRAIN_KOKKOS_HAS_CUDA OR KKTRAIN_KOKKOS_HAS_HIP)
+  set(KKTRAIN_BLAS "${KKTRAIN_BLAS} on the host; the device's: see GPU BLAS")
 endif()
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +244,7 @@ elseif(KKTRAIN_KOKKOS_HAS_CUDA OR KKTRAIN_KOKKOS_HAS_HIP)
                         "this Kokkos is built for a GPU (bf16 GEMM goes to cuBLAS/rocBLAS there); "
                         "configure with -DKKTRAIN_ENABLE_ONEDNN=OFF or AUTO")
   endif()
-  set(KKTRAIN_ONEDNN "off (GPU Kokkos build: cuBLAS/rocBLAS)")
+  set(KKTRAIN_ONEDNN "off (GPU Kokkos build: the device runs the products)")
 else()
   set(_dnnl_hint ${dnnl_ROOT} $ENV{dnnl_ROOT} $ENV{DNNLROOT})
   find_path(KKTRAIN_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp HINTS ${_dnnl_hint}

@@ -55,15 +55,18 @@ std::string checksum_hex(uint64_t c) {
 
 namespace {
 
-std::vector<char> to_host(const ShardRef& s) {
+// The shard's bytes where the host can read them: in place on host builds (the shard's memory
+// is host memory), else copied into `staging` (reused from shard to shard).
+const char* host_bytes(const ShardRef& s, std::vector<char>& staging) {
   const std::size_t n = static_cast<std::size_t>(s.rows * s.row_len) * h5::elem_size(s.elem);
   if (s.data.extent(0) != n) {
     throw InternalError("shard " + s.dataset + ": " + std::to_string(s.data.extent(0)) +
                         " bytes in device memory for " + std::to_string(n));
   }
-  std::vector<char> out(n);
-  if (n > 0) Kokkos::deep_copy(HostBytesU(out.data(), n), s.data);
-  return out;
+  if (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible || n == 0) return s.data.data();
+  if (staging.size() < n) staging.resize(n);
+  Kokkos::deep_copy(HostBytesU(staging.data(), n), s.data);
+  return staging.data();
 }
 
 // The step of a step directory's name ("step_00000100" -> 100), or -1.
@@ -151,9 +154,10 @@ void write_shards(const std::string& path, const std::vector<ShardRef>& shards,
   for (const auto& s : shards) specs.push_back(DatasetSpec{s.dataset, s.elem, s.shape, s.attrs});
   RowWriter w(path, std::move(specs), attrs, comm);
   collectively(comm, [&] {
+    std::vector<char> staging;
     for (std::size_t k = 0; k < shards.size(); ++k) {
       const ShardRef& s = shards[k];
-      w.write_rows(k, s.row_begin, s.rows, to_host(s).data());
+      w.write_rows(k, s.row_begin, s.rows, host_bytes(s, staging));
     }
   });
   w.finish();
