@@ -309,7 +309,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const double t0 = now_s();
     const CommStats c0 = comm->stats();
     model->zero_grads();
-    double loss_sum = 0.0, mtp_sum = 0.0;
+    double loss_sum = 0.0, mtp_sum = 0.0, aux_sum = 0.0;
     // This rank's slice of the step's windows, drawn first: a bad token id in a large file (its
     // ids are checked as they are read) ends every rank with that rank's message.
     const std::vector<Batch> batches = collectively(*comm, [&] {
@@ -330,9 +330,11 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       model->backward();
       loss_sum += r.loss;
       mtp_sum += r.mtp_loss;
+      aux_sum += r.aux_loss;
     }
     const double loss = comm->allreduce_sum_host(loss_sum / micro_steps) / W;
     const double mtp_loss = comm->allreduce_sum_host(mtp_sum / micro_steps) / W;
+    const double aux_loss = comm->allreduce_sum_host(aux_sum / micro_steps) / W;
     const double grad_norm = std::sqrt(comm->allreduce_sum_host(grad_sum_squares(params)));
     const int64_t done = step + 1;
     state.step = done;
@@ -373,6 +375,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       JsonLine row;
       row.integer("step", done).num("loss", loss).num("grad_norm", grad_norm).num("lr", lr);
       if (model->mtp_depth() > 0 && cfg.model.compute_mtp) row.num("mtp_loss", mtp_loss);
+      // The load-balancing loss (its weighted gradient is in grad_norm; `loss` stays the LM's).
+      if (cfg.model.moe.enabled()) row.num("aux_loss", aux_loss);
       row.num("tokens_per_s", tps).num("ms_per_step", dt * 1e3);
       if (W > 1) {
         const CommStats& c1 = comm->stats();

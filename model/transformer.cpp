@@ -21,6 +21,9 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
     : cfg_(cfg), prec_(precision), peft_(peft), buf_(std::make_unique<Buffers>()) {
   rc_ = prec_.compute == DType::bfloat16;
   register_params();
+  moe_counts_.resize(cfg_.moe.enabled() ? cfg_.num_layers : 0);
+  moe_prob_sums_.resize(moe_counts_.size());
+  moe_choices_.resize(moe_counts_.size());
   const ParamInfo& emb = params_.info(embed_);
   if (prec_.world_size == 1) {
     // Autocast semantics: the stream keeps the storage dtype promoted with the compute dtype.
@@ -90,7 +93,15 @@ std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
     units.push_back(std::move(u));
   };
   auto block_params = [&](const LayerParams& p) {
-    std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2, p.gate, p.up, p.down};
+    std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2};
+    if (p.router < 0) {
+      v.insert(v.end(), {p.gate, p.up, p.down});
+    } else {  // experts' w1, w3 interleaved (one (E, 2F, C) stack), then the w2 (E, C, F)
+      v.push_back(p.router);
+      for (std::size_t e = 0; e < p.w1.size(); ++e) v.insert(v.end(), {p.w1[e], p.w3[e]});
+      v.insert(v.end(), p.w2.begin(), p.w2.end());
+      if (p.shared_gate >= 0) v.insert(v.end(), {p.shared_gate, p.shared_up, p.shared_down});
+    }
     for (int k = 0; k < kNumProj; ++k) {
       if (p.lora_a[k] >= 0) v.insert(v.end(), {p.lora_a[k], p.lora_b[k]});
     }
@@ -140,7 +151,15 @@ ComputeLayout Transformer::compute_layout() const {
   };
   auto block = [&](const LayerParams& p) {
     fuse({p.q, p.k, p.v});
-    fuse({p.gate, p.up});
+    if (p.router < 0) {
+      fuse({p.gate, p.up});
+      return;
+    }
+    std::vector<int> w13;
+    for (std::size_t e = 0; e < p.w1.size(); ++e) w13.insert(w13.end(), {p.w1[e], p.w3[e]});
+    fuse(w13);
+    fuse(p.w2);
+    if (p.shared_gate >= 0) fuse({p.shared_gate, p.shared_up});
   };
   for (const auto& p : layers_) block(p);
   for (const auto& m : mtp_) block(m.block);
@@ -232,11 +251,42 @@ Transformer::LayerParams Transformer::register_block(const std::string& prefix, 
   p.v = add("self_attn.v_proj", {cfg_.num_kv_heads * D, C}, ParamRole::linear);
   p.o = add("self_attn.o_proj", {C, cfg_.num_heads * D}, ParamRole::linear);
   p.ln2 = add("post_attention_layernorm", {C}, ParamRole::norm);
+  if (cfg_.moe.enabled()) {
+    register_sparse_mlp(p, prefix, dtype);
+    return p;
+  }
   // gate and up back to back: one (2F, C) matrix.
   p.gate = add("mlp.gate_proj", {F, C}, ParamRole::linear);
   p.up = add("mlp.up_proj", {F, C}, ParamRole::linear);
   p.down = add("mlp.down_proj", {C, F}, ParamRole::linear);
   return p;
+}
+
+void Transformer::register_sparse_mlp(LayerParams& p, const std::string& prefix, DType dtype) {
+  // Hugging Face Mixtral names (docs/moe.md). Registered in the order of the fused compute
+  // copies: each expert's w1, w3 back to back, expert after expert, then every w2.
+  const int64_t C = cfg_.hidden_size, E = cfg_.moe.num_experts, F = cfg_.moe.intermediate_size;
+  const std::string moe = prefix + ".block_sparse_moe";
+  // The router is a protected fp32 parameter: storage, compute and gradient fp32.
+  p.router =
+      params_.add(moe + ".gate.weight", moe + ".gate", {E, C}, ParamRole::linear, DType::float32);
+  params_.info_mut(p.router).keep_fp32 = true;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ex = moe + ".experts." + std::to_string(e);
+    p.w1.push_back(add_param(ex + ".w1", {F, C}, ParamRole::linear, dtype));
+    p.w3.push_back(add_param(ex + ".w3", {F, C}, ParamRole::linear, dtype));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ex = moe + ".experts." + std::to_string(e);
+    p.w2.push_back(add_param(ex + ".w2", {C, F}, ParamRole::linear, dtype));
+  }
+  const int64_t Fs = cfg_.moe.shared_expert_intermediate_size;
+  if (Fs > 0) {
+    const std::string sh = moe + ".shared_expert.";
+    p.shared_gate = add_param(sh + "gate_proj", {Fs, C}, ParamRole::linear, dtype);
+    p.shared_up = add_param(sh + "up_proj", {Fs, C}, ParamRole::linear, dtype);
+    p.shared_down = add_param(sh + "down_proj", {C, Fs}, ParamRole::linear, dtype);
+  }
 }
 
 void Transformer::register_params() {
@@ -302,8 +352,9 @@ void Transformer::init_weights(const std::function<bool(const std::string&)>& wh
     const ParamInfo& p = params_.info(i);
     if (which && !which(p.name)) continue;
     const uint64_t seed = cfg_.seed, stream = name_stream(p.name);
-    const bool is_out =
-        p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
+    const bool is_out = p.name.find("o_proj") != std::string::npos ||
+                        p.name.find("down_proj") != std::string::npos ||
+                        p.name.find(".w2.weight") != std::string::npos;  // an expert's down
     const float s = static_cast<float>(is_out ? out_std : std);
     const bool ones = p.role == ParamRole::norm;
     // Keyed on the element's index in the full tensor, so every rank count builds the same model.
@@ -436,8 +487,50 @@ void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelC
   a.x1 = mk.view<float>("x1", N * C);
   a.rstd2 = mk.view<float>("rstd2", N);
   a.xn2 = mk.compute("xn2", N * C);
-  a.gu = mk.compute("gu", N * 2 * F);
-  a.a = mk.compute("a", N * F);
+  const MoeConfig& e = c.moe;
+  if (!e.enabled()) {
+    a.gu = mk.compute("gu", N * 2 * F);
+    a.a = mk.compute("a", N * F);
+    return;
+  }
+  const int64_t E = e.num_experts, NK = N * e.top_k, Fe = e.intermediate_size;
+  const int64_t Fs = e.shared_expert_intermediate_size;
+  MoeActs& m = a.moe;
+  m.xf = mk.view<float>("moe_router_in", N * C);
+  m.probs = mk.view<float>("moe_probs", N * E);
+  m.choice = mk.view<int32_t>("moe_choice", NK);
+  m.weight = mk.view<float>("moe_weight", NK);
+  m.slot = mk.view<int32_t>("moe_slot", NK);
+  m.counts = mk.view<int32_t>("moe_counts", E);
+  m.prob_sums = mk.view<float>("moe_prob_sums", E);
+  m.xs = mk.compute("moe_xs", NK * C);
+  m.h = mk.compute("moe_h", NK * 2 * Fe);
+  m.act = mk.compute("moe_act", NK * Fe);
+  m.ye = mk.compute("moe_ye", NK * C);
+  if (Fs > 0) {
+    m.sgu = mk.compute("moe_shared_gu", N * 2 * Fs);
+    m.sa = mk.compute("moe_shared_a", N * Fs);
+  }
+}
+
+// A sparse MLP's scratch (model/moe.hpp), reused by every layer.
+void make_moe_scratch(BufferMaker& mk, Transformer::Buffers& b, int64_t N, const MoeConfig& e,
+                      int64_t C) {
+  const int64_t E = e.num_experts, NK = N * e.top_k, Fe = e.intermediate_size;
+  const int64_t Fs = e.shared_expert_intermediate_size;
+  b.moe_logits = mk.view<float>("moe_logits", N * E);
+  b.moe_y = mk.view<float>("moe_y", N * C);
+  b.moe_dye = mk.compute("moe_dye", NK * C);
+  b.moe_da = mk.view<float>("moe_da", NK * Fe);
+  b.moe_dh = mk.compute("moe_dh", NK * 2 * Fe);
+  b.moe_dxs = mk.view<float>("moe_dxs", NK * C);
+  b.moe_dweight = mk.view<float>("moe_dweight", NK);
+  b.moe_dlogits = mk.view<float>("moe_dlogits", N * E);
+  if (Fs > 0) {
+    b.moe_sy = mk.compute("moe_shared_y", N * C);
+    b.moe_sdgu = mk.compute("moe_shared_dgu", N * 2 * Fs);
+    b.moe_sda = mk.view<float>("moe_shared_da", N * Fs);
+  }
 }
 
 }  // namespace
@@ -490,8 +583,12 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.dres = mk.view<float>("dres", N * C);
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);
-  b.dgu = mk.compute("dgu", N * 2 * F);
-  b.da = mk.view<float>("da", N * F);
+  if (cfg_.moe.enabled()) {
+    make_moe_scratch(mk, b, N, cfg_.moe, C);
+  } else {
+    b.dgu = mk.compute("dgu", N * 2 * F);
+    b.da = mk.view<float>("da", N * F);
+  }
   b.dqkv = mk.compute("dqkv", N * Q);
   b.dq = mk.view<float>("dq", N * H * D);
   b.dk = mk.view<float>("dk", N * KV * D);
@@ -504,7 +601,11 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
     b.lora_dt = mk.compute("lora_dt", N * peft_.dim);
     b.lora_y = mk.compute("lora_y", N * widest);
   }
-  const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C});
+  const MoeConfig& moe = cfg_.moe;
+  const int64_t moe_dw =  // the stacked expert gradients, the router's, the shared expert's
+      std::max({moe.num_experts * 2 * moe.intermediate_size * C, moe.num_experts * C,
+                2 * moe.shared_expert_intermediate_size * C});
+  const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C, moe_dw});
   b.dw = mk.view<float>("dw", dw_size);
   b.norm_partial = mk.view<float>("norm_partial", rmsnorm_partial_size(N, C));
   if (!mtp_.empty()) {

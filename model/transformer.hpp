@@ -52,6 +52,8 @@ struct ForwardOptions {
   // Several ranks: the backward of this forward ends the step's gradient accumulation and
   // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
   bool sync_grads = true;
+  // Mixture of experts: keep each layer's chosen experts for routing() (a host copy per layer).
+  bool keep_routing = false;
 };
 
 // How the model is laid out over ranks; see Transformer::prepare().
@@ -78,6 +80,9 @@ struct ForwardResult {
   double mtp_loss = 0.0;  // mean over MTP depths of their mean losses (0 without MTP)
   // The gradient is that of loss + model.mtp_loss_weight * mtp_loss.
   int64_t tokens = 0;  // counted (non-ignored) target tokens of the main head
+  // Mixture of experts: the load-balancing loss (unweighted; the gradient is that of
+  // loss + model.moe.aux_loss_coef * aux_loss), 0 for a dense model.
+  double aux_loss = 0.0;
 };
 
 class Transformer {
@@ -121,6 +126,9 @@ class Transformer {
   // the compute dtype), else empty.
   DView<float> hidden_states() const { return hidden_; }
   DView<float> logits() const { return kept_logits_; }
+  // (B*T, top_k) experts each token of layer l chose, best first, in the last forward with
+  // keep_routing (empty otherwise or for a dense model).
+  const std::vector<int32_t>& routing(int64_t layer) const { return moe_choices_.at(layer); }
   int64_t mtp_depth() const { return cfg_.mtp_num_layers; }
 
   bool compute_bf16() const { return rc_; }
@@ -142,7 +150,11 @@ class Transformer {
  private:
   // A block's parameters (registry indices), projections in Proj order (model/block.hpp).
   struct LayerParams {
-    int ln1, q, k, v, o, ln2, gate, up, down;
+    int ln1, q, k, v, o, ln2, gate = -1, up = -1, down = -1;  // gate/up/down: dense MLP only
+    // A sparse MLP (model.moe): the fp32 router, each expert's w1 (gate), w3 (up), w2 (down),
+    // and the optional shared expert.
+    int router = -1, shared_gate = -1, shared_up = -1, shared_down = -1;
+    std::vector<int> w1, w3, w2;
     int lora_a[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};  // LoRA adapters (model/lora.cpp)
     int lora_b[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};
     int weight(int proj) const {
@@ -161,6 +173,10 @@ class Transformer {
  private:
   int add_param(const std::string& module, std::vector<int64_t> shape, ParamRole role, DType dtype);
   LayerParams register_block(const std::string& prefix, DType dtype);
+  void register_sparse_mlp(LayerParams& p, const std::string& prefix, DType dtype);
+  // The load-balancing loss of this forward from each layer's routing statistics, and the
+  // per-expert gradient factor the backward adds (moe_aux_grad_).
+  double moe_aux_loss(float grad_scale, bool backward);
   void register_params();
   void lower_frozen_storage();
   std::vector<UnitSpec> unit_specs(bool reshard) const;
@@ -249,6 +265,12 @@ class Transformer {
   DView<float> hidden_;
   DView<float> kept_logits_;  // (B*T, V) of the last forward with keep_logits
   std::unique_ptr<Buffers> buf_;
+  // Mixture of experts: each layer's assignments per expert and summed router probabilities
+  // from the last forward (host), and the load-balancing loss's gradient factor (E) for backward.
+  std::vector<std::vector<int64_t>> moe_counts_;
+  std::vector<std::vector<double>> moe_prob_sums_;
+  DView<float> moe_aux_grad_;
+  std::vector<std::vector<int32_t>> moe_choices_;
   bool have_backward_ = false;
   bool last_compute_mtp_ = false;
   int64_t B_ = 0, T_ = 0;

@@ -124,6 +124,42 @@ void Transformer::backward() {
   }
 }
 
+double Transformer::moe_aux_loss(float grad_scale, bool backward) {
+  const MoeConfig& moe = cfg_.moe;
+  if (!moe.enabled()) return 0.0;
+  // Pooled over the layers as Mixtral's loss pools their router outputs: f_e, the fraction of
+  // all (token, choice) assignments that chose e, over L N tokens; P_e the mean probability.
+  const int64_t E = moe.num_experts, L = cfg_.num_layers;
+  const double tokens = static_cast<double>(L * buf_->B * buf_->T);
+  std::vector<double> f(E, 0.0), prob(E, 0.0);
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t e = 0; e < E; ++e) {
+      f[e] += static_cast<double>(moe_counts_[l][e]) / tokens;
+      prob[e] += moe_prob_sums_[l][e] / tokens;
+    }
+  }
+  double aux = 0.0;
+  for (int64_t e = 0; e < E; ++e) aux += f[e] * prob[e];
+  aux *= static_cast<double>(E);
+  if (backward) {
+    // d(coef * aux)/d p[l, n, e] = coef * E * f_e / (L N), times the accumulation scale.
+    if (moe.aux_loss_coef == 0.0) {
+      moe_aux_grad_ = DView<float>();
+    } else {
+      std::vector<float> g(E);
+      for (int64_t e = 0; e < E; ++e) {
+        g[e] = static_cast<float>(moe.aux_loss_coef * grad_scale * static_cast<double>(E) * f[e] /
+                                  tokens);
+      }
+      if (moe_aux_grad_.extent(0) != static_cast<std::size_t>(E)) {
+        moe_aux_grad_ = DView<float>("moe_aux_grad", E);
+      }
+      Kokkos::deep_copy(moe_aux_grad_, HViewU<float>(g.data(), g.size()));
+    }
+  }
+  return aux;
+}
+
 template <class TC>
 ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOptions& opts) {
   Buffers& b = *buf_;
@@ -152,11 +188,24 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
     gather(unit);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     block_forward<TC>(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
+    if (cfg_.moe.enabled()) {  // the routing statistics of the load-balancing loss
+      moe_counts_[l] = a.moe.host_counts;
+      auto ps = Kokkos::create_mirror_view(a.moe.prob_sums);
+      Kokkos::deep_copy(ps, a.moe.prob_sums);
+      moe_prob_sums_[l].assign(ps.data(), ps.data() + ps.extent(0));
+      moe_choices_[l].clear();
+      if (opts.keep_routing) {
+        auto ch = Kokkos::create_mirror_view(a.moe.choice);
+        Kokkos::deep_copy(ch, a.moe.choice);
+        moe_choices_[l].assign(ch.data(), ch.data() + ch.extent(0));
+      }
+    }
     boundary_output(b.res[l + 1].data(), N * C);
     release_after_forward(unit);
   }
   ForwardResult r;
   r.tokens = b.count;
+  r.aux_loss = moe_aux_loss(opts.grad_scale, backward);
   gather(head_unit_);
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
