@@ -454,6 +454,14 @@ void validate_moe(const Config& c, const LoadOptions& opts, const Locator& loc) 
     loc.fail("distributed.moe_param_dtype", "applies only with model.moe.num_experts > 0");
   }
   if (d.moe_param_dtype && *d.moe_param_dtype != c.precision.compute &&
+      d.allow_moe_param_dtype_mismatch) {
+    loc.fail("distributed.moe_param_dtype",
+             std::string(dtype_name(*d.moe_param_dtype)) + " differs from the compute dtype " +
+                 dtype_name(c.precision.compute) +
+                 ": experts computing in another dtype than the rest of the model are not "
+                 "implemented yet (allow_moe_param_dtype_mismatch is true)");
+  }
+  if (d.moe_param_dtype && *d.moe_param_dtype != c.precision.compute &&
       !d.allow_moe_param_dtype_mismatch) {
     loc.fail("distributed.moe_param_dtype",
              std::string(dtype_name(*d.moe_param_dtype)) + " differs from the compute dtype " +
