@@ -192,7 +192,9 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) {
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
-  apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
+  // exact freezes before sharding
+  apply_freeze(model->params(), cfg.freeze, cfg.source,
+               static_cast<int>(cfg.distributed.expert_parallel_size));
   model->plan_layout(rank, world);
   return model;
 }
@@ -200,7 +202,9 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) 
 std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, bool initialize) {
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
-  apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
+  // exact freezes before sharding
+  apply_freeze(model->params(), cfg.freeze, cfg.source,
+               static_cast<int>(cfg.distributed.expert_parallel_size));
   ShardOptions so;
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;

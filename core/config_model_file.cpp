@@ -64,7 +64,7 @@ void apply_model_file_architecture(YAML::Node& root, const ModelFileArchitecture
       const YAML::Node existing = cmodel[sub];
       if (!existing.IsDefined() || existing.IsNull()) model[sub] = YAML::Node(YAML::NodeType::Map);
       if (!model[sub].IsMap()) continue;  // the config reader names the bad section
-      section.reset(model[sub]);  // rebinds (operator= would overwrite model's content)
+      section.reset(model[sub]);          // rebinds (operator= would overwrite model's content)
     }
     const YAML::Node& csection = section;
     const YAML::Node given = csection[key];

@@ -26,7 +26,7 @@ endforeach()
 foreach(case IN ITEMS audit_pattern_a audit_pattern_b audit_pattern_peaks audit_risky audit_table
                       audit_freeze_modules
                       audit_freeze_parameters audit_unfreeze_parameters audit_freeze_tied_alias
-                      audit_freeze_unknown)
+                      audit_freeze_unknown audit_moe)
   add_test(NAME train.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_audit.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})

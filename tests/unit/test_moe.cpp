@@ -3,6 +3,8 @@
 //  - activation-checkpoint recompute gives bitwise the same routing and gradients, in fp32 and
 //    bf16 compute, with a shared expert and the load-balancing loss on,
 //  - the router is a protected fp32 parameter whatever the storage dtype, the experts are not,
+//  - freezing: module globs over experts, exact expert names refused under expert parallelism
+//    naming the owning expert module (the router by exact name stays allowed),
 //  - dropless top-k: every token has k distinct experts, and the routing is the same at every
 //    micro-batch size a token is seen in (no capacity, no dependence on the other tokens).
 #include <gtest/gtest.h>
@@ -13,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
+#include "model/freeze.hpp"
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
 
@@ -158,6 +162,61 @@ TEST(MoeModel, DroplessRoutingDependsOnlyOnTheToken) {
     for (int32_t e : chosen) EXPECT_TRUE(e >= 0 && e < 5) << e;
   }
   EXPECT_EQ(std::vector<int32_t>(ra.begin() + 14, ra.end()), b.routing[0]);
+}
+
+TEST(MoeFreeze, GlobsSelectExpertsAndFrozenExpertsGetNoGradient) {
+  const ModelConfig cfg = tiny_moe();
+  Transformer m(cfg, precision(DType::float32, DType::float32), false);
+  FreezeConfig f;
+  f.freeze_modules = {"model.layers.*.block_sparse_moe.experts.*"};
+  f.unfreeze_modules = {"model.layers.2.block_sparse_moe.experts.3"};
+  apply_freeze(m.params(), f, "test.yaml", 1);
+  for (const ParamInfo& p : m.params().all()) {
+    const bool expert = p.name.find(".experts.") != std::string::npos;
+    const bool kept = p.name.find("layers.2.block_sparse_moe.experts.3.") != std::string::npos;
+    EXPECT_EQ(p.trainable, !expert || kept) << p.name;
+  }
+  m.prepare(ShardOptions());
+  m.init_weights();
+  const RunResult r = run(m, random_tokens(cfg.vocab_size, 3));
+  for (int i = 0; i < m.params().size(); ++i) {
+    const ParamInfo& p = m.params().info(i);
+    EXPECT_EQ(p.has_grad, p.trainable) << p.name;
+  }
+  const int kept = m.params().find("model.layers.2.block_sparse_moe.experts.3.w1.weight");
+  double norm = 0.0;
+  for (float x : r.grads[kept]) norm += static_cast<double>(x) * x;
+  EXPECT_GT(norm, 0.0);  // the unfrozen expert trains (it was chosen by some token)
+}
+
+TEST(MoeFreeze, ExactExpertNamesAreRefusedUnderExpertParallelism) {
+  const ModelConfig cfg = tiny_moe();
+  const std::string name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+  for (const bool freeze : {true, false}) {
+    Transformer m(cfg, precision(DType::float32, DType::float32), false);
+    FreezeConfig f;
+    (freeze ? f.freeze_parameters : f.unfreeze_parameters) = {name};
+    try {
+      apply_freeze(m.params(), f, "test.yaml", 2);
+      ADD_FAILURE() << "an exact expert name was accepted with expert_parallel_size 2";
+    } catch (const ConfigError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(freeze ? "freeze_config.freeze_parameters"
+                                : "freeze_config.unfreeze_parameters"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("'model.layers.1.block_sparse_moe.experts.3'"), std::string::npos) << msg;
+    }
+    // One rank of experts per group: the name is stable and allowed.
+    Transformer one(cfg, precision(DType::float32, DType::float32), false);
+    apply_freeze(one.params(), f, "test.yaml", 1);
+    EXPECT_EQ(one.params().info(one.params().find(name)).trainable, !freeze);
+  }
+  // The router is not an expert parameter: its exact name is fine under expert parallelism.
+  Transformer m(cfg, precision(DType::float32, DType::float32), false);
+  FreezeConfig f;
+  f.freeze_parameters = {"model.layers.0.block_sparse_moe.gate.weight"};
+  EXPECT_NO_THROW(apply_freeze(m.params(), f, "test.yaml", 2));
 }
 
 }  // namespace
