@@ -195,7 +195,7 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) 
   // exact freezes before sharding
   apply_freeze(model->params(), cfg.freeze, cfg.source,
                static_cast<int>(cfg.distributed.expert_parallel_size));
-  model->plan_layout(rank, world);
+  model->plan_layout(rank, world, static_cast<int>(cfg.distributed.expert_parallel_size));
   return model;
 }
 
@@ -209,6 +209,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;
   so.grad_sync = grad_sync_of(cfg);
+  so.expert_parallel = static_cast<int>(cfg.distributed.expert_parallel_size);
   model->prepare(so);
   if (!initialize) return model;  // a checkpoint will provide every value
   if (cfg.model.init_from) {

@@ -307,7 +307,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const double t_start = now_s();
   for (int64_t step = state.step; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
-    const CommStats c0 = comm->stats();
+    const CommStats c0 = comm->stats(), m0 = model->moe_comm_stats();
     model->zero_grads();
     double loss_sum = 0.0, mtp_sum = 0.0, aux_sum = 0.0;
     // This rank's slice of the step's windows, drawn first: a bad token id in a large file (its
@@ -378,10 +378,14 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       // The load-balancing loss (its weighted gradient is in grad_norm; `loss` stays the LM's).
       if (cfg.model.moe.enabled()) row.num("aux_loss", aux_loss);
       row.num("tokens_per_s", tps).num("ms_per_step", dt * 1e3);
-      if (W > 1) {
+      if (W > 1) {  // this rank's collectives, the expert-parallel ones included
         const CommStats& c1 = comm->stats();
-        row.num("comm_bytes", c1.bytes_sent - c0.bytes_sent)
-            .num("comm_ms", (c1.seconds - c0.seconds) * 1e3);
+        const CommStats m1 = model->moe_comm_stats();
+        row.num("comm_bytes", c1.bytes_sent - c0.bytes_sent + m1.bytes_sent - m0.bytes_sent)
+            .num("comm_ms", (c1.seconds - c0.seconds + m1.seconds - m0.seconds) * 1e3);
+        if (cfg.model.moe.enabled()) {
+          row.num("alltoall_bytes", m1.alltoall_bytes_sent - m0.alltoall_bytes_sent);
+        }
       }
       row.num("peak_rss_bytes", comm->allreduce_max_host(peak_rss_bytes()));
       if (device_memory_tracked()) {  // the same on every rank: a build property

@@ -5,10 +5,10 @@ top_k x the experts') and against PyTorch running the same sparse model plainly 
 experts, bench/torch_moe.py), alternating rounds, medians.
 
 kktrain's side is `kktrain train` (fp32 storage and compute, AdamW, steps after the first): its
-metrics rows' tokens_per_s and, on 2 ranks, comm_bytes (bytes each rank sent per step). The 2-rank
-runs use expert_parallel_size 1 (the experts are FSDP-sharded with the rest of the model;
-expert parallelism is not implemented yet), so no all-to-all runs: the all-to-all column is 0 and
-the collective traffic is FSDP's all-gathers and reduce-scatters. Each rank of a 2-rank run
+metrics rows' tokens_per_s and, on 2 ranks, comm_bytes (all bytes a rank sent per step: FSDP's
+all-gathers and reduce-scatters, and the token all-to-alls) and alltoall_bytes (the token
+all-to-alls alone). The sparse model runs on 2 ranks with expert_parallel_size 1 (experts
+FSDP-sharded) and 2 (each rank holds 4 experts, tokens exchanged). Each rank of a 2-rank run
 trains its own micro-batch of the same size, so its tokens/s counts both ranks' tokens.
 
     bench/moe_bench.py [--build build] [--rounds 3] [--steps 6] [--small]
@@ -30,7 +30,7 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def kktrain(build, ranks, shape, moe, steps, tmp):
+def kktrain(build, ranks, shape, moe, steps, tmp, ep=1):
     E, K, Fe = shape["experts"], shape["top_k"], shape["expert_ffn"]
     over = [f"model.hidden_size={shape['hidden']}", f"model.num_layers={shape['layers']}",
             f"model.num_heads={shape['heads']}", f"model.num_kv_heads={shape['heads']}",
@@ -42,7 +42,8 @@ def kktrain(build, ranks, shape, moe, steps, tmp):
             "train.val_every=0", "train.progress=off"]
     if moe:
         over += [f"model.moe.num_experts={E}", f"model.moe.top_k={K}",
-                 f"model.moe.intermediate_size={Fe}", f"model.intermediate_size={Fe}"]
+                 f"model.moe.intermediate_size={Fe}", f"model.intermediate_size={Fe}",
+                 f"distributed.expert_parallel_size={ep}"]
     else:
         over += [f"model.intermediate_size={K * Fe}"]
     out = tempfile.mkdtemp(prefix="moe_bench_", dir=tmp)
@@ -57,7 +58,8 @@ def kktrain(build, ranks, shape, moe, steps, tmp):
         rows = [json.loads(l) for l in f if '"tokens_per_s"' in l]
     rows = [r for r in rows if r["step"] > 1]  # the first step builds caches
     return (statistics.median(r["tokens_per_s"] for r in rows),
-            statistics.median(r.get("comm_bytes", 0) for r in rows))
+            statistics.median(r.get("comm_bytes", 0) for r in rows),
+            statistics.median(r.get("alltoall_bytes", 0) for r in rows))
 
 
 def torch_peer(shape, steps):
@@ -85,17 +87,19 @@ def main():
     print("model:", ", ".join(f"{k}={v}" for k, v in shape.items()),
           f"| dense peer: intermediate_size {shape['top_k'] * shape['expert_ffn']}, fp32, AdamW")
     print("load before:", uptime())
-    cases = [("kktrain moe", 1, True), ("kktrain moe", 2, True), ("kktrain dense", 1, False),
-             ("kktrain dense", 2, False)]
+    cases = [("kktrain moe", 1, True, 1), ("kktrain moe", 2, True, 1), ("kktrain moe", 2, True, 2),
+             ("kktrain dense", 1, False, 1), ("kktrain dense", 2, False, 1)]
     tps = {c: [] for c in cases}
     comm = {c: [] for c in cases}
+    a2a = {c: [] for c in cases}
     peer = []
     with tempfile.TemporaryDirectory(prefix="moe_bench_") as tmp:
         for _ in range(a.rounds):
             for c in cases:
-                t, b = kktrain(a.build, c[1], shape, c[2], a.steps, tmp)
+                t, b, x = kktrain(a.build, c[1], shape, c[2], a.steps, tmp, c[3])
                 tps[c].append(t)
                 comm[c].append(b)
+                a2a[c].append(x)
             peer.append(torch_peer(shape, a.steps))
     print("load after: ", uptime())
     pt = statistics.median(peer)
@@ -104,13 +108,13 @@ def main():
           f"{'vs pytorch moe':>14} {'sent/rank/step':>15} {'all-to-all':>10}")
     for c in cases:
         t = statistics.median(tps[c])
-        print(f"{c[0]:16} {c[1]:>5} {1:>3} {t:>10.1f} {t / moe1:>16.2f} {t / pt:>14.2f} "
-              f"{statistics.median(comm[c]):>15.0f} {0:>10}")
+        print(f"{c[0]:16} {c[1]:>5} {c[3]:>3} {t:>10.1f} {t / moe1:>16.2f} {t / pt:>14.2f} "
+              f"{statistics.median(comm[c]):>15.0f} {statistics.median(a2a[c]):>10.0f}")
     print(f"{'pytorch moe':16} {1:>5} {'-':>3} {pt:>10.1f} {pt / moe1:>16.2f} {1.0:>14.2f} "
           f"{0:>15} {'-':>10}")
     print(f"\nmedians of {a.rounds} alternating rounds; per-round tokens/s:")
     for c in cases:
-        print(f"  {c[0]} x{c[1]}: {[round(x, 1) for x in tps[c]]}")
+        print(f"  {c[0]} x{c[1]} EP {c[3]}: {[round(x, 1) for x in tps[c]]}")
     print(f"  pytorch moe: {[round(x, 1) for x in peer]}")
 
 

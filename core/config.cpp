@@ -438,12 +438,6 @@ void validate_moe(const Config& c, const LoadOptions& opts, const Locator& loc) 
                  (opts.world_size == 1 ? "" : "s") +
                  " (the experts are split over groups of that many ranks)");
   }
-  if (ep > 1) {
-    loc.fail("distributed.expert_parallel_size",
-             eps +
-                 ": expert parallelism is not implemented yet; the experts are sharded with "
-                 "the rest of the model (expert_parallel_size: 1)");
-  }
   if (e.enabled() && e.num_experts % ep != 0) {
     loc.fail_either("distributed.expert_parallel_size", "model.moe.num_experts",
                     eps + " does not divide model.moe.num_experts " +

@@ -142,14 +142,14 @@ void route_backward(float* dlogits, const float* dweight, const float* probs, co
       });
 }
 
-// dh (N, C) = sum_k dxs[slot[n, k]], fp32, k in order (written).
-void scatter_sum(float* dh, const float* dxs, const int32_t* slot, int64_t N, int64_t K,
-                 int64_t C) {
+// dh (N, C) = sum_k float(dxs[slot[n, k]]), fp32, k in order (written).
+template <class TC>
+void scatter_sum(float* dh, const TC* dxs, const int32_t* slot, int64_t N, int64_t K, int64_t C) {
   Kokkos::parallel_for(
       "moe_scatter_sum", RangePolicy(0, N * C), KOKKOS_LAMBDA(const int64_t i) {
         const int64_t n = i / C, c = i % C;
         float acc = 0.0f;
-        for (int64_t k = 0; k < K; ++k) acc += dxs[slot[n * K + k] * C + c];
+        for (int64_t k = 0; k < K; ++k) acc += load_f32(dxs, slot[n * K + k] * C + c);
         dh[i] = acc;
       });
 }
@@ -186,17 +186,29 @@ void moe_forward(float* y, const TC* h, MoeActs& a, const MoeWeights& w, const M
   route(a.probs.data(), a.choice.data(), a.weight.data(), s.logits, N, E, K, d.norm_topk);
   expert_stats(a.counts.data(), a.prob_sums.data(), a.choice.data(), a.probs.data(), N, E, K);
   sort_by_expert(a, d);
-  // Experts: one grouped GEMM per projection over the tokens sorted by expert.
   TC* xs = a.xs.p<TC>();
+  gather_sorted(xs, h, a.slot.data(), N, K, C);  // (NK, C) by expert
+  // The rows this rank's experts run: its own, or (expert parallelism) every peer's for them.
+  const TC* x = xs;
+  int64_t R = NK;
+  const std::vector<int64_t>* sizes = &a.host_counts;
+  if (d.ep) {
+    moe_plan(a.plan, *d.ep, a.host_counts);
+    moe_dispatch(a.xe.p<TC>(), xs, a.plan, *d.ep, C, s.peer);
+    x = a.xe.p<TC>();
+    R = a.plan.recv_rows;
+    sizes = &a.plan.local_sizes;
+  }
+  // Experts: one grouped GEMM per projection over the rows sorted by expert.
   TC* hh = a.h.p<TC>();
   TC* act = a.act.p<TC>();
-  TC* ye = a.ye.p<TC>();
-  gather_sorted(xs, h, a.slot.data(), N, K, C);
-  gemm_grouped(a.host_counts, 'N', 'T', 1.0f, gin(xs, NK, C), gin(w.w13, 2 * F, C), 0.0f,
-               gout(hh, NK, 2 * F));  // (NK, 2F)
-  swiglu_forward(act, hh, NK, F, rc);
-  gemm_grouped(a.host_counts, 'N', 'T', 1.0f, gin(act, NK, F), gin(w.w2, C, F), 0.0f,
-               gout(ye, NK, C));  // (NK, C)
+  TC* ye = d.ep ? s.ye_local : a.ye.p<TC>();
+  gemm_grouped(*sizes, 'N', 'T', 1.0f, gin(x, R, C), gin(w.w13, 2 * F, C), 0.0f,
+               gout(hh, R, 2 * F));  // (R, 2F)
+  swiglu_forward(act, hh, R, F, rc);
+  gemm_grouped(*sizes, 'N', 'T', 1.0f, gin(act, R, F), gin(w.w2, C, F), 0.0f,
+               gout(ye, R, C));  // (R, C)
+  if (d.ep) moe_return(a.ye.p<TC>(), static_cast<const TC*>(ye), a.plan, *d.ep, C, s.peer);
   const TC* sy = nullptr;
   if (Fs > 0) {
     matmul_forward(a.sgu.p<TC>(), h, w.shared_gate_up, N, C, 2 * Fs);
@@ -204,48 +216,68 @@ void moe_forward(float* y, const TC* h, MoeActs& a, const MoeWeights& w, const M
     matmul_forward(s.sy, a.sa.p<TC>(), w.shared_down, N, Fs, C);
     sy = s.sy;
   }
-  combine(y, sy, ye, a.weight.data(), a.slot.data(), N, K, C);
+  combine(y, sy, a.ye.p<TC>(), a.weight.data(), a.slot.data(), N, K, C);
 }
 
+namespace {
+
+// The experts' backward over their R rows x (expert-major, group sizes `sizes`): weight
+// gradients from dye (R, C), and dx (R, C) in the compute dtype.
 template <class TC>
-void moe_backward(float* dh, const float* dy, const TC* h, const MoeActs& a, const MoeWeights& w,
-                  const MoeScratch<TC>& s, const MoeDims& d, float* dw, BlockGrads& grads) {
-  const int64_t N = d.N, C = d.C, E = d.E, K = d.K, F = d.F, Fs = d.Fs, NK = d.NK();
-  const bool rc = d.rc;
-  const TC* xs = a.xs.p<TC>();
+void experts_backward(TC* dx, const TC* dye, const TC* x, const MoeActs& a, const MoeWeights& w,
+                      const MoeScratch<TC>& s, const MoeDims& d, int64_t R,
+                      const std::vector<int64_t>& sizes, float* dw, BlockGrads& grads) {
+  const int64_t C = d.C, F = d.F, El = d.local_experts();
   const TC* act = a.act.p<TC>();
-  const std::vector<int64_t>& sizes = a.host_counts;
   auto expert = [](int64_t e, int which) { return static_cast<int>(kMoeExpert0 + 3 * e + which); };
   bool any_expert = false;
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < El; ++e) {
     for (int k = 0; k < 3; ++k) any_expert = any_expert || grads.trainable(expert(e, k));
   }
-  // The combine: combine weights' gradient and the expert outputs' (rounded to the compute dtype).
-  combine_backward(s.dweight, s.dye, dy, a.ye.p<TC>(), a.weight.data(), a.slot.data(), N, K, C, rc);
-  // Experts, grouped.
   if (any_expert) {
-    gemm_grouped(sizes, 'T', 'N', 1.0f, gin(s.dye, NK, C), gin(act, NK, F), 0.0f,
-                 gout(dw, C, F));  // (E, C, F)
-    for (int64_t e = 0; e < E; ++e) {
+    gemm_grouped(sizes, 'T', 'N', 1.0f, gin(dye, R, C), gin(act, R, F), 0.0f,
+                 gout(dw, C, F));  // (El, C, F)
+    for (int64_t e = 0; e < El; ++e) {
       if (grads.trainable(expert(e, 2))) grads.accumulate(expert(e, 2), dw + e * C * F);
     }
   }
-  gemm_grouped(sizes, 'N', 'N', 1.0f, gin(s.dye, NK, C), gin(w.w2, C, F), 0.0f,
-               gout(s.da, NK, F));                      // (NK, F)
-  swiglu_backward(s.dh, s.da, a.h.p<TC>(), NK, F, rc);  // (NK, 2F)
+  gemm_grouped(sizes, 'N', 'N', 1.0f, gin(dye, R, C), gin(w.w2, C, F), 0.0f,
+               gout(s.da, R, F));                        // (R, F)
+  swiglu_backward(s.dh, s.da, a.h.p<TC>(), R, F, d.rc);  // (R, 2F)
   if (any_expert) {
-    gemm_grouped(sizes, 'T', 'N', 1.0f, gin(s.dh, NK, 2 * F), gin(xs, NK, C), 0.0f,
-                 gout(dw, 2 * F, C));  // (E, 2F, C)
-    for (int64_t e = 0; e < E; ++e) {
+    gemm_grouped(sizes, 'T', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(x, R, C), 0.0f,
+                 gout(dw, 2 * F, C));  // (El, 2F, C)
+    for (int64_t e = 0; e < El; ++e) {
       if (grads.trainable(expert(e, 0))) grads.accumulate(expert(e, 0), dw + e * 2 * F * C);
       if (grads.trainable(expert(e, 1))) {
         grads.accumulate(expert(e, 1), dw + e * 2 * F * C + F * C);
       }
     }
   }
-  gemm_grouped(sizes, 'N', 'N', 1.0f, gin(s.dh, NK, 2 * F), gin(w.w13, 2 * F, C), 0.0f,
-               gout(s.dxs, NK, C));  // (NK, C)
-  scatter_sum(dh, s.dxs, a.slot.data(), N, K, C);
+  gemm_grouped(sizes, 'N', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(w.w13, 2 * F, C), 0.0f,
+               gout(dx, R, C));  // (R, C), rounded to the compute dtype on the store
+}
+
+}  // namespace
+
+template <class TC>
+void moe_backward(float* dh, const float* dy, const TC* h, const MoeActs& a, const MoeWeights& w,
+                  const MoeScratch<TC>& s, const MoeDims& d, float* dw, BlockGrads& grads) {
+  const int64_t N = d.N, C = d.C, E = d.E, K = d.K, Fs = d.Fs, NK = d.NK();
+  const bool rc = d.rc;
+  // The combine: combine weights' gradient and the expert outputs' (rounded to the compute dtype).
+  combine_backward(s.dweight, s.dye, dy, a.ye.p<TC>(), a.weight.data(), a.slot.data(), N, K, C, rc);
+  // Experts, grouped, where they live.
+  if (d.ep) {
+    moe_dispatch(s.dye_local, static_cast<const TC*>(s.dye), a.plan, *d.ep, C, s.peer);
+    experts_backward(s.dx_local, static_cast<const TC*>(s.dye_local), a.xe.p<TC>(), a, w, s, d,
+                     a.plan.recv_rows, a.plan.local_sizes, dw, grads);
+    moe_return(s.dxs, static_cast<const TC*>(s.dx_local), a.plan, *d.ep, C, s.peer);
+  } else {
+    experts_backward(s.dxs, static_cast<const TC*>(s.dye), a.xs.p<TC>(), a, w, s, d, NK,
+                     a.host_counts, dw, grads);
+  }
+  scatter_sum(dh, static_cast<const TC*>(s.dxs), a.slot.data(), N, K, C);
   // The shared expert, a dense SwiGLU MLP.
   if (Fs > 0) {
     const TC* dc = compute_copy(s.dc, dy, N * C, rc);

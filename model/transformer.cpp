@@ -71,13 +71,29 @@ void Transformer::lower_frozen_storage() {
   }
 }
 
-void Transformer::plan_layout(int rank, int world) {
+void Transformer::plan_layout(int rank, int world, int expert_parallel) {
   if (world != prec_.world_size) {
     throw InternalError("model laid out for " + std::to_string(world) +
                         " ranks, precision resolved for " + std::to_string(prec_.world_size));
   }
+  const int64_t E = cfg_.moe.num_experts;
+  if (expert_parallel > 1 && (E % expert_parallel != 0 || world % expert_parallel != 0)) {
+    throw InternalError("expert_parallel_size " + std::to_string(expert_parallel) +
+                        " does not divide the experts and the ranks");
+  }
+  ep_ = expert_parallel;
+  expert0_ = ep_ > 1 ? (rank % ep_) * (E / ep_) : 0;
+  if (ep_ > 1) {  // expert e lives on the ranks of expert-parallel rank e / (E / P)
+    for (const LayerParams& p : layers_) {
+      for (int64_t e = 0; e < E; ++e) {
+        for (int i : {p.w1[e], p.w3[e], p.w2[e]}) {
+          params_.info_mut(i).expert_owner = static_cast<int>(e / (E / ep_));
+        }
+      }
+    }
+  }
   if (world > 1) lower_frozen_storage();
-  params_.shard(rank, world);
+  params_.shard(rank, world, ep_);
 }
 
 std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
@@ -96,10 +112,12 @@ std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
     std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2};
     if (p.router < 0) {
       v.insert(v.end(), {p.gate, p.up, p.down});
-    } else {  // experts' w1, w3 interleaved (one (E, 2F, C) stack), then the w2 (E, C, F)
+    } else {
       v.push_back(p.router);
-      for (std::size_t e = 0; e < p.w1.size(); ++e) v.insert(v.end(), {p.w1[e], p.w3[e]});
-      v.insert(v.end(), p.w2.begin(), p.w2.end());
+      if (ep_ == 1) {
+        const std::vector<int> x = expert_params(p);
+        v.insert(v.end(), x.begin(), x.end());
+      }
       if (p.shared_gate >= 0) v.insert(v.end(), {p.shared_gate, p.shared_up, p.shared_down});
     }
     for (int k = 0; k < kNumProj; ++k) {
@@ -124,7 +142,23 @@ std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
     }
     add("mtp", m, 3);
   }
+  if (ep_ > 1) {  // this rank's experts of each layer, sharded over the ranks holding them
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      add("layer" + std::to_string(l) + ".experts", expert_params(layers_[l]), 4);
+      units.back().experts = true;
+    }
+  }
   return units;
+}
+
+std::vector<int> Transformer::expert_params(const LayerParams& p) const {
+  // This rank's experts: w1, w3 interleaved (one (El, 2F, C) stack), then the w2 (El, C, F).
+  std::vector<int> v;
+  for (int64_t e = expert0_; e < expert0_ + local_experts(); ++e) {
+    v.insert(v.end(), {p.w1[e], p.w3[e]});
+  }
+  for (int64_t e = expert0_; e < expert0_ + local_experts(); ++e) v.push_back(p.w2[e]);
+  return v;
 }
 
 ComputeLayout Transformer::compute_layout() const {
@@ -155,10 +189,10 @@ ComputeLayout Transformer::compute_layout() const {
       fuse({p.gate, p.up});
       return;
     }
-    std::vector<int> w13;
-    for (std::size_t e = 0; e < p.w1.size(); ++e) w13.insert(w13.end(), {p.w1[e], p.w3[e]});
-    fuse(w13);
-    fuse(p.w2);
+    const std::vector<int> x = expert_params(p);  // [w1, w3 of each] then the w2
+    const std::size_t half = x.size() * 2 / 3;
+    fuse(std::vector<int>(x.begin(), x.begin() + half));
+    fuse(std::vector<int>(x.begin() + half, x.end()));
     if (p.shared_gate >= 0) fuse({p.shared_gate, p.shared_up});
   };
   for (const auto& p : layers_) block(p);
@@ -168,7 +202,12 @@ ComputeLayout Transformer::compute_layout() const {
 
 void Transformer::prepare(const ShardOptions& opts) {
   if (opts.comm) comm_ = opts.comm;
-  plan_layout(comm_->rank(), comm_->size());
+  plan_layout(comm_->rank(), comm_->size(), opts.expert_parallel);
+  if (ep_ > 1) {  // collective over comm_, in the same order on every rank
+    const int r = comm_->rank();
+    ep_comm_ = comm_->split(r / ep_, r % ep_);
+    edp_comm_ = comm_->split(r % ep_, r / ep_);
+  }
   params_.allocate();
   reshard_ = comm_->size() > 1 && opts.reshard_after_forward;
   // One rank: the layers share one compute-weight slot (cast again for backward) so the compute
@@ -176,9 +215,14 @@ void Transformer::prepare(const ShardOptions& opts) {
   units_ = std::make_unique<FsdpUnits>(params_, *comm_, unit_specs(reshard_ || comm_->size() == 1),
                                        compute_layout(), prec_.reduce);
   units_->set_grad_sync(opts.grad_sync);
+  if (ep_ > 1) units_->set_expert_comm(edp_comm_.get());
   embed_unit_ = 0;
   head_unit_ = 1 + static_cast<int>(layers_.size());
   mtp_unit_ = mtp_.empty() ? -1 : head_unit_ + 1;
+  expert_unit_.assign(layers_.size(), -1);
+  for (std::size_t l = 0; ep_ > 1 && l < layers_.size(); ++l) {
+    expert_unit_[l] = head_unit_ + 1 + static_cast<int>(l);  // no MTP head with experts
+  }
   staged_grad_.resize(params_.size());
   for (const BufferSpec& s : model_buffer_plan()) {
     DView<float> v(s.name, s.bytes / static_cast<int64_t>(sizeof(float)));
@@ -189,6 +233,18 @@ void Transformer::prepare(const ShardOptions& opts) {
   }
   rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.max_seq_len, cfg_.head_dim(),
               rope_inv_freq(cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling));
+}
+
+CommStats Transformer::moe_comm_stats() const {
+  CommStats s;
+  for (const auto* c : {ep_comm_.get(), edp_comm_.get()}) {
+    if (!c) continue;
+    s.bytes_sent += c->stats().bytes_sent;
+    s.seconds += c->stats().seconds;
+    s.calls += c->stats().calls;
+    s.alltoall_bytes_sent += c->stats().alltoall_bytes_sent;
+  }
+  return s;
 }
 
 std::vector<BufferSpec> Transformer::model_buffer_plan() const {
@@ -474,7 +530,8 @@ class BufferMaker {
   std::string group_;
 };
 
-void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelConfig& c) {
+void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelConfig& c,
+               int64_t ep = 1) {
   const int64_t N = B * T, C = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads;
   const int64_t D = c.head_dim(), F = c.intermediate_size;
   a.rstd1 = mk.view<float>("rstd1", N);
@@ -503,10 +560,14 @@ void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelC
   m.slot = mk.view<int32_t>("moe_slot", NK);
   m.counts = mk.view<int32_t>("moe_counts", E);
   m.prob_sums = mk.view<float>("moe_prob_sums", E);
+  // The rows this rank's experts run: its own NK, or under expert parallelism up to every peer's
+  // (dropless: all of the group's tokens may choose this rank's experts).
+  const int64_t R = ep * NK;
   m.xs = mk.compute("moe_xs", NK * C);
-  m.h = mk.compute("moe_h", NK * 2 * Fe);
-  m.act = mk.compute("moe_act", NK * Fe);
   m.ye = mk.compute("moe_ye", NK * C);
+  if (ep > 1) m.xe = mk.compute("moe_xe", R * C);
+  m.h = mk.compute("moe_h", R * 2 * Fe);
+  m.act = mk.compute("moe_act", R * Fe);
   if (Fs > 0) {
     m.sgu = mk.compute("moe_shared_gu", N * 2 * Fs);
     m.sa = mk.compute("moe_shared_a", N * Fs);
@@ -515,15 +576,21 @@ void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelC
 
 // A sparse MLP's scratch (model/moe.hpp), reused by every layer.
 void make_moe_scratch(BufferMaker& mk, Transformer::Buffers& b, int64_t N, const MoeConfig& e,
-                      int64_t C) {
-  const int64_t E = e.num_experts, NK = N * e.top_k, Fe = e.intermediate_size;
+                      int64_t C, int64_t ep) {
+  const int64_t E = e.num_experts, NK = N * e.top_k, Fe = e.intermediate_size, R = ep * NK;
   const int64_t Fs = e.shared_expert_intermediate_size;
   b.moe_logits = mk.view<float>("moe_logits", N * E);
   b.moe_y = mk.view<float>("moe_y", N * C);
   b.moe_dye = mk.compute("moe_dye", NK * C);
-  b.moe_da = mk.view<float>("moe_da", NK * Fe);
-  b.moe_dh = mk.compute("moe_dh", NK * 2 * Fe);
-  b.moe_dxs = mk.view<float>("moe_dxs", NK * C);
+  b.moe_dxs = mk.compute("moe_dxs", NK * C);
+  b.moe_da = mk.view<float>("moe_da", R * Fe);
+  b.moe_dh = mk.compute("moe_dh", R * 2 * Fe);
+  if (ep > 1) {
+    b.moe_ye_local = mk.compute("moe_ye_local", R * C);
+    b.moe_dye_local = mk.compute("moe_dye_local", R * C);
+    b.moe_dx_local = mk.compute("moe_dx_local", R * C);
+    b.moe_peer = mk.compute("moe_peer_major", R * C);
+  }
   b.moe_dweight = mk.view<float>("moe_dweight", NK);
   b.moe_dlogits = mk.view<float>("moe_dlogits", N * E);
   if (Fs > 0) {
@@ -557,7 +624,7 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   const int64_t nacts = ckpt ? std::min<int64_t>(1, cfg_.num_layers) : cfg_.num_layers;
   b.acts.resize(nacts);
   mk.group(ckpt ? "recompute" : "activations");
-  for (auto& a : b.acts) make_acts(mk, a, B, T, cfg_);
+  for (auto& a : b.acts) make_acts(mk, a, B, T, cfg_, ep_);
   mk.group("head");
   b.xf = mk.compute("xf", N * C);
   b.rstd_f = mk.view<float>("rstd_f", N);
@@ -584,7 +651,7 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);
   if (cfg_.moe.enabled()) {
-    make_moe_scratch(mk, b, N, cfg_.moe, C);
+    make_moe_scratch(mk, b, N, cfg_.moe, C, ep_);
   } else {
     b.dgu = mk.compute("dgu", N * 2 * F);
     b.da = mk.view<float>("da", N * F);

@@ -61,6 +61,9 @@ struct ShardOptions {
   Communicator* comm = nullptr;       // null: one rank
   bool reshard_after_forward = true;  // several ranks: gather layers again for backward
   GradSync grad_sync = GradSync::every_micro_batch;  // several ranks: parallel/fsdp.hpp
+  // Mixture of experts: split the experts over groups of this many consecutive ranks
+  // (distributed.expert_parallel_size; docs/moe.md).
+  int expert_parallel = 1;
 };
 
 // One buffer of the model's working memory for a micro-batch shape (Transformer::buffer_plan).
@@ -98,7 +101,7 @@ class Transformer {
   // lowers frozen ordinary parameters to the compute dtype (not trainable, model-protected fp32
   // or LoRA ones) and shards the registry for rank `rank` of `world`, which must be the world
   // size the precision was resolved for.
-  void plan_layout(int rank, int world);
+  void plan_layout(int rank, int world, int expert_parallel = 1);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -146,6 +149,9 @@ class Transformer {
   ComputeLayout compute_layout() const;
   // The units, for buffer accounting and tests (valid after prepare(allocate = true)).
   const FsdpUnits& units() const { return *units_; }
+  // Traffic of the expert-parallel communicators (docs/moe.md) since prepare(): the token
+  // all-to-alls, and everything they sent (the all-to-alls and the experts' shard collectives).
+  CommStats moe_comm_stats() const;
 
  private:
   // A block's parameters (registry indices), projections in Proj order (model/block.hpp).
@@ -180,6 +186,8 @@ class Transformer {
   void register_params();
   void lower_frozen_storage();
   std::vector<UnitSpec> unit_specs(bool reshard) const;
+  // A sparse layer's experts this rank holds, in their compute-buffer order.
+  std::vector<int> expert_params(const LayerParams& p) const;
   std::vector<BufferSpec> model_buffer_plan() const;  // allocated by prepare()
   // Full compute weights: typed (GEMM operands, the embedding) and fp32 (norm weights).
   CRef w(int param) const { return units_->compute_weight(param); }
@@ -271,6 +279,14 @@ class Transformer {
   std::vector<std::vector<double>> moe_prob_sums_;
   DView<float> moe_aux_grad_;
   std::vector<std::vector<int32_t>> moe_choices_;
+  // Expert parallelism: the group size, this rank's first expert, the group's communicator (the
+  // token exchange) and that of the ranks holding the same experts (their shards' collectives),
+  // and each layer's unit of this rank's experts (-1 when the experts are in the layer's unit).
+  int ep_ = 1;
+  int64_t expert0_ = 0;
+  std::unique_ptr<Communicator> ep_comm_, edp_comm_;
+  std::vector<int> expert_unit_;
+  int64_t local_experts() const { return cfg_.moe.num_experts / ep_; }
   bool have_backward_ = false;
   bool last_compute_mtp_ = false;
   int64_t B_ = 0, T_ = 0;

@@ -39,8 +39,8 @@ BlockWeights Transformer::block_weights(const LayerParams& p) const {
     bw.down = w(p.down);
   } else {  // a sparse MLP: the experts' w1/w3 and w2 are fused stacks (compute_layout)
     bw.moe.router = wf(p.router);
-    bw.moe.w13 = w(p.w1[0]);
-    bw.moe.w2 = w(p.w2[0]);
+    bw.moe.w13 = w(p.w1[expert0_]);  // this rank's first expert
+    bw.moe.w2 = w(p.w2[expert0_]);
     if (p.shared_gate >= 0) {
       bw.moe.shared_gate_up = w(p.shared_gate);
       bw.moe.shared_down = w(p.shared_down);
@@ -95,7 +95,12 @@ BlockScratch<TC> Transformer::block_scratch() const {
     m.dye = b.moe_dye.p<TC>();
     m.da = b.moe_da.data();
     m.dh = b.moe_dh.p<TC>();
-    m.dxs = b.moe_dxs.data();
+    m.dxs = b.moe_dxs.p<TC>();
+    auto opt = [](const TBuf& t) { return t.empty() ? nullptr : t.p<TC>(); };
+    m.ye_local = opt(b.moe_ye_local);
+    m.dye_local = opt(b.moe_dye_local);
+    m.dx_local = opt(b.moe_dx_local);
+    m.peer = opt(b.moe_peer);
     m.dweight = b.moe_dweight.data();
     m.dlogits = b.moe_dlogits.data();
     m.sy = b.moe_sy.empty() ? nullptr : b.moe_sy.p<TC>();
@@ -129,6 +134,8 @@ BlockDims Transformer::block_dims() const {
     d.moe.norm_topk = e.norm_topk_prob;
     d.moe.rc = rc_;
     d.moe.aux_grad = moe_aux_grad_.extent(0) > 0 ? moe_aux_grad_.data() : nullptr;
+    d.moe.ep = ep_ > 1 ? ep_comm_.get() : nullptr;
+    d.moe.expert0 = expert0_;
   }
   return d;
 }
@@ -142,9 +149,10 @@ template <class TC>
 void Transformer::block_backward(const LayerParams& p, float* dres, const float* inp,
                                  const BlockActs& a) {
   // The registry index of a block weight (-1: an adapter the block does not have).
-  auto param_of = [&p](int weight) {
-    if (weight >= kMoeExpert0) {
-      const int e = (weight - kMoeExpert0) / 3, which = (weight - kMoeExpert0) % 3;
+  auto param_of = [&p, this](int weight) {
+    if (weight >= kMoeExpert0) {  // local expert -> its global index
+      const int e = static_cast<int>(expert0_) + (weight - kMoeExpert0) / 3;
+      const int which = (weight - kMoeExpert0) % 3;
       return which == 0 ? p.w1[e] : which == 1 ? p.w3[e] : p.w2[e];
     }
     if (weight == kMoeRouter) return p.router;

@@ -186,6 +186,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   for (int64_t l = 0; l < L; ++l) {
     const int unit = 1 + static_cast<int>(l);
     gather(unit);
+    if (expert_unit_[l] >= 0) gather(expert_unit_[l]);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     block_forward<TC>(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
     if (cfg_.moe.enabled()) {  // the routing statistics of the load-balancing loss
@@ -202,6 +203,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
     }
     boundary_output(b.res[l + 1].data(), N * C);
     release_after_forward(unit);
+    if (expert_unit_[l] >= 0) release_after_forward(expert_unit_[l]);
   }
   ForwardResult r;
   r.tokens = b.count;
@@ -295,6 +297,7 @@ void Transformer::backward_impl() {
   for (int64_t l = L - 1; l >= 0; --l) {
     const int unit = 1 + static_cast<int>(l);
     gather(unit);
+    if (expert_unit_[l] >= 0) gather(expert_unit_[l]);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
     if (cfg_.activation_checkpointing) {
       // Recompute this block's activations under the same compute dtype; same kernels, same
@@ -306,6 +309,10 @@ void Transformer::backward_impl() {
     boundary_grad_out_of_unit(b.dres.data(), N * C);
     reduce(unit);
     release_after_forward(unit);
+    if (expert_unit_[l] >= 0) {
+      reduce(expert_unit_[l]);
+      release_after_forward(expert_unit_[l]);
+    }
   }
   if (params_.info(embed_).trainable) {
     embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);

@@ -17,9 +17,10 @@ foreach(case IN LISTS KKTRAIN_MPI_CASES)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
 endforeach()
-# A mixture of experts on 2 and 3 ranks (tests/cli/test_mpi_moe.py): experts FSDP-sharded, the
-# same trajectory as one rank; expert_parallel_size > 1 refused.
-foreach(case IN ITEMS trajectories refusals)
+# A mixture of experts on 2 to 4 ranks (tests/cli/test_mpi_moe.py): experts FSDP-sharded or
+# split by expert parallelism, the same trajectory as one rank; resume bit for bit and across
+# layouts; refusals.
+foreach(case IN ITEMS trajectories resume refusals)
   add_test(NAME mpi.moe_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_moe.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
