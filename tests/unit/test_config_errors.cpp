@@ -342,15 +342,19 @@ TEST(ConfigErrorsMore, EveryFusedAdamOnlyKeyOnAdamWSaysSo) {
   }
 }
 
-TEST(ConfigErrorsMore, ExpertParallelismIsRefusedForNow) {
+TEST(ConfigErrorsMore, ExpertParallelSizeDividesRanksAndExperts) {
   LoadOptions two;
   two.world_size = 2;
-  const auto e = catch_config_error(
-      "model:\n  moe: {num_experts: 4}\ndistributed:\n  expert_parallel_size: 2\n", {}, two);
+  const char* moe = "model:\n  moe: {num_experts: 4}\ndistributed:\n  expert_parallel_size: ";
+  EXPECT_NO_THROW(testing_util::load(std::string(moe) + "2\n", {}, two));
+  auto e = catch_config_error(std::string(moe) + "4\n", {}, two);
   ASSERT_TRUE(e.thrown);
   EXPECT_EQ(e.key, "distributed.expert_parallel_size");
-  EXPECT_TRUE(contains(e.message, "expert parallelism is not implemented yet")) << e.message;
-  EXPECT_NO_THROW(testing_util::load("model:\n  moe: {num_experts: 4}\n", {}, two));
+  EXPECT_TRUE(contains(e.message, "does not divide the 2 ranks")) << e.message;
+  e = catch_config_error(
+      "model:\n  moe: {num_experts: 3}\ndistributed:\n  expert_parallel_size: 2\n", {}, two);
+  ASSERT_TRUE(e.thrown);
+  EXPECT_TRUE(contains(e.message, "does not divide model.moe.num_experts 3")) << e.message;
 }
 
 TEST(ConfigErrorsMore, GlobalBatchCountsRanks) {
