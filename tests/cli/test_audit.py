@@ -290,6 +290,20 @@ def case_audit_moe():
         check(trainable == want, f"trainable experts {trainable}, expected {want}")
         check(all(p["storage_dtype"] == "bfloat16" and not p["protected_fp32"]
                   for p in experts.values()), "expert storage")
+    # Expert parallelism over 2 ranks: each rank holds its 2 experts whole (one group), the
+    # routers and the rest sharded as usual.
+    doc, by_name, where = audit(PATTERN_A, *moe, "distributed.expert_parallel_size=2",
+                                "--world-size", "2", layers=2)
+    m = doc["moe"]
+    half = m["expert_elements"] // 2
+    check(m["expert_parallel_size"] == 2 and m["expert_elements_per_rank"] == [half, half],
+          f"expert-parallel moe section {m}" + where)
+    rc, out, err = run(["audit", config(PATTERN_A), *TINY_MODEL, *moe,
+                        "distributed.expert_parallel_size=2", "--world-size", "2",
+                        "freeze_config.freeze_parameters="
+                        "[model.layers.0.block_sparse_moe.experts.1.w1.weight]"])
+    expect_one_error(rc, out, err, "freeze_config.freeze_parameters",
+                     "'model.layers.0.block_sparse_moe.experts.1'")
 
 
 def case_audit_freeze_unknown():
