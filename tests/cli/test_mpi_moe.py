@@ -35,8 +35,8 @@ MOE = ["model.moe.num_experts=12", "model.moe.top_k=2", "model.moe.intermediate_
 # The parameters after 12 steps, relative to their tensor's scale. Dense models meet test_mpi's
 # PARAM_TOL (1e-5); an expert that few tokens chose has gradient elements that are sums of few
 # terms, some near cancellation, and Adam's update m / (sqrt(v) + eps) turns their
-# summation-order noise into a visible fraction of a step: measured worst 1.45e-5 (3 ranks P 1, a
-# w2 element). 1e-4 leaves a 7x margin; a wrong exchange, expert numbering or load-balancing
+# summation-order noise into a visible fraction of a step: measured worst 1.45e-5 with 6 experts
+# and 9.7e-6 with the 12 below (3 ranks P 1). 1e-4 leaves a 7x margin; a wrong exchange, expert numbering or load-balancing
 # gradient moves the parameters by > 1e-3 (and the losses by > 1e-3).
 MOE_PARAM_TOL = 1e-4
 COMMON = [*tm.FP32, *MOE, "model.num_layers=2", "data.global_batch_size=12",
