@@ -414,21 +414,34 @@ void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
     const int64_t m = vary_m ? total : (transA == 'N' ? A.rows : A.cols);
     const int64_t n = transB == 'N' ? B.cols : B.rows;
     const int64_t k = vary_m ? (transB == 'N' ? B.rows : B.cols) : total;
-    g_counters.flops[index_of(GemmBackend::cublas)] +=
-        2.0 * static_cast<double>(m) * n * k * (vary_m ? 1 : groups);
+    g_counters.flops[index_of(GemmBackend::cublas)] += 2.0 * static_cast<double>(m) * n * k;
     return;
   }
 #endif
+  // Host backends: each group through gemm(), in pieces of power-of-two rows (largest first).
+  // oneDNN builds and caches a primitive per shape, and the experts' group sizes change every
+  // step: pieces keep the shapes to log2(largest group) per projection instead of a new one per
+  // size. Rows of C are independent, so pieces of a varying-m product change nothing; pieces of
+  // a varying-k product (weight gradients) sum in fp32 through beta = 1, so they are used only
+  // for an fp32 C (a bf16 C is rounded once, so its group stays one product).
+  const bool split_k = C.dtype == DType::float32;
   int64_t row = 0;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t size = sizes[g];
-    if (vary_m) {
-      if (size > 0) {
-        gemm(transA, transB, alpha, rows_of(A, row, size), matrix(B, g), beta,
-             rows_of(C, row, size));
-      }
-    } else {
+    if (!vary_m && (!split_k || size == 0)) {
       gemm(transA, transB, alpha, rows_of(A, row, size), rows_of(B, row, size), beta, matrix(C, g));
+    }
+    for (int64_t done = 0; done < size && (vary_m || split_k);) {
+      int64_t piece = 1;
+      while (piece * 2 <= size - done) piece *= 2;
+      if (vary_m) {
+        gemm(transA, transB, alpha, rows_of(A, row + done, piece), matrix(B, g), beta,
+             rows_of(C, row + done, piece));
+      } else {
+        gemm(transA, transB, alpha, rows_of(A, row + done, piece), rows_of(B, row + done, piece),
+             done == 0 ? beta : 1.0f, matrix(C, g));
+      }
+      done += piece;
     }
     row += size;
   }

@@ -86,7 +86,8 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
 //               of group g - 1 (A.rows and B.rows are the totals); C_g is matrix g of C
 // A group of size 0 is an empty product (varying k: C_g = beta * C_g). One launch for every group
 // where the backend has one (cuBLAS's grouped batched GemmEx, where it takes the dtypes); other
-// backends run the groups one after another, each through gemm().
+// backends run the groups one after another through gemm(), each in pieces of power-of-two rows
+// (so a host library that builds a kernel per shape sees few shapes however the sizes vary).
 void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
                   const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
 
