@@ -20,7 +20,7 @@ endforeach()
 # A mixture of experts on 2 to 4 ranks (tests/cli/test_mpi_moe.py): experts FSDP-sharded or
 # split by expert parallelism, the same trajectory as one rank; resume bit for bit and across
 # layouts; refusals.
-foreach(case IN ITEMS trajectories resume refusals)
+foreach(case IN ITEMS trajectories resume wire_dtype refusals)
   add_test(NAME mpi.moe_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_moe.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})

@@ -14,6 +14,7 @@ usage: test_mpi_moe.py KKTRAIN INPUTS_DIR CASE        (tests/cli/mpi_tests.cmake
 - resume: a 2-rank P 2 run checkpointed at step 6 and resumed to 12 is bit for bit the
   uninterrupted run; the same checkpoint resumed on 3 ranks with P 3 and on 1 rank follows it
   within MOE_PARAM_TOL (the experts reshard across rank counts and expert-parallel sizes).
+- wire_dtype: bf16 compute sends half the all-to-all bytes of fp32 compute.
 - refusals: expert_parallel_size that does not divide the ranks or the experts, and an exact
   freeze of an expert parameter with P 2, are one error line each, exit 2.
 """
@@ -111,6 +112,26 @@ def case_resume():
         print(f"measured: resumed on other layouts, parameters after 12 steps: worst {worst_p:.3g}"
               f" ({where_p})")
         check(worst_p <= MOE_PARAM_TOL, f"resharded resume differs by {worst_p:.3g}: {where_p}")
+
+
+def case_wire_dtype():
+    """The token all-to-all moves compute-dtype rows: the same first step at bf16 compute sends
+    half the bytes of fp32 compute (the routing of step 1 may differ by a near-tie between the
+    two compute dtypes, so the ratio is checked to 5%, and each side is a whole number of rows
+    of hidden_size elements of its dtype)."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_mpi_moe_") as tmp:
+        sent = {}
+        for dt in ("float32", "bfloat16"):
+            r = tm.mpi_train(2, tmp, dt, tt.DEFAULT, *MOE, "model.num_layers=2",
+                             "model.dtype=float32", f"distributed.mp_policy.param_dtype={dt}",
+                             "distributed.expert_parallel_size=2", "data.global_batch_size=4",
+                             "train.log_every=1", steps=1).ok()
+            sent[dt] = r.train_rows()[0]["alltoall_bytes"]
+        C = int(next(o.split("=")[1] for o in tt.TINY if o.startswith("model.hidden_size=")))
+        check(sent["float32"] % (4 * C) == 0 and sent["bfloat16"] % (2 * C) == 0, f"{sent}")
+        ratio = sent["float32"] / sent["bfloat16"]
+        print(f"measured: step-1 all-to-all bytes {sent}, ratio {ratio:.3f}")
+        check(abs(ratio - 2.0) <= 0.1, f"fp32 / bf16 all-to-all bytes {ratio:.3f}, expected 2")
 
 
 def case_refusals():
