@@ -12,8 +12,9 @@ usage: test_hf_moe.py KKTRAIN INPUTS_DIR CASE       (tests/cli/train_tests.cmake
 - roundtrip: train 3 steps from the directory, export float32 safetensors: config.json says
   MixtralForCausalLM with the same keys, every tensor is the checkpoint's bit for bit under its
   Mixtral name, and the export loads back to the same values.
-- refusals: a router with jitter noise, and an export of a model Mixtral cannot hold (a shared
-  expert), are one error line each, exit 2.
+- refusals: a router with jitter noise, an export of a model Mixtral cannot hold (a shared
+  expert), and generating from a sparse model (no KV-cache decoder for it yet) are one error line
+  each, exit 2.
 """
 
 import os
@@ -129,6 +130,8 @@ def case_refusals():
         rc, o, e = tt.run(args)
         th.one_error(rc, o, e, "Mixtral", "shared_expert_intermediate_size")
         check(not os.path.exists(os.path.join(tmp, "x")), "a refused export left files")
+        rc, o, e = tt.run(["generate", run_dir, "--prompt", "ab", "--max-new-tokens", "2"])
+        th.one_error(rc, o, e, "generate", "mixture-of-experts")
 
 
 if __name__ == "__main__":
