@@ -192,20 +192,25 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) {
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
-  apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
-  model->plan_layout(rank, world);
+  // exact freezes before sharding
+  apply_freeze(model->params(), cfg.freeze, cfg.source,
+               static_cast<int>(cfg.distributed.expert_parallel_size));
+  model->plan_layout(rank, world, static_cast<int>(cfg.distributed.expert_parallel_size));
   return model;
 }
 
 std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, bool initialize) {
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
-  apply_freeze(model->params(), cfg.freeze, cfg.source);  // exact freezes before sharding
+  // exact freezes before sharding
+  apply_freeze(model->params(), cfg.freeze, cfg.source,
+               static_cast<int>(cfg.distributed.expert_parallel_size));
   comm.set_nonblocking(cfg.distributed.nonblocking_collectives);
   ShardOptions so;
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;
   so.grad_sync = grad_sync_of(cfg);
+  so.expert_parallel = static_cast<int>(cfg.distributed.expert_parallel_size);
   model->prepare(so);
   if (!initialize) return model;  // a checkpoint will provide every value
   if (cfg.model.init_from) {

@@ -16,6 +16,7 @@
 #include "io/elem_convert.hpp"
 #include "io/h5_rows.hpp"
 #include "io/hf_config.hpp"
+#include "io/model_weights.hpp"
 #include "parallel/agree.hpp"
 
 namespace kktrain {
@@ -28,12 +29,20 @@ h5::Elem elem_of(DType d) {
 
 // The model's shape-defining settings, checked on resume.
 std::vector<std::pair<std::string, int64_t>> architecture(const ModelConfig& m) {
-  return {
+  std::vector<std::pair<std::string, int64_t>> a = {
       {"vocab_size", m.vocab_size},        {"hidden_size", m.hidden_size},
       {"num_layers", m.num_layers},        {"num_heads", m.num_heads},
       {"num_kv_heads", m.num_kv_heads},    {"intermediate_size", m.intermediate_size},
       {"max_seq_len", m.max_seq_len},      {"tie_word_embeddings", m.tie_word_embeddings ? 1 : 0},
       {"mtp_num_layers", m.mtp_num_layers}};
+  if (m.moe.enabled()) {  // the sparse MLP's shape (io/model_weights.hpp moe_to_attrs)
+    a.insert(a.end(),
+             {{"moe_num_experts", m.moe.num_experts},
+              {"moe_top_k", m.moe.top_k},
+              {"moe_intermediate_size", m.moe.intermediate_size},
+              {"moe_shared_expert_intermediate_size", m.moe.shared_expert_intermediate_size}});
+  }
+  return a;
 }
 
 std::vector<std::pair<std::string, double>> architecture_f64(const ModelConfig& m) {
@@ -107,6 +116,7 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
   a.f64["next_lr"] = next_lr;
   for (const auto& [k, v] : architecture(cfg.model)) a.i64[k] = v;
   for (const auto& [k, v] : architecture_f64(cfg.model)) a.f64[k] = v;
+  moe_to_attrs(cfg.model.moe, &a);
   if (cfg.model.rope_scaling.llama3())
     a.str["rope_scaling"] = rope_scaling_json(cfg.model.rope_scaling);
   if (cfg.peft.enabled) {

@@ -32,6 +32,19 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.write_scalar_f64("/loss", r.loss);
   if (model.mtp_depth() > 0) f.write_scalar_f64("/mtp_loss", r.mtp_loss);
   const ModelConfig& m = cfg.model;
+  if (m.moe.enabled()) {
+    f.write_scalar_f64("/aux_loss", r.aux_loss);
+    f.attr_i64("/", "moe_num_experts", m.moe.num_experts);
+    f.attr_i64("/", "moe_top_k", m.moe.top_k);
+    f.attr_i64("/", "moe_intermediate_size", m.moe.intermediate_size);
+    f.attr_i64("/", "moe_norm_topk_prob", m.moe.norm_topk_prob ? 1 : 0);
+    f.attr_i64("/", "moe_shared_expert_intermediate_size", m.moe.shared_expert_intermediate_size);
+    f.attr_f64("/", "moe_aux_loss_coef", m.moe.aux_loss_coef);
+    for (int64_t l = 0; l < m.num_layers; ++l) {  // the experts each token chose
+      f.write_i32("/moe/choice_layer_" + std::to_string(l), model.routing(l).data(),
+                  {batch.B * batch.T, m.moe.top_k});
+    }
+  }
   f.attr_i64("/", "vocab_size", m.vocab_size);
   f.attr_i64("/", "hidden_size", m.hidden_size);
   f.attr_i64("/", "num_layers", m.num_layers);
@@ -67,6 +80,7 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   ForwardOptions fo;
   fo.prepare_backward = true;
   fo.compute_mtp = cfg.model.compute_mtp;
+  fo.keep_routing = true;
   const ForwardResult r =
       model->forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, fo);
   model->backward();

@@ -314,10 +314,11 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const double t_start = now_s();
   for (int64_t step = state.step; step < cfg.train.max_steps; ++step) {
     const double t0 = now_s();
-    const CommStats c0 = comm->stats();
+    const CommStats c0 = comm->stats(), m0 = model->moe_comm_stats();
     const HostSyncCounts s0 = host_sync_counts();
     model->zero_grads();
     step_sums.zero();
+    double aux_sum = 0.0;  // the MoE load-balancing loss (host values: routing counts)
     for (int64_t m = 0; m < micro_steps; ++m) {
       const Batch& b = batches[m];
       ForwardOptions fo;
@@ -326,12 +327,14 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       fo.grad_scale = 1.0f / static_cast<float>(micro_steps);  // mean over micro-batches
       fo.sync_grads = m + 1 == micro_steps;  // several ranks: reduce-scatter once per step
       fo.loss_sums = &step_sums;             // read back once, with the gradient norm
-      model->forward(b.ids.data(), b.targets.data(), B, T, fo);
+      const ForwardResult r = model->forward(b.ids.data(), b.targets.data(), B, T, fo);
       model->backward();
+      aux_sum += r.aux_loss;
     }
     grad_sum_squares(params, step_sums, StepSlots::kGradSquares);
-    const StepScalars sc = reduce_step_scalars(step_sums, micro_steps, *comm);
+    const StepScalars sc = reduce_step_scalars(step_sums, micro_steps, aux_sum, *comm);
     const double loss = sc.loss, mtp_loss = sc.mtp_loss, grad_norm = sc.grad_norm;
+    const double aux_loss = sc.aux_loss;
     const int64_t done = step + 1;
     state.step = done;
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
@@ -404,11 +407,17 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
       JsonLine row;
       row.integer("step", done).num("loss", loss).num("grad_norm", grad_norm).num("lr", lr);
       if (model->mtp_depth() > 0 && cfg.model.compute_mtp) row.num("mtp_loss", mtp_loss);
+      // The load-balancing loss (its weighted gradient is in grad_norm; `loss` stays the LM's).
+      if (cfg.model.moe.enabled()) row.num("aux_loss", aux_loss);
       row.num("tokens_per_s", tps).num("ms_per_step", dt * 1e3);
-      if (W > 1) {
+      if (W > 1) {  // this rank's collectives, the expert-parallel ones included
         const CommStats& c1 = comm->stats();
-        row.num("comm_bytes", c1.bytes_sent - c0.bytes_sent)
-            .num("comm_ms", (c1.seconds - c0.seconds) * 1e3);
+        const CommStats m1 = model->moe_comm_stats();
+        row.num("comm_bytes", c1.bytes_sent - c0.bytes_sent + m1.bytes_sent - m0.bytes_sent)
+            .num("comm_ms", (c1.seconds - c0.seconds + m1.seconds - m0.seconds) * 1e3);
+        if (cfg.model.moe.enabled()) {
+          row.num("alltoall_bytes", m1.alltoall_bytes_sent - m0.alltoall_bytes_sent);
+        }
       }
       row.num("peak_rss_bytes", end.peak_rss_bytes);
       if (device_memory_tracked()) {  // the same on every rank: a build property

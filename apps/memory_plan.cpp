@@ -55,8 +55,13 @@ int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int6
   const int64_t Q = (m.num_heads + 2 * m.num_kv_heads) * m.head_dim();
   const int64_t widest = std::max({Q, 2 * F, 2 * C, m.num_heads * m.head_dim()});
   // The LM head's activations are one chunk of rows of logits (model.loss_chunk_tokens).
-  const int64_t act = std::max(N * widest, std::min(N, m.loss_chunk_tokens) * V);
-  const int64_t weight = std::max(widest, V) * std::max(C, F);
+  int64_t act = std::max(N * widest, std::min(N, m.loss_chunk_tokens) * V);
+  int64_t weight = std::max(widest, V) * std::max(C, F);
+  if (m.moe.enabled()) {  // the experts' grouped GEMMs run one expert's product at a time
+    const int64_t Fe = m.moe.intermediate_size, Fs = m.moe.shared_expert_intermediate_size;
+    act = std::max({act, N * m.moe.top_k * std::max(2 * Fe, C), N * 2 * Fs});
+    weight = std::max({weight, 2 * Fe * C, 2 * Fs * C});
+  }
   return 4 * (std::max(act, weight) * 2 + act);
 }
 

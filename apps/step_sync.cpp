@@ -5,16 +5,17 @@
 
 namespace kktrain {
 
-StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, Communicator& comm) {
+StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, double aux_sum,
+                                Communicator& comm) {
   SyncScope why(SyncCause::step_scalars, /*one_wait=*/true);
   const std::vector<double> v = sums.read();
   const double m = static_cast<double>(micro_steps);
   std::vector<double> s = {v[StepSlots::kLoss] / m, v[StepSlots::kMtp] / m,
-                           v[StepSlots::kGradSquares]};
+                           v[StepSlots::kGradSquares], aux_sum / m};
   std::vector<double> none;
   comm.allreduce_host(s, none);
   const double W = static_cast<double>(comm.size());
-  return StepScalars{s[0] / W, s[1] / W, std::sqrt(s[2])};
+  return StepScalars{s[0] / W, s[1] / W, std::sqrt(s[2]), s[3] / W};
 }
 
 StepEnd agree_step_end(const StepEndInputs& in, Communicator& comm) {

@@ -36,10 +36,13 @@ struct StepScalars {
   double loss = 0.0;       // the mean over micro-batches and ranks of the micro-batch losses
   double mtp_loss = 0.0;   // the same for the multi-token-prediction loss
   double grad_norm = 0.0;  // the global gradient norm
+  double aux_loss = 0.0;   // the mean over micro-batches and ranks of the MoE load-balancing loss
 };
 
-// One wait: the device sums read back and reduced over the ranks.
-StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, Communicator& comm);
+// One wait: the device sums read back and reduced over the ranks, with `aux_sum` (this rank's
+// sum over micro-batches of the MoE load-balancing loss, already on the host).
+StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, double aux_sum,
+                                Communicator& comm);
 
 // What each rank brings to the step's end.
 struct StepEndInputs {

@@ -95,6 +95,34 @@ void read_rope_scaling(Section& s, RopeScaling* r) {
   }
 }
 
+// model.moe: the keys past num_experts are read only for a sparse model (num_experts > 0).
+void read_moe(Section& s, MoeConfig* e, int64_t dense_intermediate) {
+  e->num_experts = s.get_int("num_experts", 0, 0, 1 << 16);
+  s.accepts("num_experts", "0 (dense MLPs) or the experts of every layer's sparse MLP");
+  const char* const kSparse[] = {"top_k", "intermediate_size", "norm_topk_prob",
+                                 "shared_expert_intermediate_size", "aux_loss_coef"};
+  if (!e->enabled()) {
+    std::map<std::string, std::string> foreign;
+    for (const char* k : kSparse) foreign[k] = "applies only with model.moe.num_experts > 0";
+    s.finish(foreign);
+    return;
+  }
+  e->top_k = s.get_int("top_k", e->top_k, 1, 1 << 16);
+  const auto f = s.get_opt_int("intermediate_size", std::nullopt, 1, 1 << 22);
+  s.accepts("intermediate_size", "an integer >= 1 (per expert); null: model.intermediate_size");
+  e->intermediate_size = f ? *f : dense_intermediate;
+  s.set_resolved("intermediate_size", YAML::Node(e->intermediate_size));
+  e->norm_topk_prob = s.get_bool("norm_topk_prob", e->norm_topk_prob);
+  e->shared_expert_intermediate_size = s.get_int("shared_expert_intermediate_size", 0, 0, 1 << 22);
+  e->aux_loss_coef = s.get_double("aux_loss_coef", e->aux_loss_coef, 0.0, kInf);
+  s.finish();
+  if (e->top_k > e->num_experts) {
+    s.fail_either("top_k", "num_experts",
+                  "top_k " + std::to_string(e->top_k) + " exceeds num_experts " +
+                      std::to_string(e->num_experts));
+  }
+}
+
 void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->vocab_size = s.get_int("vocab_size", m->vocab_size, 1, 1 << 24);
   m->hidden_size = s.get_int("hidden_size", m->hidden_size, 2, 1 << 20);
@@ -133,7 +161,16 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->mtp_num_layers = s.get_int("mtp_num_layers", 0, 0, 64);
   m->compute_mtp = s.get_bool("compute_mtp", true);
   m->mtp_loss_weight = s.get_double("mtp_loss_weight", m->mtp_loss_weight, 0.0, kInf);
+  {
+    Section e = s.sub("moe");
+    read_moe(e, &m->moe, m->intermediate_size);
+  }
   s.finish();
+  if (m->moe.enabled() && m->mtp_num_layers > 0) {
+    s.fail("mtp_num_layers",
+           "a multi-token-prediction head on a mixture-of-experts model is not implemented "
+           "(model.moe.num_experts > 0); set mtp_num_layers: 0");
+  }
 
   if (m->hidden_size % m->num_heads != 0) {
     s.fail_either("hidden_size", "num_heads",
@@ -291,6 +328,10 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
       s.get_choice("grad_sync", "every_micro_batch", {"every_micro_batch", "last_micro_batch"});
   d->nonblocking_collectives = s.get_bool("nonblocking_collectives", false);
   d->failed_rank_wait_s = s.get_double("failed_rank_wait_s", 60.0, 0.0, 86400.0);
+  d->expert_parallel_size = s.get_int("expert_parallel_size", 1, 1, 1 << 16);
+  d->moe_param_dtype = s.get_dtype("moe_param_dtype", std::nullopt, true);
+  require_supported(s, "moe_param_dtype", d->moe_param_dtype);
+  d->allow_moe_param_dtype_mismatch = s.get_bool("allow_moe_param_dtype_mismatch", false);
   s.finish();
   if (!d->reshard_after_forward && world_size == 1) {
     log::warn(
@@ -383,6 +424,48 @@ struct Locator {
   }
 };
 
+// Expert parallelism and the MoE compute dtype (docs/moe.md).
+void validate_moe(const Config& c, const LoadOptions& opts, const Locator& loc) {
+  const MoeConfig& e = c.model.moe;
+  const int64_t ep = c.distributed.expert_parallel_size;
+  const std::string eps = "expert_parallel_size " + std::to_string(ep);
+  if (ep > 1 && !e.enabled()) {
+    loc.fail("distributed.expert_parallel_size",
+             eps + " needs experts to split (model.moe.num_experts is 0)");
+  }
+  if (opts.world_size % ep != 0) {
+    loc.fail("distributed.expert_parallel_size",
+             eps + " does not divide the " + std::to_string(opts.world_size) + " rank" +
+                 (opts.world_size == 1 ? "" : "s") +
+                 " (the experts are split over groups of that many ranks)");
+  }
+  if (e.enabled() && e.num_experts % ep != 0) {
+    loc.fail_either("distributed.expert_parallel_size", "model.moe.num_experts",
+                    eps + " does not divide model.moe.num_experts " +
+                        std::to_string(e.num_experts) + " (each rank of a group holds as many)");
+  }
+  const auto& d = c.distributed;
+  if (d.moe_param_dtype && !e.enabled()) {
+    loc.fail("distributed.moe_param_dtype", "applies only with model.moe.num_experts > 0");
+  }
+  if (d.moe_param_dtype && *d.moe_param_dtype != c.precision.compute &&
+      d.allow_moe_param_dtype_mismatch) {
+    loc.fail("distributed.moe_param_dtype",
+             std::string(dtype_name(*d.moe_param_dtype)) + " differs from the compute dtype " +
+                 dtype_name(c.precision.compute) +
+                 ": experts computing in another dtype than the rest of the model are not "
+                 "implemented yet (allow_moe_param_dtype_mismatch is true)");
+  }
+  if (d.moe_param_dtype && *d.moe_param_dtype != c.precision.compute &&
+      !d.allow_moe_param_dtype_mismatch) {
+    loc.fail("distributed.moe_param_dtype",
+             std::string(dtype_name(*d.moe_param_dtype)) + " differs from the compute dtype " +
+                 dtype_name(c.precision.compute) + " (" + c.precision.compute_source +
+                 "): the experts and the rest of the model would compute in different dtypes; "
+                 "set distributed.allow_moe_param_dtype_mismatch: true if that is meant");
+  }
+}
+
 void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
   if (c.data.seq_len > c.model.max_seq_len) {
     loc.fail_either("model.max_seq_len", "data.seq_len",
@@ -430,6 +513,7 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
     log::warn("distributed.autocast_dtype has no effect with " + std::to_string(opts.world_size) +
               " ranks: the sharded path computes in mp_policy.param_dtype");
   }
+  validate_moe(c, opts, loc);
   if (c.lr_scheduler.min_lr > o.lr) {
     loc.fail("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +
                                         " exceeds optimizer.lr " + format_double(o.lr));
@@ -596,6 +680,13 @@ Config load_config_text(const std::string& text, const std::string& name,
   resolve_compute_dtypes(c.distributed.mp_policy, c.distributed.autocast_dtype, opts.world_size,
                          &c.precision);
   c.precision.lora = c.peft.lora_dtype;
+  if (c.distributed.moe_param_dtype) {
+    c.precision.moe_compute = *c.distributed.moe_param_dtype;
+    c.precision.moe_compute_source = "distributed.moe_param_dtype";
+  } else {
+    c.precision.moe_compute = c.precision.compute;
+    c.precision.moe_compute_source = "compute dtype";
+  }
   c.resolved["model"]["dtype"] = dtype_name(c.precision.storage);
   validate(c, opts, loc);
 
@@ -611,6 +702,11 @@ Config load_config_text(const std::string& text, const std::string& name,
                                           : YAML::Node(YAML::NodeType::Null);
   rp["output_dtype_applied"] = c.precision.output_applied;
   rp["cast_forward_inputs_applied"] = opts.world_size > 1 && c.precision.cast_forward_inputs;
+  if (c.model.moe.enabled()) {
+    rp["moe_compute_dtype"] = dtype_name(c.precision.moe_compute);
+    rp["moe_compute_dtype_source"] = c.precision.moe_compute_source;
+    rp["router_dtype"] = "float32";
+  }
   rp["lora_dtype"] = c.peft.enabled ? (c.precision.lora ? YAML::Node(dtype_name(*c.precision.lora))
                                                         : YAML::Node("inherit"))
                                     : YAML::Node(YAML::NodeType::Null);
@@ -642,6 +738,7 @@ std::string config_schema_markdown() {
       {"AdamW",
        "model:\n  rope_scaling: {rope_type: llama3, factor: 8, low_freq_factor: 1,\n"
        "    high_freq_factor: 4, original_max_position_embeddings: 8192}\n"},
+      {"AdamW", "model:\n  moe: {num_experts: 8}\n"},
   };
   struct Row {
     SchemaEntry entry;

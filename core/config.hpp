@@ -32,6 +32,18 @@ struct RopeScaling {
   bool llama3() const { return rope_type == "llama3"; }
 };
 
+// model.moe: a sparse MLP (mixture of experts, Mixtral semantics) in every decoder layer instead
+// of the dense one (docs/moe.md). num_experts 0 keeps the dense MLPs.
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t top_k = 2;              // experts per token
+  int64_t intermediate_size = 0;  // per expert (null in a config: model.intermediate_size)
+  bool norm_topk_prob = true;     // renormalize the k routing weights to sum to 1 (Mixtral)
+  int64_t shared_expert_intermediate_size = 0;  // an always-active shared expert (0: none)
+  double aux_loss_coef = 0.001;                 // weight of the load-balancing loss
+  bool enabled() const { return num_experts > 0; }
+};
+
 struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t hidden_size = 128;
@@ -55,6 +67,7 @@ struct ModelConfig {
   int64_t mtp_num_layers = 0;             // multi-token-prediction head depth (0 = none)
   bool compute_mtp = true;
   double mtp_loss_weight = 0.3;  // total loss = main + weight * mean over MTP depths
+  MoeConfig moe;
   int64_t head_dim() const { return hidden_size / num_heads; }
 };
 
@@ -129,6 +142,13 @@ struct DistributedConfig {
   // A rank that fails inside a collective step waits this long for the others to agree, then
   // aborts the job (they are stuck in a collective it will never join).
   double failed_rank_wait_s = 60.0;
+  // Experts split over this many ranks (docs/moe.md); it divides the ranks and model.moe's
+  // num_experts.
+  int64_t expert_parallel_size = 1;
+  // The compute dtype of the MoE layers' experts (null: the root's, mp_policy.param_dtype or
+  // autocast_dtype). Another dtype than the root's is refused unless the guard below allows it.
+  std::optional<DType> moe_param_dtype;
+  bool allow_moe_param_dtype_mismatch = false;
 };
 
 struct DataConfig {

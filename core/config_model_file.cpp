@@ -53,8 +53,21 @@ void apply_model_file_architecture(YAML::Node& root, const ModelFileArchitecture
   if (!model.IsMap()) return;  // init_from was found in it, so it is a map
   for (const auto& v : arch.values) {
     const std::string path = "model." + v.key;
-    const YAML::Node& cmodel = model;
-    const YAML::Node given = cmodel[v.key];
+    // A key of a sub-section ("moe.num_experts") lives in that section, made when absent.
+    YAML::Node section = model;
+    std::string key = v.key;
+    const std::size_t dot = key.find('.');
+    if (dot != std::string::npos) {
+      const std::string sub = key.substr(0, dot);
+      key = key.substr(dot + 1);
+      const YAML::Node& cmodel = model;
+      const YAML::Node existing = cmodel[sub];
+      if (!existing.IsDefined() || existing.IsNull()) model[sub] = YAML::Node(YAML::NodeType::Map);
+      if (!model[sub].IsMap()) continue;  // the config reader names the bad section
+      section.reset(model[sub]);          // rebinds (operator= would overwrite model's content)
+    }
+    const YAML::Node& csection = section;
+    const YAML::Node given = csection[key];
     if (given.IsDefined() && !given.IsNull()) {
       if (!same_value(given, v.value)) {
         throw ConfigError(path,
@@ -64,7 +77,7 @@ void apply_model_file_architecture(YAML::Node& root, const ModelFileArchitecture
                           origin->where(path, given));
       }
     } else {
-      model[v.key] = v.value;
+      section[key] = v.value;
       origin->from_files[path] = arch.source;  // errors about the value blame the file
     }
     (*keys)[path] = arch.source;

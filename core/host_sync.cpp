@@ -53,6 +53,8 @@ const char* sync_cause_name(SyncCause c) {
       return "step_end";
     case SyncCause::collective:
       return "collective";
+    case SyncCause::routing:
+      return "routing";
     case SyncCause::setup:
       return "setup";
     case SyncCause::io:

@@ -14,6 +14,9 @@
 //                 logged steps the metrics' maxima and sums (one wait)
 //   collective    a buffer collective the host waits for (MPI on host memory progresses only
 //                 inside MPI calls; NCCL on a stream needs no host wait)
+//   routing       a mixture-of-experts layer's token counts per expert, read in forward (and
+//                 its exchange plan): dropless routing sizes its products and all-to-all on the
+//                 host, one wait per sparse layer and pass (dense models: none)
 //   setup         anything before the first step or after the last (allocation, loads, checks)
 //   io            checkpoints, exports and other file writes of a step
 //   validation    validation loss
@@ -28,8 +31,17 @@
 
 namespace kktrain {
 
-enum class SyncCause { step_scalars, step_end, collective, setup, io, validation, profiling };
-constexpr int kSyncCauses = 7;
+enum class SyncCause {
+  step_scalars,
+  step_end,
+  collective,
+  routing,
+  setup,
+  io,
+  validation,
+  profiling
+};
+constexpr int kSyncCauses = 8;
 
 const char* sync_cause_name(SyncCause c);
 

@@ -35,19 +35,40 @@ int64_t ParamRegistry::shard_rows_of(int64_t rows, int rank, int world) {
   return std::min<int64_t>(rows, begin + chunk) - begin;
 }
 
-void ParamRegistry::shard(int rank, int world) {
+void ParamRegistry::shard(int rank, int world, int expert_parallel) {
   if (allocated_) throw InternalError("registry sharded after allocation");
   if (world < 1 || rank < 0 || rank >= world) {
     throw InternalError("bad shard rank " + std::to_string(rank) + " of " + std::to_string(world));
   }
+  if (expert_parallel < 1 || world % expert_parallel != 0) {
+    throw InternalError("expert parallel size " + std::to_string(expert_parallel) +
+                        " does not divide " + std::to_string(world) + " ranks");
+  }
   rank_ = rank;
   world_ = world;
+  expert_parallel_ = expert_parallel;
+  const int groups = world / expert_parallel;
   for (auto& p : params_) {
-    p.shard_rows = (p.rows + world - 1) / world;
-    p.row_begin = std::min<int64_t>(p.rows, p.shard_rows * rank);
-    p.local_rows = shard_rows_of(p.rows, rank, world);
+    if (p.expert_owner >= expert_parallel) {
+      throw InternalError(p.name + " is owned by expert-parallel rank " +
+                          std::to_string(p.expert_owner) + " of " +
+                          std::to_string(expert_parallel));
+    }
+    const bool expert = p.expert_owner >= 0;
+    const int w = expert ? groups : world;
+    const int r = expert ? rank / expert_parallel : rank;
+    p.shard_rows = (p.rows + w - 1) / w;
+    p.row_begin = std::min<int64_t>(p.rows, p.shard_rows * r);
+    p.local_rows = rows_on_rank(p, rank);
+    if (p.local_rows == 0) p.row_begin = p.rows;  // no rows: an empty range at the end
     p.local_numel = p.local_rows * p.row_len;
   }
+}
+
+int64_t ParamRegistry::rows_on_rank(const ParamInfo& p, int rank) const {
+  if (p.expert_owner < 0) return shard_rows_of(p.rows, rank, world_);
+  if (rank % expert_parallel_ != p.expert_owner) return 0;
+  return shard_rows_of(p.rows, rank / expert_parallel_, world_ / expert_parallel_);
 }
 
 void ParamRegistry::add_alias(int index, const std::string& alias) {

@@ -12,6 +12,12 @@
 // last ranks may hold fewer rows or none. Each rank stores only its own rows (no padding), and
 // data()/grad() are views of that shard. One rank holds everything. The shard's global position
 // (row_begin, local_rows) is what checkpoints and the collectives use.
+//
+// Expert parallelism (docs/moe.md): with expert_parallel_size E the ranks form groups of E
+// consecutive ranks; rank r is expert-parallel rank r % E of group r / E. An expert parameter
+// (expert_owner >= 0) lives only on the ranks whose expert-parallel rank is its owner, one per
+// group, and is split over those W / E ranks as above (chunks of ceil(rows / (W / E)) rows, rank
+// r holding chunk r / E); every other rank holds none of its rows.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +51,9 @@ struct ParamInfo {
   bool has_grad = false;   // a gradient buffer was allocated (trainable at allocate())
   bool keep_fp32 = false;  // model-protected: stays fp32 in storage and compute
   bool no_weight_decay = false;
+  // Expert parallelism: the expert-parallel rank holding this expert parameter (-1: not an
+  // expert parameter; sharded over every rank).
+  int expert_owner = -1;
 };
 
 class ParamRegistry {
@@ -53,12 +62,19 @@ class ParamRegistry {
   int add(const std::string& name, const std::string& module, std::vector<int64_t> shape,
           ParamRole role, DType dtype);
   void add_alias(int index, const std::string& alias);
-  // Splits every parameter for `rank` of `world` ranks (before allocate(); default: one rank).
-  void shard(int rank, int world);
+  // Splits every parameter for `rank` of `world` ranks, expert parameters over the groups of
+  // `expert_parallel` ranks (before allocate(); default: one rank).
+  void shard(int rank, int world, int expert_parallel = 1);
   int shard_rank() const { return rank_; }
   int shard_world() const { return world_; }
+  int expert_parallel() const { return expert_parallel_; }
+  // The ranks an expert parameter is split over (world / expert_parallel), and this rank's place
+  // among them.
+  int expert_data_parallel() const { return world_ / expert_parallel_; }
   // Rows of dim 0 that rank r of `world` holds of a tensor with `rows` rows (may be 0).
   static int64_t shard_rows_of(int64_t rows, int rank, int world);
+  // Rows of parameter p that rank `rank` of this layout holds (expert parameters included).
+  int64_t rows_on_rank(const ParamInfo& p, int rank) const;
   // Allocates the flat parameter buffers (zero-filled) and the gradient buffers of the trainable
   // parameters, with the dtypes, trainability and shards as they are now.
   void allocate();
@@ -96,7 +112,7 @@ class ParamRegistry {
   [[noreturn]] void throw_no_grad(int i) const;
   std::vector<ParamInfo> params_;
   int64_t total_numel_ = 0, n_f32_ = 0, n_bf16_ = 0;
-  int rank_ = 0, world_ = 1;
+  int rank_ = 0, world_ = 1, expert_parallel_ = 1;
   bool allocated_ = false;
   DView<float> data_f32_, grad_f32_;
   DView<bf16> data_bf16_, grad_bf16_;

@@ -38,6 +38,10 @@ struct ResolvedPrecision {
   std::optional<DType> output;  // null: outputs keep the compute dtype
   bool output_applied = false;  // only with more than one rank
   std::optional<DType> lora;    // null: adapters inherit the base layer's storage dtype
+  // The MoE layers' experts (and shared expert): the compute dtype unless
+  // distributed.moe_param_dtype says otherwise (the router is fp32 whatever these are).
+  DType moe_compute = DType::bfloat16;
+  std::string moe_compute_source;
   bool cast_forward_inputs = true;
   int world_size = 1;
 };

@@ -109,6 +109,24 @@ RopeScaling read_rope_scaling(const Keys& k) {
   return r;
 }
 
+// Mixtral's sparse MLP: num_local_experts experts of intermediate_size, num_experts_per_tok per
+// token, the k weights renormalized, no shared expert; router_aux_loss_coef weights the
+// load-balancing loss. Router jitter (training noise kktrain does not add) is refused.
+void read_mixtral(const Keys& k, MoeConfig* e, int64_t intermediate) {
+  e->num_experts = k.integer("num_local_experts", 8, 1);
+  e->top_k = k.integer("num_experts_per_tok", 2, 1);
+  if (e->top_k > e->num_experts) {
+    k.fail("num_experts_per_tok", "exceeds num_local_experts " + std::to_string(e->num_experts));
+  }
+  e->intermediate_size = intermediate;
+  e->norm_topk_prob = true;
+  e->aux_loss_coef = k.number("router_aux_loss_coef", 0.001);
+  if (k.has("router_jitter_noise") && (!k.j["router_jitter_noise"].is_number() ||
+                                       k.j["router_jitter_noise"].get<double>() != 0.0)) {
+    k.fail("router_jitter_noise", "kktrain's router adds no jitter noise (0.0 is accepted)");
+  }
+}
+
 // What the model does not compute, refused by key and value.
 void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_positions) {
   if (k.boolean("attention_bias", false)) {
@@ -177,14 +195,19 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   const Keys k{j, a.file};
   if (!k.has("architectures") || !j["architectures"].is_array() || j["architectures"].size() != 1 ||
       !j["architectures"][0].is_string()) {
-    k.fail("architectures", "expected [\"LlamaForCausalLM\"] or [\"MistralForCausalLM\"]");
+    k.fail("architectures",
+           "expected [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"] or [\"MixtralForCausalLM\"]");
   }
   a.architecture = j["architectures"][0].get<std::string>();
-  if (a.architecture != "LlamaForCausalLM" && a.architecture != "MistralForCausalLM") {
-    k.fail("architectures", "kktrain trains LlamaForCausalLM and MistralForCausalLM models");
+  const bool mixtral = a.architecture == "MixtralForCausalLM";
+  if (a.architecture != "LlamaForCausalLM" && a.architecture != "MistralForCausalLM" && !mixtral) {
+    k.fail("architectures",
+           "kktrain trains LlamaForCausalLM, MistralForCausalLM and MixtralForCausalLM models");
   }
   const std::string type = k.text("model_type", "");
-  const std::string want = a.architecture == "LlamaForCausalLM" ? "llama" : "mistral";
+  const std::string want = a.architecture == "LlamaForCausalLM" ? "llama"
+                           : mixtral                            ? "mixtral"
+                                                                : "mistral";
   if (type != want) k.fail("model_type", "expected \"" + want + "\" for " + a.architecture);
   ModelConfig& m = a.model;
   m.vocab_size = k.integer("vocab_size", std::nullopt, 1);
@@ -196,7 +219,8 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.rms_norm_eps = k.number("rms_norm_eps", 1e-6);
   m.rope_theta = k.number("rope_theta", 10000.0);
   m.max_seq_len = k.integer("max_position_embeddings",
-                            a.architecture == "MistralForCausalLM" ? 4096 * 32 : 2048, 1);
+                            a.architecture == "LlamaForCausalLM" ? 2048 : 4096 * 32, 1);
+  if (mixtral) read_mixtral(k, &m.moe, m.intermediate_size);
   m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
   m.rope_scaling = read_rope_scaling(k);
   if (m.hidden_size % m.num_heads != 0) {
@@ -244,11 +268,30 @@ RopeScaling rope_scaling_from_json(const std::string& text, const std::string& w
 
 std::string hf_config_json(const ModelConfig& m, DType dtype) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const MoeConfig& e = m.moe;
+  if (e.enabled() && (e.shared_expert_intermediate_size > 0 || !e.norm_topk_prob)) {
+    throw UsageError(std::string("a Hugging Face export of a mixture of experts is a Mixtral, "
+                                 "which has ") +
+                     (e.norm_topk_prob ? "no shared expert (model.moe."
+                                         "shared_expert_intermediate_size is " +
+                                             std::to_string(e.shared_expert_intermediate_size) + ")"
+                                       : "renormalized top-k weights (model.moe.norm_topk_prob "
+                                         "is false)") +
+                     "; export to HDF5 instead");
+  }
+  j["architectures"] = {e.enabled() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = e.enabled() ? "mixtral" : "llama";
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;
-  j["intermediate_size"] = m.intermediate_size;
+  j["intermediate_size"] = e.enabled() ? e.intermediate_size : m.intermediate_size;
+  if (e.enabled()) {
+    j["num_local_experts"] = e.num_experts;
+    j["num_experts_per_tok"] = e.top_k;
+    j["router_aux_loss_coef"] = e.aux_loss_coef;
+    j["router_jitter_noise"] = 0.0;
+    j["output_router_logits"] = false;
+    j["sliding_window"] = nullptr;
+  }
   j["num_hidden_layers"] = m.num_layers;
   j["num_attention_heads"] = m.num_heads;
   j["num_key_value_heads"] = m.num_kv_heads;
@@ -294,6 +337,15 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
     rs["original_max_position_embeddings"] = m.rope_scaling.original_max_position_embeddings;
   }
   f.values.push_back({"rope_scaling", "rope_scaling", rs});
+  if (m.moe.enabled()) {
+    f.values.push_back({"moe.num_experts", "num_local_experts", YAML::Node(m.moe.num_experts)});
+    f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});
+    f.values.push_back(
+        {"moe.aux_loss_coef", "router_aux_loss_coef", YAML::Node(m.moe.aux_loss_coef)});
+    f.values.push_back({"moe.norm_topk_prob", "(Mixtral)", YAML::Node(true)});
+    f.values.push_back(
+        {"moe.shared_expert_intermediate_size", "(Mixtral: none)", YAML::Node(int64_t{0})});
+  }
   return f;
 }
 

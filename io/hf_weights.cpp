@@ -9,6 +9,7 @@
 #include "core/errors.hpp"
 #include "core/strings.hpp"
 #include "io/hf_config.hpp"
+#include "io/model_weights.hpp"
 #include "io/safetensors.hpp"
 #include "parallel/agree.hpp"
 
@@ -213,6 +214,7 @@ class HfWeights final : public WeightSource {
                   {"tie_word_embeddings", m.tie_word_embeddings ? 1 : 0},
                   {"mtp_num_layers", 0}};
     attrs_.f64 = {{"rope_theta", m.rope_theta}, {"rms_norm_eps", m.rms_norm_eps}};
+    moe_to_attrs(m.moe, &attrs_);
   }
 
   std::string dir_;

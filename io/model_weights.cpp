@@ -158,6 +158,7 @@ ModelConfig architecture_of(const WeightSource& src) {
   m.rms_norm_eps = f64("rms_norm_eps");
   const auto rs = a.str.find("rope_scaling");
   if (rs != a.str.end()) m.rope_scaling = rope_scaling_from_json(rs->second, src.path());
+  m.moe = moe_from_attrs(a);
   if (m.num_heads <= 0 || m.hidden_size % m.num_heads != 0 || m.num_kv_heads <= 0 ||
       m.num_heads % m.num_kv_heads != 0) {
     throw InputError("'" + src.path() + "': inconsistent architecture attributes (hidden_size " +
@@ -165,6 +166,34 @@ ModelConfig architecture_of(const WeightSource& src) {
                      ", num_kv_heads " + std::to_string(m.num_kv_heads) + ")");
   }
   return m;
+}
+
+void moe_to_attrs(const MoeConfig& e, FileAttrs* a) {
+  if (!e.enabled()) return;
+  a->i64["moe_num_experts"] = e.num_experts;
+  a->i64["moe_top_k"] = e.top_k;
+  a->i64["moe_intermediate_size"] = e.intermediate_size;
+  a->i64["moe_norm_topk_prob"] = e.norm_topk_prob ? 1 : 0;
+  a->i64["moe_shared_expert_intermediate_size"] = e.shared_expert_intermediate_size;
+  a->f64["moe_aux_loss_coef"] = e.aux_loss_coef;
+}
+
+MoeConfig moe_from_attrs(const FileAttrs& a) {
+  MoeConfig e;
+  const auto n = a.i64.find("moe_num_experts");
+  if (n == a.i64.end() || n->second <= 0) return e;
+  auto i64 = [&](const char* k, int64_t dflt) {
+    const auto it = a.i64.find(k);
+    return it == a.i64.end() ? dflt : it->second;
+  };
+  e.num_experts = n->second;
+  e.top_k = i64("moe_top_k", e.top_k);
+  e.intermediate_size = i64("moe_intermediate_size", 0);
+  e.norm_topk_prob = i64("moe_norm_topk_prob", 1) != 0;
+  e.shared_expert_intermediate_size = i64("moe_shared_expert_intermediate_size", 0);
+  const auto c = a.f64.find("moe_aux_loss_coef");
+  if (c != a.f64.end()) e.aux_loss_coef = c->second;
+  return e;
 }
 
 std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,

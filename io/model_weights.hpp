@@ -65,6 +65,12 @@ std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::s
 // rope_theta, rms_norm_eps, rope_scaling. InputError naming the file and a missing attribute.
 ModelConfig architecture_of(const WeightSource& src);
 
+// A sparse model's model.moe as file attributes (moe_num_experts, moe_top_k,
+// moe_intermediate_size, moe_norm_topk_prob, moe_shared_expert_intermediate_size integers,
+// moe_aux_loss_coef), written only for a sparse model, and read back (absent: dense).
+void moe_to_attrs(const MoeConfig& e, FileAttrs* a);
+MoeConfig moe_from_attrs(const FileAttrs& a);
+
 // Rows of at most this many bytes of fp32 values per piece when a process streams a tensor.
 constexpr int64_t kStreamPieceBytes = int64_t(16) << 20;
 

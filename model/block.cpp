@@ -6,6 +6,7 @@
 #include "model/attention.hpp"
 #include "model/gemm.hpp"
 #include "model/kernels.hpp"
+#include "model/moe.hpp"
 
 namespace kktrain {
 
@@ -26,61 +27,18 @@ void adapter_backward(const BlockWeights& w, const BlockScratch<TC>& s, BlockGra
                 grads, kLoraA0 + proj, kLoraB0 + proj, rc);
 }
 
-}  // namespace
-
+// The dense SwiGLU MLP's backward: s.dxn (N, C) = the norm output's gradient from dres (N, C),
+// the gradient of the block output (whose compute-dtype copy is that of the down_proj output).
 template <class TC>
-void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeights& w,
-                   const BlockScratch<TC>& s, const BlockDims& d) {
-  const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
-  const int64_t Q = d.Q();
-  const bool rs = d.rs, rc = d.rc;
-  const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
-  TC* xn1 = a.xn1.p<TC>();
-  TC* o = a.o.p<TC>();
-  TC* xn2 = a.xn2.p<TC>();
-  TC* gu = a.gu.p<TC>();
-  TC* act = a.a.p<TC>();
-
-  rmsnorm_forward(xn1, nullptr, a.rstd1.data(), inp, w.ln1, N, C, d.eps, rs, rc);
-  matmul_forward(s.qkv, xn1, w.qkv, N, C, Q);  // (N, Q): q, k, v fused
-  adapter_forward(w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D, rc);
-  adapter_forward(w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D, rc);
-  adapter_forward(w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
-  rope_forward(a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H, KV, D,
-               rc);
-  attention_forward(o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad, s.att,
-                    rc);  // (N, H*D) token layout
-  matmul_forward(s.proj, o, w.o, N, H * D, C);
-  adapter_forward(w, s, kO, s.proj, C, 0, o, N, H * D, C, rc);
-  add_forward(a.x1.data(), inp, s.proj, N * C, rs);
-
-  rmsnorm_forward(xn2, nullptr, a.rstd2.data(), a.x1.data(), w.ln2, N, C, d.eps, rs, rc);
-  matmul_forward(gu, xn2, w.gate_up, N, C, 2 * F);  // (N, 2F): gate, up fused
-  adapter_forward(w, s, kGate, gu, 2 * F, 0, xn2, N, C, F, rc);
-  adapter_forward(w, s, kUp, gu, 2 * F, F, xn2, N, C, F, rc);
-  swiglu_forward(act, gu, N, F, rc);
-  matmul_forward(s.proj, act, w.down, N, F, C);
-  adapter_forward(w, s, kDown, s.proj, C, 0, act, N, F, C, rc);
-  add_forward(out, a.x1.data(), s.proj, N * C, rs);
-}
-
-template <class TC>
-void block_backward(float* dres, const float* inp, const BlockActs& a, const BlockWeights& w,
-                    const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads) {
-  const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
-  const int64_t Q = d.Q();
-  const bool rs = d.rs, rc = d.rc;
-  const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+void dense_mlp_backward(const float* dres, const BlockActs& a, const BlockWeights& w,
+                        const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads) {
+  const int64_t N = d.N(), C = d.C, F = d.F;
+  const bool rc = d.rc;
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
   auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };
-  const TC* xn1 = a.xn1.p<TC>();
   const TC* xn2 = a.xn2.p<TC>();
   const TC* act = a.a.p<TC>();
-  const TC* o = a.o.p<TC>();
-
-  // ---- MLP: dres holds d(out); the residual passes it straight to x1. Its compute-dtype copy
-  // is the gradient of the down_proj output (N, C).
   const TC* dc = compute_copy(s.dc, dres, N * C, rc);
   if (trainable(kDown)) {
     matmul_backward_weight(dw, dc, act, N, F, C);
@@ -97,13 +55,79 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   matmul_backward_input(s.dxn, s.dgu, w.gate_up, N, C, 2 * F, false);
   adapter_backward(w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F, rc);
   adapter_backward(w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F, rc);
+}
+
+}  // namespace
+
+template <class TC>
+void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeights& w,
+                   const BlockScratch<TC>& s, const BlockDims& d) {
+  const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
+  const int64_t Q = d.Q();
+  const bool rs = d.rs, rc = d.rc;
+  const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  TC* xn1 = a.xn1.p<TC>();
+  TC* o = a.o.p<TC>();
+  TC* xn2 = a.xn2.p<TC>();
+  TC* gu = d.moe.enabled() ? nullptr : a.gu.p<TC>();
+  TC* act = d.moe.enabled() ? nullptr : a.a.p<TC>();
+
+  rmsnorm_forward(xn1, nullptr, a.rstd1.data(), inp, w.ln1, N, C, d.eps, rs, rc);
+  matmul_forward(s.qkv, xn1, w.qkv, N, C, Q);  // (N, Q): q, k, v fused
+  adapter_forward(w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D, rc);
+  adapter_forward(w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D, rc);
+  adapter_forward(w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
+  rope_forward(a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H, KV, D,
+               rc);
+  attention_forward(o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad, s.att,
+                    rc);  // (N, H*D) token layout
+  matmul_forward(s.proj, o, w.o, N, H * D, C);
+  adapter_forward(w, s, kO, s.proj, C, 0, o, N, H * D, C, rc);
+  add_forward(a.x1.data(), inp, s.proj, N * C, rs);
+
+  rmsnorm_forward(xn2, nullptr, a.rstd2.data(), a.x1.data(), w.ln2, N, C, d.eps, rs, rc);
+  if (d.moe.enabled()) {  // the experts' combined output is fp32 until the residual add
+    moe_forward(s.moe.y, static_cast<const TC*>(xn2), a.moe, w.moe, s.moe, d.moe);
+    add_forward(out, a.x1.data(), s.moe.y, N * C, rs);
+    return;
+  }
+  matmul_forward(gu, xn2, w.gate_up, N, C, 2 * F);  // (N, 2F): gate, up fused
+  adapter_forward(w, s, kGate, gu, 2 * F, 0, xn2, N, C, F, rc);
+  adapter_forward(w, s, kUp, gu, 2 * F, F, xn2, N, C, F, rc);
+  swiglu_forward(act, gu, N, F, rc);
+  matmul_forward(s.proj, act, w.down, N, F, C);
+  adapter_forward(w, s, kDown, s.proj, C, 0, act, N, F, C, rc);
+  add_forward(out, a.x1.data(), s.proj, N * C, rs);
+}
+
+template <class TC>
+void block_backward(float* dres, const float* inp, const BlockActs& a, const BlockWeights& w,
+                    const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads) {
+  const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D;
+  const int64_t Q = d.Q();
+  const bool rs = d.rs, rc = d.rc;
+  const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  float* dw = s.dw;
+  auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
+  auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };
+  const TC* xn1 = a.xn1.p<TC>();
+  const TC* xn2 = a.xn2.p<TC>();
+  const TC* o = a.o.p<TC>();
+
+  // ---- MLP: dres holds d(out); the residual passes it straight to x1. s.dxn gets the gradient
+  // of the norm output.
+  if (d.moe.enabled()) {
+    moe_backward(s.dxn, dres, xn2, a.moe, w.moe, s.moe, d.moe, dw, grads);
+  } else {
+    dense_mlp_backward(dres, a, w, s, d, grads);
+  }
   // dxn rounded to the compute dtype on load
   rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, a.x1.data(), w.ln2, a.rstd2.data(), N, C, rs,
                    rc);
   grads.accumulate(kLn2, dw);
 
   // ---- attention: dres now holds d(x1); its compute-dtype copy is the o_proj output gradient.
-  dc = compute_copy(s.dc, dres, N * C, rc);
+  const TC* dc = compute_copy(s.dc, dres, N * C, rc);
   if (trainable(kO)) {
     matmul_backward_weight(dw, dc, o, N, H * D, C);
     accumulate(kO, dw);

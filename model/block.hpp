@@ -5,6 +5,7 @@
 //
 //   x1 = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
 //   out = x1 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm(x1)
+//         or x1 + the sparse MLP of h (mixture of experts, model/moe.hpp)
 //   each projection y = x W^T [+ (alpha / r) (x A^T) B^T with a LoRA adapter]
 //
 // TC is the compute dtype's container (bf16 when the compute dtype is bf16, else float): the
@@ -19,26 +20,10 @@
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
 #include "model/attention.hpp"
+#include "model/moe.hpp"
+#include "model/tbuf.hpp"
 
 namespace kktrain {
-
-// A flat device buffer whose element type is the compute dtype: fp32, or 2-byte bf16 when the
-// compute dtype is bf16. p<T>() is valid for the type it was allocated with.
-struct TBuf {
-  DView<float> f;
-  DView<bf16> h;
-  template <class T>
-  T* p() const;
-  bool empty() const { return f.extent(0) == 0 && h.extent(0) == 0; }
-};
-template <>
-inline float* TBuf::p<float>() const {
-  return f.data();
-}
-template <>
-inline bf16* TBuf::p<bf16>() const {
-  return h.data();
-}
 
 // The seven projections of a block, in the order of their weights.
 enum Proj { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
@@ -57,9 +42,10 @@ enum BlockWeight {
 // Sizes and dtype flags of one block over a micro-batch of B sequences of T tokens.
 struct BlockDims {
   int64_t B, T, C, H, KV, D, F;
-  float eps;  // RMSNorm epsilon
-  bool rs;    // the residual-stream dtype is bf16
-  bool rc;    // the compute dtype is bf16
+  float eps;    // RMSNorm epsilon
+  bool rs;      // the residual-stream dtype is bf16
+  bool rc;      // the compute dtype is bf16
+  MoeDims moe;  // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
   int64_t N() const { return B * T; }
   int64_t Q() const { return (H + 2 * KV) * D; }
 };
@@ -82,6 +68,7 @@ struct BlockWeights {
   CRef gate_up;                // (2F, C): gate, up rows adjacent
   CRef down;                   // (C, F)
   LoraWeights lora[kNumProj];
+  MoeWeights moe;                   // a sparse MLP's (gate_up and down unused)
   const float* rope_cos = nullptr;  // (T_max, D/2)
   const float* rope_sin = nullptr;
 };
@@ -100,6 +87,7 @@ struct BlockActs {
   TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
   TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
   TBuf a;              // (N, F)        silu(gate) * up, compute dtype
+  MoeActs moe;         // a sparse MLP's instead of gu and a
   // The attention probabilities are never kept: backward recomputes each tile's from q, k and
   // lse (model/attention.hpp), so no (B, H, T, T) tensor exists.
 };
@@ -121,6 +109,7 @@ struct BlockScratch {
   float* dw;                      // the largest weight (group) gradient, one at a time
   float* norm_partial;            // rmsnorm_partial_size(N, C)
   TC *lora_t, *lora_dt, *lora_y;  // (N, r), (N, r), (N, widest projection output)
+  MoeScratch<TC> moe;             // a sparse MLP's
 };
 
 // Where a block's weight gradients go. trainable(w): compute w's gradient at all; accumulate(w,

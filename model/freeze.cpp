@@ -1,3 +1,4 @@
+// Parameter freezing (model/freeze.hpp).
 #include "model/freeze.hpp"
 
 #include "core/config_reader.hpp"
@@ -37,8 +38,28 @@ void apply_selectors(ParamRegistry& params, const std::vector<std::string>& glob
   }
 }
 
+// Expert parallelism renumbers the experts each rank holds when the layout changes, so an exact
+// name of an expert parameter would select a different tensor; the owning expert module is the
+// stable selector (docs/moe.md, "Freezing").
+void refuse_expert_under_expert_parallelism(const ParamInfo& p, const std::string& given,
+                                            const char* key, const std::string& where,
+                                            int expert_parallel) {
+  const std::string tag = ".block_sparse_moe.experts.";
+  const std::size_t at = p.name.find(tag);
+  if (expert_parallel <= 1 || at == std::string::npos) return;
+  const std::size_t end = p.name.find('.', at + tag.size());
+  const std::string owner = p.name.substr(0, end);
+  throw ConfigError(std::string("freeze_config.") + key,
+                    "'" + given + "' is an expert parameter and distributed.expert_parallel_size " +
+                        std::to_string(expert_parallel) +
+                        " repartitions experts, renumbering each rank's local ones: select its "
+                        "module '" +
+                        owner + "' in freeze_modules / unfreeze_modules instead",
+                    where);
+}
+
 void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, bool trainable,
-                 const char* key, const std::string& where) {
+                 const char* key, const std::string& where, int expert_parallel) {
   std::vector<std::string> all;
   for (const auto& p : params.all()) {
     all.push_back(p.name);
@@ -52,17 +73,19 @@ void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, b
       if (!near.empty()) msg += "; did you mean '" + near + "'?";
       throw ConfigError(std::string("freeze_config.") + key, msg, where);
     }
+    refuse_expert_under_expert_parallelism(params.info(i), n, key, where, expert_parallel);
     params.info_mut(i).trainable = trainable;
   }
 }
 
 }  // namespace
 
-void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg, const std::string& where) {
+void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg, const std::string& where,
+                  int expert_parallel) {
   apply_selectors(params, cfg.freeze_modules, false, "freeze_modules");
   apply_selectors(params, cfg.unfreeze_modules, true, "unfreeze_modules");
-  apply_exact(params, cfg.unfreeze_parameters, true, "unfreeze_parameters", where);
-  apply_exact(params, cfg.freeze_parameters, false, "freeze_parameters", where);
+  apply_exact(params, cfg.unfreeze_parameters, true, "unfreeze_parameters", where, expert_parallel);
+  apply_exact(params, cfg.freeze_parameters, false, "freeze_parameters", where, expert_parallel);
 }
 
 }  // namespace kktrain

@@ -380,4 +380,73 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   }
 }
 
+namespace {
+
+// Rows [row, row + rows) of a row-major operand.
+template <class X>
+X rows_of(const X& x, int64_t row, int64_t rows) {
+  X out = x;
+  using Byte = typename std::conditional<std::is_same<X, GemmIn>::value, const char, char>::type;
+  out.data = static_cast<Byte*>(x.data) + row * x.cols * dtype_size(x.dtype);
+  out.rows = rows;
+  out.batch_stride = 0;
+  return out;
+}
+
+}  // namespace
+
+void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
+  const bool vary_m = transA == 'N';
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) throw InternalError("gemm_grouped: a negative group size");
+    total += s;
+  }
+  const bool ok = vary_m ? A.rows == total && C.rows == total
+                         : transA == 'T' && transB == 'N' && A.rows == total && B.rows == total;
+  if (!ok) throw InternalError("gemm_grouped: group sizes do not match the operands");
+  const int64_t groups = static_cast<int64_t>(sizes.size());
+#if defined(KKTRAIN_HAVE_VENDOR_GEMM)
+  // One launch for every group where the vendor library has a grouped call for these dtypes.
+  const GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
+  if ((be == GemmBackend::cublas || be == GemmBackend::kokkos_kernels) &&
+      vendor_gpu::gemm_grouped(sizes, transA, transB, alpha, A, B, beta, C)) {
+    g_counters.calls[index_of(GemmBackend::cublas)] += 1;
+    const int64_t m = vary_m ? total : (transA == 'N' ? A.rows : A.cols);
+    const int64_t n = transB == 'N' ? B.cols : B.rows;
+    const int64_t k = vary_m ? (transB == 'N' ? B.rows : B.cols) : total;
+    g_counters.flops[index_of(GemmBackend::cublas)] += 2.0 * static_cast<double>(m) * n * k;
+    return;
+  }
+#endif
+  // Host backends: each group through gemm(), in pieces of power-of-two rows (largest first).
+  // oneDNN builds and caches a primitive per shape, and the experts' group sizes change every
+  // step: pieces keep the shapes to log2(largest group) per projection instead of a new one per
+  // size. Rows of C are independent, so pieces of a varying-m product change nothing; pieces of
+  // a varying-k product (weight gradients) sum in fp32 through beta = 1, so they are used only
+  // for an fp32 C (a bf16 C is rounded once, so its group stays one product).
+  const bool split_k = C.dtype == DType::float32;
+  int64_t row = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t size = sizes[g];
+    if (!vary_m && (!split_k || size == 0)) {
+      gemm(transA, transB, alpha, rows_of(A, row, size), rows_of(B, row, size), beta, matrix(C, g));
+    }
+    for (int64_t done = 0; done < size && (vary_m || split_k);) {
+      int64_t piece = 1;
+      while (piece * 2 <= size - done) piece *= 2;
+      if (vary_m) {
+        gemm(transA, transB, alpha, rows_of(A, row + done, piece), matrix(B, g), beta,
+             rows_of(C, row + done, piece));
+      } else {
+        gemm(transA, transB, alpha, rows_of(A, row + done, piece), rows_of(B, row + done, piece),
+             done == 0 ? beta : 1.0f, matrix(C, g));
+      }
+      done += piece;
+    }
+    row += size;
+  }
+}
+
 }  // namespace kktrain

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/bf16.hpp"
 #include "core/dtype.hpp"
@@ -74,6 +75,21 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
 // after another, each with its planned threads.
 void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
                   const GemmIn& B, float beta, const GemmOut& C);
+
+// Grouped products (the experts of a sparse MLP, model/moe.hpp): one per group g < sizes.size(),
+// each with its own size along one dimension, operands packed group after group:
+//   transA 'N'  C_g (m_g, n) = alpha * A_g (m_g, k) @ op(B_g) + beta * C_g           varying m:
+//               the m_g rows of A and of C of group g follow those of group g - 1 (A.rows and
+//               C.rows are the totals); B_g is matrix g of B (B.rows x B.cols, B.stride() apart)
+//   transA 'T'  C_g (m, n) = alpha * A_g^T @ B_g + beta * C_g, A_g (k_g, m), B_g (k_g, n) as is:
+//               varying k (weight gradients): the k_g rows of A and of B of group g follow those
+//               of group g - 1 (A.rows and B.rows are the totals); C_g is matrix g of C
+// A group of size 0 is an empty product (varying k: C_g = beta * C_g). One launch for every group
+// where the backend has one (cuBLAS's grouped batched GemmEx, where it takes the dtypes); other
+// backends run the groups one after another through gemm(), each in pieces of power-of-two rows
+// (so a host library that builds a kernel per shape sees few shapes however the sizes vary).
+void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
 
 enum class GemmBackend { kokkos_kernels, onednn, cublas, rocblas, converted };
 const char* gemm_backend_name(GemmBackend b);

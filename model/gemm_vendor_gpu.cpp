@@ -1,4 +1,6 @@
-// GEMM on GPUs through the vendor libraries (model/gemm_vendor_gpu.hpp). Both are
+// GEMM on GPUs through the vendor libraries (model/gemm_vendor_gpu.hpp). Grouped products (the
+// experts of a sparse MLP) are one cublasGemmGroupedBatchedEx on CUDA, one problem per group
+// (groups of one product each: sizes differ from expert to expert). Both are
 // column-major: a row-major C (m, n) is a column-major C^T (n, m), and C^T = op(B)^T op(A)^T, so
 // the call swaps the operands and the dimensions and keeps each operand's own transpose flag and
 // leading dimension (its row length); a batch is strided by each operand's batch stride. One handle
@@ -56,7 +58,76 @@ cudaDataType_t type(DType d) {
   return d == DType::bfloat16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
+#define KKTRAIN_CUBLAS_GROUPED 1
+// The pointer arrays of a grouped call (device memory, as cuBLAS reads them), grown on demand
+// and freed when Kokkos finalizes.
+const void** device_pointers(const std::vector<const void*>& host) {
+  static Kokkos::View<uintptr_t*, Kokkos::CudaSpace> buf;
+  static const bool hooked = [] {
+    Kokkos::push_finalize_hook([] { buf = Kokkos::View<uintptr_t*, Kokkos::CudaSpace>(); });
+    return true;
+  }();
+  (void)hooked;
+  if (buf.extent(0) < host.size()) {
+    buf = Kokkos::View<uintptr_t*, Kokkos::CudaSpace>("gemm_grouped_pointers", host.size());
+  }
+  std::vector<uintptr_t> v(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) v[i] = reinterpret_cast<uintptr_t>(host[i]);
+  Kokkos::deep_copy(
+      Kokkos::subview(buf, std::make_pair(std::size_t(0), v.size())),
+      Kokkos::View<const uintptr_t*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+          v.data(), v.size()));
+  return reinterpret_cast<const void**>(buf.data());
+}
+#endif
+
 }  // namespace
+
+bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
+#if !defined(KKTRAIN_CUBLAS_GROUPED)
+  (void)sizes, (void)transA, (void)transB, (void)alpha, (void)A, (void)B, (void)beta, (void)C;
+  return false;  // cublasGemmGroupedBatchedEx arrived in cuBLAS 12.5
+#else
+  // One grouped GemmEx takes one dtype for A, B and C.
+  if (A.dtype != B.dtype || A.dtype != C.dtype || sizes.empty()) return false;
+  const bool vary_m = transA == 'N';
+  const int groups = static_cast<int>(sizes.size());
+  // Column-major view (gemm() above): C^T = op(B)^T op(A)^T, operands swapped.
+  std::vector<cublasOperation_t> ta(groups, op(transB)), tb(groups, op(transA));
+  std::vector<int> m(groups), n(groups), k(groups), lda(groups, static_cast<int>(B.cols)),
+      ldb(groups, static_cast<int>(A.cols)), ldc(groups, static_cast<int>(C.cols)),
+      group_size(groups, 1);
+  std::vector<float> alphas(groups, alpha), betas(groups, beta);
+  std::vector<const void*> ptrs(3 * static_cast<std::size_t>(groups));
+  const std::size_t ea = dtype_size(A.dtype), eb = dtype_size(B.dtype), ec = dtype_size(C.dtype);
+  int64_t row = 0;
+  for (int g = 0; g < groups; ++g) {
+    const int64_t size = sizes[g];
+    const char* a = static_cast<const char*>(A.data) + row * A.cols * ea;
+    const char* b =
+        static_cast<const char*>(B.data) + (vary_m ? g * B.stride() * eb : row * B.cols * eb);
+    char* c = static_cast<char*>(C.data) + (vary_m ? row * C.cols * ec : g * C.stride() * ec);
+    m[g] = static_cast<int>(transB == 'N' ? B.cols : B.rows);                    // rows of C^T
+    n[g] = static_cast<int>(vary_m ? size : (transA == 'N' ? A.rows : A.cols));  // cols of C^T
+    k[g] = static_cast<int>(vary_m ? (transB == 'N' ? B.rows : B.cols) : size);
+    ptrs[g] = b;  // the first operand of the column-major call is B
+    ptrs[groups + g] = a;
+    ptrs[2 * groups + g] = c;
+    row += size;
+  }
+  const void** dev = device_pointers(ptrs);
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      handle(), ta.data(), tb.data(), m.data(), n.data(), k.data(), alphas.data(), dev,
+      type(B.dtype), lda.data(), dev + groups, type(A.dtype), ldb.data(), betas.data(),
+      const_cast<void* const*>(reinterpret_cast<void* const*>(dev + 2 * groups)), type(C.dtype),
+      ldc.data(), groups, group_size.data(), CUBLAS_COMPUTE_32F);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  check(st, "cublasGemmGroupedBatchedEx");
+  return true;
+#endif
+}
 
 void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
           float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k) {
@@ -132,7 +203,17 @@ void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
         "rocblas_gemm_strided_batched_ex");
 }
 
+bool gemm_grouped(const std::vector<int64_t>&, char, char, float, const GemmIn&, const GemmIn&,
+                  float, const GemmOut&) {
+  return false;  // rocBLAS has no grouped GEMM: the caller runs the groups one by one
+}
+
 #else
+
+bool gemm_grouped(const std::vector<int64_t>&, char, char, float, const GemmIn&, const GemmIn&,
+                  float, const GemmOut&) {
+  return false;
+}
 
 // Host builds: never called (gemm.cpp routes bf16 to oneDNN or the converted path); present so
 // the file compiles anywhere.

@@ -16,5 +16,11 @@ namespace vendor_gpu {
 void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
           float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k);
 
+// gemm_grouped() (model/gemm.hpp) in one launch: cublasGemmGroupedBatchedEx on CUDA builds.
+// Returns false, having done nothing, where the library has no grouped call for these dtypes
+// (rocBLAS; cuBLAS for mixed dtypes), and the caller runs the groups one by one.
+bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
+
 }  // namespace vendor_gpu
 }  // namespace kktrain

@@ -112,6 +112,11 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
                  const std::function<std::vector<float>(const std::string&)>& read,
                  int64_t max_positions)
     : impl_(std::make_unique<Impl>()), max_pos_(max_positions) {
+  if (cfg.moe.enabled()) {
+    throw UsageError("generate: a mixture-of-experts model (model.moe.num_experts " +
+                     std::to_string(cfg.moe.num_experts) +
+                     ") has no KV-cache decoder yet; only dense models generate");
+  }
   Impl& m = *impl_;
   m.cfg = cfg;
   m.C = cfg.hidden_size;

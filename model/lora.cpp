@@ -34,6 +34,7 @@ bool targeted(const std::vector<std::string>& targets, const std::string& module
 
 void Transformer::register_lora(LayerParams& p) {
   for (int k = 0; k < kNumProj; ++k) {
+    if (p.weight(k) < 0) continue;  // a sparse MLP's layer: no dense gate/up/down
     const ParamInfo base = params_.info(p.weight(k));
     if (!targeted(peft_.target_modules, base.module)) continue;
     const DType d = peft_.lora_dtype.value_or(base.dtype);

@@ -1,5 +1,6 @@
 // Transformer setup: parameter registration (canonical names, ties, protected fp32), precision
-// flags, deterministic initialization, compute-weight casts and buffer management.
+// flags, deterministic initialization, units and gradient routing (working buffers:
+// model/transformer_buffers.cpp).
 #include "model/transformer.hpp"
 #include "core/host_sync.hpp"
 
@@ -22,6 +23,9 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
     : cfg_(cfg), prec_(precision), peft_(peft), buf_(std::make_unique<Buffers>()) {
   rc_ = prec_.compute == DType::bfloat16;
   register_params();
+  moe_counts_.resize(cfg_.moe.enabled() ? cfg_.num_layers : 0);
+  moe_prob_sums_.resize(moe_counts_.size());
+  moe_choices_.resize(moe_counts_.size());
   const ParamInfo& emb = params_.info(embed_);
   if (prec_.world_size == 1) {
     // Autocast semantics: the stream keeps the storage dtype promoted with the compute dtype.
@@ -69,13 +73,29 @@ void Transformer::lower_frozen_storage() {
   }
 }
 
-void Transformer::plan_layout(int rank, int world) {
+void Transformer::plan_layout(int rank, int world, int expert_parallel) {
   if (world != prec_.world_size) {
     throw InternalError("model laid out for " + std::to_string(world) +
                         " ranks, precision resolved for " + std::to_string(prec_.world_size));
   }
+  const int64_t E = cfg_.moe.num_experts;
+  if (expert_parallel > 1 && (E % expert_parallel != 0 || world % expert_parallel != 0)) {
+    throw InternalError("expert_parallel_size " + std::to_string(expert_parallel) +
+                        " does not divide the experts and the ranks");
+  }
+  ep_ = expert_parallel;
+  expert0_ = ep_ > 1 ? (rank % ep_) * (E / ep_) : 0;
+  if (ep_ > 1) {  // expert e lives on the ranks of expert-parallel rank e / (E / P)
+    for (const LayerParams& p : layers_) {
+      for (int64_t e = 0; e < E; ++e) {
+        for (int i : {p.w1[e], p.w3[e], p.w2[e]}) {
+          params_.info_mut(i).expert_owner = static_cast<int>(e / (E / ep_));
+        }
+      }
+    }
+  }
   if (world > 1) lower_frozen_storage();
-  params_.shard(rank, world);
+  params_.shard(rank, world, ep_);
 }
 
 std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
@@ -91,7 +111,17 @@ std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
     units.push_back(std::move(u));
   };
   auto block_params = [&](const LayerParams& p) {
-    std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2, p.gate, p.up, p.down};
+    std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2};
+    if (p.router < 0) {
+      v.insert(v.end(), {p.gate, p.up, p.down});
+    } else {
+      v.push_back(p.router);
+      if (ep_ == 1) {
+        const std::vector<int> x = expert_params(p);
+        v.insert(v.end(), x.begin(), x.end());
+      }
+      if (p.shared_gate >= 0) v.insert(v.end(), {p.shared_gate, p.shared_up, p.shared_down});
+    }
     for (int k = 0; k < kNumProj; ++k) {
       if (p.lora_a[k] >= 0) v.insert(v.end(), {p.lora_a[k], p.lora_b[k]});
     }
@@ -114,7 +144,23 @@ std::vector<UnitSpec> Transformer::unit_specs(bool reshard) const {
     }
     add("mtp", m, 3);
   }
+  if (ep_ > 1) {  // this rank's experts of each layer, sharded over the ranks holding them
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      add("layer" + std::to_string(l) + ".experts", expert_params(layers_[l]), 4);
+      units.back().experts = true;
+    }
+  }
   return units;
+}
+
+std::vector<int> Transformer::expert_params(const LayerParams& p) const {
+  // This rank's experts: w1, w3 interleaved (one (El, 2F, C) stack), then the w2 (El, C, F).
+  std::vector<int> v;
+  for (int64_t e = expert0_; e < expert0_ + local_experts(); ++e) {
+    v.insert(v.end(), {p.w1[e], p.w3[e]});
+  }
+  for (int64_t e = expert0_; e < expert0_ + local_experts(); ++e) v.push_back(p.w2[e]);
+  return v;
 }
 
 ComputeLayout Transformer::compute_layout() const {
@@ -141,7 +187,15 @@ ComputeLayout Transformer::compute_layout() const {
   };
   auto block = [&](const LayerParams& p) {
     fuse({p.q, p.k, p.v});
-    fuse({p.gate, p.up});
+    if (p.router < 0) {
+      fuse({p.gate, p.up});
+      return;
+    }
+    const std::vector<int> x = expert_params(p);  // [w1, w3 of each] then the w2
+    const std::size_t half = x.size() * 2 / 3;
+    fuse(std::vector<int>(x.begin(), x.begin() + half));
+    fuse(std::vector<int>(x.begin() + half, x.end()));
+    if (p.shared_gate >= 0) fuse({p.shared_gate, p.shared_up});
   };
   for (const auto& p : layers_) block(p);
   for (const auto& m : mtp_) block(m.block);
@@ -150,7 +204,12 @@ ComputeLayout Transformer::compute_layout() const {
 
 void Transformer::prepare(const ShardOptions& opts) {
   if (opts.comm) comm_ = opts.comm;
-  plan_layout(comm_->rank(), comm_->size());
+  plan_layout(comm_->rank(), comm_->size(), opts.expert_parallel);
+  if (ep_ > 1) {  // collective over comm_, in the same order on every rank
+    const int r = comm_->rank();
+    ep_comm_ = comm_->split(r / ep_, r % ep_);
+    edp_comm_ = comm_->split(r % ep_, r / ep_);
+  }
   params_.allocate();
   reshard_ = comm_->size() > 1 && opts.reshard_after_forward;
   // One rank: the layers share one compute-weight slot (cast again for backward) so the compute
@@ -158,9 +217,14 @@ void Transformer::prepare(const ShardOptions& opts) {
   units_ = std::make_unique<FsdpUnits>(params_, *comm_, unit_specs(reshard_ || comm_->size() == 1),
                                        compute_layout(), prec_.reduce);
   units_->set_grad_sync(opts.grad_sync);
+  if (ep_ > 1) units_->set_expert_comm(edp_comm_.get());
   embed_unit_ = 0;
   head_unit_ = 1 + static_cast<int>(layers_.size());
   mtp_unit_ = mtp_.empty() ? -1 : head_unit_ + 1;
+  expert_unit_.assign(layers_.size(), -1);
+  for (std::size_t l = 0; ep_ > 1 && l < layers_.size(); ++l) {
+    expert_unit_[l] = head_unit_ + 1 + static_cast<int>(l);  // no MTP head with experts
+  }
   staged_grad_.resize(params_.size());
   for (const BufferSpec& s : model_buffer_plan()) {
     DView<float> v(s.name, s.bytes / static_cast<int64_t>(sizeof(float)));
@@ -171,6 +235,18 @@ void Transformer::prepare(const ShardOptions& opts) {
   }
   rope_tables(rope_cos_.data(), rope_sin_.data(), cfg_.max_seq_len, cfg_.head_dim(),
               rope_inv_freq(cfg_.head_dim(), cfg_.rope_theta, cfg_.rope_scaling));
+}
+
+CommStats Transformer::moe_comm_stats() const {
+  CommStats s;
+  for (const auto* c : {ep_comm_.get(), edp_comm_.get()}) {
+    if (!c) continue;
+    s.bytes_sent += c->stats().bytes_sent;
+    s.seconds += c->stats().seconds;
+    s.calls += c->stats().calls;
+    s.alltoall_bytes_sent += c->stats().alltoall_bytes_sent;
+  }
+  return s;
 }
 
 std::vector<BufferSpec> Transformer::model_buffer_plan() const {
@@ -234,11 +310,42 @@ Transformer::LayerParams Transformer::register_block(const std::string& prefix, 
   p.v = add("self_attn.v_proj", {cfg_.num_kv_heads * D, C}, ParamRole::linear);
   p.o = add("self_attn.o_proj", {C, cfg_.num_heads * D}, ParamRole::linear);
   p.ln2 = add("post_attention_layernorm", {C}, ParamRole::norm);
+  if (cfg_.moe.enabled()) {
+    register_sparse_mlp(p, prefix, dtype);
+    return p;
+  }
   // gate and up back to back: one (2F, C) matrix.
   p.gate = add("mlp.gate_proj", {F, C}, ParamRole::linear);
   p.up = add("mlp.up_proj", {F, C}, ParamRole::linear);
   p.down = add("mlp.down_proj", {C, F}, ParamRole::linear);
   return p;
+}
+
+void Transformer::register_sparse_mlp(LayerParams& p, const std::string& prefix, DType dtype) {
+  // Hugging Face Mixtral names (docs/moe.md). Registered in the order of the fused compute
+  // copies: each expert's w1, w3 back to back, expert after expert, then every w2.
+  const int64_t C = cfg_.hidden_size, E = cfg_.moe.num_experts, F = cfg_.moe.intermediate_size;
+  const std::string moe = prefix + ".block_sparse_moe";
+  // The router is a protected fp32 parameter: storage, compute and gradient fp32.
+  p.router =
+      params_.add(moe + ".gate.weight", moe + ".gate", {E, C}, ParamRole::linear, DType::float32);
+  params_.info_mut(p.router).keep_fp32 = true;
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ex = moe + ".experts." + std::to_string(e);
+    p.w1.push_back(add_param(ex + ".w1", {F, C}, ParamRole::linear, dtype));
+    p.w3.push_back(add_param(ex + ".w3", {F, C}, ParamRole::linear, dtype));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ex = moe + ".experts." + std::to_string(e);
+    p.w2.push_back(add_param(ex + ".w2", {C, F}, ParamRole::linear, dtype));
+  }
+  const int64_t Fs = cfg_.moe.shared_expert_intermediate_size;
+  if (Fs > 0) {
+    const std::string sh = moe + ".shared_expert.";
+    p.shared_gate = add_param(sh + "gate_proj", {Fs, C}, ParamRole::linear, dtype);
+    p.shared_up = add_param(sh + "up_proj", {Fs, C}, ParamRole::linear, dtype);
+    p.shared_down = add_param(sh + "down_proj", {C, Fs}, ParamRole::linear, dtype);
+  }
 }
 
 void Transformer::register_params() {
@@ -304,8 +411,9 @@ void Transformer::init_weights(const std::function<bool(const std::string&)>& wh
     const ParamInfo& p = params_.info(i);
     if (which && !which(p.name)) continue;
     const uint64_t seed = cfg_.seed, stream = name_stream(p.name);
-    const bool is_out =
-        p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
+    const bool is_out = p.name.find("o_proj") != std::string::npos ||
+                        p.name.find("down_proj") != std::string::npos ||
+                        p.name.find(".w2.weight") != std::string::npos;  // an expert's down
     const float s = static_cast<float>(is_out ? out_std : std);
     const bool ones = p.role == ParamRole::norm;
     // Keyed on the element's index in the full tensor, so every rank count builds the same model.
@@ -383,182 +491,6 @@ void Transformer::flush_staged_grads() {
 void Transformer::zero_grads() {
   params_.zero_grads();
   units_->discard_gradients();
-}
-
-namespace {
-
-// Allocates the model's working buffers, or only records their sizes (planning), through one code
-// path: Transformer::buffer_plan() and ensure_buffers() cannot disagree.
-class BufferMaker {
- public:
-  BufferMaker(bool allocate, bool bf16_compute, std::vector<BufferSpec>* plan)
-      : allocate_(allocate), bf16_(bf16_compute), plan_(plan) {}
-  void group(const char* g) { group_ = g; }
-  template <class T>
-  DView<T> view(const char* name, int64_t n) {
-    record(name, n * static_cast<int64_t>(sizeof(T)));
-    return allocate_ ? DView<T>(std::string(name), n) : DView<T>();
-  }
-  TBuf compute(const char* name, int64_t n) {  // compute-dtype tensor
-    TBuf b;
-    if (bf16_) {
-      b.h = view<bf16>(name, n);
-    } else {
-      b.f = view<float>(name, n);
-    }
-    return b;
-  }
-
- private:
-  void record(const char* name, int64_t bytes) {
-    if (!plan_) return;
-    for (auto& s : *plan_) {
-      if (s.name == name && s.group == group_ && s.bytes == bytes) {
-        ++s.copies;
-        return;
-      }
-    }
-    plan_->push_back(BufferSpec{name, group_, bytes, 1});
-  }
-  bool allocate_, bf16_;
-  std::vector<BufferSpec>* plan_;
-  std::string group_;
-};
-
-void make_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelConfig& c) {
-  const int64_t N = B * T, C = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads;
-  const int64_t D = c.head_dim(), F = c.intermediate_size;
-  a.rstd1 = mk.view<float>("rstd1", N);
-  a.xn1 = mk.compute("xn1", N * C);
-  a.q = mk.compute("q", N * H * D);
-  a.k = mk.compute("k", N * KV * D);
-  a.v = mk.compute("v", N * KV * D);
-  a.lse = mk.view<float>("lse", N * H);
-  a.o = mk.compute("o", N * H * D);
-  a.x1 = mk.view<float>("x1", N * C);
-  a.rstd2 = mk.view<float>("rstd2", N);
-  a.xn2 = mk.compute("xn2", N * C);
-  a.gu = mk.compute("gu", N * 2 * F);
-  a.a = mk.compute("a", N * F);
-}
-
-}  // namespace
-
-void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
-                               std::vector<BufferSpec>* plan) const {
-  BufferMaker mk(allocate, rc_, plan);
-  b = Buffers();
-  b.B = B;
-  b.T = T;
-  const int64_t N = B * T, C = cfg_.hidden_size, V = cfg_.vocab_size;
-  const int64_t H = cfg_.num_heads, KV = cfg_.num_kv_heads, D = cfg_.head_dim();
-  const int64_t F = cfg_.intermediate_size, Q = (H + 2 * KV) * D;
-  const bool ckpt = cfg_.activation_checkpointing;
-  mk.group("batch");
-  b.ids = mk.view<int32_t>("ids", N);
-  b.targets = mk.view<int32_t>("targets", N);
-  b.row_start = mk.view<int32_t>("row_start", V + 1);
-  b.positions = mk.view<int32_t>("positions", N);
-  // Kept from forward to backward: the residual stream and each layer's activations (one set,
-  // recomputed per layer, with activation checkpointing).
-  mk.group("activations");
-  for (int64_t l = 0; l <= cfg_.num_layers; ++l) b.res.push_back(mk.view<float>("res", N * C));
-  const int64_t nacts = ckpt ? std::min<int64_t>(1, cfg_.num_layers) : cfg_.num_layers;
-  b.acts.resize(nacts);
-  mk.group(ckpt ? "recompute" : "activations");
-  for (auto& a : b.acts) make_acts(mk, a, B, T, cfg_);
-  mk.group("head");
-  b.xf = mk.compute("xf", N * C);
-  b.rstd_f = mk.view<float>("rstd_f", N);
-  b.losses = mk.view<float>("losses", N);
-  b.dxf = mk.view<float>("dxf", N * C);
-  b.logits = mk.compute("logits", std::min(N, cfg_.loss_chunk_tokens) * V);
-  b.hidden = mk.view<float>("hidden", N * C);
-  mk.group("scratch");
-  if (ckpt) b.recompute_out = mk.view<float>("recompute_out", N * C);
-  b.qkv = mk.compute("qkv", N * Q);
-  b.proj = mk.compute("proj", N * C);
-  // The tiled attention's workspace: tiles and row statistics, linear in T (none of it T x T).
-  const AttentionWorkspaceSizes aw =
-      attention_workspace_sizes(AttentionDims{B, T, H, KV, D, 1.0f}, attention_kernel(), rc_);
-  b.att_scores = mk.view<float>("att_scores", aw.scores);
-  b.att_dprobs = mk.view<float>("att_dprobs", aw.dprobs);
-  b.att_probs = mk.compute("att_probs", aw.probs);
-  b.att_dscores = mk.compute("att_dscores", aw.dscores);
-  b.att_out_acc = mk.view<float>("att_out_acc", aw.out_acc);
-  b.att_row_max = mk.view<float>("att_row_max", aw.row_stats);
-  b.att_row_sum = mk.view<float>("att_row_sum", aw.row_stats);
-  b.att_delta = mk.view<float>("att_delta", aw.delta);
-  b.dres = mk.view<float>("dres", N * C);
-  b.dc = mk.compute("dc", N * C);
-  b.dxn = mk.view<float>("dxn", N * C);
-  b.dgu = mk.compute("dgu", N * 2 * F);
-  b.da = mk.view<float>("da", N * F);
-  b.dqkv = mk.compute("dqkv", N * Q);
-  b.dq = mk.view<float>("dq", N * H * D);
-  b.dk = mk.view<float>("dk", N * KV * D);
-  b.dv = mk.view<float>("dv", N * KV * D);
-  b.dtok = mk.view<float>("dtok", N * H * D);
-  b.dheads = mk.compute("dheads", N * H * D);
-  if (peft_.enabled) {
-    const int64_t widest = std::max({Q, 2 * F, C});
-    b.lora_t = mk.compute("lora_t", N * peft_.dim);
-    b.lora_dt = mk.compute("lora_dt", N * peft_.dim);
-    b.lora_y = mk.compute("lora_y", N * widest);
-  }
-  const int64_t dw_size = std::max({Q * C, 2 * F * C, V * C, 2 * C * C, H * D * C});
-  b.dw = mk.view<float>("dw", dw_size);
-  b.norm_partial = mk.view<float>("norm_partial", rmsnorm_partial_size(N, C));
-  if (!mtp_.empty()) {
-    b.dcat = mk.view<float>("dcat", N * 2 * C);
-    b.dh = mk.view<float>("dh", N * C);
-    b.dh_prev = mk.view<float>("dh_prev", N * C);
-    b.den = mk.view<float>("den", N * C);
-    b.dhn = mk.view<float>("dhn", N * C);
-    b.demb = mk.view<float>("demb", N * C);
-    b.en = mk.view<float>("mtp_en", N * C);
-    b.hn = mk.view<float>("mtp_hn", N * C);
-    b.mtp.resize(mtp_.size());
-    b.mtp_block.resize(mtp_.size());
-    for (std::size_t k = 0; k < mtp_.size(); ++k) {
-      mk.group("mtp");
-      MtpActs& m = b.mtp[k];
-      m.ids = mk.view<int32_t>("mtp_ids", N);
-      m.targets = mk.view<int32_t>("mtp_targets", N);
-      m.row_start = mk.view<int32_t>("mtp_row_start", V + 1);
-      m.positions = mk.view<int32_t>("mtp_positions", N);
-      m.emb = mk.view<float>("mtp_emb", N * C);
-      m.rstd_e = mk.view<float>("mtp_rstd_e", N);
-      m.rstd_h = mk.view<float>("mtp_rstd_h", N);
-      m.cat = mk.compute("mtp_cat", N * 2 * C);
-      m.h_in = mk.view<float>("mtp_h_in", N * C);
-      m.h_out = mk.view<float>("mtp_h_out", N * C);
-      m.xf = mk.compute("mtp_xf", N * C);
-      m.rstd_f = mk.view<float>("mtp_rstd_f", N);
-      m.dxf = mk.view<float>("mtp_dxf", N * C);
-      m.losses = mk.view<float>("mtp_losses", N);
-      make_acts(mk, b.mtp_block[k], B, T, cfg_);
-    }
-  }
-}
-
-void Transformer::ensure_buffers(int64_t B, int64_t T) {
-  if (buf_->B == B && buf_->T == T) return;
-  if (T > cfg_.max_seq_len) {
-    throw InputError("sequence length " + std::to_string(T) + " exceeds model.max_seq_len " +
-                     std::to_string(cfg_.max_seq_len));
-  }
-  *buf_ = Buffers();  // free the old shape's buffers before allocating the new ones
-  make_buffers(*buf_, B, T, true, nullptr);
-  hidden_ = buf_->hidden;
-  kept_logits_ = DView<float>();
-}
-
-std::vector<BufferSpec> Transformer::buffer_plan(int64_t B, int64_t T) const {
-  std::vector<BufferSpec> plan;
-  Buffers scratch;
-  make_buffers(scratch, B, T, false, &plan);
-  return plan;
 }
 
 }  // namespace kktrain

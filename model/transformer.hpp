@@ -58,6 +58,8 @@ struct ForwardOptions {
   // the forward's own). Null: read back into ForwardResult.
   DeviceSums* loss_sums = nullptr;
   static constexpr int kLossSlot = 0, kMtpSlot = 1, kMtpScratchSlot = 2;
+  // Mixture of experts: keep each layer's chosen experts for routing() (a host copy per layer).
+  bool keep_routing = false;
 };
 
 // How the model is laid out over ranks; see Transformer::prepare().
@@ -65,6 +67,9 @@ struct ShardOptions {
   Communicator* comm = nullptr;       // null: one rank
   bool reshard_after_forward = true;  // several ranks: gather layers again for backward
   GradSync grad_sync = GradSync::every_micro_batch;  // several ranks: parallel/fsdp.hpp
+  // Mixture of experts: split the experts over groups of this many consecutive ranks
+  // (distributed.expert_parallel_size; docs/moe.md).
+  int expert_parallel = 1;
 };
 
 // One buffer of the model's working memory for a micro-batch shape (Transformer::buffer_plan).
@@ -84,6 +89,9 @@ struct ForwardResult {
   double mtp_loss = 0.0;  // mean over MTP depths of their mean losses (0 without MTP)
   // The gradient is that of loss + model.mtp_loss_weight * mtp_loss.
   int64_t tokens = 0;  // counted (non-ignored) target tokens of the main head
+  // Mixture of experts: the load-balancing loss (unweighted; the gradient is that of
+  // loss + model.moe.aux_loss_coef * aux_loss), 0 for a dense model.
+  double aux_loss = 0.0;
 };
 
 class Transformer {
@@ -99,7 +107,7 @@ class Transformer {
   // lowers frozen ordinary parameters to the compute dtype (not trainable, model-protected fp32
   // or LoRA ones) and shards the registry for rank `rank` of `world`, which must be the world
   // size the precision was resolved for.
-  void plan_layout(int rank, int world);
+  void plan_layout(int rank, int world, int expert_parallel = 1);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -127,6 +135,9 @@ class Transformer {
   // the compute dtype), else empty.
   DView<float> hidden_states() const { return hidden_; }
   DView<float> logits() const { return kept_logits_; }
+  // (B*T, top_k) experts each token of layer l chose, best first, in the last forward with
+  // keep_routing (empty otherwise or for a dense model).
+  const std::vector<int32_t>& routing(int64_t layer) const { return moe_choices_.at(layer); }
   int64_t mtp_depth() const { return cfg_.mtp_num_layers; }
 
   bool compute_bf16() const { return rc_; }
@@ -146,11 +157,18 @@ class Transformer {
   ComputeLayout compute_layout() const;
   // The units, for buffer accounting and tests (valid after prepare(allocate = true)).
   const FsdpUnits& units() const { return *units_; }
+  // Traffic of the expert-parallel communicators (docs/moe.md) since prepare(): the token
+  // all-to-alls, and everything they sent (the all-to-alls and the experts' shard collectives).
+  CommStats moe_comm_stats() const;
 
  private:
   // A block's parameters (registry indices), projections in Proj order (model/block.hpp).
   struct LayerParams {
-    int ln1, q, k, v, o, ln2, gate, up, down;
+    int ln1, q, k, v, o, ln2, gate = -1, up = -1, down = -1;  // gate/up/down: dense MLP only
+    // A sparse MLP (model.moe): the fp32 router, each expert's w1 (gate), w3 (up), w2 (down),
+    // and the optional shared expert.
+    int router = -1, shared_gate = -1, shared_up = -1, shared_down = -1;
+    std::vector<int> w1, w3, w2;
     int lora_a[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};  // LoRA adapters (model/lora.cpp)
     int lora_b[kNumProj] = {-1, -1, -1, -1, -1, -1, -1};
     int weight(int proj) const {
@@ -169,9 +187,15 @@ class Transformer {
  private:
   int add_param(const std::string& module, std::vector<int64_t> shape, ParamRole role, DType dtype);
   LayerParams register_block(const std::string& prefix, DType dtype);
+  void register_sparse_mlp(LayerParams& p, const std::string& prefix, DType dtype);
+  // The load-balancing loss of this forward from each layer's routing statistics, and the
+  // per-expert gradient factor the backward adds (moe_aux_grad_).
+  double moe_aux_loss(float grad_scale, bool backward);
   void register_params();
   void lower_frozen_storage();
   std::vector<UnitSpec> unit_specs(bool reshard) const;
+  // A sparse layer's experts this rank holds, in their compute-buffer order.
+  std::vector<int> expert_params(const LayerParams& p) const;
   std::vector<BufferSpec> model_buffer_plan() const;  // allocated by prepare()
   // Full compute weights: typed (GEMM operands, the embedding) and fp32 (norm weights).
   CRef w(int param) const { return units_->compute_weight(param); }
@@ -266,6 +290,20 @@ class Transformer {
   DView<float> hidden_;
   DView<float> kept_logits_;  // (B*T, V) of the last forward with keep_logits
   std::unique_ptr<Buffers> buf_;
+  // Mixture of experts: each layer's assignments per expert and summed router probabilities
+  // from the last forward (host), and the load-balancing loss's gradient factor (E) for backward.
+  std::vector<std::vector<int64_t>> moe_counts_;
+  std::vector<std::vector<double>> moe_prob_sums_;
+  DView<float> moe_aux_grad_;
+  std::vector<std::vector<int32_t>> moe_choices_;
+  // Expert parallelism: the group size, this rank's first expert, the group's communicator (the
+  // token exchange) and that of the ranks holding the same experts (their shards' collectives),
+  // and each layer's unit of this rank's experts (-1 when the experts are in the layer's unit).
+  int ep_ = 1;
+  int64_t expert0_ = 0;
+  std::unique_ptr<Communicator> ep_comm_, edp_comm_;
+  std::vector<int> expert_unit_;
+  int64_t local_experts() const { return cfg_.moe.num_experts / ep_; }
   bool have_backward_ = false;
   bool last_compute_mtp_ = false;
   int64_t B_ = 0, T_ = 0;

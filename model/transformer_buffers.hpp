@@ -63,6 +63,13 @@ struct Transformer::Buffers {
   // halves, and the embedding lookup.
   DView<float> dcat, dh, dh_prev, den, dhn, demb;
   DView<float> en, hn;  // (N, C) MTP forward: the two normed halves (compute-dtype values)
+  // A sparse MLP's scratch (model/moe.hpp MoeScratch): (N, E) logits, (N, C) fp32 combine and
+  // shared-expert output; backward (NK, C) expert-output gradient, (NK, F) fp32, (NK, 2F),
+  // (NK, C) fp32, (NK) combine-weight and (N, E) router-logit gradients; the shared expert's.
+  DView<float> moe_logits, moe_y, moe_da, moe_dweight, moe_dlogits, moe_sda;
+  TBuf moe_sy, moe_dye, moe_dxs, moe_dh, moe_sdgu;
+  // Expert parallelism: the local experts' rows (model/moe.hpp MoeScratch).
+  TBuf moe_ye_local, moe_dye_local, moe_dx_local, moe_peer;
   // LoRA scratch: (N, r) adapter activations and their gradient; (N, out) delta / gradient.
   TBuf lora_t, lora_dt, lora_y;
   std::vector<MtpActs> mtp;          // one per MTP depth

@@ -34,8 +34,18 @@ BlockWeights Transformer::block_weights(const LayerParams& p) const {
   bw.ln2 = wf(p.ln2);
   bw.qkv = w(p.q);  // q, k, v are one fused group: adjacent rows of the compute buffer
   bw.o = w(p.o);
-  bw.gate_up = w(p.gate);  // gate, up likewise
-  bw.down = w(p.down);
+  if (p.router < 0) {
+    bw.gate_up = w(p.gate);  // gate, up likewise
+    bw.down = w(p.down);
+  } else {  // a sparse MLP: the experts' w1/w3 and w2 are fused stacks (compute_layout)
+    bw.moe.router = wf(p.router);
+    bw.moe.w13 = w(p.w1[expert0_]);  // this rank's first expert
+    bw.moe.w2 = w(p.w2[expert0_]);
+    if (p.shared_gate >= 0) {
+      bw.moe.shared_gate_up = w(p.shared_gate);
+      bw.moe.shared_down = w(p.shared_down);
+    }
+  }
   for (int k = 0; k < kNumProj; ++k) {
     if (p.lora_a[k] < 0) continue;
     LoraWeights& l = bw.lora[k];
@@ -78,6 +88,26 @@ BlockScratch<TC> Transformer::block_scratch() const {
   s.lora_t = b.lora_t.p<TC>();
   s.lora_dt = b.lora_dt.p<TC>();
   s.lora_y = b.lora_y.p<TC>();
+  if (cfg_.moe.enabled()) {
+    MoeScratch<TC>& m = s.moe;
+    m.logits = b.moe_logits.data();
+    m.y = b.moe_y.data();
+    m.dye = b.moe_dye.p<TC>();
+    m.da = b.moe_da.data();
+    m.dh = b.moe_dh.p<TC>();
+    m.dxs = b.moe_dxs.p<TC>();
+    auto opt = [](const TBuf& t) { return t.empty() ? nullptr : t.p<TC>(); };
+    m.ye_local = opt(b.moe_ye_local);
+    m.dye_local = opt(b.moe_dye_local);
+    m.dx_local = opt(b.moe_dx_local);
+    m.peer = opt(b.moe_peer);
+    m.dweight = b.moe_dweight.data();
+    m.dlogits = b.moe_dlogits.data();
+    m.sy = b.moe_sy.empty() ? nullptr : b.moe_sy.p<TC>();
+    m.sdgu = b.moe_sdgu.empty() ? nullptr : b.moe_sdgu.p<TC>();
+    m.sda = b.moe_sda.data();
+    m.dc = b.dc.p<TC>();
+  }
   return s;
 }
 
@@ -93,6 +123,20 @@ BlockDims Transformer::block_dims() const {
   d.eps = static_cast<float>(cfg_.rms_norm_eps);
   d.rs = rs_;
   d.rc = rc_;
+  const MoeConfig& e = cfg_.moe;
+  if (e.enabled()) {
+    d.moe.N = d.N();
+    d.moe.C = d.C;
+    d.moe.E = e.num_experts;
+    d.moe.K = e.top_k;
+    d.moe.F = e.intermediate_size;
+    d.moe.Fs = e.shared_expert_intermediate_size;
+    d.moe.norm_topk = e.norm_topk_prob;
+    d.moe.rc = rc_;
+    d.moe.aux_grad = moe_aux_grad_.extent(0) > 0 ? moe_aux_grad_.data() : nullptr;
+    d.moe.ep = ep_ > 1 ? ep_comm_.get() : nullptr;
+    d.moe.expert0 = expert0_;
+  }
   return d;
 }
 
@@ -105,7 +149,16 @@ template <class TC>
 void Transformer::block_backward(const LayerParams& p, float* dres, const float* inp,
                                  const BlockActs& a) {
   // The registry index of a block weight (-1: an adapter the block does not have).
-  auto param_of = [&p](int weight) {
+  auto param_of = [&p, this](int weight) {
+    if (weight >= kMoeExpert0) {  // local expert -> its global index
+      const int e = static_cast<int>(expert0_) + (weight - kMoeExpert0) / 3;
+      const int which = (weight - kMoeExpert0) % 3;
+      return which == 0 ? p.w1[e] : which == 1 ? p.w3[e] : p.w2[e];
+    }
+    if (weight == kMoeRouter) return p.router;
+    if (weight == kMoeSharedGate) return p.shared_gate;
+    if (weight == kMoeSharedUp) return p.shared_up;
+    if (weight == kMoeSharedDown) return p.shared_down;
     if (weight == kLn1) return p.ln1;
     if (weight == kLn2) return p.ln2;
     if (weight < kLoraA0) return p.weight(weight - kProj0);

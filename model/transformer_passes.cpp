@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "core/host_sync.hpp"
 #include "model/attention.hpp"
 #include "model/gemm.hpp"
 #include "model/kernels.hpp"
@@ -130,6 +131,43 @@ void Transformer::backward() {
   }
 }
 
+double Transformer::moe_aux_loss(float grad_scale, bool backward) {
+  const MoeConfig& moe = cfg_.moe;
+  if (!moe.enabled()) return 0.0;
+  // Pooled over the layers as Mixtral's loss pools their router outputs: f_e, the fraction of
+  // all (token, choice) assignments that chose e, over L N tokens; P_e the mean probability.
+  const int64_t E = moe.num_experts, L = cfg_.num_layers;
+  const double tokens = static_cast<double>(L * buf_->B * buf_->T);
+  std::vector<double> f(E, 0.0), prob(E, 0.0);
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t e = 0; e < E; ++e) {
+      f[e] += static_cast<double>(moe_counts_[l][e]) / tokens;
+      prob[e] += moe_prob_sums_[l][e] / tokens;
+    }
+  }
+  double aux = 0.0;
+  for (int64_t e = 0; e < E; ++e) aux += f[e] * prob[e];
+  aux *= static_cast<double>(E);
+  if (backward) {
+    // d(coef * aux)/d p[l, n, e] = coef * E * f_e / (L N), times the accumulation scale.
+    if (moe.aux_loss_coef == 0.0) {
+      moe_aux_grad_ = DView<float>();
+    } else {
+      std::vector<float> g(E);
+      for (int64_t e = 0; e < E; ++e) {
+        g[e] = static_cast<float>(moe.aux_loss_coef * grad_scale * static_cast<double>(E) * f[e] /
+                                  tokens);
+      }
+      if (moe_aux_grad_.extent(0) != static_cast<std::size_t>(E)) {
+        moe_aux_grad_ = DView<float>("moe_aux_grad", E);
+      }
+      // On the queue (pageable memory, staged before the call returns): no fence.
+      Kokkos::deep_copy(ExecSpace(), moe_aux_grad_, HViewU<float>(g.data(), g.size()));
+    }
+  }
+  return aux;
+}
+
 template <class TC>
 ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOptions& opts) {
   Buffers& b = *buf_;
@@ -155,14 +193,35 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   if (lm_head_ != embed_ && !mtp) release_after_forward(embed_unit_);
   for (int64_t l = 0; l < L; ++l) {
     const int unit = 1 + static_cast<int>(l);
-    gather(unit, l + 1 < L ? unit + 1 : head_unit_);
+    const int next = l + 1 < L ? unit + 1 : head_unit_;
+    gather(unit, expert_unit_[l] >= 0 ? expert_unit_[l] : next);
+    if (expert_unit_[l] >= 0) gather(expert_unit_[l], next);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    // A sparse layer waits for its routing (the token counts per expert size its products and
+    // exchange: dropless); a dense one never waits.
+    SyncScope why(SyncCause::routing);
     block_forward<TC>(layers_[l], b.res[l + 1].data(), b.res[l].data(), a);
+    if (cfg_.moe.enabled()) {  // the routing statistics of the load-balancing loss
+      moe_counts_[l] = a.moe.host_counts;
+      auto ps = Kokkos::create_mirror_view(a.moe.prob_sums);
+      Kokkos::deep_copy(ps, a.moe.prob_sums);
+      count_host_sync();
+      moe_prob_sums_[l].assign(ps.data(), ps.data() + ps.extent(0));
+      moe_choices_[l].clear();
+      if (opts.keep_routing) {
+        auto ch = Kokkos::create_mirror_view(a.moe.choice);
+        Kokkos::deep_copy(ch, a.moe.choice);
+        count_host_sync();
+        moe_choices_[l].assign(ch.data(), ch.data() + ch.extent(0));
+      }
+    }
     boundary_output(b.res[l + 1].data(), N * C);
     release_after_forward(unit);
+    if (expert_unit_[l] >= 0) release_after_forward(expert_unit_[l]);
   }
   ForwardResult r;
   r.tokens = b.count;
+  r.aux_loss = moe_aux_loss(opts.grad_scale, backward);
   gather(head_unit_, mtp ? mtp_unit_ : -1);
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
@@ -261,8 +320,10 @@ void Transformer::backward_impl() {
   boundary_grad_out_of_unit(b.dres.data(), N * C);
   for (int64_t l = L - 1; l >= 0; --l) {
     const int unit = 1 + static_cast<int>(l);
-    gather(unit, l > 0 ? unit - 1 : -1);
+    gather(unit, expert_unit_[l] >= 0 ? expert_unit_[l] : (l > 0 ? unit - 1 : -1));
+    if (expert_unit_[l] >= 0) gather(expert_unit_[l], l > 0 ? unit - 1 : -1);
     BlockActs& a = b.acts[cfg_.activation_checkpointing ? 0 : l];
+    SyncScope why(SyncCause::routing);  // a sparse layer's recompute and exchange plan
     if (cfg_.activation_checkpointing) {
       // Recompute this block's activations under the same compute dtype; same kernels, same
       // inputs, so the gradients are bitwise those of the stored-activation run.
@@ -273,6 +334,10 @@ void Transformer::backward_impl() {
     boundary_grad_out_of_unit(b.dres.data(), N * C);
     reduce(unit);
     release_after_forward(unit);
+    if (expert_unit_[l] >= 0) {
+      reduce(expert_unit_[l]);
+      release_after_forward(expert_unit_[l]);
+    }
   }
   if (params_.info(embed_).trainable) {
     embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);

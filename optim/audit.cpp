@@ -140,6 +140,43 @@ std::pair<bool, std::vector<std::string>> precision_warnings(const Config& cfg,
   return {risky, w};
 }
 
+namespace {
+
+bool is_expert(const ParamInfo& p) {
+  return p.name.find(".block_sparse_moe.experts.") != std::string::npos;
+}
+
+AuditReport::Moe moe_audit(const ParamRegistry& params) {
+  AuditReport::Moe m;
+  m.expert_parallel = params.expert_parallel();
+  m.expert_elements_per_rank.assign(params.shard_world(), 0);
+  for (const auto& p : params.all()) {
+    if (p.name.find(".block_sparse_moe.gate.") != std::string::npos) m.routers.push_back(p.name);
+    if (!is_expert(p)) continue;
+    m.expert_elements += p.numel;
+    for (int rank = 0; rank < params.shard_world(); ++rank) {
+      m.expert_elements_per_rank[rank] += params.rows_on_rank(p, rank) * p.row_len;
+    }
+  }
+  return m;
+}
+
+std::string moe_text(const AuditReport::Moe& m, int world) {
+  std::ostringstream os;
+  os << "mixture of experts: " << m.routers.size()
+     << " routers, protected fp32 (storage, compute and gradient; routing math fp32): ";
+  for (std::size_t i = 0; i < m.routers.size(); ++i) os << (i ? ", " : "") << m.routers[i];
+  os << "\nexpert parameters: " << m.expert_elements << " elements";
+  if (world > 1) {
+    os << ", expert_parallel_size " << m.expert_parallel << "; held per rank:";
+    for (int r = 0; r < world; ++r) os << " " << m.expert_elements_per_rank[r];
+  }
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace
+
 AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
                             const std::vector<std::string>& config_warnings) {
   AuditReport r;
@@ -176,7 +213,7 @@ AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
     b.rank = rank;
     for (const auto& row : r.rows) {
       const ParamInfo& p = *row.param;
-      const int64_t n = ParamRegistry::shard_rows_of(p.rows, rank, r.world) * p.row_len;
+      const int64_t n = params.rows_on_rank(p, rank) * p.row_len;
       b.bytes_params += static_cast<int64_t>(dtype_size(p.dtype)) * n;
       b.bytes_grads += size_of(row.grad) * n;
       b.bytes_moments += (size_of(row.state.exp_avg) + size_of(row.state.exp_avg_sq) +
@@ -186,6 +223,7 @@ AuditReport precision_audit(const Config& cfg, const ParamRegistry& params,
     }
     if (rank == 0 || b.total() > r.per_rank.total()) r.per_rank = b;
   }
+  if (cfg.model.moe.enabled()) r.moe = moe_audit(params);
   return r;
 }
 
@@ -242,6 +280,7 @@ std::string audit_table(const AuditReport& r) {
                   fmt_bytes(b.bytes_master).c_str(), fmt_bytes(b.total()).c_str());
     os << line;
   }
+  if (r.moe) os << moe_text(*r.moe, r.world);
   if (r.peak) os << peak_text(*r.peak);
   if (!r.pattern_peaks.empty()) {
     os << "predicted peak of this model and run under each pattern:\n";
@@ -284,7 +323,8 @@ std::string audit_json(const AuditReport& r) {
        << ", \"momentum\": " << size_of(row.state.momentum)
        << ", \"master\": " << master_bytes(row.state.master) << "}"
        << ", \"bytes_per_element\": " << row.bytes_per_element << ", \"bytes\": " << row.bytes
-       << ", \"shard_rows\": " << p.shard_rows << "}";
+       << ", \"shard_rows\": " << p.shard_rows
+       << ", \"protected_fp32\": " << (p.keep_fp32 ? "true" : "false") << "}";
   }
   const ResolvedPrecision& pr = r.precision;
   os << "], \"optimizer\": " << json_string(r.optimizer)
@@ -328,8 +368,21 @@ std::string audit_json(const AuditReport& r) {
     }
     os << "}";
   }
-  os << "}"
-     << ", \"world_size\": " << r.world << ", \"warnings\": [";
+  os << "}";
+  if (r.moe) {
+    os << ", \"moe\": {\"routers\": [";
+    for (std::size_t i = 0; i < r.moe->routers.size(); ++i) {
+      os << (i ? ", " : "") << json_string(r.moe->routers[i]);
+    }
+    os << "], \"router_dtype\": \"float32\", \"expert_parallel_size\": " << r.moe->expert_parallel
+       << ", \"expert_elements\": " << r.moe->expert_elements
+       << ", \"expert_elements_per_rank\": [";
+    for (std::size_t i = 0; i < r.moe->expert_elements_per_rank.size(); ++i) {
+      os << (i ? ", " : "") << r.moe->expert_elements_per_rank[i];
+    }
+    os << "]}";
+  }
+  os << ", \"world_size\": " << r.world << ", \"warnings\": [";
   for (std::size_t i = 0; i < r.warnings.size(); ++i) {
     os << (i ? ", " : "") << json_string(r.warnings[i]);
   }

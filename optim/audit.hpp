@@ -66,6 +66,16 @@ struct AuditReport {
     std::string error;
   };
   std::vector<PatternPeak> pattern_peaks;
+  // A mixture-of-experts model: its routers (protected fp32 parameters: fp32 storage, compute
+  // and gradient whatever the compute dtype) and the expert parameters' elements, in all and
+  // held by each rank.
+  struct Moe {
+    std::vector<std::string> routers;
+    int64_t expert_elements = 0;
+    std::vector<int64_t> expert_elements_per_rank;
+    int expert_parallel = 1;
+  };
+  std::optional<Moe> moe;
   double bytes_per_trainable() const {
     return trainable_elements ? static_cast<double>(bytes_trainable) / trainable_elements : 0.0;
   }

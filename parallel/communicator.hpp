@@ -26,6 +26,7 @@ struct CommStats {
   double bytes_sent = 0.0;  // payload bytes sent by this rank (ring-algorithm volume)
   double seconds = 0.0;     // wall time inside buffer collectives
   int64_t calls = 0;
+  double alltoall_bytes_sent = 0.0;  // of bytes_sent: by alltoallv_bytes, to other ranks
 };
 
 class Communicator {
@@ -48,6 +49,21 @@ class Communicator {
   void reduce_scatter_sum(const DBytesU& send, const DBytesU& recv, DType dtype);
   // In-place sum across ranks.
   void allreduce_sum(const DViewU<float>& data);
+  // All-to-all of blocks of any sizes. `bytes` (size() x size(), the same on every rank):
+  // bytes[i * size() + j] is what rank i sends rank j. send holds this rank's blocks for ranks
+  // 0, 1, ... back to back; recv receives them from ranks 0, 1, ... back to back (rank i's block
+  // for this rank at the sum of bytes[i' * size() + rank()] over i' < i). Blocks of any size (MPI
+  // implementations cut calls into pieces whose counts fit an int).
+  void alltoallv_bytes(const DBytesU& send, const DBytesU& recv,
+                       const std::vector<uint64_t>& bytes);
+
+  // A communicator over some of this one's ranks: those that pass the same color form one,
+  // ranked by key (MPI_Comm_split's semantics). Collective over this communicator. Buffer
+  // collectives on it are counted in its own stats().
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Every rank's host values, rank-major: out[r * v.size() + i] is rank r's v[i] (every rank
+  // passes as many values).
+  virtual std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& v) = 0;
 
   // reduce_scatter_sum, started now and completed by wait_collective(ticket): send and recv stay
   // untouched until then. The MPI communicator with set_nonblocking(true) starts an
@@ -106,6 +122,8 @@ class Communicator {
     return kDone;
   }
   virtual void wait_impl(int /*ticket*/) {}
+  // bytes checked to be size() x size() and to fit send and recv.
+  virtual void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) = 0;
   CommStats stats_;
   bool nonblocking_ = false;
 };
@@ -125,11 +143,16 @@ class SingleCommunicator final : public Communicator {
   int first_failing_rank(bool failed, double) override { return failed ? 0 : 1; }
   [[noreturn]] void abort(int exit_code) override;
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<SingleCommunicator>();
+  }
+  std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& v) override { return v; }
 
  protected:
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override;
   void reduce_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype) override;
   void allreduce_impl(float*, std::size_t) override {}
+  void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) override;
 };
 
 // True when this process was started by an MPI launcher (mpirun/srun/mpiexec).

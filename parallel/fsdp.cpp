@@ -216,6 +216,7 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpe
   for (auto& spec : units) {
     Unit u;
     u.spec = std::move(spec);
+    u.world = u.spec.experts ? reg.expert_data_parallel() : world_;
     for (std::size_t k = 0; k < u.spec.params.size(); ++k) {
       const int p = u.spec.params[k];
       if (unit_of_[p] >= 0) throw InternalError("parameter in two units: " + reg.info(p).name);
@@ -228,7 +229,10 @@ FsdpUnits::FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpe
     units_.push_back(std::move(u));
   }
   for (int p = 0; p < reg.size(); ++p) {
-    if (unit_of_[p] < 0) throw InternalError("parameter in no unit: " + reg.info(p).name);
+    // Expert parameters held by other expert-parallel ranks are in none of this rank's units.
+    const int owner = reg.info(p).expert_owner;
+    const bool held = owner < 0 || owner == rank_ % reg.expert_parallel();
+    if (unit_of_[p] < 0 && held) throw InternalError("parameter in no unit: " + reg.info(p).name);
   }
   weight_slots_.resize(weight_slots);
   grad_slots_.resize(grad_slots);
@@ -272,6 +276,23 @@ void FsdpUnits::plan_unit(Unit& u) const {
   }
 }
 
+void FsdpUnits::set_expert_comm(Communicator* comm) {
+  if (comm && (comm->size() != reg_.expert_data_parallel() ||
+               comm->rank() != rank_ / reg_.expert_parallel())) {
+    throw InternalError("expert communicator of rank " + std::to_string(comm->rank()) + " of " +
+                        std::to_string(comm->size()) + " for expert shards over " +
+                        std::to_string(reg_.expert_data_parallel()) + " ranks");
+  }
+  expert_comm_ = comm;
+}
+
+Communicator& FsdpUnits::unit_comm(const Unit& u) const {
+  if (!u.spec.experts || reg_.expert_parallel() == 1) return *comm_;
+  if (!expert_comm_)
+    throw InternalError("expert unit " + u.spec.name + " without its communicator");
+  return *expert_comm_;
+}
+
 char* FsdpUnits::weight_buffer(const Unit& u) {
   Kokkos::View<char*, MemSpace>& b = weight_slots_[u.spec.weight_slot];
   if (b.extent(0) < u.weight_bytes) {
@@ -307,7 +328,7 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
       w = std::max(w, static_cast<int64_t>(u.weight_bytes));
       if (f.world_ > 1) {
         send = std::max(send, static_cast<int64_t>(u.block_bytes));
-        recv = std::max(recv, static_cast<int64_t>(u.block_bytes) * f.world_);
+        recv = std::max(recv, static_cast<int64_t>(u.block_bytes) * u.world);
       }
     }
     // Gradient slots, wires and accumulators exist only on several ranks, for units with
@@ -317,7 +338,7 @@ UnitBufferBytes FsdpUnits::plan(const ParamRegistry& reg, std::vector<UnitSpec> 
       g = std::max(g, u.numel * static_cast<int64_t>(sizeof(float)));
       int64_t& s = overlapped ? red_send : send;
       int64_t& r = overlapped ? red_recv : recv;
-      s = std::max(s, u.red_count * esize * f.world_);
+      s = std::max(s, u.red_count * esize * u.world);
       r = std::max(r, u.red_count * esize);
       if (accumulates) {
         for (int p : u.spec.params) {
@@ -351,16 +372,16 @@ void FsdpUnits::gather(int unit) {
     if (world_ == 1) {
       cast_weights(u, out);
     } else if (prefetch_unit_ == unit) {  // its all-gather is in flight: complete it
-      comm_->wait_collective(prefetch_ticket_);
+      prefetch_comm_->wait_collective(prefetch_ticket_);
       prefetch_unit_ = -1;
       unpack_weights(u, out);
     } else {
       drop_prefetch();
       ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
-      ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
+      ensure_bytes(wire_recv_, u.block_bytes * u.world, "fsdp_wire_recv");
       pack_shards(u, wire_send_.data());
-      comm_->allgather_bytes(DBytesU(wire_send_.data(), u.block_bytes),
-                             DBytesU(wire_recv_.data(), u.block_bytes * world_));
+      unit_comm(u).allgather_bytes(DBytesU(wire_send_.data(), u.block_bytes),
+                                   DBytesU(wire_recv_.data(), u.block_bytes * u.world));
       unpack_weights(u, out);
     }
   }
@@ -373,16 +394,18 @@ void FsdpUnits::prefetch(int unit) {
   if (u.gathered || u.weight_bytes == 0 || prefetch_unit_ == unit) return;
   drop_prefetch();
   ensure_bytes(wire_send_, u.block_bytes, "fsdp_wire_send");
-  ensure_bytes(wire_recv_, u.block_bytes * world_, "fsdp_wire_recv");
+  ensure_bytes(wire_recv_, u.block_bytes * u.world, "fsdp_wire_recv");
   pack_shards(u, wire_send_.data());
-  prefetch_ticket_ = comm_->allgather_start(DBytesU(wire_send_.data(), u.block_bytes),
-                                            DBytesU(wire_recv_.data(), u.block_bytes * world_));
+  prefetch_comm_ = &unit_comm(u);
+  prefetch_ticket_ =
+      prefetch_comm_->allgather_start(DBytesU(wire_send_.data(), u.block_bytes),
+                                      DBytesU(wire_recv_.data(), u.block_bytes * u.world));
   prefetch_unit_ = unit;
 }
 
 void FsdpUnits::drop_prefetch() {
   if (prefetch_unit_ < 0) return;
-  comm_->wait_collective(prefetch_ticket_);
+  prefetch_comm_->wait_collective(prefetch_ticket_);
   prefetch_unit_ = -1;
 }
 
@@ -582,10 +605,10 @@ int FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc, int w
   const std::size_t esize = dtype_size(reduce_);
   const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
   if (overlapped()) {
-    ensure_bytes(red_send_[wire], block * world_, "fsdp_reduce_wire_send");
+    ensure_bytes(red_send_[wire], block * u.world, "fsdp_reduce_wire_send");
     ensure_bytes(red_recv_[wire], block, "fsdp_reduce_wire_recv");
   } else {
-    ensure_bytes(wire_send_, block * world_, "fsdp_wire_send");
+    ensure_bytes(wire_send_, block * u.world, "fsdp_wire_send");
     ensure_bytes(wire_recv_, block, "fsdp_wire_recv");
   }
   Launches& pack = u.reduce_pack[with_acc ? 1 : 0];
@@ -600,7 +623,7 @@ int FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc, int w
     e.shard_rows = pi.shard_rows;
     e.round = round_[p] ? 1 : 0;
     e.acc = with_acc ? acc_[p].data() : nullptr;
-    return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * world_);
+    return std::make_tuple(DType::float32, reduce_, pi.shard_rows * pi.row_len * u.world);
   });
   dispatch_dtype(reduce_, [&](auto rt) {
     using R = decltype(rt);
@@ -609,8 +632,8 @@ int FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc, int w
       reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
     }
   });
-  return comm_->reduce_scatter_start(DBytesU(reduce_send(wire), block * world_),
-                                     DBytesU(reduce_recv(wire), block), reduce_);
+  return unit_comm(u).reduce_scatter_start(DBytesU(reduce_send(wire), block * u.world),
+                                           DBytesU(reduce_recv(wire), block), reduce_);
 }
 
 void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool first, bool last) {
@@ -621,6 +644,7 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool 
   f.wire = overlapped() ? next_wire_ : 0;
   f.first = first;
   f.last = last;
+  f.comm = &unit_comm(u);
   f.ticket = pack_and_reduce(u, grads, with_acc, f.wire);
   next_wire_ = 1 - next_wire_;
   complete_reductions();
@@ -639,7 +663,7 @@ void FsdpUnits::complete_reductions() {
 }
 
 void FsdpUnits::finish_reduction(const InFlight& f) {
-  comm_->wait_collective(f.ticket);
+  f.comm->wait_collective(f.ticket);
   Unit& u = units_[f.unit];
   const bool first = f.first, last = f.last;
   const char* recv_bytes = reduce_recv(f.wire);

@@ -37,6 +37,10 @@
 // the same: the same bytes and sums in the same order, only earlier or later. Blocking
 // communicators complete each collective at once (and prefetch does nothing).
 //
+// Expert units (UnitSpec::experts; expert parallelism, core/param_registry.hpp) gather and
+// reduce-scatter over the expert-data-parallel ranks that hold their parameters' shards, with the
+// same layout; their gradients are still the mean over every rank.
+//
 // Buffers are reused: units that share a weight slot (decoder layers when weights are resharded
 // after use) never hold weights at the same time, and units that share a gradient slot never
 // collect gradients at the same time. On one rank there is no wire: gather() casts the storage
@@ -62,6 +66,11 @@ struct UnitSpec {
   std::vector<int> params;  // registry indices, in compute-buffer order (fused groups adjacent)
   int weight_slot = 0;
   int grad_slot = 0;
+  // The ranks the unit's parameters are sharded over: every rank (the FsdpUnits' communicator),
+  // or, for a unit of expert parameters (expert parallelism, core/param_registry.hpp), the
+  // expert-data-parallel ranks (set_expert_comm). Gradients are averaged over every rank either
+  // way (each rank's loss is one of the world's).
+  bool experts = false;
 };
 
 // How each parameter's compute copy is held (indexed by registry index).
@@ -114,6 +123,10 @@ class FsdpUnits {
                               GradSync sync = GradSync::every_micro_batch, bool overlapped = false);
   // How micro-batches are reduced (before the first backward; default every_micro_batch).
   void set_grad_sync(GradSync s) { grad_sync_ = s; }
+  // The communicator of the ranks expert units are sharded over (the registry's
+  // expert_data_parallel() ranks, this rank at shard_rank() / expert_parallel()); needed when the
+  // registry's expert-parallel size exceeds 1, otherwise expert units use the main communicator.
+  void set_expert_comm(Communicator* comm);
 
   int size() const { return static_cast<int>(units_.size()); }
   const UnitSpec& spec(int unit) const { return units_[unit].spec; }
@@ -166,6 +179,7 @@ class FsdpUnits {
   };
   struct Unit {
     UnitSpec spec;
+    int world = 1;                       // ranks its parameters are sharded over
     int64_t numel = 0;                   // full elements of all parameters
     std::vector<int64_t> comp_off;       // per parameter of the unit: offset in the grad buffer
     std::size_t weight_bytes = 0;        // compute-buffer bytes (parameters not aliased)
@@ -185,6 +199,7 @@ class FsdpUnits {
   FsdpUnits(ParamRegistry& reg, Communicator* comm, std::vector<UnitSpec> units,
             ComputeLayout layout, DType reduce_dtype);
   void plan_unit(Unit& u) const;
+  Communicator& unit_comm(const Unit& u) const;
   void start_collecting(int unit);
   char* weight_buffer(const Unit& u);
   DView<float>& grad_slot(const Unit& u);
@@ -201,6 +216,7 @@ class FsdpUnits {
     int ticket = Communicator::kDone;
     int wire = 0;  // the reduce wire pair it uses
     bool first = false, last = false;
+    Communicator* comm = nullptr;  // the unit's (expert units: the expert communicator)
   };
   // Packs the unit's gradients (+ the unsharded accumulator) into reduce wire pair `wire` and
   // starts the collective; returns its ticket.
@@ -219,6 +235,7 @@ class FsdpUnits {
 
   ParamRegistry& reg_;
   Communicator* comm_;  // null: a planning instance (plan())
+  Communicator* expert_comm_ = nullptr;
   int rank_ = 0, world_ = 1;
   std::vector<bool> round_;
   std::vector<DType> cdtype_;
@@ -238,6 +255,7 @@ class FsdpUnits {
   int next_wire_ = 0;
   int prefetch_unit_ = -1;  // the unit whose all-gather is in flight on the gather wires
   int prefetch_ticket_ = Communicator::kDone;
+  Communicator* prefetch_comm_ = nullptr;
   // Completes a prefetch in flight without using its data (the wires are needed otherwise).
   void drop_prefetch();
 };

@@ -1,10 +1,10 @@
 // MPI implementation of the communicator, and process-level MPI setup.
 //
-// Buffer collectives are MPI's own: MPI_Allgather on bytes, MPI_Reduce_scatter_block with
-// MPI_FLOAT/MPI_SUM, and for bf16 (which Open MPI has no type for) a 2-byte contiguous datatype
-// with a commutative user op that widens both operands to fp32, adds, and rounds the sum once
-// to bf16 (nearest even). Device buffers go to the library directly when MPI is CUDA-aware (or
-// memory is host memory); otherwise they are staged through host copies.
+// Buffer collectives are MPI's own: MPI_Allgather and MPI_Alltoallv on bytes,
+// MPI_Reduce_scatter_block with MPI_FLOAT/MPI_SUM, and for bf16 (which Open MPI has no type for)
+// a 2-byte contiguous datatype with a commutative user op that widens both operands to fp32,
+// adds, and rounds the sum once to bf16 (nearest even). Device buffers go to the library directly
+// when MPI is CUDA-aware (or memory is host memory); otherwise they are staged through host copies.
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -31,33 +31,68 @@
 
 namespace kktrain {
 
-MpiWorld::MpiWorld() {
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+MpiWorld::MpiWorld(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
   MPI_Comm node;  // the ranks that share this node's memory
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+  MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &ranks_on_node_);
   MPI_Comm_free(&node);
+}
+
+MpiWorld::~MpiWorld() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
+}
+
+MPI_Comm MpiWorld::split_comm(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_Comm_split(comm_, color, key, &out);
+  return out;
+}
+
+std::vector<uint64_t> MpiWorld::allgather_u64(const std::vector<uint64_t>& v) {
+  count_host_sync();
+  std::vector<uint64_t> out(v.size() * static_cast<std::size_t>(size_));
+  if (v.size() <= max_count()) {
+    const int n = static_cast<int>(v.size());
+    MPI_Allgather(v.data(), n, MPI_UINT64_T, out.data(), n, MPI_UINT64_T, comm_);
+    return out;
+  }
+  // More values than an int counts: pieces, each gathered into a staging block per rank.
+  std::vector<uint64_t> piece;
+  for (std::size_t off = 0; off < v.size(); off += max_count()) {
+    const std::size_t n = std::min(v.size() - off, max_count());
+    piece.resize(n * static_cast<std::size_t>(size_));
+    MPI_Allgather(v.data() + off, static_cast<int>(n), MPI_UINT64_T, piece.data(),
+                  static_cast<int>(n), MPI_UINT64_T, comm_);
+    for (int r = 0; r < size_; ++r) {
+      std::copy(piece.begin() + r * n, piece.begin() + (r + 1) * n,
+                out.begin() + r * v.size() + off);
+    }
+  }
+  return out;
 }
 
 double MpiWorld::allreduce_sum_host(double v) {
   count_host_sync();
   double out = 0.0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, comm_);
   return out;
 }
 
 double MpiWorld::allreduce_max_host(double v) {
   count_host_sync();
   double out = 0.0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_);
   return out;
 }
 
 uint64_t MpiWorld::allreduce_sum_u64(uint64_t v) {
   count_host_sync();
   uint64_t out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);  // unsigned: wraps mod 2^64
+  MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, comm_);  // unsigned: wraps mod 2^64
   return out;
 }
 
@@ -65,7 +100,7 @@ void MpiWorld::allreduce_sum_u64(std::vector<uint64_t>& v) {
   count_host_sync();
   for (std::size_t off = 0; off < v.size(); off += max_count()) {
     const int n = static_cast<int>(std::min(v.size() - off, max_count()));
-    MPI_Allreduce(MPI_IN_PLACE, v.data() + off, n, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, v.data() + off, n, MPI_UINT64_T, MPI_SUM, comm_);
   }
 }
 
@@ -75,11 +110,11 @@ void MpiWorld::allreduce_host(std::vector<double>& sums, std::vector<double>& ma
   // A handful of scalars: far below MPI's int counts.
   if (!sums.empty()) {
     MPI_Iallreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_DOUBLE, MPI_SUM,
-                   MPI_COMM_WORLD, &req[0]);
+                   comm_, &req[0]);
   }
   if (!maxes.empty()) {
     MPI_Iallreduce(MPI_IN_PLACE, maxes.data(), static_cast<int>(maxes.size()), MPI_DOUBLE, MPI_MAX,
-                   MPI_COMM_WORLD, &req[1]);
+                   comm_, &req[1]);
   }
   MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
 }
@@ -87,11 +122,11 @@ void MpiWorld::allreduce_host(std::vector<double>& sums, std::vector<double>& ma
 void MpiWorld::broadcast_host(std::string& bytes, int root) {
   count_host_sync();
   uint64_t n = bytes.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD);
+  MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_);
   bytes.resize(static_cast<std::size_t>(n));
   for (std::size_t off = 0; off < n; off += max_count()) {
     const int c = static_cast<int>(std::min(static_cast<std::size_t>(n) - off, max_count()));
-    MPI_Bcast(&bytes[off], c, MPI_BYTE, root, MPI_COMM_WORLD);
+    MPI_Bcast(&bytes[off], c, MPI_BYTE, root, comm_);
   }
 }
 
@@ -107,7 +142,7 @@ std::size_t MpiWorld::max_count() {
 bool MpiWorld::all_agree(bool ok) {
   count_host_sync();
   int in = ok ? 1 : 0, out = 0;
-  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, comm_);
   return out != 0;
 }
 
@@ -117,7 +152,7 @@ int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
   // at first (agreements usually complete at once), then with sleeps that yield the CPU.
   int in = failed ? rank_ : size_, out = size_;
   MPI_Request req;
-  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
+  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, comm_, &req);
   const double t0 = now_s();
   int done = 0;
   for (int polls = 0;; ++polls) {
@@ -136,7 +171,7 @@ void MpiWorld::abort(int exit_code) {
 
 void MpiWorld::barrier() {
   count_host_sync();
-  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Barrier(comm_);
 }
 
 bool mpi_is_gpu_aware() {
@@ -199,6 +234,26 @@ void Communicator::allreduce_sum(const DViewU<float>& data) {
   allreduce_impl(data.data(), data.extent(0));
 }
 
+void Communicator::alltoallv_bytes(const DBytesU& send, const DBytesU& recv,
+                                   const std::vector<uint64_t>& bytes) {
+  const std::size_t w = static_cast<std::size_t>(size()), me = static_cast<std::size_t>(rank());
+  if (bytes.size() != w * w) {
+    throw InternalError("alltoallv_bytes: a matrix of " + std::to_string(bytes.size()) +
+                        " block sizes for " + std::to_string(w) + " ranks");
+  }
+  uint64_t out = 0, in = 0;
+  for (std::size_t j = 0; j < w; ++j) {
+    out += bytes[me * w + j];
+    in += bytes[j * w + me];
+  }
+  if (out > send.extent(0) || in > recv.extent(0)) {
+    throw InternalError("alltoallv_bytes: sends " + std::to_string(out) + " bytes from " +
+                        std::to_string(send.extent(0)) + ", receives " + std::to_string(in) +
+                        " into " + std::to_string(recv.extent(0)));
+  }
+  alltoallv_impl(send.data(), recv.data(), bytes);
+}
+
 void SingleCommunicator::abort(int exit_code) {
   std::_Exit(exit_code);
 }
@@ -209,6 +264,11 @@ void SingleCommunicator::allgather_impl(const void* send, void* recv, std::size_
     Kokkos::deep_copy(Bytes(static_cast<char*>(recv), bytes),
                       Bytes(static_cast<char*>(const_cast<void*>(send)), bytes));
   }
+}
+
+void SingleCommunicator::alltoallv_impl(const char* send, char* recv,
+                                        const std::vector<uint64_t>& bytes) {
+  allgather_impl(send, recv, static_cast<std::size_t>(bytes[0]));
 }
 
 void SingleCommunicator::reduce_scatter_impl(const void* send, void* recv, std::size_t count,
@@ -290,9 +350,71 @@ class Staging {
   void* out_dst_ = nullptr;
 };
 
+// The blocks of one all-to-all as this rank sees them, from the byte matrix every rank shares:
+// what it sends to each rank and receives from each (offsets in its send and receive buffers),
+// and how many rounds every rank runs. One round (one MPI_Alltoallv) when every rank's send and
+// receive totals fit an int (then so does each of its counts and displacements); otherwise
+// rounds of at most `piece` bytes per block, so that each round's packed buffers fit an int.
+// Every rank derives the same round count from the same matrix, so all call MPI_Alltoallv
+// equally often.
+struct AlltoallPlan {
+  struct Block {
+    std::size_t offset = 0, bytes = 0;
+  };
+  std::vector<Block> send, recv;
+  std::size_t send_total = 0, recv_total = 0, piece = 0, rounds = 1;
+
+  AlltoallPlan(const std::vector<uint64_t>& m, int w, int me, std::size_t limit)
+      : send(w), recv(w) {
+    std::size_t largest_total = 0, largest_block = 0;
+    for (int i = 0; i < w; ++i) {
+      std::size_t row = 0, col = 0;
+      for (int j = 0; j < w; ++j) {
+        row += m[i * w + j];
+        col += m[j * w + i];
+        largest_block = std::max<std::size_t>(largest_block, m[i * w + j]);
+      }
+      largest_total = std::max(largest_total, std::max(row, col));
+    }
+    for (int j = 0; j < w; ++j) {
+      send[j] = Block{send_total, static_cast<std::size_t>(m[me * w + j])};
+      send_total += send[j].bytes;
+      recv[j] = Block{recv_total, static_cast<std::size_t>(m[j * w + me])};
+      recv_total += recv[j].bytes;
+    }
+    piece = std::max<std::size_t>(1, limit / static_cast<std::size_t>(w));
+    if (largest_total > limit) rounds = (largest_block + piece - 1) / piece;
+    if (largest_total <= limit) piece = largest_block;  // one round: whole blocks
+  }
+  // Bytes of each block in round k (whole blocks when there is one round).
+  std::vector<int> counts(const std::vector<Block>& b, std::size_t k) const {
+    std::vector<int> c(b.size());
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      if (rounds == 1) {
+        c[j] = static_cast<int>(b[j].bytes);
+      } else {
+        const std::size_t lo = std::min(b[j].bytes, k * piece);
+        c[j] = static_cast<int>(std::min(b[j].bytes, lo + piece) - lo);
+      }
+    }
+    return c;
+  }
+  // Offsets of the blocks: in the whole buffer (one round), or packed back to back.
+  std::vector<int> displs(const std::vector<Block>& b, std::size_t k) const {
+    std::vector<int> d(b.size());
+    const std::vector<int> c = counts(b, k);
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < b.size(); ++j) {
+      d[j] = static_cast<int>(rounds == 1 ? b[j].offset : at);
+      at += static_cast<std::size_t>(c[j]);
+    }
+    return d;
+  }
+};
+
 class MpiCommunicator final : public MpiWorld {
  public:
-  MpiCommunicator() {
+  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD) : MpiWorld(comm) {
     MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
     MPI_Type_commit(&bf16_type_);
     MPI_Op_create(bf16_sum_op, /*commute=*/1, &bf16_sum_);
@@ -309,6 +431,9 @@ class MpiCommunicator final : public MpiWorld {
   }
   std::string name() const override { return "mpi"; }
   std::string buffer_path() const override { return path_; }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<MpiCommunicator>(split_comm(color, key));
+  }
 
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
     const double t0 = begin();
@@ -319,7 +444,7 @@ class MpiCommunicator final : public MpiWorld {
     // block at the piece's offset through a datatype whose extent is one whole block.
     if (bytes <= max_count()) {
       const int n = static_cast<int>(bytes);
-      MPI_Allgather(s, n, MPI_BYTE, r, n, MPI_BYTE, MPI_COMM_WORLD);
+      MPI_Allgather(s, n, MPI_BYTE, r, n, MPI_BYTE, comm_);
     }
     for (std::size_t off = 0; bytes > max_count() && off < bytes; off += max_count()) {
       const int n = static_cast<int>(std::min(bytes - off, max_count()));
@@ -327,7 +452,7 @@ class MpiCommunicator final : public MpiWorld {
       MPI_Type_contiguous(n, MPI_BYTE, &piece);
       MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(bytes), &strided);
       MPI_Type_commit(&strided);
-      MPI_Allgather(s + off, n, MPI_BYTE, r + off, 1, strided, MPI_COMM_WORLD);
+      MPI_Allgather(s + off, n, MPI_BYTE, r + off, 1, strided, comm_);
       MPI_Type_free(&strided);
       MPI_Type_free(&piece);
     }
@@ -351,7 +476,7 @@ class MpiCommunicator final : public MpiWorld {
     const MPI_Datatype type = dtype == DType::float32 ? MPI_FLOAT : bf16_type_;
     const MPI_Op op = dtype == DType::float32 ? MPI_SUM : bf16_sum_;
     if (count <= max_count()) {
-      MPI_Reduce_scatter_block(s, r, static_cast<int>(count), type, op, MPI_COMM_WORLD);
+      MPI_Reduce_scatter_block(s, r, static_cast<int>(count), type, op, comm_);
     } else {
       // More than an int of elements per rank: pieces of max_count() elements, each gathered
       // from the W blocks into one contiguous send buffer (a reduction needs contiguous data).
@@ -363,8 +488,7 @@ class MpiCommunicator final : public MpiWorld {
         for (int k = 0; k < size_; ++k) {
           copy_bytes(piece + k * piece_bytes, s + (k * count + off) * esize, piece_bytes, host);
         }
-        MPI_Reduce_scatter_block(piece, r + off * esize, static_cast<int>(n), type, op,
-                                 MPI_COMM_WORLD);
+        MPI_Reduce_scatter_block(piece, r + off * esize, static_cast<int>(n), type, op, comm_);
       }
     }
     st.finish();
@@ -383,9 +507,9 @@ class MpiCommunicator final : public MpiWorld {
     const double t0 = begin();
     Pending p;
     p.bytes = static_cast<double>(count * dtype_size(dtype)) * (size_ - 1);
-    MPI_Ireduce_scatter_block(
-        send, recv, static_cast<int>(count), dtype == DType::float32 ? MPI_FLOAT : bf16_type_,
-        dtype == DType::float32 ? MPI_SUM : bf16_sum_, MPI_COMM_WORLD, &p.request);
+    MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count),
+                              dtype == DType::float32 ? MPI_FLOAT : bf16_type_,
+                              dtype == DType::float32 ? MPI_SUM : bf16_sum_, comm_, &p.request);
     stats_.seconds += now_s() - t0;
     return keep(p);
   }
@@ -400,7 +524,7 @@ class MpiCommunicator final : public MpiWorld {
     Pending p;
     p.bytes = static_cast<double>(bytes) * (size_ - 1);
     const int n = static_cast<int>(bytes);
-    MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD, &p.request);
+    MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &p.request);
     stats_.seconds += now_s() - t0;
     return keep(p);
   }
@@ -410,6 +534,43 @@ class MpiCommunicator final : public MpiWorld {
     const double t0 = now_s();
     MPI_Wait(&p.request, MPI_STATUS_IGNORE);  // sets it to MPI_REQUEST_NULL: the slot is free
     end(t0, p.bytes);
+  }
+
+  void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) override {
+    const double t0 = begin();
+    const AlltoallPlan p(bytes, size_, rank_, max_count());
+    Staging st(stage_, stage_in_, stage_out_);
+    const char* s = static_cast<const char*>(st.in(send, p.send_total));
+    char* r = static_cast<char*>(st.out(recv, p.recv_total));
+    if (p.rounds == 1) {  // every count and displacement of every rank fits an int
+      MPI_Alltoallv(s, p.counts(p.send, 0).data(), p.displs(p.send, 0).data(), MPI_BYTE, r,
+                    p.counts(p.recv, 0).data(), p.displs(p.recv, 0).data(), MPI_BYTE, comm_);
+    } else {
+      // Round k moves bytes [k * piece, (k + 1) * piece) of every block, packed back to back in
+      // one send and one receive buffer of at most size() pieces (their offsets fit an int).
+      constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+      const bool host = host_memory || st.staged();
+      std::vector<char> hs, hr;
+      Kokkos::View<char*, MemSpace> ds, dr;
+      char* ps = host ? (hs.resize(p.piece * size_), hs.data()) : grow(ds, p.piece * size_);
+      char* pr = host ? (hr.resize(p.piece * size_), hr.data()) : grow(dr, p.piece * size_);
+      for (std::size_t k = 0; k < p.rounds; ++k) {
+        const std::vector<int> sc = p.counts(p.send, k), rc = p.counts(p.recv, k);
+        const std::vector<int> sd = p.displs(p.send, k), rd = p.displs(p.recv, k);
+        for (int j = 0; j < size_; ++j) {
+          copy_bytes(ps + sd[j], s + p.send[j].offset + k * p.piece, sc[j], host);
+        }
+        MPI_Alltoallv(ps, sc.data(), sd.data(), MPI_BYTE, pr, rc.data(), rd.data(), MPI_BYTE,
+                      comm_);
+        for (int i = 0; i < size_; ++i) {
+          copy_bytes(r + p.recv[i].offset + k * p.piece, pr + rd[i], rc[i], host);
+        }
+      }
+    }
+    st.finish();
+    const double sent = static_cast<double>(p.send_total - p.send[rank_].bytes);
+    end(t0, sent);
+    stats_.alltoall_bytes_sent += sent;
   }
 
   void allreduce_impl(float* data, std::size_t n) override {
@@ -423,8 +584,7 @@ class MpiCommunicator final : public MpiWorld {
     float* rf = static_cast<float*>(r);
     for (std::size_t off = 0; off < n; off += max_count()) {
       const int c = static_cast<int>(std::min(n - off, max_count()));
-      MPI_Allreduce(s == r ? MPI_IN_PLACE : sf + off, rf + off, c, MPI_FLOAT, MPI_SUM,
-                    MPI_COMM_WORLD);
+      MPI_Allreduce(s == r ? MPI_IN_PLACE : sf + off, rf + off, c, MPI_FLOAT, MPI_SUM, comm_);
     }
     st.finish();
     end(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);

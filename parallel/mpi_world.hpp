@@ -1,6 +1,9 @@
-// Host-side collectives over MPI_COMM_WORLD, shared by the MPI and NCCL communicators (NCCL
-// moves device buffers; scalars, agreement and barriers still go through MPI).
+// Host-side collectives over an MPI communicator (MPI_COMM_WORLD, or a split of it), shared by
+// the MPI and NCCL communicators (NCCL moves device buffers; scalars, agreement and barriers
+// still go through MPI).
 #pragma once
+
+#include <mpi.h>
 
 #include <cstddef>
 
@@ -10,7 +13,11 @@ namespace kktrain {
 
 class MpiWorld : public Communicator {
  public:
-  MpiWorld();
+  // Over `comm` (MPI_COMM_WORLD, or a communicator split() made, which this object frees).
+  explicit MpiWorld(MPI_Comm comm = MPI_COMM_WORLD);
+  ~MpiWorld() override;
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int ranks_on_node() const override { return ranks_on_node_; }
@@ -22,13 +29,18 @@ class MpiWorld : public Communicator {
   void broadcast_host(std::string& bytes, int root) override;
   bool all_agree(bool ok) override;
   int first_failing_rank(bool failed, double failed_wait_s) override;
-  [[noreturn]] void abort(int exit_code) override;
+  [[noreturn]] void abort(int exit_code) override;  // the whole job (MPI_COMM_WORLD)
   void barrier() override;
+  std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& v) override;
 
  protected:
   // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls),
   // or KKTRAIN_TEST_MPI_MAX_COUNT when set (tests split small collectives the same way).
   static std::size_t max_count();
+  // The communicator split() makes (comm_ split by color and key; MPI_COMM_NULL is not returned:
+  // every rank passes a color).
+  MPI_Comm split_comm(int color, int key) const;
+  MPI_Comm comm_ = MPI_COMM_WORLD;
   int rank_ = 0;
   int size_ = 1;
   int ranks_on_node_ = 1;

@@ -8,13 +8,24 @@
 // stats().seconds is therefore the host's time to enqueue, not the collectives' duration (an
 // Nsight or rocprof timeline shows that). bf16 moves as ncclBfloat16 (kktrain's bf16 has the
 // same 2-byte layout).
+//
+// Started collectives (reduce_scatter_start / allgather_start with set_nonblocking(true), which
+// FSDP uses to prefetch and to overlap reduce-scatters) run on a stream of their own: an event
+// recorded on the compute stream orders them after the kernels that packed their input, and
+// wait_collective() makes the compute stream wait for an event recorded after them, so the
+// kernels after it see the result; the host waits for neither, and the compute stream runs the
+// next unit's kernels while the collective moves.
 // Scalar host reductions, agreement and barriers go through MPI.
+// The all-to-all of blocks is one
+// NCCL group of a send and a receive per rank (ncclSend / ncclRecv, counts in size_t: no pieces);
+// split() splits both the NCCL communicator (ncclCommSplit) and the MPI one beside it.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
@@ -26,6 +37,12 @@
 namespace kktrain {
 
 namespace {
+
+void check_cuda(cudaError_t r, const char* what) {
+  if (r != cudaSuccess) {
+    throw RuntimeFailure(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(r));
+  }
+}
 
 void check_nccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) {
@@ -48,45 +65,154 @@ class NcclCommunicator final : public MpiWorld {
   NcclCommunicator() {
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    check_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_);
+    check_nccl(ncclCommInitRank(&nccl_, size_, id, rank_), "ncclCommInitRank");
   }
-  ~NcclCommunicator() override { ncclCommDestroy(comm_); }
+  // A split: the MPI and NCCL communicators of the same ranks.
+  NcclCommunicator(MPI_Comm mpi, ncclComm_t nccl) : MpiWorld(mpi), nccl_(nccl) {}
+  ~NcclCommunicator() override {
+    for (auto& st : started_) cudaEventDestroy(st.done);
+    if (ready_) cudaEventDestroy(ready_);
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    ncclCommDestroy(nccl_);
+  }
   std::string name() const override { return "nccl"; }
   std::string buffer_path() const override { return "device (NCCL)"; }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ncclComm_t sub = nullptr;
+    check_nccl(ncclCommSplit(nccl_, color, key, &sub, nullptr), "ncclCommSplit");
+    return std::make_unique<NcclCommunicator>(split_comm(color, key), sub);
+  }
+
+  // Every collective is enqueued on one stream: the compute stream, or, once started collectives
+  // are in use (set_nonblocking), the communication stream (one stream per communicator keeps
+  // NCCL's issue order); a collective that completes "at once" then makes the compute stream wait
+  // for it (`run` below).
+  void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) override {
+    double sent = 0.0;
+    run(
+        [&](cudaStream_t s) {
+          std::size_t out = 0, in = 0;
+          check_nccl(ncclGroupStart(), "ncclGroupStart");
+          for (int j = 0; j < size_; ++j) {
+            const std::size_t b_out = bytes[rank_ * size_ + j], b_in = bytes[j * size_ + rank_];
+            if (b_out > 0)
+              check_nccl(ncclSend(send + out, b_out, ncclUint8, j, nccl_, s), "ncclSend");
+            if (b_in > 0) check_nccl(ncclRecv(recv + in, b_in, ncclUint8, j, nccl_, s), "ncclRecv");
+            out += b_out;
+            in += b_in;
+            if (j != rank_) sent += static_cast<double>(b_out);
+          }
+          check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+        },
+        [&] { return sent; });
+    stats_.alltoall_bytes_sent += sent;
+  }
 
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
-    const double t0 = now_s();
-    check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, comm_, kokkos_stream()),
-               "ncclAllGather");
-    finish(t0, static_cast<double>(bytes) * (size_ - 1));
+    run([&](cudaStream_t s) { enqueue_allgather(send, recv, bytes, s); },
+        [&] { return static_cast<double>(bytes) * (size_ - 1); });
   }
 
   void reduce_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype) override {
-    const double t0 = now_s();
-    const ncclDataType_t t = dtype == DType::bfloat16 ? ncclBfloat16 : ncclFloat32;
-    if (dtype != DType::float32 && dtype != DType::bfloat16) {
-      throw InternalError("reduce_scatter_sum: unsupported dtype");
-    }
-    check_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, comm_, kokkos_stream()),
-               "ncclReduceScatter");
-    finish(t0, static_cast<double>(count * dtype_size(dtype)) * (size_ - 1));
+    run([&](cudaStream_t s) { enqueue_reduce_scatter(send, recv, count, dtype, s); },
+        [&] { return static_cast<double>(count * dtype_size(dtype)) * (size_ - 1); });
   }
 
   void allreduce_impl(float* data, std::size_t n) override {
+    run(
+        [&](cudaStream_t s) {
+          check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, nccl_, s), "ncclAllReduce");
+        },
+        [&] { return 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_; });
+  }
+
+  int reduce_scatter_start_impl(const void* send, void* recv, std::size_t count,
+                                DType dtype) override {
+    if (!nonblocking_) return Communicator::reduce_scatter_start_impl(send, recv, count, dtype);
     const double t0 = now_s();
-    check_nccl(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, kokkos_stream()),
-               "ncclAllReduce");
-    finish(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);
+    enqueue_reduce_scatter(send, recv, count, dtype, begin_started());
+    return end_started(t0, static_cast<double>(count * dtype_size(dtype)) * (size_ - 1));
+  }
+
+  int allgather_start_impl(const void* send, void* recv, std::size_t bytes) override {
+    if (!nonblocking_) return Communicator::allgather_start_impl(send, recv, bytes);
+    const double t0 = now_s();
+    enqueue_allgather(send, recv, bytes, begin_started());
+    return end_started(t0, static_cast<double>(bytes) * (size_ - 1));
+  }
+
+  // The compute stream waits for the collective; the host does not.
+  void wait_impl(int ticket) override {
+    Started& st = started_.at(static_cast<std::size_t>(ticket));
+    check_cuda(cudaStreamWaitEvent(kokkos_stream(), st.done, 0), "cudaStreamWaitEvent");
+    st.in_use = false;
   }
 
  private:
+  void enqueue_allgather(const void* send, void* recv, std::size_t bytes, cudaStream_t s) {
+    check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, nccl_, s), "ncclAllGather");
+  }
+  void enqueue_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+                              cudaStream_t s) {
+    if (dtype != DType::float32 && dtype != DType::bfloat16) {
+      throw InternalError("reduce_scatter_sum: unsupported dtype");
+    }
+    const ncclDataType_t t = dtype == DType::bfloat16 ? ncclBfloat16 : ncclFloat32;
+    check_nccl(ncclReduceScatter(send, recv, count, t, ncclSum, nccl_, s), "ncclReduceScatter");
+  }
+  // A collective that completes at once: on the compute stream, or on the communication stream
+  // with the compute stream waiting for it. bytes() is read after enqueue(s).
+  template <class Enqueue, class Bytes>
+  void run(const Enqueue& enqueue, const Bytes& bytes) {
+    const double t0 = now_s();
+    if (!nonblocking_) {
+      enqueue(kokkos_stream());
+      finish(t0, bytes());
+      return;
+    }
+    enqueue(begin_started());
+    wait_impl(end_started(t0, bytes()));
+  }
+  // The communication stream, created at first use, after the kernels the compute stream has
+  // queued (event `ready_`).
+  cudaStream_t begin_started() {
+    if (!comm_stream_) {
+      check_cuda(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags");
+      check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    check_cuda(cudaEventRecord(ready_, kokkos_stream()), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(comm_stream_, ready_, 0), "cudaStreamWaitEvent");
+    return comm_stream_;
+  }
+  // Records the collective's completion event in a free slot; returns the slot (the ticket).
+  int end_started(double t0, double bytes) {
+    std::size_t i = 0;
+    while (i < started_.size() && started_[i].in_use) ++i;
+    if (i == started_.size()) {
+      Started st;
+      check_cuda(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
+      started_.push_back(st);
+    }
+    check_cuda(cudaEventRecord(started_[i].done, comm_stream_), "cudaEventRecord");
+    started_[i].in_use = true;
+    finish(t0, bytes);
+    return static_cast<int>(i);
+  }
   void finish(double t0, double bytes) {
     stats_.seconds += now_s() - t0;
     stats_.bytes_sent += bytes;
     ++stats_.calls;
   }
-  ncclComm_t comm_ = nullptr;
+  struct Started {
+    cudaEvent_t done = nullptr;
+    bool in_use = false;
+  };
+  ncclComm_t nccl_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  std::vector<Started> started_;
 };
 
 }  // namespace

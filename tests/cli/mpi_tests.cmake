@@ -17,6 +17,15 @@ foreach(case IN LISTS KKTRAIN_MPI_CASES)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
 endforeach()
+# A mixture of experts on 2 to 4 ranks (tests/cli/test_mpi_moe.py): experts FSDP-sharded or
+# split by expert parallelism, the same trajectory as one rank; resume bit for bit and across
+# layouts; refusals.
+foreach(case IN ITEMS trajectories resume wire_dtype refusals)
+  add_test(NAME mpi.moe_${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_mpi_moe.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(mpi.moe_${case} PROPERTIES LABELS mpi TIMEOUT 240 SKIP_RETURN_CODE 77)
+endforeach()
 # Shard geometry and reduce precision at their edges (tests/cli/test_mpi_geometry.py): a model
 # whose layer tensors leave the last ranks empty shards, 3 ranks vs 1; the bf16 and fp32 gradient
 # reduce-scatter on 2 and 3 ranks bit for bit against one-rank gradients (~2 s a case).

@@ -259,6 +259,53 @@ def case_audit_freeze_tied_alias():
     check(by_name["model.embed_tokens.weight"]["trainable"] is True, "untied embedding frozen")
 
 
+def case_audit_moe():
+    """A mixture of experts under pattern A (bf16 storage): each router a protected fp32
+    parameter (fp32 storage, gradient, master none needed), listed in "moe" with the expert
+    elements each of 2 ranks holds; expert globs freeze whole experts, exact expert names work
+    with expert_parallel_size 1."""
+    moe = ["model.moe.num_experts=4", "model.moe.top_k=2", "model.moe.intermediate_size=16"]
+    glob = 'freeze_config.freeze_modules=[{glob: "model.layers.*.block_sparse_moe.experts.*"}]'
+    for world in ("1", "2"):
+        doc, by_name, where = audit(PATTERN_A, *moe, glob,
+                                    "freeze_config.unfreeze_modules=[model.layers.1.block_sparse_moe.experts.2]",
+                                    "freeze_config.freeze_parameters=[model.layers.1.block_sparse_moe.experts.2.w2.weight]",
+                                    "--world-size", world, layers=2)
+        m = doc.get("moe")
+        routers = [f"model.layers.{i}.block_sparse_moe.gate.weight" for i in range(2)]
+        check(m is not None and m["routers"] == routers and m["router_dtype"] == "float32",
+              f"moe section {m}" + where)
+        for r in routers:
+            p = by_name[r]
+            check(p["protected_fp32"] is True and p["storage_dtype"] == "float32"
+                  and p["grad_dtype"] == "float32" and p["shape"] == [4, 32], f"router {p}")
+        experts = {n: p for n, p in by_name.items() if ".experts." in n}
+        check(len(experts) == 2 * 4 * 3, f"{len(experts)} expert parameters")
+        total = sum(numel(p["shape"]) for p in experts.values())
+        check(m["expert_elements"] == total, f"expert_elements {m['expert_elements']} vs {total}")
+        check(sum(m["expert_elements_per_rank"]) == total
+              and len(m["expert_elements_per_rank"]) == int(world), f"per rank {m}")
+        trainable = sorted(n for n, p in experts.items() if p["trainable"])
+        want = [f"model.layers.1.block_sparse_moe.experts.2.{w}.weight" for w in ("w1", "w3")]
+        check(trainable == want, f"trainable experts {trainable}, expected {want}")
+        check(all(p["storage_dtype"] == "bfloat16" and not p["protected_fp32"]
+                  for p in experts.values()), "expert storage")
+    # Expert parallelism over 2 ranks: each rank holds its 2 experts whole (one group), the
+    # routers and the rest sharded as usual.
+    doc, by_name, where = audit(PATTERN_A, *moe, "distributed.expert_parallel_size=2",
+                                "--world-size", "2", layers=2)
+    m = doc["moe"]
+    half = m["expert_elements"] // 2
+    check(m["expert_parallel_size"] == 2 and m["expert_elements_per_rank"] == [half, half],
+          f"expert-parallel moe section {m}" + where)
+    rc, out, err = run(["audit", config(PATTERN_A), *TINY_MODEL, *moe,
+                        "distributed.expert_parallel_size=2", "--world-size", "2",
+                        "freeze_config.freeze_parameters="
+                        "[model.layers.0.block_sparse_moe.experts.1.w1.weight]"])
+    expect_one_error(rc, out, err, "freeze_config.freeze_parameters",
+                     "'model.layers.0.block_sparse_moe.experts.1'")
+
+
 def case_audit_freeze_unknown():
     """Unknown exact names exit 2 with one line (with a suggestion when close); so do
     duplicates."""

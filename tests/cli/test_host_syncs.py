@@ -22,7 +22,8 @@ import test_mpi as tm
 import test_train as tt
 from test_train import check
 
-CAUSES = ("step_scalars", "step_end", "collective", "setup", "io", "validation", "profiling")
+CAUSES = ("step_scalars", "step_end", "collective", "routing", "setup", "io", "validation",
+          "profiling")
 # 3 layers and the multi-token-prediction head: several units; 6 windows a step in micro-batches
 # of 1, 2 or 6 (6, 3 or 1 micro-batches on one rank).
 SHAPE = ["model.num_layers=3", "data.global_batch_size=6", "train.log_every=1", "train.val_every=3"]

@@ -26,7 +26,7 @@ endforeach()
 foreach(case IN ITEMS audit_pattern_a audit_pattern_b audit_pattern_peaks audit_risky audit_table
                       audit_freeze_modules
                       audit_freeze_parameters audit_unfreeze_parameters audit_freeze_tied_alias
-                      audit_freeze_unknown)
+                      audit_freeze_unknown audit_moe)
   add_test(NAME train.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_audit.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
@@ -82,6 +82,14 @@ foreach(case IN ITEMS config_from_file refusals roundtrip export_shards export_k
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(hf.${case} PROPERTIES LABELS hf TIMEOUT 300)
+endforeach()
+# Mixtral directories (tests/cli/test_hf_moe.py): the sparse MLP's keys and names, parity of the
+# imported model, train + export + re-import bit for bit, refusals.
+foreach(case IN ITEMS import roundtrip refusals)
+  add_test(NAME hf.mixtral_${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf_moe.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(hf.mixtral_${case} PROPERTIES LABELS hf TIMEOUT 300)
 endforeach()
 # A Hugging Face directory against an independent PyTorch Llama loaded from the same files
 # (tests/hf/check_hf_parity.py): weights, loss, every gradient, greedy generation.

@@ -155,14 +155,29 @@ LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
 
 
+def mixtral_config(E=4, top_k=2, aux=0.02, router_jitter_noise=0.0, **kw) -> Dict[str, object]:
+    """A Mixtral (MixtralForCausalLM): every MLP a sparse one of E experts of intermediate_size."""
+    c = llama_config(**kw)
+    c.update({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+              "num_local_experts": E, "num_experts_per_tok": top_k, "router_aux_loss_coef": aux,
+              "router_jitter_noise": router_jitter_noise, "sliding_window": None})
+    return c
+
+
 def weight_names(cfg) -> List[str]:
     names = ["model.embed_tokens.weight"]
+    E = cfg.get("num_local_experts", 0)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         names += [p + "input_layernorm.weight"] + [
             p + f"self_attn.{x}_proj.weight" for x in "qkvo"] + [
-            p + "post_attention_layernorm.weight"] + [
-            p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+            p + "post_attention_layernorm.weight"]
+        if E:  # Mixtral: router, then each expert's w1 (gate), w2 (down), w3 (up)
+            names += [p + "block_sparse_moe.gate.weight"] + [
+                p + f"block_sparse_moe.experts.{e}.{w}.weight" for e in range(E)
+                for w in ("w1", "w2", "w3")]
+        else:
+            names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
     names.append("model.norm.weight")
     if not cfg["tie_word_embeddings"]:
         names.append("lm_head.weight")
@@ -178,7 +193,9 @@ def weight_shape(cfg, name) -> Tuple[int, ...]:
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         return (V, C)
     last = name.split(".")[-2]
-    return {"q_proj": (H * D, C), "k_proj": (KV * D, C), "v_proj": (KV * D, C),
+    if name.endswith("block_sparse_moe.gate.weight"):
+        return (cfg["num_local_experts"], C)
+    return {"w1": (F, C), "w3": (F, C), "w2": (C, F), "q_proj": (H * D, C), "k_proj": (KV * D, C), "v_proj": (KV * D, C),
             "o_proj": (C, H * D), "gate_proj": (F, C), "up_proj": (F, C),
             "down_proj": (C, F)}[last]
 

@@ -161,6 +161,34 @@ def compare(d: tr.Dump, report_only: bool = False) -> int:
             chk.failures.append("file has an MTP head but no /mtp_loss")
         else:
             losses.append(("mtp_loss", d.mtp_loss, r64.mtp_loss, rot.mtp_loss, B * (T - d.K)))
+    if d.E > 0:
+        if d.aux_loss is None or r64.aux_loss is None:
+            chk.failures.append("sparse model without an /aux_loss in the file or the reference")
+        else:
+            losses.append(("aux_loss", d.aux_loss, r64.aux_loss, rot.aux_loss, B * T))
+        # The router is fp32 in every compute dtype, so kktrain's experts are the float64
+        # reference's wherever the router's input agrees to more than the gap between the k-th
+        # and the next probability. With a bf16 residual stream the input carries bf16 noise, so
+        # a case needs a seed without near-ties (the smallest gap is printed on a mismatch: a
+        # flipped expert also spoils that expert's gradients, which no tolerance would cover).
+        if len(d.choices) != d.L:
+            chk.failures.append(f"the file has routing for {len(d.choices)} of {d.L} layers")
+        for layer, (kk, ref) in enumerate(zip(d.choices, r64.choices)):
+            bad = np.nonzero(np.any(kk.reshape(ref.shape) != ref, axis=1))[0]
+            chk.check(f"layer {layer} routing", "experts chosen differently", float(bad.size), 0.0)
+            if bad.size:
+                p = np.sort(r64.router_probs[layer][bad], axis=1)[:, ::-1]
+                K = ref.shape[1]
+                gap = float(np.min((p[:, K - 1] - p[:, K]) / p[:, K - 1]))
+                print(f"layer {layer}: {bad.size} tokens routed differently; smallest relative "
+                      f"gap between choice {K} and {K + 1} there {gap:.2e}")
+        for layer, (oth, ref) in enumerate(zip(rot.choices, r64.choices)):
+            n_oth = int(np.sum(np.any(oth != ref, axis=1)))
+            if n_oth:  # the other reference's own flip: its expert gradients cannot agree
+                print(f"layer {layer}: the {other_mode} reference routes {n_oth} tokens unlike "
+                      "float64 (a near-tie at its precision; pick another seed)")
+        print(f"routing: {d.L} layers x {d.input_ids.size} tokens x top-{d.attrs['moe_top_k']} "
+              f"of {d.E} experts compared with the float64 reference")
     print(f"\n{'':9} {'kktrain':>14} {'float64':>14} {other_mode:>14} {'kk/f64':>9} "
           f"{'kk/' + on:>11} {on + '/f64':>11}")
     for name, kk, ref, oth, n_tokens in losses:

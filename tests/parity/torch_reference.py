@@ -22,7 +22,7 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import h5py
 import numpy as np
@@ -50,6 +50,8 @@ class Dump:
     targets: np.ndarray  # (B, T) int
     loss: float
     mtp_loss: Optional[float] = None
+    aux_loss: Optional[float] = None  # mixture of experts: the load-balancing loss
+    choices: List[np.ndarray] = field(default_factory=list)  # per sparse layer (B*T, K) experts
 
     # hyperparameters
     @property
@@ -75,6 +77,10 @@ class Dump:
     @property
     def K(self) -> int:
         return int(self.attrs.get("mtp_num_layers", 0))
+
+    @property
+    def E(self) -> int:  # experts of a sparse MLP (0: dense)
+        return int(self.attrs.get("moe_num_experts", 0))
 
     @property
     def compute_mtp(self) -> bool:
@@ -103,10 +109,16 @@ def load_dump(path: str) -> Dump:
             for name, ds in f["grads"].items():
                 grads[name] = np.asarray(ds[()], dtype=np.float32)
         mtp_loss = float(f["mtp_loss"][()]) if "mtp_loss" in f else None
+        aux_loss = float(f["aux_loss"][()]) if "aux_loss" in f else None
+        choices = []
+        if "moe" in f:
+            n = len(f["moe"].keys())
+            choices = [np.asarray(f[f"moe/choice_layer_{i}"][()]) for i in range(n)]
         return Dump(attrs=attrs, params=params, storage=storage, aliases=aliases, grads=grads,
                     input_ids=np.asarray(f["batch/input_ids"][()], dtype=np.int64),
                     targets=np.asarray(f["batch/targets"][()], dtype=np.int64),
-                    loss=float(f["loss"][()]), mtp_loss=mtp_loss)
+                    loss=float(f["loss"][()]), mtp_loss=mtp_loss, aux_loss=aux_loss,
+                    choices=choices)
 
 
 # ---- building blocks -------------------------------------------------------------------------
@@ -178,6 +190,8 @@ class Reference:
         # statistics (norm, softmax, loss) dtype: fp32 except in the float64 reference
         self.stat = torch.float64 if mode == "float64" else torch.float32
         self.w: Dict[str, torch.Tensor] = {}
+        self.router_probs: List[torch.Tensor] = []  # per sparse layer: (N, E) softmax
+        self.router_choice: List[torch.Tensor] = []  # per sparse layer: (N, K) chosen experts
         for name, values in dump.params.items():
             if mode == "float64":
                 dt = torch.float64
@@ -224,10 +238,62 @@ class Reference:
         u = self.linear(x, prefix + "up_proj.weight")
         return self.linear(F.silu(g) * u, prefix + "down_proj.weight")
 
+    def sparse_mlp(self, x, prefix):
+        """Mixtral's sparse MLP written plainly (a loop over experts), with kktrain's documented
+        precision: the router in fp32 (autocast off), the combine weights and the sum over the
+        k experts in fp32, the experts in the compute dtype. Returns y in the statistics dtype."""
+        a = self.d.attrs
+        E, K = int(a["moe_num_experts"]), int(a["moe_top_k"])
+        B, T, C = x.shape
+        xf = x.reshape(B * T, C)
+        with torch.autocast("cpu", enabled=False):
+            logits = F.linear(xf.to(self.stat), self.p(prefix + "gate.weight").to(self.stat))
+            probs = F.softmax(logits, dim=-1)
+        w, sel = torch.topk(probs, K, dim=-1)  # (N, K), best first
+        if int(a["moe_norm_topk_prob"]):
+            w = w / w.sum(dim=-1, keepdim=True)
+        self.router_probs.append(probs)
+        self.router_choice.append(sel)
+        outs = {}  # (token, choice) -> its expert's output, expert by expert
+        ye = None
+        for e in range(E):
+            tok, kk = torch.nonzero(sel == e, as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            ex = f"{prefix}experts.{e}."
+            g = self.linear(xf[tok], ex + "w1.weight")
+            u = self.linear(xf[tok], ex + "w3.weight")
+            out = self.linear(F.silu(g) * u, ex + "w2.weight")
+            if ye is None:
+                ye = torch.zeros(B * T, K, C, dtype=out.dtype)
+            ye = ye.index_put((tok, kk), out)
+        y = torch.zeros(B * T, C, dtype=self.stat)
+        if int(a.get("moe_shared_expert_intermediate_size", 0)) > 0:
+            y = y + self.mlp(xf, prefix + "shared_expert.").to(self.stat)
+        for k in range(K):
+            y = y + w[:, k:k + 1] * ye[:, k].to(self.stat)
+        return y.reshape(B, T, C)
+
+    def aux_loss(self):
+        """Mixtral's load-balancing loss over all layers' router outputs pooled."""
+        if not self.router_probs:
+            return None
+        E = self.d.E
+        probs = torch.cat(self.router_probs, dim=0)  # (L N, E)
+        sel = torch.cat(self.router_choice, dim=0)  # (L N, K)
+        mask = F.one_hot(sel, E).to(probs.dtype)  # (L N, K, E)
+        tokens_per_expert = mask.mean(dim=0)  # (K, E)
+        prob_per_expert = probs.mean(dim=0)  # (E)
+        return E * torch.sum(tokens_per_expert * prob_per_expert.unsqueeze(0))
+
     def block(self, h, prefix, cos, sin):
         h = h + self.attention(self.norm(h, prefix + "input_layernorm.weight"), prefix + "self_attn.",
                                cos, sin)
-        h = h + self.mlp(self.norm(h, prefix + "post_attention_layernorm.weight"), prefix + "mlp.")
+        n = self.norm(h, prefix + "post_attention_layernorm.weight")
+        if self.d.E > 0:
+            # the fp32 combine joins the residual stream with one rounding to the stream dtype
+            return (h.to(self.stat) + self.sparse_mlp(n, prefix + "block_sparse_moe.")).to(h.dtype)
+        h = h + self.mlp(n, prefix + "mlp.")
         return h
 
     def head_loss(self, h, norm_name, targets):
@@ -279,6 +345,9 @@ class Result:
     loss: float
     mtp_loss: Optional[float]
     grads: Dict[str, np.ndarray] = field(default_factory=dict)  # float64 numpy copies
+    aux_loss: Optional[float] = None
+    choices: List[np.ndarray] = field(default_factory=list)  # per sparse layer (N, K)
+    router_probs: List[np.ndarray] = field(default_factory=list)  # per sparse layer (N, E)
 
 
 def reference(dump: Dump, mode: str) -> Result:
@@ -292,6 +361,9 @@ def reference(dump: Dump, mode: str) -> Result:
     total = loss
     if mtp_loss is not None:
         total = loss + float(dump.attrs["mtp_loss_weight"]) * mtp_loss
+    aux = ref.aux_loss()
+    if aux is not None:
+        total = total + float(dump.attrs["moe_aux_loss_coef"]) * aux
     total.backward()
     grads = {}
     for name in dump.params:  # owners only; an alias shares the owner's tensor and .grad
@@ -300,7 +372,10 @@ def reference(dump: Dump, mode: str) -> Result:
         grads[name] = (np.zeros(t.shape, dtype=np.float64) if g is None
                        else g.detach().to(torch.float64).numpy())
     return Result(mode=mode, loss=float(loss.detach()),
-                  mtp_loss=None if mtp_loss is None else float(mtp_loss.detach()), grads=grads)
+                  mtp_loss=None if mtp_loss is None else float(mtp_loss.detach()), grads=grads,
+                  aux_loss=None if aux is None else float(aux.detach()),
+                  choices=[c.numpy() for c in ref.router_choice],
+                  router_probs=[p.detach().to(torch.float64).numpy() for p in ref.router_probs])
 
 
 def main():

@@ -1,4 +1,5 @@
-// Checks every buffer collective of the communicator, the FSDP unit machinery on top of it
+// Checks every buffer collective of the communicator (the all-to-all, allgather_u64 and split of
+// expert parallelism: mpi_alltoall_check.cpp), the FSDP unit machinery on top of it
 // (mpi_fsdp_check.cpp) and the optimizer's lost-update counts summed over ranks
 // (mpi_lost_updates_check.cpp), against serial references that every rank computes from the same
 // seeded data. ctest runs it under mpirun with 2, 3 and 4 ranks and once without a launcher (one
@@ -39,6 +40,7 @@
 namespace kktrain::check {
 void check_fsdp(Communicator& comm, Checker& ck);          // mpi_fsdp_check.cpp
 void check_lost_updates(Communicator& comm, Checker& ck);  // mpi_lost_updates_check.cpp
+void check_alltoall(Communicator& comm, Checker& ck);      // mpi_alltoall_check.cpp
 }  // namespace kktrain::check
 
 using namespace kktrain;
@@ -437,6 +439,7 @@ int main(int argc, char** argv) {
       check_reduce_scatter_bf16(*comm, ck);
       check_allreduce(*comm, ck);
       check_host_vectors(*comm, ck);
+      check_alltoall(*comm, ck);
       // With MPI calls cut into pieces (KKTRAIN_TEST_MPI_MAX_COUNT) the collectives above are
       // what splits; the FSDP and optimizer checks on top of them would only repeat them slowly.
       if (std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT") == nullptr) {

@@ -258,6 +258,24 @@ const ErrorCase kCases[] = {
      "not divisible by num_kv_heads 8"},
     {"odd_head_dim", "model:\n  hidden_size: 12\n  num_heads: @4\n", "model.num_heads",
      "head_dim = hidden_size / num_heads = 3 must be even"},
+    // Mixture of experts (docs/moe.md).
+    {"moe_top_k_above_experts", "model:\n  moe: {num_experts: @2, top_k: 3}\n",
+     "model.moe.num_experts", "top_k 3 exceeds num_experts 2"},
+    {"moe_key_on_dense", "model:\n  moe: {top_k: @1}\n", "model.moe.top_k",
+     "applies only with model.moe.num_experts > 0"},
+    {"moe_mtp", "model:\n  mtp_num_layers: @1\n  moe: {num_experts: 4}\n", "model.mtp_num_layers",
+     "multi-token-prediction head on a mixture-of-experts model is not implemented"},
+    {"expert_parallel_dense", "distributed:\n  expert_parallel_size: 2\n",
+     "distributed.expert_parallel_size", "needs experts to split"},
+    {"expert_parallel_not_yet",
+     "model:\n  moe: {num_experts: 4}\ndistributed:\n  "
+     "expert_parallel_size: 1\n  moe_param_dtype: @float32\n  mp_policy: {param_dtype: bfloat16}\n",
+     "distributed.moe_param_dtype", "set distributed.allow_moe_param_dtype_mismatch: true"},
+    {"moe_dtype_mismatch_allowed",
+     "model:\n  moe: {num_experts: 4}\ndistributed:\n  "
+     "moe_param_dtype: @float32\n  allow_moe_param_dtype_mismatch: true\n  mp_policy: "
+     "{param_dtype: bfloat16}\n",
+     "distributed.moe_param_dtype", "not implemented yet"},
     // Cross-section rules (their location is checked in the DISABLED test below).
     {"seq_len_too_long", "data:\n  seq_len: 512\n", "data.seq_len",
      "seq_len 512 exceeds model.max_seq_len 256"},
@@ -322,6 +340,21 @@ TEST(ConfigErrorsMore, EveryFusedAdamOnlyKeyOnAdamWSaysSo) {
       EXPECT_TRUE(ends_with(e.message, "(" + where + ")")) << e.message;
     }
   }
+}
+
+TEST(ConfigErrorsMore, ExpertParallelSizeDividesRanksAndExperts) {
+  LoadOptions two;
+  two.world_size = 2;
+  const char* moe = "model:\n  moe: {num_experts: 4}\ndistributed:\n  expert_parallel_size: ";
+  EXPECT_NO_THROW(testing_util::load(std::string(moe) + "2\n", {}, two));
+  auto e = catch_config_error(std::string(moe) + "4\n", {}, two);
+  ASSERT_TRUE(e.thrown);
+  EXPECT_EQ(e.key, "distributed.expert_parallel_size");
+  EXPECT_TRUE(contains(e.message, "does not divide the 2 ranks")) << e.message;
+  e = catch_config_error(
+      "model:\n  moe: {num_experts: 3}\ndistributed:\n  expert_parallel_size: 2\n", {}, two);
+  ASSERT_TRUE(e.thrown);
+  EXPECT_TRUE(contains(e.message, "does not divide model.moe.num_experts 3")) << e.message;
 }
 
 TEST(ConfigErrorsMore, GlobalBatchCountsRanks) {

@@ -425,6 +425,76 @@ TEST_F(Gemm, EdgeCases) {
   }
 }
 
+// gemm_grouped(): the experts of a sparse MLP. Groups of sizes {3, 0, 5, 1} (an empty group in
+// the middle shifts nothing), checked element by element against the double reference with the
+// bound of the file comment: varying m (forward 'N','T' and input gradient 'N','N': rows of A and
+// C packed group after group, B_g matrix g of B) and varying k (weight gradient 'T','N': rows of
+// A and B packed, C_g matrix g of C; the empty group gives C_g = beta * C_g).
+TEST_F(Gemm, GroupedProductsMatchTheReferencePerGroup) {
+  const std::vector<int64_t> sizes = {3, 0, 5, 1};
+  const int64_t total = 9, groups = 4, p = 6, q = 4;  // per-group operand dims
+  for (DType ab : {DType::float32, DType::bfloat16}) {
+    for (DType c : {DType::float32, DType::bfloat16}) {
+      for (const char* t : {"NT", "NN", "TN"}) {
+        SCOPED_TRACE(std::string(t) + " " + dtype_name(ab) + " -> " + dtype_name(c));
+        std::mt19937 rng(21);
+        const bool vary_m = t[0] == 'N';
+        // vary m: A (total, p), B_g (q, p) for NT or (p, q) for NN, C (total, q).
+        // vary k: A (total, p), B (total, q), C_g (p, q).
+        Matrix A(ab, total, p, rng);
+        Matrix B(ab, vary_m ? groups * (t[1] == 'T' ? q : p) : total, vary_m && t[1] == 'T' ? p : q,
+                 rng);
+        Matrix C(c, vary_m ? total : groups * p, q, rng);
+        const std::vector<double> c0 = C.ref;
+        GemmIn bin = B.in();
+        if (vary_m) bin.rows = B.rows / groups;
+        GemmOut cout = C.out();
+        if (!vary_m) cout.rows = p;
+        gemm_grouped(sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
+        C.load();
+        int bad = 0;
+        int64_t row = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t kk = vary_m ? p : sizes[g], mm = vary_m ? sizes[g] : p;
+          for (int64_t i = 0; i < mm; ++i) {
+            for (int64_t j = 0; j < q; ++j) {
+              double sum = 0, abs_sum = 0;
+              for (int64_t r = 0; r < kk; ++r) {
+                const double a = vary_m ? A.ref[(row + i) * p + r] : A.ref[(row + r) * p + i];
+                const double b = !vary_m       ? B.ref[(row + r) * q + j]
+                                 : t[1] == 'T' ? B.ref[(g * q + j) * p + r]
+                                               : B.ref[(g * p + r) * q + j];
+                sum += a * b;
+                abs_sum += std::fabs(a * b);
+              }
+              const int64_t at = vary_m ? (row + i) * q + j : (g * p + i) * q + j;
+              const double ref = 0.5 * sum + 0.5 * c0[at];
+              const double tol =
+                  (kk + 2) * std::ldexp(1.0, -24) * (0.5 * abs_sum + 0.5 * std::fabs(c0[at]));
+              double lo = ref - tol, hi = ref + tol;
+              if (c == DType::bfloat16) {
+                lo = bf16(float_toward(lo, false)).to_float();
+                hi = bf16(float_toward(hi, true)).to_float();
+              }
+              const double v = C.at(at);
+              if (!(lo <= v && v <= hi) && ++bad <= 3) {
+                ADD_FAILURE() << "group " << g << " [" << i << "," << j << "] = " << v
+                              << ", reference " << ref;
+              }
+            }
+          }
+          row += sizes[g];
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
+  std::vector<float> a(6), b(6), cc(6);
+  EXPECT_THROW(gemm_grouped({1, 1}, 'N', 'T', 1.0f, gin(a.data(), 3, 2), gin(b.data(), 1, 2), 0.0f,
+                            gout(cc.data(), 3, 1)),
+               InternalError);  // sizes sum to 2, operands hold 3 rows
+}
+
 TEST_F(Gemm, ShapeMismatchIsAnInternalError) {
   std::vector<float> a(6), b(6), c(4);
   EXPECT_THROW(gemm_batched(-1, 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
