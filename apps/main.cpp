@@ -90,7 +90,8 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     // Use the cores this process was given and no more (parallel/threads.hpp).
     const ThreadInputs inputs = read_thread_inputs();
     const ThreadPlan threads = plan_threads(inputs);
-    if (threads.oversubscribed_by_user) log::warn(oversubscription_warning(threads, inputs));
+    const std::string crowded = oversubscription_warning(threads, inputs);
+    if (!crowded.empty()) log::warn(crowded);
     const std::string blas = apply_blas_threads(threads);
     KokkosSession kokkos(argc, argv, threads.kokkos_threads);
     ctx.threads = thread_summary(threads, blas, kokkos.describe());  // train prints it

@@ -166,6 +166,20 @@ ThreadPlan plan_threads(const ThreadInputs& in) {
   p.threads_on_cpus = p.bound ? busy : busy * ranks;
   p.oversubscribed = p.threads_on_cpus > allowed;
   p.oversubscribed_by_user = p.oversubscribed && busy > p.per_process;
+  if (p.oversubscribed_by_user && in.local_ranks > 1) {
+    // Several ranks on the node: the settings are clamped to the share. Threads beyond it starve
+    // the other ranks and every other process even when they wait by sleeping (measured with 2
+    // ranks x 2 OpenMP threads bound to 1 CPU each: a process beside them went 13-21 s without
+    // the CPU; with 1 thread each, 0.13 s at most).
+    p.clamped_from = busy;
+    p.kokkos_threads = std::min(p.kokkos_threads, p.per_process);
+    p.blas_threads = std::min(p.blas_threads, p.per_process);
+    const int now = std::max(p.blas_threads, in.kokkos_host_parallel ? p.kokkos_threads : 1);
+    p.threads_on_cpus = p.bound ? now : now * ranks;
+    p.oversubscribed = p.threads_on_cpus > allowed;
+    p.oversubscribed_by_user = false;
+    p.reason += "; clamped to " + plural(p.per_process, "thread", "threads") + " per rank";
+  }
   if (p.oversubscribed && !p.oversubscribed_by_user) {
     p.reason += "; " + plural(ranks, "rank", "ranks") + " on " + plural(allowed, "CPU", "CPUs") +
                 ": waits yield the CPU";
@@ -219,6 +233,13 @@ void restart_to_yield_if_oversubscribed(char** argv) {
 }
 
 std::string oversubscription_warning(const ThreadPlan& plan, const ThreadInputs& in) {
+  if (plan.clamped_from > 0) {
+    return "the thread settings ask for " + std::to_string(plan.clamped_from) +
+           " compute threads per rank, more than the " + plural(plan.per_process, "CPU", "CPUs") +
+           " each of the " + std::to_string(std::max(in.local_ranks, 1)) +
+           " ranks on this node may use: running " + std::to_string(plan.per_process) +
+           " per rank (more would starve the other ranks and processes on the node)";
+  }
   if (!plan.oversubscribed_by_user) return "";
   const int ranks = plan.bound ? 1 : std::max(in.local_ranks, 1);
   std::string w = std::to_string(plan.threads_on_cpus) + " compute threads (" +

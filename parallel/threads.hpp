@@ -7,7 +7,9 @@
 //
 //   - the launcher bound this rank (affinity mask narrower than the online CPUs): use the mask;
 //   - otherwise share the allowed CPUs among this node's ranks: max(1, allowed / local ranks);
-//   - the user's OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / KOKKOS_NUM_THREADS win when set.
+//   - the user's OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / KOKKOS_NUM_THREADS win when set, up to
+//     a rank's share when several ranks are on the node (clamped, with a warning); a single
+//     process may oversubscribe its CPUs when asked (its waits then sleep: below).
 //
 // plan_threads() is the pure rule (unit-tested); read_thread_inputs() gathers its inputs from
 // the process, and apply_blas_threads() / KokkosSession carry the plan out.
@@ -47,10 +49,13 @@ struct ThreadPlan {
   int threads_on_cpus = 1;
   bool oversubscribed = false;
   bool oversubscribed_by_user = false;  // the planned share would not oversubscribe
+  // Several ranks on the node and the user's settings asked for more threads than a rank's
+  // share: the settings were clamped to the share (this many threads asked; 0: not clamped).
+  int clamped_from = 0;
 };
 
 // The rule above. Never returns 0 threads, and never more than the allowed CPUs unless the user
-// asked for them through the environment.
+// asked for them through the environment in a process alone on its node.
 ThreadPlan plan_threads(const ThreadInputs& in);
 
 // "4" -> 4, "4,2" (OpenMP nested list) -> 4; anything else (unset, empty, 0, junk) -> 0.
@@ -92,8 +97,9 @@ std::vector<std::pair<std::string, std::string>> yield_settings(const ThreadPlan
 // before MPI and Kokkos are initialized. Returns only when nothing needed doing or execv failed.
 void restart_to_yield_if_oversubscribed(char** argv);
 
-// The warning a run whose thread settings oversubscribe the cores prints once ("" otherwise:
-// more ranks than CPUs with one thread each is said in the startup line).
+// The warning a run whose thread settings oversubscribe the cores prints once: clamped (several
+// ranks), or waiting by sleeping (one process); "" otherwise (more ranks than CPUs with one
+// thread each is said in the startup line).
 std::string oversubscription_warning(const ThreadPlan& plan, const ThreadInputs& in);
 
 // Owns Kokkos for the process (like Kokkos::ScopeGuard): initialized with `threads` threads on

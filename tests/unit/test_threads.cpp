@@ -73,35 +73,40 @@ TEST(ThreadPlan, MoreRanksThanCpusStillGetOneThread) {
 }
 
 TEST(ThreadPlan, OversubscriptionCountsTheThreadsThatRunAtOnce) {
-  // 2 ranks x OMP_NUM_THREADS=2 on 2 CPUs (the OpenMP test suite's setting).
-  ThreadInputs in = inputs(2, 2, 2);
-  in.omp_num_threads = 2;
+  // One process: OMP_NUM_THREADS=4 on 2 CPUs runs 4 threads, which wait by sleeping.
+  ThreadInputs in = inputs(2, 2, 1);
+  in.omp_num_threads = 4;
   in.kokkos_host_parallel = true;
   ThreadPlan p = plan_threads(in);
   EXPECT_TRUE(p.oversubscribed);
   EXPECT_TRUE(p.oversubscribed_by_user);
   EXPECT_EQ(p.threads_on_cpus, 4);
-  // The Serial backend computes on one thread; OpenBLAS still takes 2 per rank.
+  // The Serial backend computes on one thread; OpenBLAS still takes 4.
   in.kokkos_host_parallel = false;
   EXPECT_EQ(plan_threads(in).threads_on_cpus, 4);
   in.omp_num_threads = 0;
-  in.kokkos_num_threads = 2;  // Kokkos threads of a Serial build never run
+  in.kokkos_num_threads = 4;  // Kokkos threads of a Serial build never run
   EXPECT_FALSE(plan_threads(in).oversubscribed);
   in.kokkos_host_parallel = true;
   EXPECT_TRUE(plan_threads(in).oversubscribed_by_user);
-  // Bound to 2 CPUs of 8: this process alone counts.
-  in = inputs(2, 8, 4);
-  in.omp_num_threads = 2;
-  EXPECT_FALSE(plan_threads(in).oversubscribed);
-  in.omp_num_threads = 3;
-  p = plan_threads(in);
-  EXPECT_TRUE(p.oversubscribed_by_user);
-  EXPECT_EQ(p.threads_on_cpus, 3);
+  // 2 ranks x OMP_NUM_THREADS=2 on 2 CPUs (the OpenMP test suite's setting), unbound and bound
+  // by mpirun to 1 CPU each: clamped to 1 thread per rank, nothing oversubscribed.
+  for (const ThreadInputs& two : {inputs(2, 2, 2), inputs(1, 2, 2)}) {
+    in = two;
+    in.omp_num_threads = 2;
+    in.kokkos_host_parallel = true;
+    p = plan_threads(in);
+    EXPECT_EQ(p.clamped_from, 2);
+    EXPECT_EQ(p.kokkos_threads, 1);
+    EXPECT_EQ(p.blas_threads, 1);
+    EXPECT_FALSE(p.oversubscribed);
+    EXPECT_FALSE(p.oversubscribed_by_user);
+  }
 }
 
 TEST(ThreadPlan, OversubscribedRunsWaitBySleeping) {
-  ThreadInputs in = inputs(2, 2, 2);
-  in.omp_num_threads = 2;
+  ThreadInputs in = inputs(2, 2, 1);
+  in.omp_num_threads = 4;
   const ThreadPlan p = plan_threads(in);
   FakeEnv env;
   using Settings = std::vector<std::pair<std::string, std::string>>;
@@ -113,9 +118,17 @@ TEST(ThreadPlan, OversubscribedRunsWaitBySleeping) {
             (Settings{{"OPENBLAS_THREAD_TIMEOUT", "4"}, {"OMPI_MCA_mpi_yield_when_idle", "1"}}));
   EXPECT_TRUE(yield_settings(plan_threads(inputs(2, 2, 2)), env.lookup()).empty());
   const std::string w = oversubscription_warning(p, in);
-  EXPECT_NE(w.find("4 compute threads (2 ranks x 2) share 2 CPUs"), std::string::npos) << w;
-  EXPECT_NE(w.find("for 1 per process"), std::string::npos) << w;
+  EXPECT_NE(w.find("4 compute threads (1 rank x 4) share 2 CPUs"), std::string::npos) << w;
+  EXPECT_NE(w.find("for 2 per process"), std::string::npos) << w;
   EXPECT_EQ(oversubscription_warning(plan_threads(inputs(2, 2, 3)), inputs(2, 2, 3)), "");
+  // Several ranks: clamped, and the warning says so.
+  in = inputs(1, 2, 2);
+  in.omp_num_threads = 2;
+  const std::string c = oversubscription_warning(plan_threads(in), in);
+  EXPECT_NE(c.find("ask for 2 compute threads per rank, more than the 1 CPU each of the 2 ranks"),
+            std::string::npos)
+      << c;
+  EXPECT_TRUE(yield_settings(plan_threads(in), FakeEnv().lookup()).empty());  // nothing to yield
 }
 
 TEST(ThreadPlan, BoundMaskIsUsedAsIsWhateverTheRankCount) {
@@ -167,29 +180,46 @@ TEST(ThreadPlan, NeverZeroNorMoreThanAllowedWithoutAsking) {
 }
 
 TEST(ThreadPlan, UserEnvironmentWins) {
-  ThreadInputs in = inputs(2, 2, 2);
-  in.omp_num_threads = 4;  // more than allowed: the user asked, so be it
+  ThreadInputs in = inputs(4, 4, 1);
+  in.omp_num_threads = 8;  // more than allowed, one process alone: the user asked, so be it
   ThreadPlan p = plan_threads(in);
-  EXPECT_EQ(p.per_process, 1);
-  EXPECT_EQ(p.blas_threads, 4);
-  EXPECT_EQ(p.kokkos_threads, 4);
+  EXPECT_EQ(p.per_process, 4);
+  EXPECT_EQ(p.blas_threads, 8);
+  EXPECT_EQ(p.kokkos_threads, 8);
+  EXPECT_EQ(p.clamped_from, 0);
   EXPECT_EQ(p.reason,
-            "1 thread per process (2 CPUs allowed, 2 ranks on this node), overridden by "
-            "OMP_NUM_THREADS=4");
+            "4 threads per process (4 CPUs allowed, 1 rank on this node), overridden by "
+            "OMP_NUM_THREADS=8");
 
   in.openblas_num_threads = 3;  // OpenBLAS' own variable beats OMP_NUM_THREADS for BLAS
   p = plan_threads(in);
   EXPECT_EQ(p.blas_threads, 3);
-  EXPECT_EQ(p.kokkos_threads, 4);
+  EXPECT_EQ(p.kokkos_threads, 8);
   EXPECT_EQ(p.reason,
-            "1 thread per process (2 CPUs allowed, 2 ranks on this node), overridden by "
-            "OPENBLAS_NUM_THREADS=3, OMP_NUM_THREADS=4");
+            "4 threads per process (4 CPUs allowed, 1 rank on this node), overridden by "
+            "OPENBLAS_NUM_THREADS=3, OMP_NUM_THREADS=8");
 
   in.kokkos_num_threads = 2;
   p = plan_threads(in);
   EXPECT_EQ(p.blas_threads, 3);
   EXPECT_EQ(p.kokkos_threads, 2);
   EXPECT_EQ(p.reason.find("OMP_NUM_THREADS"), std::string::npos) << p.reason;
+
+  // Several ranks on the node: within their share the settings win; beyond it they are clamped.
+  in = inputs(8, 8, 2);
+  in.omp_num_threads = 3;
+  p = plan_threads(in);
+  EXPECT_EQ(p.blas_threads, 3);
+  EXPECT_EQ(p.kokkos_threads, 3);
+  EXPECT_EQ(p.clamped_from, 0);
+  in.omp_num_threads = 6;
+  in.kokkos_host_parallel = true;
+  p = plan_threads(in);
+  EXPECT_EQ(p.clamped_from, 6);
+  EXPECT_EQ(p.blas_threads, 4);
+  EXPECT_EQ(p.kokkos_threads, 4);
+  EXPECT_FALSE(p.oversubscribed);
+  EXPECT_NE(p.reason.find("; clamped to 4 threads per rank"), std::string::npos) << p.reason;
 
   // Only OPENBLAS_NUM_THREADS: Kokkos keeps the plan.
   in = inputs(8, 8);
@@ -277,7 +307,7 @@ TEST(ThreadPlan, BlasHookReportsWhatItDid) {
   }
   EXPECT_EQ(got, "OpenBLAS up to 2 (1 per 64M multiply-adds of a product)");
   EXPECT_EQ(apply_blas_threads(plan_threads(inputs(2, 2, 2))), "OpenBLAS 1");
-  ThreadInputs in = inputs(2, 2, 2);
+  ThreadInputs in = inputs(2, 2, 1);
   in.openblas_num_threads = 2;  // the user's count, for every product
   p = plan_threads(in);
   EXPECT_TRUE(p.blas_user_set);
