@@ -664,10 +664,10 @@ def interrupted(run_dir, np_, sig, after, twice=False):
     # the step ends (256 were not enough with 2 ranks x 2 OpenMP threads on 2 cores once the
     # model's kernels got faster; 64 not with 4 threads).
     slow = [f"data.global_batch_size={2048 * np_}"] if twice else []
-    # The run must outlast the test's reaction: 200 tiny steps take under 4 s, and with 2 ranks x
-    # 2 OpenMP threads on 2 cores a step can take 0.3 ms (threads that sleep instead of spinning:
-    # parallel/threads.hpp). A run 100x as long (the schedule is fixed by sched(STEPS)) is
-    # stopped long before its end; the run that resumes it sets its own train.max_steps.
+    # The run must outlast the test's reaction: 200 tiny steps take under 4 s, and a tiny step
+    # with OpenMP threads that sleep instead of spinning can take 0.3 ms (parallel/threads.hpp).
+    # A run 100x as long (the schedule is fixed by sched(STEPS)) is stopped long before its end;
+    # the run that resumes it sets its own train.max_steps.
     longer = [f"train.max_steps={LONGER * STEPS}"]
     p = start(["train", tt.config(tt.PATTERN_A), *tiny(np_, SIG_ACCUM), *SIG_O, *slow, *longer,
                f"train.output_dir={run_dir}"], np_, err_path)
