@@ -24,24 +24,32 @@ constexpr bool kHostKernels = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::a
 // call it once per row (c0 = 0, c1 = cols): the column loop is a plain inner loop the compiler
 // vectorizes. f is a KOKKOS_LAMBDA.
 template <class F>
-void for_rows_impl(std::true_type /*host*/, const char* name, int64_t rows, int64_t cols,
-                   const F& f) {
+void for_rows_impl(std::true_type /*host*/, const ExecSpace& space, const char* name, int64_t rows,
+                   int64_t cols, const F& f) {
   Kokkos::parallel_for(
-      name, RangePolicy(0, rows), KOKKOS_LAMBDA(const int64_t r) { f(r, int64_t(0), cols); });
+      name, RangePolicy(space, 0, rows),
+      KOKKOS_LAMBDA(const int64_t r) { f(r, int64_t(0), cols); });
 }
 template <class F>
-void for_rows_impl(std::false_type /*device*/, const char* name, int64_t rows, int64_t cols,
-                   const F& f) {
+void for_rows_impl(std::false_type /*device*/, const ExecSpace& space, const char* name,
+                   int64_t rows, int64_t cols, const F& f) {
   if (cols == 0) return;
   Kokkos::parallel_for(
-      name, RangePolicy(0, rows * cols), KOKKOS_LAMBDA(const int64_t i) {
+      name, RangePolicy(space, 0, rows * cols), KOKKOS_LAMBDA(const int64_t i) {
         const int64_t c = i % cols;
         f(i / cols, c, c + 1);
       });
 }
+// On the execution-space instance `space` (a stream of its own on GPUs: the communication
+// side's kernels, parallel/fsdp_kernels.hpp), ordered after the work queued on it before.
+template <class F>
+void for_rows(const ExecSpace& space, const char* name, int64_t rows, int64_t cols, const F& f) {
+  for_rows_impl(std::integral_constant<bool, kHostKernels>(), space, name, rows, cols, f);
+}
+// On the default instance (every compute kernel).
 template <class F>
 void for_rows(const char* name, int64_t rows, int64_t cols, const F& f) {
-  for_rows_impl(std::integral_constant<bool, kHostKernels>(), name, rows, cols, f);
+  for_rows(ExecSpace(), name, rows, cols, f);
 }
 
 // Where a reduction's sum goes: a host value (the launch waits for the device to fill it) or a
@@ -147,18 +155,24 @@ struct TensorTable {
 };
 
 // f(tensor, lo, hi) for every element range of every block: elements [lo, hi) of `tensor`, with
-// the for_rows launch shape (GPUs: one element per call; CPUs: a whole block per call).
+// the for_rows launch shape (GPUs: one element per call; CPUs: a whole block per call), on
+// `space` or the default instance.
 template <class F>
-void for_tensor_blocks(const char* name, const TensorBlocks& blocks, const F& f) {
+void for_tensor_blocks(const ExecSpace& space, const char* name, const TensorBlocks& blocks,
+                       const F& f) {
   const DView<TensorBlock> t = blocks.table();
   for_rows(
-      name, blocks.count(), blocks.block_len(),
+      space, name, blocks.count(), blocks.block_len(),
       KOKKOS_LAMBDA(const int64_t b, const int64_t c0, const int64_t c1) {
         const TensorBlock k = t(b);
         const int64_t lo = k.begin + c0;
         const int64_t hi = k.begin + c1 < k.end ? k.begin + c1 : k.end;
         if (lo < hi) f(k.tensor, lo, hi);
       });
+}
+template <class F>
+void for_tensor_blocks(const char* name, const TensorBlocks& blocks, const F& f) {
+  for_tensor_blocks(ExecSpace(), name, blocks, f);
 }
 
 // for_tensor_blocks with a sum (for_rows_reduce): f(tensor, lo, hi, acc) adds into acc what it
