@@ -74,7 +74,19 @@ class Communicator {
   int reduce_scatter_start(const DBytesU& send, const DBytesU& recv, DType dtype);
   // allgather_bytes the same way (MPI_Iallgather).
   int allgather_start(const DBytesU& send, const DBytesU& recv);
+  // Makes the default execution-space instance's later work (and the host's reads of host
+  // memory) follow the collective.
   void wait_collective(int ticket);
+  // Where work that consumes a started collective's result runs without anything else waiting
+  // for it: completes the collective as far as the host must (MPI: MPI_Wait) and returns the
+  // execution-space instance ordered after it. NCCL: the communication stream's instance (work
+  // there runs beside the compute stream's; communication_done() orders the two); elsewhere, and
+  // for kDone, the default instance.
+  ExecSpace collective_space(int ticket);
+  // A ticket for the work queued on the communication instance so far (NCCL: an event recorded
+  // on its stream); wait_collective(ticket) makes the default instance's later work follow it.
+  // kDone where that instance is the default one.
+  int communication_done();
   // Non-blocking reductions for reduce_scatter_start (distributed.nonblocking_collectives).
   void set_nonblocking(bool on) { nonblocking_ = on; }
   bool nonblocking() const { return nonblocking_; }
@@ -122,6 +134,13 @@ class Communicator {
     return kDone;
   }
   virtual void wait_impl(int /*ticket*/) {}
+  // Defaults: the host waits for the collective; its results are ordered before the default
+  // instance's later work.
+  virtual ExecSpace collective_space_impl(int ticket) {
+    wait_impl(ticket);
+    return ExecSpace();
+  }
+  virtual int communication_done_impl() { return kDone; }
   // bytes checked to be size() x size() and to fit send and recv.
   virtual void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) = 0;
   CommStats stats_;

@@ -1,14 +1,14 @@
 // FSDP2-style units: gather in the compute dtype, reduce-scatter in the reduce dtype
-// (parallel/fsdp.hpp has the what and why). Each data movement of a unit is one launch per dtype
-// pair over a table of its parameters (TensorTable); index arithmetic maps between the full
-// (rows, row_len) tensor and its rank-major padded blocks.
+// (parallel/fsdp.hpp has the what and why): buffers, launch tables and the order of collectives.
+// Each data movement of a unit is one launch per dtype pair over a table of its parameters
+// (TensorTable), its kernel in parallel/fsdp_kernels.hpp.
 #include "parallel/fsdp.hpp"
 
 #include <algorithm>
 #include <tuple>
 
-#include "core/bf16.hpp"
 #include "core/errors.hpp"
+#include "parallel/fsdp_kernels.hpp"
 
 namespace kktrain {
 
@@ -24,139 +24,6 @@ std::size_t align_up(std::size_t n) {
 
 void ensure_bytes(Bytes& b, std::size_t n, const char* label) {
   if (b.extent(0) < n) b = Bytes(std::string(label), n);
-}
-
-// Every kernel below is one launch over a unit's parameters (a TensorTable of FsdpTensor); the
-// comment says what src, dst and n count for it.
-
-// Pack: block + dst bytes (shard_rows * row_len) W = shard S at src (elements) of the flat
-// storage, n local elements, zero padding past the local rows.
-template <class S, class W>
-void pack_shards_kernel(char* block, const S* storage, const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_pack_shards", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        W* wire = reinterpret_cast<W*>(block + f.dst);
-        const S* shard = storage + f.src;
-        for (int64_t i = lo; i < hi; ++i) store_as(wire, i, i < f.n ? load_f32(shard, i) : 0.0f);
-      });
-}
-
-// Unpack: out + dst bytes (rows * row_len) O = the rank-major blocks of recv (block_bytes apart,
-// the parameter's shard at byte src in each).
-template <class W, class O>
-void unpack_weights_kernel(char* out, const char* recv, std::size_t block_bytes,
-                           const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_unpack_weights", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        O* full = reinterpret_cast<O*>(out + f.dst);
-        for (int64_t i = lo; i < hi; ++i) {
-          const int64_t row = i / f.row_len, col = i - row * f.row_len;
-          const int64_t r = row / f.shard_rows, lr = row - r * f.shard_rows;
-          const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + f.src);
-          store_as(full, i, load_f32(src, lr * f.row_len + col));
-        }
-      });
-}
-
-// One rank's compute copies: out + dst bytes (n) O = rnd(storage S at src elements (n)).
-template <class S, class O>
-void cast_weights_kernel(char* out, const S* storage, const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_cast_weights", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        O* d = reinterpret_cast<O*>(out + f.dst);
-        const S* src = storage + f.src;
-        const bool round = f.round != 0;
-        for (int64_t i = lo; i < hi; ++i) {
-          const float x = load_f32(src, i);
-          store_as(d, i, round ? round_to_bf16(x) : x);
-        }
-      });
-}
-
-// The gradient of a compute-dtype tensor is rounded to that dtype.
-KOKKOS_INLINE_FUNCTION float compute_grad(float g, bool round) {
-  return round ? round_to_bf16(g) : g;
-}
-
-// Accumulate: acc (n) R = [acc +] rnd(grads at src (n)): the reduce-dtype accumulators of a
-// micro-batch that does not synchronize.
-template <class R>
-void accumulate_kernel(const float* grads, bool first, const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_accumulate", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        R* acc = static_cast<R*>(f.acc);
-        const float* g = grads + f.src;
-        const bool round = f.round != 0;
-        for (int64_t i = lo; i < hi; ++i) {
-          const float x = compute_grad(g[i], round);
-          store_as(acc, i, first ? x : load_f32(acc, i) + x);
-        }
-      });
-}
-
-// Reduce-scatter pack: send holds W blocks of red_count R; the parameter's rows of rank r go to
-// block r at element dst, padded rows are zero. Values: rnd(grads at src) [+ acc] in R.
-template <class R>
-void reduce_pack_kernel(R* send, const float* grads, int64_t red_count, bool with_acc,
-                        const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_reduce_pack", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        const int64_t per_rank = f.shard_rows * f.row_len;
-        const float* g = grads + f.src;
-        const R* acc = static_cast<const R*>(f.acc);
-        const bool round = f.round != 0;
-        for (int64_t i = lo; i < hi; ++i) {
-          const int64_t r = i / per_rank, j = i - r * per_rank;
-          const int64_t full = r * per_rank + j;  // rank r's rows are rows r*shard_rows.. in order
-          float v = 0.0f;
-          if (full / f.row_len < f.rows) {
-            v = compute_grad(g[full], round);
-            if (with_acc) v += load_f32(acc, full);
-          }
-          store_as(send, r * red_count + f.dst + j, v);
-        }
-      });
-}
-
-// Reduce-scatter unpack: the received shard (n) R at src, summed over micro-batches in the fp32
-// shard accumulator acc (n) when the step reduces every micro-batch (the first sets it); the
-// last micro-batch stores (sum / world) into the shard gradient at dst (elements) of the flat
-// storage-dtype gradient G. acc may be the fp32 shard gradient itself; with first and last both
-// set (one reduction a step) it is not touched.
-template <class R, class G>
-void reduce_unpack_kernel(G* grad, const R* recv, float world, bool first, bool last,
-                          const TensorTable<FsdpTensor>& t) {
-  const DView<FsdpTensor> e = t.entries;
-  for_tensor_blocks(
-      "fsdp_reduce_unpack", t.blocks,
-      KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
-        const FsdpTensor f = e(k);
-        float* acc = static_cast<float*>(f.acc);
-        for (int64_t i = lo; i < hi; ++i) {
-          const float x = load_f32(recv + f.src, i);
-          const float sum = first ? x : acc[i] + x;
-          if (last) {
-            store_as(grad + f.dst, i, sum / world);
-          } else {
-            acc[i] = sum;
-          }
-        }
-      });
 }
 
 DType wire_dtype(bool round) {
@@ -477,7 +344,8 @@ void FsdpUnits::cast_weights(Unit& u, char* out) {
   for (const Launch& l : u.cast.launches) {
     dispatch_dtypes(l.from, l.to, [&](auto st, auto ot) {
       using S = decltype(st);
-      cast_weights_kernel<S, decltype(ot)>(out, reg_.flat_data<S>().data(), l.table);
+      fsdp_kernels::cast_weights_kernel<S, decltype(ot)>(ExecSpace(), out,
+                                                         reg_.flat_data<S>().data(), l.table);
     });
   }
 }
@@ -494,7 +362,8 @@ void FsdpUnits::pack_shards(Unit& u, char* block) {
   for (const Launch& l : u.pack.launches) {
     dispatch_dtypes(l.from, l.to, [&](auto st, auto wt) {
       using S = decltype(st);
-      pack_shards_kernel<S, decltype(wt)>(block, reg_.flat_data<S>().data(), l.table);
+      fsdp_kernels::pack_shards_kernel<S, decltype(wt)>(ExecSpace(), block,
+                                                        reg_.flat_data<S>().data(), l.table);
     });
   }
 }
@@ -512,8 +381,8 @@ void FsdpUnits::unpack_weights(Unit& u, char* out) {
   });
   for (const Launch& l : u.unpack.launches) {
     dispatch_dtypes(l.from, l.to, [&](auto wt, auto ot) {
-      unpack_weights_kernel<decltype(wt), decltype(ot)>(out, wire_recv_.data(), u.block_bytes,
-                                                        l.table);
+      fsdp_kernels::unpack_weights_kernel<decltype(wt), decltype(ot)>(
+          ExecSpace(), out, wire_recv_.data(), u.block_bytes, l.table);
     });
   }
 }
@@ -596,12 +465,13 @@ void FsdpUnits::accumulate(Unit& u, const float* grads) {
   for (const Launch& l : u.accumulate.launches) {
     dispatch_dtype(l.to, [&](auto rt) {
       using R = decltype(rt);
-      accumulate_kernel<R>(grads, !u.accumulated, l.table);
+      fsdp_kernels::accumulate_kernel<R>(ExecSpace(), grads, !u.accumulated, l.table);
     });
   }
 }
 
 int FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc, int wire) {
+  wait_wire(wire);  // the last reduction on this wire pair is done with it
   const std::size_t esize = dtype_size(reduce_);
   const std::size_t block = static_cast<std::size_t>(u.red_count) * esize;
   if (overlapped()) {
@@ -629,7 +499,7 @@ int FsdpUnits::pack_and_reduce(Unit& u, const float* grads, bool with_acc, int w
     using R = decltype(rt);
     R* send = reinterpret_cast<R*>(reduce_send(wire));
     for (const Launch& l : pack.launches) {
-      reduce_pack_kernel<R>(send, grads, u.red_count, with_acc, l.table);
+      fsdp_kernels::reduce_pack_kernel<R>(ExecSpace(), send, grads, u.red_count, with_acc, l.table);
     }
   });
   return unit_comm(u).reduce_scatter_start(DBytesU(reduce_send(wire), block * u.world),
@@ -646,8 +516,8 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool 
   f.last = last;
   f.comm = &unit_comm(u);
   f.ticket = pack_and_reduce(u, grads, with_acc, f.wire);
-  next_wire_ = 1 - next_wire_;
-  complete_reductions();
+  if (overlapped()) next_wire_ = 1 - next_wire_;
+  finish_in_flight();
   if (f.ticket == Communicator::kDone) {
     finish_reduction(f);
   } else {
@@ -655,15 +525,32 @@ void FsdpUnits::reduce_scatter(Unit& u, const float* grads, bool with_acc, bool 
   }
 }
 
-void FsdpUnits::complete_reductions() {
+void FsdpUnits::finish_in_flight() {
   if (in_flight_.unit < 0) return;
   const InFlight f = in_flight_;
   in_flight_ = InFlight();
   finish_reduction(f);
 }
 
+void FsdpUnits::complete_reductions() {
+  finish_in_flight();
+  // The shard gradients stored on the communication instance come before the compute
+  // instance's later work (the gradient norm, the optimizer).
+  wait_wire(0);
+  wait_wire(1);
+}
+
+void FsdpUnits::wait_wire(int wire) {
+  WireUse& w = wire_use_[wire];
+  if (w.ticket == Communicator::kDone) return;
+  w.comm->wait_collective(w.ticket);
+  w = WireUse();
+}
+
 void FsdpUnits::finish_reduction(const InFlight& f) {
-  f.comm->wait_collective(f.ticket);
+  // The shards are stored where the collective completes (NCCL: its own stream, so the compute
+  // stream never waits for it here; MPI: the host waited for it, the default instance).
+  const ExecSpace space = f.comm->collective_space(f.ticket);
   Unit& u = units_[f.unit];
   const bool first = f.first, last = f.last;
   const char* recv_bytes = reduce_recv(f.wire);
@@ -694,11 +581,13 @@ void FsdpUnits::finish_reduction(const InFlight& f) {
     for (const Launch& l : u.reduce_unpack.launches) {
       dispatch_dtype(l.to, [&](auto gt) {
         using G = decltype(gt);
-        reduce_unpack_kernel<R, G>(reg_.flat_grad<G>().data(), recv, static_cast<float>(world_),
-                                   first, last, l.table);
+        fsdp_kernels::reduce_unpack_kernel<R, G>(space, reg_.flat_grad<G>().data(), recv,
+                                                 static_cast<float>(world_), first, last, l.table);
       });
     }
   });
+  if (f.ticket != Communicator::kDone)
+    wire_use_[f.wire] = WireUse{f.comm->communication_done(), f.comm};
 }
 
 int64_t FsdpUnits::buffer_bytes() const {

@@ -30,7 +30,11 @@
 // reduce-scatter is started as soon as its gradients are packed and completed (waited for, then
 // stored into the shards) when the next unit's is started, so it runs while that unit's backward
 // computes; the last one is completed by complete_reductions() at the end of the backward. Two
-// reduce wires alternate (one in flight, one being packed). And prefetch(next) starts the next
+// reduce wires alternate (one in flight, one being packed). The stores into the shards run where
+// the collective completes: on NCCL's communication stream, so the compute stream waits for a
+// reduce-scatter only when it packs into that wire pair again and at complete_reductions() (the
+// optimizer's inputs); with MPI the host waits for it (MPI_Wait) and they run on the default
+// instance. And prefetch(next) starts the next
 // unit's all-gather right after a unit is gathered (forward and backward, FSDP2's prefetch), so
 // it runs while this unit computes; gather(next) then waits for it and unpacks. One prefetch is
 // in flight at a time, on the gather wires (the reductions have their own). The stored values are
@@ -81,7 +85,8 @@ struct ComputeLayout {
 };
 
 // One parameter of a unit-wide launch (each of the unit's data movements is one launch per dtype
-// pair, over a table of its parameters; what src and dst count is the kernel's, fsdp.cpp).
+// pair, over a table of its parameters; what src and dst count is the kernel's,
+// parallel/fsdp_kernels.hpp).
 struct FsdpTensor {
   int64_t src = 0, dst = 0;  // offsets (elements or bytes, per kernel)
   int64_t n = 0;             // elements this rank holds (pack, unpack of the reduction, casts)
@@ -221,8 +226,21 @@ class FsdpUnits {
   // Packs the unit's gradients (+ the unsharded accumulator) into reduce wire pair `wire` and
   // starts the collective; returns its ticket.
   int pack_and_reduce(Unit& u, const float* grads, bool with_acc, int wire);
-  // Waits for `f` and stores its received block into the shard gradients.
+  // Stores the reduction in flight, if any (finish_reduction).
+  void finish_in_flight();
+  // Stores f's received block into the shard gradients once it is complete, on the instance its
+  // collective completes on (Communicator::collective_space).
   void finish_reduction(const InFlight& f);
+  // The last use of a reduce wire pair by communication-side work (its collective and the
+  // stores reading its receive wire), for the compute instance to wait for before packing into
+  // it again (Communicator::communication_done; kDone: nothing to wait for).
+  struct WireUse {
+    int ticket = Communicator::kDone;
+    Communicator* comm = nullptr;
+  };
+  WireUse wire_use_[2];
+  // The compute instance's later work follows the last use of wire pair `wire`.
+  void wait_wire(int wire);
   // The reduce wires: the gather wires when reductions do not overlap, else their own pair each.
   char* reduce_send(int wire) { return overlapped() ? red_send_[wire].data() : wire_send_.data(); }
   char* reduce_recv(int wire) { return overlapped() ? red_recv_[wire].data() : wire_recv_.data(); }

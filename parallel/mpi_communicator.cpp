@@ -230,6 +230,14 @@ void Communicator::wait_collective(int ticket) {
   if (ticket != kDone) wait_impl(ticket);
 }
 
+ExecSpace Communicator::collective_space(int ticket) {
+  return ticket == kDone ? ExecSpace() : collective_space_impl(ticket);
+}
+
+int Communicator::communication_done() {
+  return communication_done_impl();
+}
+
 void Communicator::allreduce_sum(const DViewU<float>& data) {
   allreduce_impl(data.data(), data.extent(0));
 }

@@ -14,7 +14,10 @@
 // recorded on the compute stream orders them after the kernels that packed their input, and
 // wait_collective() makes the compute stream wait for an event recorded after them, so the
 // kernels after it see the result; the host waits for neither, and the compute stream runs the
-// next unit's kernels while the collective moves.
+// next unit's kernels while the collective moves. Work that consumes a collective's result can
+// also run on the communication stream itself (collective_space(): a Kokkos::Cuda instance on
+// that stream, made once), so the compute stream does not wait for the collective at all until
+// communication_done()'s event (FSDP stores reduce-scattered shards there; the optimizer waits).
 // Scalar host reductions, agreement and barriers go through MPI.
 // The all-to-all of blocks is one
 // NCCL group of a send and a receive per rank (ncclSend / ncclRecv, counts in size_t: no pieces);
@@ -71,6 +74,7 @@ class NcclCommunicator final : public MpiWorld {
   // A split: the MPI and NCCL communicators of the same ranks.
   NcclCommunicator(MPI_Comm mpi, ncclComm_t nccl) : MpiWorld(mpi), nccl_(nccl) {}
   ~NcclCommunicator() override {
+    comm_space_ = ExecSpace();  // release the instance while its stream exists
     for (auto& st : started_) cudaEventDestroy(st.done);
     if (ready_) cudaEventDestroy(ready_);
     if (comm_stream_) cudaStreamDestroy(comm_stream_);
@@ -149,6 +153,17 @@ class NcclCommunicator final : public MpiWorld {
     st.in_use = false;
   }
 
+  // Work queued on the communication stream follows the collective already.
+  ExecSpace collective_space_impl(int ticket) override {
+    started_.at(static_cast<std::size_t>(ticket)).in_use = false;
+    return comm_space_;
+  }
+
+  int communication_done_impl() override {
+    if (!comm_stream_) return kDone;
+    return record_on_comm();
+  }
+
  private:
   void enqueue_allgather(const void* send, void* recv, std::size_t bytes, cudaStream_t s) {
     check_nccl(ncclAllGather(send, recv, bytes, ncclUint8, nccl_, s), "ncclAllGather");
@@ -181,13 +196,23 @@ class NcclCommunicator final : public MpiWorld {
       check_cuda(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking),
                  "cudaStreamCreateWithFlags");
       check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+#ifdef KOKKOS_ENABLE_CUDA
+      comm_space_ = Kokkos::Cuda(comm_stream_);
+#endif
     }
     check_cuda(cudaEventRecord(ready_, kokkos_stream()), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(comm_stream_, ready_, 0), "cudaStreamWaitEvent");
     return comm_stream_;
   }
-  // Records the collective's completion event in a free slot; returns the slot (the ticket).
+  // Records the collective's completion event; returns its ticket.
   int end_started(double t0, double bytes) {
+    const int ticket = record_on_comm();
+    finish(t0, bytes);
+    return ticket;
+  }
+  // Records an event after the work queued on the communication stream, in a free slot;
+  // returns the slot (a ticket).
+  int record_on_comm() {
     std::size_t i = 0;
     while (i < started_.size() && started_[i].in_use) ++i;
     if (i == started_.size()) {
@@ -197,7 +222,6 @@ class NcclCommunicator final : public MpiWorld {
     }
     check_cuda(cudaEventRecord(started_[i].done, comm_stream_), "cudaEventRecord");
     started_[i].in_use = true;
-    finish(t0, bytes);
     return static_cast<int>(i);
   }
   void finish(double t0, double bytes) {
@@ -212,6 +236,7 @@ class NcclCommunicator final : public MpiWorld {
   ncclComm_t nccl_ = nullptr;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
+  ExecSpace comm_space_;  // CUDA builds: the instance on comm_stream_ once it exists
   std::vector<Started> started_;
 };
 
