@@ -30,6 +30,12 @@
 //   stats       (W - 1) x red_count x sizeof(R) per reduce-scatter (red_count: the trainable
 //               parameters' ceil(rows / W) x row_len): on the syncing micro-batch only, or on every
 //               micro-batch with every_micro_batch; nothing for frozen units.
+//   overlap     all of the above again with non-blocking collectives through StreamOrderComm
+//               (tests/tools/stream_order_comm.hpp: the order a GPU communication stream needs),
+//               plus whole backwards (every unit reduced in reverse order, several
+//               reduce-scatters in flight, complete_reductions() at the end): the same bits, no
+//               send buffer written while communication-side work may read it, and nothing left
+//               unordered before the gradients are read.
 #include <functional>
 #include <string>
 #include <vector>
@@ -40,6 +46,7 @@
 #include "parallel/communicator.hpp"
 #include "parallel/fsdp.hpp"
 #include "tests/tools/mpi_check_common.hpp"
+#include "tests/tools/stream_order_comm.hpp"
 
 namespace kktrain::check {
 
@@ -128,8 +135,9 @@ void expect_traffic(Communicator& comm, Checker& ck, const CommStats& before, do
 
 class FsdpCheck {
  public:
-  FsdpCheck(Communicator& comm, Checker& ck)
-      : comm_(comm), ck_(ck), r_(comm.rank()), w_(comm.size()) {}
+  // so: the communicator under test when it is a StreamOrderComm (non-blocking collectives).
+  FsdpCheck(Communicator& comm, Checker& ck, StreamOrderComm* so = nullptr)
+      : comm_(comm), ck_(ck), r_(comm.rank()), w_(comm.size()), so_(so) {}
 
   void run() {
     build();
@@ -140,6 +148,14 @@ class FsdpCheck {
     } else {
       for (GradSync gs : {GradSync::last_micro_batch, GradSync::every_micro_batch}) {
         for (DType red : {F32, BF16}) check_reduce(red, gs);
+      }
+      if (so_) {
+        for (GradSync gs : {GradSync::last_micro_batch, GradSync::every_micro_batch}) {
+          for (DType red : {F32, BF16}) check_backward(red, gs);
+        }
+        const auto& v = so_->violations();
+        ck_.expect(v.empty(), "fsdp overlap order",
+                   std::to_string(v.size()) + " violations, first: " + (v.empty() ? "" : v[0]));
       }
     }
   }
@@ -407,6 +423,7 @@ class FsdpCheck {
         fs.drop_collected();
       } else {
         fs.reduce_gradients(unit, st.end == End::sync);
+        if (so_) complete(fs, what + " step " + std::to_string(t));
         if (st.end == End::accumulate_then_discard) fs.discard_gradients();
       }
       const bool reduces = st.end == End::sync || (every && st.end != End::drop);
@@ -467,9 +484,61 @@ class FsdpCheck {
     }
   }
 
+  // The end of a backward with overlapped reductions: the shards complete, and ordered before
+  // whatever reads them.
+  void complete(FsdpUnits& fs, const std::string& what) {
+    fs.complete_reductions();
+    ck_.expect(so_->outstanding() == 0, what + " complete_reductions",
+               std::to_string(so_->outstanding()) + " communication-side works left unordered");
+  }
+
+  // Whole backwards: each micro-batch reduces every unit in reverse order (the model's backward:
+  // fill a unit's gradients, reduce them, next unit), so reductions are in flight on both reduce
+  // wire pairs while the next units are packed; complete_reductions() ends each micro-batch.
+  void check_backward(DType red, GradSync gs) {
+    const std::vector<Scenario> scenarios = {
+        {"sync", {{true, End::sync}}},
+        {"accumulate x3", {{true, End::accumulate}, {true, End::accumulate}, {true, End::sync}}},
+        {"empty last micro-batch", {{true, End::accumulate}, {false, End::sync}}},
+    };
+    FsdpUnits fs(reg_, comm_, units_, round_, red);
+    fs.set_grad_sync(gs);
+    const bool every = gs == GradSync::every_micro_batch;
+    const std::string rname =
+        std::string(red == F32 ? "R=f32" : "R=bf16") + (every ? " every" : " last");
+    for (std::size_t s = 0; s < scenarios.size(); ++s) {
+      const Scenario& sc = scenarios[s];
+      const std::string what = "fsdp backward " + rname + " " + sc.name;
+      for (int p = 0; p < reg_.size(); ++p) {
+        if (reg_.info(p).trainable) {
+          param_from_host(reg_, p, std::vector<float>(stored_[p].size(), 777.0f), true);
+        }
+      }
+      for (std::size_t t = 0; t < sc.steps.size(); ++t) {
+        const Step& st = sc.steps[t];
+        for (int unit = fs.size() - 1; unit >= 0; --unit) {
+          for (int p : units_[unit].params) {
+            if (!st.fill || !reg_.info(p).trainable) continue;
+            std::vector<float> g(stored_[p].size());
+            for (std::size_t e = 0; e < g.size(); ++e) {
+              g[e] = grad_value(static_cast<int>(s), static_cast<int>(t), r_, p, e);
+            }
+            to_device(fs.grad_buffer(p), g);
+          }
+          fs.reduce_gradients(unit, st.end == End::sync);
+        }
+        complete(fs, what + " micro-batch " + std::to_string(t));
+      }
+      for (int p = 0; p < reg_.size(); ++p) {
+        if (reg_.info(p).trainable) check_shard_grad(red, every, static_cast<int>(s), sc, p, what);
+      }
+    }
+  }
+
   Communicator& comm_;
   Checker& ck_;
   int r_, w_;
+  StreamOrderComm* so_;
   ParamRegistry reg_;
   std::vector<bool> round_;
   std::vector<UnitSpec> units_ = unit_specs();
@@ -480,6 +549,13 @@ class FsdpCheck {
 
 void check_fsdp(Communicator& comm, Checker& ck) {
   FsdpCheck(comm, ck).run();
+  if (comm.size() == 1) return;
+  const bool was = comm.nonblocking();
+  comm.set_nonblocking(true);
+  StreamOrderComm so(comm);
+  so.set_nonblocking(true);
+  FsdpCheck(so, ck, &so).run();
+  comm.set_nonblocking(was);
 }
 
 }  // namespace kktrain::check
