@@ -38,12 +38,15 @@ MpiWorld::MpiWorld(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &ranks_on_node_);
   MPI_Comm_free(&node);
+  MPI_Comm_dup(comm_, &agree_comm_);
 }
 
 MpiWorld::~MpiWorld() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  MPI_Comm_free(&agree_comm_);
+  if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
 }
 
 MPI_Comm MpiWorld::split_comm(int color, int key) const {
@@ -152,7 +155,7 @@ int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
   // at first (agreements usually complete at once), then with sleeps that yield the CPU.
   int in = failed ? rank_ : size_, out = size_;
   MPI_Request req;
-  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, comm_, &req);
+  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, agree_comm_, &req);
   const double t0 = now_s();
   int done = 0;
   for (int polls = 0;; ++polls) {

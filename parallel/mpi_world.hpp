@@ -41,6 +41,11 @@ class MpiWorld : public Communicator {
   // every rank passes a color).
   MPI_Comm split_comm(int color, int key) const;
   MPI_Comm comm_ = MPI_COMM_WORLD;
+  // A duplicate of comm_ for first_failing_rank alone: a failing rank's agreement then never
+  // matches a collective the other ranks are inside on comm_ (Open MPI matches non-blocking
+  // collectives of any kind by their order on a communicator: an agreement meeting a started
+  // reduce-scatter truncated and crashed), so it waits its bounded time and aborts the job.
+  MPI_Comm agree_comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   int ranks_on_node_ = 1;

@@ -258,13 +258,15 @@ def case_one_rank_faults():
 
 def case_stuck_peer():
     """The last resort: rank 1 fails while the others wait in a collective it never joins; it
-    aborts the job after distributed.failed_rank_wait_s (2 s here) with its message."""
+    aborts the job after distributed.failed_rank_wait_s (2 s here) with its message. Also with
+    a non-blocking reduce-scatter in flight and the others waiting for the next one."""
     for np_ in (2, 3):
-        rc, o, e, s = tm.launch(tm.mpirun(np_) + [STUCK_PEER, "2"], timeout=60)
-        tt.check(rc != 0 and "rank 1 cannot write its shard" in e and "aborting the job" in e,
-                 f"rc {rc}\n{e}")
-        tt.check(2.0 <= s < 15, f"{np_} ranks: the job ended after {s:.1f} s")
-        print(f"{np_} ranks: aborted {s:.1f} s after rank 1's failure (wait 2 s)")
+        for how in ("barrier", "in_flight"):
+            rc, o, e, s = tm.launch(tm.mpirun(np_) + [STUCK_PEER, "2", how], timeout=60)
+            tt.check(rc != 0 and "rank 1 cannot write its shard" in e and "aborting the job" in e,
+                     f"{how}: rc {rc}\n{e}")
+            tt.check(2.0 <= s < 15, f"{np_} ranks, {how}: the job ended after {s:.1f} s")
+            print(f"{np_} ranks, {how}: aborted {s:.1f} s after rank 1's failure (wait 2 s)")
 
 
 # ---- 3. the checkpoint root: damaged pointers, other runs' checkpoints ----------------------
