@@ -21,6 +21,7 @@
 #include "model/kernels.hpp"
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
+#include "tests/unit/model_test_util.hpp"
 
 namespace kktrain {
 namespace {
@@ -40,13 +41,7 @@ ModelConfig tiny_model() {
   return m;
 }
 
-ResolvedPrecision precision(DType storage, DType compute) {
-  ResolvedPrecision p;
-  p.storage = storage;
-  p.compute = compute;
-  p.reduce = DType::float32;
-  return p;
-}
+using testing_util::precision;
 
 struct Tokens {
   int64_t B = 2, T = 7;  // odd sequence length

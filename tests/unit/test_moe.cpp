@@ -19,6 +19,7 @@
 #include "model/freeze.hpp"
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
+#include "tests/unit/model_test_util.hpp"
 
 namespace kktrain {
 namespace {
@@ -42,13 +43,7 @@ ModelConfig tiny_moe() {
   return m;
 }
 
-ResolvedPrecision precision(DType storage, DType compute) {
-  ResolvedPrecision p;
-  p.storage = storage;
-  p.compute = compute;
-  p.reduce = DType::float32;
-  return p;
-}
+using testing_util::precision;
 
 struct Tokens {
   int64_t B = 2, T = 7;
