@@ -386,10 +386,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
         in.logged = true;
         in.peak_rss_bytes = peak_rss_bytes();
         in.peak_device_bytes = static_cast<double>(device_peak);
-        lost_updates(opt->rounding_counts(), [&](uint64_t v) {  // in lost_updates' order
-          in.counts.push_back(v);
-          return v;
-        });
+        in.counts = rounding_count_values(opt->rounding_counts());
       }
       end = agree_step_end(in, *comm);
     }

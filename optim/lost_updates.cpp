@@ -14,6 +14,16 @@ double share(double count, double of) {
 
 }  // namespace
 
+std::vector<uint64_t> rounding_count_values(const std::vector<GroupRoundingCounts>& groups) {
+  std::vector<uint64_t> v;
+  for (const GroupRoundingCounts& g : groups) {
+    v.push_back(static_cast<uint64_t>(g.counts.param_unchanged));
+    v.push_back(static_cast<uint64_t>(g.counts.moment_lost[0]));
+    v.push_back(static_cast<uint64_t>(g.counts.moment_lost[1]));
+  }
+  return v;
+}
+
 LostUpdates lost_updates(const std::vector<GroupRoundingCounts>& groups,
                          const std::function<uint64_t(uint64_t)>& sum) {
   LostUpdates out;

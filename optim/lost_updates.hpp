@@ -51,6 +51,9 @@ struct LostUpdates {
 // rank); every rank calls it the same number of times in the same order (three per group).
 LostUpdates lost_updates(const std::vector<GroupRoundingCounts>& groups,
                          const std::function<uint64_t(uint64_t)>& sum);
+// This rank's counts in the order lost_updates() asks sum() for them: to sum over ranks in one
+// reduction, then hand lost_updates() a sum() that returns the summed values in that order.
+std::vector<uint64_t> rounding_count_values(const std::vector<GroupRoundingCounts>& groups);
 
 // The runtime warning's condition: update_lost_frac above `threshold` on every observed step for
 // `window_steps` steps (train.update_lost_warn_frac, train.update_lost_warn_steps). Training

@@ -460,6 +460,14 @@ TEST(LostUpdates, FractionsOverGroupsAndRanks) {
     return 2 * v;
   });
   EXPECT_EQ(calls, 12);
+  // rounding_count_values lists the counts in the order lost_updates asks for them.
+  const std::vector<uint64_t> values = rounding_count_values(groups);
+  std::vector<uint64_t> asked;
+  lost_updates(groups, [&](uint64_t v) {
+    asked.push_back(v);
+    return v;
+  });
+  EXPECT_EQ(values, asked);
   EXPECT_DOUBLE_EQ(l.update_lost_frac, 200.0 / 1000);
   EXPECT_DOUBLE_EQ(l.ema_lost_frac, 2.0 * (10 + 200 + 30 + 60) / (2 * 1000 + 2 * 600));
   EXPECT_DOUBLE_EQ(l.sr_unchanged_frac, 100.0 / 400);
