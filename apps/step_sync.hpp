@@ -29,7 +29,8 @@ namespace kktrain {
 // The device slots a step accumulates into (ForwardOptions::loss_sums and grad_sum_squares).
 struct StepSlots {
   static constexpr int kLoss = ForwardOptions::kLossSlot, kMtp = ForwardOptions::kMtpSlot;
-  static constexpr int kGradSquares = 3, kCount = 4;  // after the forward's own (scratch 2)
+  static constexpr int kGradSquares = ForwardOptions::kForwardSlots;  // after the forward's own
+  static constexpr int kCount = kGradSquares + 1;
 };
 
 struct StepScalars {

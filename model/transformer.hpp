@@ -58,6 +58,7 @@ struct ForwardOptions {
   // the forward's own). Null: read back into ForwardResult.
   DeviceSums* loss_sums = nullptr;
   static constexpr int kLossSlot = 0, kMtpSlot = 1, kMtpScratchSlot = 2;
+  static constexpr int kForwardSlots = 3;  // the slots above: a caller's own come after them
   // Mixture of experts: keep each layer's chosen experts for routing() (a host copy per layer).
   bool keep_routing = false;
 };
