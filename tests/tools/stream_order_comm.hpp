@@ -155,8 +155,10 @@ class StreamOrderComm final : public Communicator {
     const char* s = static_cast<const char*>(send);
     for (const Work& w : pending_) {
       if (w.send != nullptr && s < w.send + w.bytes && w.send < s + bytes) {
-        violations_.push_back("a collective's send buffer was written while communication-side "
-                              "work " + std::to_string(w.seq) + " may still read it");
+        violations_.push_back(
+            "a collective's send buffer was written while communication-side "
+            "work " +
+            std::to_string(w.seq) + " may still read it");
       }
     }
     int inner = kDone;
