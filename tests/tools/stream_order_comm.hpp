@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,10 @@ class StreamOrderComm final : public Communicator {
   void broadcast_host(std::string& b, int root) override { inner_.broadcast_host(b, root); }
   bool all_agree(bool ok) override { return inner_.all_agree(ok); }
   int first_failing_rank(bool f, double s) override { return inner_.first_failing_rank(f, s); }
-  [[noreturn]] void abort(int code) override { inner_.abort(code); }
+  [[noreturn]] void abort(int code) override {
+    inner_.abort(code);
+    std::_Exit(code);  // (a call through a reference is not known not to return)
+  }
   void barrier() override { inner_.barrier(); }
 
  protected:
