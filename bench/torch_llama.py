@@ -38,6 +38,12 @@ class Block(torch.nn.Module):
         return w * xf.to(x.dtype)
 
     def forward(self, x, cos, sin, mask):
+        h = self.attention_half(x, cos, sin, mask)
+        n = self.norm(h, self.ln2)
+        return h + self.down(F.silu(self.gate(n)) * self.up(n))
+
+    def attention_half(self, x, cos, sin, mask):
+        """x plus the attention of its norm (the block up to the MLP's residual input)."""
         b, t, _ = x.shape
         n = self.norm(x, self.ln1)
         q = self.q(n).view(b, t, self.h, self.d).transpose(1, 2)
@@ -55,9 +61,7 @@ class Block(torch.nn.Module):
         att = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask
         att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
         y = (att @ v).transpose(1, 2).reshape(b, t, self.h * self.d)
-        x = x + self.o(y)
-        n = self.norm(x, self.ln2)
-        return x + self.down(F.silu(self.gate(n)) * self.up(n))
+        return x + self.o(y)
 
 
 class Llama(torch.nn.Module):

@@ -58,26 +58,6 @@ class MoeBlock(torch_llama.Block):
         h = self.attention_half(x, cos, sin, mask)
         return h + self.moe(self.norm(h, self.ln2))
 
-    def attention_half(self, x, cos, sin, mask):
-        b, t, _ = x.shape
-        n = self.norm(x, self.ln1)
-        q = self.q(n).view(b, t, self.h, self.d).transpose(1, 2)
-        k = self.k(n).view(b, t, self.kv, self.d).transpose(1, 2)
-        v = self.v(n).view(b, t, self.kv, self.d).transpose(1, 2)
-
-        def rot(z):
-            z1, z2 = z[..., : self.d // 2], z[..., self.d // 2:]
-            return z * cos + torch.cat((-z2, z1), -1) * sin
-
-        q, k = rot(q), rot(k)
-        if self.kv != self.h:
-            k = k.repeat_interleave(self.h // self.kv, dim=1)
-            v = v.repeat_interleave(self.h // self.kv, dim=1)
-        att = (q @ k.transpose(-1, -2)) / self.d ** 0.5 + mask
-        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
-        y = (att @ v).transpose(1, 2).reshape(b, t, self.h * self.d)
-        return x + self.o(y)
-
 
 def main():
     p = argparse.ArgumentParser()
