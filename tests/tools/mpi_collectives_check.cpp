@@ -66,7 +66,7 @@ void check_stats(Communicator& comm, Checker& ck, const CommStats& before, doubl
 
 void check_allgather(Communicator& comm, Checker& ck) {
   const int r = comm.rank(), w = comm.size();
-  for (std::size_t bytes : {0, 1, 2, 3, 7, 13, 255, 4099}) {
+  for (std::size_t bytes : collective_sizes({0, 1, 2, 3, 7, 13, 255, 4099})) {
     const std::string what = "allgather_bytes(" + std::to_string(bytes) + " bytes)";
     auto byte_of = [](int rank, std::size_t i) {
       return static_cast<char>(draw(1, rank, i) & 0xff);
@@ -138,7 +138,7 @@ std::vector<float> send_of(int rank, int w, std::size_t count, const Contributio
 
 void check_reduce_scatter_f32(Communicator& comm, Checker& ck) {
   const int r = comm.rank(), w = comm.size();
-  for (std::size_t count : {0, 1, 37, 5000, 70001}) {
+  for (std::size_t count : collective_sizes({0, 1, 37, 5000, 70001})) {
     // Integers of magnitude < 2^21: any partial sum of at most 4 of them is below 2^24, exact.
     const std::string wi = "reduce_scatter f32 integers (count " + std::to_string(count) + ")";
     auto ival = [](int rank, int b, std::size_t i) {
@@ -263,7 +263,7 @@ void check_reduce_scatter_bf16(Communicator& comm, Checker& ck) {
                 std::string(c.why) + ": a tree equals the once-rounded sum");
     }
   }
-  for (std::size_t count : {0, 1, 37, 5000, 70001}) {
+  for (std::size_t count : collective_sizes({0, 1, 37, 5000, 70001})) {
     const std::string what = "reduce_scatter bf16 (count " + std::to_string(count) + ")";
     // Element i < cases of block b: case i with the operands rotated by b (every rank holds every
     // operand in some block); the rest random bf16 values.
@@ -327,7 +327,7 @@ std::vector<T> everyones(Communicator& comm, const T* v, std::size_t n) {
 // everywhere, max exact, all_agree false when any one rank says false, barrier returns.
 void check_allreduce(Communicator& comm, Checker& ck) {
   const int r = comm.rank(), w = comm.size();
-  for (std::size_t n : {0, 1, 37, 70001}) {
+  for (std::size_t n : collective_sizes({0, 1, 37, 70001})) {
     for (bool integers : {true, false}) {
       const std::string what = std::string("allreduce_sum ") + (integers ? "integers" : "random") +
                                " (n " + std::to_string(n) + ")";
