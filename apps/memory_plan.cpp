@@ -11,6 +11,7 @@
 #include "apps/app_model.hpp"
 #include "apps/memory_limits.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/upload_staging.hpp"
 #include "io/data.hpp"
 #include "model/gemm.hpp"
 
@@ -92,6 +93,13 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   p.workspaces = group_bytes(acts, {"batch", "head", "scratch"}) +
                  group_bytes(units, {"units", "model"}) +
                  gemm_scratch_bytes(cfg, model.compute_bf16(), B, T);
+#if !defined(KOKKOS_ENABLE_CUDA) && !defined(KOKKOS_ENABLE_HIP)
+  // The pinned upload staging of a step's micro-batches (host memory: on GPU builds it is not
+  // part of the device's budget).
+  const int64_t micro_batches = std::max<int64_t>(1, cfg.data.global_batch_size / (B * W));
+  p.workspaces += static_cast<int64_t>(
+      UploadStaging::reserved_bytes_for(model.upload_plan(B, T), micro_batches));
+#endif
   p.data = data_resident_bytes(cfg.data, static_cast<int>(W));
   p.baseline = kBaselineBytes;
   return p;

@@ -43,6 +43,7 @@ std::vector<double> DeviceSums::read() const {
   Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
                         out.data(), out.size()),
                     slots_);
+  note_device_drained();
   count_host_sync();
   return out;
 }

@@ -11,6 +11,7 @@ namespace {
 
 // Atomic: helper threads (OpenBLAS, I/O) never sync today, but a count must not tear if one does.
 std::array<std::atomic<int64_t>, kSyncCauses> g_counts{};
+std::atomic<int64_t> g_drains{0};
 
 struct Scope {
   SyncCause cause;
@@ -84,11 +85,21 @@ void count_collective_wait() {
 
 void collective_fence() {
   Kokkos::fence();
+  note_device_drained();
 }
 
 void host_sync() {
   Kokkos::fence();
+  note_device_drained();
   count_host_sync();
+}
+
+int64_t device_drains() {
+  return g_drains.load(std::memory_order_acquire);
+}
+
+void note_device_drained() {
+  g_drains.fetch_add(1, std::memory_order_acq_rel);
 }
 
 int64_t HostSyncCounts::global() const {

@@ -67,6 +67,13 @@ void count_collective_wait();
 // collective's wait, which count_collective_wait counts.
 void collective_fence();
 
+// How many times the device has drained since the process started: every host_sync() and
+// collective_fence(), and every readback noted with note_device_drained() (a copy to host memory
+// without an execution-space instance, which fences the device first). Work queued before a
+// drain has run; UploadStaging reuses its pinned bytes on that knowledge.
+int64_t device_drains();
+void note_device_drained();
+
 // Counts since the process started, by cause.
 struct HostSyncCounts {
   std::array<int64_t, kSyncCauses> by_cause{};

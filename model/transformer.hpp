@@ -35,6 +35,7 @@
 #include "core/device_sums.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/param_registry.hpp"
+#include "core/upload_staging.hpp"
 #include "model/block.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/fsdp.hpp"
@@ -146,6 +147,9 @@ class Transformer {
   // The activation and scratch buffers a forward + backward of micro-batch (B, T) allocates, by
   // the same code that allocates them (nothing is allocated here).
   std::vector<BufferSpec> buffer_plan(int64_t B, int64_t T) const;
+  // The bytes of each host-to-device upload of one training micro-batch (B, T), in the order
+  // upload_batch() and the load-balancing loss issue them: what the pinned staging holds.
+  std::vector<std::size_t> upload_plan(int64_t B, int64_t T) const;
   // The unit machinery's buffers (FsdpUnits::plan: "compute_weights" slots; "units": gradient
   // slots, wires, accumulators) and the model-level fp32 buffers prepare() allocates ("model":
   // staged gradients, rope tables), for the layout set by plan_layout() or prepare(); nothing is
@@ -291,6 +295,7 @@ class Transformer {
   DView<float> hidden_;
   DView<float> kept_logits_;  // (B*T, V) of the last forward with keep_logits
   std::unique_ptr<Buffers> buf_;
+  UploadStaging staging_;  // the micro-batches' ids and other host-made inputs, pinned
   // Mixture of experts: each layer's assignments per expert and summed router probabilities
   // from the last forward (host), and the load-balancing loss's gradient factor (E) for backward.
   std::vector<std::vector<int64_t>> moe_counts_;

@@ -22,18 +22,6 @@ namespace kktrain {
 
 namespace {
 
-using HostInts = Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-// Ordered on the execution space's queue behind the kernels still reading dst, without a fence
-// of the whole device (a copy without an instance fences first). The source is pageable host
-// memory, which CUDA and HIP stage before the call returns (so it may be freed after; the driver
-// may wait for the stream to do so: a pinned staging buffer would remove that wait).
-void upload(const DView<int32_t>& dst, const std::vector<int32_t>& src) {
-  Kokkos::deep_copy(ExecSpace(),
-                    Kokkos::subview(dst, std::make_pair<std::size_t, std::size_t>(0, src.size())),
-                    HostInts(src.data(), src.size()));
-}
-
 // Token positions grouped by token id (counting sort): row_start (V + 1), positions (N).
 void token_csr(const std::vector<int32_t>& ids, int64_t V, std::vector<int32_t>* row_start,
                std::vector<int32_t>* positions) {
@@ -47,6 +35,20 @@ void token_csr(const std::vector<int32_t>& ids, int64_t V, std::vector<int32_t>*
 }
 
 }  // namespace
+
+std::vector<std::size_t> Transformer::upload_plan(int64_t B, int64_t T) const {
+  const std::size_t N = static_cast<std::size_t>(B * T),
+                    V = static_cast<std::size_t>(cfg_.vocab_size);
+  std::vector<std::size_t> plan;
+  // ids, targets, row_start, positions: the main head's and each MTP depth's.
+  for (int64_t d = 0; d <= static_cast<int64_t>(mtp_.size()); ++d) {
+    for (std::size_t n : {N, N, V + 1, N}) plan.push_back(n * sizeof(int32_t));
+  }
+  if (cfg_.moe.enabled() && cfg_.moe.aux_loss_coef != 0.0) {
+    plan.push_back(static_cast<std::size_t>(cfg_.moe.num_experts) * sizeof(float));
+  }
+  return plan;
+}
 
 void Transformer::upload_batch(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T) {
   const int64_t N = B * T, V = cfg_.vocab_size;
@@ -69,10 +71,12 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* targets, int64
   b.count = count;
   std::vector<int32_t> row_start, positions;
   token_csr(hid, V, &row_start, &positions);
-  upload(b.ids, hid);
-  upload(b.targets, ht);
-  upload(b.row_start, row_start);
-  upload(b.positions, positions);
+  // Through pinned staging: queued behind the kernels still reading the previous micro-batch's
+  // ids, with no wait of the host (core/upload_staging.hpp).
+  staging_.upload(b.ids, hid);
+  staging_.upload(b.targets, ht);
+  staging_.upload(b.row_start, row_start);
+  staging_.upload(b.positions, positions);
   // MTP depth k (1-based) at position t reads token t + k (= targets[t + k - 1]) and predicts
   // token t + k + 1 (= targets[t + k]); positions past the end of the window are ignored.
   for (std::size_t d = 0; d < b.mtp.size(); ++d) {
@@ -90,10 +94,10 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* targets, int64
     MtpActs& m = b.mtp[d];
     m.count = mcount;
     token_csr(mid, V, &row_start, &positions);
-    upload(m.ids, mid);
-    upload(m.targets, mt);
-    upload(m.row_start, row_start);
-    upload(m.positions, positions);
+    staging_.upload(m.ids, mid);
+    staging_.upload(m.targets, mt);
+    staging_.upload(m.row_start, row_start);
+    staging_.upload(m.positions, positions);
   }
 }
 
@@ -161,8 +165,7 @@ double Transformer::moe_aux_loss(float grad_scale, bool backward) {
       if (moe_aux_grad_.extent(0) != static_cast<std::size_t>(E)) {
         moe_aux_grad_ = DView<float>("moe_aux_grad", E);
       }
-      // On the queue (pageable memory, staged before the call returns): no fence.
-      Kokkos::deep_copy(ExecSpace(), moe_aux_grad_, HViewU<float>(g.data(), g.size()));
+      staging_.upload(moe_aux_grad_, g);  // on the queue, no wait
     }
   }
   return aux;
