@@ -42,8 +42,8 @@ int64_t kept_activations(const std::vector<BufferSpec>& plan) {
   return group_bytes(plan, {"activations", "recompute", "mtp"});
 }
 
-// The converted GEMM path (model/gemm.cpp) widens bf16 operands and results into three fp32
-// scratch buffers that grow to the largest operand of their role.
+// The converted GEMM path (model/gemm_converted.cpp) widens bf16 operands and results into three
+// fp32 scratch buffers that grow to the largest operand of their role, up to the panel budget.
 int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int64_t T) {
   if (!bf16_compute) return 0;
   const bool converted =
@@ -63,7 +63,10 @@ int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int6
     act = std::max({act, N * m.moe.top_k * std::max(2 * Fe, C), N * 2 * Fs});
     weight = std::max({weight, 2 * Fe * C, 2 * Fs * C});
   }
-  return 4 * (std::max(act, weight) * 2 + act);
+  // Each of the three scratch buffers holds at most the panel budget (larger products run in
+  // panels).
+  const int64_t cap = converted_scratch_budget_elems();
+  return 4 * (std::min(std::max(act, weight), cap) * 2 + std::min(act, cap));
 }
 
 }  // namespace

@@ -47,10 +47,18 @@ void info(const std::string& msg) {
   std::fprintf(stderr, "kktrain: %s\n", one_line(msg).c_str());
 }
 
-void warn(const std::string& msg) {
-  g_warnings.push_back(msg);
+static void print_warning(const std::string& msg) {
   if (g_rank != 0) return;
   std::fprintf(stderr, "kktrain: warning: %s\n", one_line(msg).c_str());
+}
+
+void warn(const std::string& msg) {
+  g_warnings.push_back(msg);
+  print_warning(msg);
+}
+
+void warn_about_launch(const std::string& msg) {
+  print_warning(msg);
 }
 
 const std::vector<std::string>& warnings() {

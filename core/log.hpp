@@ -16,6 +16,9 @@ void set_quiet(bool quiet);
 
 void info(const std::string& msg);
 void warn(const std::string& msg);
+// A warning about how the process was launched (its thread settings), printed like warn() but
+// not kept: the audit's warnings are the configuration's, the same whatever the launch.
+void warn_about_launch(const std::string& msg);
 
 // msg with control characters (newlines, tabs, escape sequences, NUL) written as \n, \t, \xNN:
 // every message kktrain prints is one line, whatever a config value or file name holds.

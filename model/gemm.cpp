@@ -1,7 +1,6 @@
 #include "model/gemm.hpp"
 #include "core/host_sync.hpp"
 
-#include <KokkosBlas3_gemm.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +10,7 @@
 
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
+#include "model/gemm_converted.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "model/gemm_onednn.hpp"
 #endif
@@ -21,10 +21,6 @@
 namespace kktrain {
 
 namespace {
-
-using CMat = Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace,
-                          Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using Mat = DMatrixU<float>;
 
 GemmCounters g_counters;
 
@@ -80,37 +76,6 @@ GemmBackend native_bf16_backend() {
 #endif
 }
 
-// fp32 scratch for widened operands and bf16 results, grown on demand (one per role), freed
-// when Kokkos finalizes (a View outliving Kokkos aborts the program at exit).
-float* scratch(int which, int64_t n) {
-  static DView<float> bufs[3];
-  static const bool hooked = [] {
-    Kokkos::push_finalize_hook([] {
-      for (DView<float>& b : bufs) b = DView<float>();
-    });
-    return true;
-  }();
-  (void)hooked;
-  if (static_cast<int64_t>(bufs[which].extent(0)) < n) {
-    bufs[which] = DView<float>();
-    bufs[which] = DView<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_scratch"), n);
-  }
-  return bufs[which].data();
-}
-
-// out (n) fp32 = in (n) bf16 (exact).
-void widen(float* out, const bf16* in, int64_t n) {
-  Kokkos::parallel_for(
-      "gemm_widen", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { out[i] = load_f32(in, i); });
-}
-
-void narrow(bf16* out, const float* in, int64_t n) {
-  Kokkos::parallel_for(
-      "gemm_narrow", RangePolicy(0, n),
-      KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, in[i]); });
-}
-
 // C = beta * C, for products with nothing to multiply (k == 0, or alpha == 0, where BLAS reads
 // neither A nor B); beta == 0 writes zeros without reading C.
 void scale_c(float beta, const GemmOut& C, int64_t count) {
@@ -126,38 +91,6 @@ void scale_c(float beta, const GemmOut& C, int64_t count) {
           store_as(c, i, beta == 0.0f ? 0.0f : beta * to_f32(c[i]));
         });
   }
-}
-
-void kk_gemm(char transA, char transB, float alpha, const float* A, int64_t ar, int64_t ac,
-             const float* B, int64_t br, int64_t bc, float beta, float* C, int64_t m, int64_t n) {
-  const char ta[2] = {transA, '\0'};
-  const char tb[2] = {transB, '\0'};
-  if (std::is_same<MemSpace, HostSpace>::value) {  // host BLAS: as many threads as it is worth
-    fit_blas_threads(m, n, transA == 'N' ? ac : ar);
-  }
-  KokkosBlas::gemm(ta, tb, alpha, CMat(A, ar, ac), CMat(B, br, bc), beta, Mat(C, m, n));
-}
-
-// kokkos-kernels on fp32 operands; bf16 ones (and a bf16 C) go through fp32 scratch first.
-void converted_gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
-                    float beta, const GemmOut& C, int64_t m, int64_t n) {
-  if (m == 0 || n == 0) return;
-  // An operand as fp32: itself, or widened into scratch slot `slot` (gemm() admits fp32 and bf16).
-  const auto as_fp32 = [](const GemmIn& X, int slot) -> const float* {
-    if (X.dtype == DType::float32) return static_cast<const float*>(X.data);
-    float* s = scratch(slot, X.rows * X.cols);
-    widen(s, static_cast<const bf16*>(X.data), X.rows * X.cols);
-    return s;
-  };
-  const float* a = as_fp32(A, 0);
-  const float* b = as_fp32(B, 1);
-  float* c = static_cast<float*>(C.data);
-  if (C.dtype != DType::float32) {
-    c = scratch(2, m * n);
-    if (beta != 0.0f) widen(c, static_cast<const bf16*>(C.data), m * n);
-  }
-  kk_gemm(transA, transB, alpha, a, A.rows, A.cols, b, B.rows, B.cols, beta, c, m, n);
-  if (C.dtype != DType::float32) narrow(static_cast<bf16*>(C.data), c, m * n);
 }
 
 // Matrix i of a batch of matrices shaped like X, stride() elements apart.
@@ -375,7 +308,9 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   g_counters.flops[index_of(be)] += 2.0 * static_cast<double>(batch) * m * n * k;
   if (be == GemmBackend::kokkos_kernels || be == GemmBackend::converted) {
     for (int64_t i = 0; i < batch; ++i) {
-      converted_gemm(transA, transB, alpha, matrix(A, i), matrix(B, i), beta, matrix(C, i), m, n);
+      const int64_t panels = converted_gemm(transA, transB, alpha, matrix(A, i), matrix(B, i), beta,
+                                            matrix(C, i), m, n);
+      g_counters.converted_in_panels += panels > 1;
     }
   }
 }

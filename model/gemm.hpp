@@ -97,6 +97,9 @@ const char* gemm_backend_name(GemmBackend b);
 // oneDNN can only run with a reference implementation is converted instead; gemm_counters()
 // counts the backend that actually ran.)
 GemmBackend gemm_backend_for(DType a, DType b, DType c);
+// The fp32 elements each of the converted backend's three scratch buffers (widened op(A), op(B),
+// result) holds at most: larger products run in panels (model/gemm_converted.hpp).
+int64_t converted_scratch_budget_elems();
 // Overrides KKTRAIN_GEMM from here on: true sends every bf16 product to the converted path, false
 // lets them take the native backend (tests and benchmarks compare the two in one process).
 void set_gemm_reference(bool on);
@@ -109,6 +112,7 @@ std::string gemm_backends_summary();
 struct GemmCounters {
   int64_t calls[5] = {0, 0, 0, 0, 0};
   double flops[5] = {0, 0, 0, 0, 0};
+  int64_t converted_in_panels = 0;  // converted products too large for whole-operand scratch
 };
 GemmCounters gemm_counters();
 
