@@ -231,6 +231,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
             " after forward, reduce " + dtype_name(cfg.precision.reduce) + ", " + comm->name() +
             " collectives on " + comm->buffer_path() + " buffers)";
   }
+  if (!ctx.threads_warning.empty()) log::warn_about_launch(ctx.threads_warning);
   if (!ctx.threads.empty()) log::info(ctx.threads);
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + opt->name() + " on " + data.source() +

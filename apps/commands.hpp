@@ -13,6 +13,10 @@ namespace kktrain {
 struct AppContext {
   MpiRuntime* mpi = nullptr;
   std::string threads;  // the thread plan of a computing command, for its start-up log
+  // Its warning when the thread settings oversubscribe the CPUs or were clamped to a rank's share
+  // (parallel/threads.hpp), printed with the plan: once the inputs are valid, so that a bad
+  // input is still one line.
+  std::string threads_warning;
 };
 
 using CommandFn = int (*)(const ParsedArgs&, AppContext&);

@@ -90,8 +90,7 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     // Use the cores this process was given and no more (parallel/threads.hpp).
     const ThreadInputs inputs = read_thread_inputs();
     const ThreadPlan threads = plan_threads(inputs);
-    const std::string crowded = oversubscription_warning(threads, inputs);
-    if (!crowded.empty()) log::warn_about_launch(crowded);
+    ctx.threads_warning = oversubscription_warning(threads, inputs);
     const std::string blas = apply_blas_threads(threads);
     KokkosSession kokkos(argc, argv, threads.kokkos_threads);
     ctx.threads = thread_summary(threads, blas, kokkos.describe());  // train prints it

@@ -88,7 +88,7 @@ def without_thread_plan_warnings(err):
 
 def startup_lines(err):
     """stderr without a leading threads line (there is none before an input error)."""
-    lines = err.splitlines()
+    lines = without_thread_plan_warnings(err).splitlines()
     if lines and lines[0].startswith(THREADS_LINE):
         lines = lines[1:]
     return lines
