@@ -75,23 +75,34 @@ double time_product(char ta, char tb, const GemmIn& A, const GemmIn& B, const Ge
 }  // namespace
 
 int main(int argc, char** argv) {
-  Kokkos::ScopeGuard kokkos(argc, argv);
   int threads = 1, reps = 7;
   std::string layout = "NT", shapes_text = "2048x1024x1024,2048x384x1152,2048x1024x384";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  // This program's options are read before Kokkos sees the command line (Kokkos 3.4 takes a bare
+  // `--threads` for itself and refuses `--threads 1`); Kokkos gets the rest.
+  std::vector<char*> kokkos_args = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
-    if (key == "--threads") {
-      threads = std::atoi(argv[i + 1]);
-    } else if (key == "--reps") {
-      reps = std::atoi(argv[i + 1]);
-    } else if (key == "--layout") {
-      layout = argv[i + 1];
-    } else if (key == "--shapes") {
-      shapes_text = argv[i + 1];
-    } else {
-      std::fprintf(stderr, "bench_gemm: unknown option %s\n", key.c_str());
+    const bool ours =
+        key == "--threads" || key == "--reps" || key == "--layout" || key == "--shapes";
+    if (!ours) {
+      kokkos_args.push_back(argv[i]);
+      continue;
+    }
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "bench_gemm: %s needs a value\n", key.c_str());
       return 2;
     }
+    const char* value = argv[++i];
+    if (key == "--threads") threads = std::atoi(value);
+    if (key == "--reps") reps = std::atoi(value);
+    if (key == "--layout") layout = value;
+    if (key == "--shapes") shapes_text = value;
+  }
+  int kokkos_argc = static_cast<int>(kokkos_args.size());
+  Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
+  if (kokkos_argc > 1) {
+    std::fprintf(stderr, "bench_gemm: unknown option %s\n", kokkos_args[1]);
+    return 2;
   }
   if (layout.size() != 2) {
     std::fprintf(stderr, "bench_gemm: --layout is two letters of N/T\n");
