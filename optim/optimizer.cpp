@@ -100,20 +100,29 @@ ParamStateInfo plan_state(const OptimizerConfig& c, const ParamInfo& p) {
   return s;
 }
 
+namespace {
+
+// c(at) = no counts, on the device's queue. (A free function: CUDA's extended lambdas cannot live
+// in a private member function.)
+void zero_update_counts(const Kokkos::View<UpdateCounts*, MemSpace>& c, int64_t at) {
+  Kokkos::parallel_for(
+      "update_counts_zero", RangePolicy(0, 1),
+      KOKKOS_LAMBDA(const int64_t) { c(at) = UpdateCounts(); });
+}
+
+}  // namespace
+
 UpdateCounts* Optimizer::counts_for(std::size_t k) {
   rounding_[k].counts = UpdateCounts();
   if (!count_rounding_) return nullptr;
   if (device_counts_.extent(0) < 2 * rounding_.size()) {
     device_counts_ = Kokkos::View<UpdateCounts*, MemSpace>("update_counts", 2 * rounding_.size());
   }
-  const Kokkos::View<UpdateCounts*, MemSpace> c = device_counts_;
   const int64_t at = static_cast<int64_t>(2 * k);
-  Kokkos::parallel_for(
-      "update_counts_zero", RangePolicy(0, 1),
-      KOKKOS_LAMBDA(const int64_t) { c(at) = UpdateCounts(); });
+  zero_update_counts(device_counts_, at);
   counted_.resize(rounding_.size(), false);
   counted_[k] = true;
-  return c.data() + at;
+  return device_counts_.data() + at;
 }
 
 const std::vector<GroupRoundingCounts>& Optimizer::rounding_counts() const {
