@@ -66,10 +66,12 @@ struct Seen {
     index_sum += o.index_sum;
     return *this;
   }
+#if KOKKOS_VERSION < 40000  // Kokkos 3.x joins reduction values through volatile references
   KOKKOS_INLINE_FUNCTION void operator+=(const volatile Seen& o) volatile {
     elements += o.elements;
     index_sum += o.index_sum;
   }
+#endif
 };
 
 }  // namespace
