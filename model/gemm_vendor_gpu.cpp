@@ -121,8 +121,8 @@ bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
   const cublasStatus_t st = cublasGemmGroupedBatchedEx(
       handle(), ta.data(), tb.data(), m.data(), n.data(), k.data(), alphas.data(), dev,
       type(B.dtype), lda.data(), dev + groups, type(A.dtype), ldb.data(), betas.data(),
-      const_cast<void* const*>(reinterpret_cast<void* const*>(dev + 2 * groups)), type(C.dtype),
-      ldc.data(), groups, group_size.data(), CUBLAS_COMPUTE_32F);
+      const_cast<void**>(dev + 2 * groups), type(C.dtype), ldc.data(), groups, group_size.data(),
+      CUBLAS_COMPUTE_32F);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   check(st, "cublasGemmGroupedBatchedEx");
   return true;
