@@ -287,6 +287,16 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   // fp32 batches take the vendor library's strided-batched call too (kokkos-kernels has none).
   if (be == GemmBackend::kokkos_kernels && batch > 1) be = native_bf16_backend();
 #endif
+#if defined(KKTRAIN_HAVE_VENDOR_GEMM) && defined(KOKKOS_ENABLE_CUDA)
+  // cuBLAS (13.0, H200) rounds a bf16 C += A B twice: 20% of a 128x96x200 product's elements one
+  // bf16 unit off the once-rounded fp32 result (tests/unit/test_gemm.cpp), with reduced-precision
+  // reductions disallowed too. Such products take the converted path, which rounds once; the
+  // model's products with a bf16 result all have beta 0 (its sums over chunks and micro-batches
+  // accumulate in fp32), so this costs it nothing.
+  if (be == GemmBackend::cublas && C.dtype == DType::bfloat16 && beta != 0.0f) {
+    be = GemmBackend::converted;
+  }
+#endif
 #if defined(KKTRAIN_HAVE_ONEDNN)
   // false: oneDNN has only a reference implementation for this product; convert instead.
   if (be == GemmBackend::onednn &&
@@ -343,9 +353,11 @@ void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
   if (!ok) throw InternalError("gemm_grouped: group sizes do not match the operands");
   const int64_t groups = static_cast<int64_t>(sizes.size());
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
-  // One launch for every group where the vendor library has a grouped call for these dtypes.
+  // One launch for every group where the vendor library has a grouped call for these dtypes (not
+  // a bf16 C += A B, which cuBLAS rounds twice: gemm_batched above).
   const GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
-  if ((be == GemmBackend::cublas || be == GemmBackend::kokkos_kernels) &&
+  const bool rounds_twice = C.dtype == DType::bfloat16 && beta != 0.0f;
+  if ((be == GemmBackend::cublas || be == GemmBackend::kokkos_kernels) && !rounds_twice &&
       vendor_gpu::gemm_grouped(sizes, transA, transB, alpha, A, B, beta, C)) {
     g_counters.calls[index_of(GemmBackend::cublas)] += 1;
     const int64_t m = vary_m ? total : (transA == 'N' ? A.rows : A.cols);

@@ -44,6 +44,13 @@ cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t made = nullptr;
     check(cublasCreate(&made), "cublasCreate");
+    // Every sum in fp32, as the CUBLAS_COMPUTE_32F calls ask: without this flag cuBLAS may reduce
+    // split-K partial products in the output dtype, rounding a bf16 result more than once. (It
+    // does not cover bf16 C += A B, which cuBLAS still rounds twice: gemm.cpp converts those.)
+    check(cublasSetMathMode(
+              made, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+          "cublasSetMathMode");
     return made;
   }();
   check(cublasSetStream(h, Kokkos::DefaultExecutionSpace().cuda_stream()), "cublasSetStream");
