@@ -22,6 +22,7 @@
 #include "core/errors.hpp"
 #include "core/host_sync.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/log.hpp"
 #include "core/strings.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_world.hpp"
@@ -682,6 +683,14 @@ MpiRuntime::~MpiRuntime() {
 std::unique_ptr<Communicator> MpiRuntime::make_communicator() const {
   if (!active_ || size_ == 1) return std::make_unique<SingleCommunicator>();
 #if defined(KKTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
+  const int sharing = ranks_on_busiest_gpu();
+  if (sharing > 1) {
+    log::warn_about_launch(std::to_string(sharing) +
+                           " ranks run on one GPU of a node and NCCL needs a GPU per rank: "
+                           "collectives go through MPI instead (staged through host memory "
+                           "unless MPI is GPU-aware); launch at most one rank per GPU for NCCL");
+    return std::make_unique<MpiCommunicator>();
+  }
   return make_nccl_communicator();
 #else
   return std::make_unique<MpiCommunicator>();

@@ -26,6 +26,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -244,6 +245,31 @@ class NcclCommunicator final : public MpiWorld {
 
 std::unique_ptr<Communicator> make_nccl_communicator() {
   return std::make_unique<NcclCommunicator>();
+}
+
+int ranks_on_busiest_gpu() {
+  constexpr int kBusIdBytes = 32;  // "0000:00:00.0" and room to spare
+  char bus_id[kBusIdBytes] = {};
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetPCIBusId(bus_id, kBusIdBytes - 1, device), "cudaDeviceGetPCIBusId");
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_ranks = 1;
+  MPI_Comm_size(node, &node_ranks);
+  std::vector<char> all(static_cast<std::size_t>(node_ranks) * kBusIdBytes);
+  MPI_Allgather(bus_id, kBusIdBytes, MPI_CHAR, all.data(), kBusIdBytes, MPI_CHAR, node);
+  MPI_Comm_free(&node);
+  int most = 0;
+  for (int i = 0; i < node_ranks; ++i) {
+    int same = 0;
+    for (int j = 0; j < node_ranks; ++j) {
+      same += std::string(&all[i * kBusIdBytes]) == std::string(&all[j * kBusIdBytes]);
+    }
+    most = std::max(most, same);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return most;
 }
 
 }  // namespace kktrain
