@@ -125,7 +125,7 @@ def launch(args, np_=1, timeout=120):
         kill_session(p)
         p.communicate()
         raise tt.Failure(f"timed out after {timeout} s: {' '.join(command(args, np_))}")
-    return p.returncode, out, tt.without_thread_plan_warnings(err)
+    return p.returncode, out, tt.without_launch_warnings(err)
 
 
 def wait_for(pred, timeout, what):
@@ -138,10 +138,10 @@ def wait_for(pred, timeout, what):
 
 def read(path):
     """A file as written so far ("" while missing); of a run's stderr, the lines the checks read
-    (without the thread plan's warnings)."""
+    (without the launch warnings, tt.LAUNCH_WARNING)."""
     try:
         with open(path) as f:
-            return tt.without_thread_plan_warnings(f.read())
+            return tt.without_launch_warnings(f.read())
     except OSError:
         return ""
 

@@ -102,7 +102,7 @@ def launch(cmd, timeout=TIMEOUT):
         out, err = p.communicate()
         raise tt.Failure(f"no exit within {timeout} s, killed: {' '.join(cmd)}\n"
                          f"stdout:\n{out[-2000:]}\nstderr:\n{err[-3000:]}")
-    return p.returncode, out, tt.without_thread_plan_warnings(err), time.monotonic() - t0
+    return p.returncode, out, tt.without_launch_warnings(err), time.monotonic() - t0
 
 
 class MpiRun(tt.Run):

@@ -41,9 +41,10 @@ TINY = TINY_MODEL + ["data.seq_len=32", "data.micro_batch_size=2", "data.global_
                      "checkpoint.resume=none"]
 # Measurements of how a run ran (time, memory; host synchronizations, which depend on the rank
 # count and the sharding settings, not on the numbers; test_host_syncs.py checks them): never
-# compared bit for bit.
-TIMING_KEYS = ("tokens_per_s", "ms_per_step", "comm_ms", "peak_rss_bytes", "host_syncs",
-               "host_syncs_by_cause")
+# compared bit for bit. (peak_device_bytes is the GPU's used memory on CUDA/HIP builds, whoever
+# else uses that GPU; null on host builds.)
+TIMING_KEYS = ("tokens_per_s", "ms_per_step", "comm_ms", "peak_rss_bytes", "peak_device_bytes",
+               "host_syncs", "host_syncs_by_cause")
 TRAIN_KEYS = ("step", "loss", "grad_norm", "lr", "tokens_per_s", "ms_per_step")
 
 # The precision warning must name the optimizer, the dtype and both recommended patterns.
@@ -72,23 +73,26 @@ def config(name):
 THREADS_LINE = "kktrain: threads: "
 
 
-# The thread plan's two warnings (parallel/threads.cpp: thread settings clamped to a rank's share;
-# threads that share the CPUs and so wait by sleeping) say how the suite itself was launched, not
-# what a case did: run with OMP_NUM_THREADS=4 (the OpenMP build's check), every process warns that
-# its threads share the CPUs, and every 2-rank job that they were clamped. The runners leave them
-# out of the stderr the checks read (ThreadPlan.* and mpi.threads_plan check them).
-THREAD_PLAN_WARNING = re.compile(
+# Warnings about how the suite itself was launched, not about what a case did: the thread plan's
+# two (parallel/threads.cpp: thread settings clamped to a rank's share; threads that share the
+# CPUs and so wait by sleeping: run with OMP_NUM_THREADS=4, the OpenMP build's check, every process
+# warns that its threads share the CPUs, and every 2-rank job that they were clamped), and on a CUDA
+# build with fewer GPUs than ranks, that the ranks share a GPU and so use MPI instead of NCCL
+# (parallel/mpi_communicator.cpp). The runners leave them out of the stderr the checks read
+# (ThreadPlan.* and mpi.threads_plan check the thread plan's).
+LAUNCH_WARNING = re.compile(
     r"^kktrain(\[rank \d+\])?: warning: (the thread settings ask for \d+ compute threads per rank"
-    r"|\d+ compute threads \(\d+ ranks? x \d+\) share \d+ CPUs? as the thread settings ask)")
+    r"|\d+ compute threads \(\d+ ranks? x \d+\) share \d+ CPUs? as the thread settings ask"
+    r"|\d+ ranks run on one GPU of a node and NCCL needs a GPU per rank)")
 
 
-def without_thread_plan_warnings(err):
-    return "".join(ln for ln in err.splitlines(keepends=True) if not THREAD_PLAN_WARNING.match(ln))
+def without_launch_warnings(err):
+    return "".join(ln for ln in err.splitlines(keepends=True) if not LAUNCH_WARNING.match(ln))
 
 
 def startup_lines(err):
     """stderr without a leading threads line (there is none before an input error)."""
-    lines = without_thread_plan_warnings(err).splitlines()
+    lines = without_launch_warnings(err).splitlines()
     if lines and lines[0].startswith(THREADS_LINE):
         lines = lines[1:]
     return lines
@@ -102,7 +106,7 @@ RISKY = "risky_adamw_bf16.yaml"
 
 def run(args, timeout=120):
     p = subprocess.run([KKTRAIN, *args], capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, without_thread_plan_warnings(p.stderr)
+    return p.returncode, p.stdout, without_launch_warnings(p.stderr)
 
 
 def describe(args, rc, out, err):
