@@ -72,8 +72,12 @@ def measured(tmp, name, overrides, shape=SHAPE):
     rows = r.train_rows()
     tt.check(len(rows) == 2, "expected 2 training rows" + r.where)
     last = rows[-1]
-    tt.check("peak_device_bytes" in last and last["peak_device_bytes"] is None,
-             "host builds write peak_device_bytes: null" + r.where)
+    tt.check("peak_device_bytes" in last, "no peak_device_bytes" + r.where)
+    if last["peak_device_bytes"] is not None:
+        # A CUDA/HIP build: the prediction is of device memory, and the device's used memory
+        # (cudaMemGetInfo) counts every process on the GPU (ctest runs several at once) and the
+        # CUDA context; this check needs a measure of this process's allocations alone.
+        raise tt.Skip("a GPU build measures the whole device's memory, not this run's alone")
     tt.check(r.stderr_lines("vs predicted peak"), "no measured-vs-predicted line" + r.where)
     return last["peak_rss_bytes"]
 
@@ -156,6 +160,9 @@ def main():
     tt.KKTRAIN, tt.INPUTS, case = sys.argv[1], sys.argv[2], sys.argv[3]
     try:
         globals()["case_" + case]()
+    except tt.Skip as e:
+        print("skip:", e)
+        return 77
     except tt.Failure as e:
         print("FAIL:", e)
         return 1
