@@ -1,6 +1,9 @@
 """The PyTorch peer for bench/model_bench.py: the same Llama-style decoder as kktrain (RMSNorm,
 GQA attention with rotate-half rotary, SwiGLU, untied LM head), written the way a PyTorch user
-would, timed forward+backward at a fixed thread count. bf16 compute uses CPU autocast.
+would, timed forward+backward at a fixed thread count. bf16 compute uses autocast (CPU or CUDA).
+With --device cuda the model runs on the GPU, attention through
+F.scaled_dot_product_attention (causal, the flash kernels on a GPU: what a PyTorch user runs there),
+and each timed step ends with torch.cuda.synchronize().
 
     torch_llama.py --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256 \
                    --seq 256 --batch 8 --compute bfloat16 --threads 1 --warmup 2 --iters 5
@@ -58,14 +61,18 @@ class Block(torch.nn.Module):
         if self.kv != self.h:
             k = k.repeat_interleave(self.h // self.kv, dim=1)
             v = v.repeat_interleave(self.h // self.kv, dim=1)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask
-        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
-        y = (att @ v).transpose(1, 2).reshape(b, t, self.h * self.d)
+        if mask is None:  # on a GPU: the fused causal kernels
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-1, -2)) / math.sqrt(self.d) + mask
+            att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(b, t, self.h * self.d)
         return x + self.o(y)
 
 
 class Llama(torch.nn.Module):
-    def __init__(self, a):
+    def __init__(self, a, sdpa=False):
         super().__init__()
         self.emb = torch.nn.Embedding(a.vocab, a.hidden)
         self.blocks = torch.nn.ModuleList(
@@ -77,7 +84,9 @@ class Llama(torch.nn.Module):
         ang = torch.outer(torch.arange(a.seq).float(), inv)
         self.register_buffer("cos", torch.cat((ang, ang), -1).cos())
         self.register_buffer("sin", torch.cat((ang, ang), -1).sin())
-        self.register_buffer("mask", torch.full((a.seq, a.seq), float("-inf")).triu(1))
+        # sdpa: F.scaled_dot_product_attention's causal kernels instead of a (T, T) mask
+        mask = None if sdpa else torch.full((a.seq, a.seq), float("-inf")).triu(1)
+        self.register_buffer("mask", mask)
 
     def forward(self, ids, targets):
         x = self.emb(ids)
@@ -102,36 +111,48 @@ def main():
     p.add_argument("--compute", default="float32")
     p.add_argument("--storage", default="float32")
     p.add_argument("--optimizer", type=int, default=1, help="1: each step also runs AdamW")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--fused", type=int, default=0, help="1: AdamW(fused=True) instead of foreach")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     base_rss = rss_mib()
-    model = Llama(a)
+    dev = torch.device(a.device)
+    model = Llama(a, sdpa=a.device == "cuda").to(dev)
     if a.storage == "bfloat16":
         model = model.to(torch.bfloat16)
-    ids = torch.randint(0, a.vocab, (a.batch, a.seq))
-    targets = torch.randint(0, a.vocab, (a.batch, a.seq))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True) if a.optimizer else None
+    ids = torch.randint(0, a.vocab, (a.batch, a.seq)).to(dev)
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq)).to(dev)
+    opt = None
+    if a.optimizer:
+        kind = dict(fused=True) if a.fused else dict(foreach=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kind)
+    cuda = a.device == "cuda"
     times, cpu_times = [], []
     for it in range(a.warmup + a.iters):
         model.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
         t0, c0 = time.perf_counter(), time.process_time()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.compute == "bfloat16"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.compute == "bfloat16"):
             loss = model(ids, targets)
         loss.backward()
         if opt is not None:
             opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if it >= a.warmup:
             times.append(dt)
             cpu_times.append(dc)
     med = statistics.median(times)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    device_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0
     print(json.dumps(dict(kind="step", impl="pytorch", compute=a.compute, storage=a.storage,
                           median_s=med, min_s=min(times), cpu_median_s=statistics.median(cpu_times),
                           tokens_per_s=a.batch * a.seq / med, peak_rss_mib=peak,
                           base_rss_mib=base_rss, iters=a.iters, threads=torch.get_num_threads(),
-                          torch=torch.__version__)))
+                          device=a.device, device_peak_mib=device_peak, torch=torch.__version__)))
 
 
 if __name__ == "__main__":
