@@ -90,6 +90,16 @@ def without_launch_warnings(err):
     return "".join(ln for ln in err.splitlines(keepends=True) if not LAUNCH_WARNING.match(ln))
 
 
+def blas_split(err):
+    """The thread count the run's BLAS splits every product over (rank 0's threads line): 1 where
+    products are split by size only (a thread per 64 Mi multiply-adds, so the tests' products run
+    on one), N where thread settings (OMP_NUM_THREADS=N, OPENBLAS_NUM_THREADS=N) split every
+    product over N, which sums it in another order (README "Threads")."""
+    line = next((ln for ln in err.splitlines() if ln.startswith(THREADS_LINE)), "")
+    m = re.search(r"OpenBLAS (up to )?(\d+)", line)
+    return 1 if m is None or m.group(1) else int(m.group(2))
+
+
 def startup_lines(err):
     """stderr without a leading threads line (there is none before an input error)."""
     lines = without_launch_warnings(err).splitlines()
