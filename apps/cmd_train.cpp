@@ -290,6 +290,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const int64_t first_step = state.step;
   const int64_t ran = std::max<int64_t>(0, cfg.train.max_steps - first_step);
   if (ran == 0) {
+    // From here a stop request is one after the last step (announced as such): no step runs.
+    // (Set before the line: a scheduler, or a test, that signals on seeing it gets that answer.)
+    StopSignals::set_finishing();
     log::info("nothing to train: the checkpoint is at step " + std::to_string(first_step) +
               " and train.max_steps is " + std::to_string(cfg.train.max_steps) +
               " (raise train.max_steps to train further); writing the export again");
