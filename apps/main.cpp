@@ -2,12 +2,16 @@
 // setup (MPI when launched by mpirun, Kokkos when the command computes), and turns every error
 // into one line on stderr with the documented exit status.
 #include <mpi.h>
+#include <sys/resource.h>
+
 #include <Kokkos_Core.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "apps/build_info.hpp"
@@ -16,6 +20,7 @@
 #include "core/log.hpp"
 #include "core/version.hpp"
 #include "model/gemm.hpp"
+#include "optim/audit.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/threads.hpp"
 
@@ -63,6 +68,26 @@ void print_version() {
   std::printf("GPU BLAS: %s\n", KKTRAIN_BUILD_GPU_BLAS);
 }
 
+// Kokkos::initialize failed (it throws on a device runtime's error). A CUDA/HIP runtime reserves
+// far more virtual address space than it uses, so under a finite RLIMIT_AS (ulimit -v) it does
+// not start at all (seen on an H200: cudaGetDeviceCount "out of memory" under 8 GiB): that is
+// the user's setting, named as such (exit 2, like the memory check's refusal of the same limit).
+Error kokkos_start_failure(const std::string& what) {
+  const std::string space = Kokkos::DefaultExecutionSpace::name();
+  constexpr bool device_build =
+      !std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
+  rlimit lim{};
+  if (device_build && getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    return InputError("the Kokkos " + space +
+                      " runtime did not start under RLIMIT_AS (ulimit -v) of " +
+                      format_bytes(static_cast<double>(lim.rlim_cur)) + " (" + what +
+                      "): GPU runtimes reserve more address space than they use; run without "
+                      "the limit (ulimit -v unlimited): the run's memory is checked against the "
+                      "device's free memory");
+  }
+  return RuntimeFailure("the Kokkos " + space + " runtime did not start: " + what);
+}
+
 int dispatch(int argc, char** argv, MpiRuntime& mpi) {
   const auto cmds = all_commands();
   if (argc < 2) throw UsageError("no command given (run 'kktrain --help' for the commands)");
@@ -92,8 +117,13 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     const ThreadPlan threads = plan_threads(inputs);
     ctx.threads_warning = oversubscription_warning(threads, inputs);
     const std::string blas = apply_blas_threads(threads);
-    KokkosSession kokkos(argc, argv, threads.kokkos_threads);
-    ctx.threads = thread_summary(threads, blas, kokkos.describe());  // train prints it
+    std::optional<KokkosSession> kokkos;
+    try {
+      kokkos.emplace(argc, argv, threads.kokkos_threads);
+    } catch (const std::exception& e) {
+      throw kokkos_start_failure(e.what());
+    }
+    ctx.threads = thread_summary(threads, blas, kokkos->describe());  // train prints it
     return c.run(args, ctx);
   }
   throw UsageError("unknown command '" + name + "' (run 'kktrain --help')");

@@ -100,6 +100,23 @@ def blas_split(err):
     return 1 if m is None or m.group(1) else int(m.group(2))
 
 
+_KERNELS_RUN_ON = None
+
+
+def device_build():
+    """True when the binary's kernels run on a GPU (`kktrain --version`: "kernels run on: cuda"
+    or "hip"): its parameters, gradients and moments live in device memory, so host RSS does not
+    show them, and the GPU runtime is part of every process."""
+    global _KERNELS_RUN_ON
+    if _KERNELS_RUN_ON is None:
+        out = subprocess.run([KKTRAIN, "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
+        m = re.search(r"kernels run on: (\w+)", out)
+        check(m is not None, "kktrain --version names no 'kernels run on'\n" + out)
+        _KERNELS_RUN_ON = m.group(1).lower()
+    return _KERNELS_RUN_ON not in ("serial", "openmp", "threads")
+
+
 def startup_lines(err):
     """stderr without a leading threads line (there is none before an input error)."""
     lines = without_launch_warnings(err).splitlines()
