@@ -11,6 +11,7 @@
 #include <string>
 
 #include "apps/commands.hpp"
+#include "apps/memory_plan.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
@@ -96,10 +97,13 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   }
   const double t0 = now_s();
   const int64_t bytes = export_checkpoint(file, out, o);
-  char seconds[32];
-  std::snprintf(seconds, sizeof(seconds), "%.2f s", now_s() - t0);
+  // The export streams tensor by tensor: its peak RSS (this program's own, VmHWM) stays near
+  // the program's and runtime's size whatever the model's.
+  char tail[96];
+  std::snprintf(tail, sizeof(tail), " bytes of weights in %.2f s, peak RSS %.1f MiB)",
+                now_s() - t0, peak_rss_bytes() / double(1 << 20));
   log::info("export: " + file + " -> " + out + " (" + format + ", " + dtype_name(dtype) + ", " +
-            std::to_string(bytes) + " bytes of weights in " + seconds + ")");
+            std::to_string(bytes) + tail);
   return 0;
 }
 
