@@ -100,8 +100,8 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   // The export streams tensor by tensor: its peak RSS (this program's own, VmHWM) stays near
   // the program's and runtime's size whatever the model's.
   char tail[96];
-  std::snprintf(tail, sizeof(tail), " bytes of weights in %.2f s, peak RSS %.1f MiB)",
-                now_s() - t0, peak_rss_bytes() / double(1 << 20));
+  std::snprintf(tail, sizeof(tail), " bytes of weights in %.2f s, peak RSS %.1f MiB)", now_s() - t0,
+                peak_rss_bytes() / double(1 << 20));
   log::info("export: " + file + " -> " + out + " (" + format + ", " + dtype_name(dtype) + ", " +
             std::to_string(bytes) + tail);
   return 0;
