@@ -11,11 +11,11 @@
 #include <exception>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "apps/build_info.hpp"
 #include "apps/commands.hpp"
+#include "apps/memory_plan.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/version.hpp"
@@ -74,10 +74,8 @@ void print_version() {
 // the user's setting, named as such (exit 2, like the memory check's refusal of the same limit).
 Error kokkos_start_failure(const std::string& what) {
   const std::string space = Kokkos::DefaultExecutionSpace::name();
-  constexpr bool device_build =
-      !std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value;
   rlimit lim{};
-  if (device_build && getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+  if (device_memory_tracked() && getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
     return InputError("the Kokkos " + space +
                       " runtime did not start under RLIMIT_AS (ulimit -v) of " +
                       format_bytes(static_cast<double>(lim.rlim_cur)) + " (" + what +
