@@ -19,6 +19,7 @@
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/version.hpp"
+#include "io/h5.hpp"
 #include "model/gemm.hpp"
 #include "optim/audit.hpp"
 #include "parallel/mpi_world.hpp"
@@ -117,7 +118,7 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     const std::string blas = apply_blas_threads(threads);
     std::optional<KokkosSession> kokkos;
     try {
-      kokkos.emplace(argc, argv, threads.kokkos_threads);
+      kokkos.emplace(argv[0], threads.kokkos_threads);
     } catch (const std::exception& e) {
       throw kokkos_start_failure(e.what());
     }
@@ -132,6 +133,7 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
 int run_main(int argc, char** argv) {
   // Thread settings that oversubscribe the cores: restarted with waits that yield (threads.hpp).
   restart_to_yield_if_oversubscribed(argv);
+  h5::start_library();  // before MPI: HDF5 then hooks nothing into MPI_Finalize (io/h5.hpp)
   MpiRuntime mpi(&argc, &argv);
   log::set_rank(mpi.rank());
   const bool many = mpi.active() && mpi.size() > 1;
@@ -190,6 +192,7 @@ int run_main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, rc);
   }
+  h5::finish_library();  // before MPI_Finalize (mpi's destructor)
   return rc;
 }
 

@@ -16,13 +16,31 @@ namespace kktrain {
 namespace h5 {
 
 namespace {
+// A file was given up after a failure (File::abandon): HDF5 must never be closed in this process.
+bool g_abandoned = false;
+}  // namespace
+
+void start_library() {
+  // No clean-up at exit: after a failed close (a full disk), HDF5 keeps the file's object, and
+  // its exit-time clean-up closes it again and crashes (SIGSEGV in H5F__close_cb). An HDF5 built
+  // for MPI that starts after MPI_Init also hooks MPI_Finalize (an attribute on MPI_COMM_SELF
+  // whose delete callback ends the library) and crashed there the same way on 2 ranks; started
+  // before MPI, it hooks nothing. kktrain ends the library itself (finish_library).
+  static const bool started = [] {
+    H5dont_atexit();
+    return H5open() >= 0;
+  }();
+  (void)started;
+}
+
+void finish_library() {
+  if (!g_abandoned) H5close();
+}
+
+namespace {
 
 void quiet() {
-  // No clean-up at exit: after a failed close (a full disk), HDF5 keeps the file's object, and
-  // its exit-time clean-up closes it again and crashes (SIGSEGV in H5F__close_cb). kktrain closes
-  // what it opened itself; a file given up after a failure stays open until the process ends.
-  static const bool no_atexit = [] { return H5dont_atexit() >= 0; }();
-  (void)no_atexit;
+  start_library();
   // kktrain reports HDF5 failures itself, as one line; silence the library's stack dumps.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
@@ -126,6 +144,7 @@ void File::close() {
 }
 
 void File::abandon() {
+  g_abandoned = true;
   h_.release();
 }
 

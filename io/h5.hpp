@@ -19,6 +19,13 @@
 namespace kktrain {
 namespace h5 {
 
+// The library's life in the process. start_library() before MPI_Init (also called by the first
+// file operation): HDF5 then registers no exit-time clean-up, neither atexit nor inside
+// MPI_Finalize. finish_library() before MPI_Finalize ends it, unless a file was given up after a
+// failure (File::abandon): then nothing of HDF5 runs again, since closing that file can crash.
+void start_library();
+void finish_library();
+
 // Owns one hid_t and closes it with the right H5*close.
 class Handle {
  public:

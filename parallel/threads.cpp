@@ -271,31 +271,36 @@ std::string apply_blas_threads(const ThreadPlan& plan) {
 }
 
 // Kokkos 3.7 replaced InitArguments (removed in 4.0) by InitializationSettings. Host-parallel
-// backends take the planned count; other builds initialize as Kokkos::ScopeGuard(argc, argv)
-// would (Serial runs one thread; a 3.x GPU build keeps its command-line/environment device setup).
-KokkosSession::KokkosSession(int& argc, char** argv, int threads) {
+// backends take the planned count; other builds initialize as Kokkos::ScopeGuard would (Serial
+// runs one thread; a GPU build keeps its environment device setup). Kokkos sees only the program
+// name: kktrain's own arguments (`--prompt --help`, a file named `--kokkos-threads=2`) are never
+// parsed as Kokkos options.
+KokkosSession::KokkosSession(const char* program, int threads) {
   threads = std::max(threads, 1);
+  std::string name = program != nullptr ? program : "kktrain";
+  char* kokkos_argv[] = {name.data(), nullptr};
+  int kokkos_argc = 1;
 #if defined(KOKKOS_ENABLE_OPENMP) || defined(KOKKOS_ENABLE_THREADS)
 #if KOKKOS_VERSION >= 30700
-  (void)argc;
-  (void)argv;
+  (void)kokkos_argc;
+  (void)kokkos_argv;
   // kktrain reports its own thread plan; Kokkos' advice (OMP_PROC_BIND, oversubscription when
   // the user asked for more threads than cores) would add lines to every run's stderr.
   Kokkos::initialize(
       Kokkos::InitializationSettings().set_num_threads(threads).set_disable_warnings(true));
 #elif defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
   (void)threads;
-  Kokkos::initialize(argc, argv);
+  Kokkos::initialize(kokkos_argc, kokkos_argv);
 #else
-  (void)argc;
-  (void)argv;
+  (void)kokkos_argc;
+  (void)kokkos_argv;
   Kokkos::InitArguments args;
   args.num_threads = threads;
   Kokkos::initialize(args);
 #endif
 #else
   (void)threads;
-  Kokkos::initialize(argc, argv);
+  Kokkos::initialize(kokkos_argc, kokkos_argv);
 #endif
 }
 

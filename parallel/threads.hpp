@@ -104,9 +104,10 @@ std::string oversubscription_warning(const ThreadPlan& plan, const ThreadInputs&
 
 // Owns Kokkos for the process (like Kokkos::ScopeGuard): initialized with `threads` threads on
 // host-parallel backends (OpenMP, Threads); the Serial backend runs one thread whatever the plan.
+// Kokkos is given the program name only, never the command's arguments.
 class KokkosSession {
  public:
-  KokkosSession(int& argc, char** argv, int threads);
+  KokkosSession(const char* program, int threads);
   ~KokkosSession();
   KokkosSession(const KokkosSession&) = delete;
   KokkosSession& operator=(const KokkosSession&) = delete;

@@ -150,6 +150,55 @@ def case_full_disk_save():
                 tt.check(f.read() == before["step_00000002/checkpoint.h5"], "step 2 changed")
 
 
+def case_full_disk_save_repeated():
+    """A disk filling during a 2-rank checkpoint save, again and again (blocking and non-blocking
+    collectives): every run ends with exit 1 and the one error line, never a signal. HDF5 must
+    not touch the file it gave up at exit (its close callback inside MPI_Finalize crashed about
+    one run in three)."""
+    runs = 10
+    with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp:
+        out, root = os.path.join(tmp, "run"), os.path.join(tmp, "ck")
+        args = train_args(out, tt.PATTERN_A, f"checkpoint.dir={root}", np_=2)
+        rc, o, e, s = run(args + ["train.max_steps=2"], 2)
+        tt.check(rc == 0, f"first run: rc {rc}\n{e}")
+        worst = 0.0
+        for i in range(runs):
+            mode = f"distributed.nonblocking_collectives={'true' if i % 2 else 'false'}"
+            # Rank 0 writes the file's HDF5 metadata: 2 KiB in, HDF5's own flush fails (the file
+            # is given up); on rank 1 its rows fail instead.
+            rank, after = (0, 2048) if i % 3 != 2 else (1, 65536)
+            rc, o, e, s = run(args + ["train.max_steps=4", mode], 2,
+                              faults(root, errno=28, after=after, rank=rank))
+            one_error(rc, o, e, 1, "step_00000004", ENOSPC, seconds=s)
+            tt.check(ck.latest(root) == "step_00000002", f"run {i}: latest moved")
+            worst = max(worst, s)
+        print(f"{runs} runs on 2 ranks, ENOSPC during the step-4 save: exit 1 each, the slowest "
+              f"{worst:.1f} s")
+
+
+def case_mpmd_configs():
+    """Ranks started with different configurations (an MPMD launch: `mpirun -np 1 kktrain train
+    A : -np 1 kktrain train B`) agree on the resolved config before anything else: one line
+    naming the first key that differs, exit 2, nothing trained; a config only one rank can read
+    stops the job with that rank's error, said once."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp:
+        out = os.path.join(tmp, "run")
+        base = train_args(out, tt.PATTERN_A, "train.max_steps=2", np_=2)
+        mpirun = tm.mpirun(1)
+        cases = [
+            (["model.hidden_size=64"], ("rank 1", "rank 0", "model.hidden_size", "32", "64")),
+            (["train.max_steps=3"], ("different configurations", "train.max_steps")),
+            (["model.hidden_sise=64"], ("model.hidden_sise", "hidden_size")),  # rank 1 only
+        ]
+        for extra, needles in cases:
+            cmd = (mpirun + [tt.KKTRAIN, *base] + [":"] + ["-np", "1", tt.KKTRAIN, *base, *extra])
+            rc, o, e, s = tm.launch(cmd)
+            line = one_error(rc, o, e, 2, *needles, seconds=s)
+            tt.check(not os.path.exists(os.path.join(out, "metrics.jsonl")),
+                     "a run with mismatched ranks wrote metrics")
+            print(f"{extra}: {s:.1f} s: {line}")
+
+
 def case_full_disk_export():
     """The end-of-run export (rank 0, 1 and 2 ranks) and `kktrain export` on a full disk: exit 1,
     one line naming the export and the reason; no partial file or temporary left; an earlier
