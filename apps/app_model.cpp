@@ -193,7 +193,7 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) 
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
   // exact freezes before sharding
-  apply_freeze(model->params(), cfg.freeze, cfg.source,
+  apply_freeze(model->params(), cfg.freeze, cfg.where("freeze_config"),
                static_cast<int>(cfg.distributed.expert_parallel_size));
   model->plan_layout(rank, world, static_cast<int>(cfg.distributed.expert_parallel_size));
   return model;
@@ -203,7 +203,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
   // exact freezes before sharding
-  apply_freeze(model->params(), cfg.freeze, cfg.source,
+  apply_freeze(model->params(), cfg.freeze, cfg.where("freeze_config"),
                static_cast<int>(cfg.distributed.expert_parallel_size));
   comm.set_nonblocking(cfg.distributed.nonblocking_collectives);
   ShardOptions so;

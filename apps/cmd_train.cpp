@@ -145,9 +145,9 @@ void progress_line(int64_t step, int64_t total, double loss, double tps) {
 }
 
 int run_train(const ParsedArgs& args, AppContext& ctx) {
-  const Config cfg = load_app_config(args, ctx);
-  set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   auto comm = ctx.mpi->make_communicator();
+  const Config cfg = load_agreed_config(args, ctx, *comm);
+  set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   const int W = comm->size();
   const bool rank0 = comm->rank() == 0;
 
@@ -162,9 +162,10 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const auto [risky, warnings] = precision_warnings(cfg, params);
   for (const auto& w : warnings) log::warn(w);
   if (risky && cfg.train.fail_on_precision_warning) {
-    throw ConfigError("train.fail_on_precision_warning",
-                      "refusing to train with bfloat16 Adam moments (see the warning above)",
-                      cfg.source);
+    throw ConfigError(
+        "train.fail_on_precision_warning",
+        "refusing to train " + cfg.source + " with bfloat16 Adam moments (see the warning above)",
+        cfg.where("train.fail_on_precision_warning"));
   }
   // Optimizer state is created after the model, its init and its freezing, for this rank's shard.
   auto opt = make_optimizer(cfg.optimizer, params, cfg.model.seed);
@@ -448,7 +449,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
           save(done);
           throw ConfigError("train.fail_on_precision_warning",
                             "stopped at step " + std::to_string(done) + " (checkpoint saved): " + w,
-                            cfg.source);
+                            cfg.where("train.fail_on_precision_warning"));
         }
         log::warn(w);
       }

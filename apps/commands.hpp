@@ -40,6 +40,12 @@ Command generate_command();
 // through the checkpoint reader.
 Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_size = 0);
 
+// load_app_config on every rank of `comm`, agreed: ranks started with different configurations
+// (an MPMD launch, a config file edited between the ranks' starts) stop with one line naming the
+// first key that differs, and a config only some ranks could read stops every rank with the
+// lowest such rank's error. A config every rank refuses is that error, said once (rank 0).
+Config load_agreed_config(const ParsedArgs& args, const AppContext& ctx, Communicator& comm);
+
 // Checks, before any work, that option `opt` (e.g. "--out") may write the file `out`: not a
 // directory, not one of `inputs` ({what, path}: the config file, the data file, ...), and its
 // directory exists and is writable. UsageError (exit 2) naming the reason otherwise.

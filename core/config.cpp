@@ -665,6 +665,9 @@ Config load_config_text(const std::string& text, const std::string& name,
 
   // ---- dtype resolution -------------------------------------------------------------------
   const Locator loc{root, origin.get()};
+  c.locate = [root, origin](const std::string& path) {
+    return Locator{root, origin.get()}.where(path);
+  };
   resolve_storage_dtype(
       spec,
       [&](const std::string& path) {
@@ -721,9 +724,18 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
   std::ifstream in(path);
   if (!in) throw UsageError("cannot open config file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return load_config_text(ss.str(), path, overrides, opts);
+  // A config is a few KiB; a file of megabytes is a mistake (a corpus given as the config, a
+  // generated list of every shard) that would cost minutes and gigabytes to parse.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) {
+    throw UsageError("config file '" + path + "' is larger than " +
+                     std::to_string(kMaxConfigBytes >> 20) +
+                     " MiB, the most a config may hold (name many data files with a glob in "
+                     "data.path)");
+  }
+  return load_config_text(text, path, overrides, opts);
 }
 
 std::string config_schema_markdown() {

@@ -201,6 +201,12 @@ struct Config {
   ResolvedPrecision precision;
   YAML::Node resolved;  // the full config as `kktrain config` prints it
   std::string source;   // config file path
+  // Where a key's value came from, for errors found after loading (a freeze selector that names
+  // no parameter): "override 'a.b=1'", "FILE:line:col", or the file when nothing better is known.
+  std::function<std::string(const std::string& key_path)> locate;
+  std::string where(const std::string& key_path) const {
+    return locate ? locate(key_path) : source;
+  }
   // model keys that came from model.init_from's own architecture (a Hugging Face config.json):
   // key path ("model.hidden_size") -> the file.
   std::map<std::string, std::string> model_file_keys;
@@ -233,6 +239,8 @@ struct LoadOptions {
 // Parses YAML text (no file); `name` is used in error locations.
 Config load_config_text(const std::string& text, const std::string& name,
                         const std::vector<std::string>& overrides, const LoadOptions& opts);
+// The largest config file read (bytes); a larger one is refused before it is parsed.
+constexpr std::size_t kMaxConfigBytes = std::size_t(4) << 20;
 // Reads and parses a config file. Throws ConfigError/UsageError on any invalid input.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    const LoadOptions& opts);

@@ -41,6 +41,21 @@ std::string ConfigOrigin::where(const std::string& key_path, const YAML::Node& n
   return file;
 }
 
+std::string ConfigOrigin::where_repeated(const std::string& key_path, const YAML::Node& key) const {
+  // Only a mapping an override gave (`model={a: 1, a: 2}`) can repeat a key outside the file; an
+  // override of the repeated key itself replaced one of the file's values, not the repetition.
+  for (std::string p = key_path; p.rfind('.') != std::string::npos;) {
+    p.resize(p.rfind('.'));
+    auto it = overrides.find(p);
+    if (it != overrides.end()) return "override '" + it->second + "'";
+  }
+  if (!key.Mark().is_null() && !file.empty()) {
+    return file + ":" + std::to_string(key.Mark().line + 1) + ":" +
+           std::to_string(key.Mark().column + 1);
+  }
+  return file;
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
@@ -173,7 +188,8 @@ Section::Section(YAML::Node node, std::string path, std::shared_ptr<const Config
     for (const auto& kv : node_) {
       const std::string k = kv.first.Scalar();
       if (!seen.insert(k).second) {
-        throw ConfigError(key_path(k), "duplicate key", origin_->where(key_path(k), kv.first));
+        throw ConfigError(key_path(k), "duplicate key",
+                          origin_->where_repeated(key_path(k), kv.first));
       }
     }
   }

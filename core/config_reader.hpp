@@ -29,6 +29,9 @@ struct ConfigOrigin {
   // "file:line:col", "override 'a.b=1'", "from FILE" (a value taken from a model file), or ""
   // when nothing better is known.
   std::string where(const std::string& key_path, const YAML::Node& node) const;
+  // Where a key that appears twice in one mapping was written: the file's line of the second
+  // `key` node, or the override that gave the whole mapping.
+  std::string where_repeated(const std::string& key_path, const YAML::Node& key) const;
 };
 
 // Levenshtein distance; used to suggest the closest valid key.

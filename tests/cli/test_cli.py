@@ -265,6 +265,50 @@ def case_override_blame():
                  "override 'model.num_kv_heads=3'")
 
 
+def case_override_located():
+    """Errors found after loading name the override that set the key, and a key repeated in the
+    YAML file is located in the file even when an override sets it."""
+    expect_error(["audit", DEFAULT_CONFIG, "freeze_config.freeze_parameters=[nope.weight]"],
+                 "freeze_config", "override 'freeze_config.freeze_parameters=[nope.weight]'")
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "twice.yaml")
+        with open(cfg, "w") as f:
+            f.write("model:\n  hidden_size: 64\n  hidden_size: 32\n")
+        line = expect_error(["config", cfg, "model.hidden_size=16"], "duplicate key",
+                            "model.hidden_size", "twice.yaml:3:3")
+        check("override" not in line, "a repetition in the file is blamed on the file: " + line)
+        expect_error(["config", DEFAULT_CONFIG, "model={hidden_size: 8, hidden_size: 8}"],
+                     "duplicate key", "override 'model={hidden_size: 8, hidden_size: 8}'")
+
+
+def case_config_size_bound():
+    """A config file larger than the bound (4 MiB) is refused before it is parsed, promptly and
+    with the bound named; one just under it still parses."""
+    with tempfile.TemporaryDirectory() as d:
+        big = os.path.join(d, "big.yaml")
+        with open(big, "w") as f:
+            f.write("data:\n  path:\n")
+            item = "    - shard.bin\n"
+            f.write(item * ((4 << 20) // len(item) + 1))
+        expect_error(["config", big], "big.yaml", "4 MiB")
+        near = os.path.join(d, "near.yaml")
+        with open(near, "w") as f:
+            f.write("model:\n  hidden_size: 64\n" + "#" * ((4 << 20) - 100) + "\n")
+        rc, out, err = run("config", near)
+        check(rc == 0, f"a config under the bound is read: rc={rc} {err}")
+
+
+def case_kokkos_never_sees_arguments():
+    """Kokkos' own argument parser never sees kktrain's arguments: '--help' as a prompt prints no
+    Kokkos help text and '--threads' as one does not stop Kokkos ('expecting an =INT'); the
+    command's own error (the model does not exist) is the one line."""
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "none")
+        for value in ("--help", "--kokkos-help", "--threads", "--kokkos-threads"):
+            line = expect_error(["generate", model, "--prompt", value], "generate", model)
+            check("Kokkos" not in line and "kokkos" not in line, line)
+
+
 def case_keep_in_fp32_unmatched():
     expect_error(["audit", DEFAULT_CONFIG, 'model.keep_in_fp32=["*nomatch*"]'],
                  "model.keep_in_fp32", "*nomatch*", "matches no parameter")
