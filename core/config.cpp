@@ -3,7 +3,6 @@
 #include "core/config.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -716,14 +715,11 @@ Config load_config_text(const std::string& text, const std::string& name,
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    const LoadOptions& opts) {
-  if (auto why = unreadable_regular_file(path)) {
+  std::string text;
+  if (auto why = read_regular_file(&text, path)) {
     throw UsageError("cannot read config file '" + path + "': " + *why);
   }
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot open config file '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return load_config_text(ss.str(), path, overrides, opts);
+  return load_config_text(text, path, overrides, opts);
 }
 
 std::string config_schema_markdown() {
