@@ -346,6 +346,11 @@ void read_data(Section& s, DataConfig* d, int world_size) {
     s.set_resolved("path",
                    d->paths.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Node(d->paths[0]));
   }
+  if (d->paths.empty() && s.has("path")) {
+    s.fail("path",
+           "an empty list names no file (leave data.path unset or null for the embedded "
+           "corpus)");
+  }
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
   }
