@@ -3,7 +3,6 @@
 #include "core/config.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -346,6 +345,11 @@ void read_data(Section& s, DataConfig* d, int world_size) {
   if (d->paths.size() <= 1) {
     s.set_resolved("path",
                    d->paths.empty() ? YAML::Node(YAML::NodeType::Null) : YAML::Node(d->paths[0]));
+  }
+  if (d->paths.empty() && s.has("path")) {
+    s.fail("path",
+           "an empty list names no file (leave data.path unset or null for the embedded "
+           "corpus)");
   }
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
@@ -719,21 +723,15 @@ Config load_config_text(const std::string& text, const std::string& name,
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    const LoadOptions& opts) {
-  if (auto why = unreadable_regular_file(path)) {
-    throw UsageError("cannot read config file '" + path + "': " + *why);
-  }
-  std::ifstream in(path);
-  if (!in) throw UsageError("cannot open config file '" + path + "'");
   // A config is a few KiB; a file of megabytes is a mistake (a corpus given as the config, a
   // generated list of every shard) that would cost minutes and gigabytes to parse.
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxConfigBytes) {
-    throw UsageError("config file '" + path + "' is larger than " +
-                     std::to_string(kMaxConfigBytes >> 20) +
-                     " MiB, the most a config may hold (name many data files with a glob in "
-                     "data.path)");
+  std::string text;
+  if (auto why = read_regular_file(&text, path, kMaxConfigBytes)) {
+    const bool large = why->rfind("is larger", 0) == 0;
+    throw UsageError("cannot read config file '" + path + "': " + *why +
+                     (large ? ", the most a config may hold (name many data files with a glob in "
+                              "data.path)"
+                            : ""));
   }
   return load_config_text(text, path, overrides, opts);
 }

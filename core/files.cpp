@@ -1,6 +1,6 @@
 #include "core/files.hpp"
 
-#include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,18 +8,83 @@
 
 namespace kktrain {
 
-std::optional<std::string> unreadable_regular_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::string(std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return std::string("is a directory, not a file");
-  if (S_ISFIFO(st.st_mode)) return std::string("is a FIFO (named pipe), not a regular file");
-  if (S_ISSOCK(st.st_mode)) return std::string("is a socket, not a regular file");
-  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
-    return std::string("is a device, not a regular file");
+namespace {
+
+// Why a file of mode `mode` is not a regular file, or nullopt when it is.
+std::optional<std::string> not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return std::nullopt;
+  if (S_ISDIR(mode)) return std::string("is a directory, not a file");
+  if (S_ISFIFO(mode)) return std::string("is a FIFO (named pipe), not a regular file");
+  if (S_ISSOCK(mode)) return std::string("is a socket, not a regular file");
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return std::string("is a device, not a regular file");
+  return std::string("is not a regular file");
+}
+
+}  // namespace
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& o) noexcept {
+  if (this != &o) {
+    reset();
+    fd_ = o.fd_;
+    o.fd_ = -1;
   }
-  if (!S_ISREG(st.st_mode)) return std::string("is not a regular file");
-  if (::access(path.c_str(), R_OK) != 0) return std::string(std::strerror(errno));
+  return *this;
+}
+
+void FileDescriptor::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::optional<std::string> open_regular_file(FileDescriptor* out, const std::string& path,
+                                             struct stat* st) {
+  out->reset();
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return std::string(std::strerror(errno));
+  FileDescriptor held(fd);
+  struct stat s {};
+  if (::fstat(fd, &s) != 0) return std::string(std::strerror(errno));
+  if (auto why = not_regular(s.st_mode)) return why;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return std::string(std::strerror(errno));
+  }
+  if (st) *st = s;
+  *out = std::move(held);
   return std::nullopt;
+}
+
+std::optional<std::string> read_regular_file(std::string* out, const std::string& path,
+                                             std::size_t max_bytes) {
+  out->clear();
+  FileDescriptor f;
+  struct stat st {};
+  if (auto why = open_regular_file(&f, path, &st)) return why;
+  const auto too_large = [&] {
+    out->clear();
+    return max_bytes % (std::size_t(1) << 20) == 0
+               ? "is larger than " + std::to_string(max_bytes >> 20) + " MiB"
+               : "is larger than " + std::to_string(max_bytes) + " bytes";
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large();
+  out->reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(f.get(), buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return std::string(std::strerror(errno));
+    if (r == 0) return std::nullopt;
+    out->append(buf, static_cast<std::size_t>(r));
+    if (out->size() > max_bytes) return too_large();  // it grew after the fstat
+  }
+}
+
+std::optional<std::string> unreadable_regular_file(const std::string& path) {
+  FileDescriptor f;
+  return open_regular_file(&f, path);
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -1,14 +1,55 @@
-// Input files: kktrain reads configs, token files and HDF5 files only when they are regular files,
-// so a FIFO, a device or a directory gets a clear error instead of blocking or reading as empty.
+// Input files: kktrain reads configs, token files, safetensors and HDF5 files only when they are
+// regular files, so a FIFO, a device or a directory gets a clear error instead of blocking or
+// reading as empty. Every reader opens its files through open_regular_file: the open itself
+// never blocks (O_NONBLOCK), and the type is that of the file opened (fstat), not of a path
+// looked up earlier.
 #pragma once
 
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
 namespace kktrain {
 
-// Why `path` cannot be read as a regular file ("is a directory", "is a FIFO (named pipe), not a
-// regular file", "No such file or directory", ...), or nullopt when it can be opened for reading.
+// An open file descriptor, closed when the holder goes (move-only).
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() { reset(); }
+  FileDescriptor(FileDescriptor&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  FileDescriptor& operator=(FileDescriptor&& o) noexcept;
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset();  // closes it now
+
+ private:
+  int fd_ = -1;
+};
+
+// Opens `path` for reading as a regular file: open(O_RDONLY | O_NONBLOCK | O_CLOEXEC) (a FIFO
+// without a writer does not block it), fstat of what was opened, then O_NONBLOCK cleared. On
+// success *out holds the descriptor, *st (when given) its fstat, and the result is nullopt;
+// otherwise *out is empty and the result says why: "is a FIFO (named pipe), not a regular file",
+// "is a directory, not a file", "is a device, not a regular file", "is a socket, not a regular
+// file", or the system's reason ("No such file or directory", "Permission denied"). The reasons
+// that name the file's type start with "is ".
+std::optional<std::string> open_regular_file(FileDescriptor* out, const std::string& path,
+                                             struct stat* st = nullptr);
+
+// The whole of the regular file `path` into *out (open_regular_file, then read to its end), or
+// the reason it cannot be read (as open_regular_file, the system's reason for a failed read, or
+// "is larger than 4 MiB" for a file over max_bytes, refused before it is read).
+std::optional<std::string> read_regular_file(std::string* out, const std::string& path,
+                                             std::size_t max_bytes = SIZE_MAX);
+
+// Why `path` cannot be read as a regular file (open_regular_file's reasons), or nullopt when it
+// can. For readers that hand a path to a library (HDF5): checked right before the library opens.
 std::optional<std::string> unreadable_regular_file(const std::string& path);
 
 // True when a and b name the same existing file (hard links and symlinks included).

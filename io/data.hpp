@@ -50,8 +50,9 @@ std::vector<std::string> data_files(const DataConfig& cfg);
 
 // Bytes the data path keeps resident on one of `world` ranks: the embedded corpus when data.path
 // is unset (kEmbeddedCorpusBytes), a step's windows (ids and targets of global_batch_size /
-// world windows of seq_len tokens) and the piece buffer of the check at load. Token files cost
-// no resident memory beyond the window being copied (io/token_file.hpp).
+// world windows of seq_len tokens), the piece buffer of the check at load and the buffer of one
+// read (kTokenReadChunkBytes). Token files cost no resident memory beyond the window being read
+// (io/token_file.hpp).
 int64_t data_resident_bytes(const DataConfig& cfg, int world);
 // The embedded corpus as int32 ids.
 constexpr int64_t kEmbeddedCorpusBytes = int64_t(4) << 20;

@@ -259,6 +259,9 @@ File File::create(const std::string& path) {
 
 File File::open_write(const std::string& path) {
   quiet();
+  if (const auto why = unreadable_regular_file(path)) {
+    throw RuntimeFailure("cannot open HDF5 file '" + path + "' for writing: " + *why);
+  }
   Handle h(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
   if (!h.valid()) throw RuntimeFailure("cannot open HDF5 file '" + path + "' for writing");
   return File(std::move(h), path);
@@ -266,21 +269,24 @@ File File::open_write(const std::string& path) {
 
 File File::open_read(const std::string& path) {
   quiet();
-  // The system's reason first, where there is one (a missing file, a read error): HDF5 only
-  // says that it is not a readable HDF5 file.
-  if (const auto why = unreadable_regular_file(path)) {
-    throw InputError("cannot read '" + path + "': " + *why);
-  }
+  // The system's reason first, where there is one (a missing file, a FIFO, a read error): HDF5
+  // only says that it is not a readable HDF5 file, and would block on a FIFO. HDF5 opens the
+  // path itself, so the path is checked again right before each of its opens.
   {
+    FileDescriptor f;
+    if (const auto why = open_regular_file(&f, path)) {
+      throw InputError("cannot read '" + path + "': " + *why);
+    }
     char head[8];
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    const ssize_t got = fd < 0 ? -1 : ::pread(fd, head, sizeof(head), 0);
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    if (got < 0) throw InputError("cannot read '" + path + "': " + std::strerror(err));
+    if (::pread(f.get(), head, sizeof(head), 0) < 0) {
+      throw InputError("cannot read '" + path + "': " + std::strerror(errno));
+    }
   }
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw InputError("'" + path + "' is not a readable HDF5 file");
+  }
+  if (const auto why = unreadable_regular_file(path)) {
+    throw InputError("cannot read '" + path + "': " + *why);
   }
   Handle h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!h.valid()) throw InputError("cannot open HDF5 file '" + path + "': truncated or damaged");

@@ -231,14 +231,13 @@ RowReader::RowReader(const std::string& path, Communicator& comm) : comm_(comm) 
   comm.broadcast_host(bytes, 0);
   index_ = FileIndex::deserialize(bytes);
   collectively(comm, [&] {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) throw InputError("cannot open '" + path + "': " + sys_reason(errno));
+    if (auto why = open_regular_file(&fd_, path)) {
+      throw InputError("cannot open '" + path + "': " + *why);
+    }
   });
 }
 
-RowReader::~RowReader() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RowReader::~RowReader() = default;
 
 namespace {
 
@@ -271,7 +270,7 @@ std::vector<char> RowReader::read_rows_local(const DatasetInfo& d, int64_t row_b
   std::size_t done = 0;
   while (done < out.size()) {
     const ssize_t r =
-        ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(at + done));
+        ::pread(fd_.get(), out.data() + done, out.size() - done, static_cast<off_t>(at + done));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       throw InputError("'" + path() + "': cannot read dataset '" + d.path +

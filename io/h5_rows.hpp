@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/files.hpp"
 #include "io/h5.hpp"
 #include "parallel/communicator.hpp"
 
@@ -100,7 +101,7 @@ class RowReader {
  private:
   Communicator& comm_;
   FileIndex index_;
-  int fd_ = -1;
+  FileDescriptor fd_;  // the file, opened as a regular file without blocking (core/files.hpp)
   std::optional<h5::File> h5_;  // opened on first need: datasets read through HDF5
 };
 

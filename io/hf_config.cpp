@@ -172,15 +172,12 @@ bool is_hf_directory(const std::string& path) {
 }
 
 std::string read_small_file(const std::string& file) {
-  if (auto why = unreadable_regular_file(file)) {
+  std::string text;
+  if (auto why = read_regular_file(&text, file)) {
     throw InputError("'" + file + "': " + (why->rfind("is ", 0) == 0 ? "" : "cannot read: ") +
                      *why);
   }
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw InputError("'" + file + "': cannot read");
-  return ss.str();
+  return text;
 }
 
 HfArchitecture read_hf_config(const std::string& dir) {

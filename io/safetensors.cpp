@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "io/elem_convert.hpp"
 
 namespace kktrain {
@@ -103,6 +104,14 @@ StTensor parse_entry(const std::string& path, const std::string& name, const jso
                    (overflow ? std::string("more than 2^63") : std::to_string(bytes)));
   }
   return t;
+}
+
+// Opens `path` as a regular file without blocking (core/files.hpp); InputError naming it
+// otherwise ("is a FIFO (named pipe), not a regular file", "cannot open: ...").
+void open_or_refuse(FileDescriptor* out, const std::string& path, struct stat* st) {
+  if (auto why = open_regular_file(out, path, st)) {
+    bad(path, why->rfind("is ", 0) == 0 ? *why : "cannot open: " + *why);
+  }
 }
 
 void read_exact(int fd, char* out, int64_t bytes, int64_t at, const std::string& path,
@@ -218,15 +227,10 @@ StFile read_safetensors_header(const std::string& path) {
 }
 
 std::string read_safetensors_header_bytes(const std::string& path, int64_t* file_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) bad(path, std::string("cannot open: ") + std::strerror(errno));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
+  FileDescriptor file;
   struct stat st {};
-  if (::fstat(fd, &st) != 0) bad(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) bad(path, "is not a regular file");
+  open_or_refuse(&file, path, &st);
+  const int fd = file.get();
   const int64_t size = static_cast<int64_t>(st.st_size);
   if (size < 8) bad(path, "has " + std::to_string(size) + " bytes: not a safetensors file");
   unsigned char len_bytes[8];
@@ -250,13 +254,16 @@ std::string read_safetensors_header_bytes(const std::string& path, int64_t* file
 // ---- reading ---------------------------------------------------------------------------------
 
 StReader::StReader(StFile file) : file_(std::move(file)) {
-  fd_ = ::open(file_.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) bad(file_.path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  open_or_refuse(&fd_, file_.path, &st);
+  if (static_cast<int64_t>(st.st_size) != file_.file_bytes) {
+    bad(file_.path, "has " + std::to_string(st.st_size) + " bytes, " +
+                        std::to_string(file_.file_bytes) +
+                        " when its header was read: it changed while being loaded");
+  }
 }
 
-StReader::~StReader() {
-  if (fd_ >= 0) ::close(fd_);
-}
+StReader::~StReader() = default;
 
 std::vector<float> StReader::read_rows_f32(const StTensor& t, int64_t row_begin,
                                            int64_t rows) const {
@@ -268,7 +275,7 @@ std::vector<float> StReader::read_rows_f32(const StTensor& t, int64_t row_begin,
   const DType d = st_dtype_to_dtype(t.dtype, "'" + file_.path + "': tensor '" + t.name + "'");
   const int64_t bytes = rows * t.row_bytes();
   std::vector<char> raw(static_cast<std::size_t>(bytes));
-  read_exact(fd_, raw.data(), bytes, file_.data_offset + t.begin + row_begin * t.row_bytes(),
+  read_exact(fd_.get(), raw.data(), bytes, file_.data_offset + t.begin + row_begin * t.row_bytes(),
              file_.path, "tensor '" + t.name + "'");
   return widen_dtype_to_f32(raw.data(), bytes / static_cast<int64_t>(dtype_size(d)), d);
 }

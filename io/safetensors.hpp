@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/files.hpp"
 
 namespace kktrain {
 
@@ -68,7 +69,9 @@ StFile parse_safetensors_header(const std::string& path, const std::string& head
 // An open safetensors file whose header was validated; reads rows of its tensors with pread.
 class StReader {
  public:
-  explicit StReader(StFile file);  // opens file.path; InputError naming it and the reason
+  // Opens file.path (a regular file of file.file_bytes bytes, opened without blocking);
+  // InputError naming it and the reason.
+  explicit StReader(StFile file);
   ~StReader();
   StReader(const StReader&) = delete;
   StReader& operator=(const StReader&) = delete;
@@ -79,7 +82,7 @@ class StReader {
 
  private:
   StFile file_;
-  int fd_ = -1;
+  FileDescriptor fd_;
 };
 
 // A new safetensors file: the header for `tensors` (names, dtypes, shapes; offsets assigned in

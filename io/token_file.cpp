@@ -1,8 +1,7 @@
-// Token files mapped read-only (io/token_file.hpp).
+// Token files read in place with pread (io/token_file.hpp).
 #include "io/token_file.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,11 +34,6 @@ std::string format_by_name(const std::string& p) {
   return "text";
 }
 
-// What a window's read may have mapped: the kernel maps the pages around a faulting one too
-// ("fault-around", 64 KiB aligned blocks by default; huge pages of 2 MiB where the file system
-// gives them), so the whole aligned 2 MiB blocks around a window are dropped, not only its pages.
-constexpr int64_t kReleaseBlock = int64_t(2) << 20;
-
 }  // namespace
 
 TokenFile::TokenFile(std::vector<int32_t> ids, const std::string& name)
@@ -50,87 +44,97 @@ TokenFile::TokenFile(std::vector<int32_t> ids, const std::string& name)
       owned_(std::move(ids)) {}
 
 TokenFile::TokenFile(const std::string& path, const std::string& format) : path_(path) {
-  // Only regular files: a FIFO would block, a directory maps to nothing.
-  if (auto why = unreadable_regular_file(path)) {
+  // Only regular files, opened without blocking: a FIFO would block, a directory reads nothing.
+  struct stat st {};
+  if (auto why = open_regular_file(&fd_, path, &st)) {
     if (why->rfind("is ", 0) == 0) refuse(path, *why);
     throw InputError("data.path: cannot open '" + path + "': " + *why);
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError("data.path: cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  const int r = ::fstat(fd, &st);
-  const int err = errno;
-  if (r != 0) {
-    ::close(fd);
-    throw InputError("data.path: cannot stat '" + path + "': " + std::strerror(err));
-  }
-  map_bytes_ = static_cast<int64_t>(st.st_size);
-  if (map_bytes_ == 0) {
-    ::close(fd);
-    refuse(path, "is empty");
-  }
-  map_ = ::mmap(nullptr, static_cast<std::size_t>(map_bytes_), PROT_READ, MAP_SHARED, fd, 0);
-  const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw InputError("data.path: cannot map '" + path + "': " + std::strerror(map_err));
-  }
-  ::madvise(map_, static_cast<std::size_t>(map_bytes_), MADV_RANDOM);  // windows, not a scan
+  file_bytes_ = static_cast<int64_t>(st.st_size);
+  mtime_s_ = static_cast<int64_t>(st.st_mtim.tv_sec);
+  mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_nsec);
+  if (file_bytes_ == 0) refuse(path, "is empty");
+  ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_RANDOM);  // windows, not a scan
 
+  unsigned char head[12] = {};
+  const int64_t head_bytes = std::min<int64_t>(file_bytes_, sizeof(head));
+  pread_bytes(head, 0, head_bytes);
   format_ = format == "auto" ? format_by_name(path) : format;
-  const bool magic = map_bytes_ >= 4 && le_i32(bytes()) == kLlmcMagic;
+  const bool magic = head_bytes >= 4 && le_i32(head) == kLlmcMagic;
   if (format_ == "bin") format_ = magic ? "llmc" : "uint16";
   if (format_ == "llmc") {
     const int64_t header = kLlmcHeaderInts * 4;
-    if (!magic || map_bytes_ < header) {
+    if (!magic || file_bytes_ < header) {
       refuse(path, "is not an llm.c token shard (no " + std::to_string(header) +
                        "-byte header starting with " + std::to_string(kLlmcMagic) +
                        "; data.format: uint16 reads headerless tokens)");
     }
-    const int32_t version = le_i32(bytes() + 4), count = le_i32(bytes() + 8);
+    const int32_t version = le_i32(head + 4), count = le_i32(head + 8);
     if (version != kLlmcVersion) {
       refuse(path, "is an llm.c token shard of version " + std::to_string(version) +
                        "; kktrain reads version 1 (uint16 tokens)");
     }
-    if (count < 0 || header + 2 * static_cast<int64_t>(count) != map_bytes_) {
+    if (count < 0 || header + 2 * static_cast<int64_t>(count) != file_bytes_) {
       refuse(path, "is an llm.c token shard whose header says " + std::to_string(count) +
                        " tokens (" + std::to_string(header + 2 * static_cast<int64_t>(count)) +
-                       " bytes with the header) but the file has " + std::to_string(map_bytes_) +
+                       " bytes with the header) but the file has " + std::to_string(file_bytes_) +
                        " bytes");
     }
     width_ = 2;
     offset_ = header;
   } else {
     width_ = format_ == "uint32" ? 4 : format_ == "uint16" ? 2 : 1;
-    if (map_bytes_ % width_ != 0) {
-      refuse(path, "has " + std::to_string(map_bytes_) + " bytes, not a whole number of " +
+    if (file_bytes_ % width_ != 0) {
+      refuse(path, "has " + std::to_string(file_bytes_) + " bytes, not a whole number of " +
                        format_ + " tokens (data.format: " + format_ + ")");
     }
   }
-  n_ = (map_bytes_ - offset_) / width_;
+  n_ = (file_bytes_ - offset_) / width_;
   if (n_ == 0) refuse(path, "holds no tokens");
 }
 
-TokenFile::~TokenFile() {
-  if (map_) ::munmap(map_, static_cast<std::size_t>(map_bytes_));
-}
-
-const unsigned char* TokenFile::bytes() const {
-  return static_cast<const unsigned char*>(map_);
-}
+TokenFile::~TokenFile() = default;
 
 int64_t TokenFile::max_id() const {
-  if (!owned_.empty() || map_ == nullptr) return 0x7fffffff;
+  if (!owned_.empty() || !fd_.valid()) return 0x7fffffff;
   return width_ == 1 ? 255 : width_ == 2 ? 65535 : 0xffffffffLL;
 }
 
-void TokenFile::release(int64_t byte_begin, int64_t byte_end) const {
-  const int64_t lo = byte_begin / kReleaseBlock * kReleaseBlock;
-  const int64_t hi =
-      std::min(map_bytes_, (byte_end + kReleaseBlock - 1) / kReleaseBlock * kReleaseBlock);
-  if (hi > lo) {
-    ::madvise(static_cast<char*>(map_) + lo, static_cast<std::size_t>(hi - lo), MADV_DONTNEED);
+void TokenFile::check_unchanged() const {
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0) {
+    throw RuntimeFailure("data file '" + path_ + "': cannot stat: " + std::strerror(errno));
+  }
+  const int64_t bytes = static_cast<int64_t>(st.st_size);
+  const bool resized = bytes != file_bytes_;
+  if (!resized && st.st_mtim.tv_sec == mtime_s_ && st.st_mtim.tv_nsec == mtime_ns_) return;
+  throw RuntimeFailure(
+      "data file '" + path_ + "' changed during the run (" +
+      (resized ? "size " + std::to_string(file_bytes_) + " -> " + std::to_string(bytes) + " bytes"
+               : "same size, " + std::to_string(bytes) + " bytes, rewritten") +
+      "): token files are read in place and must not change while a run reads them; restore it "
+      "(or point data.path at the new file) and resume from the last checkpoint");
+}
+
+void TokenFile::pread_bytes(unsigned char* out, int64_t at, int64_t bytes) const {
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t r = ::pread(fd_.get(), out + done, static_cast<std::size_t>(bytes - done),
+                              static_cast<off_t>(at + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      check_unchanged();
+      throw RuntimeFailure("data file '" + path_ + "': cannot read: " + std::strerror(err));
+    }
+    if (r == 0) break;  // shorter than when opened: check_unchanged says so
+    done += r;
+  }
+  check_unchanged();
+  if (done < bytes) {
+    throw RuntimeFailure("data file '" + path_ + "' ends at byte " + std::to_string(at + done) +
+                         ", before the " + std::to_string(file_bytes_) +
+                         " bytes it had when opened");
   }
 }
 
@@ -143,20 +147,25 @@ void TokenFile::read(int64_t begin, int64_t n, int32_t* out) const {
     std::copy(owned_.begin() + begin, owned_.begin() + begin + n, out);
     return;
   }
-  const unsigned char* p = bytes() + offset_ + begin * width_;
-  for (int64_t i = 0; i < n; ++i) {
-    const unsigned char* q = p + i * width_;
-    uint32_t v = q[0];
-    if (width_ >= 2) v |= static_cast<uint32_t>(q[1]) << 8;
-    if (width_ == 4) v |= static_cast<uint32_t>(q[2]) << 16 | static_cast<uint32_t>(q[3]) << 24;
-    out[i] = v > 0x7fffffffu ? -1 : static_cast<int32_t>(v);  // -1: caught by the id check
+  const int64_t chunk = kTokenReadChunkBytes / width_;  // tokens per pread
+  std::vector<unsigned char> raw(static_cast<std::size_t>(std::min(n, chunk) * width_));
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int64_t m = std::min(chunk, n - at);
+    pread_bytes(raw.data(), offset_ + (begin + at) * width_, m * width_);
+    for (int64_t i = 0; i < m; ++i) {
+      const unsigned char* q = raw.data() + i * width_;
+      uint32_t v = q[0];
+      if (width_ >= 2) v |= static_cast<uint32_t>(q[1]) << 8;
+      if (width_ == 4) v |= static_cast<uint32_t>(q[2]) << 16 | static_cast<uint32_t>(q[3]) << 24;
+      out[at + i] = v > 0x7fffffffu ? -1 : static_cast<int32_t>(v);  // -1: caught by the id check
+    }
   }
-  release(offset_ + begin * width_, offset_ + (begin + n) * width_);
 }
 
 uint64_t TokenFile::id_at(int64_t i) const {
   if (!owned_.empty()) return static_cast<uint64_t>(owned_.at(i));
-  const unsigned char* q = bytes() + offset_ + i * width_;
+  unsigned char q[4] = {};
+  pread_bytes(q, offset_ + i * width_, width_);
   uint64_t v = 0;
   for (int b = 0; b < width_; ++b) v |= static_cast<uint64_t>(q[b]) << (8 * b);
   return v;

@@ -12,16 +12,13 @@
 
 #include "core/errors.hpp"
 #include "io/data.hpp"
+#include "unit/scratch_dir.hpp"
 
 namespace kktrain {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return std::string(::testing::TempDir()) + "kktrain_data_" + name;
-}
-
-std::string write_file(const std::string& name, const std::string& bytes) {
-  const std::string p = temp_path(name);
+std::string write_file(const ScratchDir& dir, const std::string& name, const std::string& bytes) {
+  const std::string p = dir.path(name);
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }
@@ -231,7 +228,8 @@ TEST(TokenDataset, EveryWindowStartStaysInItsSplit) {
 }
 
 TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
-  const std::string text = write_file("a.txt", std::string(100, 'x') + "yz");
+  const ScratchDir dir("kktrain_data_");
+  const std::string text = write_file(dir, "a.txt", std::string(100, 'x') + "yz");
   const TokenDataset t = TokenDataset::load(data_cfg(text), 256);
   EXPECT_EQ(t.train_tokens() + t.val_tokens(), 102);
 
@@ -240,7 +238,7 @@ TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
     u16.push_back(static_cast<char>(i * 5 & 0xff));
     u16.push_back(static_cast<char>(i >> 4));  // little-endian; ids up to 4*256+...
   }
-  const std::string p16 = write_file("b.u16", u16);
+  const std::string p16 = write_file(dir, "b.u16", u16);
   const TokenDataset b = TokenDataset::load(data_cfg(p16), 4096);
   EXPECT_EQ(b.train_tokens() + b.val_tokens(), 64);
   const Batch bb = b.train_batch(0, 0, 1, 8);
@@ -248,7 +246,7 @@ TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
 
   std::string u32(4 * 40, '\0');
   for (int i = 0; i < 40; ++i) u32[4 * i + 2] = 1;  // 65536 each
-  const std::string p32 = write_file("c.u32", u32);
+  const std::string p32 = write_file(dir, "c.u32", u32);
   EXPECT_EQ(TokenDataset::load(data_cfg(p32), 70000).train_tokens() +
                 TokenDataset::load(data_cfg(p32), 70000).val_tokens(),
             40);
@@ -260,19 +258,20 @@ TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
 }
 
 TEST(TokenDataset, BadDataGivesOneClearError) {
-  const std::string missing = temp_path("does_not_exist.txt");
+  const ScratchDir dir("kktrain_data_");
+  const std::string missing = dir.path("does_not_exist.txt");
   EXPECT_NE(message_of([&] { TokenDataset::load(data_cfg(missing), 256); }).find("cannot open"),
             std::string::npos);
-  const std::string empty = write_file("empty.txt", "");
+  const std::string empty = write_file(dir, "empty.txt", "");
   EXPECT_NE(message_of([&] { TokenDataset::load(data_cfg(empty), 256); }).find("is empty"),
             std::string::npos);
-  const std::string tiny = write_file("tiny.txt", "abc");
+  const std::string tiny = write_file(dir, "tiny.txt", "abc");
   const std::string m = message_of([&] { TokenDataset::load(data_cfg(tiny, 8), 256); });
   EXPECT_NE(m.find("fewer than data.seq_len + 1 = 9"), std::string::npos) << m;
-  const std::string odd = write_file("odd.u16", "abc");
+  const std::string odd = write_file(dir, "odd.u16", "abc");
   EXPECT_NE(message_of([&] { TokenDataset::load(data_cfg(odd), 256); }).find("whole number"),
             std::string::npos);
-  const std::string text = write_file("big.txt", std::string(50, 'z'));  // 'z' = 122
+  const std::string text = write_file(dir, "big.txt", std::string(50, 'z'));  // 'z' = 122
   const std::string v = message_of([&] { TokenDataset::load(data_cfg(text), 100); });
   EXPECT_NE(v.find("token id 122"), std::string::npos) << v;
   EXPECT_NE(v.find("vocab_size >= 256"), std::string::npos) << v;

@@ -5,14 +5,20 @@
 //    start of every file's range is drawn (exhaustively, so an off-by-one at a file boundary is
 //    seen for certain), and the global batch is the same however it is split;
 //  - token ids checked as windows are drawn (large files), naming the file and the position;
-//  - drawing windows from a 1 GiB file does not grow the resident set: each window's pages are
-//    dropped after the copy.
+//  - special files (a FIFO, a directory) are refused without blocking;
+//  - a file truncated or rewritten while open is an error naming it (RuntimeFailure), not SIGBUS;
+//  - drawing windows from a 1 GiB file does not grow the resident set (reads, no mapping);
+//  - every test removes what it writes (ScratchDir).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,14 +26,10 @@
 #include "core/errors.hpp"
 #include "io/data.hpp"
 #include "io/token_file.hpp"
+#include "unit/scratch_dir.hpp"
 
 namespace kktrain {
 namespace {
-
-std::string temp_path(const std::string& name) {
-  return std::string(::testing::TempDir()) + "kktrain_tokfiles_" + std::to_string(::getpid()) +
-         "_" + name;
-}
 
 void put_u16(std::string& s, uint32_t v) {
   s.push_back(static_cast<char>(v & 0xff));
@@ -38,8 +40,8 @@ void put_i32(std::string& s, int32_t v) {
     s.push_back(static_cast<char>((static_cast<uint32_t>(v) >> (8 * b)) & 0xff));
 }
 
-std::string write_file(const std::string& name, const std::string& bytes) {
-  const std::string p = temp_path(name);
+std::string write_file(const ScratchDir& dir, const std::string& name, const std::string& bytes) {
+  const std::string p = dir.path(name);
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }
@@ -73,9 +75,10 @@ DataConfig cfg_of(std::vector<std::string> paths, int64_t seq_len, double val_fr
 }
 
 TEST(TokenFiles, LlmcShardsAreRecognizedAndChecked) {
+  const ScratchDir dir("kktrain_tokfiles_");
   std::vector<uint32_t> toks;
   for (uint32_t i = 0; i < 300; ++i) toks.push_back(i * 7 % 50000);
-  const std::string good = write_file("good.bin", llmc_bytes(toks, 1, 300));
+  const std::string good = write_file(dir, "good.bin", llmc_bytes(toks, 1, 300));
   const TokenFile f(good, "auto");
   EXPECT_EQ(f.format(), "llmc");
   ASSERT_EQ(f.size(), 300);
@@ -86,18 +89,18 @@ TEST(TokenFiles, LlmcShardsAreRecognizedAndChecked) {
   // The same bytes as headerless uint16: the header's 512 uint16 tokens come first.
   EXPECT_EQ(TokenFile(good, "uint16").size(), 300 + 2 * kLlmcHeaderInts);
 
-  const std::string v2 = write_file("v2.bin", llmc_bytes(toks, 2, 300));
+  const std::string v2 = write_file(dir, "v2.bin", llmc_bytes(toks, 2, 300));
   std::string m = message_of([&] { TokenFile(v2, "auto"); });
   EXPECT_NE(m.find("version 2"), std::string::npos) << m;
   EXPECT_NE(m.find(v2), std::string::npos) << m;
-  const std::string count = write_file("count.bin", llmc_bytes(toks, 1, 301));
+  const std::string count = write_file(dir, "count.bin", llmc_bytes(toks, 1, 301));
   m = message_of([&] { TokenFile(count, "auto"); });
   EXPECT_NE(m.find("says 301 tokens"), std::string::npos) << m;
   EXPECT_NE(m.find("1624 bytes"), std::string::npos) << m;  // 1024 + 2 * 300
   // A .bin without the magic is headerless uint16; asked for llmc, it is refused.
   std::string plain;
   for (uint32_t t : toks) put_u16(plain, t);
-  const std::string headerless = write_file("plain.bin", plain);
+  const std::string headerless = write_file(dir, "plain.bin", plain);
   const TokenFile h(headerless, "auto");
   EXPECT_EQ(h.format(), "uint16");
   EXPECT_EQ(h.size(), 300);
@@ -113,13 +116,14 @@ struct Corpus {
   std::vector<int64_t> base, n;
 };
 
-Corpus value_coded_corpus(const std::string& stem, const std::vector<int64_t>& sizes) {
+Corpus value_coded_corpus(const ScratchDir& dir, const std::string& stem,
+                          const std::vector<int64_t>& sizes) {
   Corpus c;
   int64_t at = 0;
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     std::string bytes;
     for (int64_t i = 0; i < sizes[k]; ++i) put_u16(bytes, static_cast<uint32_t>(at + i));
-    c.paths.push_back(write_file(stem + "_" + std::to_string(k) + ".u16", bytes));
+    c.paths.push_back(write_file(dir, stem + "_" + std::to_string(k) + ".u16", bytes));
     c.base.push_back(at);
     c.n.push_back(sizes[k]);
     at += sizes[k] + 1000;  // a gap between files' values
@@ -129,11 +133,12 @@ Corpus value_coded_corpus(const std::string& stem, const std::vector<int64_t>& s
 
 TEST(TokenFiles, WindowsCoverEveryFileWithoutStraddling) {
   const int64_t T = 8;
-  const Corpus c = value_coded_corpus("cover", {100, 9, 257});  // 9 = exactly one window
+  const ScratchDir dir("kktrain_tokfiles_");
+  const Corpus c = value_coded_corpus(dir, "cover", {100, 9, 257});  // 9 = exactly one window
   DataConfig cfg = cfg_of(c.paths, T, 0.2);
   const TokenDataset d = TokenDataset::load(cfg, 65536);
   // The glob of the same files gives the same dataset (sorted: _0, _1, _2).
-  DataConfig globbed = cfg_of({temp_path("cover_*.u16")}, T, 0.2);
+  DataConfig globbed = cfg_of({dir.path("cover_*.u16")}, T, 0.2);
   EXPECT_EQ(data_files(globbed), c.paths);
   EXPECT_EQ(TokenDataset::load(globbed, 65536).train_batch(3, 0, 16, T).ids,
             d.train_batch(3, 0, 16, T).ids);
@@ -166,7 +171,8 @@ TEST(TokenFiles, WindowsCoverEveryFileWithoutStraddling) {
 }
 
 TEST(TokenFiles, GlobalBatchIsTheSameHoweverSplit) {
-  const Corpus c = value_coded_corpus("split", {300, 41, 1000, 77});
+  const ScratchDir dir("kktrain_tokfiles_");
+  const Corpus c = value_coded_corpus(dir, "split", {300, 41, 1000, 77});
   const TokenDataset d = TokenDataset::load(cfg_of(c.paths, 16, 0.1), 65536);
   for (int64_t step : {0, 5, 123}) {
     const Batch whole = d.train_batch(step, 0, 12, 16);
@@ -186,7 +192,8 @@ TEST(TokenFiles, IdsAreCheckedAsWindowsAreDrawn) {
   // above kValidateAtLoadTokens), loading succeeds and the first window that reads one fails.
   std::string bytes;
   for (int i = 0; i < 400; ++i) put_u16(bytes, i < 20 ? 1 : 300);
-  const std::string path = write_file("bad.u16", bytes);
+  const ScratchDir dir("kktrain_tokfiles_");
+  const std::string path = write_file(dir, "bad.u16", bytes);
   const DataConfig cfg = cfg_of({path}, 8, 0.0);
   std::string m = message_of([&] { TokenDataset::load(cfg, 256); });
   EXPECT_NE(m.find("token id 300 at position 20"), std::string::npos) << m;  // small: at load
@@ -198,6 +205,58 @@ TEST(TokenFiles, IdsAreCheckedAsWindowsAreDrawn) {
   EXPECT_NE(m.find(path + " (uint16)"), std::string::npos) << m;
   EXPECT_NE(m.find("model.vocab_size 256"), std::string::npos) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos);
+}
+
+TEST(TokenFiles, SpecialFilesAreRefusedWithoutBlocking) {
+  // Opened without blocking and checked by type: a FIFO without a writer would block open().
+  const ScratchDir dir("kktrain_tokfiles_");
+  const std::string fifo = dir.path("fifo.u16");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string m = message_of([&] { TokenFile(fifo, "auto"); });
+  EXPECT_NE(m.find(fifo + "' is a FIFO"), std::string::npos) << m;
+  m = message_of([&] { TokenFile(dir.dir(), "uint16"); });
+  EXPECT_NE(m.find("is a directory"), std::string::npos) << m;
+}
+
+// The message of the RuntimeFailure f throws ("" when it throws none).
+std::string failure_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const RuntimeFailure& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TokenFiles, AFileChangedWhileOpenIsAnErrorNotASignal) {
+  // Truncated under an open file, a mapping faults (SIGBUS); reads return short and the size
+  // is checked: every read after the change is an error naming the file, the part still there
+  // included.
+  const ScratchDir dir("kktrain_tokfiles_");
+  std::string bytes;
+  for (int i = 0; i < 400; ++i) put_u16(bytes, static_cast<uint32_t>(i));
+  const std::string path = write_file(dir, "shrinks.u16", bytes);
+  const TokenFile f(path, "auto");
+  std::vector<int32_t> out(8);
+  f.read(300, 8, out.data());
+  EXPECT_EQ(out[0], 300);
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  for (const int64_t at : {int64_t(300), int64_t(0)}) {
+    const std::string m = failure_of([&] { f.read(at, 8, out.data()); });
+    EXPECT_NE(m.find("data file '" + path + "' changed during the run (size 800 -> 100 bytes)"),
+              std::string::npos)
+        << m;
+  }
+  // Rewritten in place with the same size (cp of another corpus): the modification time says so.
+  const std::string same = write_file(dir, "rewritten.u16", bytes);
+  const TokenFile g(same, "auto");
+  std::ofstream(same, std::ios::binary) << std::string(bytes.size(), '\1');
+  const struct timespec later[2] = {{0, UTIME_OMIT}, {::time(nullptr) + 5, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, same.c_str(), later, 0), 0);
+  const std::string m = failure_of([&] { g.read(0, 8, out.data()); });
+  EXPECT_NE(m.find("data file '" + same + "' changed during the run (same size, 800 bytes"),
+            std::string::npos)
+      << m;
 }
 
 // VmRSS of /proc/self/status, or one of its parts (RssAnon, RssFile), in bytes.
@@ -216,9 +275,10 @@ int64_t resident_bytes(const char* field = "VmRSS:") {
 
 TEST(TokenFiles, DrawingWindowsKeepsTheResidentSetFlat) {
   // A 1 GiB sparse uint16 file (zeros: valid ids): 19200 windows at random places touch 19200+
-  // pages (75 MiB and more, with the pages the kernel maps around each fault) that would stay
-  // mapped; dropped after each copy, the file's resident pages do not grow.
-  const std::string path = temp_path("sparse.u16");
+  // pages (75 MiB and more) that a mapping would keep resident; read with pread, none of the
+  // file's pages is mapped into the process, so the resident set does not grow.
+  const ScratchDir dir("kktrain_tokfiles_");
+  const std::string path = dir.path("sparse.u16");
   {
     FILE* f = std::fopen(path.c_str(), "wb");
     ASSERT_NE(f, nullptr);
@@ -238,10 +298,9 @@ TEST(TokenFiles, DrawingWindowsKeepsTheResidentSetFlat) {
       grown / 1048576.0, (resident_bytes("RssFile:") - file0) / 1048576.0,
       (resident_bytes("RssAnon:") - anon0) / 1048576.0);
   // The file's pages (RssFile: the anonymous part is the allocator's, which a sanitizer's
-  // quarantine of freed batches inflates) stay unmapped: +31 MiB when only each window's own
-  // pages were dropped.
+  // quarantine of freed batches inflates) stay unmapped (a mapping that dropped only each
+  // window's own pages: +31 MiB).
   EXPECT_LT(file_grown, int64_t(8) << 20);
-  std::remove(path.c_str());
 }
 
 }  // namespace
