@@ -12,6 +12,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
+#include "apps/run_files.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
@@ -90,6 +91,11 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
   const std::string& out = args.options.at("--out");
+  // Never where kktrain prunes or moves: the exported checkpoint's root, or any other.
+  const std::filesystem::path step_dir = std::filesystem::path(file).parent_path();
+  const std::string refusal = checkpoint_root_refusal(
+      out, {step_of(step_dir.filename().string()) >= 0 ? step_dir.parent_path().string() : ""});
+  if (!refusal.empty()) throw UsageError("--out: " + refusal);
   if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});
   } else {

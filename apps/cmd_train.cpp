@@ -156,6 +156,10 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   const auto source = collectively(*comm, [&] { return resume_source(cfg); });
   // No input may be a file this run writes over, moves or removes (checked before any work).
   collectively(*comm, [&] { check_run_files(cfg, source); });
+  // What the end of the run needs (its export, its directories), before the first step.
+  collectively(*comm, [&] {
+    check_run_end(cfg, rank0 ? PreflightRole::writer : PreflightRole::checks_only);
+  });
   const PeakBreakdown predicted = collectively(*comm, [&] { return check_memory(cfg, *comm); });
   auto model = build_model(cfg, *comm, /*initialize=*/!source);
   ParamRegistry& params = model->params();
