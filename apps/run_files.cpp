@@ -196,7 +196,7 @@ std::string checkpoint_root_refusal(const std::string& out, const std::vector<st
          "it with them); choose a path outside it";
 }
 
-void check_run_end(const Config& cfg, PreflightRole role) {
+void check_run_end(const Config& cfg, int rank) {
   const fs::path out(cfg.train.output_dir);
   const std::string export_path = run_export_path(cfg);
   const std::string metrics = (out / "metrics.jsonl").string();
@@ -234,7 +234,7 @@ void check_run_end(const Config& cfg, PreflightRole role) {
     throw UsageError(root_key + ": " + why);
   }
   // 4. Rank 0, which writes: what killed exports (and saves) left behind goes now.
-  if (role != PreflightRole::writer) return;
+  if (rank != 0) return;
   for (const auto& [what, p] : {std::pair<std::string, std::string>{"export", export_path},
                                 {"checkpoint", (fs::path(root) / "latest").string()}}) {
     const std::string removed = removed_temporaries_text(remove_stale_temporaries(p));

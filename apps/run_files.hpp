@@ -31,17 +31,13 @@ std::string run_export_path(const Config& cfg);
 // Symbolic links in the existing part of each path are followed.
 std::string checkpoint_root_refusal(const std::string& out, const std::vector<std::string>& roots);
 
-// Who runs check_run_end: every rank checks; the writer (rank 0) also removes the temporaries
-// that killed exports left.
-enum class PreflightRole { checks_only, writer };
-
 // What the end of a run needs, checked before its first step (UsageError, exit 2), so that a
 // run never trains to fail at its end: the export and metrics file outside the checkpoint root
 // (and the root outside a safetensors export, which is replaced whole); the export target not a
 // dangling symbolic link nor (HDF5) anything but a file; a safetensors export of a model
 // Hugging Face can hold; train.output_dir and the checkpoint root makeable and writable (nothing
-// is made here). The writer then removes stale temporaries beside the export and `latest`
-// (io/durable.hpp), with a line saying what.
-void check_run_end(const Config& cfg, PreflightRole role);
+// is made here). Then rank 0 (`rank`: this process's), which writes them, removes stale
+// temporaries beside the export and `latest` (io/durable.hpp), with a line saying what.
+void check_run_end(const Config& cfg, int rank);
 
 }  // namespace kktrain

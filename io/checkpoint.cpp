@@ -387,6 +387,10 @@ std::string resolve_checkpoint(const std::string& path, const std::string& what)
     throw InputError(what + ": '" + path + "' holds no " + kCheckpointFile +
                      ", no 'latest' pointer and no checkpoints/latest");
   }
+  if (fs::exists(fs::symlink_status(path, ec)) && fs::exists(path, ec)) {
+    const auto why = unreadable_regular_file(path);  // a FIFO, a device, ...: never opened
+    throw InputError(what + ": '" + path + "' " + (why ? *why : "is not a checkpoint"));
+  }
   throw InputError(what + ": no checkpoint at '" + path + "'");
 }
 

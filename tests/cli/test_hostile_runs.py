@@ -13,8 +13,9 @@ Every run is test_train's tiny model (~0.2 s a run). What each case checks:
 - damaged_latest: `latest` names a step directory whose checkpoint.h5 is missing, a directory or
   a FIFO, with a user's file in it. With no other complete checkpoint the run refuses to start
   (exit 2, one line naming `latest`, the step and what it found, promptly: a FIFO is never
-  opened); with checkpoint.resume=none it starts afresh and moves the directory aside whole; with
-  an older complete checkpoint it resumes from that one and says why. The user's file survives.
+  opened), and so does `kktrain export RUN`; with checkpoint.resume=none it starts afresh and
+  moves the directory aside whole; with an older complete checkpoint it resumes from that one
+  and says why. The user's file survives.
 - prune_foreign_files: pruning a step directory that holds a user's file removes only the
   checkpoint file, leaves the directory and the user's file, and warns naming both.
 - stale_temporaries: temporaries of killed exports (.NAME.tmp.PID, files and directories) whose
@@ -166,6 +167,9 @@ def case_damaged_latest():
                              found[kind], "checkpoint.resume=none", where=kind)
             check(notes_survive(d, 2) and metrics_rows(d) == rows, f"{kind}: files changed")
             print(f"{kind}, nothing else: {line}")
+            # kktrain export of the run says the same.
+            one_error(kk(["export", d, "--out", os.path.join(tmp, "x.h5")]), 2, "latest",
+                      "step_00000002", found[kind], where=f"export, {kind}")
             # Starting afresh on purpose: the directory is moved aside whole, never deleted.
             err = ok(kk(train(d, "train.max_steps=4", "checkpoint.resume=none")), kind)
             check(notes_survive(d, 2), f"{kind}: the user's file is gone\n{err}")
