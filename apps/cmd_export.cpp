@@ -135,7 +135,9 @@ Command export_command() {
       "--max-shard-size (default 5GB; units B, KB, MB, GB, KiB, MiB, GiB) with\n"
       "model.safetensors.index.json. Tensors under their canonical names; a tied lm_head is\n"
       "not written; the multi-token-prediction head is left out; adapters are merged.\n"
-      "Transformers, vLLM and llama.cpp's converter load it; so does model.init_from.\n";
+      "Transformers, vLLM and llama.cpp's converter load it; so does model.init_from.\n"
+      "OUT may not lie inside a checkpoint root (a later run would prune it); temporaries that\n"
+      "killed exports left beside OUT are removed first.\n";
   s.positionals = {"CHECKPOINT"};
   s.takes_overrides = false;
   s.options = {{"--out", ""},
