@@ -132,9 +132,21 @@ std::optional<std::string> resume_source(const Config& cfg) {
   const std::string& r = cfg.checkpoint.resume;
   if (r == "none") return std::nullopt;
   if (r == "auto") {
+    const std::string root = checkpoint_root(cfg);
     std::string note;
-    auto file = latest_checkpoint(checkpoint_root(cfg), &note);
+    auto file = latest_checkpoint(root, &note);
     if (!note.empty()) log::warn("checkpoint: " + note);
+    // `latest` names a damaged step directory and nothing else can be resumed: starting afresh
+    // would throw away a run the user expects to continue.
+    const std::string damaged = file ? "" : damaged_latest(root);
+    if (!damaged.empty()) {
+      throw InputError("checkpoint.resume: auto: " + damaged +
+                       ", and no complete checkpoint is left in '" + root +
+                       "' to resume from; refusing to start afresh. Put the checkpoint back, "
+                       "name one with checkpoint.resume=PATH, or start afresh with "
+                       "checkpoint.resume=none (the directory is then moved to earlier_N/ with "
+                       "everything in it)");
+    }
     return file;
   }
   return resolve_checkpoint(r, "checkpoint.resume");

@@ -50,6 +50,9 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
                                      const TrainProgress& p, double next_lr, Communicator& comm);
 
 // The file checkpoint.resume names (auto: the latest under the root, if any; none: nothing).
+// auto, when `latest` names a step directory without a complete checkpoint: the newest complete
+// one, with a warning saying what was found; InputError (exit 2) when there is none, rather than
+// a fresh start.
 std::optional<std::string> resume_source(const Config& cfg);
 
 // Loads model parameters and optimizer state from `file` into this rank's shards (collective;

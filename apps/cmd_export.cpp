@@ -12,6 +12,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
+#include "apps/run_files.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
@@ -90,6 +91,11 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
   const std::string& out = args.options.at("--out");
+  // Never where kktrain prunes or moves: the exported checkpoint's root, or any other.
+  const std::filesystem::path step_dir = std::filesystem::path(file).parent_path();
+  const std::string refusal = checkpoint_root_refusal(
+      out, {step_of(step_dir.filename().string()) >= 0 ? step_dir.parent_path().string() : ""});
+  if (!refusal.empty()) throw UsageError("--out: " + refusal);
   if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});
   } else {
@@ -129,7 +135,9 @@ Command export_command() {
       "--max-shard-size (default 5GB; units B, KB, MB, GB, KiB, MiB, GiB) with\n"
       "model.safetensors.index.json. Tensors under their canonical names; a tied lm_head is\n"
       "not written; the multi-token-prediction head is left out; adapters are merged.\n"
-      "Transformers, vLLM and llama.cpp's converter load it; so does model.init_from.\n";
+      "Transformers, vLLM and llama.cpp's converter load it; so does model.init_from.\n"
+      "OUT may not lie inside a checkpoint root (a later run would prune it); temporaries that\n"
+      "killed exports left beside OUT are removed first.\n";
   s.positionals = {"CHECKPOINT"};
   s.takes_overrides = false;
   s.options = {{"--out", ""},

@@ -154,8 +154,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   // The checkpoint to resume from (checkpoint.resume), if any: it provides every value, so the
   // model is not initialized first.
   const auto source = collectively(*comm, [&] { return resume_source(cfg); });
-  // No input may be a file this run writes over, moves or removes (checked before any work).
+  // No input is an output, and what the run's end needs is there (checked before any work).
   collectively(*comm, [&] { check_run_files(cfg, source); });
+  collectively(*comm, [&] { check_run_end(cfg, comm->rank()); });
   const PeakBreakdown predicted = collectively(*comm, [&] { return check_memory(cfg, *comm); });
   auto model = build_model(cfg, *comm, /*initialize=*/!source);
   ParamRegistry& params = model->params();

@@ -3,6 +3,7 @@
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -12,10 +13,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
@@ -69,7 +71,8 @@ const char* host_bytes(const ShardRef& s, std::vector<char>& staging) {
   return staging.data();
 }
 
-// The step of a step directory's name ("step_00000100" -> 100), or -1.
+}  // namespace
+
 int64_t step_of(const std::string& name) {
   if (name.size() != 13 || name.rfind("step_", 0) != 0 ||
       name.find_first_not_of("0123456789", 5) != std::string::npos) {
@@ -78,7 +81,19 @@ int64_t step_of(const std::string& name) {
   return std::stoll(name.substr(5));
 }
 
-}  // namespace
+std::string step_dir_damage(const std::string& dir) {
+  std::error_code ec;
+  const fs::path file = fs::path(dir) / kCheckpointFile;
+  if (!fs::exists(fs::symlink_status(file, ec)))
+    return std::string(kCheckpointFile) + " is missing";
+  if (fs::is_symlink(fs::symlink_status(file, ec)) && !fs::exists(file, ec)) {
+    return std::string(kCheckpointFile) + " is a dangling symbolic link";
+  }
+  struct stat st {};
+  if (::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return "";
+  const auto why = unreadable_regular_file(file.string());
+  return std::string(kCheckpointFile) + " " + (why ? *why : std::string("is not a regular file"));
+}
 
 std::vector<int64_t> complete_steps(const std::string& root) {
   // A step directory gets its name only once its file is complete and synced (the save writes
@@ -95,34 +110,72 @@ std::vector<int64_t> complete_steps(const std::string& root) {
 
 namespace {
 
+// The entries of `dir` (names), sorted.
+std::vector<std::string> entries_of(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Says once per process that step directory `dir` stays because it holds files kktrain did not
+// write (`what` is the rest of the sentence).
+void warn_foreign(const fs::path& dir, const std::string& what) {
+  static std::set<std::string> warned;
+  if (!warned.insert(dir.string()).second) return;
+  std::string names;
+  for (const auto& n : entries_of(dir)) names += (names.empty() ? "" : ", ") + n;
+  log::warn("checkpoint: " + what + "; '" + dir.string() + "' stays, holding " + names +
+            ", which kktrain did not write (remove it when you no longer need it)");
+}
+
+// Removes step directory `dir` as far as kktrain wrote it: its checkpoint file (a regular file
+// only), then the directory if nothing else is in it; a directory that holds anything else stays,
+// with a warning (`what`: what the pruning was doing).
+void remove_step_dir(const fs::path& dir, const std::string& what) {
+  std::error_code ec;
+  const fs::path file = dir / kCheckpointFile;
+  if (fs::is_regular_file(fs::symlink_status(file, ec))) fs::remove(file, ec);
+  if (entries_of(dir).empty()) {
+    fs::remove(dir, ec);
+    return;
+  }
+  warn_foreign(dir, what);
+}
+
 // Removes the oldest complete step directories beyond keep_last, never step `keep`.
 void prune_steps(const std::string& root, int64_t keep_last, int64_t keep) {
   std::error_code ec;
-  // A step directory without its file is one whose removal a kill interrupted: finish it.
+  // A step directory without its file is one whose removal a kill interrupted (then it is empty:
+  // finish it), or one damaged or filled by someone else: left as it is.
   for (const auto& e : fs::directory_iterator(root, ec)) {
-    if (step_of(e.path().filename().string()) >= 0 &&
+    const int64_t step = step_of(e.path().filename().string());
+    if (step >= 0 && fs::is_directory(fs::symlink_status(e.path(), ec)) &&
         !fs::is_regular_file(e.path() / kCheckpointFile, ec)) {
-      fs::remove_all(e.path(), ec);
+      remove_step_dir(e.path(), "a step directory without a complete checkpoint (" +
+                                    step_dir_damage(e.path().string()) + ") is not pruned");
     }
   }
   const std::vector<int64_t> steps = complete_steps(root);
   int64_t excess = static_cast<int64_t>(steps.size()) - keep_last;
   for (std::size_t k = 0; k < steps.size() && excess > 0; ++k) {
     if (steps[k] == keep) continue;
-    fs::remove_all(fs::path(root) / step_dir_name(steps[k]), ec);
+    remove_step_dir(fs::path(root) / step_dir_name(steps[k]),
+                    "pruned the checkpoint of step " + std::to_string(steps[k]) +
+                        " (checkpoint.keep_last " + std::to_string(keep_last) + ")");
     --excess;
   }
 }
 
 // The step `latest` names under root, or -1 (missing, not a regular file, not a step name).
 int64_t latest_step(const std::string& root) {
-  std::error_code ec;
   const fs::path latest = fs::path(root) / "latest";
-  if (!fs::is_regular_file(latest, ec)) return -1;
-  std::ifstream in(latest);
-  std::string name;
-  std::getline(in, name);
-  return step_of(name);
+  // Opened without blocking: a FIFO (or a device) under that name must not block the run.
+  std::string text;
+  if (read_regular_file(&text, latest.string(), 4096)) return -1;
+  return step_of(text.substr(0, text.find('\n')));
 }
 
 // Makes room for a new `latest` file where something else stands under that name (a directory):
@@ -216,33 +269,63 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
   return final_dir.string();
 }
 
+std::string damaged_latest(const std::string& root) {
+  const int64_t named = latest_step(root);
+  if (named < 0) return "";
+  std::error_code ec;
+  const fs::path dir = fs::path(root) / step_dir_name(named);
+  if (!fs::is_directory(dir, ec)) return "";
+  const std::string damage = step_dir_damage(dir.string());
+  if (damage.empty()) return "";
+  return "'" + (fs::path(root) / "latest").string() + "' names " + step_dir_name(named) +
+         ", but its " + damage;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& root, std::string* note) {
   const std::vector<int64_t> steps = complete_steps(root);
   if (steps.empty()) return std::nullopt;
   // The newest complete step directory: `latest` names it, unless a kill came between the
-  // directory's rename and the pointer's update, or the pointer was damaged or removed.
+  // directory's rename and the pointer's update, or the pointer was damaged or removed, or the
+  // directory it names was.
   const int64_t newest = steps.back(), named = latest_step(root);
   if (note && named != newest) {
     std::error_code ec;
     const fs::path latest = fs::path(root) / "latest";
     const auto st = fs::symlink_status(latest, ec);
-    const std::string what = !fs::exists(st)        ? "is missing"
-                             : fs::is_directory(st) ? "is a directory"
-                             : named < 0            ? "is unreadable or names no step directory"
-                                                    : "names step " + std::to_string(named);
-    *note = "'" + latest.string() + "' " + what + "; using the newest complete checkpoint, " +
-            step_dir_name(newest);
+    const std::string damaged = damaged_latest(root);
+    const std::string what =
+        !damaged.empty()       ? damaged
+        : !fs::exists(st)      ? "'" + latest.string() + "' is missing"
+        : fs::is_directory(st) ? "'" + latest.string() + "' is a directory"
+        : named < 0 ? "'" + latest.string() + "' is unreadable or names no step directory"
+                    : "'" + latest.string() + "' names step " + std::to_string(named);
+    *note = what + "; using the newest complete checkpoint, " + step_dir_name(newest) +
+            (damaged.empty() ? "" : " (" + step_dir_name(named) + " is left as it is)");
   }
   return (fs::path(root) / step_dir_name(newest) / kCheckpointFile).string();
 }
 
 std::string set_aside_checkpoints(const std::string& root, int64_t keep_through_step) {
+  // Every step directory after keep_through_step: complete ones, and those without a complete
+  // checkpoint that hold anything (a damaged one, a user's files: moved with them, never
+  // deleted; an empty one is what an interrupted pruning left, and goes).
   std::vector<int64_t> moving;
-  for (int64_t s : complete_steps(root)) {
-    if (s > keep_through_step) moving.push_back(s);
+  int incomplete = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t s = step_of(e.path().filename().string());
+    if (s <= keep_through_step || !fs::is_directory(fs::symlink_status(e.path(), ec))) continue;
+    if (!fs::is_regular_file(e.path() / kCheckpointFile, ec)) {
+      if (entries_of(e.path()).empty()) {
+        fs::remove(e.path(), ec);
+        continue;
+      }
+      ++incomplete;
+    }
+    moving.push_back(s);
   }
   if (moving.empty()) return "";
-  std::error_code ec;
+  std::sort(moving.begin(), moving.end());
   fs::path aside;
   for (int n = 1;; ++n) {
     aside = fs::path(root) / ("earlier_" + std::to_string(n));
@@ -268,8 +351,11 @@ std::string set_aside_checkpoints(const std::string& root, int64_t keep_through_
     }
   }
   fsync_path(root, true);
-  return std::to_string(moving.size()) + " checkpoint" + (moving.size() == 1 ? "" : "s") +
-         " (steps " + std::to_string(moving.front()) + " to " + std::to_string(moving.back()) +
+  const std::size_t n = moving.size();
+  return std::to_string(n) + " step director" + (n == 1 ? "y" : "ies") + " (steps " +
+         std::to_string(moving.front()) + " to " + std::to_string(moving.back()) +
+         (incomplete > 0 ? "; " + std::to_string(incomplete) + " without a complete checkpoint"
+                         : std::string()) +
          ") moved to " + aside.string();
 }
 
@@ -285,8 +371,22 @@ std::string resolve_checkpoint(const std::string& path, const std::string& what)
     if (fs::is_directory(run, ec)) {
       if (auto latest = latest_checkpoint(run.string())) return *latest;
     }
+    for (const fs::path& root : {fs::path(path), run}) {
+      const std::string damaged = damaged_latest(root.string());
+      if (!damaged.empty()) {
+        throw InputError(what + ": " + damaged + ", and no complete checkpoint is left in '" +
+                         root.string() + "'");
+      }
+    }
+    if (fs::exists(fs::symlink_status(file, ec))) {
+      throw InputError(what + ": '" + path + "': " + step_dir_damage(path));
+    }
     throw InputError(what + ": '" + path + "' holds no " + kCheckpointFile +
                      ", no 'latest' pointer and no checkpoints/latest");
+  }
+  if (fs::exists(fs::symlink_status(path, ec)) && fs::exists(path, ec)) {
+    const auto why = unreadable_regular_file(path);  // a FIFO, a device, ...: never opened
+    throw InputError(what + ": '" + path + "' " + (why ? *why : "is not a checkpoint"));
   }
   throw InputError(what + ": no checkpoint at '" + path + "'");
 }

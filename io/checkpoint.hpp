@@ -59,12 +59,25 @@ void write_shards(const std::string& path, const std::vector<ShardRef>& shards,
 // ---- the directory protocol -------------------------------------------------------------------
 
 std::string step_dir_name(int64_t step);  // "step_00000100"
+// The step of a step directory's name ("step_00000100" -> 100), or -1 for any other name.
+int64_t step_of(const std::string& name);
 constexpr const char* kCheckpointFile = "checkpoint.h5";
+
+// What keeps step directory `dir` from being a complete checkpoint ("checkpoint.h5 is missing",
+// "checkpoint.h5 is a FIFO (named pipe), not a regular file", ...), "" when its checkpoint file
+// is a regular file. Never opens the file.
+std::string step_dir_damage(const std::string& dir);
+
+// When `latest` under root names an existing step directory that is not a complete checkpoint:
+// "'ROOT/latest' names step_N, but its checkpoint.h5 is ..."; otherwise "".
+std::string damaged_latest(const std::string& root);
 
 // Saves step `step` under `root`: `write(file)` must write the checkpoint file (collectively);
 // then the atomic rename, `latest`, and pruning beyond keep_last (see the file comment). Errors
 // on any rank are agreed on: all ranks throw, and the previous checkpoint stays as it was. A step
-// directory is never replaced (one of this step must not exist).
+// directory is never replaced (one of this step must not exist). Pruning removes only what
+// kktrain wrote in a step directory (its checkpoint file; the directory when that leaves it
+// empty): one holding anything else stays, with a warning.
 // Returns the step directory.
 std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t keep_last,
                                 Communicator& comm,
@@ -76,20 +89,25 @@ std::vector<int64_t> complete_steps(const std::string& root);
 
 // The newest complete checkpoint under root, if any. `latest` names it after every completed
 // save; when it does not (a kill between the directory's rename and the pointer's update, or a
-// pointer removed, damaged, looping or replaced by a directory), the newest complete step
-// directory is still the one, and *note (when given) says what was wrong with the pointer.
+// pointer removed, damaged, looping or replaced by a directory, or naming a step directory whose
+// checkpoint file is missing or not a regular file), the newest complete step directory is still
+// the one, and *note (when given) says what was wrong. `latest` is never opened unless it is a
+// regular file (a FIFO there does not block).
 std::optional<std::string> latest_checkpoint(const std::string& root, std::string* note = nullptr);
 
-// Moves the complete step directories after `keep_through_step` (all of them when it is -1)
-// into root/earlier_N/ (the first free N), with `latest` kept naming a checkpoint that is still
-// there; nothing is deleted. Used before a run writes into a root that holds checkpoints it did
-// not resume from (a fresh start, or a resume from an earlier step), so that its saves and
-// pruning never replace or remove them. Returns a line saying what moved ("" when nothing).
+// Moves the step directories after `keep_through_step` (all of them when it is -1), complete
+// or not (a damaged one, one holding a user's files; an empty one, left by an interrupted
+// pruning, is removed), into root/earlier_N/ (the first free N), with `latest` kept naming a
+// checkpoint that is still there; nothing else is deleted. Used before a run writes into a root
+// that holds checkpoints it did not resume from (a fresh start, or a resume from an earlier step),
+// so that its saves and pruning never replace or remove them. Returns a line saying what moved (""
+// when nothing).
 std::string set_aside_checkpoints(const std::string& root, int64_t keep_through_step);
 
 // The checkpoint file for what a user named: a checkpoint file, a step directory, a root with a
 // `latest` pointer, or a run directory (train.output_dir) with checkpoints/latest. InputError
-// (naming `what`, e.g. "checkpoint.resume") when there is none.
+// (naming `what`, e.g. "checkpoint.resume") when there is none, saying what it found (a damaged
+// step directory `latest` names, a checkpoint file that is not a regular file).
 std::string resolve_checkpoint(const std::string& path, const std::string& what);
 
 }  // namespace kktrain

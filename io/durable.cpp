@@ -1,6 +1,8 @@
 #include "io/durable.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -58,6 +60,90 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   }
   fsync_path(tmp, false);
   commit_file(tmp, path);
+}
+
+namespace {
+
+// The pid of a temporary of `name` (".<name>.tmp.<pid>" or ".<name>.tmp.<pid>.old"), or -1.
+long temporary_pid(const std::string& entry, const std::string& name) {
+  const std::string prefix = "." + name + ".tmp.";
+  if (entry.size() <= prefix.size() || entry.compare(0, prefix.size(), prefix) != 0) return -1;
+  std::string digits = entry.substr(prefix.size());
+  if (digits.size() > 4 && digits.compare(digits.size() - 4, 4, ".old") == 0) {
+    digits.resize(digits.size() - 4);
+  }
+  if (digits.empty() || digits.size() > 9 || digits[0] == '0' ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return -1;
+  }
+  return std::stol(digits);
+}
+
+// Bytes of the files at and under `p` (not following symbolic links).
+int64_t bytes_under(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0) return 0;
+  if (!S_ISDIR(st.st_mode)) return S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : 0;
+  int64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(p, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) n += st.st_size;
+  }
+  return n;
+}
+
+}  // namespace
+
+RemovedTemporaries remove_stale_temporaries(const std::string& final_path) {
+  fs::path p(final_path);
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  const std::string name = p.filename().string();
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  RemovedTemporaries removed;
+  if (name.empty()) return removed;
+  std::vector<fs::path> stale;  // listed first, removed after
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const long pid = temporary_pid(e.path().filename().string(), name);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      stale.push_back(e.path());
+    }
+  }
+  // A ".old" with nothing at p: a previous export that stepped aside for a new one when the
+  // process was killed (io/export_safetensors.cpp without an atomic swap): put back, not removed.
+  for (const fs::path& t : stale) {
+    const std::string n = t.filename().string();
+    if (n.size() > 4 && n.compare(n.size() - 4, 4, ".old") == 0 &&
+        !fs::exists(fs::symlink_status(p, ec))) {
+      fs::rename(t, p, ec);
+      if (!ec) removed.restored = t.string();
+      break;
+    }
+  }
+  for (const fs::path& t : stale) {
+    if (t.string() == removed.restored) continue;
+    const int64_t bytes = bytes_under(t);
+    fs::remove_all(t, ec);
+    if (ec) continue;
+    removed.paths.push_back(t.string());
+    removed.bytes += bytes;
+  }
+  return removed;
+}
+
+std::string removed_temporaries_text(const RemovedTemporaries& removed) {
+  std::string t;
+  if (!removed.restored.empty()) {
+    t = "put the previous version back from " + removed.restored + " (a killed process left it)";
+  }
+  if (removed.paths.empty()) return t;
+  const std::size_t n = removed.paths.size();
+  t += std::string(t.empty() ? "" : "; ") + "removed " + std::to_string(n) +
+       (n == 1 ? " stale temporary" : " stale temporaries") + " of killed kktrain processes (" +
+       std::to_string(removed.bytes) + " bytes): ";
+  for (std::size_t k = 0; k < n; ++k) t += (k ? ", " : "") + removed.paths[k];
+  return t;
 }
 
 }  // namespace kktrain

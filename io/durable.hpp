@@ -3,7 +3,9 @@
 // or a full disk at any moment leaves either the previous file or the new one, never part of one.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kktrain {
 
@@ -15,5 +17,27 @@ std::string temporary_name(const std::string& final_path);
 void commit_file(const std::string& tmp, const std::string& final_path);
 // A small text file written that way.
 void write_text_atomically(const std::string& path, const std::string& text);
+
+// What remove_stale_temporaries did: the paths it removed and the bytes their files held, and the
+// temporary it put back in place of the missing final name ("" when none).
+struct RemovedTemporaries {
+  std::vector<std::string> paths;
+  int64_t bytes = 0;
+  std::string restored;
+};
+// Removes the temporaries that killed processes left beside `final_path`: the entries of its
+// directory named exactly temporary_name's ".<name>.tmp.<pid>" (or that with ".old", the
+// previous safetensors export stepping aside), pid in decimal without sign or leading zero, whose
+// pid is no live process (kill(pid, 0) fails with ESRCH). A live process's temporary (another
+// export writing now, this one's) and every other name are kept. A directory goes with all it
+// holds. Except: when nothing is at `final_path` and such a ".old" is there (the previous
+// export, stepped aside when the process was killed), it is renamed back to `final_path`.
+// Errors are ignored (whatever cannot be removed stays). Caveat: a pid is a process of
+// this host (and PID namespace); the same directory written from another host at this moment
+// may be taken for a dead one's.
+RemovedTemporaries remove_stale_temporaries(const std::string& final_path);
+// One line for the log ("removed 2 stale temporaries of killed kktrain processes (8192 bytes): A,
+// B"), or "" when nothing was removed.
+std::string removed_temporaries_text(const RemovedTemporaries& removed);
 
 }  // namespace kktrain

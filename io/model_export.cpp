@@ -178,6 +178,10 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
   }
   if (o.lora == LoraExport::merged) src = with_lora_merged(std::move(src));
   const std::vector<ExportTensor> tensors = plan_tensors(*src, o);
+  // Temporaries of earlier exports to `out` that were killed (up to a whole export's size each):
+  // removed before this one needs the space.
+  const std::string removed = removed_temporaries_text(remove_stale_temporaries(out));
+  if (!removed.empty()) log::info("export: " + removed);
   std::unique_ptr<ExportSink> sink =
       o.format == ExportFormat::hdf5
           ? make_hdf5_sink(out,

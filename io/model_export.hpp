@@ -49,7 +49,8 @@ struct ExportOptions {
 };
 
 // Exports checkpoint file `checkpoint` to `out` (a new file or directory, never one of the
-// inputs); returns the bytes of tensor data written.
+// inputs); returns the bytes of tensor data written. First removes the temporaries that killed
+// exports to `out` left (io/durable.hpp remove_stale_temporaries), with one line saying so.
 int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
                           const ExportOptions& options);
 
