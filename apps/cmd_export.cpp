@@ -12,11 +12,14 @@
 
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
+#include "apps/model_source.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
+#include "io/finite_weights.hpp"
 #include "io/model_export.hpp"
+#include "io/model_weights.hpp"
 
 namespace kktrain {
 
@@ -70,6 +73,7 @@ void check_output_dir(const std::string& out) {
 
 int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain export runs on one rank");
+  check_model_path(args.positionals.at(0), "export");
   const std::string file = resolve_checkpoint(args.positionals.at(0), "export");
   DType dtype;
   const std::string& d = args.options.at("--dtype");
@@ -89,6 +93,18 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   o.lora = l == "merged" ? LoraExport::merged : LoraExport::separate;
   o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
+  // The checkpoint is read as every model is (apps/model_source.hpp): its tensors those of the
+  // model its attributes describe, its values finite in the dtype each is exported in.
+  o.check_source = [&o](std::unique_ptr<WeightSource> src) {
+    check_self_described(
+        *src, "export",
+        o.lora == LoraExport::separate ? AdapterTensors::keep : AdapterTensors::refuse);
+    const WeightSource* s = src.get();
+    return with_finite_check(std::move(src), "export", [&o, s](const std::string& n) {
+      const bool keep = s->tensor_attribute(n, "keep_in_fp32") == "1";
+      return o.dtype == DType::bfloat16 && !keep ? DType::bfloat16 : DType::float32;
+    });
+  };
   const std::string& out = args.options.at("--out");
   if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});

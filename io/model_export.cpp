@@ -177,6 +177,7 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
         "directory gets the adapters merged (--lora merged)");
   }
   if (o.lora == LoraExport::merged) src = with_lora_merged(std::move(src));
+  if (o.check_source) src = o.check_source(std::move(src));
   const std::vector<ExportTensor> tensors = plan_tensors(*src, o);
   std::unique_ptr<ExportSink> sink =
       o.format == ExportFormat::hdf5
