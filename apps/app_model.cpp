@@ -1,7 +1,12 @@
 #include "apps/app_model.hpp"
 
+#include <mpi.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <exception>
+#include <thread>
 
 #include <map>
 #include <optional>
@@ -63,7 +68,100 @@ DType hf_dtype(const WeightSource& src) {
 
 }  // namespace
 
+namespace {
+
+// Config-time reads of model.init_from run on every rank before any communicator exists (the
+// config says which to make). So that a file every rank fails on is named once, by the lowest
+// failing rank, the ranks agree over a duplicate of MPI_COMM_WORLD of their own, made on first
+// use. Every wait is bounded (failed_rank_wait): ranks whose configs differ (an MPMD launch)
+// never meet here, and then each goes on alone, a failing one with its own error (main prints it
+// and ends the job), a succeeding one to where its config is compared with the others'.
+bool wait_bounded(MPI_Request* req) {
+  const double t0 = now_s();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (now_s() - t0 > failed_rank_wait()) return false;  // abandoned with its communicator
+    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+MPI_Comm config_comm() {
+  static MPI_Comm comm = MPI_COMM_NULL;
+  static bool made = false;
+  if (!made) {
+    made = true;
+    MPI_Request req;
+    MPI_Comm dup = MPI_COMM_NULL;
+    MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req);
+    if (wait_bounded(&req)) comm = dup;
+  }
+  return comm;
+}
+
+// Reduces `v` (MPI_MIN or MPI_MAX) over the config communicator; false when the ranks did not
+// meet (the communicator is then given up for good).
+bool reduce_bounded(int* v, MPI_Op op) {
+  static bool broken = false;
+  const MPI_Comm c = broken ? MPI_COMM_NULL : config_comm();
+  if (c == MPI_COMM_NULL) return false;
+  int out = *v;
+  MPI_Request req;
+  MPI_Iallreduce(v, &out, 1, MPI_INT, op, c, &req);
+  if (!wait_bounded(&req)) {
+    broken = true;
+    return false;
+  }
+  *v = out;
+  return true;
+}
+
+template <class F>
+auto agreed_at_config(F&& read) {
+  int active = 0, finalized = 0, size = 1, rank = 0;
+  MPI_Initialized(&active);
+  MPI_Finalized(&finalized);
+  if (active && !finalized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  if (size <= 1) return read();
+  std::exception_ptr error;
+  std::string msg;
+  int code = 0;
+  try {
+    auto r = read();
+    int first = size;
+    if (!reduce_bounded(&first, MPI_MIN) || first >= size) return r;
+  } catch (const Error& e) {
+    error = std::current_exception();
+    msg = e.what();
+    code = e.exit_code();
+  }
+  if (!error) {  // another rank failed: it says why
+    int c = 0;
+    reduce_bounded(&c, MPI_MAX);
+    throw CollectiveError("", c);
+  }
+  int first = rank;
+  if (!reduce_bounded(&first, MPI_MIN)) std::rethrow_exception(error);
+  int status = code;
+  reduce_bounded(&status, MPI_MAX);
+  throw CollectiveError(first == rank ? msg : std::string(), status);
+}
+
+}  // namespace
+
 DType model_file_dtype(const std::string& path) {
+  return agreed_at_config([&] { return model_file_dtype_here(path); });
+}
+
+std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path) {
+  return agreed_at_config([&] { return model_file_architecture_here(path); });
+}
+
+DType model_file_dtype_here(const std::string& path) {
   SingleCommunicator one;
   const auto src = open_weights(path, "model.init_from", one);
   if (src->attributes().str.count("format") &&
@@ -82,7 +180,7 @@ DType model_file_dtype(const std::string& path) {
   return src->stored_dtype(src->names().front());
 }
 
-std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path) {
+std::optional<ModelFileArchitecture> model_file_architecture_here(const std::string& path) {
   if (!is_hf_directory(path)) return std::nullopt;
   try {
     return hf_model_file_architecture(read_hf_config(path));
