@@ -244,6 +244,20 @@ MoeConfig moe_from_attrs(const FileAttrs& a) {
   return e;
 }
 
+std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m) {
+  const MoeConfig f = moe_from_attrs(a);
+  if (f.enabled() == m.moe.enabled()) return "";
+  if (m.moe.enabled()) {
+    return "holds a dense model (its MLPs have no experts) and the config asks for a mixture of "
+           "experts (model.moe.num_experts " +
+           std::to_string(m.moe.num_experts) + "); set model.moe.num_experts: 0 to continue it";
+  }
+  return "holds a mixture-of-experts model (" + std::to_string(f.num_experts) +
+         " experts per layer) and the config asks for a dense one (model.moe.num_experts 0); "
+         "set model.moe.num_experts: " +
+         std::to_string(f.num_experts) + " to continue it";
+}
+
 std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
                                            Communicator& comm) {
   collectively(comm, [&] { check_model_path(path, what); });

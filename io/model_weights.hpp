@@ -76,6 +76,9 @@ ModelConfig architecture_of(const WeightSource& src);
 // moe_aux_loss_coef), written only for a sparse model, and read back (absent: dense).
 void moe_to_attrs(const MoeConfig& e, FileAttrs* a);
 MoeConfig moe_from_attrs(const FileAttrs& a);
+// Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
+// the other dense ("" when both are of one kind), for messages after the file's name.
+std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m);
 
 // A tensor name as a message can print it: control characters escaped as \u00XX (an embedded
 // NUL would otherwise end the message there).
