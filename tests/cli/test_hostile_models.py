@@ -13,7 +13,10 @@ usage: test_hostile_models.py KKTRAIN INPUTS_DIR CASE  (tests/cli/hostile_models
   where it stays fp32); on 2 ranks the lowest rank that read a bad row speaks, once.
 - messages: a file of a Hugging Face model given for the model, a directory of safetensors
   without config.json, a duplicate key in config.json, a KV cache too large to allocate: one
-  line each naming the problem.
+  line each naming the problem; on 2 ranks a config.json every rank refuses is named once;
+  audit refuses what init_from would.
+- resume_other_kind: a dense checkpoint resumed with model.moe.num_experts > 0 (and the reverse)
+  says so, not that an attribute is missing.
 - export_extremes: tiny runs at the extremes of every key the safetensors export writes
   (aux_loss_coef 0, rms_norm_eps 0 and 1, rope_theta, llama3 factors, one or all KV heads,
   top_k = num_experts), exported and read back: the same values, the weights load.
@@ -200,6 +203,27 @@ def case_messages():
             f.write(text.replace("{", '{"head_dim": 16, "head_dim": 32,', 1))
         line = both_refuse(tmp, dup, "config.json", '"head_dim" appears twice')
         print(f"duplicate key: {line[len(ERROR):]}")
+        # Read on every rank while the config loads (head_dim wrong): one line, the lowest rank.
+        bad = os.path.join(tmp, "bad_head_dim")
+        shutil.copytree(good, bad)
+        th.edit_json(os.path.join(bad, "config.json"), lambda j: j.update(head_dim=32))
+        for m in (bad, os.path.join(single, "model.safetensors")):
+            rc, o, e = mpirun(["train", th.write_config(tmp), f"model.init_from={m}",
+                               "data.global_batch_size=4",
+                               f"train.output_dir={os.path.join(tmp, 'run2')}"])
+            lines = [ln for ln in e.splitlines() if "error:" in ln]
+            check(rc == 2 and len(lines) == 1 and lines[0].startswith("kktrain[rank 0]: error: ")
+                  and m in lines[0], f"2 ranks: one error line from rank 0, exit 2: rc={rc}\n{e}")
+            print(f"2 ranks: {lines[0]}")
+        # audit plans the model init_from would fill: the same refusal from the headers alone.
+        unused = os.path.join(tmp, "unused")
+        shutil.copytree(good, unused)
+        dict((n, m) for n, m, _, _ in th.refusal_cases())["unused_tensor"](unused)
+        audit = ["audit", th.write_config(tmp), f"model.init_from={unused}"]
+        rc, o, e = tt.run(audit)
+        line = th.one_error(rc, o, e, "q_proj.bias", "does not use",
+                            where=tt.describe(audit, rc, o, e))
+        print(f"audit: {line[len(ERROR):]}")
         # A KV cache the process cannot allocate: one line (no literal "\n"), exit 1.
         big = os.path.join(tmp, "long")
         th.make_model(big, shards=1)
@@ -212,6 +236,28 @@ def case_messages():
         check(p.returncode == 1 and len(lines) == 1 and "out of memory" in lines[0] and
               "\\n" not in lines[0], f"an unallocatable KV cache: rc={p.returncode} {lines}")
         print(f"KV cache: {lines[0]}")
+
+
+def case_resume_other_kind():
+    """A dense checkpoint resumed by a mixture-of-experts config, and the reverse."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_hostile_") as tmp:
+        conf = th.write_config(tmp)
+        base = [*tt.TINY_MODEL, "data.seq_len=32"]
+        for name, first, then, needles in (
+                ("dense", [], ["model.moe.num_experts=2"],
+                 ("holds a dense model", "model.moe.num_experts 2")),
+                ("sparse", ["model.moe.num_experts=2"], [],
+                 ("holds a mixture-of-experts model (2 experts", "dense"))):
+            run = os.path.join(tmp, name)
+            args = ["train", conf, *base, *first, "train.max_steps=1", f"train.output_dir={run}"]
+            rc, o, e = tt.run(args)
+            check(rc == 0, "first run" + tt.describe(args, rc, o, e))
+            args = ["train", conf, *base, *then, "train.max_steps=2", f"train.output_dir={run}"]
+            rc, o, e = tt.run(args)
+            # (less the precision warning of bf16 AdamW moments, which comes first)
+            e = "\n".join(ln for ln in e.splitlines() if not ln.startswith("kktrain: warning: "))
+            line = th.one_error(rc, o, e, *needles, where=tt.describe(args, rc, o, e))
+            print(f"{name}: {line[len(ERROR):]}")
 
 
 # ---- every exported value read back ----------------------------------------------------------
