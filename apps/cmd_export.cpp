@@ -17,7 +17,6 @@
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
-#include "io/finite_weights.hpp"
 #include "io/model_export.hpp"
 #include "io/model_weights.hpp"
 
@@ -93,18 +92,7 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   o.lora = l == "merged" ? LoraExport::merged : LoraExport::separate;
   o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
-  // The checkpoint is read as every model is (apps/model_source.hpp): its tensors those of the
-  // model its attributes describe, its values finite in the dtype each is exported in.
-  o.check_source = [&o](std::unique_ptr<WeightSource> src) {
-    check_self_described(
-        *src, "export",
-        o.lora == LoraExport::separate ? AdapterTensors::keep : AdapterTensors::refuse);
-    const WeightSource* s = src.get();
-    return with_finite_check(std::move(src), "export", [&o, s](const std::string& n) {
-      const bool keep = s->tensor_attribute(n, "keep_in_fp32") == "1";
-      return o.dtype == DType::bfloat16 && !keep ? DType::bfloat16 : DType::float32;
-    });
-  };
+  o.check_source = export_source_check(o);
   const std::string& out = args.options.at("--out");
   if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});

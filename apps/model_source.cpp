@@ -6,6 +6,7 @@
 #include "apps/app_model.hpp"
 #include "core/errors.hpp"
 #include "core/strings.hpp"
+#include "io/finite_weights.hpp"
 #include "io/hf_config.hpp"
 
 namespace kktrain {
@@ -145,6 +146,21 @@ ModelConfig check_self_described(const WeightSource& src, const std::string& wha
   const auto planned = plan_model(cfg, 0, 1);
   check_model_file(src, planned->params(), what, adapters);
   return cfg.model;
+}
+
+std::function<std::unique_ptr<WeightSource>(std::unique_ptr<WeightSource>)> export_source_check(
+    const ExportOptions& o) {
+  const DType dtype = o.dtype;
+  const AdapterTensors adapters =
+      o.lora == LoraExport::separate ? AdapterTensors::keep : AdapterTensors::refuse;
+  return [dtype, adapters](std::unique_ptr<WeightSource> src) {
+    check_self_described(*src, "export", adapters);
+    const WeightSource* s = src.get();
+    return with_finite_check(std::move(src), "export", [dtype, s](const std::string& n) {
+      const bool keep = s->tensor_attribute(n, "keep_in_fp32") == "1";
+      return dtype == DType::bfloat16 && !keep ? DType::bfloat16 : DType::float32;
+    });
+  };
 }
 
 }  // namespace kktrain

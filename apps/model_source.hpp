@@ -13,11 +13,13 @@
 //   - the values as they stream in: none NaN or infinite (io/finite_weights.hpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "core/config.hpp"
 #include "core/param_registry.hpp"
+#include "io/model_export.hpp"
 #include "io/model_weights.hpp"
 
 namespace kktrain {
@@ -41,5 +43,11 @@ ModelConfig model_file_config(const WeightSource& src, const std::string& what);
 // model_file_config, then check_model_file against the model it describes (one process).
 ModelConfig check_self_described(const WeightSource& src, const std::string& what,
                                  AdapterTensors adapters = AdapterTensors::refuse);
+
+// The checks an export applies to the checkpoint it reads (ExportOptions::check_source, for
+// `kktrain export` and a run's own export): check_self_described (adapters kept when exported
+// separately), then every value finite in the dtype it is exported in.
+std::function<std::unique_ptr<WeightSource>(std::unique_ptr<WeightSource>)> export_source_check(
+    const ExportOptions& o);
 
 }  // namespace kktrain

@@ -41,7 +41,8 @@ std::string nonfinite_refusal(const std::string& what, const WeightSource& src,
   return what + ": '" + src.path() + "': tensor " + printable_name(name) + " holds " +
          std::to_string(bad.total()) + " non-finite value" + (bad.total() == 1 ? "" : "s") +
          (rows.empty() ? "" : " in " + rows) + ": " + parts +
-         "; a model with them computes NaN: refusing to load it";
+         "; a model with them computes NaN: refusing to " + (what == "export" ? "export" : "load") +
+         " it";
 }
 
 namespace {

@@ -10,7 +10,7 @@ usage: test_hostile_models.py KKTRAIN INPUTS_DIR CASE  (tests/cli/hostile_models
   with the same line; max_position_embeddings beyond the config's bound is refused by both.
 - nonfinite: a NaN, an infinity, or an fp32 value that rounds to infinity in bfloat16 is refused
   by init_from and generate with one line naming the tensor and the count (the fp32 value loads
-  where it stays fp32); on 2 ranks the lowest rank that read a bad row speaks, once.
+  where it stays fp32, and a run or `kktrain export` refuses to export it to bfloat16); on 2 ranks the lowest rank that read a bad row speaks, once.
 - messages: a file of a Hugging Face model given for the model, a directory of safetensors
   without config.json, a duplicate key in config.json, a KV cache too large to allocate: one
   line each naming the problem; on 2 ranks a config.json every rank refuses is named once;
@@ -160,6 +160,23 @@ def case_nonfinite():
         line = th.one_error(rc, o, e, Q1, "2 non-finite values", "2 beyond bfloat16's range",
                             where=tt.describe(args, rc, o, e))
         print(f"beyond_bf16: {line[len(ERROR):]}")
+        # A run whose fp32 weights hold it: its bfloat16 export is refused (the checkpoint
+        # stays), a float32 export is written; `kktrain export` decides the same way.
+        run = os.path.join(tmp, "run_fp32")
+        args = ["train", th.write_config(tmp), f"model.init_from={big}", "model.dtype=float32",
+                "train.max_steps=1", f"train.output_dir={run}"]
+        rc, o, e = tt.run(args)
+        e = "\n".join(ln for ln in e.splitlines() if "error:" in ln)
+        line = th.one_error(rc, o, e, "export", Q1, "refusing to export it",
+                            where=tt.describe(args, rc, o, e))
+        check(os.path.isdir(os.path.join(run, "checkpoints")), "the checkpoint is kept")
+        print(f"run export: {line[len(ERROR):]}")
+        out = os.path.join(tmp, "x.h5")
+        rc, o, e = tt.run(["export", run, "--out", out])
+        th.one_error(rc, o, e, Q1, "2 beyond bfloat16's range", where=e)
+        check(not os.path.exists(out), "a refused export left a file")
+        rc, o, e = tt.run(["export", run, "--out", out, "--dtype", "float32"])
+        check(rc == 0 and os.path.exists(out), "float32 export" + e)
         # Two ranks: rows 0-31 on rank 0, 32-63 on rank 1 (q_proj is 64 x 64).
         conf = th.write_config(tmp)
         for rows, speaker in (((40,), 1), ((3, 40), 0)):
