@@ -14,6 +14,7 @@
 
 #include "core/errors.hpp"
 #include "io/elem_convert.hpp"
+#include "io/model_weights.hpp"
 
 namespace kktrain {
 
@@ -27,7 +28,7 @@ using json = nlohmann::json;
 
 [[noreturn]] void bad_tensor(const std::string& path, const std::string& name,
                              const std::string& what) {
-  throw InputError("'" + path + "': tensor '" + name + "' " + what);
+  throw InputError("'" + path + "': tensor '" + printable_name(name) + "' " + what);
 }
 
 // The header's JSON, refusing a name given twice in any object (JSON parsers keep the last

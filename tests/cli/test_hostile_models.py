@@ -107,6 +107,10 @@ def case_generate_like_init_from():
             ("fewer_layers", drop_layer, ("model.layers.1.", "does not use")),
             ("no_layers", no_layers, ("model.layers.0.", "does not use")),
             ("nul_name", nul_name, ("model.norm.weight\\u0000hidden", "does not use")),
+            ("nul_name_bad_size", lambda d: (nul_name(d), th.edit_header(
+                os.path.join(d, th.SHARD2),
+                lambda h: h["model.norm.weight\x00hidden"].update(shape=[3]))),
+             ("model.norm.weight\\u0000hidden", "but its shape and dtype")),
             ("max_positions", lambda d: th.edit_json(
                 os.path.join(d, "config.json"),
                 lambda j: j.update(max_position_embeddings=10**12)),
