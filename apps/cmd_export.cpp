@@ -17,6 +17,7 @@
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
+#include "io/hf_config.hpp"
 #include "io/model_export.hpp"
 #include "io/model_weights.hpp"
 
@@ -73,6 +74,11 @@ void check_output_dir(const std::string& out) {
 int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain export runs on one rank");
   check_model_path(args.positionals.at(0), "export");
+  if (is_hf_directory(args.positionals.at(0))) {
+    throw InputError("export: '" + args.positionals.at(0) +
+                     "' is a Hugging Face model directory; export writes the model of a kktrain "
+                     "training checkpoint (train from the directory with model.init_from)");
+  }
   const std::string file = resolve_checkpoint(args.positionals.at(0), "export");
   DType dtype;
   const std::string& d = args.options.at("--dtype");

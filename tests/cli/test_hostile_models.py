@@ -210,6 +210,16 @@ def case_messages():
             line = both_refuse(tmp, part, part, "is a file of a Hugging Face model",
                                os.path.dirname(part))
             print(f"{os.path.basename(part)}: {line[len(ERROR):]}")
+        # The readers of kktrain's files alone say what they were given instead.
+        part = os.path.join(single, "model.safetensors")
+        for args, needles in ((["inspect", part], ("is a file of a Hugging Face model",)),
+                              (["export", part, "--out", os.path.join(tmp, "e.h5")],
+                               ("is a file of a Hugging Face model",)),
+                              (["export", single, "--out", os.path.join(tmp, "e.h5")],
+                               ("is a Hugging Face model directory", "training checkpoint"))):
+            rc, o, e = tt.run(args)
+            line = th.one_error(rc, o, e, *needles, where=tt.describe(args, rc, o, e))
+            print(f"{args[0]}: {line[len(ERROR):]}")
         headless = os.path.join(tmp, "headless")
         shutil.copytree(good, headless)
         os.remove(os.path.join(headless, "config.json"))
