@@ -66,10 +66,6 @@ DType hf_dtype(const WeightSource& src) {
   return *d;
 }
 
-}  // namespace
-
-namespace {
-
 // Config-time reads of model.init_from run on every rank before any communicator exists (the
 // config says which to make). So that a file every rank fails on is named once, by the lowest
 // failing rank, the ranks agree over a duplicate of MPI_COMM_WORLD of their own, made on first
@@ -138,11 +134,15 @@ auto agreed_at_config(F&& read) {
     error = std::current_exception();
     msg = e.what();
     code = e.exit_code();
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    msg = std::string("internal error: ") + e.what();
+    code = 1;
   }
   if (!error) {  // another rank failed: it says why
     int c = 0;
     reduce_bounded(&c, MPI_MAX);
-    throw CollectiveError("", c);
+    throw CollectiveError("", std::max(c, 1));
   }
   int first = rank;
   if (!reduce_bounded(&first, MPI_MIN)) std::rethrow_exception(error);
