@@ -164,6 +164,14 @@ def case_nonfinite():
         line = th.one_error(rc, o, e, Q1, "2 non-finite values", "2 beyond bfloat16's range",
                             where=tt.describe(args, rc, o, e))
         print(f"beyond_bf16: {line[len(ERROR):]}")
+        # The edge: 0x7F7F7FFF rounds down to bfloat16's largest value, 0x7F7F8000 (a tie, to
+        # even) up to infinity.
+        below, tie = (np.array([b], dtype=np.uint32).view(np.float32)[0]
+                      for b in (0x7F7F7FFF, 0x7F7F8000))
+        args, rc, o, e = init_from(tmp, poisoned(tmp, "below", below), "model.dtype=bfloat16")
+        check(rc == 0, "0x7F7F7FFF loads into bfloat16 weights" + tt.describe(args, rc, o, e))
+        args, rc, o, e = init_from(tmp, poisoned(tmp, "tie", tie), "model.dtype=bfloat16")
+        th.one_error(rc, o, e, Q1, "1 beyond bfloat16's range", where=tt.describe(args, rc, o, e))
         # A run whose fp32 weights hold it: its bfloat16 export is refused (the checkpoint
         # stays), a float32 export is written; `kktrain export` decides the same way.
         run = os.path.join(tmp, "run_fp32")
