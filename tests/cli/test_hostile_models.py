@@ -17,9 +17,11 @@ usage: test_hostile_models.py KKTRAIN INPUTS_DIR CASE  (tests/cli/hostile_models
   audit refuses what init_from would.
 - resume_other_kind: a dense checkpoint resumed with model.moe.num_experts > 0 (and the reverse)
   says so, not that an attribute is missing.
-- export_extremes: tiny runs at the extremes of every key the safetensors export writes
-  (aux_loss_coef 0, rms_norm_eps 0 and 1, rope_theta, llama3 factors, one or all KV heads,
-  top_k = num_experts), exported and read back: the same values, the weights load.
+- export_extremes: tiny runs at the extremes of the keys the safetensors export writes
+  (aux_loss_coef 0 and 1e300, rms_norm_eps 0 and 1, rope_theta 1e-6 and 1e300, the llama3
+  factors, max_seq_len 32 and 4194304, hidden_size 2, intermediate_size 1, no layers, one or
+  all KV heads, top_k = num_experts, tied or not), exported and read back: the same values
+  (`kktrain config`), the weights load (grads, generate). The largest shapes are not trained.
 """
 
 import json
@@ -301,7 +303,8 @@ def case_resume_other_kind():
 
 # ---- every exported value read back ----------------------------------------------------------
 
-LOW = ["model.rms_norm_eps=0", "model.rope_theta=0.000001", "model.num_kv_heads=1",
+LOW = ["model.hidden_size=2", "model.num_heads=1", "model.intermediate_size=1",
+       "model.rms_norm_eps=0", "model.rope_theta=0.000001", "model.num_kv_heads=1",
        "model.max_seq_len=32", "model.moe.num_experts=1", "model.moe.top_k=1",
        "model.moe.aux_loss_coef=0",
        "model.rope_scaling={rope_type: llama3, factor: 0.000001, low_freq_factor: 0.000001, "
