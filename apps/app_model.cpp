@@ -1,16 +1,23 @@
 #include "apps/app_model.hpp"
 
+#include <mpi.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <exception>
+#include <thread>
 
 #include <map>
 #include <optional>
 
 #include "apps/memory_plan.hpp"
+#include "apps/model_source.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/param_registry.hpp"
 #include "core/strings.hpp"
+#include "io/finite_weights.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
 #include "model/freeze.hpp"
@@ -18,61 +25,6 @@
 #include "parallel/agree.hpp"
 
 namespace kktrain {
-
-namespace {
-
-bool is_adapter_name(const std::string& n) {
-  return n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos;
-}
-
-// What in the file this model cannot take, before anything is read: adapters the model does not
-// have (trained LoRA weights would be dropped), tensors it does not use, a tied weight given
-// separately, missing or mis-shaped parameters. Every rank sees the same file and model.
-void check_model_file(const WeightSource& src, const ParamRegistry& reg) {
-  const std::string file = "model.init_from: '" + src.path() + "'";
-  std::vector<std::string> adapters, unused;
-  for (const auto& n : src.names()) {
-    const int i = reg.find(n);
-    if (i < 0) {
-      (is_adapter_name(n) ? adapters : unused).push_back(n);
-    } else if (reg.info(i).name != n && src.shape(reg.info(i).name)) {
-      if (src.attributes().str.count("format") &&
-          src.attributes().str.at("format") == "huggingface") {
-        throw InputError(file + " holds " + n + " although its config.json ties it to " +
-                         reg.info(i).name + " (tie_word_embeddings: true): which one is meant?");
-      }
-      throw InputError(file + " holds " + n + " separately, but this model ties it to " +
-                       reg.info(i).name + " (set model.tie_word_embeddings: false)");
-    }
-  }
-  if (!adapters.empty()) {
-    throw InputError(file + " holds " + std::to_string(adapters.size()) +
-                     " trained LoRA adapter tensors (" + adapters.front() +
-                     ", ...) and this model has no adapters: their training would be lost; "
-                     "start from an export with them merged (kktrain export CHECKPOINT --out "
-                     "FILE.h5 --lora merged) or set the same peft settings");
-  }
-  if (!unused.empty()) {
-    std::string list;
-    for (std::size_t k = 0; k < unused.size() && k < 5; ++k) list += (k ? ", " : "") + unused[k];
-    if (unused.size() > 5) list += ", ... (" + std::to_string(unused.size()) + " in all)";
-    throw InputError(file + " has tensors this model does not use: " + list +
-                     " (a model of another architecture?)");
-  }
-  for (const auto& p : reg.all()) {
-    const auto shape = src.shape(p.name);
-    if (!shape) {
-      if (p.role == ParamRole::lora_a || p.role == ParamRole::lora_b) continue;
-      throw InputError(file + " has no parameter " + p.name);
-    }
-    if (*shape != p.shape) {
-      throw InputError(file + " parameter " + p.name + " has shape " + shape_string(*shape) +
-                       ", the model expects " + shape_string(p.shape));
-    }
-  }
-}
-
-}  // namespace
 
 GradSync grad_sync_of(const Config& cfg) {
   return cfg.distributed.grad_sync == "last_micro_batch" ? GradSync::last_micro_batch
@@ -114,9 +66,102 @@ DType hf_dtype(const WeightSource& src) {
   return *d;
 }
 
+// Config-time reads of model.init_from run on every rank before any communicator exists (the
+// config says which to make). So that a file every rank fails on is named once, by the lowest
+// failing rank, the ranks agree over a duplicate of MPI_COMM_WORLD of their own, made on first
+// use. Every wait is bounded (failed_rank_wait): ranks whose configs differ (an MPMD launch)
+// never meet here, and then each goes on alone, a failing one with its own error (main prints it
+// and ends the job), a succeeding one to where its config is compared with the others'.
+bool wait_bounded(MPI_Request* req) {
+  const double t0 = now_s();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return true;
+    if (now_s() - t0 > failed_rank_wait()) return false;  // abandoned with its communicator
+    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+MPI_Comm config_comm() {
+  static MPI_Comm comm = MPI_COMM_NULL;
+  static bool made = false;
+  if (!made) {
+    made = true;
+    MPI_Request req;
+    MPI_Comm dup = MPI_COMM_NULL;
+    MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req);
+    if (wait_bounded(&req)) comm = dup;
+  }
+  return comm;
+}
+
+// Reduces `v` (MPI_MIN or MPI_MAX) over the config communicator; false when the ranks did not
+// meet (the communicator is then given up for good).
+bool reduce_bounded(int* v, MPI_Op op) {
+  static bool broken = false;
+  const MPI_Comm c = broken ? MPI_COMM_NULL : config_comm();
+  if (c == MPI_COMM_NULL) return false;
+  int out = *v;
+  MPI_Request req;
+  MPI_Iallreduce(v, &out, 1, MPI_INT, op, c, &req);
+  if (!wait_bounded(&req)) {
+    broken = true;
+    return false;
+  }
+  *v = out;
+  return true;
+}
+
+template <class F>
+auto agreed_at_config(F&& read) {
+  int active = 0, finalized = 0, size = 1, rank = 0;
+  MPI_Initialized(&active);
+  MPI_Finalized(&finalized);
+  if (active && !finalized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  }
+  if (size <= 1) return read();
+  std::exception_ptr error;
+  std::string msg;
+  int code = 0;
+  try {
+    auto r = read();
+    int first = size;
+    if (!reduce_bounded(&first, MPI_MIN) || first >= size) return r;
+  } catch (const Error& e) {
+    error = std::current_exception();
+    msg = e.what();
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    msg = std::string("internal error: ") + e.what();
+    code = 1;
+  }
+  if (!error) {  // another rank failed: it says why
+    int c = 0;
+    reduce_bounded(&c, MPI_MAX);
+    throw CollectiveError("", std::max(c, 1));
+  }
+  int first = rank;
+  if (!reduce_bounded(&first, MPI_MIN)) std::rethrow_exception(error);
+  int status = code;
+  reduce_bounded(&status, MPI_MAX);
+  throw CollectiveError(first == rank ? msg : std::string(), status);
+}
+
 }  // namespace
 
 DType model_file_dtype(const std::string& path) {
+  return agreed_at_config([&] { return model_file_dtype_here(path); });
+}
+
+std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path) {
+  return agreed_at_config([&] { return model_file_architecture_here(path); });
+}
+
+DType model_file_dtype_here(const std::string& path) {
   SingleCommunicator one;
   const auto src = open_weights(path, "model.init_from", one);
   if (src->attributes().str.count("format") &&
@@ -135,7 +180,7 @@ DType model_file_dtype(const std::string& path) {
   return src->stored_dtype(src->names().front());
 }
 
-std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path) {
+std::optional<ModelFileArchitecture> model_file_architecture_here(const std::string& path) {
   if (!is_hf_directory(path)) return std::nullopt;
   try {
     return hf_model_file_architecture(read_hf_config(path));
@@ -145,9 +190,15 @@ std::optional<ModelFileArchitecture> model_file_architecture(const std::string& 
 }
 
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm) {
-  const auto src = open_weights(path, "model.init_from", comm);
   ParamRegistry& reg = model.params();
-  collectively(comm, [&] { check_model_file(*src, reg); });
+  // Each rank checks the values of the rows it reads (io/finite_weights.hpp): finite, and finite
+  // in the dtype its parameter stores them in.
+  const auto src = with_finite_check(open_weights(path, "model.init_from", comm), "model.init_from",
+                                     [&](const std::string& n) {
+                                       const int i = reg.find(n);
+                                       return i < 0 ? DType::float32 : reg.info(i).dtype;
+                                     });
+  collectively(comm, [&] { check_model_file(*src, reg, "model.init_from"); });
   // Adapters the file lacks start from their seeded initialization; nothing else is initialized
   // (the file's values replace it).
   model.init_weights([&](const std::string& name) { return !src->shape(name); });
@@ -167,8 +218,9 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
       rows =
           collectively(comm, [&] { return src->read_rows_f32(p.name, p.row_begin, p.local_rows); });
     } catch (const CollectiveError& e) {  // every rank: the one that saw it names the key
-      if (!e.printed_here()) throw;
-      throw CollectiveError("model.init_from: " + std::string(e.what()), e.exit_code());
+      const std::string msg = e.what();
+      if (!e.printed_here() || msg.rfind("model.init_from", 0) == 0) throw;
+      throw CollectiveError("model.init_from: " + msg, e.exit_code());
     }
     bytes += static_cast<double>(rows.size() * dtype_size(src->stored_dtype(p.name)));
     shard_from_host(reg, i, rows);

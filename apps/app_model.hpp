@@ -26,11 +26,16 @@ GradSync grad_sync_of(const Config& cfg);
 
 // The storage dtype of a model file (for model.dtype: auto with model.init_from): a kktrain
 // file's storage_dtype; a Hugging Face directory's torch_dtype, checked against its tensors.
+// Under mpirun every rank reads the file and the ranks agree on a failure (CollectiveError: the
+// lowest failing rank names it); model_file_dtype_here is one process's read.
 DType model_file_dtype(const std::string& path);
+DType model_file_dtype_here(const std::string& path);
 
 // The architecture a model file records for the config (a Hugging Face directory's config.json;
-// nullopt for kktrain's files, whose architecture the config gives). InputError naming the file.
+// nullopt for kktrain's files, whose architecture the config gives). InputError naming the file;
+// agreed on as model_file_dtype.
 std::optional<ModelFileArchitecture> model_file_architecture(const std::string& path);
+std::optional<ModelFileArchitecture> model_file_architecture_here(const std::string& path);
 
 // Loads every parameter of a model file (a kktrain export, checkpoint or `kktrain grads` dump):
 // each rank reads only the rows of its shard (collective over comm). Refuses, naming the file,

@@ -167,6 +167,8 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
     refuse(file, "format version " + std::to_string(v) + "; this kktrain reads version " +
                      std::to_string(kCheckpointFormatVersion));
   }
+  const std::string kind = moe_kind_mismatch(ix.root(), cfg.model);  // dense vs experts
+  if (!kind.empty()) refuse(file, kind);
   for (const auto& [k, want] : architecture(cfg.model)) {
     const int64_t got = ix.root_i64(k);
     if (got != want) {

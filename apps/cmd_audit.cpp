@@ -7,6 +7,7 @@
 #include "apps/app_model.hpp"
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
+#include "apps/model_source.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "optim/audit.hpp"
@@ -72,6 +73,11 @@ int run_audit(const ParsedArgs& args, AppContext& ctx) {
   const int world = world_size_option(args, ctx);
   const Config cfg = load_app_config(args, ctx, world);
   auto model = plan_model(cfg, 0, world);
+  if (cfg.model.init_from) {  // the file's tensors against the planned model, from the headers
+    SingleCommunicator one;
+    const auto src = open_weights(*cfg.model.init_from, "model.init_from", one);
+    check_model_file(*src, model->params(), "model.init_from");
+  }
   AuditReport r = precision_audit(cfg, model->params(), log::warnings());
   r.peak = predict_peak(cfg, *model, r);
   r.pattern_peaks = pattern_peaks(cfg, world);

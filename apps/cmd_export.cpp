@@ -12,12 +12,15 @@
 
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
+#include "apps/model_source.hpp"
 #include "apps/run_files.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
+#include "io/hf_config.hpp"
 #include "io/model_export.hpp"
+#include "io/model_weights.hpp"
 
 namespace kktrain {
 
@@ -71,6 +74,12 @@ void check_output_dir(const std::string& out) {
 
 int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain export runs on one rank");
+  check_model_path(args.positionals.at(0), "export");
+  if (is_hf_directory(args.positionals.at(0))) {
+    throw InputError("export: '" + args.positionals.at(0) +
+                     "' is a Hugging Face model directory; export writes the model of a kktrain "
+                     "training checkpoint (train from the directory with model.init_from)");
+  }
   const std::string file = resolve_checkpoint(args.positionals.at(0), "export");
   DType dtype;
   const std::string& d = args.options.at("--dtype");
@@ -90,6 +99,7 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   o.lora = l == "merged" ? LoraExport::merged : LoraExport::separate;
   o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
+  o.check_source = export_source_check(o);
   const std::string& out = args.options.at("--out");
   // Never where kktrain prunes or moves: the exported checkpoint's root, or any other.
   const std::filesystem::path step_dir = std::filesystem::path(file).parent_path();

@@ -5,13 +5,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "apps/commands.hpp"
+#include "apps/model_source.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/data.hpp"
+#include "io/finite_weights.hpp"
 #include "io/lora_merge.hpp"
 #include "io/model_weights.hpp"
 #include "model/generate.hpp"
@@ -62,6 +66,20 @@ std::vector<int32_t> prompt_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
+// Kokkos reports a failed allocation as a runtime_error of several lines ("Kokkos failed to
+// allocate memory for label ... Allocation of size 29.8 G failed ...\n\nTraceback ..."): one
+// line saying what could not be allocated, exit 1. Anything else returns.
+void throw_if_allocation_failure(const std::runtime_error& e, int64_t positions) {
+  if (dynamic_cast<const Error*>(&e)) return;
+  std::string what = e.what();
+  if (what.rfind("Kokkos failed to allocate", 0) != 0) return;
+  what = what.substr(0, what.find('\n'));
+  while (!what.empty() && what.back() == ' ') what.pop_back();
+  throw RuntimeFailure("generate: out of memory for a model and KV cache of " +
+                       std::to_string(positions) + " positions: " + what +
+                       " (fewer --max-new-tokens need a smaller cache)");
+}
+
 int run_generate(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain generate runs on one rank");
   const std::string& text = args.options.at("--prompt");
@@ -75,9 +93,11 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
   o.top_k = parse_int("--top-k", args.options.at("--top-k"), 0);
   o.seed = static_cast<uint64_t>(parse_int("--seed", args.options.at("--seed"), 0));
 
+  // The same loader and checks as model.init_from (apps/model_source.hpp): the architecture
+  // within the config's bounds, every tensor the model's and of its shape, values finite.
   SingleCommunicator one;
-  auto src = with_lora_merged(open_weights(args.positionals.at(0), "generate", one));
-  const ModelConfig cfg = architecture_of(*src);
+  auto opened = with_lora_merged(open_weights(args.positionals.at(0), "generate", one));
+  const ModelConfig cfg = check_self_described(*opened, "generate");
   std::vector<int32_t> prompt;
   if (!text.empty()) {
     if (cfg.vocab_size < 256) {
@@ -97,21 +117,30 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
                      "max_seq_len " + std::to_string(cfg.max_seq_len));
   }
   // Weights as the file stores them: bf16 stays bf16; fp32 masters and float16 files are fp32.
-  const DType dtype = src->stored_dtype("model.embed_tokens.weight") == DType::bfloat16
+  const DType dtype = opened->stored_dtype("model.embed_tokens.weight") == DType::bfloat16
                           ? DType::bfloat16
                           : DType::float32;
+  const auto src =
+      with_finite_check(std::move(opened), "generate", [&](const std::string&) { return dtype; });
   const double t_load = now_s();
-  Decoder dec(
-      cfg, dtype,
-      [&](const std::string& name) {
-        const auto shape = src->shape(name);
-        if (!shape) {
-          throw InputError("generate: '" + src->path() + "' has no tensor " + name +
-                           " (the model needs it)");
-        }
-        return src->read_rows_f32(name, 0, shape->empty() ? 1 : (*shape)[0]);
-      },
-      std::max<int64_t>(1, positions));
+  std::unique_ptr<Decoder> decoder;
+  try {
+    decoder = std::make_unique<Decoder>(
+        cfg, dtype,
+        [&](const std::string& name) {
+          const auto shape = src->shape(name);
+          if (!shape) {
+            throw InputError("generate: '" + src->path() + "' has no tensor " + name +
+                             " (the model needs it)");
+          }
+          return src->read_rows_f32(name, 0, shape->empty() ? 1 : (*shape)[0]);
+        },
+        std::max<int64_t>(1, positions));
+  } catch (const std::runtime_error& e) {
+    throw_if_allocation_failure(e, positions);
+    throw;
+  }
+  Decoder& dec = *decoder;
   const double t0 = now_s();
   const std::vector<int32_t> out = generate_tokens(dec, prompt, o);
   const double seconds = now_s() - t0;

@@ -8,6 +8,7 @@
 #include "core/param_registry.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
+#include "io/model_weights.hpp"
 
 namespace kktrain {
 
@@ -45,6 +46,7 @@ std::string dtype_text(const h5::File& f, const std::string& ds) {
 int run_inspect(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->rank() != 0) return 0;
   std::string path = args.positionals.at(0);
+  check_model_path(path, "inspect");
   path = resolve_checkpoint(path, "inspect");
   const h5::File f = h5::File::open_read(path);
   std::printf("file: %s\n", path.c_str());

@@ -26,6 +26,7 @@
 #include "apps/commands.hpp"
 #include "apps/lost_update_log.hpp"
 #include "apps/memory_plan.hpp"
+#include "apps/model_source.hpp"
 #include "apps/run_files.hpp"
 #include "apps/signals.hpp"
 #include "apps/step_sync.hpp"
@@ -523,6 +524,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     o.dtype = cfg.checkpoint.export_dtype;
     o.format = cfg.checkpoint.export_format == "safetensors" ? ExportFormat::safetensors
                                                              : ExportFormat::hdf5;
+    o.check_source = export_source_check(o);  // the checks of every model reader
     export_checkpoint(file, export_path, o);
   });
   log::info("export: " + export_path + " (" + cfg.checkpoint.export_format + ", " +

@@ -2,10 +2,13 @@
 #include "io/hf_config.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
@@ -16,6 +19,25 @@ namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
+
+// A key as a message can print it (control characters escaped, as in JSON).
+std::string printable_key(const std::string& key) {
+  std::string out;
+  for (const char ch : key) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// Which numbers a key takes.
+enum class Bound { positive, nonnegative };
 
 // One key of config.json, read with the file's name in every error.
 struct Keys {
@@ -38,11 +60,13 @@ struct Keys {
     }
     return v.get<int64_t>();
   }
-  double number(const std::string& key, double def) const {
+  double number(const std::string& key, double def, Bound bound = Bound::positive) const {
     if (!has(key)) return def;
     const json& v = j[key];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
-      fail(key, "not a positive number");
+    const double x = v.is_number() ? v.get<double>() : std::nan("");
+    const bool sign_ok = bound == Bound::positive ? x > 0 : x >= 0;
+    if (!std::isfinite(x) || !sign_ok) {
+      fail(key, bound == Bound::positive ? "not a positive number" : "not a number of at least 0");
     }
     return v.get<double>();
   }
@@ -58,7 +82,50 @@ struct Keys {
   }
 };
 
+}  // namespace
+
+void refuse_duplicate_keys(const std::string& file, const std::string& text) {
+  // The keys of each open object, and the dotted path of the value being read.
+  std::vector<std::set<std::string>> open;
+  std::vector<std::string> path;
+  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open.emplace_back();
+        path.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!open.empty()) open.pop_back();
+        if (!path.empty()) path.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string key = parsed.get<std::string>();
+        path.back() = key;
+        if (!open.back().insert(key).second) {
+          std::string dotted;
+          for (const auto& p : path) dotted += (dotted.empty() ? "" : ".") + p;
+          throw InputError("'" + file + "': key \"" + printable_key(dotted) +
+                           "\" appears twice in one object: which value is meant?");
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  try {
+    const json parsed = json::parse(text, cb);
+    (void)parsed;
+  } catch (const json::exception&) {
+    // Not valid JSON: the parse proper names the problem.
+  }
+}
+
+namespace {
+
 json parse_json_object(const std::string& file, const std::string& text) {
+  refuse_duplicate_keys(file, text);
   json j;
   try {
     j = json::parse(text);
@@ -120,7 +187,7 @@ void read_mixtral(const Keys& k, MoeConfig* e, int64_t intermediate) {
   }
   e->intermediate_size = intermediate;
   e->norm_topk_prob = true;
-  e->aux_loss_coef = k.number("router_aux_loss_coef", 0.001);
+  e->aux_loss_coef = k.number("router_aux_loss_coef", 0.001, Bound::nonnegative);
   if (k.has("router_jitter_noise") && (!k.j["router_jitter_noise"].is_number() ||
                                        k.j["router_jitter_noise"].get<double>() != 0.0)) {
     k.fail("router_jitter_noise", "kktrain's router adds no jitter noise (0.0 is accepted)");
@@ -213,7 +280,7 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.num_layers = k.integer("num_hidden_layers", std::nullopt, 0);
   m.num_heads = k.integer("num_attention_heads", std::nullopt, 1);
   m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
-  m.rms_norm_eps = k.number("rms_norm_eps", 1e-6);
+  m.rms_norm_eps = k.number("rms_norm_eps", 1e-6, Bound::nonnegative);
   m.rope_theta = k.number("rope_theta", 10000.0);
   m.max_seq_len = k.integer("max_position_embeddings",
                             a.architecture == "LlamaForCausalLM" ? 2048 : 4096 * 32, 1);

@@ -49,6 +49,11 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
 // A small regular file's bytes (config.json, an index). InputError naming it.
 std::string read_small_file(const std::string& file);
 
+// Refuses (InputError naming `file` and the dotted key) JSON text in which an object holds a key
+// twice: JSON parsers disagree on which value wins, so neither is taken. Invalid JSON passes
+// (the parse itself refuses it).
+void refuse_duplicate_keys(const std::string& file, const std::string& text);
+
 // The config.json of a model with kktrain's settings `m`, tensors stored in `dtype`.
 std::string hf_config_json(const ModelConfig& m, DType dtype);
 

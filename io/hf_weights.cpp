@@ -53,6 +53,7 @@ struct Listing {
 std::map<std::string, std::string> weight_map(const std::string& index_path,
                                               const std::string& text,
                                               std::vector<std::string>* files) {
+  refuse_duplicate_keys(index_path, text);
   json j;
   try {
     j = json::parse(text);
@@ -66,8 +67,8 @@ std::map<std::string, std::string> weight_map(const std::string& index_path,
   for (const auto& [name, f] : j["weight_map"].items()) {
     const std::string file = f.is_string() ? f.get<std::string>() : "";
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
-      throw InputError("'" + index_path + "': weight_map[\"" + name + "\"] = " + f.dump() +
-                       " is not the name of a file in the directory");
+      throw InputError("'" + index_path + "': weight_map[\"" + printable_name(name) +
+                       "\"] = " + f.dump() + " is not the name of a file in the directory");
     }
     map[name] = file;
     if (std::find(files->begin(), files->end(), file) == files->end()) files->push_back(file);
@@ -124,17 +125,17 @@ class HfWeights final : public WeightSource {
         if (!l.index.empty()) {
           const auto it = map.find(t.name);
           if (it == map.end() || it->second != base) {
-            throw InputError("'" + l.paths[k] + "': tensor '" + t.name + "' is " +
+            throw InputError("'" + l.paths[k] + "': tensor '" + printable_name(t.name) + "' is " +
                              (it == map.end() ? "not in " + index_path + "'s weight_map"
                                               : "mapped to " + it->second + " by " + index_path));
           }
         }
         if (!seen.emplace(t.name, l.paths[k]).second) {
-          throw InputError("'" + l.dir + "': tensor '" + t.name + "' is in both " + seen[t.name] +
-                           " and " + l.paths[k]);
+          throw InputError("'" + l.dir + "': tensor '" + printable_name(t.name) + "' is in both " +
+                           seen[t.name] + " and " + l.paths[k]);
         }
         if (is_rotary_buffer(t.name)) continue;
-        st_dtype_to_dtype(t.dtype, "'" + l.paths[k] + "': tensor '" + t.name + "'");
+        st_dtype_to_dtype(t.dtype, "'" + l.paths[k] + "': tensor '" + printable_name(t.name) + "'");
         where_[t.name] = {files_.size(), names_.size()};
         names_.push_back(t.name);
       }
@@ -142,8 +143,8 @@ class HfWeights final : public WeightSource {
     }
     for (const auto& [name, file] : map) {
       if (!seen.count(name)) {
-        throw InputError("'" + index_path + "': weight_map names tensor '" + name + "' in " + file +
-                         ", which does not hold it");
+        throw InputError("'" + index_path + "': weight_map names tensor '" + printable_name(name) +
+                         "' in " + file + ", which does not hold it");
       }
     }
     if (names_.empty()) throw InputError("'" + l.dir + "': the weight files hold no tensors");

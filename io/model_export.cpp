@@ -177,6 +177,7 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
         "directory gets the adapters merged (--lora merged)");
   }
   if (o.lora == LoraExport::merged) src = with_lora_merged(std::move(src));
+  if (o.check_source) src = o.check_source(std::move(src));
   const std::vector<ExportTensor> tensors = plan_tensors(*src, o);
   // Temporaries of earlier exports to `out` that were killed (up to a whole export's size each):
   // removed before this one needs the space.

@@ -32,11 +32,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "core/dtype.hpp"
 
 namespace kktrain {
+
+class WeightSource;
 
 enum class LoraExport { merged, separate };
 enum class ExportFormat { hdf5, safetensors };
@@ -46,6 +50,9 @@ struct ExportOptions {
   LoraExport lora = LoraExport::merged;
   ExportFormat format = ExportFormat::hdf5;
   int64_t max_shard_bytes = 5'000'000'000;  // safetensors: Hugging Face's default (5 GB)
+  // The checks every model reader applies (apps/model_source.hpp), given the opened checkpoint
+  // (adapters merged or not, as asked) and returning the source to stream from; unset: none.
+  std::function<std::unique_ptr<WeightSource>(std::unique_ptr<WeightSource>)> check_source;
 };
 
 // Exports checkpoint file `checkpoint` to `out` (a new file or directory, never one of the

@@ -2,8 +2,11 @@
 #include "io/model_weights.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 
 #include "core/errors.hpp"
+#include "core/strings.hpp"
 #include "io/checkpoint.hpp"
 #include "io/elem_convert.hpp"
 #include "io/h5_rows.hpp"
@@ -14,6 +17,8 @@
 namespace kktrain {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // /params/<name> of a checkpoint, an export or a grads dump; a checkpoint's /optim/<name>/master
 // or /optim/<name>/remainder give the fp32 value the parameter stands for.
@@ -124,7 +129,50 @@ class H5Weights final : public WeightSource {
   std::vector<std::string> names_;
 };
 
+// A file a Hugging Face model directory holds (not a model by itself).
+bool is_hf_part(const std::string& base) {
+  return base == "config.json" || base == "model.safetensors.index.json" ||
+         ends_with(base, ".safetensors");
+}
+
 }  // namespace
+
+void check_model_path(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const fs::path p(path);
+  const bool dir = fs::is_directory(p, ec);
+  if (!dir && fs::exists(p, ec) && is_hf_part(p.filename().string())) {
+    const std::string holder = p.has_parent_path() ? p.parent_path().string() : ".";
+    throw InputError(what + ": '" + path +
+                     "' is a file of a Hugging Face model; a Hugging Face model is the "
+                     "directory holding it with its config.json ('" +
+                     holder + "')");
+  }
+  if (!dir || fs::exists(p / "config.json", ec)) return;
+  for (const auto& e : fs::directory_iterator(p, ec)) {
+    const std::string base = e.path().filename().string();
+    if (is_hf_part(base)) {
+      throw InputError(what + ": '" + path + "' holds " + base +
+                       " but no config.json: a Hugging Face model directory needs its "
+                       "config.json (the architecture)");
+    }
+  }
+}
+
+std::string printable_name(const std::string& name) {
+  std::string out;
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
 
 ModelConfig architecture_of(const WeightSource& src) {
   const FileAttrs& a = src.attributes();
@@ -196,8 +244,23 @@ MoeConfig moe_from_attrs(const FileAttrs& a) {
   return e;
 }
 
+std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m) {
+  const MoeConfig f = moe_from_attrs(a);
+  if (f.enabled() == m.moe.enabled()) return "";
+  if (m.moe.enabled()) {
+    return "holds a dense model (its MLPs have no experts) and the config asks for a mixture of "
+           "experts (model.moe.num_experts " +
+           std::to_string(m.moe.num_experts) + "); set model.moe.num_experts: 0 to continue it";
+  }
+  return "holds a mixture-of-experts model (" + std::to_string(f.num_experts) +
+         " experts per layer) and the config asks for a dense one (model.moe.num_experts 0); "
+         "set model.moe.num_experts: " +
+         std::to_string(f.num_experts) + " to continue it";
+}
+
 std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
                                            Communicator& comm) {
+  collectively(comm, [&] { check_model_path(path, what); });
   if (is_hf_directory(path)) {
     try {
       return open_hf_weights(path, comm);

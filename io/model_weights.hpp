@@ -59,6 +59,12 @@ class WeightSource {
 std::unique_ptr<WeightSource> open_weights(const std::string& path, const std::string& what,
                                            Communicator& comm);
 
+// Refuses, naming `what` and the path, a path that is part of a Hugging Face model rather than
+// one (model.safetensors, config.json, the index: the directory holding it is meant) and a
+// directory of safetensors without config.json. Returns normally for anything else (open_weights
+// checks it first; readers of HDF5 files alone call it before resolving a checkpoint).
+void check_model_path(const std::string& path, const std::string& what);
+
 // The model a file holds, from its attributes (kktrain's architecture attributes, which a
 // Hugging Face directory provides from config.json): vocab_size, hidden_size, num_layers,
 // num_heads, num_kv_heads, intermediate_size, max_seq_len, tie_word_embeddings, mtp_num_layers,
@@ -70,6 +76,13 @@ ModelConfig architecture_of(const WeightSource& src);
 // moe_aux_loss_coef), written only for a sparse model, and read back (absent: dense).
 void moe_to_attrs(const MoeConfig& e, FileAttrs* a);
 MoeConfig moe_from_attrs(const FileAttrs& a);
+// Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
+// the other dense ("" when both are of one kind), for messages after the file's name.
+std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m);
+
+// A tensor name as a message can print it: control characters escaped as \u00XX (an embedded
+// NUL would otherwise end the message there).
+std::string printable_name(const std::string& name);
 
 // Rows of at most this many bytes of fp32 values per piece when a process streams a tensor.
 constexpr int64_t kStreamPieceBytes = int64_t(16) << 20;

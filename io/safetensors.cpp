@@ -15,6 +15,7 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "io/elem_convert.hpp"
+#include "io/model_weights.hpp"
 
 namespace kktrain {
 
@@ -28,7 +29,7 @@ using json = nlohmann::json;
 
 [[noreturn]] void bad_tensor(const std::string& path, const std::string& name,
                              const std::string& what) {
-  throw InputError("'" + path + "': tensor '" + name + "' " + what);
+  throw InputError("'" + path + "': tensor '" + printable_name(name) + "' " + what);
 }
 
 // The header's JSON, refusing a name given twice in any object (JSON parsers keep the last
