@@ -1,12 +1,8 @@
 #include "apps/app_model.hpp"
 
-#include <mpi.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <exception>
-#include <thread>
 
 #include <map>
 #include <optional>
@@ -23,6 +19,7 @@
 #include "model/freeze.hpp"
 #include "model/param_io.hpp"
 #include "parallel/agree.hpp"
+#include "parallel/world_agree.hpp"
 
 namespace kktrain {
 
@@ -68,60 +65,14 @@ DType hf_dtype(const WeightSource& src) {
 
 // Config-time reads of model.init_from run on every rank before any communicator exists (the
 // config says which to make). So that a file every rank fails on is named once, by the lowest
-// failing rank, the ranks agree over a duplicate of MPI_COMM_WORLD of their own, made on first
-// use. Every wait is bounded (failed_rank_wait): ranks whose configs differ (an MPMD launch)
-// never meet here, and then each goes on alone, a failing one with its own error (main prints it
-// and ends the job), a succeeding one to where its config is compared with the others'.
-bool wait_bounded(MPI_Request* req) {
-  const double t0 = now_s();
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (done) return true;
-    if (now_s() - t0 > failed_rank_wait()) return false;  // abandoned with its communicator
-    if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-MPI_Comm config_comm() {
-  static MPI_Comm comm = MPI_COMM_NULL;
-  static bool made = false;
-  if (!made) {
-    made = true;
-    MPI_Request req;
-    MPI_Comm dup = MPI_COMM_NULL;
-    MPI_Comm_idup(MPI_COMM_WORLD, &dup, &req);
-    if (wait_bounded(&req)) comm = dup;
-  }
-  return comm;
-}
-
-// Reduces `v` (MPI_MIN or MPI_MAX) over the config communicator; false when the ranks did not
-// meet (the communicator is then given up for good).
-bool reduce_bounded(int* v, MPI_Op op) {
-  static bool broken = false;
-  const MPI_Comm c = broken ? MPI_COMM_NULL : config_comm();
-  if (c == MPI_COMM_NULL) return false;
-  int out = *v;
-  MPI_Request req;
-  MPI_Iallreduce(v, &out, 1, MPI_INT, op, c, &req);
-  if (!wait_bounded(&req)) {
-    broken = true;
-    return false;
-  }
-  *v = out;
-  return true;
-}
-
+// failing rank, the ranks agree through parallel/world_agree.hpp. Every wait is bounded
+// (failed_rank_wait): ranks whose configs differ (an MPMD launch) never meet here, and then each
+// goes on alone, a failing one with its own error (main prints it and ends the job), a succeeding
+// one to where its config is compared with the others'.
 template <class F>
 auto agreed_at_config(F&& read) {
-  int active = 0, finalized = 0, size = 1, rank = 0;
-  MPI_Initialized(&active);
-  MPI_Finalized(&finalized);
-  if (active && !finalized) {
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  }
+  int rank = 0, size = 1;
+  world_rank_size(&rank, &size);
   if (size <= 1) return read();
   std::exception_ptr error;
   std::string msg;
@@ -129,7 +80,7 @@ auto agreed_at_config(F&& read) {
   try {
     auto r = read();
     int first = size;
-    if (!reduce_bounded(&first, MPI_MIN) || first >= size) return r;
+    if (!world_reduce_bounded(&first, WorldReduce::min) || first >= size) return r;
   } catch (const Error& e) {
     error = std::current_exception();
     msg = e.what();
@@ -141,13 +92,13 @@ auto agreed_at_config(F&& read) {
   }
   if (!error) {  // another rank failed: it says why
     int c = 0;
-    reduce_bounded(&c, MPI_MAX);
+    world_reduce_bounded(&c, WorldReduce::max);
     throw CollectiveError("", std::max(c, 1));
   }
   int first = rank;
-  if (!reduce_bounded(&first, MPI_MIN)) std::rethrow_exception(error);
+  if (!world_reduce_bounded(&first, WorldReduce::min)) std::rethrow_exception(error);
   int status = code;
-  reduce_bounded(&status, MPI_MAX);
+  world_reduce_bounded(&status, WorldReduce::max);
   throw CollectiveError(first == rank ? msg : std::string(), status);
 }
 

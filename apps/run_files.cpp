@@ -226,6 +226,15 @@ void check_run_end(const Config& cfg, int rank) {
                        " (checked before the first step, not after the run)");
     }
   }
+  // The earlier metrics.jsonl is moved aside and, on resume, read back: a file, nothing else.
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(metrics, ec))) {
+    if (const auto why = unreadable_regular_file(metrics)) {
+      throw UsageError("train.output_dir: '" + metrics + "' " + *why +
+                       "; the run moves an earlier metrics.jsonl aside and keeps its rows (move "
+                       "it away)");
+    }
+  }
   // 3. The directories the run writes into: makeable and writable (nothing is made here).
   if (const std::string why = unwritable_dir(cfg.train.output_dir); !why.empty()) {
     throw UsageError("train.output_dir: " + why);

@@ -1,13 +1,17 @@
 #include "io/metrics.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
+#include "core/log.hpp"
 
 namespace kktrain {
 
@@ -91,18 +95,36 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
     throw InputError("train.output_dir: cannot write '" + path + "': " + std::strerror(errno));
   }
   if (keep_through_step >= 0 && !previous_.empty()) {
-    std::ifstream in(previous_);
+    // Opened without blocking and only as a regular file (core/files.hpp): the earlier file is
+    // the user's, and a FIFO left under its name must not stall the run.
+    FileDescriptor fd;
+    FILE* in = nullptr;
+    if (const auto why = open_regular_file(&fd, previous_)) {
+      log::warn("train.output_dir: the earlier '" + previous_ + "' " + *why +
+                "; its rows are not carried over");
+    } else if ((in = ::fdopen(::dup(fd.get()), "r")) == nullptr) {
+      std::fclose(f_);
+      throw RuntimeFailure("cannot read '" + previous_ + "': " + std::strerror(errno));
+    }
+    char* buf = nullptr;
+    std::size_t cap = 0;
     try {
-      for (std::string line; std::getline(in, line);) {
+      while (in != nullptr && ::getline(&buf, &cap, in) >= 0) {
+        std::string line(buf);
+        if (!line.empty() && line.back() == '\n') line.pop_back();
         const auto k = line.find("\"step\": ");
         if (k == std::string::npos) continue;
         if (std::strtoll(line.c_str() + k + 8, nullptr, 10) > keep_through_step) break;
         put(line);
       }
     } catch (...) {
+      std::free(buf);
+      if (in != nullptr) std::fclose(in);
       std::fclose(f_);
       throw;
     }
+    std::free(buf);
+    if (in != nullptr) std::fclose(in);
   }
 }
 

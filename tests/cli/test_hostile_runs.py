@@ -25,7 +25,8 @@ Every run is test_train's tiny model (~0.2 s a run). What each case checks:
   back.
 - preflight: an export the model cannot be written to (safetensors of a Mixtral without
   renormalized top-k weights), export.h5 a directory or a FIFO, an export target that is a
-  dangling symbolic link, a checkpoint.dir that is a file: exit 2 before the first step (no
+  dangling symbolic link, a metrics.jsonl that is a FIFO (a resumed run reads the earlier rows
+  back), a checkpoint.dir that is a file: exit 2 before the first step (no
   metrics rows), within a few seconds.
 """
 
@@ -77,7 +78,7 @@ def ok(res, where=""):
 
 def metrics_rows(run_dir):
     p = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(p):
+    if not os.path.isfile(p):  # absent, or the FIFO a case put there (never opened)
         return 0
     with open(p) as f:
         return sum(1 for ln in f if ln.strip())
@@ -288,6 +289,9 @@ def case_preflight():
         def dangling_dir(d):
             os.symlink(os.path.join(tmp, "nowhere", "hf"), os.path.join(d, "export"))
 
+        def metrics_fifo(d):
+            os.mkfifo(os.path.join(d, "metrics.jsonl"))
+
         def ckpt_file(d):
             with open(os.path.join(tmp, "ckfile"), "w") as f:
                 f.write("not a directory\n")
@@ -301,6 +305,7 @@ def case_preflight():
             ("export.h5 a dangling symbolic link", dangling_h5, [], ["export.h5", "nowhere"]),
             ("export/ a dangling symbolic link", dangling_dir,
              ["checkpoint.export_format=safetensors"], ["export", "nowhere"]),
+            ("metrics.jsonl a FIFO", metrics_fifo, [], ["metrics.jsonl", "FIFO"]),
             ("checkpoint.dir a file", ckpt_file, ["checkpoint.dir={tmp}/ckfile"],
              ["checkpoint.dir", "ckfile"]),
         ]
