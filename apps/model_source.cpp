@@ -42,15 +42,7 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
   add("max_seq_len", "max_seq_len", YAML::Node(m.max_seq_len));
   add("tie_word_embeddings", "tie_word_embeddings", YAML::Node(m.tie_word_embeddings));
   add("mtp_num_layers", "mtp_num_layers", YAML::Node(m.mtp_num_layers));
-  YAML::Node rs(YAML::NodeType::Map);
-  rs["rope_type"] = m.rope_scaling.rope_type;
-  if (m.rope_scaling.llama3()) {
-    rs["factor"] = m.rope_scaling.factor;
-    rs["low_freq_factor"] = m.rope_scaling.low_freq_factor;
-    rs["high_freq_factor"] = m.rope_scaling.high_freq_factor;
-    rs["original_max_position_embeddings"] = m.rope_scaling.original_max_position_embeddings;
-  }
-  add("rope_scaling", "rope_scaling", rs);
+  add("rope_scaling", "rope_scaling", rope_scaling_node(m.rope_scaling));
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
     add("moe.num_experts", "moe_num_experts", YAML::Node(e.num_experts));

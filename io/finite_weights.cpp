@@ -6,6 +6,7 @@
 
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
+#include "core/strings.hpp"
 
 namespace kktrain {
 

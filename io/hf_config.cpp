@@ -12,6 +12,7 @@
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/strings.hpp"
 
 namespace kktrain {
 
@@ -19,22 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
-
-// A key as a message can print it (control characters escaped, as in JSON).
-std::string printable_key(const std::string& key) {
-  std::string out;
-  for (const char ch : key) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
 
 // Which numbers a key takes.
 enum class Bound { positive, nonnegative };
@@ -104,7 +89,7 @@ void refuse_duplicate_keys(const std::string& file, const std::string& text) {
         if (!open.back().insert(key).second) {
           std::string dotted;
           for (const auto& p : path) dotted += (dotted.empty() ? "" : ".") + p;
-          throw InputError("'" + file + "': key \"" + printable_key(dotted) +
+          throw InputError("'" + file + "': key \"" + printable_name(dotted) +
                            "\" appears twice in one object: which value is meant?");
         }
         break;
@@ -376,6 +361,18 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
   return j.dump(2) + "\n";
 }
 
+YAML::Node rope_scaling_node(const RopeScaling& r) {
+  YAML::Node rs(YAML::NodeType::Map);
+  rs["rope_type"] = r.rope_type;
+  if (r.llama3()) {
+    rs["factor"] = r.factor;
+    rs["low_freq_factor"] = r.low_freq_factor;
+    rs["high_freq_factor"] = r.high_freq_factor;
+    rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  return rs;
+}
+
 ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
   const ModelConfig& m = a.model;
   ModelFileArchitecture f;
@@ -392,15 +389,7 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
       {"max_seq_len", "max_position_embeddings", YAML::Node(m.max_seq_len)},
       {"tie_word_embeddings", "tie_word_embeddings", YAML::Node(m.tie_word_embeddings)},
   };
-  YAML::Node rs(YAML::NodeType::Map);
-  rs["rope_type"] = m.rope_scaling.rope_type;
-  if (m.rope_scaling.llama3()) {
-    rs["factor"] = m.rope_scaling.factor;
-    rs["low_freq_factor"] = m.rope_scaling.low_freq_factor;
-    rs["high_freq_factor"] = m.rope_scaling.high_freq_factor;
-    rs["original_max_position_embeddings"] = m.rope_scaling.original_max_position_embeddings;
-  }
-  f.values.push_back({"rope_scaling", "rope_scaling", rs});
+  f.values.push_back({"rope_scaling", "rope_scaling", rope_scaling_node(m.rope_scaling)});
   if (m.moe.enabled()) {
     f.values.push_back({"moe.num_experts", "num_local_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});

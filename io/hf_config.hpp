@@ -59,6 +59,8 @@ std::string hf_config_json(const ModelConfig& m, DType dtype);
 
 // The values model.* takes from the file (core/config.hpp), for load_config.
 ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a);
+// A rotary scaling as the value of model.rope_scaling ({rope_type, and llama3's four numbers}).
+YAML::Node rope_scaling_node(const RopeScaling& r);
 
 // rope_scaling as the text of a JSON object ("" for none), and back (InputError naming `where`).
 std::string rope_scaling_json(const RopeScaling& r);

@@ -159,21 +159,6 @@ void check_model_path(const std::string& path, const std::string& what) {
   }
 }
 
-std::string printable_name(const std::string& name) {
-  std::string out;
-  for (const char ch : name) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
 ModelConfig architecture_of(const WeightSource& src) {
   const FileAttrs& a = src.attributes();
   auto i64 = [&](const char* k) {

@@ -16,6 +16,7 @@
 
 #include "core/config.hpp"
 #include "core/dtype.hpp"
+#include "core/strings.hpp"  // printable_name
 #include "io/h5_rows.hpp"
 #include "parallel/communicator.hpp"
 
@@ -79,10 +80,6 @@ MoeConfig moe_from_attrs(const FileAttrs& a);
 // Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
 // the other dense ("" when both are of one kind), for messages after the file's name.
 std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m);
-
-// A tensor name as a message can print it: control characters escaped as \u00XX (an embedded
-// NUL would otherwise end the message there).
-std::string printable_name(const std::string& name);
 
 // Rows of at most this many bytes of fp32 values per piece when a process streams a tensor.
 constexpr int64_t kStreamPieceBytes = int64_t(16) << 20;
