@@ -365,11 +365,17 @@ std::string resolve_checkpoint(const std::string& path, const std::string& what)
   if (fs::is_directory(path, ec)) {
     const fs::path file = fs::path(path) / kCheckpointFile;
     if (fs::is_regular_file(file, ec)) return file.string();
-    if (auto latest = latest_checkpoint(path)) return *latest;
+    // The newest complete checkpoint; when `latest` names another (or a damaged one), say so.
+    std::string note;
+    const auto noted = [&](const std::string& file) {
+      if (!note.empty()) log::warn(what + ": " + note);
+      return file;
+    };
+    if (auto latest = latest_checkpoint(path, &note)) return noted(*latest);
     // A run directory (train.output_dir) holds its checkpoints under checkpoints/.
     const fs::path run = fs::path(path) / "checkpoints";
     if (fs::is_directory(run, ec)) {
-      if (auto latest = latest_checkpoint(run.string())) return *latest;
+      if (auto latest = latest_checkpoint(run.string(), &note)) return noted(*latest);
     }
     for (const fs::path& root : {fs::path(path), run}) {
       const std::string damaged = damaged_latest(root.string());

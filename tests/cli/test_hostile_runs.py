@@ -179,6 +179,11 @@ def case_damaged_latest():
             d = os.path.join(tmp, f"two_{kind}")
             shutil.copytree(two, d, symlinks=True)
             damage(os.path.join(d, "checkpoints", "step_00000004"), kind)
+            # kktrain export of the run takes step 2 too, and says why.
+            err = ok(kk(["export", d, "--out", os.path.join(tmp, "y.h5")]), f"export, {kind}")
+            warn = [ln for ln in err.splitlines() if "warning" in ln and "step_00000004" in ln]
+            check(len(warn) == 1 and found[kind] in warn[0] and "step_00000002" in warn[0],
+                  f"export, {kind}: warnings {warn}\n{err}")
             res = kk(train(d, "train.max_steps=6", "checkpoint.keep_last=3"))
             err = ok(res, kind)
             warn = [ln for ln in err.splitlines() if "warning" in ln and "step_00000004" in ln]
