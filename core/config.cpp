@@ -153,6 +153,9 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->seed = static_cast<uint64_t>(s.get_int("seed", static_cast<int64_t>(m->seed), 0, kMaxInt));
   m->init_std = s.get_double("init_std", m->init_std, 0.0, 10.0);
   m->init_from = s.get_opt_string("init_from");
+  if (m->init_from && m->init_from->empty()) {
+    s.fail("init_from", "an empty path (leave it unset, or null, to initialize from model.seed)");
+  }
   spec->init_from = m->init_from;
   m->activation_checkpointing = s.get_bool("activation_checkpointing", false);
   m->loss_chunk_tokens = s.get_int("loss_chunk_tokens", m->loss_chunk_tokens, 1, 1 << 24);
@@ -384,6 +387,9 @@ void read_train(Section& s, TrainConfig* t) {
 
 void read_checkpoint(Section& s, CheckpointConfig* c) {
   c->dir = s.get_opt_string("dir");
+  if (c->dir && c->dir->empty()) {
+    s.fail("dir", "an empty path (leave it unset, or null, for <train.output_dir>/checkpoints)");
+  }
   c->save_every = s.get_int("save_every", 0, 0, kMaxInt);
   c->keep_last = s.get_int("keep_last", 2, 1, 1 << 20);
   c->resume = s.get_string("resume", "auto");

@@ -298,6 +298,15 @@ def case_config_size_bound():
         check(rc == 0, f"a config under the bound is read: rc={rc} {err}")
 
 
+def case_empty_paths():
+    """An empty path where a config names a file or directory is refused by `kktrain config`
+    (before: accepted, then 'is not a directory' / 'no checkpoint at' only when training)."""
+    for key, needle in (("checkpoint.dir", "train.output_dir>/checkpoints"),
+                        ("model.init_from", "model.seed"), ("data.path", "empty file name")):
+        expect_error(["config", DEFAULT_CONFIG, f'{key}=""'], key, needle,
+                     f"override '{key}=\"\"'")
+
+
 def case_kokkos_never_sees_arguments():
     """Kokkos' own argument parser never sees kktrain's arguments: '--help' as a prompt prints no
     Kokkos help text and '--threads' as one does not stop Kokkos ('expecting an =INT'); the
