@@ -1,6 +1,7 @@
 #include "core/files.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -85,6 +86,17 @@ std::optional<std::string> read_regular_file(std::string* out, const std::string
 std::optional<std::string> unreadable_regular_file(const std::string& path) {
   FileDescriptor f;
   return open_regular_file(&f, path);
+}
+
+std::optional<uint64_t> make_room_for_open_files(uint64_t count) {
+  const uint64_t need = count + 256;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return std::nullopt;  // unknown: let open() say
+  if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= need) return std::nullopt;
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < need) return lim.rlim_max;
+  lim.rlim_cur = need;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  return std::nullopt;
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -52,6 +52,12 @@ std::optional<std::string> read_regular_file(std::string* out, const std::string
 // can. For readers that hand a path to a library (HDF5): checked right before the library opens.
 std::optional<std::string> unreadable_regular_file(const std::string& path);
 
+// Makes sure this process may hold `count` more open files than it could need otherwise: raises
+// the soft RLIMIT_NOFILE (often 1024) towards the hard limit when it is below count plus a
+// reserve of 256 for libraries (MPI, HDF5). Returns the hard limit when even that is too low
+// (nothing changed), nullopt when there is room.
+std::optional<uint64_t> make_room_for_open_files(uint64_t count);
+
 // True when a and b name the same existing file (hard links and symlinks included).
 bool same_file(const std::string& a, const std::string& b);
 

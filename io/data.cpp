@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/random.hpp"
 #include "core/strings.hpp"
 #include "io/token_file.hpp"
@@ -100,6 +101,13 @@ TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size) {
     return d;
   }
   const std::vector<std::string> files = data_files(cfg);
+  // Each token file stays open while the run reads it (io/token_file.hpp).
+  if (const auto hard = make_room_for_open_files(files.size())) {
+    throw InputError("data.path: " + std::to_string(files.size()) +
+                     " token files, and this process may hold at most " + std::to_string(*hard) +
+                     " open files (the hard limit of ulimit -n): each file stays open while the "
+                     "run reads it; raise the limit or combine the shards into fewer files");
+  }
   std::string formats;
   for (const auto& path : files) {
     auto f = std::make_shared<TokenFile>(path, cfg.format);
