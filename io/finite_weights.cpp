@@ -48,18 +48,11 @@ std::string nonfinite_refusal(const std::string& what, const WeightSource& src,
 
 namespace {
 
-class FiniteChecked final : public WeightSource {
+class FiniteChecked final : public WeightSourceOver {
  public:
   FiniteChecked(std::unique_ptr<WeightSource> src, std::string what,
                 std::function<DType(const std::string&)> dest)
-      : src_(std::move(src)), what_(std::move(what)), dest_(std::move(dest)) {}
-  const std::string& path() const override { return src_->path(); }
-  std::string kind() const override { return src_->kind(); }
-  std::vector<std::string> names() const override { return src_->names(); }
-  std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
-    return src_->shape(name);
-  }
-  DType stored_dtype(const std::string& name) const override { return src_->stored_dtype(name); }
+      : WeightSourceOver(std::move(src)), what_(std::move(what)), dest_(std::move(dest)) {}
   std::vector<float> read_rows_f32(const std::string& name, int64_t row_begin,
                                    int64_t rows) override {
     std::vector<float> v = src_->read_rows_f32(name, row_begin, rows);
@@ -94,13 +87,8 @@ class FiniteChecked final : public WeightSource {
     });
     if (bad.total() > 0) throw InputError(nonfinite_refusal(what_, *src_, name, bad, "", d));
   }
-  const FileAttrs& attributes() const override { return src_->attributes(); }
-  std::string tensor_attribute(const std::string& name, const std::string& attr) const override {
-    return src_->tensor_attribute(name, attr);
-  }
 
  private:
-  std::unique_ptr<WeightSource> src_;
   std::string what_;
   std::function<DType(const std::string&)> dest_;
 };

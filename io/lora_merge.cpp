@@ -36,23 +36,17 @@ void merge_rows(float* w, const LoraPair& l, int64_t row_begin, int64_t rows, in
   }
 }
 
-class MergedLora final : public WeightSource {
+class MergedLora final : public WeightSourceOver {
  public:
   MergedLora(std::unique_ptr<WeightSource> src, double scale)
-      : src_(std::move(src)), scale_(scale) {
+      : WeightSourceOver(std::move(src)), scale_(scale) {
     for (const auto& n : src_->names()) {
       if (lora_adapter_base(n, "A").empty() && lora_adapter_base(n, "B").empty()) {
         names_.push_back(n);
       }
     }
   }
-  const std::string& path() const override { return src_->path(); }
-  std::string kind() const override { return src_->kind(); }
   std::vector<std::string> names() const override { return names_; }
-  std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
-    return src_->shape(name);
-  }
-  DType stored_dtype(const std::string& name) const override { return src_->stored_dtype(name); }
   std::vector<float> read_rows_f32(const std::string& name, int64_t row_begin,
                                    int64_t rows) override {
     std::vector<float> v = src_->read_rows_f32(name, row_begin, rows);
@@ -71,10 +65,6 @@ class MergedLora final : public WeightSource {
       merge_rows(w.data(), p, b, n, in, scale_);
       take(b, n, w.data());
     });
-  }
-  const FileAttrs& attributes() const override { return src_->attributes(); }
-  std::string tensor_attribute(const std::string& name, const std::string& attr) const override {
-    return src_->tensor_attribute(name, attr);
   }
 
  private:
@@ -106,7 +96,6 @@ class MergedLora final : public WeightSource {
     return true;
   }
 
-  std::unique_ptr<WeightSource> src_;
   double scale_;
   std::vector<std::string> names_;
 };

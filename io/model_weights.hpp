@@ -53,6 +53,35 @@ class WeightSource {
   virtual std::string tensor_attribute(const std::string& name, const std::string& attr) const = 0;
 };
 
+// A WeightSource over another (a decorator: LoRA adapters merged in, values checked finite): it
+// passes every call on to `src`; a wrapper overrides what it changes.
+class WeightSourceOver : public WeightSource {
+ public:
+  explicit WeightSourceOver(std::unique_ptr<WeightSource> src) : src_(std::move(src)) {}
+  const std::string& path() const override { return src_->path(); }
+  std::string kind() const override { return src_->kind(); }
+  std::vector<std::string> names() const override { return src_->names(); }
+  std::optional<std::vector<int64_t>> shape(const std::string& name) const override {
+    return src_->shape(name);
+  }
+  DType stored_dtype(const std::string& name) const override { return src_->stored_dtype(name); }
+  std::vector<float> read_rows_f32(const std::string& name, int64_t row_begin,
+                                   int64_t rows) override {
+    return src_->read_rows_f32(name, row_begin, rows);
+  }
+  void stream_rows_f32(const std::string& name, int64_t piece_rows,
+                       const std::function<void(int64_t, int64_t, const float*)>& take) override {
+    src_->stream_rows_f32(name, piece_rows, take);
+  }
+  const FileAttrs& attributes() const override { return src_->attributes(); }
+  std::string tensor_attribute(const std::string& name, const std::string& attr) const override {
+    return src_->tensor_attribute(name, attr);
+  }
+
+ protected:
+  std::unique_ptr<WeightSource> src_;
+};
+
 // Opens what a user named as a model file: a Hugging Face model directory (config.json with
 // safetensors weights, io/hf_weights.hpp), an HDF5 file, a checkpoint step directory, a
 // checkpoint root with a `latest` pointer, or a run directory (collective over comm; errors
