@@ -20,7 +20,7 @@
 #include "core/log.hpp"
 #include "core/version.hpp"
 #include "io/h5.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #include "optim/audit.hpp"
 #include "parallel/mpi_world.hpp"
 #include "parallel/threads.hpp"

@@ -13,7 +13,7 @@
 #include "core/kokkos_compat.hpp"
 #include "core/upload_staging.hpp"
 #include "io/data.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
@@ -42,7 +42,7 @@ int64_t kept_activations(const std::vector<BufferSpec>& plan) {
   return group_bytes(plan, {"activations", "recompute", "mtp"});
 }
 
-// The converted GEMM path (model/gemm_converted.cpp) widens bf16 operands and results into three
+// The converted GEMM path (ops/gemm_converted.cpp) widens bf16 operands and results into three
 // fp32 scratch buffers that grow to the largest operand of their role, up to the panel budget.
 int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int64_t T) {
   if (!bf16_compute) return 0;

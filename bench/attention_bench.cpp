@@ -1,4 +1,4 @@
-// The causal attention alone, forward + backward: the tiled kernels (model/attention.hpp) against
+// The causal attention alone, forward + backward: the tiled kernels (ops/attention.hpp) against
 // the materialized attention kktrain ran before them (tests/unit/attention_reference.hpp: full
 // (B, H, T, T) fp32 scores, batched GEMMs per KV group), alternating in one process, so machine
 // noise hits both alike. Prints one JSON line per implementation: median seconds per forward +
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
-#include "model/attention.hpp"
+#include "ops/attention.hpp"
 #include "tests/unit/attention_reference.hpp"
 
 using namespace kktrain;

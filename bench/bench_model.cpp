@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
-#include "model/gemm.hpp"
 #include "model/transformer.hpp"
+#include "ops/gemm.hpp"
 #include "optim/optimizer.hpp"
 
 using namespace kktrain;

@@ -1,4 +1,4 @@
-// GFLOP/s of gemm() (model/gemm.hpp) per backend at the model's product shapes: fp32 through
+// GFLOP/s of gemm() (ops/gemm.hpp) per backend at the model's product shapes: fp32 through
 // kokkos-kernels (OpenBLAS sgemm), fp32 through oneDNN where that is the default fp32 backend,
 // bf16 x bf16 through oneDNN (native bf16 dot products), and the
 // same bf16 product through the converted path (operands widened to fp32, then sgemm).
@@ -19,9 +19,9 @@
 
 #include "bench/bench_util.hpp"
 #include "core/blas_threads.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
-#include "model/gemm_onednn.hpp"
+#include "ops/gemm_onednn.hpp"
 #endif
 
 using namespace kktrain;

@@ -4,7 +4,7 @@
 //   KOKKOS_PROFILE_LIBRARY=build/bench/libkktrain_kernel_timer.so build/bench/bench_model ...
 //
 // (Kokkos 4.x: KOKKOS_TOOLS_LIBS). Kokkos calls the kokkosp_* functions below around every
-// parallel_for / reduce / scan and every pushRegion / popRegion; gemm() (model/gemm.cpp) pushes a
+// parallel_for / reduce / scan and every pushRegion / popRegion; gemm() (ops/gemm.cpp) pushes a
 // region named after each product's shape while a tool is loaded, so oneDNN's and BLAS' time is
 // attributed too. Times are self times (a region's time minus the kernels and regions inside it),
 // host wall clock: meaningful for host backends, where kernels are synchronous.

@@ -186,7 +186,7 @@ endif()
 
 # ---------------------------------------------------------------------------------------------
 # GPU BLAS (optional): cuBLAS in CUDA builds, rocBLAS in HIP builds, for the bf16 products and the
-# batched ones (model/gemm_vendor_gpu.cpp). KKTRAIN_ENABLE_GPU_BLAS: AUTO (default: on when
+# batched ones (ops/gemm_vendor_gpu.cpp). KKTRAIN_ENABLE_GPU_BLAS: AUTO (default: on when
 # found), ON (found or a configuration error), OFF. Without it Kokkos Kernels' own GEMM runs every
 # product on the device (bf16 operands through fp32 copies): correct, slower. rocBLAS is not a
 # Debian package, so a HIP build on Debian falls back to it.
@@ -224,7 +224,7 @@ if(KKTRAIN_KOKKOS_HAS_CUDA OR KKTRAIN_KOKKOS_HAS_HIP)
 endif()
 
 # ---------------------------------------------------------------------------------------------
-# oneDNN (optional): the bf16 x bf16 GEMM on CPUs with AVX512-BF16 / AMX (model/gemm_onednn.cpp).
+# oneDNN (optional): the bf16 x bf16 GEMM on CPUs with AVX512-BF16 / AMX (ops/gemm_onednn.cpp).
 # Host Kokkos builds only. KKTRAIN_ENABLE_ONEDNN: AUTO (default: on when found), ON (found or a
 # configure error), OFF. Found by header and library, not by find_package(dnnl CONFIG): Debian's
 # dnnl-config.cmake (2.6.3, built with the OpenCL GPU runtime) calls find_package(OpenCL

@@ -3,7 +3,7 @@
 //
 // Two levels: the limit is the process's share of the cores (parallel/threads.hpp plans it once
 // at startup); each product then takes as many threads as its size is worth, never more than the
-// limit (model/gemm.cpp says how many and why). Both depend only on the launch and the shapes,
+// limit (ops/gemm.cpp says how many and why). Both depend only on the launch and the shapes,
 // never on the machine's load: OpenBLAS' sums depend on its thread count, and two identical runs
 // must write identical numbers.
 #pragma once

@@ -22,7 +22,7 @@
 namespace kktrain {
 
 // model.rope_scaling: how the rotary inverse frequencies are rescaled for long contexts, as
-// Hugging Face's rope_scaling (model/rope.hpp computes them).
+// Hugging Face's rope_scaling (ops/rope.hpp computes them).
 struct RopeScaling {
   std::string rope_type = "default";  // default (no scaling) | llama3 (Llama 3.1 / 3.2)
   double factor = 0.0;                // llama3: low frequencies are divided by it

@@ -3,10 +3,10 @@
 
 #include <cmath>
 
-#include "model/attention.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
 #include "model/moe.hpp"
+#include "ops/attention.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

@@ -19,9 +19,9 @@
 #include "core/bf16.hpp"
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
-#include "model/attention.hpp"
 #include "model/moe.hpp"
-#include "model/tbuf.hpp"
+#include "ops/attention.hpp"
+#include "ops/tbuf.hpp"
 
 namespace kktrain {
 
@@ -89,7 +89,7 @@ struct BlockActs {
   TBuf a;              // (N, F)        silu(gate) * up, compute dtype
   MoeActs moe;         // a sparse MLP's instead of gu and a
   // The attention probabilities are never kept: backward recomputes each tile's from q, k and
-  // lse (model/attention.hpp), so no (B, H, T, T) tensor exists.
+  // lse (ops/attention.hpp), so no (B, H, T, T) tensor exists.
 };
 
 // The block's scratch, reused by every block (device pointers; sizes with N = B*T tokens).

@@ -7,9 +7,9 @@
 
 #include "core/errors.hpp"
 #include "core/random.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
-#include "model/rope.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
+#include "ops/rope.hpp"
 
 namespace kktrain {
 

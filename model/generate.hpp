@@ -1,7 +1,7 @@
 // Inference: one token at a time through the model with a KV cache, so each new token costs one
 // position of every layer, not a re-run of the prefix. A small set of functions beside the
-// training path (model/transformer*), built from the same kernels (model/kernels.hpp) and the
-// same GEMM interface (model/gemm.hpp); the training path is not touched.
+// training path (model/transformer*), built from the same kernels (ops/kernels.hpp) and the
+// same GEMM interface (ops/gemm.hpp); the training path is not touched.
 //
 // Weights stay in the dtype they were given in (float32 or bfloat16 GEMM operands; norm weights
 // fp32); every activation, the attention scores and the logits are fp32, so greedy decoding

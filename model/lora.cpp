@@ -7,9 +7,9 @@
 #include "core/errors.hpp"
 #include "core/glob.hpp"
 #include "model/block.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
 #include "model/transformer.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

@@ -7,8 +7,8 @@
 #include "core/errors.hpp"
 #include "core/host_sync.hpp"
 #include "model/block.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

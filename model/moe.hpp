@@ -6,7 +6,7 @@
 //   p = softmax(logits)                   fp32
 //   top-k experts per token, weights w = p of the chosen (divided by their sum: norm_topk_prob)
 //   tokens sorted by expert (counting sort in token order: the same order on every backend and
-//   in every recompute), one grouped GEMM per projection over all experts (model/gemm.hpp):
+//   in every recompute), one grouped GEMM per projection over all experts (ops/gemm.hpp):
 //     y_e = w2_e (silu(w1_e x) * w3_e x)  compute dtype, every token its k experts (dropless)
 //   y = shared(h) + sum_k w_k y_{e_k}     fp32: the combine weights never round
 //
@@ -24,7 +24,7 @@
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
 #include "model/moe_exchange.hpp"
-#include "model/tbuf.hpp"
+#include "ops/tbuf.hpp"
 
 namespace kktrain {
 

@@ -4,10 +4,10 @@
 //   loss_k  = CE(lm_head(norm_k(h_k)), t_{i+k+1})                     lm_head/embed shared
 // total loss = main + model.mtp_loss_weight * mean_k loss_k. With compute_mtp = false the head is
 // skipped at run time; its parameters stay registered for load and save.
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
 #include "model/transformer.hpp"
 #include "model/transformer_buffers.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

@@ -2,7 +2,7 @@
 #include "core/host_sync.hpp"
 
 #include "core/errors.hpp"
-#include "model/kernels.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

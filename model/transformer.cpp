@@ -11,10 +11,10 @@
 #include "core/glob.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
-#include "model/attention.hpp"
-#include "model/kernels.hpp"
-#include "model/rope.hpp"
 #include "model/transformer_buffers.hpp"
+#include "ops/attention.hpp"
+#include "ops/kernels.hpp"
+#include "ops/rope.hpp"
 
 namespace kktrain {
 

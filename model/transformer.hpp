@@ -17,7 +17,7 @@
 // the storage-dtype gradient buffers (so several backward calls accumulate); on several ranks
 // each unit's full gradient is reduce-scattered into the shards after its backward.
 //
-// Precision roles (see model/kernels.hpp): the compute dtype (matmuls, attention, MLP) and the
+// Precision roles (see ops/kernels.hpp): the compute dtype (matmuls, attention, MLP) and the
 // residual-stream dtype. On one rank the compute dtype acts as autocast, so the stream keeps the
 // storage dtype promoted with the compute dtype (fp32 storage -> fp32 stream). On several ranks
 // each unit computes in the compute dtype (its inputs are cast to it: cast_forward_inputs) and

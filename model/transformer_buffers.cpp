@@ -5,10 +5,10 @@
 #include <algorithm>
 
 #include "core/errors.hpp"
-#include "model/attention.hpp"
-#include "model/kernels.hpp"
 #include "model/transformer.hpp"
 #include "model/transformer_buffers.hpp"
+#include "ops/attention.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

@@ -36,7 +36,7 @@ struct Transformer::Buffers {
   DView<float> recompute_out;           // (N, C) block output during recompute
   TBuf qkv;                             // (N, (H + 2 KV) * D)  compute dtype
   TBuf proj;                            // (N, C)               compute dtype
-  // The tiled attention's workspace (model/attention.hpp: attention_workspace_sizes): fp32 tiles
+  // The tiled attention's workspace (ops/attention.hpp: attention_workspace_sizes): fp32 tiles
   // of scores and their gradients, their compute-dtype copies (rc), the forward's output
   // accumulator and row statistics, and delta (B, H, T).
   DView<float> att_scores, att_dprobs, att_out_acc, att_row_max, att_row_sum, att_delta;

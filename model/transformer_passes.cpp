@@ -12,11 +12,11 @@
 
 #include "core/errors.hpp"
 #include "core/host_sync.hpp"
-#include "model/attention.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
 #include "model/transformer.hpp"
 #include "model/transformer_buffers.hpp"
+#include "ops/attention.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

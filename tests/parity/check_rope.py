@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Rotary inverse frequencies: kktrain's (model/rope.cpp, printed by tests/tools/rope_inv_freq)
+"""Rotary inverse frequencies: kktrain's (ops/rope.cpp, printed by tests/tools/rope_inv_freq)
 against Hugging Face's formulas run in PyTorch (torch_reference.py: hf_inv_freq), for the
 default rope and llama3 scaling (Llama 3.1 8B's and 3.2 1B's settings, and settings with many
 frequencies in each band):

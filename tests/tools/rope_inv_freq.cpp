@@ -1,11 +1,11 @@
-// Prints model/rope.hpp's inverse frequencies for tests/parity/check_rope.py, one line per
+// Prints ops/rope.hpp's inverse frequencies for tests/parity/check_rope.py, one line per
 // frequency: the default inv_freq and the scaled one, as the hex of their fp32 bits.
 //   rope_inv_freq D THETA [FACTOR LOW HIGH ORIGINAL]   (llama3 scaling when the four are given)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "model/rope.hpp"
+#include "ops/rope.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 7) {

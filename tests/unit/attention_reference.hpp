@@ -1,4 +1,4 @@
-// The materialized causal attention kktrain ran before the tiled kernels (model/attention.hpp),
+// The materialized causal attention kktrain ran before the tiled kernels (ops/attention.hpp),
 // kept as the reference test_attention compares them with: per (batch, KV head) group, the fp32
 // scores (G*T, T) of all its query heads in one GEMM, a causal softmax over whole rows, the
 // probabilities rounded to the compute dtype for the PV product; backward recomputes them, with
@@ -10,9 +10,9 @@
 #include <cfloat>
 #include <type_traits>
 
-#include "model/attention.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
+#include "ops/attention.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 namespace reference {

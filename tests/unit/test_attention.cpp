@@ -1,4 +1,4 @@
-// The tiled causal attention (model/attention.hpp), both kernels (tiled_gemm: the host builds'
+// The tiled causal attention (ops/attention.hpp), both kernels (tiled_gemm: the host builds'
 // batched GEMM tiles; team: the GPU builds' Kokkos teams, run here on the host), against
 //  - the materialized attention kktrain ran before (tests/unit/attention_reference.hpp), and
 //  - a float64 host computation of the same function from the same (bf16-exact) inputs,
@@ -17,7 +17,7 @@
 
 #include "attention_reference.hpp"
 #include "core/bf16.hpp"
-#include "model/attention.hpp"
+#include "ops/attention.hpp"
 
 namespace kktrain {
 namespace {

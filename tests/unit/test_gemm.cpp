@@ -1,4 +1,4 @@
-// gemm() (model/gemm.hpp) against a double-precision reference, on every backend this build and
+// gemm() (ops/gemm.hpp) against a double-precision reference, on every backend this build and
 // CPU offer: kokkos-kernels (fp32), onednn (bf16 x bf16, when built and the CPU has native bf16)
 // and converted (mixed operands, and bf16 under KKTRAIN_GEMM=reference / set_gemm_reference).
 //
@@ -22,9 +22,9 @@
 
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
-#include "model/gemm_onednn.hpp"
+#include "ops/gemm_onednn.hpp"
 #endif
 
 namespace kktrain {
@@ -279,7 +279,7 @@ TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
   ::unsetenv("KKTRAIN_TEST_GEMM_INT_LIMIT");
 }
 
-// The converted path in panels (model/gemm_converted.hpp): with the scratch budget lowered to 300
+// The converted path in panels (ops/gemm_converted.hpp): with the scratch budget lowered to 300
 // fp32 elements (KKTRAIN_TEST_GEMM_SCRATCH_ELEMS) every product of widened operands larger than
 // that runs in row and column panels, gathered, widened and written back panel by panel; each
 // element must stay within the bound of the double reference. (Not bit for bit the whole-operand

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/errors.hpp"
-#include "model/kernels.hpp"
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
+#include "ops/kernels.hpp"
 #include "tests/unit/model_test_util.hpp"
 
 namespace kktrain {

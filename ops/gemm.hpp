@@ -98,7 +98,7 @@ const char* gemm_backend_name(GemmBackend b);
 // counts the backend that actually ran.)
 GemmBackend gemm_backend_for(DType a, DType b, DType c);
 // The fp32 elements each of the converted backend's three scratch buffers (widened op(A), op(B),
-// result) holds at most: larger products run in panels (model/gemm_converted.hpp).
+// result) holds at most: larger products run in panels (ops/gemm_converted.hpp).
 int64_t converted_scratch_budget_elems();
 // Overrides KKTRAIN_GEMM from here on: true sends every bf16 product to the converted path, false
 // lets them take the native backend (tests and benchmarks compare the two in one process).

@@ -1,10 +1,10 @@
 // The fused softmax + cross-entropy loss over rows of logits (the attention's softmax lives in
-// model/attention.cpp, tile by tile). Max, exponentials, sums and the loss are fp32 whatever the
+// ops/attention.cpp, tile by tile). Max, exponentials, sums and the loss are fp32 whatever the
 // compute dtype.
 #include <Kokkos_Core.hpp>
 #include <cfloat>
 
-#include "model/kernels.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

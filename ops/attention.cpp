@@ -1,4 +1,4 @@
-// Tiled causal attention (model/attention.hpp): kernel choice, tile sizes, and the tiled_gemm
+// Tiled causal attention (ops/attention.hpp): kernel choice, tile sizes, and the tiled_gemm
 // kernel, whose tile products are batched GEMM calls with row kernels in between.
 //
 // tiled_gemm loops on the host over (query head within a KV group g, query tile, chunk of
@@ -7,7 +7,7 @@
 // so each product is one gemm_batched call whatever B and KV are; the causal bound ends the key
 // blocks at the tile's last query row. Every sum runs in a fixed order (the GEMM's, then the host
 // loop's), so results are deterministic.
-#include "model/attention.hpp"
+#include "ops/attention.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -19,9 +19,9 @@
 
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
-#include "model/attention_impl.hpp"
-#include "model/gemm.hpp"
-#include "model/kernels.hpp"
+#include "ops/attention_impl.hpp"
+#include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

@@ -16,7 +16,7 @@
 // recompute gives the same bits). Repeated K/V are never materialized.
 //
 // Two kernels compute this, chosen per build (attention_kernel()):
-//   tiled_gemm  host builds: the tile products are batched GEMMs (model/gemm.hpp; oneDNN or BLAS),
+//   tiled_gemm  host builds: the tile products are batched GEMMs (ops/gemm.hpp; oneDNN or BLAS),
 //               one call per product for a query tile of every (batch, KV head) group at once
 //               (strided batches), with vectorized row kernels (online softmax, dS) in between.
 //   team        GPU builds: one Kokkos team per (batch, head, query tile) (forward, dQ) or per

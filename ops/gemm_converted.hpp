@@ -1,4 +1,4 @@
-// The converted GEMM (model/gemm.hpp's `converted` and `kokkos_kernels` backends): Kokkos Kernels'
+// The converted GEMM (ops/gemm.hpp's `converted` and `kokkos_kernels` backends): Kokkos Kernels'
 // fp32 product (the host BLAS, cuBLAS, rocBLAS) on operands of either dtype, bf16 ones widened to
 // fp32 first and a bf16 result narrowed back.
 //
@@ -9,12 +9,12 @@
 // result (and of op(A)) and columns of the result (and of op(B)), each panel's operands gathered
 // and widened into fp32 scratch of at most the budget, its result written back (narrowed). The
 // summed dimension k is never split, so every element is still one fp32 dot product over all of
-// k. Used by model/gemm.cpp only.
+// k. Used by ops/gemm.cpp only.
 #pragma once
 
 #include <cstdint>
 
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 
 namespace kktrain {
 

@@ -1,7 +1,7 @@
 // Elementwise kernels: weight casts, gradient accumulation, embedding, residual adds, SwiGLU.
 #include "core/host_sync.hpp"
 #include "core/random.hpp"
-#include "model/kernels.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

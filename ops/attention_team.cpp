@@ -1,4 +1,4 @@
-// The team kernel of the tiled attention (model/attention.hpp), the GPU shape: no GEMM calls, one
+// The team kernel of the tiled attention (ops/attention.hpp), the GPU shape: no GEMM calls, one
 // Kokkos team per tile with its tiles in team scratch (shared memory on GPUs), threads over the
 // elements of a tile product, each summing its dot product in order.
 //
@@ -11,14 +11,14 @@
 // dS, and nothing is added by two teams to one element (no atomics: deterministic).
 //
 // Scratch tiles are fp32 (inputs widened once when loaded). At the default tile sizes
-// (model/attention.cpp) a team's tiles fit level-0 scratch (GPU shared memory) up to D = 128;
+// (ops/attention.cpp) a team's tiles fit level-0 scratch (GPU shared memory) up to D = 128;
 // whatever does not fit runs from level 1 (global memory).
 #include <Kokkos_Core.hpp>
 #include <cfloat>
 
 #include "core/bf16.hpp"
-#include "model/attention_impl.hpp"
-#include "model/kernels.hpp"
+#include "ops/attention_impl.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 

@@ -1,4 +1,4 @@
-// The GPU backends of gemm() (model/gemm.hpp): bf16 x bf16 products and batches of fp32 or bf16
+// The GPU backends of gemm() (ops/gemm.hpp): bf16 x bf16 products and batches of fp32 or bf16
 // products, fp32 accumulation, through cublasGemmEx / cublasGemmStridedBatchedEx (CUDA builds) or
 // rocblas_gemm_ex / rocblas_gemm_strided_batched_ex (HIP builds), on Kokkos' own stream. Internal
 // to the model library; compiled only when Kokkos has CUDA or HIP.
@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 
 namespace kktrain {
 namespace vendor_gpu {
@@ -16,7 +16,7 @@ namespace vendor_gpu {
 void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
           float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k);
 
-// gemm_grouped() (model/gemm.hpp) in one launch: cublasGemmGroupedBatchedEx on CUDA builds.
+// gemm_grouped() (ops/gemm.hpp) in one launch: cublasGemmGroupedBatchedEx on CUDA builds.
 // Returns false, having done nothing, where the library has no grouped call for these dtypes
 // (rocBLAS; cuBLAS for mixed dtypes), and the caller runs the groups one by one.
 bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,

@@ -18,7 +18,7 @@
 // key). omp_set_num_threads is looked up at run time among the loaded libraries (libdnnl pulls in
 // libgomp), as OpenBLAS' setter is, so the build needs no OpenMP flags. Without a plan (programs
 // that never set one) OpenMP keeps its own count (OMP_NUM_THREADS or one per core).
-#include "model/gemm_onednn.hpp"
+#include "ops/gemm_onednn.hpp"
 
 #include <dlfcn.h>
 

@@ -2,7 +2,7 @@
 #include <cmath>
 #include <vector>
 
-#include "model/kernels.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 
@@ -94,7 +94,7 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
 
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq) {
   // Computed on the host in fp32 exactly as the reference model does (angle = t * inv_freq in
-  // fp32, inv_freq from model/rope.hpp), then copied to the device once per model.
+  // fp32, inv_freq from ops/rope.hpp), then copied to the device once per model.
   const int64_t half = D / 2;
   std::vector<float> hc(T * half), hs(T * half);
   for (int64_t j = 0; j < half; ++j) {

@@ -118,7 +118,7 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
-// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, model/rope.hpp),
+// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, ops/rope.hpp),
 // computed in fp32.
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
@@ -127,7 +127,7 @@ template <class TC>
 void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
                   int64_t T, int64_t H, int64_t KV, int64_t D, bool rc);
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), rounded to rc.
-// dq, dk, dv are fp32 sums (model/attention.hpp), rounded to rc on load: the gradients of the
+// dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to rc on load: the gradients of the
 // compute-dtype q, k, v.
 template <class TC>
 void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
@@ -135,7 +135,7 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
                    bool rc);
 
 // out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
-// writes its output in token layout itself: model/attention.hpp.)
+// writes its output in token layout itself: ops/attention.hpp.)
 template <class TO, class TI>
 void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
 

@@ -1,4 +1,4 @@
-// GEMM on GPUs through the vendor libraries (model/gemm_vendor_gpu.hpp). Grouped products (the
+// GEMM on GPUs through the vendor libraries (ops/gemm_vendor_gpu.hpp). Grouped products (the
 // experts of a sparse MLP) are one cublasGemmGroupedBatchedEx on CUDA, one problem per group
 // (groups of one product each: sizes differ from expert to expert). Both are
 // column-major: a row-major C (m, n) is a column-major C^T (n, m), and C^T = op(B)^T op(A)^T, so
@@ -9,7 +9,7 @@
 //
 // Compiled only in CUDA or HIP Kokkos builds (model/CMakeLists.txt); untested on this project's
 // CPU-only machines beyond compiling.
-#include "model/gemm_vendor_gpu.hpp"
+#include "ops/gemm_vendor_gpu.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <string>

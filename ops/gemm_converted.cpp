@@ -1,5 +1,5 @@
-// The converted GEMM in panels (model/gemm_converted.hpp has the what and why).
-#include "model/gemm_converted.hpp"
+// The converted GEMM in panels (ops/gemm_converted.hpp has the what and why).
+#include "ops/gemm_converted.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 #include <algorithm>

@@ -1,12 +1,12 @@
-// Pieces shared by the two attention kernels (model/attention.cpp: tiled GEMM products;
-// model/attention_team.cpp: Kokkos teams with scratch tiles). Private to model/.
+// Pieces shared by the two attention kernels (ops/attention.cpp: tiled GEMM products;
+// ops/attention_team.cpp: Kokkos teams with scratch tiles). Private to model/.
 #pragma once
 
 #include <cstdint>
 
 #include "core/kokkos_compat.hpp"
-#include "model/attention.hpp"
-#include "model/kernels.hpp"
+#include "ops/attention.hpp"
+#include "ops/kernels.hpp"
 
 namespace kktrain {
 
@@ -29,7 +29,7 @@ KOKKOS_INLINE_FUNCTION int64_t token_index(int64_t b, int64_t h, int64_t t, int6
 template <class TC>
 void attention_delta(float* delta, const TC* dout, const TC* out, const AttentionDims& d);
 
-// The team kernel (model/attention_team.cpp); same contract as attention_forward/backward.
+// The team kernel (ops/attention_team.cpp); same contract as attention_forward/backward.
 template <class TC>
 void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
                             const AttentionDims& d, bool rc);

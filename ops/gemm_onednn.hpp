@@ -1,4 +1,4 @@
-// The oneDNN backend of gemm() (model/gemm.hpp): bf16 x bf16 products on CPUs that multiply bf16
+// The oneDNN backend of gemm() (ops/gemm.hpp): bf16 x bf16 products on CPUs that multiply bf16
 // natively (AVX512-BF16 or AMX), fp32 accumulation, fp32 or bf16 C. Internal to the model library:
 // gemm.cpp calls it only in builds with KKTRAIN_HAVE_ONEDNN (CMake option KKTRAIN_ENABLE_ONEDNN).
 #pragma once
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 
 namespace kktrain {
 namespace onednn {

@@ -1,4 +1,4 @@
-#include "model/gemm.hpp"
+#include "ops/gemm.hpp"
 #include "core/host_sync.hpp"
 
 #include <algorithm>
@@ -10,12 +10,12 @@
 
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
-#include "model/gemm_converted.hpp"
+#include "ops/gemm_converted.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
-#include "model/gemm_onednn.hpp"
+#include "ops/gemm_onednn.hpp"
 #endif
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
-#include "model/gemm_vendor_gpu.hpp"
+#include "ops/gemm_vendor_gpu.hpp"
 #endif
 
 namespace kktrain {

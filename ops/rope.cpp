@@ -1,11 +1,11 @@
-// Rotary inverse frequencies (model/rope.hpp). theta^(2j/D) is the correctly rounded fp32 value
+// Rotary inverse frequencies (ops/rope.hpp). theta^(2j/D) is the correctly rounded fp32 value
 // of the power of the fp32 operands (formed in double): PyTorch's fp32 pow is a vectorized 1-ulp
 // approximation on CPUs and CUDA's powf on GPUs, so the reference itself differs by an ulp from
 // one platform to the next, and the correctly rounded value is the one every platform can agree
 // on. Every later operation is rounded to fp32 as PyTorch's elementwise kernels round it: a
 // Python scalar operand is first converted to fp32, `a / t` of a scalar and a tensor is
 // reciprocal(t) * a, and the build never contracts a * b + c into an FMA (-ffp-contract=off).
-#include "model/rope.hpp"
+#include "ops/rope.hpp"
 
 #include <cmath>
 
