@@ -21,7 +21,7 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
     const auto values = param_to_host(reg, i);
     f.write_f32("/params/" + p.name, values.data(), p.shape);
     if (p.trainable) {
-      const auto grads = param_to_host(reg, i, true);
+      const auto grads = param_to_host(reg, i, ParamPart::grad);
       f.write_f32("/grads/" + p.name, grads.data(), p.shape);
     }
     for (const auto& a : p.aliases) f.attr_str("/params/" + p.name, "alias", a);
@@ -61,7 +61,7 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_f64("/", "mtp_loss_weight", m.mtp_loss_weight);
   f.attr_str("/", "storage_dtype", dtype_name(cfg.precision.storage));
   f.attr_str("/", "compute_dtype", dtype_name(cfg.precision.compute));
-  f.attr_i64("/", "stream_bf16", model.stream_bf16() ? 1 : 0);
+  f.attr_i64("/", "stream_bf16", model.roundings().stream == Rounding::bf16 ? 1 : 0);
 }
 
 int run_grads(const ParsedArgs& args, AppContext& ctx) {

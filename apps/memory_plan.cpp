@@ -44,8 +44,8 @@ int64_t kept_activations(const std::vector<BufferSpec>& plan) {
 
 // The converted GEMM path (ops/gemm_converted.cpp) widens bf16 operands and results into three
 // fp32 scratch buffers that grow to the largest operand of their role, up to the panel budget.
-int64_t gemm_scratch_bytes(const Config& cfg, bool bf16_compute, int64_t B, int64_t T) {
-  if (!bf16_compute) return 0;
+int64_t gemm_scratch_bytes(const Config& cfg, Rounding compute, int64_t B, int64_t T) {
+  if (compute == Rounding::fp32) return 0;
   const bool converted =
       gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16) ==
           GemmBackend::converted ||
@@ -95,7 +95,7 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   }
   p.workspaces = group_bytes(acts, {"batch", "head", "scratch"}) +
                  group_bytes(units, {"units", "model"}) +
-                 gemm_scratch_bytes(cfg, model.compute_bf16(), B, T);
+                 gemm_scratch_bytes(cfg, model.roundings().compute, B, T);
 #if !defined(KOKKOS_ENABLE_CUDA) && !defined(KOKKOS_ENABLE_HIP)
   // The pinned upload staging of a step's micro-batches (host memory: on GPU builds it is not
   // part of the device's budget).

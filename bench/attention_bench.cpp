@@ -39,7 +39,7 @@ DView<TC> random_view(int64_t n, uint32_t seed) {
 
 template <class TC>
 int run(const AttentionDims& d, int iters, bool materialized) {
-  const bool rc = !std::is_same<TC, float>::value;
+  constexpr Rounding rc = rounding_of<TC>();
   const int64_t nq = d.B * d.H * d.T * d.D, nkv = d.B * d.KV * d.T * d.D;
   DView<TC> q = random_view<TC>(nq, 1), k = random_view<TC>(nkv, 2), v = random_view<TC>(nkv, 3);
   DView<TC> dout = random_view<TC>(nq, 4), out("out", nq);
@@ -62,9 +62,9 @@ int run(const AttentionDims& d, int iters, bool materialized) {
   std::vector<double> tiled_s, ref_s;
   for (int it = 0; it <= iters; ++it) {  // the first round warms up
     double t0 = now();
-    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, s, rc);
+    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, s);
     attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
-                       q.data(), k.data(), v.data(), d, s, rc);
+                       q.data(), k.data(), v.data(), d, s);
     Kokkos::fence();
     if (it > 0) tiled_s.push_back(now() - t0);
     if (!materialized) continue;
@@ -81,7 +81,8 @@ int run(const AttentionDims& d, int iters, bool materialized) {
     std::printf(
         "{\"kind\": \"attention\", \"impl\": \"%s\", \"compute\": \"%s\", \"T\": %lld, "
         "\"median_s\": %.6f, \"gflops\": %.2f}\n",
-        impl, rc ? "bfloat16" : "float32", static_cast<long long>(d.T), m, flops / m / 1e9);
+        impl, rc == Rounding::bf16 ? "bfloat16" : "float32", static_cast<long long>(d.T), m,
+        flops / m / 1e9);
   };
   print(attention_kernel_name(attention_kernel()), tiled_s);
   if (materialized) print("materialized", ref_s);

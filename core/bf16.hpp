@@ -17,6 +17,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace kktrain {
 
@@ -70,6 +71,17 @@ static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
 // Round a float to the nearest bf16 value, returned as float (an fp32 holding a bf16 value).
 KOKKOS_INLINE_FUNCTION float round_to_bf16(float f) {
   return bits_float(bf16_round_bits32(f));
+}
+
+// Whether the values of a tensor role (the residual stream, the compute dtype, what passes
+// between units) are rounded to bf16 because the role's dtype is bf16, or kept in fp32. Fixed
+// at launch for each role and passed to kernels as this type, never as a bare bool.
+enum class Rounding : uint8_t { fp32 = 0, bf16 = 1 };
+// The rounding a container implies: a bf16 container holds bf16 values, a float one fp32 values
+// (the compute dtype of a pass is its template parameter TC; its rounding is rounding_of<TC>()).
+template <class T>
+constexpr Rounding rounding_of() {
+  return std::is_same<T, bf16>::value ? Rounding::bf16 : Rounding::fp32;
 }
 
 // Uniform conversions used by dtype-generic kernels: to_f32(x) and from_f32<T>(f).

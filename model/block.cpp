@@ -15,16 +15,16 @@ namespace {
 // The projection's adapter added to y, its input x; sizes of the projection.
 template <class TC>
 void adapter_forward(const BlockWeights& w, const BlockScratch<TC>& s, int proj, TC* y, int64_t ld,
-                     int64_t col, const TC* x, int64_t N, int64_t in, int64_t out, bool rc) {
-  lora_forward(y, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_y, rc);
+                     int64_t col, const TC* x, int64_t N, int64_t in, int64_t out) {
+  lora_forward(y, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_y);
 }
 
 template <class TC>
 void adapter_backward(const BlockWeights& w, const BlockScratch<TC>& s, BlockGrads& grads, int proj,
                       float* dx, const TC* dy, int64_t ld, int64_t col, const TC* x, int64_t N,
-                      int64_t in, int64_t out, bool rc) {
+                      int64_t in, int64_t out) {
   lora_backward(dx, dy, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_dt, s.lora_y, s.dw,
-                grads, kLoraA0 + proj, kLoraB0 + proj, rc);
+                grads, kLoraA0 + proj, kLoraB0 + proj);
 }
 
 // The dense SwiGLU MLP's backward: s.dxn (N, C) = the norm output's gradient from dres (N, C),
@@ -33,28 +33,27 @@ template <class TC>
 void dense_mlp_backward(const float* dres, const BlockActs& a, const BlockWeights& w,
                         const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads) {
   const int64_t N = d.N(), C = d.C, F = d.F;
-  const bool rc = d.rc;
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
   auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };
   const TC* xn2 = a.xn2.p<TC>();
   const TC* act = a.a.p<TC>();
-  const TC* dc = compute_copy(s.dc, dres, N * C, rc);
+  const TC* dc = compute_copy(s.dc, dres, N * C);
   if (trainable(kDown)) {
     matmul_backward_weight(dw, dc, act, N, F, C);
     accumulate(kDown, dw);
   }
-  matmul_backward_input(s.da, dc, w.down, N, F, C, false);  // (N, F)
-  adapter_backward(w, s, grads, kDown, s.da, dc, C, 0, act, N, F, C, rc);
-  swiglu_backward(s.dgu, s.da, a.gu.p<TC>(), N, F, rc);  // (N, 2F); rounds da on load
+  matmul_backward_input(s.da, dc, w.down, N, F, C, Into::overwrite);  // (N, F)
+  adapter_backward(w, s, grads, kDown, s.da, dc, C, 0, act, N, F, C);
+  swiglu_backward(s.dgu, s.da, a.gu.p<TC>(), N, F);  // (N, 2F); rounds da on load
   if (trainable(kGate) || trainable(kUp)) {
     matmul_backward_weight(dw, s.dgu, xn2, N, C, 2 * F);  // (2F, C)
     accumulate(kGate, dw);
     accumulate(kUp, dw + F * C);
   }
-  matmul_backward_input(s.dxn, s.dgu, w.gate_up, N, C, 2 * F, false);
-  adapter_backward(w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F, rc);
-  adapter_backward(w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F, rc);
+  matmul_backward_input(s.dxn, s.dgu, w.gate_up, N, C, 2 * F, Into::overwrite);
+  adapter_backward(w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F);
+  adapter_backward(w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F);
 }
 
 }  // namespace
@@ -64,7 +63,7 @@ void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeight
                    const BlockScratch<TC>& s, const BlockDims& d) {
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
   const int64_t Q = d.Q();
-  const bool rs = d.rs, rc = d.rc;
+  const Rounding rs = d.stream;
   const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
   TC* xn1 = a.xn1.p<TC>();
   TC* o = a.o.p<TC>();
@@ -72,31 +71,31 @@ void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeight
   TC* gu = d.moe.enabled() ? nullptr : a.gu.p<TC>();
   TC* act = d.moe.enabled() ? nullptr : a.a.p<TC>();
 
-  rmsnorm_forward(xn1, nullptr, a.rstd1.data(), inp, w.ln1, N, C, d.eps, rs, rc);
+  rmsnorm_forward(xn1, nullptr, a.rstd1.data(), inp, w.ln1, N, C, d.eps, rs);
   matmul_forward(s.qkv, xn1, w.qkv, N, C, Q);  // (N, Q): q, k, v fused
-  adapter_forward(w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D, rc);
-  adapter_forward(w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D, rc);
-  adapter_forward(w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
-  rope_forward(a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H, KV, D,
-               rc);
-  attention_forward(o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad, s.att,
-                    rc);  // (N, H*D) token layout
+  adapter_forward(w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D);
+  adapter_forward(w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D);
+  adapter_forward(w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D);
+  rope_forward(a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H, KV,
+               D);
+  attention_forward(o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
+                    s.att);  // (N, H*D) token layout
   matmul_forward(s.proj, o, w.o, N, H * D, C);
-  adapter_forward(w, s, kO, s.proj, C, 0, o, N, H * D, C, rc);
+  adapter_forward(w, s, kO, s.proj, C, 0, o, N, H * D, C);
   add_forward(a.x1.data(), inp, s.proj, N * C, rs);
 
-  rmsnorm_forward(xn2, nullptr, a.rstd2.data(), a.x1.data(), w.ln2, N, C, d.eps, rs, rc);
+  rmsnorm_forward(xn2, nullptr, a.rstd2.data(), a.x1.data(), w.ln2, N, C, d.eps, rs);
   if (d.moe.enabled()) {  // the experts' combined output is fp32 until the residual add
     moe_forward(s.moe.y, static_cast<const TC*>(xn2), a.moe, w.moe, s.moe, d.moe);
     add_forward(out, a.x1.data(), s.moe.y, N * C, rs);
     return;
   }
   matmul_forward(gu, xn2, w.gate_up, N, C, 2 * F);  // (N, 2F): gate, up fused
-  adapter_forward(w, s, kGate, gu, 2 * F, 0, xn2, N, C, F, rc);
-  adapter_forward(w, s, kUp, gu, 2 * F, F, xn2, N, C, F, rc);
-  swiglu_forward(act, gu, N, F, rc);
+  adapter_forward(w, s, kGate, gu, 2 * F, 0, xn2, N, C, F);
+  adapter_forward(w, s, kUp, gu, 2 * F, F, xn2, N, C, F);
+  swiglu_forward(act, gu, N, F);
   matmul_forward(s.proj, act, w.down, N, F, C);
-  adapter_forward(w, s, kDown, s.proj, C, 0, act, N, F, C, rc);
+  adapter_forward(w, s, kDown, s.proj, C, 0, act, N, F, C);
   add_forward(out, a.x1.data(), s.proj, N * C, rs);
 }
 
@@ -105,7 +104,7 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
                     const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads) {
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D;
   const int64_t Q = d.Q();
-  const bool rs = d.rs, rc = d.rc;
+  const Rounding rs = d.stream;
   const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
@@ -123,33 +122,34 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
   }
   // dxn rounded to the compute dtype on load
   rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, a.x1.data(), w.ln2, a.rstd2.data(), N, C, rs,
-                   rc);
+                   rounding_of<TC>());
   grads.accumulate(kLn2, dw);
 
   // ---- attention: dres now holds d(x1); its compute-dtype copy is the o_proj output gradient.
-  const TC* dc = compute_copy(s.dc, dres, N * C, rc);
+  const TC* dc = compute_copy(s.dc, dres, N * C);
   if (trainable(kO)) {
     matmul_backward_weight(dw, dc, o, N, H * D, C);
     accumulate(kO, dw);
   }
-  matmul_backward_input(s.dtok, dc, w.o, N, H * D, C, false);  // (N, H*D)
-  adapter_backward(w, s, grads, kO, s.dtok, dc, C, 0, o, N, H * D, C, rc);
-  tokens_to_heads(s.dheads, s.dtok, B, H, T, D, rc);  // (B, H, T, D)
+  matmul_backward_input(s.dtok, dc, w.o, N, H * D, C, Into::overwrite);  // (N, H*D)
+  adapter_backward(w, s, grads, kO, s.dtok, dc, C, 0, o, N, H * D, C);
+  tokens_to_heads(s.dheads, s.dtok, B, H, T, D, rounding_of<TC>());  // (B, H, T, D)
   attention_backward(s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
-                     a.v.p<TC>(), ad, s.att, rc);
+                     a.v.p<TC>(), ad, s.att);
   // (N, Q); dq, dk, dv rounded to the compute dtype on load
-  rope_backward(s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, rc);
+  rope_backward(s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D);
   if (trainable(kQ) || trainable(kK) || trainable(kV)) {
     matmul_backward_weight(dw, s.dqkv, xn1, N, C, Q);  // (Q, C)
     accumulate(kQ, dw);
     accumulate(kK, dw + H * D * C);
     accumulate(kV, dw + (H + KV) * D * C);
   }
-  matmul_backward_input(s.dxn, s.dqkv, w.qkv, N, C, Q, false);
-  adapter_backward(w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C, H * D, rc);
-  adapter_backward(w, s, grads, kK, s.dxn, s.dqkv, Q, H * D, xn1, N, C, KV * D, rc);
-  adapter_backward(w, s, grads, kV, s.dxn, s.dqkv, Q, (H + KV) * D, xn1, N, C, KV * D, rc);
-  rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, inp, w.ln1, a.rstd1.data(), N, C, rs, rc);
+  matmul_backward_input(s.dxn, s.dqkv, w.qkv, N, C, Q, Into::overwrite);
+  adapter_backward(w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C, H * D);
+  adapter_backward(w, s, grads, kK, s.dxn, s.dqkv, Q, H * D, xn1, N, C, KV * D);
+  adapter_backward(w, s, grads, kV, s.dxn, s.dqkv, Q, (H + KV) * D, xn1, N, C, KV * D);
+  rmsnorm_backward(dres, dw, s.norm_partial, s.dxn, inp, w.ln1, a.rstd1.data(), N, C, rs,
+                   rounding_of<TC>());
   grads.accumulate(kLn1, dw);
 }
 

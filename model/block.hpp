@@ -39,13 +39,13 @@ enum BlockWeight {
   kNumBlockWeights = kLoraB0 + kNumProj
 };
 
-// Sizes and dtype flags of one block over a micro-batch of B sequences of T tokens.
+// Sizes and the residual-stream rounding of one block over a micro-batch of B sequences of T
+// tokens (the compute dtype is the passes' template parameter TC).
 struct BlockDims {
   int64_t B, T, C, H, KV, D, F;
-  float eps;    // RMSNorm epsilon
-  bool rs;      // the residual-stream dtype is bf16
-  bool rc;      // the compute dtype is bf16
-  MoeDims moe;  // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
+  float eps;        // RMSNorm epsilon
+  Rounding stream;  // the residual-stream dtype
+  MoeDims moe;      // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
   int64_t N() const { return B * T; }
   int64_t Q() const { return (H + 2 * KV) * D; }
 };
@@ -137,13 +137,13 @@ void block_backward(float* dres, const float* inp, const BlockActs& a, const Blo
 // t (N, r) and delta (N, out) are scratch. No-op without an adapter.
 template <class TC>
 void lora_forward(TC* y, int64_t ld, int64_t col, const TC* x, const LoraWeights& l, int64_t N,
-                  int64_t in, int64_t out, TC* t, TC* delta, bool rc);
+                  int64_t in, int64_t out, TC* t, TC* delta);
 // From the projection's output gradient dy (rows ld wide, at column col): the adapter's weight
 // gradients to grads (weights wa, wb), and dx (N, in) += the input gradient through the adapter
 // (fp32, unrounded). t, dt (N, r), g (N, out) and dw (out * r or r * in) are scratch.
 template <class TC>
 void lora_backward(float* dx, const TC* dy, int64_t ld, int64_t col, const TC* x,
                    const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* dt, TC* g,
-                   float* dw, BlockGrads& grads, int wa, int wb, bool rc);
+                   float* dw, BlockGrads& grads, int wa, int wb);
 
 }  // namespace kktrain

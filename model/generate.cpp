@@ -204,22 +204,24 @@ std::vector<float> Decoder::step(int32_t token) {
   Kokkos::deep_copy(m.id, token);
   const CRef e = m.embed.ref();
   if (e.dtype == DType::bfloat16) {
-    embedding_forward(m.x.data(), m.id.data(), static_cast<const bf16*>(e.data), 1, C, m.V, false);
+    embedding_forward(m.x.data(), m.id.data(), static_cast<const bf16*>(e.data), 1, C, m.V,
+                      Rounding::fp32);
   } else {
-    embedding_forward(m.x.data(), m.id.data(), static_cast<const float*>(e.data), 1, C, m.V, false);
+    embedding_forward(m.x.data(), m.id.data(), static_cast<const float*>(e.data), 1, C, m.V,
+                      Rounding::fp32);
   }
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     const Impl::Layer& L = m.layers[l];
     float* kc = m.kcache.data() + static_cast<int64_t>(l) * KV * T * D;
     float* vc = m.vcache.data() + static_cast<int64_t>(l) * KV * T * D;
     rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1, C, eps,
-                           false, false);
+                           Rounding::fp32);
     // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
     matmul_forward(m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
     matmul_forward(m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
     matmul_forward(m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D);
     rope_forward<float>(m.q.data(), m.k.data(), m.v.data(), m.qkv.data(), m.cos.data() + p * half,
-                        m.sin.data() + p * half, 1, 1, H, KV, D, false);
+                        m.sin.data() + p * half, 1, 1, H, KV, D);
     cache_put(kc, m.k.data(), KV, T, D, p);
     cache_put(vc, m.v.data(), KV, T, D, p);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
@@ -233,17 +235,17 @@ std::vector<float> Decoder::step(int32_t token) {
            gout(m.o.data() + g * G * D, G, D));
     }
     matmul_forward(m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
-    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, false);
+    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
     rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1, C, eps,
-                           false, false);
+                           Rounding::fp32);
     matmul_forward(m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
     matmul_forward(m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
-    swiglu_forward<float>(m.a.data(), m.gu.data(), 1, F, false);
+    swiglu_forward<float>(m.a.data(), m.gu.data(), 1, F);
     matmul_forward(m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
-    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, false);
+    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
   }
   rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), m.final_norm.data(), 1, C,
-                         eps, false, false);
+                         eps, Rounding::fp32);
   matmul_forward(m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
   std::vector<float> out(m.V);
   Kokkos::deep_copy(HViewU<float>(out.data(), out.size()), m.logits);

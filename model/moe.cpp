@@ -101,10 +101,11 @@ void combine(float* y, const TC* sy, const TC* ye, const float* weight, const in
       });
 }
 
-// dweight (N, K) = sum_c dy[n] * float(ye[slot]); dye[slot[n, k]] = rnd(weight * dy[n], rc).
+// dweight (N, K) = sum_c dy[n] * float(ye[slot]); dye[slot[n, k]] = rnd(weight * dy[n], TC).
 template <class TC>
 void combine_backward(float* dweight, TC* dye, const float* dy, const TC* ye, const float* weight,
-                      const int32_t* slot, int64_t N, int64_t K, int64_t C, bool rc) {
+                      const int32_t* slot, int64_t N, int64_t K, int64_t C) {
+  constexpr Rounding rc = rounding_of<TC>();
   Kokkos::parallel_for(
       "moe_combine_backward", RangePolicy(0, N * K), KOKKOS_LAMBDA(const int64_t a) {
         const int64_t n = a / K, row = slot[a];
@@ -181,9 +182,8 @@ template <class TC>
 void moe_forward(float* y, const TC* h, MoeActs& a, const MoeWeights& w, const MoeScratch<TC>& s,
                  const MoeDims& d) {
   const int64_t N = d.N, C = d.C, E = d.E, K = d.K, F = d.F, Fs = d.Fs, NK = d.NK();
-  const bool rc = d.rc;
   // Router, fp32 whatever the compute dtype.
-  round_copy(a.xf.data(), h, N * C, false);                  // (N, C) exact widening
+  round_copy(a.xf.data(), h, N * C, Rounding::fp32);         // (N, C) exact widening
   matmul_forward(s.logits, a.xf.data(), w.router, N, C, E);  // (N, E)
   route(a.probs.data(), a.choice.data(), a.weight.data(), s.logits, N, E, K, d.norm_topk);
   expert_stats(a.counts.data(), a.prob_sums.data(), a.choice.data(), a.probs.data(), N, E, K);
@@ -207,14 +207,14 @@ void moe_forward(float* y, const TC* h, MoeActs& a, const MoeWeights& w, const M
   TC* ye = d.ep ? s.ye_local : a.ye.p<TC>();
   gemm_grouped(*sizes, 'N', 'T', 1.0f, gin(x, R, C), gin(w.w13, 2 * F, C), 0.0f,
                gout(hh, R, 2 * F));  // (R, 2F)
-  swiglu_forward(act, hh, R, F, rc);
+  swiglu_forward(act, hh, R, F);
   gemm_grouped(*sizes, 'N', 'T', 1.0f, gin(act, R, F), gin(w.w2, C, F), 0.0f,
                gout(ye, R, C));  // (R, C)
   if (d.ep) moe_return(a.ye.p<TC>(), static_cast<const TC*>(ye), a.plan, *d.ep, C, s.peer);
   const TC* sy = nullptr;
   if (Fs > 0) {
     matmul_forward(a.sgu.p<TC>(), h, w.shared_gate_up, N, C, 2 * Fs);
-    swiglu_forward(a.sa.p<TC>(), a.sgu.p<TC>(), N, Fs, rc);
+    swiglu_forward(a.sa.p<TC>(), a.sgu.p<TC>(), N, Fs);
     matmul_forward(s.sy, a.sa.p<TC>(), w.shared_down, N, Fs, C);
     sy = s.sy;
   }
@@ -244,8 +244,8 @@ void experts_backward(TC* dx, const TC* dye, const TC* x, const MoeActs& a, cons
     }
   }
   gemm_grouped(sizes, 'N', 'N', 1.0f, gin(dye, R, C), gin(w.w2, C, F), 0.0f,
-               gout(s.da, R, F));                        // (R, F)
-  swiglu_backward(s.dh, s.da, a.h.p<TC>(), R, F, d.rc);  // (R, 2F)
+               gout(s.da, R, F));                  // (R, F)
+  swiglu_backward(s.dh, s.da, a.h.p<TC>(), R, F);  // (R, 2F)
   if (any_expert) {
     gemm_grouped(sizes, 'T', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(x, R, C), 0.0f,
                  gout(dw, 2 * F, C));  // (El, 2F, C)
@@ -266,9 +266,8 @@ template <class TC>
 void moe_backward(float* dh, const float* dy, const TC* h, const MoeActs& a, const MoeWeights& w,
                   const MoeScratch<TC>& s, const MoeDims& d, float* dw, BlockGrads& grads) {
   const int64_t N = d.N, C = d.C, E = d.E, K = d.K, Fs = d.Fs, NK = d.NK();
-  const bool rc = d.rc;
   // The combine: combine weights' gradient and the expert outputs' (rounded to the compute dtype).
-  combine_backward(s.dweight, s.dye, dy, a.ye.p<TC>(), a.weight.data(), a.slot.data(), N, K, C, rc);
+  combine_backward(s.dweight, s.dye, dy, a.ye.p<TC>(), a.weight.data(), a.slot.data(), N, K, C);
   // Experts, grouped, where they live.
   if (d.ep) {
     moe_dispatch(s.dye_local, static_cast<const TC*>(s.dye), a.plan, *d.ep, C, s.peer);
@@ -282,20 +281,20 @@ void moe_backward(float* dh, const float* dy, const TC* h, const MoeActs& a, con
   scatter_sum(dh, static_cast<const TC*>(s.dxs), a.slot.data(), N, K, C);
   // The shared expert, a dense SwiGLU MLP.
   if (Fs > 0) {
-    const TC* dc = compute_copy(s.dc, dy, N * C, rc);
+    const TC* dc = compute_copy(s.dc, dy, N * C);
     const TC* sa = a.sa.p<TC>();
     if (grads.trainable(kMoeSharedDown)) {
       matmul_backward_weight(dw, dc, sa, N, Fs, C);
       grads.accumulate(kMoeSharedDown, dw);
     }
-    matmul_backward_input(s.sda, dc, w.shared_down, N, Fs, C, false);  // (N, Fs)
-    swiglu_backward(s.sdgu, s.sda, a.sgu.p<TC>(), N, Fs, rc);          // (N, 2Fs)
+    matmul_backward_input(s.sda, dc, w.shared_down, N, Fs, C, Into::overwrite);  // (N, Fs)
+    swiglu_backward(s.sdgu, s.sda, a.sgu.p<TC>(), N, Fs);                        // (N, 2Fs)
     if (grads.trainable(kMoeSharedGate) || grads.trainable(kMoeSharedUp)) {
       matmul_backward_weight(dw, s.sdgu, h, N, C, 2 * Fs);
       if (grads.trainable(kMoeSharedGate)) grads.accumulate(kMoeSharedGate, dw);
       if (grads.trainable(kMoeSharedUp)) grads.accumulate(kMoeSharedUp, dw + Fs * C);
     }
-    matmul_backward_input(dh, s.sdgu, w.shared_gate_up, N, C, 2 * Fs, true);
+    matmul_backward_input(dh, s.sdgu, w.shared_gate_up, N, C, 2 * Fs, Into::accumulate);
   }
   // The router, fp32.
   route_backward(s.dlogits, s.dweight, a.probs.data(), a.choice.data(), d.aux_grad, N, E, K,
@@ -304,7 +303,7 @@ void moe_backward(float* dh, const float* dy, const TC* h, const MoeActs& a, con
     matmul_backward_weight(dw, s.dlogits, a.xf.data(), N, C, E);  // (E, C)
     grads.accumulate(kMoeRouter, dw);
   }
-  matmul_backward_input(dh, s.dlogits, w.router, N, C, E, true);
+  matmul_backward_input(dh, s.dlogits, w.router, N, C, E, Into::accumulate);
 }
 
 #define KKTRAIN_INST_MOE(TC)                                                                       \

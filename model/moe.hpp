@@ -36,7 +36,6 @@ struct MoeDims {
   int64_t F = 0;   // intermediate size of each expert
   int64_t Fs = 0;  // of the shared expert (0: none)
   bool norm_topk = true;
-  bool rc = false;  // the compute dtype is bf16
   // Expert parallelism (model/moe_exchange.hpp): the group the experts are split over (null: this
   // rank holds every expert), and the first of this rank's E / P experts.
   Communicator* ep = nullptr;

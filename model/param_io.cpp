@@ -11,7 +11,8 @@ using HostF = Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unman
 
 // This rank's shard of parameter i (or its gradient) from local_numel host fp32 values.
 // Host builds cast straight from the host values; device builds stage them on the device first.
-void store_rows(ParamRegistry& reg, int i, const float* local, bool grad) {
+void store_rows(ParamRegistry& reg, int i, const float* local, ParamPart part) {
+  const bool grad = part == ParamPart::grad;
   const ParamInfo& p = reg.info(i);
   constexpr bool host = Kokkos::SpaceAccessibility<ExecSpace, HostSpace>::accessible;
   DView<float> tmp;
@@ -29,20 +30,21 @@ void store_rows(ParamRegistry& reg, int i, const float* local, bool grad) {
 }
 }  // namespace
 
-std::vector<float> param_to_host(const ParamRegistry& reg, int i, bool grad) {
+std::vector<float> param_to_host(const ParamRegistry& reg, int i, ParamPart part) {
+  const bool grad = part == ParamPart::grad;
   const ParamInfo& p = reg.info(i);
   DView<float> tmp("param_to_host", p.local_numel);
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* src = grad ? reg.grad<T>(i).data() : reg.data<T>(i).data();
-    cast_to_float<T>(tmp.data(), src, p.local_numel, false);
+    cast_to_float<T>(tmp.data(), src, p.local_numel, Rounding::fp32);
   });
   std::vector<float> out(static_cast<std::size_t>(p.local_numel));
   Kokkos::deep_copy(HostF(out.data(), out.size()), tmp);
   return out;
 }
 
-void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values, bool grad) {
+void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values, ParamPart part) {
   const ParamInfo& p = reg.info(i);
   if (static_cast<int64_t>(values.size()) != p.numel) {
     throw InputError("parameter " + p.name + " expects " + std::to_string(p.numel) +
@@ -50,7 +52,7 @@ void param_from_host(ParamRegistry& reg, int i, const std::vector<float>& values
   }
   // This rank's rows of the full tensor.
   const std::size_t first = static_cast<std::size_t>(p.row_begin * p.row_len);
-  store_rows(reg, i, values.data() + first, grad);
+  store_rows(reg, i, values.data() + first, part);
 }
 
 void shard_from_host(ParamRegistry& reg, int i, const std::vector<float>& local) {
@@ -59,7 +61,7 @@ void shard_from_host(ParamRegistry& reg, int i, const std::vector<float>& local)
     throw InternalError("parameter " + p.name + ": " + std::to_string(local.size()) +
                         " values for a shard of " + std::to_string(p.local_numel));
   }
-  store_rows(reg, i, local.data(), false);
+  store_rows(reg, i, local.data(), ParamPart::values);
 }
 
 }  // namespace kktrain

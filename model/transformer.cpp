@@ -21,7 +21,8 @@ namespace kktrain {
 Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precision, bool allocate,
                          const PeftConfig& peft)
     : cfg_(cfg), prec_(precision), peft_(peft), buf_(std::make_unique<Buffers>()) {
-  rc_ = prec_.compute == DType::bfloat16;
+  round_.compute = rounding_for(prec_.compute);
+  const Rounding rc = round_.compute;
   register_params();
   moe_counts_.resize(cfg_.moe.enabled() ? cfg_.num_layers : 0);
   moe_prob_sums_.resize(moe_counts_.size());
@@ -29,30 +30,31 @@ Transformer::Transformer(const ModelConfig& cfg, const ResolvedPrecision& precis
   const ParamInfo& emb = params_.info(embed_);
   if (prec_.world_size == 1) {
     // Autocast semantics: the stream keeps the storage dtype promoted with the compute dtype.
-    rs_ = rc_ && emb.dtype == DType::bfloat16;
-    rb_ = rs_;
+    round_.stream = rc == Rounding::bf16 ? rounding_for(emb.dtype) : Rounding::fp32;
+    round_.between = round_.stream;
   } else {
     // FSDP2 units compute in the compute dtype (their inputs are cast to it and all their
     // weights are gathered in it); their outputs are cast to output_dtype.
-    rs_ = rc_;
-    rb_ = prec_.output_applied ? *prec_.output == DType::bfloat16 : rc_;
+    round_.stream = rc;
+    round_.between = prec_.output_applied ? rounding_for(*prec_.output) : rc;
   }
   round_compute_.resize(params_.size());
   for (int i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_.info(i);
-    bool r = false;
+    Rounding r = Rounding::fp32;
     if (!p.keep_fp32) {
       switch (p.role) {
         case ParamRole::linear:
         case ParamRole::lora_a:
         case ParamRole::lora_b:
-          r = rc_;
+          r = rc;
           break;
         case ParamRole::embedding:
-          r = lm_head_ == embed_ ? rc_ : rs_;  // a tied embedding is also the LM head's weight
+          r = lm_head_ == embed_ ? rc
+                                 : round_.stream;  // a tied embedding is also the LM head's weight
           break;
         case ParamRole::norm:
-          r = rs_;
+          r = round_.stream;
           break;
       }
     }
@@ -169,11 +171,12 @@ ComputeLayout Transformer::compute_layout() const {
   // member is fp32 throughout, so it stays one matrix of one dtype.
   ComputeLayout l;
   const int n = params_.size();
-  l.round = round_compute_;
+  l.round.resize(n);
+  for (int i = 0; i < n; ++i) l.round[i] = round_compute_[i] == Rounding::bf16;
   l.dtype.assign(n, DType::float32);
   l.group.assign(n, -1);
   for (int i = 0; i < n; ++i) {
-    if (round_compute_[i] && params_.info(i).role != ParamRole::norm) l.dtype[i] = DType::bfloat16;
+    if (l.round[i] && params_.info(i).role != ParamRole::norm) l.dtype[i] = DType::bfloat16;
   }
   int next = 0;
   auto fuse = [&](std::vector<int> members) {
@@ -445,23 +448,29 @@ void Transformer::reduce(int unit) {
 }
 
 void Transformer::boundary_output(float* x, int64_t n) const {
-  if (rb_ && !rs_) round_copy(x, x, n, true);  // fp32 unit output cast to bf16 output_dtype
+  if (round_.between == Rounding::bf16 && round_.stream == Rounding::fp32) {
+    round_copy(x, x, n, Rounding::bf16);  // fp32 unit output cast to bf16 output_dtype
+  }
 }
 
 void Transformer::boundary_grad_into_unit(float* g, int64_t n) const {
   // The gradient of a bf16 unit output arrives as the gradient of its fp32 cast.
-  if (rs_ && !rb_) round_copy(g, g, n, true);
+  if (round_.stream == Rounding::bf16 && round_.between == Rounding::fp32) {
+    round_copy(g, g, n, Rounding::bf16);
+  }
 }
 
 void Transformer::boundary_grad_out_of_unit(float* g, int64_t n) const {
   // The gradient of an fp32 unit input leaves as the gradient of the bf16 tensor it was cast from.
-  if (rb_ && !rs_) round_copy(g, g, n, true);
+  if (round_.between == Rounding::bf16 && round_.stream == Rounding::fp32) {
+    round_copy(g, g, n, Rounding::bf16);
+  }
 }
 
-void Transformer::accumulate(int param, const float* dw, bool round_dw) {
+void Transformer::accumulate(int param, const float* dw, Rounding round_dw) {
   const ParamInfo& p = params_.info(param);
   if (!p.trainable) return;
-  const bool round = round_dw && !p.keep_fp32;
+  const Rounding round = p.keep_fp32 ? Rounding::fp32 : round_dw;
   if (units_->sharded()) {  // the unit's full fp32 gradient; reduced after the unit's backward
     accumulate_grad<float>(units_->grad_buffer(param), dw, p.numel, round);
     return;
@@ -482,7 +491,8 @@ void Transformer::flush_staged_grads() {
     if (st.extent(0) == 0 || !params_.info(i).trainable) continue;
     dispatch_dtype(params_.info(i).dtype, [&](auto tag) {
       using T = decltype(tag);
-      accumulate_grad<T>(params_.grad<T>(i).data(), st.data(), params_.info(i).numel, false);
+      accumulate_grad<T>(params_.grad<T>(i).data(), st.data(), params_.info(i).numel,
+                         Rounding::fp32);
     });
     Kokkos::deep_copy(ExecSpace(), st, 0.0f);
   }

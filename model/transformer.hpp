@@ -42,6 +42,18 @@
 
 namespace kktrain {
 
+// The rounding of each tensor role, fixed when the model is built (see the header comment): the
+// compute dtype (matmuls, attention, MLP), the residual stream inside a unit, and (several ranks)
+// what passes between units (mp_policy.output_dtype).
+struct Roundings {
+  Rounding compute = Rounding::fp32;
+  Rounding stream = Rounding::fp32;
+  Rounding between = Rounding::fp32;
+};
+inline Rounding rounding_for(DType d) {
+  return d == DType::bfloat16 ? Rounding::bf16 : Rounding::fp32;
+}
+
 struct ForwardOptions {
   bool compute_logits = true;         // false: stop after the final norm (no logits, no loss)
   bool output_hidden_states = false;  // keep the final-norm hidden states for hidden_states()
@@ -142,8 +154,8 @@ class Transformer {
   const std::vector<int32_t>& routing(int64_t layer) const { return moe_choices_.at(layer); }
   int64_t mtp_depth() const { return cfg_.mtp_num_layers; }
 
-  bool compute_bf16() const { return rc_; }
-  bool stream_bf16() const { return rs_; }
+  // The roles' roundings, fixed when the model is built.
+  const Roundings& roundings() const { return round_; }
   // The activation and scratch buffers a forward + backward of micro-batch (B, T) allocates, by
   // the same code that allocates them (nothing is allocated here).
   std::vector<BufferSpec> buffer_plan(int64_t B, int64_t T) const;
@@ -265,20 +277,18 @@ class Transformer {
   // Adds the MTP head's gradient with respect to the main model's last residual into dres.
   template <class TC>
   void mtp_backward(float* dres);
-  void accumulate(int param, const float* dw, bool round_dw);
+  void accumulate(int param, const float* dw, Rounding round_dw);
   void flush_staged_grads();
 
   ModelConfig cfg_;
   ResolvedPrecision prec_;
-  bool rc_ = false;  // compute dtype is bf16
-  bool rs_ = false;  // residual-stream dtype (inside units) is bf16
-  bool rb_ = false;  // several ranks: the dtype between units (output_dtype) is bf16
+  Roundings round_;
   ParamRegistry params_;
   int embed_ = -1, final_norm_ = -1, lm_head_ = -1;  // lm_head_ == embed_ when tied
   std::vector<LayerParams> layers_;
   std::vector<MtpParams> mtp_;
   PeftConfig peft_;
-  std::vector<bool> round_compute_;  // per parameter: rounded to bf16 in the compute buffer
+  std::vector<Rounding> round_compute_;  // per parameter: its compute copy's rounding
   // Parameters with several gradient contributions per backward (the embedding when tied or
   // read by the MTP head, an untied LM head shared with MTP depths) sum them in fp32 here and
   // are rounded into their storage-dtype gradient once, at the end of backward().

@@ -126,7 +126,7 @@ void make_moe_scratch(BufferMaker& mk, Transformer::Buffers& b, int64_t N, const
 
 void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
                                std::vector<BufferSpec>* plan) const {
-  BufferMaker mk(allocate, rc_, plan);
+  BufferMaker mk(allocate, round_.compute == Rounding::bf16, plan);
   b = Buffers();
   b.B = B;
   b.T = T;
@@ -159,8 +159,8 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
   b.qkv = mk.compute("qkv", N * Q);
   b.proj = mk.compute("proj", N * C);
   // The tiled attention's workspace: tiles and row statistics, linear in T (none of it T x T).
-  const AttentionWorkspaceSizes aw =
-      attention_workspace_sizes(AttentionDims{B, T, H, KV, D, 1.0f}, attention_kernel(), rc_);
+  const AttentionWorkspaceSizes aw = attention_workspace_sizes(AttentionDims{B, T, H, KV, D, 1.0f},
+                                                               attention_kernel(), round_.compute);
   b.att_scores = mk.view<float>("att_scores", aw.scores);
   b.att_dprobs = mk.view<float>("att_dprobs", aw.dprobs);
   b.att_probs = mk.compute("att_probs", aw.probs);
@@ -204,8 +204,8 @@ void Transformer::make_buffers(Buffers& b, int64_t B, int64_t T, bool allocate,
     b.den = mk.view<float>("den", N * C);
     b.dhn = mk.view<float>("dhn", N * C);
     b.demb = mk.view<float>("demb", N * C);
-    b.en = mk.view<float>("mtp_en", N * C);
-    b.hn = mk.view<float>("mtp_hn", N * C);
+    b.en = mk.compute("mtp_en", N * C);
+    b.hn = mk.compute("mtp_hn", N * C);
     b.mtp.resize(mtp_.size());
     b.mtp_block.resize(mtp_.size());
     for (std::size_t k = 0; k < mtp_.size(); ++k) {

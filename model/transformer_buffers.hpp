@@ -62,7 +62,7 @@ struct Transformer::Buffers {
   // MTP only: (N, 2C) eh_proj input gradient; (N, C) gradients of h_out/h_prev, the two normed
   // halves, and the embedding lookup.
   DView<float> dcat, dh, dh_prev, den, dhn, demb;
-  DView<float> en, hn;  // (N, C) MTP forward: the two normed halves (compute-dtype values)
+  TBuf en, hn;  // (N, C) MTP forward: the two normed halves, compute dtype
   // A sparse MLP's scratch (model/moe.hpp MoeScratch): (N, E) logits, (N, C) fp32 combine and
   // shared-expert output; backward (NK, C) expert-output gradient, (NK, F) fp32, (NK, 2F),
   // (NK, C) fp32, (NK) combine-weight and (N, E) router-logit gradients; the shared expert's.

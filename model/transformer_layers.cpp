@@ -121,8 +121,7 @@ BlockDims Transformer::block_dims() const {
   d.D = cfg_.head_dim();
   d.F = cfg_.intermediate_size;
   d.eps = static_cast<float>(cfg_.rms_norm_eps);
-  d.rs = rs_;
-  d.rc = rc_;
+  d.stream = round_.stream;
   const MoeConfig& e = cfg_.moe;
   if (e.enabled()) {
     d.moe.N = d.N();
@@ -132,7 +131,6 @@ BlockDims Transformer::block_dims() const {
     d.moe.F = e.intermediate_size;
     d.moe.Fs = e.shared_expert_intermediate_size;
     d.moe.norm_topk = e.norm_topk_prob;
-    d.moe.rc = rc_;
     d.moe.aux_grad = moe_aux_grad_.extent(0) > 0 ? moe_aux_grad_.data() : nullptr;
     d.moe.ep = ep_ > 1 ? ep_comm_.get() : nullptr;
     d.moe.expert0 = expert0_;
@@ -172,8 +170,9 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
       },
       [&](int weight, const float* dw) {
         const int i = param_of(weight);
-        // Norm weights keep their own compute dtype; projections and adapters compute in rc_.
-        accumulate(i, dw, weight == kLn1 || weight == kLn2 ? round_compute_[i] : rc_);
+        // Norm weights keep their own compute dtype; projections and adapters compute in the
+        // compute dtype.
+        accumulate(i, dw, weight == kLn1 || weight == kLn2 ? round_compute_[i] : round_.compute);
       });
   kktrain::block_backward<TC>(dres, inp, a, block_weights(p), block_scratch<TC>(), block_dims(),
                               router);

@@ -105,7 +105,7 @@ CRef Transformer::lookup_weights() const {
   // One rank, tied embedding whose compute copy is rounded for the LM head while the stream is
   // not: the lookup reads the storage itself (embed_lookup rounds to the stream dtype per row).
   const ParamInfo& e = params_.info(embed_);
-  if (!units_->sharded() && lm_head_ == embed_ && rs_ != round_compute_[embed_]) {
+  if (!units_->sharded() && lm_head_ == embed_ && round_.stream != round_compute_[embed_]) {
     if (e.dtype == DType::bfloat16) return CRef{params_.data<bf16>(embed_).data(), e.dtype};
     return CRef{params_.data<float>(embed_).data(), e.dtype};
   }
@@ -116,7 +116,7 @@ void Transformer::embed_lookup(float* out, const int32_t* ids, const CRef& wte, 
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
   dispatch_dtype(wte.dtype, [&](auto tag) {
     using W = decltype(tag);
-    embedding_forward(out, ids, static_cast<const W*>(wte.data), N, C, V, rs_);
+    embedding_forward(out, ids, static_cast<const W*>(wte.data), N, C, V, round_.stream);
   });
 }
 
@@ -124,11 +124,12 @@ ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, i
                                    const ForwardOptions& opts) {
   ensure_buffers(B, T);
   upload_batch(ids, targets, B, T);
-  return rc_ ? forward_impl<bf16>(targets, opts) : forward_impl<float>(targets, opts);
+  return round_.compute == Rounding::bf16 ? forward_impl<bf16>(targets, opts)
+                                          : forward_impl<float>(targets, opts);
 }
 
 void Transformer::backward() {
-  if (rc_) {
+  if (round_.compute == Rounding::bf16) {
     backward_impl<bf16>();
   } else {
     backward_impl<float>();
@@ -229,7 +230,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
     rmsnorm_forward(b.xf.p<TC>(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), wf(final_norm_),
-                    N, C, static_cast<float>(cfg_.rms_norm_eps), rs_, rc_);
+                    N, C, static_cast<float>(cfg_.rms_norm_eps), round_.stream);
   } else {
     const float scale = b.count > 0 ? opts.grad_scale / static_cast<float>(b.count) : 0.0f;
     if (opts.keep_logits && kept_logits_.extent(0) != static_cast<size_t>(N * cfg_.vocab_size)) {
@@ -262,7 +263,7 @@ void Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, 
                                bool backward, float* dxf, float* keep) {
   const int64_t N = buf_->B * buf_->T, C = cfg_.hidden_size, V = cfg_.vocab_size;
   rmsnorm_forward(xf, hidden_out, rstd, inp, wf(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
-                  rs_, rc_);
+                  round_.stream);
   if (!loss && keep == nullptr) return;  // nothing would read the logits
   TC* logits = buf_->logits.p<TC>();
   const bool head_grad = backward && params_.info(lm_head_).trainable;
@@ -271,10 +272,10 @@ void Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, 
     const int64_t rows = std::min(chunk, N - n0);
     // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16
     matmul_forward(logits, xf + n0 * C, w(lm_head_), rows, C, V);
-    if (keep != nullptr) round_copy(keep + n0 * V, logits, rows * V, false);
+    if (keep != nullptr) round_copy(keep + n0 * V, logits, rows * V, Rounding::fp32);
     if (!loss) continue;
-    cross_entropy_forward_backward(losses + n0, logits, targets + n0, rows, V, scale, backward,
-                                   rc_);
+    cross_entropy_forward_backward(losses + n0, logits, targets + n0, rows, V, scale,
+                                   backward ? LossPass::forward_backward : LossPass::forward);
     if (!backward) continue;
     // logits now hold dlogits (rows, V) in the compute dtype. dW (V, C) (+)= dlogits^T @ xf rows:
     // fp32, the chunks summed in order, rounded once by accumulate() below.
@@ -282,10 +283,11 @@ void Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, 
       gemm('T', 'N', 1.0f, gin(logits, rows, V), gin(xf + n0 * C, rows, C), n0 == 0 ? 0.0f : 1.0f,
            gout(buf_->dw.data(), V, C));
     }
-    matmul_backward_input(dxf + n0 * C, logits, w(lm_head_), rows, C, V, false);  // (rows, C)
+    matmul_backward_input(dxf + n0 * C, logits, w(lm_head_), rows, C, V,
+                          Into::overwrite);  // (rows, C)
   }
-  if (head_grad) accumulate(lm_head_, buf_->dw.data(), rc_);
-  if (backward && rc_) round_copy(dxf, dxf, N * C, true);
+  if (head_grad) accumulate(lm_head_, buf_->dw.data(), round_.compute);
+  if (backward && round_.compute == Rounding::bf16) round_copy(dxf, dxf, N * C, Rounding::bf16);
 }
 
 double Transformer::mean_loss(const float* losses, int64_t count, const ForwardOptions& opts,
@@ -316,7 +318,7 @@ void Transformer::backward_impl() {
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
   gather(head_unit_, L > 0 ? L : -1);  // the embedding's weights are not used by backward
   rmsnorm_backward(b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(), b.res[L].data(),
-                   wf(final_norm_), b.rstd_f.data(), N, C, rs_);
+                   wf(final_norm_), b.rstd_f.data(), N, C, round_.stream);
   accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
   reduce(head_unit_);
   release_after_forward(head_unit_);
@@ -344,7 +346,7 @@ void Transformer::backward_impl() {
   }
   if (params_.info(embed_).trainable) {
     embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);
-    accumulate(embed_, b.dw.data(), rs_);
+    accumulate(embed_, b.dw.data(), round_.stream);
   }
   reduce(embed_unit_);
   units_->complete_reductions();  // the last reduce-scatter in flight: the shards are whole now

@@ -143,7 +143,7 @@ KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t valid, int64_t kw, float m
 // out[c] = rnd(in[c], rc) in the compute dtype.
 template <class TC>
 KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restrict in, int64_t n,
-                                      bool rc) {
+                                      Rounding rc) {
   for (int64_t c = 0; c < n; ++c) store_as(out, c, rnd(in[c], rc));
 }
 
@@ -153,7 +153,7 @@ template <class TC>
 KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
                                         const float* __restrict s, const float* __restrict dp,
                                         int64_t valid, int64_t kw, float lse, float delta,
-                                        bool rc) {
+                                        Rounding rc) {
   for (int64_t c = 0; c < valid; ++c) {
     const float e = exp_fast(s[c] - lse);
     store_as(p, c, rnd(e, rc));
@@ -185,7 +185,7 @@ struct Step {
 // output accumulator (nc, nr, D) rescaled by exp(m_old - m_new) before this block's product adds
 // to it. The first block starts the row.
 template <class TC>
-void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, bool rc) {
+void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, Rounding rc) {
   float* scores = s.scores;
   TC* probs = s.probs;
   float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
@@ -214,7 +214,7 @@ void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, boo
 // out (token layout) = rnd(acc / l), lse = m + log(l) for the rows of a tile.
 template <class TC>
 void finalize_tile(TC* out, float* lse, const AttentionScratch<TC>& s, const Step& st,
-                   const AttentionDims& d, bool rc) {
+                   const AttentionDims& d, Rounding rc) {
   const float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
   const int64_t nr = st.nr, i0 = st.i0, c0 = st.c0, g = st.g;
   const int64_t T = d.T, H = d.H, D = d.D, KV = d.KV, G = d.H / d.KV;
@@ -234,7 +234,7 @@ void finalize_tile(TC* out, float* lse, const AttentionScratch<TC>& s, const Ste
 // dscores (or in place of dP).
 template <class TC>
 void dscores_block(const AttentionScratch<TC>& s, const float* lse, const Step& st,
-                   const AttentionDims& d, bool rc) {
+                   const AttentionDims& d, Rounding rc) {
   float *scores = s.scores, *dprobs = s.dprobs;
   const float* delta = s.delta;
   TC *probs = s.probs, *dscores = s.dscores;
@@ -259,7 +259,7 @@ void dscores_block(const AttentionScratch<TC>& s, const float* lse, const Step& 
 
 template <class TC>
 void tiled_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                   const AttentionDims& d, const AttentionScratch<TC>& s, bool rc) {
+                   const AttentionDims& d, const AttentionScratch<TC>& s, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
   const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
   for (int64_t g = 0; g < G; ++g) {
@@ -289,7 +289,7 @@ void tiled_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
 template <class TC>
 void tiled_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse, const TC* q,
                     const TC* k, const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s,
-                    bool rc) {
+                    Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
   const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
   // dK and dV sum over query tiles and the group's heads: start at zero, every product adds.
@@ -373,14 +373,14 @@ AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
 }
 
 AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
-                                                  bool round_operands) {
+                                                  Rounding operands) {
   AttentionWorkspaceSizes w;
   w.delta = d.B * d.H * d.T;
   if (k == AttentionKernel::team) return w;  // the team kernel's tiles live in team scratch
   const AttentionTiles t = attention_tiles(d, k);
   const int64_t tile = t.groups * t.q_rows * t.k_cols;
   w.scores = w.dprobs = tile;
-  w.probs = w.dscores = round_operands ? tile : 0;
+  w.probs = w.dscores = operands == Rounding::bf16 ? tile : 0;
   w.out_acc = t.groups * t.q_rows * d.D;
   w.row_stats = t.groups * t.q_rows;
   return w;
@@ -405,7 +405,8 @@ void attention_delta(float* delta, const TC* dout, const TC* out, const Attentio
 
 template <class TC>
 void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                       const AttentionDims& d, const AttentionScratch<TC>& s, bool rc) {
+                       const AttentionDims& d, const AttentionScratch<TC>& s) {
+  constexpr Rounding rc = rounding_of<TC>();
   if (attention_kernel() == AttentionKernel::team) {
     team_attention_forward(out, lse, q, k, v, d, rc);
   } else {
@@ -416,7 +417,8 @@ void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* 
 template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
                         const float* lse, const TC* q, const TC* k, const TC* v,
-                        const AttentionDims& d, const AttentionScratch<TC>& s, bool rc) {
+                        const AttentionDims& d, const AttentionScratch<TC>& s) {
+  constexpr Rounding rc = rounding_of<TC>();
   attention_delta(s.delta, dout, out, d);
   if (attention_kernel() == AttentionKernel::team) {
     team_attention_backward(dq, dk, dv, dout, lse, s.delta, q, k, v, d, rc);
@@ -428,10 +430,10 @@ void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const T
 #define KKTRAIN_INST_ATTENTION(TC)                                                                 \
   template void attention_delta<TC>(float*, const TC*, const TC*, const AttentionDims&);           \
   template void attention_forward<TC>(TC*, float*, const TC*, const TC*, const TC*,                \
-                                      const AttentionDims&, const AttentionScratch<TC>&, bool);    \
+                                      const AttentionDims&, const AttentionScratch<TC>&);          \
   template void attention_backward<TC>(float*, float*, float*, const TC*, const TC*, const float*, \
                                        const TC*, const TC*, const TC*, const AttentionDims&,      \
-                                       const AttentionScratch<TC>&, bool);
+                                       const AttentionScratch<TC>&);
 KKTRAIN_INST_ATTENTION(float)
 KKTRAIN_INST_ATTENTION(bf16)
 #undef KKTRAIN_INST_ATTENTION

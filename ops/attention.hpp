@@ -28,6 +28,8 @@
 
 #include <cstdint>
 
+#include "core/bf16.hpp"
+
 namespace kktrain {
 
 struct AttentionDims {
@@ -55,8 +57,8 @@ AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k);
 void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups = 0);
 
 // The working buffers the caller provides (device memory; element counts from
-// attention_workspace_sizes for the same dims, kernel and rc). TC buffers are only needed when
-// the products' operands are rounded (TC = bf16, or rc): otherwise they may be null.
+// attention_workspace_sizes for the same dims, kernel and TC). TC buffers are only needed when
+// the products' operands are rounded (TC = bf16): otherwise they may be null.
 template <class TC>
 struct AttentionScratch {
   float* scores = nullptr;   // (groups, q_rows, k_cols) fp32: S, then P
@@ -71,15 +73,15 @@ struct AttentionScratch {
 struct AttentionWorkspaceSizes {
   int64_t scores = 0, dprobs = 0, probs = 0, dscores = 0, out_acc = 0, row_stats = 0, delta = 0;
 };
-// round_operands: P and dS are rounded copies (TC = bf16, or rc).
+// operands: whether P and dS are rounded copies (rounding_of<TC>()).
 AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
-                                                  bool round_operands);
+                                                  Rounding operands);
 
 // out (B*T, H*D) token layout = rnd(softmax(scale q k^T + causal mask) v), lse (B, H, T) fp32;
 // q (B, H, T, D), k and v (B, KV, T, D).
 template <class TC>
 void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                       const AttentionDims& d, const AttentionScratch<TC>& s, bool rc);
+                       const AttentionDims& d, const AttentionScratch<TC>& s);
 
 // From dout (B, H, T, D) (already in the compute dtype), the forward's out (B*T, H*D) and lse:
 // dq (B, H, T, D), dk and dv (B, KV, T, D), fp32 sums. They are the gradients of compute-dtype
@@ -88,6 +90,6 @@ void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* 
 template <class TC>
 void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
                         const float* lse, const TC* q, const TC* k, const TC* v,
-                        const AttentionDims& d, const AttentionScratch<TC>& s, bool rc);
+                        const AttentionDims& d, const AttentionScratch<TC>& s);
 
 }  // namespace kktrain

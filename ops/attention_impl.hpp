@@ -32,10 +32,10 @@ void attention_delta(float* delta, const TC* dout, const TC* out, const Attentio
 // The team kernel (ops/attention_team.cpp); same contract as attention_forward/backward.
 template <class TC>
 void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                            const AttentionDims& d, bool rc);
+                            const AttentionDims& d, Rounding rc);
 template <class TC>
 void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse,
                              const float* delta, const TC* q, const TC* k, const TC* v,
-                             const AttentionDims& d, bool rc);
+                             const AttentionDims& d, Rounding rc);
 
 }  // namespace kktrain

@@ -73,7 +73,7 @@ struct BackwardElement {
   float p, ds;
 };
 KOKKOS_INLINE_FUNCTION BackwardElement backward_element(float qk, float dp, bool valid, float scale,
-                                                        float lse, float delta, bool rc) {
+                                                        float lse, float delta, Rounding rc) {
   const float p = valid ? exp_fast(scale * qk - lse) : 0.0f;
   return BackwardElement{p, rnd(p * (rnd(dp, rc) - delta), rc)};
 }
@@ -82,7 +82,7 @@ KOKKOS_INLINE_FUNCTION BackwardElement backward_element(float qk, float dp, bool
 
 template <class TC>
 void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                            const AttentionDims& d, bool rc) {
+                            const AttentionDims& d, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::team);
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
   const int64_t G = H / KV, nq = (T + Br - 1) / Br;
@@ -159,7 +159,7 @@ void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const
 template <class TC>
 void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse,
                              const float* delta, const TC* q, const TC* k, const TC* v,
-                             const AttentionDims& d, bool rc) {
+                             const AttentionDims& d, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::team);
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
   const int64_t G = H / KV, nq = (T + Br - 1) / Br, nk = (T + Bc - 1) / Bc;
@@ -288,10 +288,10 @@ void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, co
 
 #define KKTRAIN_INST_TEAM_ATTENTION(TC)                                                      \
   template void team_attention_forward<TC>(TC*, float*, const TC*, const TC*, const TC*,     \
-                                           const AttentionDims&, bool);                      \
+                                           const AttentionDims&, Rounding);                  \
   template void team_attention_backward<TC>(float*, float*, float*, const TC*, const float*, \
                                             const float*, const TC*, const TC*, const TC*,   \
-                                            const AttentionDims&, bool);
+                                            const AttentionDims&, Rounding);
 KKTRAIN_INST_TEAM_ATTENTION(float)
 KKTRAIN_INST_TEAM_ATTENTION(bf16)
 #undef KKTRAIN_INST_TEAM_ATTENTION

@@ -124,11 +124,13 @@ template <class TO, class TI, class TW>
 void matmul_forward(TO out, const TI& inp, const TW& weight, int64_t N, int64_t I, int64_t O) {
   gemm('N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
 }
-// dinp (N, I) (+)= dout (N, O) @ weight (O, I)         -- accumulate when `accumulate`
+// Whether a product's result replaces what its output holds or is added to it.
+enum class Into : uint8_t { overwrite, accumulate };
+// dinp (N, I) = (or +=, Into::accumulate) dout (N, O) @ weight (O, I)
 template <class TO, class TI, class TW>
 void matmul_backward_input(TO dinp, const TI& dout, const TW& weight, int64_t N, int64_t I,
-                           int64_t O, bool accumulate) {
-  gemm('N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I), accumulate ? 1.0f : 0.0f,
+                           int64_t O, Into into) {
+  gemm('N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I), into == Into::accumulate ? 1.0f : 0.0f,
        gout(dinp, N, I));
 }
 // dweight (O, I) = dout^T (O, N) @ inp (N, I)           -- written, not accumulated

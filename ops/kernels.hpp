@@ -6,9 +6,11 @@
 // (template parameter TC) are 2-byte bf16 Views when the compute dtype is bf16; the residual stream
 // and gradients that sum several fp32 contributions before their one rounding stay fp32
 // containers. Every kernel reads through to_f32 and writes through store_as, so the math is the
-// same for both containers. The bool flags say whether a role is bf16 and so needs rounding:
-//   rs  the residual-stream dtype (embedding output, norms, residual adds)
-//   rc  the compute dtype (inputs and outputs of matmuls, attention, SwiGLU)
+// same for both containers. Which roles are bf16, and so rounded, is fixed at launch:
+//   the compute dtype (inputs and outputs of matmuls, attention, SwiGLU) is the template
+//     parameter TC: rounding_of<TC>() (core/bf16.hpp);
+//   the residual-stream dtype (embedding output, norms, residual adds) is a Rounding `stream`;
+//   an explicit rounding (a cast, a gradient's one rounding) is a Rounding argument too.
 // A gradient is rounded to the dtype of the tensor it is the gradient of, as autograd does.
 // Statistics (norm rstd, softmax, rotary angles, loss) are computed and kept in fp32.
 #pragma once
@@ -23,10 +25,10 @@
 
 namespace kktrain {
 
-// rnd(x, to_bf16): x rounded to bf16 when to_bf16. A bit-mask select rather than a branch: GCC
-// does not vectorize a select on a loop-invariant bool, and these sit in every inner loop.
-KOKKOS_INLINE_FUNCTION float rnd(float x, bool to_bf16) {
-  const uint32_t m = 0u - static_cast<uint32_t>(to_bf16);
+// rnd(x, r): x rounded to bf16 when r is Rounding::bf16. A bit-mask select rather than a branch:
+// GCC does not vectorize a select on a loop-invariant flag, and these sit in every inner loop.
+KOKKOS_INLINE_FUNCTION float rnd(float x, Rounding r) {
+  const uint32_t m = 0u - static_cast<uint32_t>(r);
   return bits_float((bf16_round_bits32(x) & m) | (float_bits(x) & ~m));
 }
 
@@ -59,9 +61,9 @@ KOKKOS_INLINE_FUNCTION float exp_fast(float x) {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// out (n) = float(in (n)), rounded to bf16 when `round`.   The per-forward compute-weight cast.
+// out (n) = rnd(float(in (n)), round).   The per-forward compute-weight cast.
 template <class T>
-void cast_to_float(float* out, const T* in, int64_t n, bool round);
+void cast_to_float(float* out, const T* in, int64_t n, Rounding round);
 
 // out (n) = T(in (n)), rounding to nearest-even for bf16.
 template <class T>
@@ -81,14 +83,14 @@ void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, f
 // grad (n) = T(float(grad) + rnd(dw, round_dw)).   Accumulates a parameter-gradient contribution
 // computed in fp32 (and first rounded to the dtype it was computed in) into storage-dtype grads.
 template <class T>
-void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw);
+void accumulate_grad(T* grad, const float* dw, int64_t n, Rounding round_dw);
 
 // ---- embedding -------------------------------------------------------------------------------
 
-// out (N, C) = rnd(wte[ids[n]], rs)
+// out (N, C) = rnd(wte[ids[n]], stream)
 template <class TW>
 void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N, int64_t C,
-                       int64_t V, bool rs);
+                       int64_t V, Rounding stream);
 // dwte (V, C) = sum over n with ids[n] == v of dout[n]; fp32, written (rows without tokens are 0).
 // The token positions grouped by id (CSR: row_start (V+1), positions (N)) make the sum order
 // fixed, so gradients are deterministic on every backend.
@@ -97,15 +99,15 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* row_start
 
 // ---- RMSNorm ---------------------------------------------------------------------------------
 
-// rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = rnd(rnd(w * rnd(x * rstd, rs), rs), rc)
-// out_stream (N, C), if not null, receives the stream-dtype value before the compute cast.
+// rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = TC(rnd(w * rnd(x * rstd, stream),
+// stream)); out_stream (N, C), if not null, receives the stream-dtype value before the TC store.
 template <class TC>
 void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
-                     int64_t N, int64_t C, float eps, bool rs, bool rc);
-// dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, rs), rs)      -- accumulates into the stream grad
-// dout (N, C) is read as rnd(dout, round_dout): a caller's fp32 sum (GEMM + LoRA contributions)
-// gets its one rounding to the compute dtype here, without a separate pass.
-// dweight (C) = sum_n dout * rnd(x * rstd, rs)           -- fp32, written: the sums over chunks
+                     int64_t N, int64_t C, float eps, Rounding stream);
+// dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, stream), stream)  -- accumulates into the stream grad
+// dout (N, C) is read as rnd(dout, dout_rounding): a caller's fp32 sum (GEMM + LoRA
+// contributions) gets its one rounding to the compute dtype here, without a separate pass.
+// dweight (C) = sum_n dout * rnd(x * rstd, stream)       -- fp32, written: the sums over chunks
 //   of kRmsnormRowsPerPartial rows, then over the chunks, in that fixed order on every backend
 // partial (rmsnorm_partial_size(N, C)) fp32 scratch: the chunk sums
 constexpr int64_t kRmsnormRowsPerPartial = 64;
@@ -114,7 +116,7 @@ inline int64_t rmsnorm_partial_size(int64_t N, int64_t C) {
 }
 void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
                       const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C, bool rs, bool round_dout = false);
+                      int64_t C, Rounding stream, Rounding dout_rounding = Rounding::fp32);
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
@@ -122,72 +124,76 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
 // computed in fp32.
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
-// rotate-half rotary on q and k (fp32 math, rounded to rc), v copied.
+// rotate-half rotary on q and k (fp32 math, stored in TC), v copied.
 template <class TC>
 void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
-                  int64_t T, int64_t H, int64_t KV, int64_t D, bool rc);
-// dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), rounded to rc.
-// dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to rc on load: the gradients of the
+                  int64_t T, int64_t H, int64_t KV, int64_t D);
+// dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), stored in TC.
+// dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to TC on load: the gradients of the
 // compute-dtype q, k, v.
 template <class TC>
 void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
-                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                   bool rc);
+                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
 
 // out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
 // writes its output in token layout itself: ops/attention.hpp.)
 template <class TO, class TI>
-void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D, bool round);
+void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
+                     Rounding round);
 
 // ---- elementwise -------------------------------------------------------------------------------
 
 // out (n) = rnd(in (n), round)
 template <class TO, class TI>
-void round_copy(TO* out, const TI* in, int64_t n, bool round);
-// The compute-dtype copy of an fp32 tensor (n) as a GEMM operand: dst holding rnd(src, rc) in TC,
-// or src itself when nothing changes (fp32 compute, no rounding).
+void round_copy(TO* out, const TI* in, int64_t n, Rounding round);
+// The compute-dtype copy of an fp32 tensor (n) as a GEMM operand: dst holding TC(src), or src
+// itself when nothing changes (fp32 compute).
 template <class TC>
-const TC* compute_copy(TC* dst, const float* src, int64_t n, bool rc) {
+const TC* compute_copy(TC* dst, const float* src, int64_t n) {
   if constexpr (std::is_same<TC, float>::value) {
-    if (!rc) return src;
+    return src;
+  } else {
+    round_copy(dst, src, n, Rounding::bf16);
+    return dst;
   }
-  round_copy(dst, src, n, rc);
-  return dst;
 }
 
 // out (n) = rnd(a + b, round)        (out may alias a)
 template <class TB>
-void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round);
-// a (N, F) = rnd(rnd(silu(g), rc) * u, rc) with gu (N, 2F) = [g | u] per row
+void add_forward(float* out, const float* a, const TB* b, int64_t n, Rounding round);
+// a (N, F) = TC(TC(silu(g)) * u) with gu (N, 2F) = [g | u] per row
 template <class TC>
-void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc);
-// dgu (N, 2F) = [dg | du] from da (N, F), an fp32 sum rounded to rc on load
+void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F);
+// dgu (N, 2F) = [dg | du] from da (N, F), an fp32 sum rounded to TC on load
 template <class TC>
-void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F, bool rc);
+void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F);
 
-// out (N, 2C) = [rnd(a, round) | rnd(b, round)] per row        and its inverse split
+// out (N, 2C) = [a | b] per row        and its inverse split (fp32)
 template <class TC>
-void concat2(TC* out, const float* a, const float* b, int64_t N, int64_t C, bool round);
+void concat2(TC* out, const TC* a, const TC* b, int64_t N, int64_t C);
 void split2(float* a, float* b, const float* in, int64_t N, int64_t C);
 
-// y (N, out) at column col of rows ld wide: y = rnd(y + rnd(delta * scale, rc), rc)
+// y (N, out) at column col of rows ld wide: y = TC(y + TC(delta * scale))
 template <class TC>
 void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N, int64_t out,
-                      float scale, bool rc);
-// out (N, w) = rnd(in[:, col : col + w] * scale, rc), the slice of rows ld wide made contiguous
+                      float scale);
+// out (N, w) = TC(in[:, col : col + w] * scale), the slice of rows ld wide made contiguous
 template <class TC>
-void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w, float scale,
-                  bool rc);
+void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w,
+                  float scale);
 
 // ---- loss --------------------------------------------------------------------------------------
 
+// What a loss kernel computes: the losses only, or also their gradient.
+enum class LossPass : uint8_t { forward, forward_backward };
+
 // Fused softmax + cross-entropy over logits (N, V). Rows with target < 0 are ignored.
 // losses (N) = logsumexp(logits) - logits[target] (fp32; 0 for ignored rows).
-// When `backward`, logits are overwritten in place with dlogits = rnd((softmax - onehot) * scale,
-// rc), the gradient of the mean loss when scale = 1 / count.
+// With LossPass::forward_backward, logits are overwritten in place with dlogits =
+// TC((softmax - onehot) * scale), the gradient of the mean loss when scale = 1 / count.
 template <class TC>
 void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,
-                                    int64_t V, float scale, bool backward, bool rc);
+                                    int64_t V, float scale, LossPass pass);
 
 // Sum of n fp32 values (deterministic reduction) returned to the host as double.
 double sum_to_host(const float* x, int64_t n);

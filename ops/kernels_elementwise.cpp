@@ -6,14 +6,14 @@
 namespace kktrain {
 
 template <class T>
-void cast_to_float(float* out, const T* in, int64_t n, bool round) {
+void cast_to_float(float* out, const T* in, int64_t n, Rounding round) {
   Kokkos::parallel_for(
       "cast_to_float", RangePolicy(0, n),
       KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(load_f32(in, i), round); });
 }
 
 template <class T>
-void accumulate_grad(T* grad, const float* dw, int64_t n, bool round_dw) {
+void accumulate_grad(T* grad, const float* dw, int64_t n, Rounding round_dw) {
   Kokkos::parallel_for(
       "accumulate_grad", RangePolicy(0, n), KOKKOS_LAMBDA(const int64_t i) {
         store_as(grad, i, load_f32(grad, i) + rnd(dw[i], round_dw));
@@ -54,20 +54,20 @@ void cast_from_float(T* out, const float* in, int64_t n) {
 
 template void cast_from_float<float>(float*, const float*, int64_t);
 template void cast_from_float<bf16>(bf16*, const float*, int64_t);
-template void cast_to_float<float>(float*, const float*, int64_t, bool);
-template void cast_to_float<bf16>(float*, const bf16*, int64_t, bool);
-template void accumulate_grad<float>(float*, const float*, int64_t, bool);
-template void accumulate_grad<bf16>(bf16*, const float*, int64_t, bool);
+template void cast_to_float<float>(float*, const float*, int64_t, Rounding);
+template void cast_to_float<bf16>(float*, const bf16*, int64_t, Rounding);
+template void accumulate_grad<float>(float*, const float*, int64_t, Rounding);
+template void accumulate_grad<bf16>(bf16*, const float*, int64_t, Rounding);
 
 template <class TW>
 void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N, int64_t C,
-                       int64_t V, bool rs) {
+                       int64_t V, Rounding stream) {
   (void)V;  // ids are validated against V by the data loader
   for_rows(
       "embedding_forward", N, C,
       KOKKOS_LAMBDA(const int64_t n, const int64_t c0, const int64_t c1) {
         const TW* row = wte + static_cast<int64_t>(ids[n]) * C;
-        for (int64_t c = c0; c < c1; ++c) out[n * C + c] = rnd(load_f32(row, c), rs);
+        for (int64_t c = c0; c < c1; ++c) out[n * C + c] = rnd(load_f32(row, c), stream);
       });
 }
 
@@ -85,26 +85,26 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* row_start
 }
 
 template <class TO, class TI>
-void round_copy(TO* out, const TI* in, int64_t n, bool round) {
+void round_copy(TO* out, const TI* in, int64_t n, Rounding round) {
   Kokkos::parallel_for(
       "round_copy", RangePolicy(0, n),
       KOKKOS_LAMBDA(const int64_t i) { store_as(out, i, rnd(load_f32(in, i), round)); });
 }
 
 template <class TB>
-void add_forward(float* out, const float* a, const TB* b, int64_t n, bool round) {
+void add_forward(float* out, const float* a, const TB* b, int64_t n, Rounding round) {
   Kokkos::parallel_for(
       "add_forward", RangePolicy(0, n),
       KOKKOS_LAMBDA(const int64_t i) { out[i] = rnd(a[i] + load_f32(b, i), round); });
 }
 
 template <class TC>
-void concat2(TC* out, const float* a, const float* b, int64_t N, int64_t C, bool round) {
+void concat2(TC* out, const TC* a, const TC* b, int64_t N, int64_t C) {
   for_rows(
       "concat2", N, C, KOKKOS_LAMBDA(const int64_t n, const int64_t c0, const int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
-          store_as(out, n * 2 * C + c, rnd(a[n * C + c], round));
-          store_as(out, n * 2 * C + C + c, rnd(b[n * C + c], round));
+          out[n * 2 * C + c] = a[n * C + c];
+          out[n * 2 * C + C + c] = b[n * C + c];
         }
       });
 }
@@ -121,7 +121,8 @@ void split2(float* a, float* b, const float* in, int64_t N, int64_t C) {
 
 template <class TC>
 void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N, int64_t out,
-                      float scale, bool rc) {
+                      float scale) {
+  constexpr Rounding rc = rounding_of<TC>();
   for_rows(
       "add_scaled_slice", N, out,
       KOKKOS_LAMBDA(const int64_t n, const int64_t j0, const int64_t j1) {
@@ -134,8 +135,9 @@ void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N
 }
 
 template <class TC>
-void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w, float scale,
-                  bool rc) {
+void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w,
+                  float scale) {
+  constexpr Rounding rc = rounding_of<TC>();
   for_rows(
       "scaled_slice", N, w, KOKKOS_LAMBDA(const int64_t n, const int64_t j0, const int64_t j1) {
         for (int64_t j = j0; j < j1; ++j) {
@@ -149,7 +151,8 @@ KOKKOS_INLINE_FUNCTION float sigmoid_f(float x) {
 }
 
 template <class TC>
-void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc) {
+void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F) {
+  constexpr Rounding rc = rounding_of<TC>();
   for_rows(
       "swiglu_forward", N, F, KOKKOS_LAMBDA(const int64_t n, const int64_t f0, const int64_t f1) {
         const TC* g = gu + n * 2 * F;
@@ -163,7 +166,8 @@ void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F, bool rc) {
 }
 
 template <class TC>
-void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F, bool rc) {
+void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F) {
+  constexpr Rounding rc = rounding_of<TC>();
   for_rows(
       "swiglu_backward", N, F, KOKKOS_LAMBDA(const int64_t n, const int64_t f0, const int64_t f1) {
         const TC* g = gu + n * 2 * F;
@@ -184,21 +188,20 @@ void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t 
       });
 }
 
-#define KKTRAIN_INST_TC(TC)                                                                        \
-  template void embedding_forward<TC>(float*, const int32_t*, const TC*, int64_t, int64_t,         \
-                                      int64_t, bool);                                              \
-  template void round_copy<TC, float>(TC*, const float*, int64_t, bool);                           \
-  template void add_forward<TC>(float*, const float*, const TC*, int64_t, bool);                   \
-  template void concat2<TC>(TC*, const float*, const float*, int64_t, int64_t, bool);              \
-  template void add_scaled_slice<TC>(TC*, int64_t, int64_t, const TC*, int64_t, int64_t, float,    \
-                                     bool);                                                        \
-  template void scaled_slice<TC>(TC*, const TC*, int64_t, int64_t, int64_t, int64_t, float, bool); \
-  template void swiglu_forward<TC>(TC*, const TC*, int64_t, int64_t, bool);                        \
-  template void swiglu_backward<TC>(TC*, const float*, const TC*, int64_t, int64_t, bool);
+#define KKTRAIN_INST_TC(TC)                                                                      \
+  template void embedding_forward<TC>(float*, const int32_t*, const TC*, int64_t, int64_t,       \
+                                      int64_t, Rounding);                                        \
+  template void round_copy<TC, float>(TC*, const float*, int64_t, Rounding);                     \
+  template void add_forward<TC>(float*, const float*, const TC*, int64_t, Rounding);             \
+  template void concat2<TC>(TC*, const TC*, const TC*, int64_t, int64_t);                        \
+  template void add_scaled_slice<TC>(TC*, int64_t, int64_t, const TC*, int64_t, int64_t, float); \
+  template void scaled_slice<TC>(TC*, const TC*, int64_t, int64_t, int64_t, int64_t, float);     \
+  template void swiglu_forward<TC>(TC*, const TC*, int64_t, int64_t);                            \
+  template void swiglu_backward<TC>(TC*, const float*, const TC*, int64_t, int64_t);
 KKTRAIN_INST_TC(float)
 KKTRAIN_INST_TC(bf16)
 #undef KKTRAIN_INST_TC
-template void round_copy<float, bf16>(float*, const bf16*, int64_t, bool);
+template void round_copy<float, bf16>(float*, const bf16*, int64_t, Rounding);
 
 double sum_to_host(const float* x, int64_t n) {
   double total = 0.0;

@@ -12,7 +12,8 @@ using Member = TeamMember;
 
 template <class TC>
 void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
-                     int64_t N, int64_t C, float eps, bool rs, bool rc) {
+                     int64_t N, int64_t C, float eps, Rounding stream) {
+  constexpr Rounding rc = rounding_of<TC>();
   Kokkos::parallel_for(
       "rmsnorm_forward", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -24,7 +25,7 @@ void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, 
         const float r = 1.0f / math::sqrt(ss / static_cast<float>(C) + eps);
         Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd[n] = r; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float y = rnd(weight[c] * rnd(x[c] * r, rs), rs);
+          const float y = rnd(weight[c] * rnd(x[c] * r, stream), stream);
           if (out_stream) out_stream[n * C + c] = y;
           store_as(out, n * C + c, rnd(y, rc));
         });
@@ -33,7 +34,7 @@ void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, 
 
 void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
                       const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C, bool rs, bool round_dout) {
+                      int64_t C, Rounding stream, Rounding dout_rounding) {
   // Input gradient: one team per row.
   //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
   Kokkos::parallel_for(
@@ -46,13 +47,13 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, C),
             [&](const int64_t c, float& acc) {
-              acc += rnd(rnd(dy[c], round_dout) * weight[c], rs) * x[c];
+              acc += rnd(rnd(dy[c], dout_rounding) * weight[c], stream) * x[c];
             },
             dot);
         const float k = r * r * r * dot / static_cast<float>(C);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float dx = r * rnd(rnd(dy[c], round_dout) * weight[c], rs) - k * x[c];
-          dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, rs), rs);
+          const float dx = r * rnd(rnd(dy[c], dout_rounding) * weight[c], stream) - k * x[c];
+          dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, stream), stream);
         });
       });
   // Weight gradient in two stages with a fixed summation order, the same on every backend: the
@@ -70,7 +71,8 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
             const float r = rstd[n];
             const float* x = inp + n * C;
             const float* dy = dout + n * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] += rnd(dy[c], round_dout) * rnd(x[c] * r, rs);
+            for (int64_t c = 0; c < C; ++c)
+              acc[c] += rnd(dy[c], dout_rounding) * rnd(x[c] * r, stream);
           }
         });
   } else {
@@ -80,7 +82,7 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
           const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
           float acc = 0.0f;
           for (int64_t n = p * R; n < end; ++n)
-            acc += rnd(dout[n * C + c], round_dout) * rnd(inp[n * C + c] * rstd[n], rs);
+            acc += rnd(dout[n * C + c], dout_rounding) * rnd(inp[n * C + c] * rstd[n], stream);
           partial[i] = acc;
         });
   }
@@ -113,7 +115,8 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 
 template <class TC>
 void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
-                  int64_t T, int64_t H, int64_t KV, int64_t D, bool rc) {
+                  int64_t T, int64_t H, int64_t KV, int64_t D) {
+  constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
   // Rows are (token, head slot) pairs of D values; element j of a row handles the rotary pair
@@ -146,8 +149,8 @@ void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const fl
 
 template <class TC>
 void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
-                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                   bool rc) {
+                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+  constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;
   const int64_t half = D / 2;
   for_rows(
@@ -180,7 +183,7 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
 
 template <class TO, class TI>
 void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     bool round) {
+                     Rounding round) {
   for_rows(
       "tokens_to_heads", B * H * T, D,
       KOKKOS_LAMBDA(const int64_t idx, const int64_t d0, const int64_t d1) {
@@ -193,14 +196,13 @@ void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int
 
 #define KKTRAIN_INST_TC(TC)                                                                       \
   template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,     \
-                                    int64_t, float, bool, bool);                                  \
+                                    int64_t, float, Rounding);                                    \
   template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,   \
-                                 int64_t, int64_t, int64_t, int64_t, bool);                       \
+                                 int64_t, int64_t, int64_t, int64_t);                             \
   template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,    \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,      \
-                                  bool);                                                          \
+                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t);     \
   template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t, \
-                                           bool);
+                                           Rounding);
 KKTRAIN_INST_TC(float)
 KKTRAIN_INST_TC(bf16)
 #undef KKTRAIN_INST_TC

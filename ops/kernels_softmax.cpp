@@ -14,7 +14,9 @@ using Member = TeamMember;
 
 template <class TC>
 void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,
-                                    int64_t V, float scale, bool backward, bool rc) {
+                                    int64_t V, float scale, LossPass pass) {
+  constexpr Rounding rc = rounding_of<TC>();
+  const bool backward = pass == LossPass::forward_backward;
   Kokkos::parallel_for(
       "cross_entropy", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -51,8 +53,8 @@ void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* ta
 }
 
 template void cross_entropy_forward_backward<float>(float*, float*, const int32_t*, int64_t,
-                                                    int64_t, float, bool, bool);
+                                                    int64_t, float, LossPass);
 template void cross_entropy_forward_backward<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t,
-                                                   float, bool, bool);
+                                                   float, LossPass);
 
 }  // namespace kktrain

@@ -276,8 +276,8 @@ class FsdpCheck {
       if (!reg_.info(p).trainable) continue;
       std::vector<float> g(stored_[p].size());
       for (std::size_t e = 0; e < g.size(); ++e) g[e] = random_f32(20, 0, p * 1000 + e);
-      param_from_host(reg_, p, g, /*grad=*/true);
-      want[p] = param_to_host(reg_, p, true);
+      param_from_host(reg_, p, g, ParamPart::grad);
+      want[p] = param_to_host(reg_, p, ParamPart::grad);
     }
     const CommStats before = fresh_stats(comm_);
     for (int u = 0; u < fs.size(); ++u) {
@@ -287,7 +287,7 @@ class FsdpCheck {
     expect_traffic(comm_, ck_, before, 0.0, false, "one rank reduce");
     for (int p = 0; p < reg_.size(); ++p) {
       if (reg_.info(p).trainable) {
-        ck_.expect(param_to_host(reg_, p, true) == want[p], "one rank",
+        ck_.expect(param_to_host(reg_, p, ParamPart::grad) == want[p], "one rank",
                    std::string("reduce_gradients changed ") + reg_.info(p).name);
       } else {
         check_frozen(fs, p, "one rank");
@@ -405,7 +405,7 @@ class FsdpCheck {
     const std::string what = "fsdp " + rname + " " + sc.name + " " + us.name;
     for (int p : us.params) {  // a sentinel the reduction must overwrite
       if (reg_.info(p).trainable) {
-        param_from_host(reg_, p, std::vector<float>(stored_[p].size(), 777.0f), true);
+        param_from_host(reg_, p, std::vector<float>(stored_[p].size(), 777.0f), ParamPart::grad);
       }
     }
     for (std::size_t t = 0; t < sc.steps.size(); ++t) {
@@ -443,7 +443,7 @@ class FsdpCheck {
   void check_shard_grad(DType red, bool every, int s, const Scenario& sc, int p,
                         const std::string& what) {
     const ParamInfo& pi = reg_.info(p);
-    const auto got = param_to_host(reg_, p, true);
+    const auto got = param_to_host(reg_, p, ParamPart::grad);
     const auto add = red == BF16 ? add_bf16 : add_f32;
     const float wf = static_cast<float>(w_);
     for (int64_t j = 0; j < pi.local_numel; ++j) {
@@ -511,7 +511,7 @@ class FsdpCheck {
       const std::string what = "fsdp backward " + rname + " " + sc.name;
       for (int p = 0; p < reg_.size(); ++p) {
         if (reg_.info(p).trainable) {
-          param_from_host(reg_, p, std::vector<float>(stored_[p].size(), 777.0f), true);
+          param_from_host(reg_, p, std::vector<float>(stored_[p].size(), 777.0f), ParamPart::grad);
         }
       }
       for (std::size_t t = 0; t < sc.steps.size(); ++t) {

@@ -121,8 +121,8 @@ void check_pattern(Communicator& comm, Checker& ck, const Pattern& pt) {
   uint64_t nonzero = 0;
   for (int step = 1; step <= 3; ++step) {
     for (int i = 0; i < shard.size(); ++i) {
-      param_from_host(shard, i, values(i, step, true), /*grad=*/true);
-      param_from_host(whole, i, values(i, step, true), /*grad=*/true);
+      param_from_host(shard, i, values(i, step, true), ParamPart::grad);
+      param_from_host(whole, i, values(i, step, true), ParamPart::grad);
     }
     opt->step(lrs[step - 1], 1.0f);
     ref->step(lrs[step - 1], 1.0f);

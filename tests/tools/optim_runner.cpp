@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
         if (!reg.info(i).has_grad) continue;  // frozen: no gradient buffer
         const int64_t n = reg.info(i).numel;
         std::vector<float> g(grads[i].begin() + s * n, grads[i].begin() + (s + 1) * n);
-        param_from_host(reg, i, g, /*grad=*/true);
+        param_from_host(reg, i, g, ParamPart::grad);
       }
       opt->step(lr[s], scaled ? scale[s] : 1.0f);
       for (int i = 0; i < reg.size(); ++i) {

@@ -73,42 +73,42 @@ void probs(Buffers<TC>& s, const TC* q, const TC* k, const AttentionDims& d, int
 // out (B, H, T, D) head layout.
 template <class TC>
 void forward(TC* out, Buffers<TC>& s, const TC* q, const TC* k, const TC* v, const AttentionDims& d,
-             bool rc) {
+             Rounding rc) {
   const int64_t G = d.H / d.KV, GT = G * d.T, T = d.T, D = d.D;
   for (int64_t g = 0; g < d.B * d.KV; ++g) {
     probs(s, q, k, d, g);
-    const TC* p = compute_copy(s.pc.data(), s.att.data() + g * GT * T, GT * T, rc);
+    const TC* p = compute_copy(s.pc.data(), s.att.data() + g * GT * T, GT * T);
     gemm('N', 'N', 1.0f, gin(p, GT, T), gin(v + g * T * D, T, D), 0.0f,
          gout(out + g * GT * D, GT, D));
   }
   if constexpr (std::is_same<TC, float>::value) {
-    if (rc) round_copy(out, out, d.B * d.H * T * D, true);
+    if (rc == Rounding::bf16) round_copy(out, out, d.B * d.H * T * D, Rounding::bf16);
   }
 }
 
 template <class TC>
 void backward(float* dq, float* dk, float* dv, Buffers<TC>& s, const TC* dout, const TC* q,
-              const TC* k, const TC* v, const AttentionDims& d, bool rc) {
+              const TC* k, const TC* v, const AttentionDims& d, Rounding rc) {
   const int64_t G = d.H / d.KV, GT = G * d.T, T = d.T, D = d.D;
   for (int64_t g = 0; g < d.B * d.KV; ++g) {
     probs(s, q, k, d, g);
     float* att = s.att.data() + g * GT * T;
     const TC* go = dout + g * GT * D;
-    const TC* p = compute_copy(s.pc.data(), att, GT * T, rc);
+    const TC* p = compute_copy(s.pc.data(), att, GT * T);
     gemm('T', 'N', 1.0f, gin(p, GT, T), gin(go, GT, D), 0.0f, gout(dv + g * T * D, T, D));
     gemm('N', 'T', 1.0f, gin(go, GT, D), gin(v + g * T * D, T, D), 0.0f, gout(s.dp.data(), GT, T));
-    if (rc) round_copy(s.dp.data(), s.dp.data(), GT * T, true);
+    if (rc == Rounding::bf16) round_copy(s.dp.data(), s.dp.data(), GT * T, Rounding::bf16);
     causal_softmax_backward(s.dp.data(), att, G, T);
-    const TC* ds = compute_copy(s.pc.data(), s.dp.data(), GT * T, rc);
+    const TC* ds = compute_copy(s.pc.data(), s.dp.data(), GT * T);
     gemm('N', 'N', d.scale, gin(ds, GT, T), gin(k + g * T * D, T, D), 0.0f,
          gout(dq + g * GT * D, GT, D));
     gemm('T', 'N', d.scale, gin(ds, GT, T), gin(q + g * GT * D, GT, D), 0.0f,
          gout(dk + g * T * D, T, D));
   }
-  if (rc) {
-    round_copy(dq, dq, d.B * d.H * T * D, true);
-    round_copy(dk, dk, d.B * d.KV * T * D, true);
-    round_copy(dv, dv, d.B * d.KV * T * D, true);
+  if (rc == Rounding::bf16) {
+    round_copy(dq, dq, d.B * d.H * T * D, Rounding::bf16);
+    round_copy(dk, dk, d.B * d.KV * T * D, Rounding::bf16);
+    round_copy(dv, dv, d.B * d.KV * T * D, Rounding::bf16);
   }
 }
 

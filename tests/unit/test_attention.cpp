@@ -151,7 +151,7 @@ Grads exact(const Shape& s, const Inputs& in) {
 template <class TC>
 Grads materialized(const Shape& s, const Inputs& in) {
   const AttentionDims d = s.dims();
-  const bool rc = !std::is_same<TC, float>::value;
+  constexpr Rounding rc = rounding_of<TC>();
   DView<TC> q = device<TC>(in.q), k = device<TC>(in.k), v = device<TC>(in.v);
   DView<TC> dout = device<TC>(in.dout), out("out", in.q.size());
   DView<float> dq("dq", in.q.size()), dk("dk", in.k.size()), dv("dv", in.v.size());
@@ -166,7 +166,7 @@ Grads materialized(const Shape& s, const Inputs& in) {
 template <class TC>
 Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
   const AttentionDims d = s.dims();
-  const bool rc = !std::is_same<TC, float>::value;
+  constexpr Rounding rc = rounding_of<TC>();
   set_attention_kernel(c.kernel);
   set_attention_tiles(c.q_rows, c.k_cols, c.groups);
   const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, c.kernel, rc);
@@ -186,11 +186,11 @@ Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
   DView<TC> dout = device<TC>(in.dout), out("out", in.q.size());
   DView<float> lse("lse", s.B * s.H * s.T);
   DView<float> dq("dq", in.q.size()), dk("dk", in.k.size()), dv("dv", in.v.size());
-  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, sc, rc);
+  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, sc);
   attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                     k.data(), v.data(), d, sc, rc);
-  if (rc) {  // the model's consumer (rope_backward) rounds the fp32 sums on load
-    for (auto* g : {&dq, &dk, &dv}) round_copy(g->data(), g->data(), g->extent(0), true);
+                     k.data(), v.data(), d, sc);
+  if (rc == Rounding::bf16) {  // the model's consumer (rope_backward) rounds the fp32 sums on load
+    for (auto* g : {&dq, &dk, &dv}) round_copy(g->data(), g->data(), g->extent(0), rc);
   }
   Kokkos::fence();
   set_attention_tiles(0, 0);
@@ -300,12 +300,13 @@ template <class TC>
 void expect_one_token_exact() {
   const Shape s{3, 1, 4, 2, 8};
   const Inputs in(s, 14);
-  const bool rc = !std::is_same<TC, float>::value;
+  constexpr Rounding rc = rounding_of<TC>();
   for (const Config& c : kConfigs) {
     SCOPED_TRACE(c.name());
     const Grads got = tiled<TC>(s, in, c);
     const int64_t G = s.H / s.KV, D = s.D;
-    const double scale = 1.0 / std::sqrt(double(D)), ulp = std::ldexp(1.0, rc ? -8 : -20);
+    const double scale = 1.0 / std::sqrt(double(D)),
+                 ulp = std::ldexp(1.0, rc == Rounding::bf16 ? -8 : -20);
     std::vector<float> dv(in.v.size(), 0.0f);        // fp32 sums over the group's heads
     std::vector<double> dk_bound(in.k.size(), 0.0);  // likewise the bounds
     for (int64_t b = 0; b < s.B; ++b) {
@@ -327,7 +328,7 @@ void expect_one_token_exact() {
       }
     }
     for (std::size_t i = 0; i < dv.size(); ++i) {
-      EXPECT_EQ(got.dv[i], rc ? round_to_bf16(dv[i]) : dv[i]) << i;
+      EXPECT_EQ(got.dv[i], rc == Rounding::bf16 ? round_to_bf16(dv[i]) : dv[i]) << i;
       EXPECT_LE(std::fabs(got.dk[i]), dk_bound[i]) << "dk " << i;
     }
   }
@@ -360,7 +361,7 @@ TEST(Attention, KernelsAreDeterministic) {
 
 TEST(Attention, WorkspaceIsLinearInT) {
   for (AttentionKernel k : {AttentionKernel::tiled_gemm, AttentionKernel::team}) {
-    for (bool round : {false, true}) {
+    for (Rounding round : {Rounding::fp32, Rounding::bf16}) {
       const AttentionDims small{1, 4096, 32, 8, 128, 0.1f}, big{1, 8192, 32, 8, 128, 0.1f};
       const AttentionWorkspaceSizes a = attention_workspace_sizes(small, k, round);
       const AttentionWorkspaceSizes b = attention_workspace_sizes(big, k, round);

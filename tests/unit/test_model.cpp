@@ -75,7 +75,7 @@ std::vector<std::vector<float>> all_grads(const Transformer& m) {
   for (int i = 0; i < m.params().size(); ++i) {
     // Frozen parameters have no gradient buffer: an empty vector stands for them.
     const bool has = m.params().info(i).has_grad;
-    g.push_back(has ? param_to_host(m.params(), i, true) : std::vector<float>());
+    g.push_back(has ? param_to_host(m.params(), i, ParamPart::grad) : std::vector<float>());
   }
   return g;
 }
@@ -308,7 +308,7 @@ TEST(ModelForward, ComputeMtpFalseSkipsTheHeadExactly) {
   const int eh = a.params().find("mtp.layers.1.eh_proj.weight");
   ASSERT_GE(eh, 0);
   double n = 0.0;
-  for (float x : param_to_host(a.params(), eh, true)) n += std::fabs(x);
+  for (float x : param_to_host(a.params(), eh, ParamPart::grad)) n += std::fabs(x);
   EXPECT_GT(n, 0.0);
 }
 
@@ -468,7 +468,7 @@ TEST(ModelKernels, RmsnormWeightGradientSumsInItsDocumentedOrder) {
   };
   const DView<float> d_dout = dev(dout), d_inp = dev(inp), d_weight = dev(weight),
                      d_rstd = dev(rstd);
-  for (bool rs : {false, true}) {
+  for (Rounding rs : {Rounding::fp32, Rounding::bf16}) {
     DView<float> dinp("dinp", N * C), dweight("dweight", C);
     DView<float> partial("partial", rmsnorm_partial_size(N, C));
     rmsnorm_backward(dinp.data(), dweight.data(), partial.data(), d_dout.data(), d_inp.data(),
@@ -483,13 +483,13 @@ TEST(ModelKernels, RmsnormWeightGradientSumsInItsDocumentedOrder) {
         float chunk = 0.0f;
         for (int64_t n = p * R; n < std::min(N, (p + 1) * R); ++n) {
           const float xhat = inp[n * C + c] * rstd[n];
-          const float term = dout[n * C + c] * (rs ? round_to_bf16(xhat) : xhat);
+          const float term = dout[n * C + c] * (rs == Rounding::bf16 ? round_to_bf16(xhat) : xhat);
           chunk += term;
           exact += static_cast<double>(term);
         }
         total += chunk;
       }
-      EXPECT_EQ(got[c], total) << "channel " << c << " rs " << rs;
+      EXPECT_EQ(got[c], total) << "channel " << c << " bf16 stream " << (rs == Rounding::bf16);
       EXPECT_NEAR(got[c], exact, 1e-5 * (1.0 + std::fabs(exact))) << "channel " << c;
     }
   }

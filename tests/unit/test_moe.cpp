@@ -77,7 +77,7 @@ RunResult run(Transformer& m, const Tokens& t) {
   out.r = m.forward(t.ids.data(), t.targets.data(), t.B, t.T, fo);
   m.backward();
   for (int i = 0; i < m.params().size(); ++i) {
-    out.grads.push_back(m.params().info(i).has_grad ? param_to_host(m.params(), i, true)
+    out.grads.push_back(m.params().info(i).has_grad ? param_to_host(m.params(), i, ParamPart::grad)
                                                     : std::vector<float>());
   }
   for (int64_t l = 0; l < m.config().num_layers; ++l) out.routing.push_back(m.routing(l));

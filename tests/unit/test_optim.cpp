@@ -20,15 +20,16 @@
 namespace kktrain {
 namespace {
 
-// Every parameter (grad: every gradient buffer) drawn from N(0, scale^2) with `seed`.
-void fill_normal(ParamRegistry& reg, uint32_t seed, float scale, bool grad) {
+// Every parameter (ParamPart::grad: every gradient buffer) drawn from N(0, scale^2) with `seed`.
+void fill_normal(ParamRegistry& reg, uint32_t seed, float scale, ParamPart part) {
+  const bool grad = part == ParamPart::grad;
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, scale);
   for (int i = 0; i < reg.size(); ++i) {
     if (grad && !reg.info(i).has_grad) continue;
     std::vector<float> v(reg.info(i).numel);
     for (auto& x : v) x = dist(rng);
-    param_from_host(reg, i, v, grad);
+    param_from_host(reg, i, v, part);
   }
 }
 
@@ -38,12 +39,12 @@ ParamRegistry make_registry(DType d, int64_t n = 1000) {
   reg.add("b.weight", "b", {n / 10, 10}, ParamRole::linear, d);
   reg.add("c.weight", "c", {7}, ParamRole::norm, DType::float32);  // protected-fp32-like
   reg.allocate();
-  fill_normal(reg, 3, 1.0f, /*grad=*/false);
+  fill_normal(reg, 3, 1.0f, ParamPart::values);
   return reg;
 }
 
 void random_grads(ParamRegistry& reg, uint32_t seed) {
-  fill_normal(reg, seed, 1e-2f, /*grad=*/true);
+  fill_normal(reg, seed, 1e-2f, ParamPart::grad);
 }
 
 OptimizerConfig fused(bool master, bool remainders) {
@@ -221,7 +222,7 @@ ParamRegistry mixed_registry() {
   reg.add("f.weight", "f", {40000}, ParamRole::linear, DType::float32);
   reg.info_mut(1).trainable = false;
   reg.allocate();
-  fill_normal(reg, 5, 1.0f, /*grad=*/false);
+  fill_normal(reg, 5, 1.0f, ParamPart::values);
   return reg;
 }
 
@@ -372,9 +373,9 @@ TEST(GradNorm, SumOfSquaresAndClipFactor) {
   reg.add("y.weight", "y", {2}, ParamRole::linear, DType::bfloat16);
   reg.add("z.weight", "z", {2}, ParamRole::linear, DType::float32);
   reg.allocate();
-  param_from_host(reg, 0, {3.0f, 0.0f, 4.0f}, true);
-  param_from_host(reg, 1, {1.0f, -2.0f}, true);
-  param_from_host(reg, 2, {100.0f, 100.0f}, true);
+  param_from_host(reg, 0, {3.0f, 0.0f, 4.0f}, ParamPart::grad);
+  param_from_host(reg, 1, {1.0f, -2.0f}, ParamPart::grad);
+  param_from_host(reg, 2, {100.0f, 100.0f}, ParamPart::grad);
   reg.info_mut(2).trainable = false;  // frozen gradients do not count
   DeviceSums sums(2);
   grad_sum_squares(reg, sums, 1);

@@ -326,8 +326,8 @@ ParamRegistry crafted_registry() {
 }
 
 void set_grads(ParamRegistry& reg, float g) {
-  param_from_host(reg, 0, std::vector<float>(2 * kHalf, g), /*grad=*/true);
-  param_from_host(reg, 1, std::vector<float>(7, g), /*grad=*/true);
+  param_from_host(reg, 0, std::vector<float>(2 * kHalf, g), ParamPart::grad);
+  param_from_host(reg, 1, std::vector<float>(7, g), ParamPart::grad);
 }
 
 LostUpdates one_step(Optimizer& opt, ParamRegistry& reg, float g) {
