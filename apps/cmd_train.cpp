@@ -323,8 +323,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const double t0 = now_s();
     const CommStats c0 = comm->stats(), m0 = model->moe_comm_stats();
     const HostSyncCounts s0 = host_sync_counts();
-    Kokkos::Profiling::pushRegion(
-        "kktrain_step");  // the span of host_syncs (tests/tools/fence_counter.cpp)
+    // The span of host_syncs, for tools (tests/tools/fence_counter.cpp).
+    Kokkos::Profiling::pushRegion("kktrain_step");
     model->zero_grads();
     step_sums.zero();
     double aux_sum = 0.0;  // the MoE load-balancing loss (host values: routing counts)
