@@ -10,9 +10,11 @@
 //
 // A step is a profile region named "kktrain_step" (apps/cmd_train.cpp marks each step). Inside
 // one, `fences` counts every global fence (Kokkos::fence(), and the ones a deep_copy without an
-// execution-space instance does) and `drains` those that follow device work: a kernel launched
-// since the previous global fence. A readback is a fence before its copy and one after it (the
-// second drains nothing), so a host wait is one drain however many fences it takes.
+// execution-space instance does) and `drains` those that follow device work since the previous
+// global fence: a kernel, a deep_copy begun, or a profile region opened (gemm() marks each
+// product with one while a tool is loaded: BLAS and oneDNN calls are no Kokkos kernels). A
+// readback is a fence before its copy and one after it (the second drains nothing), so a host
+// wait is one drain however many fences it takes.
 // Where fences come from:
 //   Kokkos >= 3.5  kokkosp_begin_fence with a global device id (instance bits 0), counted for
 //                  the default execution space's type only (Kokkos::fence() reports one event per
