@@ -323,6 +323,8 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const double t0 = now_s();
     const CommStats c0 = comm->stats(), m0 = model->moe_comm_stats();
     const HostSyncCounts s0 = host_sync_counts();
+    // The span of host_syncs, for tools (tests/tools/fence_counter.cpp).
+    Kokkos::Profiling::pushRegion("kktrain_step");
     model->zero_grads();
     step_sums.zero();
     double aux_sum = 0.0;  // the MoE load-balancing loss (host values: routing counts)
@@ -399,6 +401,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     }
     if (end.failed) agree_on_errors(*comm, in.error);  // throws on every rank
     const HostSyncCounts syncs = host_sync_counts().since(s0);
+    Kokkos::Profiling::popRegion();
     const double dt = now_s() - t0;
     const double tps = static_cast<double>(tokens_per_step) / dt;
     if (!finite) {

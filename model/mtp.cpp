@@ -41,6 +41,7 @@ void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, Forward
     head_forward<TC>(P.norm, m.h_out.data(), m.xf.p<TC>(), m.rstd_f.data(), nullptr,
                      m.losses.data(), m.targets.data(), true, scale, backward, m.dxf.data(),
                      nullptr);
+    if (opts.probe != nullptr && backward) opts.probe->seen("mtp.dxf", m.dxf.data(), N * C);
     r->mtp_loss += mean_loss(m.losses.data(), m.count, opts, ForwardOptions::kMtpScratchSlot,
                              static_cast<double>(K));
   }

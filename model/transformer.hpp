@@ -35,6 +35,7 @@
 #include "core/device_sums.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/param_registry.hpp"
+#include "core/tensor_probe.hpp"
 #include "core/upload_staging.hpp"
 #include "model/block.hpp"
 #include "parallel/communicator.hpp"
@@ -74,6 +75,8 @@ struct ForwardOptions {
   static constexpr int kForwardSlots = 3;  // the slots above: a caller's own come after them
   // Mixture of experts: keep each layer's chosen experts for routing() (a host copy per layer).
   bool keep_routing = false;
+  // Tests: shown the tensors at the boundaries core/tensor_probe.hpp names (null: none).
+  TensorProbe* probe = nullptr;
 };
 
 // How the model is laid out over ranks; see Transformer::prepare().

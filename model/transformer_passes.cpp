@@ -220,6 +220,7 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
       }
     }
     boundary_output(b.res[l + 1].data(), N * C);
+    if (opts.probe != nullptr) opts.probe->seen("block.out", b.res[l + 1].data(), N * C);
     release_after_forward(unit);
     if (expert_unit_[l] >= 0) release_after_forward(expert_unit_[l]);
   }
@@ -242,6 +243,9 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
                      opts.keep_logits ? kept_logits_.data() : nullptr);
     if (loss) r.loss = mean_loss(b.losses.data(), b.count, opts, ForwardOptions::kLossSlot);
   }
+  if (opts.probe != nullptr && backward) opts.probe->seen("head.dxf", b.dxf.data(), N * C);
+  if (opts.probe != nullptr && opts.output_hidden_states)
+    opts.probe->seen("head.hidden", hidden_.data(), N * C);
   last_compute_mtp_ = mtp;
   if (mtp) {
     gather(mtp_unit_);
