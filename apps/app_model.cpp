@@ -194,7 +194,7 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
 
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) {
   auto model =
-      std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
+      std::make_unique<Transformer>(cfg.model, cfg.precision, Allocation::after_prepare, cfg.peft);
   // exact freezes before sharding
   apply_freeze(model->params(), cfg.freeze, cfg.where("freeze_config"),
                static_cast<int>(cfg.distributed.expert_parallel_size));
@@ -204,7 +204,7 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) 
 
 std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, bool initialize) {
   auto model =
-      std::make_unique<Transformer>(cfg.model, cfg.precision, /*allocate=*/false, cfg.peft);
+      std::make_unique<Transformer>(cfg.model, cfg.precision, Allocation::after_prepare, cfg.peft);
   // exact freezes before sharding
   apply_freeze(model->params(), cfg.freeze, cfg.where("freeze_config"),
                static_cast<int>(cfg.distributed.expert_parallel_size));

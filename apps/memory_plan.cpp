@@ -80,16 +80,16 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   const int64_t B = cfg.data.micro_batch_size, T = cfg.data.seq_len;
   const int64_t W = audit.world;
   const bool accumulates = cfg.data.global_batch_size / (B * W) > 1;
-  const std::vector<BufferSpec> units =
-      model.unit_buffer_plan(cfg.distributed.reshard_after_forward, accumulates, grad_sync_of(cfg),
-                             cfg.distributed.nonblocking_collectives);
+  const std::vector<BufferSpec> units = model.unit_buffer_plan(
+      UnitPlanOptions{cfg.distributed.reshard_after_forward, accumulates, grad_sync_of(cfg),
+                      cfg.distributed.nonblocking_collectives});
   p.compute_weights = group_bytes(units, {"compute_weights"});
   const std::vector<BufferSpec> acts = model.buffer_plan(B, T);
   p.activations = kept_activations(acts);
   for (const bool ckpt : {false, true}) {
     ModelConfig mc = cfg.model;
     mc.activation_checkpointing = ckpt;
-    const Transformer alt(mc, cfg.precision, /*allocate=*/false, cfg.peft);
+    const Transformer alt(mc, cfg.precision, Allocation::after_prepare, cfg.peft);
     (ckpt ? p.activations_with_checkpointing : p.activations_without_checkpointing) =
         kept_activations(alt.buffer_plan(B, T));
   }

@@ -1,13 +1,14 @@
-// LoRA adapters on the block projections (q, k, v, o, gate, up, down; MTP blocks included):
-//   y = x W^T + (alpha / r) * (x A^T) B^T,   A (r, in) ~ U(+-1/sqrt(in)), B (out, r) = 0
-// Adapters have their own storage dtype (peft.lora_dtype; null inherits the base layer's), so
-// torch-style Adam moments follow it. With adapters, every base parameter starts frozen
-// (freeze_config can unfreeze some). In compute the adapter path rounds like PEFT under
-// autocast: t = rnd(x A^T), d = rnd(t B^T), y = rnd(y + rnd(d * scale)).
+// LoRA adapters (model/lora.hpp): registration, their compute weights and scratch, and the
+// adapter path's forward and backward (model/block.hpp).
+#include "model/lora.hpp"
+
+#include <algorithm>
+
 #include "core/errors.hpp"
 #include "core/glob.hpp"
 #include "model/block.hpp"
-#include "model/transformer.hpp"
+#include "model/model_buffers.hpp"
+#include "model/params.hpp"
 #include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
 
@@ -30,18 +31,57 @@ bool targeted(const std::vector<std::string>& targets, const std::string& module
   return false;
 }
 
-}  // namespace
-
-void Transformer::register_lora(LayerParams& p) {
+void register_block_lora(ModelState& s, LayerParams& p) {
   for (int k = 0; k < kNumProj; ++k) {
     if (p.weight(k) < 0) continue;  // a sparse MLP's layer: no dense gate/up/down
-    const ParamInfo base = params_.info(p.weight(k));
-    if (!targeted(peft_.target_modules, base.module)) continue;
-    const DType d = peft_.lora_dtype.value_or(base.dtype);
-    const int64_t out = base.shape[0], in = base.shape[1], r = peft_.dim;
-    p.lora_a[k] = add_param(base.module + ".lora_A", {r, in}, ParamRole::lora_a, d);
-    p.lora_b[k] = add_param(base.module + ".lora_B", {out, r}, ParamRole::lora_b, d);
+    const ParamInfo base = s.params.info(p.weight(k));
+    if (!targeted(s.peft.target_modules, base.module)) continue;
+    const DType d = s.peft.lora_dtype.value_or(base.dtype);
+    const int64_t out = base.shape[0], in = base.shape[1], r = s.peft.dim;
+    p.lora_a[k] = add_param(s, base.module + ".lora_A", {r, in}, ParamRole::lora_a, d);
+    p.lora_b[k] = add_param(s, base.module + ".lora_B", {out, r}, ParamRole::lora_b, d);
   }
+}
+
+}  // namespace
+
+void register_lora_adapters(ModelState& s) {
+  for (auto& l : s.layers) register_block_lora(s, l);
+  for (auto& m : s.mtp) register_block_lora(s, m.block);
+  bool any = false;
+  for (auto& pi : s.params.all()) any = any || pi.role == ParamRole::lora_a;
+  if (!any) {
+    throw ConfigError("peft.target_modules",
+                      "selects no projection (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                      "up_proj, down_proj of any layer)");
+  }
+  // Adapters train; the base model starts frozen (freeze_config may unfreeze parts of it).
+  for (int i = 0; i < s.params.size(); ++i) {
+    const ParamRole role = s.params.info(i).role;
+    s.params.info_mut(i).trainable = role == ParamRole::lora_a || role == ParamRole::lora_b;
+  }
+}
+
+void add_lora_weights(const ModelState& s, const LayerParams& p, BlockWeights* w) {
+  for (int k = 0; k < kNumProj; ++k) {
+    if (p.lora_a[k] < 0) continue;
+    LoraWeights& l = w->lora[k];
+    l.a = s.w(p.lora_a[k]);
+    l.b = s.w(p.lora_b[k]);
+    l.r = s.params.info(p.lora_a[k]).shape[0];
+    l.scale = static_cast<float>(s.peft.alpha / static_cast<double>(s.peft.dim));
+  }
+}
+
+void make_lora_buffers(BufferMaker& mk, LoraBuffers& b, const ModelState& s, int64_t N) {
+  if (!s.peft.enabled) return;
+  const ModelConfig& c = s.cfg;
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
+  const int64_t Q = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim();
+  const int64_t widest = std::max({Q, 2 * F, C});
+  b.t = mk.compute("lora_t", N * s.peft.dim);
+  b.dt = mk.compute("lora_dt", N * s.peft.dim);
+  b.y = mk.compute("lora_y", N * widest);
 }
 
 template <class TC>

@@ -18,8 +18,8 @@ is the embedding rows themselves, known exactly, and the head is all that runs:
   dx     = rstd * dxf * w_norm - rstd^3 x mean(dxf * w_norm * x)
   dembed[v] = sum of dx over the positions of token v  (untied: the embedding's gradient)
 
-(model/transformer_passes.cpp head_forward / backward_impl, model/kernels_norm_rope.cpp,
-model/kernels_softmax.cpp.) Each gradient's error is measured in bf16 units of its max-norm,
+(model/lm_head.cpp head_forward, model/transformer.cpp backward_impl, ops/kernels_norm_rope.cpp,
+ops/kernels_softmax.cpp.) Each gradient's error is measured in bf16 units of its max-norm,
 max|g_kk - g_ref| / (2^-8 max|g_ref|). kktrain computes in fp32 between the rounding points, so
 an element near a bf16 rounding boundary may round the other way (one bf16 unit of that element)
 and an fp32 sum differs by fp32 noise: the tolerances below. The same numbers against the

@@ -89,7 +89,7 @@ std::vector<std::vector<float>> run_grads(Transformer& m, const Tokens& t, Forwa
 }
 
 void expect_fd_matches(ModelConfig cfg, const PeftConfig& peft = PeftConfig()) {
-  Transformer m(cfg, precision(DType::float32, DType::float32), true, peft);
+  Transformer m(cfg, precision(DType::float32, DType::float32), Allocation::one_rank_now, peft);
   m.init_weights();
   // LoRA B starts at zero, which would leave A with no gradient: give B values.
   std::mt19937 init_rng(5);
@@ -174,7 +174,8 @@ TEST(ModelLora, AdaptersHaveTheirDtypeAndTheBaseIsFrozen) {
   for (const std::optional<DType> lora :
        {std::optional<DType>(), std::optional<DType>(DType::float32)}) {
     peft.lora_dtype = lora;
-    Transformer m(cfg, precision(DType::bfloat16, DType::bfloat16), false, peft);
+    Transformer m(cfg, precision(DType::bfloat16, DType::bfloat16), Allocation::after_prepare,
+                  peft);
     int adapters = 0;
     for (const auto& p : m.params().all()) {
       const bool adapter = p.role == ParamRole::lora_a || p.role == ParamRole::lora_b;
@@ -189,8 +190,9 @@ TEST(ModelLora, AdaptersHaveTheirDtypeAndTheBaseIsFrozen) {
     EXPECT_GE(m.params().find("model.layers.1.mlp.down_proj.lora_B.weight"), 0);
   }
   peft.target_modules = {"*.nothing"};
-  EXPECT_THROW(Transformer(cfg, precision(DType::float32, DType::float32), false, peft),
-               ConfigError);
+  EXPECT_THROW(
+      Transformer(cfg, precision(DType::float32, DType::float32), Allocation::after_prepare, peft),
+      ConfigError);
 }
 
 TEST(ModelLora, ZeroInitialisedBLeavesTheModelUnchanged) {
@@ -199,7 +201,7 @@ TEST(ModelLora, ZeroInitialisedBLeavesTheModelUnchanged) {
   peft.enabled = true;
   peft.target_modules = {"*proj"};
   Transformer base(cfg, precision(DType::float32, DType::float32));
-  Transformer lora(cfg, precision(DType::float32, DType::float32), true, peft);
+  Transformer lora(cfg, precision(DType::float32, DType::float32), Allocation::one_rank_now, peft);
   base.init_weights();
   lora.init_weights();
   const Tokens t = random_tokens(cfg.vocab_size, 21);
@@ -428,10 +430,10 @@ TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
   for (const DType storage : {DType::float32, DType::bfloat16}) {
     for (const DType compute : {DType::float32, DType::bfloat16}) {
       const ResolvedPrecision prec = precision(storage, compute);
-      Transformer planned(tiny_model(), prec, /*allocate=*/false);
+      Transformer planned(tiny_model(), prec, Allocation::after_prepare);
       planned.plan_layout(0, 1);
       int64_t predicted = 0;
-      for (const BufferSpec& s : planned.unit_buffer_plan(true, false)) {
+      for (const BufferSpec& s : planned.unit_buffer_plan(UnitPlanOptions{true, false})) {
         if (s.group != "model") predicted += s.bytes * s.copies;
       }
       Transformer m(tiny_model(), prec);

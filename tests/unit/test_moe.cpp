@@ -161,7 +161,7 @@ TEST(MoeModel, DroplessRoutingDependsOnlyOnTheToken) {
 
 TEST(MoeFreeze, GlobsSelectExpertsAndFrozenExpertsGetNoGradient) {
   const ModelConfig cfg = tiny_moe();
-  Transformer m(cfg, precision(DType::float32, DType::float32), false);
+  Transformer m(cfg, precision(DType::float32, DType::float32), Allocation::after_prepare);
   FreezeConfig f;
   f.freeze_modules = {"model.layers.*.block_sparse_moe.experts.*"};
   f.unfreeze_modules = {"model.layers.2.block_sparse_moe.experts.3"};
@@ -188,7 +188,7 @@ TEST(MoeFreeze, ExactExpertNamesAreRefusedUnderExpertParallelism) {
   const ModelConfig cfg = tiny_moe();
   const std::string name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
   for (const bool freeze : {true, false}) {
-    Transformer m(cfg, precision(DType::float32, DType::float32), false);
+    Transformer m(cfg, precision(DType::float32, DType::float32), Allocation::after_prepare);
     FreezeConfig f;
     (freeze ? f.freeze_parameters : f.unfreeze_parameters) = {name};
     try {
@@ -203,12 +203,12 @@ TEST(MoeFreeze, ExactExpertNamesAreRefusedUnderExpertParallelism) {
       EXPECT_NE(msg.find("'model.layers.1.block_sparse_moe.experts.3'"), std::string::npos) << msg;
     }
     // One rank of experts per group: the name is stable and allowed.
-    Transformer one(cfg, precision(DType::float32, DType::float32), false);
+    Transformer one(cfg, precision(DType::float32, DType::float32), Allocation::after_prepare);
     apply_freeze(one.params(), f, "test.yaml", 1);
     EXPECT_EQ(one.params().info(one.params().find(name)).trainable, !freeze);
   }
   // The router is not an expert parameter: its exact name is fine under expert parallelism.
-  Transformer m(cfg, precision(DType::float32, DType::float32), false);
+  Transformer m(cfg, precision(DType::float32, DType::float32), Allocation::after_prepare);
   FreezeConfig f;
   f.freeze_parameters = {"model.layers.0.block_sparse_moe.gate.weight"};
   EXPECT_NO_THROW(apply_freeze(m.params(), f, "test.yaml", 2));

@@ -414,7 +414,7 @@ std::vector<std::string> trainable_names(const ParamRegistry& r) {
 }
 
 TEST(Freeze, SelectorsAndExactNamesWithReferencePrecedence) {
-  Transformer m(small_model(true), fp32(), /*allocate=*/false);
+  Transformer m(small_model(true), fp32(), Allocation::after_prepare);
   FreezeConfig f;
   f.freeze_modules = {"*"};
   f.unfreeze_parameters = {"model.layers.0.input_layernorm.weight", "model.norm.weight"};
@@ -423,7 +423,7 @@ TEST(Freeze, SelectorsAndExactNamesWithReferencePrecedence) {
   EXPECT_EQ(trainable_names(m.params()),
             std::vector<std::string>{"model.layers.0.input_layernorm.weight"});
 
-  Transformer m2(small_model(true), fp32(), false);
+  Transformer m2(small_model(true), fp32(), Allocation::after_prepare);
   FreezeConfig g;
   g.freeze_modules = {"model.layers.1"};  // a module freezes everything inside it
   g.unfreeze_modules = {"model.layers.1.mlp"};
@@ -438,7 +438,7 @@ TEST(Freeze, SelectorsAndExactNamesWithReferencePrecedence) {
 }
 
 TEST(Freeze, UnknownNamesAreErrorsWithASuggestion) {
-  Transformer m(small_model(false), fp32(), false);
+  Transformer m(small_model(false), fp32(), Allocation::after_prepare);
   FreezeConfig f;
   f.freeze_parameters = {"model.layers.0.self_attn.q_prj.weight"};
   try {

@@ -1,0 +1,214 @@
+// The decoder block in the model (model/dense_block.hpp): registration, unit membership, fused
+// groups, activations, and the bridge to model/block.hpp's layer functions.
+#include "model/dense_block.hpp"
+
+#include "model/lora.hpp"
+#include "model/model_buffers.hpp"
+#include "model/params.hpp"
+#include "model/sparse_mlp.hpp"
+#include "model/units.hpp"
+
+namespace kktrain {
+
+namespace {
+
+// BlockGrads over two callables (they reach the Transformer's private gradient routing).
+template <class Trainable, class Accumulate>
+class GradRouter final : public BlockGrads {
+ public:
+  GradRouter(Trainable t, Accumulate a) : trainable_(t), accumulate_(a) {}
+  bool trainable(int weight) const override { return trainable_(weight); }
+  void accumulate(int weight, const float* dw) override { accumulate_(weight, dw); }
+
+ private:
+  Trainable trainable_;
+  Accumulate accumulate_;
+};
+template <class Trainable, class Accumulate>
+GradRouter<Trainable, Accumulate> grad_router(Trainable t, Accumulate a) {
+  return GradRouter<Trainable, Accumulate>(t, a);
+}
+
+BlockWeights block_weights(const ModelState& s, const LayerParams& p) {
+  BlockWeights bw;
+  bw.ln1 = s.wf(p.ln1);
+  bw.ln2 = s.wf(p.ln2);
+  bw.qkv = s.w(p.q);  // q, k, v are one fused group: adjacent rows of the compute buffer
+  bw.o = s.w(p.o);
+  if (p.router < 0) {
+    bw.gate_up = s.w(p.gate);  // gate, up likewise
+    bw.down = s.w(p.down);
+  } else {
+    bw.moe = sparse_mlp_weights(s, p);
+  }
+  add_lora_weights(s, p, &bw);
+  bw.rope_cos = s.rope_cos.data();
+  bw.rope_sin = s.rope_sin.data();
+  return bw;
+}
+
+template <class TC>
+BlockScratch<TC> block_scratch(const ModelState& s) {
+  const ModelBuffers& b = *s.buf;
+  BlockScratch<TC> x;
+  x.qkv = b.qkv.p<TC>();
+  x.proj = b.proj.p<TC>();
+  x.att.scores = b.att_scores.data();
+  x.att.dprobs = b.att_dprobs.data();
+  x.att.probs = b.att_probs.empty() ? nullptr : b.att_probs.p<TC>();
+  x.att.dscores = b.att_dscores.empty() ? nullptr : b.att_dscores.p<TC>();
+  x.att.out_acc = b.att_out_acc.data();
+  x.att.row_max = b.att_row_max.data();
+  x.att.row_sum = b.att_row_sum.data();
+  x.att.delta = b.att_delta.data();
+  x.dc = b.dc.p<TC>();
+  x.dgu = b.dgu.p<TC>();
+  x.da = b.da.data();
+  x.dqkv = b.dqkv.p<TC>();
+  x.dq = b.dq.data();
+  x.dk = b.dk.data();
+  x.dv = b.dv.data();
+  x.dtok = b.dtok.data();
+  x.dheads = b.dheads.p<TC>();
+  x.dxn = b.dxn.data();
+  x.dw = b.dw.data();
+  x.norm_partial = b.norm_partial.data();
+  x.lora_t = b.lora.t.p<TC>();
+  x.lora_dt = b.lora.dt.p<TC>();
+  x.lora_y = b.lora.y.p<TC>();
+  if (s.cfg.moe.enabled()) x.moe = sparse_mlp_scratch<TC>(b);
+  return x;
+}
+
+BlockDims block_dims(const ModelState& s) {
+  BlockDims d;
+  d.B = s.buf->B;
+  d.T = s.buf->T;
+  d.C = s.cfg.hidden_size;
+  d.H = s.cfg.num_heads;
+  d.KV = s.cfg.num_kv_heads;
+  d.D = s.cfg.head_dim();
+  d.F = s.cfg.intermediate_size;
+  d.eps = static_cast<float>(s.cfg.rms_norm_eps);
+  d.stream = s.round.stream;
+  if (s.cfg.moe.enabled()) d.moe = sparse_mlp_dims(s, d.N());
+  return d;
+}
+
+}  // namespace
+
+LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype) {
+  const int64_t C = s.cfg.hidden_size, D = s.cfg.head_dim();
+  const int64_t F = s.cfg.intermediate_size;
+  auto add = [&](const std::string& module, std::vector<int64_t> shape, ParamRole role) {
+    return add_param(s, prefix + "." + module, std::move(shape), role, dtype);
+  };
+  LayerParams p;
+  p.ln1 = add("input_layernorm", {C}, ParamRole::norm);
+  // q, k, v registered back to back: their compute copies form one ((H + 2 KV) D, C) matrix.
+  p.q = add("self_attn.q_proj", {s.cfg.num_heads * D, C}, ParamRole::linear);
+  p.k = add("self_attn.k_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
+  p.v = add("self_attn.v_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
+  p.o = add("self_attn.o_proj", {C, s.cfg.num_heads * D}, ParamRole::linear);
+  p.ln2 = add("post_attention_layernorm", {C}, ParamRole::norm);
+  if (s.cfg.moe.enabled()) {
+    register_sparse_mlp(s, p, prefix, dtype);
+    return p;
+  }
+  // gate and up back to back: one (2F, C) matrix.
+  p.gate = add("mlp.gate_proj", {F, C}, ParamRole::linear);
+  p.up = add("mlp.up_proj", {F, C}, ParamRole::linear);
+  p.down = add("mlp.down_proj", {C, F}, ParamRole::linear);
+  return p;
+}
+
+std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p) {
+  std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2};
+  if (p.router < 0) {
+    v.insert(v.end(), {p.gate, p.up, p.down});
+  } else {
+    append_sparse_unit_params(s, p, &v);
+  }
+  for (int k = 0; k < kNumProj; ++k) {
+    if (p.lora_a[k] >= 0) v.insert(v.end(), {p.lora_a[k], p.lora_b[k]});
+  }
+  return v;
+}
+
+std::vector<std::vector<int>> block_fused_groups(const ModelState& s, const LayerParams& p) {
+  std::vector<std::vector<int>> g = {{p.q, p.k, p.v}};
+  if (p.router < 0) {
+    g.push_back({p.gate, p.up});
+    return g;
+  }
+  for (auto& x : sparse_fused_groups(s, p)) g.push_back(std::move(x));
+  return g;
+}
+
+void make_block_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const ModelConfig& c,
+                     int64_t ep) {
+  const int64_t N = B * T, C = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads;
+  const int64_t D = c.head_dim(), F = c.intermediate_size;
+  a.rstd1 = mk.view<float>("rstd1", N);
+  a.xn1 = mk.compute("xn1", N * C);
+  a.q = mk.compute("q", N * H * D);
+  a.k = mk.compute("k", N * KV * D);
+  a.v = mk.compute("v", N * KV * D);
+  a.lse = mk.view<float>("lse", N * H);
+  a.o = mk.compute("o", N * H * D);
+  a.x1 = mk.view<float>("x1", N * C);
+  a.rstd2 = mk.view<float>("rstd2", N);
+  a.xn2 = mk.compute("xn2", N * C);
+  if (c.moe.enabled()) {
+    make_sparse_mlp_acts(mk, a.moe, N, C, c.moe, ep);
+    return;
+  }
+  a.gu = mk.compute("gu", N * 2 * F);
+  a.a = mk.compute("a", N * F);
+}
+
+template <class TC>
+void run_block_forward(ModelState& s, const LayerParams& p, float* out, const float* inp,
+                       BlockActs& a) {
+  block_forward<TC>(out, inp, a, block_weights(s, p), block_scratch<TC>(s), block_dims(s));
+}
+
+template <class TC>
+void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const float* inp,
+                        const BlockActs& a) {
+  // The registry index of a block weight (-1: an adapter the block does not have).
+  auto param_of = [&](int weight) {
+    const int moe = sparse_mlp_param(s, p, weight);
+    if (moe != -2) return moe;
+    if (weight == kLn1) return p.ln1;
+    if (weight == kLn2) return p.ln2;
+    if (weight < kLoraA0) return p.weight(weight - kProj0);
+    if (weight < kLoraB0) return p.lora_a[weight - kLoraA0];
+    return p.lora_b[weight - kLoraB0];
+  };
+  auto router = grad_router(
+      [&](int weight) {
+        const int i = param_of(weight);
+        return i >= 0 && s.params.info(i).trainable;
+      },
+      [&](int weight, const float* dw) {
+        const int i = param_of(weight);
+        // Norm weights keep their own compute dtype; projections and adapters compute in the
+        // compute dtype.
+        accumulate(s, i, dw,
+                   weight == kLn1 || weight == kLn2 ? s.round_compute[i] : s.round.compute);
+      });
+  block_backward<TC>(dres, inp, a, block_weights(s, p), block_scratch<TC>(s), block_dims(s),
+                     router);
+}
+
+#define KKTRAIN_INST_LAYERS(TC)                                                               \
+  template void run_block_forward<TC>(ModelState&, const LayerParams&, float*, const float*,  \
+                                      BlockActs&);                                            \
+  template void run_block_backward<TC>(ModelState&, const LayerParams&, float*, const float*, \
+                                       const BlockActs&);
+KKTRAIN_INST_LAYERS(float)
+KKTRAIN_INST_LAYERS(bf16)
+#undef KKTRAIN_INST_LAYERS
+
+}  // namespace kktrain

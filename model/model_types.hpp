@@ -1,0 +1,93 @@
+// What callers hand the model and get back: the forward's options and results, the layout over
+// ranks, the buffer plan's entries and the precision roles' roundings (model/transformer.hpp runs
+// the model; model/model_state.hpp holds it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/bf16.hpp"
+#include "core/device_sums.hpp"
+#include "core/dtype.hpp"
+#include "core/tensor_probe.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/fsdp.hpp"
+
+namespace kktrain {
+
+// The rounding of each tensor role, fixed when the model is built (see the header comment): the
+// compute dtype (matmuls, attention, MLP), the residual stream inside a unit, and (several ranks)
+// what passes between units (mp_policy.output_dtype).
+struct Roundings {
+  Rounding compute = Rounding::fp32;
+  Rounding stream = Rounding::fp32;
+  Rounding between = Rounding::fp32;
+};
+inline Rounding rounding_for(DType d) {
+  return d == DType::bfloat16 ? Rounding::bf16 : Rounding::fp32;
+}
+
+// Whether a pass also prepares its backward (the head computes dlogits, the load-balancing loss
+// its gradient factor).
+enum class Pass : uint8_t { forward_only, with_backward };
+// What a sparse layer's forward leaves on the host: its routing statistics, or also each token's
+// chosen experts (ForwardOptions::keep_routing).
+enum class RoutingCopy : uint8_t { statistics, with_choices };
+
+struct ForwardOptions {
+  bool compute_logits = true;         // false: stop after the final norm (no logits, no loss)
+  bool output_hidden_states = false;  // keep the final-norm hidden states for hidden_states()
+  // Also copy the main head's (B*T, V) logits, fp32, for logits(): a debugging aid that allocates
+  // B*T*V*4 bytes (the head itself only ever holds model.loss_chunk_tokens rows of them).
+  bool keep_logits = false;
+  bool compute_mtp = true;        // run the multi-token-prediction head if the model has one
+  bool prepare_backward = false;  // also compute dlogits so backward() can run
+  float grad_scale = 1.0f;        // multiplies the gradient of the mean loss (accumulation)
+  // Several ranks: the backward of this forward ends the step's gradient accumulation and
+  // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
+  bool sync_grads = true;
+  // Set: the losses are not read back (no host wait; ForwardResult's losses are NaN) but added
+  // on the device: slot kLossSlot += the mean loss, kMtpSlot += the MTP loss (kMtpScratchSlot is
+  // the forward's own). Null: read back into ForwardResult.
+  DeviceSums* loss_sums = nullptr;
+  static constexpr int kLossSlot = 0, kMtpSlot = 1, kMtpScratchSlot = 2;
+  static constexpr int kForwardSlots = 3;  // the slots above: a caller's own come after them
+  // Mixture of experts: keep each layer's chosen experts for routing() (a host copy per layer).
+  bool keep_routing = false;
+  // Tests: shown the tensors at the boundaries core/tensor_probe.hpp names (null: none).
+  TensorProbe* probe = nullptr;
+};
+
+// How the model is laid out over ranks; see Transformer::prepare().
+struct ShardOptions {
+  Communicator* comm = nullptr;       // null: one rank
+  bool reshard_after_forward = true;  // several ranks: gather layers again for backward
+  GradSync grad_sync = GradSync::every_micro_batch;  // several ranks: parallel/fsdp.hpp
+  // Mixture of experts: split the experts over groups of this many consecutive ranks
+  // (distributed.expert_parallel_size; docs/moe.md).
+  int expert_parallel = 1;
+};
+
+// One buffer of the model's working memory for a micro-batch shape (Transformer::buffer_plan).
+struct BufferSpec {
+  std::string name;
+  // "batch" (token ids), "activations" (kept from forward to backward), "recompute" (one layer's
+  // activations with activation checkpointing), "head" (final norm, one chunk of logits),
+  // "scratch" (one layer's working tensors and gradients, the attention's tiles), "mtp" (the
+  // multi-token-prediction head's per-depth tensors).
+  std::string group;
+  int64_t bytes = 0;  // of one copy
+  int64_t copies = 1;
+};
+
+struct ForwardResult {
+  double loss = 0.0;      // mean cross-entropy over counted tokens (main head)
+  double mtp_loss = 0.0;  // mean over MTP depths of their mean losses (0 without MTP)
+  // The gradient is that of loss + model.mtp_loss_weight * mtp_loss.
+  int64_t tokens = 0;  // counted (non-ignored) target tokens of the main head
+  // Mixture of experts: the load-balancing loss (unweighted; the gradient is that of
+  // loss + model.moe.aux_loss_coef * aux_loss), 0 for a dense model.
+  double aux_loss = 0.0;
+};
+
+}  // namespace kktrain
