@@ -25,14 +25,14 @@ void Transformer::mtp_forward(const ForwardOptions& opts, bool backward, Forward
     MtpActs& m = b.mtp[d];
     const float* h_prev = d == 0 ? b.res[cfg_.num_layers].data() : b.mtp[d - 1].h_out.data();
     embed_lookup(m.emb.data(), m.ids.data(), emb, N);
-    rmsnorm_forward(b.en.p<TC>(), nullptr, m.rstd_e.data(), m.emb.data(), wf(P.enorm), N, C, eps,
+    rmsnorm_forward(space_, b.en.p<TC>(), nullptr, m.rstd_e.data(), m.emb.data(), wf(P.enorm), N, C,
+                    eps, round_.stream);
+    rmsnorm_forward(space_, b.hn.p<TC>(), nullptr, m.rstd_h.data(), h_prev, wf(P.hnorm), N, C, eps,
                     round_.stream);
-    rmsnorm_forward(b.hn.p<TC>(), nullptr, m.rstd_h.data(), h_prev, wf(P.hnorm), N, C, eps,
-                    round_.stream);
-    concat2(m.cat.p<TC>(), b.en.p<TC>(), b.hn.p<TC>(), N, C);  // (N, 2C)
-    matmul_forward(m.h_in.data(), m.cat.p<TC>(), w(P.eh_proj), N, 2 * C, C);
+    concat2(space_, m.cat.p<TC>(), b.en.p<TC>(), b.hn.p<TC>(), N, C);  // (N, 2C)
+    matmul_forward(space_, m.h_in.data(), m.cat.p<TC>(), w(P.eh_proj), N, 2 * C, C);
     if (round_.compute == Rounding::bf16) {
-      round_copy(m.h_in.data(), m.h_in.data(), N * C, Rounding::bf16);
+      round_copy(space_, m.h_in.data(), m.h_in.data(), N * C, Rounding::bf16);
     }
     block_forward<TC>(P.block, m.h_out.data(), m.h_in.data(), b.mtp_block[d]);
     const float scale =
@@ -62,37 +62,37 @@ void Transformer::mtp_backward(float* dres) {
     const MtpActs& m = b.mtp[d];
     const float* h_prev = d == 0 ? b.res[cfg_.num_layers].data() : b.mtp[d - 1].h_out.data();
     // dh: d(h_out) from the next depth; add this depth's head, then go through the block.
-    rmsnorm_backward(b.dh.data(), dw, b.norm_partial.data(), m.dxf.data(), m.h_out.data(),
+    rmsnorm_backward(space_, b.dh.data(), dw, b.norm_partial.data(), m.dxf.data(), m.h_out.data(),
                      wf(P.norm), m.rstd_f.data(), N, C, round_.stream);
     accumulate(P.norm, dw, round_compute_[P.norm]);
     block_backward<TC>(P.block, b.dh.data(), m.h_in.data(), b.mtp_block[d]);  // dh = d(h_in)
-    const TC* dc = compute_copy(b.dc.p<TC>(), b.dh.data(), N * C);
+    const TC* dc = compute_copy(space_, b.dc.p<TC>(), b.dh.data(), N * C);
     if (params_.info(P.eh_proj).trainable) {
-      matmul_backward_weight(dw, dc, m.cat.p<TC>(), N, 2 * C, C);
+      matmul_backward_weight(space_, dw, dc, m.cat.p<TC>(), N, 2 * C, C);
       accumulate(P.eh_proj, dw, round_.compute);
     }
-    matmul_backward_input(b.dcat.data(), dc, w(P.eh_proj), N, 2 * C, C, Into::overwrite);
+    matmul_backward_input(space_, b.dcat.data(), dc, w(P.eh_proj), N, 2 * C, C, Into::overwrite);
     if (round_.compute == Rounding::bf16) {
-      round_copy(b.dcat.data(), b.dcat.data(), N * 2 * C, Rounding::bf16);
+      round_copy(space_, b.dcat.data(), b.dcat.data(), N * 2 * C, Rounding::bf16);
     }
-    split2(b.den.data(), b.dhn.data(), b.dcat.data(), N, C);
+    split2(space_, b.den.data(), b.dhn.data(), b.dcat.data(), N, C);
     // enorm -> embedding lookup of the shifted tokens
     Kokkos::deep_copy(ExecSpace(), b.demb, 0.0f);
-    rmsnorm_backward(b.demb.data(), dw, b.norm_partial.data(), b.den.data(), m.emb.data(),
+    rmsnorm_backward(space_, b.demb.data(), dw, b.norm_partial.data(), b.den.data(), m.emb.data(),
                      wf(P.enorm), m.rstd_e.data(), N, C, round_.stream);
     accumulate(P.enorm, dw, round_compute_[P.enorm]);
     if (params_.info(embed_).trainable) {
-      embedding_backward(dw, b.demb.data(), m.row_start.data(), m.positions.data(), V, C);
+      embedding_backward(space_, dw, b.demb.data(), m.row_start.data(), m.positions.data(), V, C);
       accumulate(embed_, dw, round_.stream);
     }
     // hnorm -> the previous depth's output (or the main model's last residual)
     Kokkos::deep_copy(ExecSpace(), b.dh_prev, 0.0f);
-    rmsnorm_backward(b.dh_prev.data(), dw, b.norm_partial.data(), b.dhn.data(), h_prev, wf(P.hnorm),
-                     m.rstd_h.data(), N, C, round_.stream);
+    rmsnorm_backward(space_, b.dh_prev.data(), dw, b.norm_partial.data(), b.dhn.data(), h_prev,
+                     wf(P.hnorm), m.rstd_h.data(), N, C, round_.stream);
     accumulate(P.hnorm, dw, round_compute_[P.hnorm]);
     std::swap(b.dh, b.dh_prev);
   }
-  add_forward(dres, dres, b.dh.data(), N * C, round_.stream);
+  add_forward(space_, dres, dres, b.dh.data(), N * C, round_.stream);
 }
 
 template void Transformer::mtp_forward<float>(const ForwardOptions&, bool, ForwardResult*);

@@ -427,12 +427,12 @@ void Transformer::init_weights(const std::function<bool(const std::string&)>& wh
       if (p.role == ParamRole::lora_a) {
         // PEFT's kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
         const float bound = 1.0f / std::sqrt(static_cast<float>(p.shape[1]));
-        init_uniform<T>(out, p.local_numel, seed, stream, -bound, bound, first);
+        init_uniform<T>(space_, out, p.local_numel, seed, stream, -bound, bound, first);
       } else if (p.role == ParamRole::lora_b) {
-        init_normal<T>(out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
+        init_normal<T>(space_, out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
       } else {
-        init_normal<T>(out, p.local_numel, seed, stream, ones ? 0.0f : s, ones ? 1.0f : 0.0f,
-                       first);
+        init_normal<T>(space_, out, p.local_numel, seed, stream, ones ? 0.0f : s,
+                       ones ? 1.0f : 0.0f, first);
       }
     });
   }
@@ -449,21 +449,21 @@ void Transformer::reduce(int unit) {
 
 void Transformer::boundary_output(float* x, int64_t n) const {
   if (round_.between == Rounding::bf16 && round_.stream == Rounding::fp32) {
-    round_copy(x, x, n, Rounding::bf16);  // fp32 unit output cast to bf16 output_dtype
+    round_copy(space_, x, x, n, Rounding::bf16);  // fp32 unit output cast to bf16 output_dtype
   }
 }
 
 void Transformer::boundary_grad_into_unit(float* g, int64_t n) const {
   // The gradient of a bf16 unit output arrives as the gradient of its fp32 cast.
   if (round_.stream == Rounding::bf16 && round_.between == Rounding::fp32) {
-    round_copy(g, g, n, Rounding::bf16);
+    round_copy(space_, g, g, n, Rounding::bf16);
   }
 }
 
 void Transformer::boundary_grad_out_of_unit(float* g, int64_t n) const {
   // The gradient of an fp32 unit input leaves as the gradient of the bf16 tensor it was cast from.
   if (round_.between == Rounding::bf16 && round_.stream == Rounding::fp32) {
-    round_copy(g, g, n, Rounding::bf16);
+    round_copy(space_, g, g, n, Rounding::bf16);
   }
 }
 
@@ -472,16 +472,16 @@ void Transformer::accumulate(int param, const float* dw, Rounding round_dw) {
   if (!p.trainable) return;
   const Rounding round = p.keep_fp32 ? Rounding::fp32 : round_dw;
   if (units_->sharded()) {  // the unit's full fp32 gradient; reduced after the unit's backward
-    accumulate_grad<float>(units_->grad_buffer(param), dw, p.numel, round);
+    accumulate_grad<float>(space_, units_->grad_buffer(param), dw, p.numel, round);
     return;
   }
   if (staged_grad_[param].extent(0) > 0) {  // fp32 sum now, one rounding in flush_staged_grads
-    accumulate_grad<float>(staged_grad_[param].data(), dw, p.numel, round);
+    accumulate_grad<float>(space_, staged_grad_[param].data(), dw, p.numel, round);
     return;
   }
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_grad<T>(params_.grad<T>(param).data(), dw, p.numel, round);
+    accumulate_grad<T>(space_, params_.grad<T>(param).data(), dw, p.numel, round);
   });
 }
 
@@ -491,7 +491,7 @@ void Transformer::flush_staged_grads() {
     if (st.extent(0) == 0 || !params_.info(i).trainable) continue;
     dispatch_dtype(params_.info(i).dtype, [&](auto tag) {
       using T = decltype(tag);
-      accumulate_grad<T>(params_.grad<T>(i).data(), st.data(), params_.info(i).numel,
+      accumulate_grad<T>(space_, params_.grad<T>(i).data(), st.data(), params_.info(i).numel,
                          Rounding::fp32);
     });
     Kokkos::deep_copy(ExecSpace(), st, 0.0f);

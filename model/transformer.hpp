@@ -283,6 +283,7 @@ class Transformer {
   void accumulate(int param, const float* dw, Rounding round_dw);
   void flush_staged_grads();
 
+  ExecSpace space_;  // the instance every kernel of the model runs on (the default one)
   ModelConfig cfg_;
   ResolvedPrecision prec_;
   Roundings round_;

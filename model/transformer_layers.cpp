@@ -140,7 +140,8 @@ BlockDims Transformer::block_dims() const {
 
 template <class TC>
 void Transformer::block_forward(const LayerParams& p, float* out, const float* inp, BlockActs& a) {
-  kktrain::block_forward<TC>(out, inp, a, block_weights(p), block_scratch<TC>(), block_dims());
+  kktrain::block_forward<TC>(space_, out, inp, a, block_weights(p), block_scratch<TC>(),
+                             block_dims());
 }
 
 template <class TC>
@@ -174,8 +175,8 @@ void Transformer::block_backward(const LayerParams& p, float* dres, const float*
         // compute dtype.
         accumulate(i, dw, weight == kLn1 || weight == kLn2 ? round_compute_[i] : round_.compute);
       });
-  kktrain::block_backward<TC>(dres, inp, a, block_weights(p), block_scratch<TC>(), block_dims(),
-                              router);
+  kktrain::block_backward<TC>(space_, dres, inp, a, block_weights(p), block_scratch<TC>(),
+                              block_dims(), router);
 }
 
 #define KKTRAIN_INST_LAYERS(TC)                                                           \

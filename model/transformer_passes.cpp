@@ -116,7 +116,7 @@ void Transformer::embed_lookup(float* out, const int32_t* ids, const CRef& wte, 
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
   dispatch_dtype(wte.dtype, [&](auto tag) {
     using W = decltype(tag);
-    embedding_forward(out, ids, static_cast<const W*>(wte.data), N, C, V, round_.stream);
+    embedding_forward(space_, out, ids, static_cast<const W*>(wte.data), N, C, V, round_.stream);
   });
 }
 
@@ -230,8 +230,8 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   gather(head_unit_, mtp ? mtp_unit_ : -1);
   if (!opts.compute_logits) {
     // Final hidden states only: no (N, V) logits are materialized.
-    rmsnorm_forward(b.xf.p<TC>(), hidden_.data(), b.rstd_f.data(), b.res[L].data(), wf(final_norm_),
-                    N, C, static_cast<float>(cfg_.rms_norm_eps), round_.stream);
+    rmsnorm_forward(space_, b.xf.p<TC>(), hidden_.data(), b.rstd_f.data(), b.res[L].data(),
+                    wf(final_norm_), N, C, static_cast<float>(cfg_.rms_norm_eps), round_.stream);
   } else {
     const float scale = b.count > 0 ? opts.grad_scale / static_cast<float>(b.count) : 0.0f;
     if (opts.keep_logits && kept_logits_.extent(0) != static_cast<size_t>(N * cfg_.vocab_size)) {
@@ -266,8 +266,8 @@ void Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, 
                                float* losses, const int32_t* targets, bool loss, float scale,
                                bool backward, float* dxf, float* keep) {
   const int64_t N = buf_->B * buf_->T, C = cfg_.hidden_size, V = cfg_.vocab_size;
-  rmsnorm_forward(xf, hidden_out, rstd, inp, wf(norm), N, C, static_cast<float>(cfg_.rms_norm_eps),
-                  round_.stream);
+  rmsnorm_forward(space_, xf, hidden_out, rstd, inp, wf(norm), N, C,
+                  static_cast<float>(cfg_.rms_norm_eps), round_.stream);
   if (!loss && keep == nullptr) return;  // nothing would read the logits
   TC* logits = buf_->logits.p<TC>();
   const bool head_grad = backward && params_.info(lm_head_).trainable;
@@ -275,23 +275,24 @@ void Transformer::head_forward(int norm, const float* inp, TC* xf, float* rstd, 
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t rows = std::min(chunk, N - n0);
     // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16
-    matmul_forward(logits, xf + n0 * C, w(lm_head_), rows, C, V);
-    if (keep != nullptr) round_copy(keep + n0 * V, logits, rows * V, Rounding::fp32);
+    matmul_forward(space_, logits, xf + n0 * C, w(lm_head_), rows, C, V);
+    if (keep != nullptr) round_copy(space_, keep + n0 * V, logits, rows * V, Rounding::fp32);
     if (!loss) continue;
-    cross_entropy_forward_backward(losses + n0, logits, targets + n0, rows, V, scale,
+    cross_entropy_forward_backward(space_, losses + n0, logits, targets + n0, rows, V, scale,
                                    backward ? LossPass::forward_backward : LossPass::forward);
     if (!backward) continue;
     // logits now hold dlogits (rows, V) in the compute dtype. dW (V, C) (+)= dlogits^T @ xf rows:
     // fp32, the chunks summed in order, rounded once by accumulate() below.
     if (head_grad) {
-      gemm('T', 'N', 1.0f, gin(logits, rows, V), gin(xf + n0 * C, rows, C), n0 == 0 ? 0.0f : 1.0f,
-           gout(buf_->dw.data(), V, C));
+      gemm(space_, 'T', 'N', 1.0f, gin(logits, rows, V), gin(xf + n0 * C, rows, C),
+           n0 == 0 ? 0.0f : 1.0f, gout(buf_->dw.data(), V, C));
     }
-    matmul_backward_input(dxf + n0 * C, logits, w(lm_head_), rows, C, V,
+    matmul_backward_input(space_, dxf + n0 * C, logits, w(lm_head_), rows, C, V,
                           Into::overwrite);  // (rows, C)
   }
   if (head_grad) accumulate(lm_head_, buf_->dw.data(), round_.compute);
-  if (backward && round_.compute == Rounding::bf16) round_copy(dxf, dxf, N * C, Rounding::bf16);
+  if (backward && round_.compute == Rounding::bf16)
+    round_copy(space_, dxf, dxf, N * C, Rounding::bf16);
 }
 
 double Transformer::mean_loss(const float* losses, int64_t count, const ForwardOptions& opts,
@@ -301,7 +302,7 @@ double Transformer::mean_loss(const float* losses, int64_t count, const ForwardO
     opts.loss_sums->add_mean(slot, losses, N, static_cast<double>(count), then);
     return NAN;
   }
-  return count > 0 ? sum_to_host(losses, N) / static_cast<double>(count) / then : 0.0;
+  return count > 0 ? sum_to_host(space_, losses, N) / static_cast<double>(count) / then : 0.0;
 }
 
 template <class TC>
@@ -321,8 +322,8 @@ void Transformer::backward_impl() {
   }
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
   gather(head_unit_, L > 0 ? L : -1);  // the embedding's weights are not used by backward
-  rmsnorm_backward(b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(), b.res[L].data(),
-                   wf(final_norm_), b.rstd_f.data(), N, C, round_.stream);
+  rmsnorm_backward(space_, b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(),
+                   b.res[L].data(), wf(final_norm_), b.rstd_f.data(), N, C, round_.stream);
   accumulate(final_norm_, b.dw.data(), round_compute_[final_norm_]);
   reduce(head_unit_);
   release_after_forward(head_unit_);
@@ -349,7 +350,8 @@ void Transformer::backward_impl() {
     }
   }
   if (params_.info(embed_).trainable) {
-    embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);
+    embedding_backward(space_, b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(),
+                       V, C);
     accumulate(embed_, b.dw.data(), round_.stream);
   }
   reduce(embed_unit_);
