@@ -47,8 +47,15 @@ void kk_gemm(const ExecSpace& space, char transA, char transB, float alpha, cons
   if (std::is_same<MemSpace, HostSpace>::value) {  // host BLAS: as many threads as it is worth
     fit_blas_threads(m, n, transA == 'N' ? ac : ar);
   }
-  (void)space;  // the product runs on the default instance, the one every caller passes
+  // Kokkos Kernels takes the execution-space instance from 4.5 on (KokkosBlas::gemm(space, ...));
+  // older releases (Debian's 3.4 has no KOKKOSKERNELS_VERSION) run the product on the default
+  // instance, which is the one every caller passes today.
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40500
+  KokkosBlas::gemm(space, ta, tb, alpha, CMat(A, ar, ac), CMat(B, br, bc), beta, Mat(C, m, n));
+#else
+  (void)space;
   KokkosBlas::gemm(ta, tb, alpha, CMat(A, ar, ac), CMat(B, br, bc), beta, Mat(C, m, n));
+#endif
 }
 
 // A window of a row-major matrix (rows x cols of its own, ld elements per row, of dtype).
