@@ -62,9 +62,9 @@ int run(const AttentionDims& d, int iters, bool materialized) {
   std::vector<double> tiled_s, ref_s;
   for (int it = 0; it <= iters; ++it) {  // the first round warms up
     double t0 = now();
-    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, s);
-    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
-                       q.data(), k.data(), v.data(), d, s);
+    attention_forward(ExecSpace(), out.data(), lse.data(), q.data(), k.data(), v.data(), d, s);
+    attention_backward(ExecSpace(), dq.data(), dk.data(), dv.data(), dout.data(), out.data(),
+                       lse.data(), q.data(), k.data(), v.data(), d, s);
     Kokkos::fence();
     if (it > 0) tiled_s.push_back(now() - t0);
     if (!materialized) continue;

@@ -56,11 +56,11 @@ double time_product(char ta, char tb, const GemmIn& A, const GemmIn& B, const Ge
                     GemmBackend expect, int reps) {
   const auto calls = [expect] { return gemm_counters().calls[static_cast<int>(expect)]; };
   const int64_t before = calls();
-  gemm(ta, tb, 1.0f, A, B, 0.0f, C);
+  gemm(ExecSpace(), ta, tb, 1.0f, A, B, 0.0f, C);
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
     const double t0 = now();
-    gemm(ta, tb, 1.0f, A, B, 0.0f, C);
+    gemm(ExecSpace(), ta, tb, 1.0f, A, B, 0.0f, C);
     Kokkos::fence();
     times.push_back(now() - t0);
   }

@@ -41,15 +41,11 @@ void for_rows_impl(std::false_type /*device*/, const ExecSpace& space, const cha
       });
 }
 // On the execution-space instance `space` (a stream of its own on GPUs: the communication
-// side's kernels, parallel/fsdp_kernels.hpp), ordered after the work queued on it before.
+// side's kernels, parallel/fsdp_kernels.hpp; the compute kernels, ops/kernels.hpp), ordered after
+// the work queued on it before.
 template <class F>
 void for_rows(const ExecSpace& space, const char* name, int64_t rows, int64_t cols, const F& f) {
   for_rows_impl(std::integral_constant<bool, kHostKernels>(), space, name, rows, cols, f);
-}
-// On the default instance (every compute kernel).
-template <class F>
-void for_rows(const char* name, int64_t rows, int64_t cols, const F& f) {
-  for_rows(ExecSpace(), name, rows, cols, f);
 }
 
 // Where a reduction's sum goes: a host value (the launch waits for the device to fill it) or a

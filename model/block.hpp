@@ -124,26 +124,27 @@ class BlockGrads {
 
 // out (N, C) from inp (N, C); fills `a` for the backward.
 template <class TC>
-void block_forward(float* out, const float* inp, BlockActs& a, const BlockWeights& w,
-                   const BlockScratch<TC>& s, const BlockDims& d);
+void block_forward(const ExecSpace& space, float* out, const float* inp, BlockActs& a,
+                   const BlockWeights& w, const BlockScratch<TC>& s, const BlockDims& d);
 // dres (N, C): gradient of the block output on entry, of the block input on return; weight
 // gradients to `grads`.
 template <class TC>
-void block_backward(float* dres, const float* inp, const BlockActs& a, const BlockWeights& w,
-                    const BlockScratch<TC>& s, const BlockDims& d, BlockGrads& grads);
+void block_backward(const ExecSpace& space, float* dres, const float* inp, const BlockActs& a,
+                    const BlockWeights& w, const BlockScratch<TC>& s, const BlockDims& d,
+                    BlockGrads& grads);
 
 // y (N, out) at column col of rows ld wide += the adapter's output for x (N, in):
 // t = rnd(x A^T), delta = rnd(t B^T), y = rnd(y + rnd(delta * scale)) (PEFT under autocast).
 // t (N, r) and delta (N, out) are scratch. No-op without an adapter.
 template <class TC>
-void lora_forward(TC* y, int64_t ld, int64_t col, const TC* x, const LoraWeights& l, int64_t N,
-                  int64_t in, int64_t out, TC* t, TC* delta);
+void lora_forward(const ExecSpace& space, TC* y, int64_t ld, int64_t col, const TC* x,
+                  const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* delta);
 // From the projection's output gradient dy (rows ld wide, at column col): the adapter's weight
 // gradients to grads (weights wa, wb), and dx (N, in) += the input gradient through the adapter
 // (fp32, unrounded). t, dt (N, r), g (N, out) and dw (out * r or r * in) are scratch.
 template <class TC>
-void lora_backward(float* dx, const TC* dy, int64_t ld, int64_t col, const TC* x,
-                   const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* dt, TC* g,
-                   float* dw, BlockGrads& grads, int wa, int wb);
+void lora_backward(const ExecSpace& space, float* dx, const TC* dy, int64_t ld, int64_t col,
+                   const TC* x, const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t,
+                   TC* dt, TC* g, float* dw, BlockGrads& grads, int wa, int wb);
 
 }  // namespace kktrain

@@ -170,7 +170,7 @@ void make_block_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const 
 template <class TC>
 void run_block_forward(ModelState& s, const LayerParams& p, float* out, const float* inp,
                        BlockActs& a) {
-  block_forward<TC>(out, inp, a, block_weights(s, p), block_scratch<TC>(s), block_dims(s));
+  block_forward<TC>(s.space, out, inp, a, block_weights(s, p), block_scratch<TC>(s), block_dims(s));
 }
 
 template <class TC>
@@ -198,8 +198,8 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
         accumulate(s, i, dw,
                    weight == kLn1 || weight == kLn2 ? s.round_compute[i] : s.round.compute);
       });
-  block_backward<TC>(dres, inp, a, block_weights(s, p), block_scratch<TC>(s), block_dims(s),
-                     router);
+  block_backward<TC>(s.space, dres, inp, a, block_weights(s, p), block_scratch<TC>(s),
+                     block_dims(s), router);
 }
 
 #define KKTRAIN_INST_LAYERS(TC)                                                               \

@@ -25,8 +25,8 @@ struct Matrix {
   }
 };
 
-Matrix upload_matrix(const std::string& name, const std::vector<float>& v, int64_t rows,
-                     int64_t cols, DType dtype) {
+Matrix upload_matrix(const ExecSpace& space, const std::string& name, const std::vector<float>& v,
+                     int64_t rows, int64_t cols, DType dtype) {
   if (static_cast<int64_t>(v.size()) != rows * cols) {
     throw InputError("generate: tensor " + name + " has " + std::to_string(v.size()) +
                      " values, the model expects " + std::to_string(rows) + " x " +
@@ -39,7 +39,7 @@ Matrix upload_matrix(const std::string& name, const std::vector<float>& v, int64
   Kokkos::deep_copy(tmp, HViewU<const float>(v.data(), v.size()));
   if (dtype == DType::bfloat16) {
     m.h = DView<bf16>(name, v.size());
-    cast_from_float(m.h.data(), tmp.data(), static_cast<int64_t>(v.size()));
+    cast_from_float(space, m.h.data(), tmp.data(), static_cast<int64_t>(v.size()));
   } else {
     m.f = tmp;
   }
@@ -57,9 +57,9 @@ DView<float> upload_vector(const std::string& name, const std::vector<float>& v,
 }
 
 // rows (R, P) of scores in place -> softmax probabilities (fp32, exp as the training softmax).
-void softmax_rows(float* s, int64_t R, int64_t P) {
+void softmax_rows(const ExecSpace& space, float* s, int64_t R, int64_t P) {
   Kokkos::parallel_for(
-      "decode_softmax", TeamPolicy(R, Kokkos::AUTO), KOKKOS_LAMBDA(const TeamMember& m) {
+      "decode_softmax", TeamPolicy(space, R, Kokkos::AUTO), KOKKOS_LAMBDA(const TeamMember& m) {
         float* row = s + m.league_rank() * P;
         float mx = -FLT_MAX;
         Kokkos::parallel_reduce(
@@ -82,9 +82,10 @@ void softmax_rows(float* s, int64_t R, int64_t P) {
 }
 
 // cache (KV, Tmax, D) at position p = x (KV, D)
-void cache_put(float* cache, const float* x, int64_t KV, int64_t Tmax, int64_t D, int64_t p) {
+void cache_put(const ExecSpace& space, float* cache, const float* x, int64_t KV, int64_t Tmax,
+               int64_t D, int64_t p) {
   Kokkos::parallel_for(
-      "decode_cache_put", RangePolicy(0, KV * D), KOKKOS_LAMBDA(const int64_t i) {
+      "decode_cache_put", RangePolicy(space, 0, KV * D), KOKKOS_LAMBDA(const int64_t i) {
         const int64_t g = i / D, d = i % D;
         cache[(g * Tmax + p) * D + d] = x[i];
       });
@@ -93,6 +94,7 @@ void cache_put(float* cache, const float* x, int64_t KV, int64_t Tmax, int64_t D
 }  // namespace
 
 struct Decoder::Impl {
+  ExecSpace space;  // the instance every kernel of the decoder runs on (the default one)
   ModelConfig cfg;
   int64_t C, H, KV, D, F, V, Q;
   Matrix embed, lm_head;
@@ -118,6 +120,7 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
                      ") has no KV-cache decoder yet; only dense models generate");
   }
   Impl& m = *impl_;
+  const ExecSpace& space = m.space;
   m.cfg = cfg;
   m.C = cfg.hidden_size;
   m.H = cfg.num_heads;
@@ -132,7 +135,7 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
                      std::to_string(cfg.max_seq_len));
   }
   auto mat = [&](const std::string& n, int64_t r, int64_t c) {
-    Matrix w = upload_matrix(n, read(n), r, c, dtype);
+    Matrix w = upload_matrix(space, n, read(n), r, c, dtype);
     weight_bytes_ += r * c * static_cast<int64_t>(dtype_size(dtype));
     return w;
   };
@@ -201,52 +204,53 @@ std::vector<float> Decoder::step(int32_t token) {
   const int64_t G = H / KV, P = p + 1, half = D / 2;
   const float eps = static_cast<float>(m.cfg.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const ExecSpace& space = m.space;
   Kokkos::deep_copy(m.id, token);
   const CRef e = m.embed.ref();
   if (e.dtype == DType::bfloat16) {
-    embedding_forward(m.x.data(), m.id.data(), static_cast<const bf16*>(e.data), 1, C, m.V,
+    embedding_forward(space, m.x.data(), m.id.data(), static_cast<const bf16*>(e.data), 1, C, m.V,
                       Rounding::fp32);
   } else {
-    embedding_forward(m.x.data(), m.id.data(), static_cast<const float*>(e.data), 1, C, m.V,
+    embedding_forward(space, m.x.data(), m.id.data(), static_cast<const float*>(e.data), 1, C, m.V,
                       Rounding::fp32);
   }
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     const Impl::Layer& L = m.layers[l];
     float* kc = m.kcache.data() + static_cast<int64_t>(l) * KV * T * D;
     float* vc = m.vcache.data() + static_cast<int64_t>(l) * KV * T * D;
-    rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1, C, eps,
-                           Rounding::fp32);
+    rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1,
+                           C, eps, Rounding::fp32);
     // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
-    matmul_forward(m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
-    matmul_forward(m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
-    matmul_forward(m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D);
-    rope_forward<float>(m.q.data(), m.k.data(), m.v.data(), m.qkv.data(), m.cos.data() + p * half,
-                        m.sin.data() + p * half, 1, 1, H, KV, D);
-    cache_put(kc, m.k.data(), KV, T, D, p);
-    cache_put(vc, m.v.data(), KV, T, D, p);
+    matmul_forward(space, m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
+    matmul_forward(space, m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
+    matmul_forward(space, m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D);
+    rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
+                        m.cos.data() + p * half, m.sin.data() + p * half, 1, 1, H, KV, D);
+    cache_put(space, kc, m.k.data(), KV, T, D, p);
+    cache_put(space, vc, m.v.data(), KV, T, D, p);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
     for (int64_t g = 0; g < KV; ++g) {
-      gemm('N', 'T', scale, gin(m.q.data() + g * G * D, G, D), gin(kc + g * T * D, P, D), 0.0f,
-           gout(m.att.data() + g * G * P, G, P));
+      gemm(space, 'N', 'T', scale, gin(m.q.data() + g * G * D, G, D), gin(kc + g * T * D, P, D),
+           0.0f, gout(m.att.data() + g * G * P, G, P));
     }
-    softmax_rows(m.att.data(), H, P);
+    softmax_rows(space, m.att.data(), H, P);
     for (int64_t g = 0; g < KV; ++g) {
-      gemm('N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P), gin(vc + g * T * D, P, D), 0.0f,
-           gout(m.o.data() + g * G * D, G, D));
+      gemm(space, 'N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P), gin(vc + g * T * D, P, D),
+           0.0f, gout(m.o.data() + g * G * D, G, D));
     }
-    matmul_forward(m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
-    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
-    rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1, C, eps,
-                           Rounding::fp32);
-    matmul_forward(m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
-    matmul_forward(m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
-    swiglu_forward<float>(m.a.data(), m.gu.data(), 1, F);
-    matmul_forward(m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
-    add_forward<float>(m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
+    matmul_forward(space, m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
+    add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
+    rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1,
+                           C, eps, Rounding::fp32);
+    matmul_forward(space, m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
+    matmul_forward(space, m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
+    swiglu_forward<float>(space, m.a.data(), m.gu.data(), 1, F);
+    matmul_forward(space, m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
+    add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
   }
-  rmsnorm_forward<float>(m.xn.data(), nullptr, m.rstd.data(), m.x.data(), m.final_norm.data(), 1, C,
-                         eps, Rounding::fp32);
-  matmul_forward(m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
+  rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(),
+                         m.final_norm.data(), 1, C, eps, Rounding::fp32);
+  matmul_forward(space, m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
   std::vector<float> out(m.V);
   Kokkos::deep_copy(HViewU<float>(out.data(), out.size()), m.logits);
   ++pos_;

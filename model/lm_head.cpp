@@ -26,7 +26,7 @@ void embed_lookup(const ModelState& s, float* out, const int32_t* ids, const CRe
   const int64_t C = s.cfg.hidden_size, V = s.cfg.vocab_size;
   dispatch_dtype(wte.dtype, [&](auto tag) {
     using W = decltype(tag);
-    embedding_forward(out, ids, static_cast<const W*>(wte.data), N, C, V, s.round.stream);
+    embedding_forward(s.space, out, ids, static_cast<const W*>(wte.data), N, C, V, s.round.stream);
   });
 }
 
@@ -34,7 +34,8 @@ template <class TC>
 void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float scale, Pass pass) {
   const int64_t N = s.buf->B * s.buf->T, C = s.cfg.hidden_size, V = s.cfg.vocab_size;
   const float eps = static_cast<float>(s.cfg.rms_norm_eps);
-  rmsnorm_forward(h.xf, h.hidden_out, h.rstd, h.inp, s.wf(h.norm), N, C, eps, s.round.stream);
+  rmsnorm_forward(s.space, h.xf, h.hidden_out, h.rstd, h.inp, s.wf(h.norm), N, C, eps,
+                  s.round.stream);
   if (loss == HeadLoss::none && h.keep == nullptr) return;  // nothing would read the logits
   const bool backward = pass == Pass::with_backward && loss == HeadLoss::mean;
   TC* logits = s.buf->logits.p<TC>();
@@ -43,24 +44,24 @@ void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float 
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t rows = std::min(chunk, N - n0);
     // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16
-    matmul_forward(logits, h.xf + n0 * C, s.w(s.lm_head), rows, C, V);
-    if (h.keep != nullptr) round_copy(h.keep + n0 * V, logits, rows * V, Rounding::fp32);
+    matmul_forward(s.space, logits, h.xf + n0 * C, s.w(s.lm_head), rows, C, V);
+    if (h.keep != nullptr) round_copy(s.space, h.keep + n0 * V, logits, rows * V, Rounding::fp32);
     if (loss == HeadLoss::none) continue;
-    cross_entropy_forward_backward(h.losses + n0, logits, h.targets + n0, rows, V, scale,
+    cross_entropy_forward_backward(s.space, h.losses + n0, logits, h.targets + n0, rows, V, scale,
                                    backward ? LossPass::forward_backward : LossPass::forward);
     if (!backward) continue;
     // logits now hold dlogits (rows, V) in the compute dtype. dW (V, C) (+)= dlogits^T @ xf rows:
     // fp32, the chunks summed in order, rounded once by accumulate() below.
     if (head_grad) {
-      gemm('T', 'N', 1.0f, gin(logits, rows, V), gin(h.xf + n0 * C, rows, C), n0 == 0 ? 0.0f : 1.0f,
-           gout(s.buf->dw.data(), V, C));
+      gemm(s.space, 'T', 'N', 1.0f, gin(logits, rows, V), gin(h.xf + n0 * C, rows, C),
+           n0 == 0 ? 0.0f : 1.0f, gout(s.buf->dw.data(), V, C));
     }
-    matmul_backward_input(h.dxf + n0 * C, logits, s.w(s.lm_head), rows, C, V,
+    matmul_backward_input(s.space, h.dxf + n0 * C, logits, s.w(s.lm_head), rows, C, V,
                           Into::overwrite);  // (rows, C)
   }
   if (head_grad) accumulate(s, s.lm_head, s.buf->dw.data(), s.round.compute);
   if (backward && s.round.compute == Rounding::bf16) {
-    round_copy(h.dxf, h.dxf, N * C, Rounding::bf16);
+    round_copy(s.space, h.dxf, h.dxf, N * C, Rounding::bf16);
   }
 }
 template void head_forward<float>(ModelState&, const HeadTensors<float>&, HeadLoss, float, Pass);
@@ -73,7 +74,7 @@ double mean_loss(const ModelState& s, const float* losses, int64_t count,
     opts.loss_sums->add_mean(slot, losses, N, static_cast<double>(count), then);
     return NAN;
   }
-  return count > 0 ? sum_to_host(losses, N) / static_cast<double>(count) / then : 0.0;
+  return count > 0 ? sum_to_host(s.space, losses, N) / static_cast<double>(count) / then : 0.0;
 }
 
 }  // namespace kktrain

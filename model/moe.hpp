@@ -119,14 +119,15 @@ class BlockGrads;
 // y (N, C) fp32 from h (N, C) in the compute dtype; fills `a` (host_counts included: the one
 // device-to-host copy of a layer, the group sizes).
 template <class TC>
-void moe_forward(float* y, const TC* h, MoeActs& a, const MoeWeights& w, const MoeScratch<TC>& s,
-                 const MoeDims& d);
+void moe_forward(const ExecSpace& space, float* y, const TC* h, MoeActs& a, const MoeWeights& w,
+                 const MoeScratch<TC>& s, const MoeDims& d);
 // dh (N, C) fp32 (written) from dy (N, C) fp32, the gradient of y; weight gradients to grads.
 // dw holds the largest stacked expert gradient, El * 2F * C floats. The experts' input gradient
 // is rounded to the compute dtype (the dtype of the rows they read) before the sum over a
 // token's k choices, so every expert-parallel size computes the same values.
 template <class TC>
-void moe_backward(float* dh, const float* dy, const TC* h, const MoeActs& a, const MoeWeights& w,
-                  const MoeScratch<TC>& s, const MoeDims& d, float* dw, BlockGrads& grads);
+void moe_backward(const ExecSpace& space, float* dh, const float* dy, const TC* h, const MoeActs& a,
+                  const MoeWeights& w, const MoeScratch<TC>& s, const MoeDims& d, float* dw,
+                  BlockGrads& grads);
 
 }  // namespace kktrain

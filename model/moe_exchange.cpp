@@ -70,8 +70,8 @@ void moe_plan(MoePlan& plan, Communicator& ep, const std::vector<int64_t>& my_co
 }
 
 template <class T>
-void moe_dispatch(T* out, const T* sorted, const MoePlan& plan, Communicator& ep, int64_t C,
-                  T* peer_major) {
+void moe_dispatch(const ExecSpace& space, T* out, const T* sorted, const MoePlan& plan,
+                  Communicator& ep, int64_t C, T* peer_major) {
   const int64_t E = plan.experts_per_rank * plan.peers;
   int64_t sent_rows = 0;  // this rank's NK rows
   for (int64_t e = 0; e < E; ++e) sent_rows += static_cast<int64_t>(plan.counts[ep.rank() * E + e]);
@@ -81,18 +81,20 @@ void moe_dispatch(T* out, const T* sorted, const MoePlan& plan, Communicator& ep
                      byte_matrix(plan, static_cast<uint64_t>(C) * sizeof(T), false));
   const int32_t* perm = plan.perm.data();
   Kokkos::parallel_for(
-      "moe_dispatch_permute", RangePolicy(0, plan.recv_rows * C), KOKKOS_LAMBDA(const int64_t i) {
+      "moe_dispatch_permute", RangePolicy(space, 0, plan.recv_rows * C),
+      KOKKOS_LAMBDA(const int64_t i) {
         const int64_t r = i / C, c = i % C;
         out[i] = peer_major[perm[r] * C + c];
       });
 }
 
 template <class T>
-void moe_return(T* sorted, const T* in, const MoePlan& plan, Communicator& ep, int64_t C,
-                T* peer_major) {
+void moe_return(const ExecSpace& space, T* sorted, const T* in, const MoePlan& plan,
+                Communicator& ep, int64_t C, T* peer_major) {
   const int32_t* perm = plan.perm.data();
   Kokkos::parallel_for(
-      "moe_return_permute", RangePolicy(0, plan.recv_rows * C), KOKKOS_LAMBDA(const int64_t i) {
+      "moe_return_permute", RangePolicy(space, 0, plan.recv_rows * C),
+      KOKKOS_LAMBDA(const int64_t i) {
         const int64_t r = i / C, c = i % C;
         peer_major[perm[r] * C + c] = in[i];
       });
@@ -105,11 +107,13 @@ void moe_return(T* sorted, const T* in, const MoePlan& plan, Communicator& ep, i
                      byte_matrix(plan, static_cast<uint64_t>(C) * sizeof(T), true));
 }
 
-template void moe_dispatch<float>(float*, const float*, const MoePlan&, Communicator&, int64_t,
-                                  float*);
-template void moe_dispatch<bf16>(bf16*, const bf16*, const MoePlan&, Communicator&, int64_t, bf16*);
-template void moe_return<float>(float*, const float*, const MoePlan&, Communicator&, int64_t,
-                                float*);
-template void moe_return<bf16>(bf16*, const bf16*, const MoePlan&, Communicator&, int64_t, bf16*);
+template void moe_dispatch<float>(const ExecSpace&, float*, const float*, const MoePlan&,
+                                  Communicator&, int64_t, float*);
+template void moe_dispatch<bf16>(const ExecSpace&, bf16*, const bf16*, const MoePlan&,
+                                 Communicator&, int64_t, bf16*);
+template void moe_return<float>(const ExecSpace&, float*, const float*, const MoePlan&,
+                                Communicator&, int64_t, float*);
+template void moe_return<bf16>(const ExecSpace&, bf16*, const bf16*, const MoePlan&, Communicator&,
+                               int64_t, bf16*);
 
 }  // namespace kktrain

@@ -35,12 +35,12 @@ void moe_plan(MoePlan& plan, Communicator& ep, const std::vector<int64_t>& my_co
 // out (recv_rows, C) expert-major from sorted (NK, C), this rank's rows sorted by expert.
 // peer_major is scratch of recv_rows * C elements of T.
 template <class T>
-void moe_dispatch(T* out, const T* sorted, const MoePlan& plan, Communicator& ep, int64_t C,
-                  T* peer_major);
+void moe_dispatch(const ExecSpace& space, T* out, const T* sorted, const MoePlan& plan,
+                  Communicator& ep, int64_t C, T* peer_major);
 // The inverse: sorted (NK, C) receives, in this rank's sorted order, the rows its peers' experts
 // produced from in (recv_rows, C) expert-major.
 template <class T>
-void moe_return(T* sorted, const T* in, const MoePlan& plan, Communicator& ep, int64_t C,
-                T* peer_major);
+void moe_return(const ExecSpace& space, T* sorted, const T* in, const MoePlan& plan,
+                Communicator& ep, int64_t C, T* peer_major);
 
 }  // namespace kktrain

@@ -123,14 +123,14 @@ void mtp_forward(ModelState& s, const ForwardOptions& opts, Pass pass, ForwardRe
     MtpActs& m = x.depth[d];
     const float* h_prev = d == 0 ? b.res[s.cfg.num_layers].data() : x.depth[d - 1].h_out.data();
     embed_lookup(s, m.emb.data(), m.ids.data(), emb, N);
-    rmsnorm_forward(x.en.p<TC>(), nullptr, m.rstd_e.data(), m.emb.data(), s.wf(P.enorm), N, C, eps,
-                    s.round.stream);
-    rmsnorm_forward(x.hn.p<TC>(), nullptr, m.rstd_h.data(), h_prev, s.wf(P.hnorm), N, C, eps,
-                    s.round.stream);
-    concat2(m.cat.p<TC>(), x.en.p<TC>(), x.hn.p<TC>(), N, C);  // (N, 2C)
-    matmul_forward(m.h_in.data(), m.cat.p<TC>(), s.w(P.eh_proj), N, 2 * C, C);
+    rmsnorm_forward(s.space, x.en.p<TC>(), nullptr, m.rstd_e.data(), m.emb.data(), s.wf(P.enorm), N,
+                    C, eps, s.round.stream);
+    rmsnorm_forward(s.space, x.hn.p<TC>(), nullptr, m.rstd_h.data(), h_prev, s.wf(P.hnorm), N, C,
+                    eps, s.round.stream);
+    concat2(s.space, m.cat.p<TC>(), x.en.p<TC>(), x.hn.p<TC>(), N, C);  // (N, 2C)
+    matmul_forward(s.space, m.h_in.data(), m.cat.p<TC>(), s.w(P.eh_proj), N, 2 * C, C);
     if (s.round.compute == Rounding::bf16) {
-      round_copy(m.h_in.data(), m.h_in.data(), N * C, Rounding::bf16);
+      round_copy(s.space, m.h_in.data(), m.h_in.data(), N * C, Rounding::bf16);
     }
     run_block_forward<TC>(s, P.block, m.h_out.data(), m.h_in.data(), x.block[d]);
     const float scale =
@@ -162,44 +162,44 @@ void mtp_backward(ModelState& s, float* dres) {
   MtpBuffers& x = b.mtp;
   const int64_t N = b.B * b.T, C = s.cfg.hidden_size, V = s.cfg.vocab_size;
   float* dw = b.dw.data();
-  Kokkos::deep_copy(ExecSpace(), x.dh,
+  Kokkos::deep_copy(s.space, x.dh,
                     0.0f);  // gradient of h_out of the deepest depth (nothing reads it)
   for (int64_t d = static_cast<int64_t>(s.mtp.size()) - 1; d >= 0; --d) {
     const MtpParams& P = s.mtp[d];
     const MtpActs& m = x.depth[d];
     const float* h_prev = d == 0 ? b.res[s.cfg.num_layers].data() : x.depth[d - 1].h_out.data();
     // dh: d(h_out) from the next depth; add this depth's head, then go through the block.
-    rmsnorm_backward(x.dh.data(), dw, b.norm_partial.data(), m.dxf.data(), m.h_out.data(),
+    rmsnorm_backward(s.space, x.dh.data(), dw, b.norm_partial.data(), m.dxf.data(), m.h_out.data(),
                      s.wf(P.norm), m.rstd_f.data(), N, C, s.round.stream);
     accumulate(s, P.norm, dw, s.round_compute[P.norm]);
     run_block_backward<TC>(s, P.block, x.dh.data(), m.h_in.data(), x.block[d]);  // dh = d(h_in)
-    const TC* dc = compute_copy(b.dc.p<TC>(), x.dh.data(), N * C);
+    const TC* dc = compute_copy(s.space, b.dc.p<TC>(), x.dh.data(), N * C);
     if (s.params.info(P.eh_proj).trainable) {
-      matmul_backward_weight(dw, dc, m.cat.p<TC>(), N, 2 * C, C);
+      matmul_backward_weight(s.space, dw, dc, m.cat.p<TC>(), N, 2 * C, C);
       accumulate(s, P.eh_proj, dw, s.round.compute);
     }
-    matmul_backward_input(x.dcat.data(), dc, s.w(P.eh_proj), N, 2 * C, C, Into::overwrite);
+    matmul_backward_input(s.space, x.dcat.data(), dc, s.w(P.eh_proj), N, 2 * C, C, Into::overwrite);
     if (s.round.compute == Rounding::bf16) {
-      round_copy(x.dcat.data(), x.dcat.data(), N * 2 * C, Rounding::bf16);
+      round_copy(s.space, x.dcat.data(), x.dcat.data(), N * 2 * C, Rounding::bf16);
     }
-    split2(x.den.data(), x.dhn.data(), x.dcat.data(), N, C);
+    split2(s.space, x.den.data(), x.dhn.data(), x.dcat.data(), N, C);
     // enorm -> embedding lookup of the shifted tokens
-    Kokkos::deep_copy(ExecSpace(), x.demb, 0.0f);
-    rmsnorm_backward(x.demb.data(), dw, b.norm_partial.data(), x.den.data(), m.emb.data(),
+    Kokkos::deep_copy(s.space, x.demb, 0.0f);
+    rmsnorm_backward(s.space, x.demb.data(), dw, b.norm_partial.data(), x.den.data(), m.emb.data(),
                      s.wf(P.enorm), m.rstd_e.data(), N, C, s.round.stream);
     accumulate(s, P.enorm, dw, s.round_compute[P.enorm]);
     if (s.params.info(s.embed).trainable) {
-      embedding_backward(dw, x.demb.data(), m.row_start.data(), m.positions.data(), V, C);
+      embedding_backward(s.space, dw, x.demb.data(), m.row_start.data(), m.positions.data(), V, C);
       accumulate(s, s.embed, dw, s.round.stream);
     }
     // hnorm -> the previous depth's output (or the main model's last residual)
-    Kokkos::deep_copy(ExecSpace(), x.dh_prev, 0.0f);
-    rmsnorm_backward(x.dh_prev.data(), dw, b.norm_partial.data(), x.dhn.data(), h_prev,
+    Kokkos::deep_copy(s.space, x.dh_prev, 0.0f);
+    rmsnorm_backward(s.space, x.dh_prev.data(), dw, b.norm_partial.data(), x.dhn.data(), h_prev,
                      s.wf(P.hnorm), m.rstd_h.data(), N, C, s.round.stream);
     accumulate(s, P.hnorm, dw, s.round_compute[P.hnorm]);
     std::swap(x.dh, x.dh_prev);
   }
-  add_forward(dres, dres, x.dh.data(), N * C, s.round.stream);
+  add_forward(s.space, dres, dres, x.dh.data(), N * C, s.round.stream);
 }
 
 template void mtp_forward<float>(ModelState&, const ForwardOptions&, Pass, ForwardResult*);

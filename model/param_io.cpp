@@ -24,7 +24,8 @@ void store_rows(ParamRegistry& reg, int i, const float* local, ParamPart part) {
   }
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    cast_from_float<T>(grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), src, p.local_numel);
+    cast_from_float<T>(ExecSpace(), grad ? reg.grad<T>(i).data() : reg.data<T>(i).data(), src,
+                       p.local_numel);
   });
   host_sync();
 }
@@ -37,7 +38,7 @@ std::vector<float> param_to_host(const ParamRegistry& reg, int i, ParamPart part
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* src = grad ? reg.grad<T>(i).data() : reg.data<T>(i).data();
-    cast_to_float<T>(tmp.data(), src, p.local_numel, Rounding::fp32);
+    cast_to_float<T>(ExecSpace(), tmp.data(), src, p.local_numel, Rounding::fp32);
   });
   std::vector<float> out(static_cast<std::size_t>(p.local_numel));
   Kokkos::deep_copy(HostF(out.data(), out.size()), tmp);

@@ -128,12 +128,12 @@ void init_weights(ModelState& s, const std::function<bool(const std::string&)>& 
       if (p.role == ParamRole::lora_a) {
         // PEFT's kaiming_uniform_(a = sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
         const float bound = 1.0f / std::sqrt(static_cast<float>(p.shape[1]));
-        init_uniform<T>(out, p.local_numel, seed, stream, -bound, bound, first);
+        init_uniform<T>(s.space, out, p.local_numel, seed, stream, -bound, bound, first);
       } else if (p.role == ParamRole::lora_b) {
-        init_normal<T>(out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
+        init_normal<T>(s.space, out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
       } else {
-        init_normal<T>(out, p.local_numel, seed, stream, ones ? 0.0f : scale, ones ? 1.0f : 0.0f,
-                       first);
+        init_normal<T>(s.space, out, p.local_numel, seed, stream, ones ? 0.0f : scale,
+                       ones ? 1.0f : 0.0f, first);
       }
     });
   }

@@ -195,7 +195,7 @@ void Transformer::backward_impl() {
   ModelState& s = s_;
   ModelBuffers& b = *s.buf;
   const int64_t N = b.B * b.T, C = s.cfg.hidden_size, V = s.cfg.vocab_size, L = s.cfg.num_layers;
-  Kokkos::deep_copy(ExecSpace(), b.dres, 0.0f);
+  Kokkos::deep_copy(s.space, b.dres, 0.0f);
   if (last_compute_mtp_) {
     gather(s, s.mtp_unit, s.head_unit);
     mtp_backward<TC>(s, b.dres.data());  // adds d(res[L]) from the MTP head
@@ -204,15 +204,16 @@ void Transformer::backward_impl() {
   }
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
   gather(s, s.head_unit, L > 0 ? L : -1);  // the embedding's weights are not used by backward
-  rmsnorm_backward(b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(), b.res[L].data(),
-                   s.wf(s.final_norm), b.rstd_f.data(), N, C, s.round.stream);
+  rmsnorm_backward(s.space, b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(),
+                   b.res[L].data(), s.wf(s.final_norm), b.rstd_f.data(), N, C, s.round.stream);
   accumulate(s, s.final_norm, b.dw.data(), s.round_compute[s.final_norm]);
   reduce(s, s.head_unit);
   release_after_forward(s, s.head_unit);
   boundary_grad_out_of_unit(s, b.dres.data(), N * C);
   backward_layers<TC>();
   if (s.params.info(s.embed).trainable) {
-    embedding_backward(b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(), V, C);
+    embedding_backward(s.space, b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(),
+                       V, C);
     accumulate(s, s.embed, b.dw.data(), s.round.stream);
   }
   reduce(s, s.embed_unit);

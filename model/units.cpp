@@ -175,21 +175,21 @@ void reduce(ModelState& s, int unit) {
 
 void boundary_output(const ModelState& s, float* x, int64_t n) {
   if (s.round.between == Rounding::bf16 && s.round.stream == Rounding::fp32) {
-    round_copy(x, x, n, Rounding::bf16);  // fp32 unit output cast to bf16 output_dtype
+    round_copy(s.space, x, x, n, Rounding::bf16);  // fp32 unit output cast to bf16 output_dtype
   }
 }
 
 void boundary_grad_into_unit(const ModelState& s, float* g, int64_t n) {
   // The gradient of a bf16 unit output arrives as the gradient of its fp32 cast.
   if (s.round.stream == Rounding::bf16 && s.round.between == Rounding::fp32) {
-    round_copy(g, g, n, Rounding::bf16);
+    round_copy(s.space, g, g, n, Rounding::bf16);
   }
 }
 
 void boundary_grad_out_of_unit(const ModelState& s, float* g, int64_t n) {
   // The gradient of an fp32 unit input leaves as the gradient of the bf16 tensor it was cast from.
   if (s.round.between == Rounding::bf16 && s.round.stream == Rounding::fp32) {
-    round_copy(g, g, n, Rounding::bf16);
+    round_copy(s.space, g, g, n, Rounding::bf16);
   }
 }
 
@@ -198,16 +198,16 @@ void accumulate(ModelState& s, int param, const float* dw, Rounding round_dw) {
   if (!p.trainable) return;
   const Rounding round = p.keep_fp32 ? Rounding::fp32 : round_dw;
   if (s.units->sharded()) {  // the unit's full fp32 gradient; reduced after the unit's backward
-    accumulate_grad<float>(s.units->grad_buffer(param), dw, p.numel, round);
+    accumulate_grad<float>(s.space, s.units->grad_buffer(param), dw, p.numel, round);
     return;
   }
   if (s.staged_grad[param].extent(0) > 0) {  // fp32 sum now, one rounding in flush_staged_grads
-    accumulate_grad<float>(s.staged_grad[param].data(), dw, p.numel, round);
+    accumulate_grad<float>(s.space, s.staged_grad[param].data(), dw, p.numel, round);
     return;
   }
   dispatch_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    accumulate_grad<T>(s.params.grad<T>(param).data(), dw, p.numel, round);
+    accumulate_grad<T>(s.space, s.params.grad<T>(param).data(), dw, p.numel, round);
   });
 }
 
@@ -217,16 +217,16 @@ void flush_staged_grads(ModelState& s) {
     if (st.extent(0) == 0 || !s.params.info(i).trainable) continue;
     dispatch_dtype(s.params.info(i).dtype, [&](auto tag) {
       using T = decltype(tag);
-      accumulate_grad<T>(s.params.grad<T>(i).data(), st.data(), s.params.info(i).numel,
+      accumulate_grad<T>(s.space, s.params.grad<T>(i).data(), st.data(), s.params.info(i).numel,
                          Rounding::fp32);
     });
-    Kokkos::deep_copy(ExecSpace(), st, 0.0f);
+    Kokkos::deep_copy(s.space, st, 0.0f);
   }
 }
 
 void drop_staged_grads(ModelState& s) {
   for (auto& st : s.staged_grad) {
-    if (st.extent(0) > 0) Kokkos::deep_copy(ExecSpace(), st, 0.0f);
+    if (st.extent(0) > 0) Kokkos::deep_copy(s.space, st, 0.0f);
   }
 }
 

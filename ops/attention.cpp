@@ -185,14 +185,16 @@ struct Step {
 // output accumulator (nc, nr, D) rescaled by exp(m_old - m_new) before this block's product adds
 // to it. The first block starts the row.
 template <class TC>
-void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, Rounding rc) {
+void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const Step& st, int64_t D,
+                   Rounding rc) {
   float* scores = s.scores;
   TC* probs = s.probs;
   float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
   const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0;
   const bool first = k0 == 0;
   Kokkos::parallel_for(
-      "attention_softmax_block", RangePolicy(0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
+      "attention_softmax_block", RangePolicy(space, 0, st.nc * nr),
+      KOKKOS_LAMBDA(const int64_t row) {
         const int64_t valid = causal_width(i0 + row % nr, k0, kw);
         float* srow = scores + row * kw;
         const float m_old = first ? -FLT_MAX : m[row];
@@ -213,13 +215,13 @@ void softmax_block(const AttentionScratch<TC>& s, const Step& st, int64_t D, Rou
 
 // out (token layout) = rnd(acc / l), lse = m + log(l) for the rows of a tile.
 template <class TC>
-void finalize_tile(TC* out, float* lse, const AttentionScratch<TC>& s, const Step& st,
-                   const AttentionDims& d, Rounding rc) {
+void finalize_tile(const ExecSpace& space, TC* out, float* lse, const AttentionScratch<TC>& s,
+                   const Step& st, const AttentionDims& d, Rounding rc) {
   const float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
   const int64_t nr = st.nr, i0 = st.i0, c0 = st.c0, g = st.g;
   const int64_t T = d.T, H = d.H, D = d.D, KV = d.KV, G = d.H / d.KV;
   Kokkos::parallel_for(
-      "attention_finalize", RangePolicy(0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
+      "attention_finalize", RangePolicy(space, 0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
         const int64_t bk = c0 + row / nr, t = i0 + row % nr;
         const int64_t b = bk / KV, h = (bk % KV) * G + g;
         const float inv = 1.0f / l[row];
@@ -233,15 +235,16 @@ void finalize_tile(TC* out, float* lse, const AttentionScratch<TC>& s, const Ste
 // masked), its rounded copy into probs (or in place), and dS = rnd(P * (rnd(dP) - delta)) into
 // dscores (or in place of dP).
 template <class TC>
-void dscores_block(const AttentionScratch<TC>& s, const float* lse, const Step& st,
-                   const AttentionDims& d, Rounding rc) {
+void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const float* lse,
+                   const Step& st, const AttentionDims& d, Rounding rc) {
   float *scores = s.scores, *dprobs = s.dprobs;
   const float* delta = s.delta;
   TC *probs = s.probs, *dscores = s.dscores;
   const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0, c0 = st.c0, g = st.g;
   const int64_t T = d.T, G = d.H / d.KV;
   Kokkos::parallel_for(
-      "attention_dscores_block", RangePolicy(0, st.nc * nr), KOKKOS_LAMBDA(const int64_t row) {
+      "attention_dscores_block", RangePolicy(space, 0, st.nc * nr),
+      KOKKOS_LAMBDA(const int64_t row) {
         const int64_t t = i0 + row % nr;
         const int64_t stat = ((c0 + row / nr) * G + g) * T + t;  // (b*H + h)*T + t
         const int64_t valid = causal_width(t, k0, kw);
@@ -258,8 +261,9 @@ void dscores_block(const AttentionScratch<TC>& s, const float* lse, const Step& 
 }
 
 template <class TC>
-void tiled_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                   const AttentionDims& d, const AttentionScratch<TC>& s, Rounding rc) {
+void tiled_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
+                   const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s,
+                   Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
   const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
   for (int64_t g = 0; g < G; ++g) {
@@ -272,29 +276,29 @@ void tiled_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
           const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0)};
           const int64_t kw = st.kw;
           // S (nr, kw) = scale q_tile k_block^T, fp32
-          gemm_batched(nc, 'N', 'T', d.scale, qt, gin(k + (c0 * T + k0) * D, kw, D, T * D), 0.0f,
-                       gout(s.scores, nr, kw));
-          softmax_block(s, st, D, rc);
+          gemm_batched(space, nc, 'N', 'T', d.scale, qt, gin(k + (c0 * T + k0) * D, kw, D, T * D),
+                       0.0f, gout(s.scores, nr, kw));
+          softmax_block(space, s, st, D, rc);
           // acc (nr, D) (+)= rnd(P~) (nr, kw) v_block (kw, D), fp32
-          gemm_batched(nc, 'N', 'N', 1.0f, gin(operand(s.probs, s.scores), nr, kw),
+          gemm_batched(space, nc, 'N', 'N', 1.0f, gin(operand(s.probs, s.scores), nr, kw),
                        gin(v + (c0 * T + k0) * D, kw, D, T * D), k0 == 0 ? 0.0f : 1.0f,
                        gout(s.out_acc, nr, D));
         }
-        finalize_tile(out, lse, s, Step{c0, nc, g, i0, nr, 0, 0}, d, rc);
+        finalize_tile(space, out, lse, s, Step{c0, nc, g, i0, nr, 0, 0}, d, rc);
       }
     }
   }
 }
 
 template <class TC>
-void tiled_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse, const TC* q,
-                    const TC* k, const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s,
-                    Rounding rc) {
+void tiled_backward(const ExecSpace& space, float* dq, float* dk, float* dv, const TC* dout,
+                    const float* lse, const TC* q, const TC* k, const TC* v, const AttentionDims& d,
+                    const AttentionScratch<TC>& s, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
   const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
   // dK and dV sum over query tiles and the group's heads: start at zero, every product adds.
-  Kokkos::deep_copy(ExecSpace(), DViewU<float>(dk, NG * T * D), 0.0f);
-  Kokkos::deep_copy(ExecSpace(), DViewU<float>(dv, NG * T * D), 0.0f);
+  Kokkos::deep_copy(space, DViewU<float>(dk, NG * T * D), 0.0f);
+  Kokkos::deep_copy(space, DViewU<float>(dv, NG * T * D), 0.0f);
   for (int64_t g = 0; g < G; ++g) {
     for (int64_t i0 = 0; i0 < T; i0 += tl.q_rows) {
       const int64_t nr = std::min(tl.q_rows, T - i0), kend = i0 + nr;
@@ -307,20 +311,20 @@ void tiled_backward(float* dq, float* dk, float* dv, const TC* dout, const float
           const int64_t kw = st.kw, koff = (c0 * T + k0) * D;
           const GemmIn kb = gin(k + koff, kw, D, T * D);
           // S (nr, kw) = scale q_tile k_block^T; dP (nr, kw) = dout_tile v_block^T
-          gemm_batched(nc, 'N', 'T', d.scale, qt, kb, 0.0f, gout(s.scores, nr, kw));
-          gemm_batched(nc, 'N', 'T', 1.0f, dot, gin(v + koff, kw, D, T * D), 0.0f,
+          gemm_batched(space, nc, 'N', 'T', d.scale, qt, kb, 0.0f, gout(s.scores, nr, kw));
+          gemm_batched(space, nc, 'N', 'T', 1.0f, dot, gin(v + koff, kw, D, T * D), 0.0f,
                        gout(s.dprobs, nr, kw));
-          dscores_block(s, lse, st, d, rc);
+          dscores_block(space, s, lse, st, d, rc);
           const TC* p = operand(s.probs, s.scores);
           const TC* ds = operand(s.dscores, s.dprobs);
           // dv_block (kw, D) += rnd(P)^T (kw, nr) dout_tile (nr, D)
-          gemm_batched(nc, 'T', 'N', 1.0f, gin(p, nr, kw), dot, 1.0f,
+          gemm_batched(space, nc, 'T', 'N', 1.0f, gin(p, nr, kw), dot, 1.0f,
                        gout(dv + koff, kw, D, T * D));
           // dq_tile (nr, D) (+)= scale dS (nr, kw) k_block (kw, D)
-          gemm_batched(nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb, k0 == 0 ? 0.0f : 1.0f,
+          gemm_batched(space, nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb, k0 == 0 ? 0.0f : 1.0f,
                        gout(dq + qoff, nr, D, qstride));
           // dk_block (kw, D) += scale dS^T (kw, nr) q_tile (nr, D)
-          gemm_batched(nc, 'T', 'N', d.scale, gin(ds, nr, kw), qt, 1.0f,
+          gemm_batched(space, nc, 'T', 'N', d.scale, gin(ds, nr, kw), qt, 1.0f,
                        gout(dk + koff, kw, D, T * D));
         }
       }
@@ -387,10 +391,11 @@ AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, Attent
 }
 
 template <class TC>
-void attention_delta(float* delta, const TC* dout, const TC* out, const AttentionDims& d) {
+void attention_delta(const ExecSpace& space, float* delta, const TC* dout, const TC* out,
+                     const AttentionDims& d) {
   const int64_t T = d.T, H = d.H, D = d.D;
   Kokkos::parallel_for(
-      "attention_delta", RangePolicy(0, d.B * H * T), KOKKOS_LAMBDA(const int64_t row) {
+      "attention_delta", RangePolicy(space, 0, d.B * H * T), KOKKOS_LAMBDA(const int64_t row) {
         const int64_t t = row % T, h = (row / T) % H, b = row / (T * H);
         const TC* o = out + token_index(b, h, t, 0, T, H, D);
         const TC* go = dout + row * D;
@@ -404,36 +409,38 @@ void attention_delta(float* delta, const TC* dout, const TC* out, const Attentio
 }
 
 template <class TC>
-void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                       const AttentionDims& d, const AttentionScratch<TC>& s) {
+void attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
+                       const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s) {
   constexpr Rounding rc = rounding_of<TC>();
   if (attention_kernel() == AttentionKernel::team) {
-    team_attention_forward(out, lse, q, k, v, d, rc);
+    team_attention_forward(space, out, lse, q, k, v, d, rc);
   } else {
-    tiled_forward(out, lse, q, k, v, d, s, rc);
+    tiled_forward(space, out, lse, q, k, v, d, s, rc);
   }
 }
 
 template <class TC>
-void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
-                        const float* lse, const TC* q, const TC* k, const TC* v,
+void attention_backward(const ExecSpace& space, float* dq, float* dk, float* dv, const TC* dout,
+                        const TC* out, const float* lse, const TC* q, const TC* k, const TC* v,
                         const AttentionDims& d, const AttentionScratch<TC>& s) {
   constexpr Rounding rc = rounding_of<TC>();
-  attention_delta(s.delta, dout, out, d);
+  attention_delta(space, s.delta, dout, out, d);
   if (attention_kernel() == AttentionKernel::team) {
-    team_attention_backward(dq, dk, dv, dout, lse, s.delta, q, k, v, d, rc);
+    team_attention_backward(space, dq, dk, dv, dout, lse, s.delta, q, k, v, d, rc);
   } else {
-    tiled_backward(dq, dk, dv, dout, lse, q, k, v, d, s, rc);
+    tiled_backward(space, dq, dk, dv, dout, lse, q, k, v, d, s, rc);
   }
 }
 
-#define KKTRAIN_INST_ATTENTION(TC)                                                                 \
-  template void attention_delta<TC>(float*, const TC*, const TC*, const AttentionDims&);           \
-  template void attention_forward<TC>(TC*, float*, const TC*, const TC*, const TC*,                \
-                                      const AttentionDims&, const AttentionScratch<TC>&);          \
-  template void attention_backward<TC>(float*, float*, float*, const TC*, const TC*, const float*, \
-                                       const TC*, const TC*, const TC*, const AttentionDims&,      \
-                                       const AttentionScratch<TC>&);
+#define KKTRAIN_INST_ATTENTION(TC)                                                               \
+  template void attention_delta<TC>(const ExecSpace&, float*, const TC*, const TC*,              \
+                                    const AttentionDims&);                                       \
+  template void attention_forward<TC>(const ExecSpace&, TC*, float*, const TC*, const TC*,       \
+                                      const TC*, const AttentionDims&,                           \
+                                      const AttentionScratch<TC>&);                              \
+  template void attention_backward<TC>(const ExecSpace&, float*, float*, float*, const TC*,      \
+                                       const TC*, const float*, const TC*, const TC*, const TC*, \
+                                       const AttentionDims&, const AttentionScratch<TC>&);
 KKTRAIN_INST_ATTENTION(float)
 KKTRAIN_INST_ATTENTION(bf16)
 #undef KKTRAIN_INST_ATTENTION

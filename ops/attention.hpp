@@ -23,12 +23,14 @@
 //               (batch, KV head, key tile) (dK, dV), tiles in team scratch memory, no GEMM calls.
 // Both run on every build (set_attention_kernel, or KKTRAIN_ATTENTION=team|tiled_gemm in the
 // environment), and tests compare them.
-// q, k, v, the output and dout are compute-dtype tensors (TC = float or bf16).
+// q, k, v, the output and dout are compute-dtype tensors (TC = float or bf16). Both passes launch
+// every kernel and product on the execution-space instance given first.
 #pragma once
 
 #include <cstdint>
 
 #include "core/bf16.hpp"
+#include "core/kokkos_compat.hpp"
 
 namespace kktrain {
 
@@ -80,16 +82,16 @@ AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, Attent
 // out (B*T, H*D) token layout = rnd(softmax(scale q k^T + causal mask) v), lse (B, H, T) fp32;
 // q (B, H, T, D), k and v (B, KV, T, D).
 template <class TC>
-void attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                       const AttentionDims& d, const AttentionScratch<TC>& s);
+void attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
+                       const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s);
 
 // From dout (B, H, T, D) (already in the compute dtype), the forward's out (B*T, H*D) and lse:
 // dq (B, H, T, D), dk and dv (B, KV, T, D), fp32 sums. They are the gradients of compute-dtype
 // tensors, so each is rounded to the compute dtype once by its consumer (rope_backward rounds on
 // load, saving a pass over them).
 template <class TC>
-void attention_backward(float* dq, float* dk, float* dv, const TC* dout, const TC* out,
-                        const float* lse, const TC* q, const TC* k, const TC* v,
+void attention_backward(const ExecSpace& space, float* dq, float* dk, float* dv, const TC* dout,
+                        const TC* out, const float* lse, const TC* q, const TC* k, const TC* v,
                         const AttentionDims& d, const AttentionScratch<TC>& s);
 
 }  // namespace kktrain

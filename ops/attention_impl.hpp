@@ -27,15 +27,16 @@ KOKKOS_INLINE_FUNCTION int64_t token_index(int64_t b, int64_t h, int64_t t, int6
 // delta (B, H, T) = rowsum(dout * out): dout in head layout, out in token layout, fp32 sums in a
 // fixed order.
 template <class TC>
-void attention_delta(float* delta, const TC* dout, const TC* out, const AttentionDims& d);
+void attention_delta(const ExecSpace& space, float* delta, const TC* dout, const TC* out,
+                     const AttentionDims& d);
 
 // The team kernel (ops/attention_team.cpp); same contract as attention_forward/backward.
 template <class TC>
-void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                            const AttentionDims& d, Rounding rc);
+void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
+                            const TC* v, const AttentionDims& d, Rounding rc);
 template <class TC>
-void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse,
-                             const float* delta, const TC* q, const TC* k, const TC* v,
-                             const AttentionDims& d, Rounding rc);
+void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float* dv,
+                             const TC* dout, const float* lse, const float* delta, const TC* q,
+                             const TC* k, const TC* v, const AttentionDims& d, Rounding rc);
 
 }  // namespace kktrain

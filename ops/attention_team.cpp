@@ -33,10 +33,10 @@ struct ScratchPolicy {
   TeamPolicy policy;
   int level;
 };
-ScratchPolicy scratch_policy(int64_t league, int64_t floats) {
+ScratchPolicy scratch_policy(const ExecSpace& space, int64_t league, int64_t floats) {
   const size_t bytes = ScratchFloats::shmem_size(floats);
   const int level = bytes <= static_cast<size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
-  TeamPolicy p(league, Kokkos::AUTO);
+  TeamPolicy p(space, league, Kokkos::AUTO);
   p.set_scratch_size(level, Kokkos::PerTeam(bytes));
   return ScratchPolicy{p, level};
 }
@@ -81,14 +81,15 @@ KOKKOS_INLINE_FUNCTION BackwardElement backward_element(float qk, float dp, bool
 }  // namespace
 
 template <class TC>
-void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const TC* v,
-                            const AttentionDims& d, Rounding rc) {
+void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
+                            const TC* v, const AttentionDims& d, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::team);
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
   const int64_t G = H / KV, nq = (T + Br - 1) / Br;
   const float scale = d.scale;
   // q (Br, D), K^T (D, Bc), V (Bc, D), scores (Br, Bc), acc (Br, D), m, l, alpha (Br)
-  const ScratchPolicy sp = scratch_policy(d.B * H * nq, 2 * Br * D + 2 * Bc * D + Br * Bc + 3 * Br);
+  const ScratchPolicy sp =
+      scratch_policy(space, d.B * H * nq, 2 * Br * D + 2 * Bc * D + Br * Bc + 3 * Br);
   const int level = sp.level;
   Kokkos::parallel_for(
       "attention_team_forward", sp.policy, KOKKOS_LAMBDA(const Member& m) {
@@ -157,9 +158,9 @@ void team_attention_forward(TC* out, float* lse, const TC* q, const TC* k, const
 }
 
 template <class TC>
-void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, const float* lse,
-                             const float* delta, const TC* q, const TC* k, const TC* v,
-                             const AttentionDims& d, Rounding rc) {
+void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float* dv,
+                             const TC* dout, const float* lse, const float* delta, const TC* q,
+                             const TC* k, const TC* v, const AttentionDims& d, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::team);
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
   const int64_t G = H / KV, nq = (T + Br - 1) / Br, nk = (T + Bc - 1) / Bc;
@@ -168,7 +169,7 @@ void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, co
   // dK, dV: q, dO (Br, D), K^T, V^T (D, Bc), P, dS (Br, Bc), dK, dV accumulators (Bc, D),
   // lse, delta (Br).
   const int64_t kv_floats = 2 * Br * D + 4 * Bc * D + 2 * Br * Bc + 2 * Br;
-  const ScratchPolicy kv = scratch_policy(d.B * KV * nk, kv_floats);
+  const ScratchPolicy kv = scratch_policy(space, d.B * KV * nk, kv_floats);
   const int kv_level = kv.level;
   Kokkos::parallel_for(
       "attention_team_dkdv", kv.policy, KOKKOS_LAMBDA(const Member& m) {
@@ -232,7 +233,7 @@ void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, co
   // dQ: q, dO (Br, D), K^T, V^T (D, Bc), K (Bc, D), dS (Br, Bc), dQ accumulator (Br, D),
   // lse, delta (Br).
   const int64_t q_floats = 3 * Br * D + 3 * Bc * D + Br * Bc + 2 * Br;
-  const ScratchPolicy qp = scratch_policy(d.B * H * nq, q_floats);
+  const ScratchPolicy qp = scratch_policy(space, d.B * H * nq, q_floats);
   const int q_level = qp.level;
   Kokkos::parallel_for(
       "attention_team_dq", qp.policy, KOKKOS_LAMBDA(const Member& m) {
@@ -286,12 +287,12 @@ void team_attention_backward(float* dq, float* dk, float* dv, const TC* dout, co
       });
 }
 
-#define KKTRAIN_INST_TEAM_ATTENTION(TC)                                                      \
-  template void team_attention_forward<TC>(TC*, float*, const TC*, const TC*, const TC*,     \
-                                           const AttentionDims&, Rounding);                  \
-  template void team_attention_backward<TC>(float*, float*, float*, const TC*, const float*, \
-                                            const float*, const TC*, const TC*, const TC*,   \
-                                            const AttentionDims&, Rounding);
+#define KKTRAIN_INST_TEAM_ATTENTION(TC)                                                          \
+  template void team_attention_forward<TC>(const ExecSpace&, TC*, float*, const TC*, const TC*,  \
+                                           const TC*, const AttentionDims&, Rounding);           \
+  template void team_attention_backward<TC>(const ExecSpace&, float*, float*, float*, const TC*, \
+                                            const float*, const float*, const TC*, const TC*,    \
+                                            const TC*, const AttentionDims&, Rounding);
 KKTRAIN_INST_TEAM_ATTENTION(float)
 KKTRAIN_INST_TEAM_ATTENTION(bf16)
 #undef KKTRAIN_INST_TEAM_ATTENTION

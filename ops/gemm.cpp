@@ -78,16 +78,16 @@ GemmBackend native_bf16_backend() {
 
 // C = beta * C, for products with nothing to multiply (k == 0, or alpha == 0, where BLAS reads
 // neither A nor B); beta == 0 writes zeros without reading C.
-void scale_c(float beta, const GemmOut& C, int64_t count) {
+void scale_c(const ExecSpace& space, float beta, const GemmOut& C, int64_t count) {
   if (C.dtype == DType::float32) {
     float* c = static_cast<float*>(C.data);
     Kokkos::parallel_for(
-        "gemm_scale_c", RangePolicy(0, count),
+        "gemm_scale_c", RangePolicy(space, 0, count),
         KOKKOS_LAMBDA(const int64_t i) { c[i] = beta == 0.0f ? 0.0f : beta * c[i]; });
   } else {
     bf16* c = static_cast<bf16*>(C.data);
     Kokkos::parallel_for(
-        "gemm_scale_c", RangePolicy(0, count), KOKKOS_LAMBDA(const int64_t i) {
+        "gemm_scale_c", RangePolicy(space, 0, count), KOKKOS_LAMBDA(const int64_t i) {
           store_as(c, i, beta == 0.0f ? 0.0f : beta * to_f32(c[i]));
         });
   }
@@ -118,9 +118,9 @@ int64_t int_limit() {
 }  // namespace
 
 // Runs a product whose dimensions do not fit a 32-bit int in pieces that do (false: no need).
-static bool gemm_in_int_pieces(int64_t batch, char transA, char transB, float alpha,
-                               const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C,
-                               int64_t m, int64_t n, int64_t k, GemmBackend be) {
+static bool gemm_in_int_pieces(const ExecSpace& space, int64_t batch, char transA, char transB,
+                               float alpha, const GemmIn& A, const GemmIn& B, float beta,
+                               const GemmOut& C, int64_t m, int64_t n, int64_t k, GemmBackend be) {
   const int64_t lim = int_limit();
   if (m <= lim && n <= lim && k <= lim && batch <= lim) return false;
   // Rows of C (and of A when it is not transposed) split into pieces; other dimensions cannot
@@ -146,7 +146,7 @@ static bool gemm_in_int_pieces(int64_t batch, char transA, char transB, float al
       GemmOut c = Ci;
       c.data = static_cast<char*>(Ci.data) + r0 * Ci.cols * dtype_size(Ci.dtype);
       c.rows = rows;
-      gemm_batched(1, transA, transB, alpha, a, Bi, beta, c);
+      gemm_batched(space, 1, transA, transB, alpha, a, Bi, beta, c);
     }
   }
   return true;
@@ -221,9 +221,9 @@ GemmCounters gemm_counters() {
   return g_counters;
 }
 
-void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
-          const GemmOut& C) {
-  gemm_batched(1, transA, transB, alpha, A, B, beta, C);
+void gemm(const ExecSpace& space, char transA, char transB, float alpha, const GemmIn& A,
+          const GemmIn& B, float beta, const GemmOut& C) {
+  gemm_batched(space, 1, transA, transB, alpha, A, B, beta, C);
 }
 
 // While a Kokkos Tools library is loaded (bench/kernel_timer.cpp), each product is a profile
@@ -256,8 +256,8 @@ class GemmRegion {
   bool active_ = false;
 };
 
-void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
-                  const GemmIn& B, float beta, const GemmOut& C) {
+void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
   const int64_t m = transA == 'N' ? A.rows : A.cols, k = transA == 'N' ? A.cols : A.rows;
   const int64_t kb = transB == 'N' ? B.rows : B.cols, n = transB == 'N' ? B.cols : B.rows;
   if (k != kb || C.rows != m || C.cols != n || (transA != 'N' && transA != 'T') ||
@@ -279,7 +279,7 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
     g_counters.calls[index_of(be)] += 1;
     if (m > 0 && n > 0) {
-      for (int64_t i = 0; i < batch; ++i) scale_c(beta, matrix(C, i), m * n);
+      for (int64_t i = 0; i < batch; ++i) scale_c(space, beta, matrix(C, i), m * n);
     }
     return;
   }
@@ -298,7 +298,8 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
   }
 #endif
 #if defined(KKTRAIN_HAVE_ONEDNN)
-  // false: oneDNN has only a reference implementation for this product; convert instead.
+  // false: oneDNN has only a reference implementation for this product; convert instead. (oneDNN
+  // runs on the host, whose instance is `space` in a build with oneDNN: nothing to pass.)
   if (be == GemmBackend::onednn &&
       !onednn::gemm(batch, transA, transB, alpha, A, B, beta, C, m, n, k)) {
     be = GemmBackend::converted;
@@ -306,20 +307,20 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
 #endif
   // Dimensions past a 32-bit int (oneDNN, which ran above if it could, takes 64-bit ones).
   if (be != GemmBackend::onednn &&
-      gemm_in_int_pieces(batch, transA, transB, alpha, A, B, beta, C, m, n, k, be)) {
+      gemm_in_int_pieces(space, batch, transA, transB, alpha, A, B, beta, C, m, n, k, be)) {
     return;
   }
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
   if (be == GemmBackend::cublas || be == GemmBackend::rocblas) {
-    vendor_gpu::gemm(batch, transA, transB, alpha, A, B, beta, C, m, n, k);
+    vendor_gpu::gemm(space, batch, transA, transB, alpha, A, B, beta, C, m, n, k);
   }
 #endif
   g_counters.calls[index_of(be)] += 1;
   g_counters.flops[index_of(be)] += 2.0 * static_cast<double>(batch) * m * n * k;
   if (be == GemmBackend::kokkos_kernels || be == GemmBackend::converted) {
     for (int64_t i = 0; i < batch; ++i) {
-      const int64_t panels = converted_gemm(transA, transB, alpha, matrix(A, i), matrix(B, i), beta,
-                                            matrix(C, i), m, n);
+      const int64_t panels = converted_gemm(space, transA, transB, alpha, matrix(A, i),
+                                            matrix(B, i), beta, matrix(C, i), m, n);
       g_counters.converted_in_panels += panels > 1;
     }
   }
@@ -340,8 +341,9 @@ X rows_of(const X& x, int64_t row, int64_t rows) {
 
 }  // namespace
 
-void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
-                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
+void gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, char transA,
+                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+                  const GemmOut& C) {
   const bool vary_m = transA == 'N';
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -358,7 +360,7 @@ void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
   const GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
   const bool rounds_twice = C.dtype == DType::bfloat16 && beta != 0.0f;
   if ((be == GemmBackend::cublas || be == GemmBackend::kokkos_kernels) && !rounds_twice &&
-      vendor_gpu::gemm_grouped(sizes, transA, transB, alpha, A, B, beta, C)) {
+      vendor_gpu::gemm_grouped(space, sizes, transA, transB, alpha, A, B, beta, C)) {
     g_counters.calls[index_of(GemmBackend::cublas)] += 1;
     const int64_t m = vary_m ? total : (transA == 'N' ? A.rows : A.cols);
     const int64_t n = transB == 'N' ? B.cols : B.rows;
@@ -378,17 +380,18 @@ void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t size = sizes[g];
     if (!vary_m && (!split_k || size == 0)) {
-      gemm(transA, transB, alpha, rows_of(A, row, size), rows_of(B, row, size), beta, matrix(C, g));
+      gemm(space, transA, transB, alpha, rows_of(A, row, size), rows_of(B, row, size), beta,
+           matrix(C, g));
     }
     for (int64_t done = 0; done < size && (vary_m || split_k);) {
       int64_t piece = 1;
       while (piece * 2 <= size - done) piece *= 2;
       if (vary_m) {
-        gemm(transA, transB, alpha, rows_of(A, row + done, piece), matrix(B, g), beta,
+        gemm(space, transA, transB, alpha, rows_of(A, row + done, piece), matrix(B, g), beta,
              rows_of(C, row + done, piece));
       } else {
-        gemm(transA, transB, alpha, rows_of(A, row + done, piece), rows_of(B, row + done, piece),
-             done == 0 ? beta : 1.0f, matrix(C, g));
+        gemm(space, transA, transB, alpha, rows_of(A, row + done, piece),
+             rows_of(B, row + done, piece), done == 0 ? beta : 1.0f, matrix(C, g));
       }
       done += piece;
     }

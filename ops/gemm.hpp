@@ -63,9 +63,12 @@ GemmOut gout(T* p, int64_t rows, int64_t cols, int64_t batch_stride = 0) {
   return GemmOut{p, dtype_of<T>::value, rows, cols, batch_stride};
 }
 
+// Every product runs on the execution-space instance given first (cuBLAS/rocBLAS: the instance's
+// stream; Kokkos Kernels: the instance where its release takes one, else the default instance;
+// oneDNN: the host), ordered after the work queued on it before; nothing waits for it.
 // Throws InternalError on shape or dtype mismatches (a programming error, not user input).
-void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
-          const GemmOut& C);
+void gemm(const ExecSpace& space, char transA, char transB, float alpha, const GemmIn& A,
+          const GemmIn& B, float beta, const GemmOut& C);
 
 // `batch` independent products of one shape, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
 // matrix i of each operand starts stride() elements after matrix i - 1 (A_i at A.data + i *
@@ -73,8 +76,8 @@ void gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& 
 // the whole batch where the backend has one: a oneDNN matmul with a strided batch dimension,
 // cublas/rocblas strided-batched GemmEx (fp32 and bf16) on GPUs; host BLAS runs the products one
 // after another, each with its planned threads.
-void gemm_batched(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
-                  const GemmIn& B, float beta, const GemmOut& C);
+void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
 
 // Grouped products (the experts of a sparse MLP, model/moe.hpp): one per group g < sizes.size(),
 // each with its own size along one dimension, operands packed group after group:
@@ -88,8 +91,9 @@ void gemm_batched(int64_t batch, char transA, char transB, float alpha, const Ge
 // where the backend has one (cuBLAS's grouped batched GemmEx, where it takes the dtypes); other
 // backends run the groups one after another through gemm(), each in pieces of power-of-two rows
 // (so a host library that builds a kernel per shape sees few shapes however the sizes vary).
-void gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
-                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
+void gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, char transA,
+                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+                  const GemmOut& C);
 
 enum class GemmBackend { kokkos_kernels, onednn, cublas, rocblas, converted };
 const char* gemm_backend_name(GemmBackend b);
@@ -121,23 +125,24 @@ GemmCounters gemm_counters();
 
 // out (N, O) = inp (N, I) @ weight (O, I)^T
 template <class TO, class TI, class TW>
-void matmul_forward(TO out, const TI& inp, const TW& weight, int64_t N, int64_t I, int64_t O) {
-  gemm('N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
+void matmul_forward(const ExecSpace& space, TO out, const TI& inp, const TW& weight, int64_t N,
+                    int64_t I, int64_t O) {
+  gemm(space, 'N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
 }
 // Whether a product's result replaces what its output holds or is added to it.
 enum class Into : uint8_t { overwrite, accumulate };
 // dinp (N, I) = (or +=, Into::accumulate) dout (N, O) @ weight (O, I)
 template <class TO, class TI, class TW>
-void matmul_backward_input(TO dinp, const TI& dout, const TW& weight, int64_t N, int64_t I,
-                           int64_t O, Into into) {
-  gemm('N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I), into == Into::accumulate ? 1.0f : 0.0f,
-       gout(dinp, N, I));
+void matmul_backward_input(const ExecSpace& space, TO dinp, const TI& dout, const TW& weight,
+                           int64_t N, int64_t I, int64_t O, Into into) {
+  gemm(space, 'N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I),
+       into == Into::accumulate ? 1.0f : 0.0f, gout(dinp, N, I));
 }
 // dweight (O, I) = dout^T (O, N) @ inp (N, I)           -- written, not accumulated
 template <class TO, class TI, class TX>
-void matmul_backward_weight(TO dweight, const TI& dout, const TX& inp, int64_t N, int64_t I,
-                            int64_t O) {
-  gemm('T', 'N', 1.0f, gin(dout, N, O), gin(inp, N, I), 0.0f, gout(dweight, O, I));
+void matmul_backward_weight(const ExecSpace& space, TO dweight, const TI& dout, const TX& inp,
+                            int64_t N, int64_t I, int64_t O) {
+  gemm(space, 'T', 'N', 1.0f, gin(dout, N, O), gin(inp, N, I), 0.0f, gout(dweight, O, I));
 }
 
 }  // namespace kktrain

@@ -39,14 +39,23 @@ float* scratch(int which, int64_t n) {
 
 enum Role { kRoleA = 0, kRoleB = 1, kRoleC = 2 };
 
-void kk_gemm(char transA, char transB, float alpha, const float* A, int64_t ar, int64_t ac,
-             const float* B, int64_t br, int64_t bc, float beta, float* C, int64_t m, int64_t n) {
+void kk_gemm(const ExecSpace& space, char transA, char transB, float alpha, const float* A,
+             int64_t ar, int64_t ac, const float* B, int64_t br, int64_t bc, float beta, float* C,
+             int64_t m, int64_t n) {
   const char ta[2] = {transA, '\0'};
   const char tb[2] = {transB, '\0'};
   if (std::is_same<MemSpace, HostSpace>::value) {  // host BLAS: as many threads as it is worth
     fit_blas_threads(m, n, transA == 'N' ? ac : ar);
   }
+  // Kokkos Kernels takes the execution-space instance from 4.5 on (KokkosBlas::gemm(space, ...));
+  // older releases (Debian's 3.4 has no KOKKOSKERNELS_VERSION) run the product on the default
+  // instance, which is the one every caller passes today.
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40500
+  KokkosBlas::gemm(space, ta, tb, alpha, CMat(A, ar, ac), CMat(B, br, bc), beta, Mat(C, m, n));
+#else
+  (void)space;
   KokkosBlas::gemm(ta, tb, alpha, CMat(A, ar, ac), CMat(B, br, bc), beta, Mat(C, m, n));
+#endif
 }
 
 // A window of a row-major matrix (rows x cols of its own, ld elements per row, of dtype).
@@ -63,27 +72,29 @@ const void* element_at(const void* base, DType dtype, int64_t offset) {
 // out (rows x cols, fp32, row-major) = window w, read transposed when `transposed` (out[i][j] =
 // w[j][i]); bf16 widened exactly.
 template <class S>
-void gather_as_f32(float* out, const S* src, int64_t ld, int64_t rows, int64_t cols,
-                   bool transposed) {
+void gather_as_f32(const ExecSpace& space, float* out, const S* src, int64_t ld, int64_t rows,
+                   int64_t cols, bool transposed) {
   Kokkos::parallel_for(
-      "gemm_gather", RangePolicy(0, rows * cols), KOKKOS_LAMBDA(const int64_t e) {
+      "gemm_gather", RangePolicy(space, 0, rows * cols), KOKKOS_LAMBDA(const int64_t e) {
         const int64_t i = e / cols, j = e - i * cols;
         out[e] = load_f32(src, transposed ? j * ld + i : i * ld + j);
       });
 }
-void gather(float* out, const Window& w, int64_t rows, int64_t cols, bool transposed) {
+void gather(const ExecSpace& space, float* out, const Window& w, int64_t rows, int64_t cols,
+            bool transposed) {
   if (w.dtype == DType::float32) {
-    gather_as_f32(out, static_cast<const float*>(w.data), w.ld, rows, cols, transposed);
+    gather_as_f32(space, out, static_cast<const float*>(w.data), w.ld, rows, cols, transposed);
   } else {
-    gather_as_f32(out, static_cast<const bf16*>(w.data), w.ld, rows, cols, transposed);
+    gather_as_f32(space, out, static_cast<const bf16*>(w.data), w.ld, rows, cols, transposed);
   }
 }
 
 // Window w (rows x cols, ld per row) = in (rows x cols, fp32 contiguous), narrowed for bf16.
 template <class D>
-void scatter_from_f32(D* dst, int64_t ld, const float* in, int64_t rows, int64_t cols) {
+void scatter_from_f32(const ExecSpace& space, D* dst, int64_t ld, const float* in, int64_t rows,
+                      int64_t cols) {
   Kokkos::parallel_for(
-      "gemm_scatter", RangePolicy(0, rows * cols), KOKKOS_LAMBDA(const int64_t e) {
+      "gemm_scatter", RangePolicy(space, 0, rows * cols), KOKKOS_LAMBDA(const int64_t e) {
         const int64_t i = e / cols, j = e - i * cols;
         store_as(dst, i * ld + j, in[e]);
       });
@@ -99,8 +110,8 @@ struct Operand {
 // The panel of op(X) with op rows [r0, r0 + nr) and op columns [c0, c0 + nc). Stored fp32 rows
 // that form the panel whole are used in place; other panels are gathered (and widened) into the
 // scratch of `role`, with the transposition already applied where the panel is not whole rows.
-Operand panel(const GemmIn& X, char trans, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-              Role role) {
+Operand panel(const ExecSpace& space, const GemmIn& X, char trans, int64_t r0, int64_t nr,
+              int64_t c0, int64_t nc, Role role) {
   // Stored coordinates: op(X)[r][c] = X[r][c] ('N') or X[c][r] ('T').
   const int64_t s_row0 = trans == 'N' ? r0 : c0, s_rows = trans == 'N' ? nr : nc;
   const int64_t s_col0 = trans == 'N' ? c0 : r0, s_cols = trans == 'N' ? nc : nr;
@@ -111,10 +122,10 @@ Operand panel(const GemmIn& X, char trans, int64_t r0, int64_t nr, int64_t c0, i
   }
   float* s = scratch(role, nr * nc);
   if (whole_rows) {  // a contiguous block: widened as stored, transposed by the product
-    gather(s, w, s_rows, s_cols, false);
+    gather(space, s, w, s_rows, s_cols, false);
     return Operand{s, trans, s_rows, s_cols};
   }
-  gather(s, w, nr, nc, trans == 'T');
+  gather(space, s, w, nr, nc, trans == 'T');
   return Operand{s, 'N', nr, nc};
 }
 
@@ -146,19 +157,20 @@ Panels panel_sizes(char transA, char transB, const GemmIn& A, const GemmIn& B, c
 }
 
 // Whole operands: widened (bf16) or used in place, the result narrowed once.
-void converted_whole(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
-                     float beta, const GemmOut& C, int64_t m, int64_t n) {
-  const Operand a = panel(A, transA, 0, m, 0, transA == 'N' ? A.cols : A.rows, kRoleA);
-  const Operand b = panel(B, transB, 0, transB == 'N' ? B.rows : B.cols, 0, n, kRoleB);
+void converted_whole(const ExecSpace& space, char transA, char transB, float alpha, const GemmIn& A,
+                     const GemmIn& B, float beta, const GemmOut& C, int64_t m, int64_t n) {
+  const Operand a = panel(space, A, transA, 0, m, 0, transA == 'N' ? A.cols : A.rows, kRoleA);
+  const Operand b = panel(space, B, transB, 0, transB == 'N' ? B.rows : B.cols, 0, n, kRoleB);
   float* c = static_cast<float*>(C.data);
   const Window cw{C.data, C.dtype, n};
   if (C.dtype != DType::float32) {
     c = scratch(kRoleC, m * n);
-    if (beta != 0.0f) gather(c, cw, m, n, false);
+    if (beta != 0.0f) gather(space, c, cw, m, n, false);
   }
-  kk_gemm(a.trans, b.trans, alpha, a.data, a.rows, a.cols, b.data, b.rows, b.cols, beta, c, m, n);
+  kk_gemm(space, a.trans, b.trans, alpha, a.data, a.rows, a.cols, b.data, b.rows, b.cols, beta, c,
+          m, n);
   if (C.dtype != DType::float32) {
-    scatter_from_f32(static_cast<bf16*>(C.data), n, c, m, n);
+    scatter_from_f32(space, static_cast<bf16*>(C.data), n, c, m, n);
   }
 }
 
@@ -170,40 +182,41 @@ int64_t converted_scratch_budget_elems() {
   return t > 0 ? static_cast<int64_t>(t) : kScratchBudgetElems;
 }
 
-int64_t converted_gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
-                       float beta, const GemmOut& C, int64_t m, int64_t n) {
+int64_t converted_gemm(const ExecSpace& space, char transA, char transB, float alpha,
+                       const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C, int64_t m,
+                       int64_t n) {
   if (m == 0 || n == 0) return 0;
   const int64_t k = transA == 'N' ? A.cols : A.rows;
   const Panels p = panel_sizes(transA, transB, A, B, C, m, n, k);
   if (p.mp == m && p.np == n) {
-    converted_whole(transA, transB, alpha, A, B, beta, C, m, n);
+    converted_whole(space, transA, transB, alpha, A, B, beta, C, m, n);
     return 1;
   }
   // Column panels outside, row panels inside: op(B)'s panel is gathered once per column panel,
   // op(A)'s once in all when it is whole (mp == m).
   const bool a_whole = p.mp == m;
   Operand a{};
-  if (a_whole) a = panel(A, transA, 0, m, 0, k, kRoleA);
+  if (a_whole) a = panel(space, A, transA, 0, m, 0, k, kRoleA);
   int64_t panels = 0;
   for (int64_t j0 = 0; j0 < n; j0 += p.np) {
     const int64_t nj = std::min(p.np, n - j0);
-    const Operand b = panel(B, transB, 0, k, j0, nj, kRoleB);
+    const Operand b = panel(space, B, transB, 0, k, j0, nj, kRoleB);
     for (int64_t i0 = 0; i0 < m; i0 += p.mp) {
       const int64_t mi = std::min(p.mp, m - i0);
-      if (!a_whole) a = panel(A, transA, i0, mi, 0, k, kRoleA);
+      if (!a_whole) a = panel(space, A, transA, i0, mi, 0, k, kRoleA);
       // The result panel: rows i0.. of an fp32 C in place when the panel spans its columns.
       const Window cw{element_at(C.data, C.dtype, i0 * n + j0), C.dtype, n};
       const bool in_place = C.dtype == DType::float32 && nj == n;
       float* c = in_place ? static_cast<float*>(C.data) + i0 * n : scratch(kRoleC, mi * nj);
-      if (!in_place && beta != 0.0f) gather(c, cw, mi, nj, false);
-      kk_gemm(a.trans, b.trans, alpha, a.data, a.rows, a.cols, b.data, b.rows, b.cols, beta, c, mi,
-              nj);
+      if (!in_place && beta != 0.0f) gather(space, c, cw, mi, nj, false);
+      kk_gemm(space, a.trans, b.trans, alpha, a.data, a.rows, a.cols, b.data, b.rows, b.cols, beta,
+              c, mi, nj);
       ++panels;
       if (in_place) continue;
       if (C.dtype == DType::float32) {
-        scatter_from_f32(static_cast<float*>(C.data) + i0 * n + j0, n, c, mi, nj);
+        scatter_from_f32(space, static_cast<float*>(C.data) + i0 * n + j0, n, c, mi, nj);
       } else {
-        scatter_from_f32(static_cast<bf16*>(C.data) + i0 * n + j0, n, c, mi, nj);
+        scatter_from_f32(space, static_cast<bf16*>(C.data) + i0 * n + j0, n, c, mi, nj);
       }
     }
   }

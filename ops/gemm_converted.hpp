@@ -20,7 +20,8 @@ namespace kktrain {
 
 // C = alpha op(A) op(B) + beta C for one matrix (m x n result); the operands' dtypes are fp32 or
 // bf16 in any combination. Returns the number of panels it ran in (1: whole operands).
-int64_t converted_gemm(char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
-                       float beta, const GemmOut& C, int64_t m, int64_t n);
+int64_t converted_gemm(const ExecSpace& space, char transA, char transB, float alpha,
+                       const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C, int64_t m,
+                       int64_t n);
 
 }  // namespace kktrain

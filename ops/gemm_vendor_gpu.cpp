@@ -4,8 +4,8 @@
 // column-major: a row-major C (m, n) is a column-major C^T (n, m), and C^T = op(B)^T op(A)^T, so
 // the call swaps the operands and the dimensions and keeps each operand's own transpose flag and
 // leading dimension (its row length); a batch is strided by each operand's batch stride. One handle
-// per process, bound to Kokkos' default stream, so the products order with the Kokkos kernels
-// around them without extra fences.
+// per process, bound before each call to the stream of the execution-space instance the product
+// runs on, so the products order with the Kokkos kernels on that instance without extra fences.
 //
 // Compiled only in CUDA or HIP Kokkos builds (model/CMakeLists.txt); untested on this project's
 // CPU-only machines beyond compiling.
@@ -40,7 +40,7 @@ void check(cublasStatus_t st, const char* what) {
   }
 }
 
-cublasHandle_t handle() {
+cublasHandle_t handle(const ExecSpace& space) {
   static cublasHandle_t h = [] {
     cublasHandle_t made = nullptr;
     check(cublasCreate(&made), "cublasCreate");
@@ -53,7 +53,7 @@ cublasHandle_t handle() {
           "cublasSetMathMode");
     return made;
   }();
-  check(cublasSetStream(h, Kokkos::DefaultExecutionSpace().cuda_stream()), "cublasSetStream");
+  check(cublasSetStream(h, space.cuda_stream()), "cublasSetStream");
   return h;
 }
 
@@ -91,10 +91,12 @@ const void** device_pointers(const std::vector<const void*>& host) {
 
 }  // namespace
 
-bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
-                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
+bool gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, char transA,
+                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+                  const GemmOut& C) {
 #if !defined(KKTRAIN_CUBLAS_GROUPED)
-  (void)sizes, (void)transA, (void)transB, (void)alpha, (void)A, (void)B, (void)beta, (void)C;
+  (void)space, (void)sizes, (void)transA, (void)transB, (void)alpha, (void)A, (void)B, (void)beta,
+      (void)C;
   return false;  // cublasGemmGroupedBatchedEx arrived in cuBLAS 12.5
 #else
   // One grouped GemmEx takes one dtype for A, B and C.
@@ -126,7 +128,7 @@ bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
   }
   const void** dev = device_pointers(ptrs);
   const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-      handle(), ta.data(), tb.data(), m.data(), n.data(), k.data(), alphas.data(), dev,
+      handle(space), ta.data(), tb.data(), m.data(), n.data(), k.data(), alphas.data(), dev,
       type(B.dtype), lda.data(), dev + groups, type(A.dtype), ldb.data(), betas.data(),
       const_cast<void**>(dev + 2 * groups), type(C.dtype), ldc.data(), groups, group_size.data(),
       CUBLAS_COMPUTE_32F);
@@ -136,22 +138,23 @@ bool gemm_grouped(const std::vector<int64_t>& sizes, char transA, char transB, f
 #endif
 }
 
-void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
-          float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k) {
+void gemm(const ExecSpace& space, int64_t batch, char transA, char transB, float alpha,
+          const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C, int64_t m, int64_t n,
+          int64_t k) {
   if (m == 0 || n == 0 || batch == 0) return;
   const int ni = static_cast<int>(n), mi = static_cast<int>(m), ki = static_cast<int>(k);
   const int lda = static_cast<int>(A.cols), ldb = static_cast<int>(B.cols);
   if (batch == 1) {
-    check(cublasGemmEx(handle(), op(transB), op(transA), ni, mi, ki, &alpha, B.data, type(B.dtype),
-                       ldb, A.data, type(A.dtype), lda, &beta, C.data, type(C.dtype), ni,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check(cublasGemmEx(handle(space), op(transB), op(transA), ni, mi, ki, &alpha, B.data,
+                       type(B.dtype), ldb, A.data, type(A.dtype), lda, &beta, C.data, type(C.dtype),
+                       ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
     return;
   }
   const long long sa = A.stride(), sb = B.stride(), sc = C.stride();
-  check(cublasGemmStridedBatchedEx(handle(), op(transB), op(transA), ni, mi, ki, &alpha, B.data,
-                                   type(B.dtype), ldb, sb, A.data, type(A.dtype), lda, sa, &beta,
-                                   C.data, type(C.dtype), ni, sc, static_cast<int>(batch),
+  check(cublasGemmStridedBatchedEx(handle(space), op(transB), op(transA), ni, mi, ki, &alpha,
+                                   B.data, type(B.dtype), ldb, sb, A.data, type(A.dtype), lda, sa,
+                                   &beta, C.data, type(C.dtype), ni, sc, static_cast<int>(batch),
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmStridedBatchedEx");
 }
@@ -167,13 +170,13 @@ void check(rocblas_status st, const char* what) {
   }
 }
 
-rocblas_handle handle() {
+rocblas_handle handle(const ExecSpace& space) {
   static rocblas_handle h = [] {
     rocblas_handle made = nullptr;
     check(rocblas_create_handle(&made), "rocblas_create_handle");
     return made;
   }();
-  check(rocblas_set_stream(h, Kokkos::DefaultExecutionSpace().hip_stream()), "rocblas_set_stream");
+  check(rocblas_set_stream(h, space.hip_stream()), "rocblas_set_stream");
   return h;
 }
 
@@ -187,14 +190,15 @@ rocblas_datatype type(DType d) {
 
 }  // namespace
 
-void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A, const GemmIn& B,
-          float beta, const GemmOut& C, int64_t m, int64_t n, int64_t k) {
+void gemm(const ExecSpace& space, int64_t batch, char transA, char transB, float alpha,
+          const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C, int64_t m, int64_t n,
+          int64_t k) {
   if (m == 0 || n == 0 || batch == 0) return;
   const auto ni = static_cast<rocblas_int>(n), mi = static_cast<rocblas_int>(m);
   const auto ki = static_cast<rocblas_int>(k);
   const auto lda = static_cast<rocblas_int>(A.cols), ldb = static_cast<rocblas_int>(B.cols);
   if (batch == 1) {
-    check(rocblas_gemm_ex(handle(), op(transB), op(transA), ni, mi, ki, &alpha, B.data,
+    check(rocblas_gemm_ex(handle(space), op(transB), op(transA), ni, mi, ki, &alpha, B.data,
                           type(B.dtype), ldb, A.data, type(A.dtype), lda, &beta, C.data,
                           type(C.dtype), ni, C.data, type(C.dtype), ni, rocblas_datatype_f32_r,
                           rocblas_gemm_algo_standard, 0, 0),
@@ -202,7 +206,7 @@ void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
     return;
   }
   const rocblas_stride sa = A.stride(), sb = B.stride(), sc = C.stride();
-  check(rocblas_gemm_strided_batched_ex(handle(), op(transB), op(transA), ni, mi, ki, &alpha,
+  check(rocblas_gemm_strided_batched_ex(handle(space), op(transB), op(transA), ni, mi, ki, &alpha,
                                         B.data, type(B.dtype), ldb, sb, A.data, type(A.dtype), lda,
                                         sa, &beta, C.data, type(C.dtype), ni, sc, C.data,
                                         type(C.dtype), ni, sc, static_cast<rocblas_int>(batch),
@@ -210,22 +214,22 @@ void gemm(int64_t batch, char transA, char transB, float alpha, const GemmIn& A,
         "rocblas_gemm_strided_batched_ex");
 }
 
-bool gemm_grouped(const std::vector<int64_t>&, char, char, float, const GemmIn&, const GemmIn&,
-                  float, const GemmOut&) {
+bool gemm_grouped(const ExecSpace&, const std::vector<int64_t>&, char, char, float, const GemmIn&,
+                  const GemmIn&, float, const GemmOut&) {
   return false;  // rocBLAS has no grouped GEMM: the caller runs the groups one by one
 }
 
 #else
 
-bool gemm_grouped(const std::vector<int64_t>&, char, char, float, const GemmIn&, const GemmIn&,
-                  float, const GemmOut&) {
+bool gemm_grouped(const ExecSpace&, const std::vector<int64_t>&, char, char, float, const GemmIn&,
+                  const GemmIn&, float, const GemmOut&) {
   return false;
 }
 
 // Host builds: never called (gemm.cpp routes bf16 to oneDNN or the converted path); present so
 // the file compiles anywhere.
-void gemm(int64_t, char, char, float, const GemmIn&, const GemmIn&, float, const GemmOut&, int64_t,
-          int64_t, int64_t) {
+void gemm(const ExecSpace&, int64_t, char, char, float, const GemmIn&, const GemmIn&, float,
+          const GemmOut&, int64_t, int64_t, int64_t) {
   throw InternalError("vendor_gpu::gemm: this build has no CUDA or HIP");
 }
 

@@ -1,6 +1,9 @@
 // The transformer's elementwise and row-wise kernels, llm.c style: free functions named
 // <layer>_forward / <layer>_backward, outputs first, sizes last, a shape comment on every tensor.
-// Every pointer is a device pointer; every loop is a Kokkos parallel construct.
+// Every pointer is a device pointer; every loop is a Kokkos parallel construct. The first argument
+// is the execution-space instance the kernel launches on (a stream of its own on GPUs); the
+// kernel is ordered after the work queued on that instance before it, and nothing waits for it
+// (but sum_to_host, whose result is on the host).
 //
 // Precision: a tensor "in dtype X" holds values exactly representable in X. Compute-dtype tensors
 // (template parameter TC) are 2-byte bf16 Views when the compute dtype is bf16; the residual stream
@@ -63,47 +66,49 @@ KOKKOS_INLINE_FUNCTION float exp_fast(float x) {
 
 // out (n) = rnd(float(in (n)), round).   The per-forward compute-weight cast.
 template <class T>
-void cast_to_float(float* out, const T* in, int64_t n, Rounding round);
+void cast_to_float(const ExecSpace& space, float* out, const T* in, int64_t n, Rounding round);
 
 // out (n) = T(in (n)), rounding to nearest-even for bf16.
 template <class T>
-void cast_from_float(T* out, const float* in, int64_t n);
+void cast_from_float(const ExecSpace& space, T* out, const float* in, int64_t n);
 
 // out (n) = T(scale * N(0,1) + shift), the normal draw keyed on (seed, stream, first + element
 // index): a shard starting at element `first` of a tensor gets exactly that part of the tensor.
 template <class T>
-void init_normal(T* out, int64_t n, uint64_t seed, uint64_t stream, float scale, float shift,
-                 int64_t first = 0);
+void init_normal(const ExecSpace& space, T* out, int64_t n, uint64_t seed, uint64_t stream,
+                 float scale, float shift, int64_t first = 0);
 
 // out (n) = T(U(lo, hi)), the uniform draw keyed on (seed, stream, first + element index).
 template <class T>
-void init_uniform(T* out, int64_t n, uint64_t seed, uint64_t stream, float lo, float hi,
-                  int64_t first = 0);
+void init_uniform(const ExecSpace& space, T* out, int64_t n, uint64_t seed, uint64_t stream,
+                  float lo, float hi, int64_t first = 0);
 
 // grad (n) = T(float(grad) + rnd(dw, round_dw)).   Accumulates a parameter-gradient contribution
 // computed in fp32 (and first rounded to the dtype it was computed in) into storage-dtype grads.
 template <class T>
-void accumulate_grad(T* grad, const float* dw, int64_t n, Rounding round_dw);
+void accumulate_grad(const ExecSpace& space, T* grad, const float* dw, int64_t n,
+                     Rounding round_dw);
 
 // ---- embedding -------------------------------------------------------------------------------
 
 // out (N, C) = rnd(wte[ids[n]], stream)
 template <class TW>
-void embedding_forward(float* out, const int32_t* ids, const TW* wte, int64_t N, int64_t C,
-                       int64_t V, Rounding stream);
+void embedding_forward(const ExecSpace& space, float* out, const int32_t* ids, const TW* wte,
+                       int64_t N, int64_t C, int64_t V, Rounding stream);
 // dwte (V, C) = sum over n with ids[n] == v of dout[n]; fp32, written (rows without tokens are 0).
 // The token positions grouped by id (CSR: row_start (V+1), positions (N)) make the sum order
 // fixed, so gradients are deterministic on every backend.
-void embedding_backward(float* dwte, const float* dout, const int32_t* row_start,
-                        const int32_t* positions, int64_t V, int64_t C);
+void embedding_backward(const ExecSpace& space, float* dwte, const float* dout,
+                        const int32_t* row_start, const int32_t* positions, int64_t V, int64_t C);
 
 // ---- RMSNorm ---------------------------------------------------------------------------------
 
 // rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = TC(rnd(w * rnd(x * rstd, stream),
 // stream)); out_stream (N, C), if not null, receives the stream-dtype value before the TC store.
 template <class TC>
-void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
-                     int64_t N, int64_t C, float eps, Rounding stream);
+void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
+                     const float* inp, const float* weight, int64_t N, int64_t C, float eps,
+                     Rounding stream);
 // dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, stream), stream)  -- accumulates into the stream grad
 // dout (N, C) is read as rnd(dout, dout_rounding): a caller's fp32 sum (GEMM + LoRA
 // contributions) gets its one rounding to the compute dtype here, without a separate pass.
@@ -114,73 +119,78 @@ constexpr int64_t kRmsnormRowsPerPartial = 64;
 inline int64_t rmsnorm_partial_size(int64_t N, int64_t C) {
   return (N + kRmsnormRowsPerPartial - 1) / kRmsnormRowsPerPartial * C;
 }
-void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
-                      const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C, Rounding stream, Rounding dout_rounding = Rounding::fp32);
+void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
+                      const float* dout, const float* inp, const float* weight, const float* rstd,
+                      int64_t N, int64_t C, Rounding stream,
+                      Rounding dout_rounding = Rounding::fp32);
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
 // cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, ops/rope.hpp),
-// computed in fp32.
+// computed in fp32 on the host and uploaded with a blocking copy (set-up time, no kernel: the one
+// function here without an execution-space argument).
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
 // rotate-half rotary on q and k (fp32 math, stored in TC), v copied.
 template <class TC>
-void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
-                  int64_t T, int64_t H, int64_t KV, int64_t D);
+void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
+                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), stored in TC.
 // dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to TC on load: the gradients of the
 // compute-dtype q, k, v.
 template <class TC>
-void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
-                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const float* dk,
+                   const float* dv, const float* cos, const float* sin, int64_t B, int64_t T,
+                   int64_t H, int64_t KV, int64_t D);
 
 // out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
 // writes its output in token layout itself: ops/attention.hpp.)
 template <class TO, class TI>
-void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     Rounding round);
+void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, int64_t H, int64_t T,
+                     int64_t D, Rounding round);
 
 // ---- elementwise -------------------------------------------------------------------------------
 
 // out (n) = rnd(in (n), round)
 template <class TO, class TI>
-void round_copy(TO* out, const TI* in, int64_t n, Rounding round);
+void round_copy(const ExecSpace& space, TO* out, const TI* in, int64_t n, Rounding round);
 // The compute-dtype copy of an fp32 tensor (n) as a GEMM operand: dst holding TC(src), or src
 // itself when nothing changes (fp32 compute).
 template <class TC>
-const TC* compute_copy(TC* dst, const float* src, int64_t n) {
+const TC* compute_copy(const ExecSpace& space, TC* dst, const float* src, int64_t n) {
   if constexpr (std::is_same<TC, float>::value) {
     return src;
   } else {
-    round_copy(dst, src, n, Rounding::bf16);
+    round_copy(space, dst, src, n, Rounding::bf16);
     return dst;
   }
 }
 
 // out (n) = rnd(a + b, round)        (out may alias a)
 template <class TB>
-void add_forward(float* out, const float* a, const TB* b, int64_t n, Rounding round);
+void add_forward(const ExecSpace& space, float* out, const float* a, const TB* b, int64_t n,
+                 Rounding round);
 // a (N, F) = TC(TC(silu(g)) * u) with gu (N, 2F) = [g | u] per row
 template <class TC>
-void swiglu_forward(TC* a, const TC* gu, int64_t N, int64_t F);
+void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int64_t F);
 // dgu (N, 2F) = [dg | du] from da (N, F), an fp32 sum rounded to TC on load
 template <class TC>
-void swiglu_backward(TC* dgu, const float* da, const TC* gu, int64_t N, int64_t F);
+void swiglu_backward(const ExecSpace& space, TC* dgu, const float* da, const TC* gu, int64_t N,
+                     int64_t F);
 
 // out (N, 2C) = [a | b] per row        and its inverse split (fp32)
 template <class TC>
-void concat2(TC* out, const TC* a, const TC* b, int64_t N, int64_t C);
-void split2(float* a, float* b, const float* in, int64_t N, int64_t C);
+void concat2(const ExecSpace& space, TC* out, const TC* a, const TC* b, int64_t N, int64_t C);
+void split2(const ExecSpace& space, float* a, float* b, const float* in, int64_t N, int64_t C);
 
 // y (N, out) at column col of rows ld wide: y = TC(y + TC(delta * scale))
 template <class TC>
-void add_scaled_slice(TC* y, int64_t ld, int64_t col, const TC* delta, int64_t N, int64_t out,
-                      float scale);
+void add_scaled_slice(const ExecSpace& space, TC* y, int64_t ld, int64_t col, const TC* delta,
+                      int64_t N, int64_t out, float scale);
 // out (N, w) = TC(in[:, col : col + w] * scale), the slice of rows ld wide made contiguous
 template <class TC>
-void scaled_slice(TC* out, const TC* in, int64_t ld, int64_t col, int64_t N, int64_t w,
-                  float scale);
+void scaled_slice(const ExecSpace& space, TC* out, const TC* in, int64_t ld, int64_t col, int64_t N,
+                  int64_t w, float scale);
 
 // ---- loss --------------------------------------------------------------------------------------
 
@@ -192,10 +202,11 @@ enum class LossPass : uint8_t { forward, forward_backward };
 // With LossPass::forward_backward, logits are overwritten in place with dlogits =
 // TC((softmax - onehot) * scale), the gradient of the mean loss when scale = 1 / count.
 template <class TC>
-void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,
-                                    int64_t V, float scale, LossPass pass);
+void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* logits,
+                                    const int32_t* targets, int64_t N, int64_t V, float scale,
+                                    LossPass pass);
 
 // Sum of n fp32 values (deterministic reduction) returned to the host as double.
-double sum_to_host(const float* x, int64_t n);
+double sum_to_host(const ExecSpace& space, const float* x, int64_t n);
 
 }  // namespace kktrain

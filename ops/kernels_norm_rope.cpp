@@ -11,11 +11,12 @@ using Member = TeamMember;
 }  // namespace
 
 template <class TC>
-void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, const float* weight,
-                     int64_t N, int64_t C, float eps, Rounding stream) {
+void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
+                     const float* inp, const float* weight, int64_t N, int64_t C, float eps,
+                     Rounding stream) {
   constexpr Rounding rc = rounding_of<TC>();
   Kokkos::parallel_for(
-      "rmsnorm_forward", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+      "rmsnorm_forward", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
         const float* x = inp + n * C;
         float ss = 0.0f;
@@ -32,13 +33,13 @@ void rmsnorm_forward(TC* out, float* out_stream, float* rstd, const float* inp, 
       });
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* dout,
-                      const float* inp, const float* weight, const float* rstd, int64_t N,
-                      int64_t C, Rounding stream, Rounding dout_rounding) {
+void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
+                      const float* dout, const float* inp, const float* weight, const float* rstd,
+                      int64_t N, int64_t C, Rounding stream, Rounding dout_rounding) {
   // Input gradient: one team per row.
   //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
   Kokkos::parallel_for(
-      "rmsnorm_backward_input", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+      "rmsnorm_backward_input", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
         const float* x = inp + n * C;
         const float* dy = dout + n * C;
@@ -63,7 +64,8 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
   const int64_t R = kRmsnormRowsPerPartial, P = (N + R - 1) / R;
   if (kHostKernels) {
     Kokkos::parallel_for(
-        "rmsnorm_backward_weight_partial", RangePolicy(0, P), KOKKOS_LAMBDA(const int64_t p) {
+        "rmsnorm_backward_weight_partial", RangePolicy(space, 0, P),
+        KOKKOS_LAMBDA(const int64_t p) {
           float* acc = partial + p * C;
           for (int64_t c = 0; c < C; ++c) acc[c] = 0.0f;
           const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
@@ -77,7 +79,8 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
         });
   } else {
     Kokkos::parallel_for(
-        "rmsnorm_backward_weight_partial", RangePolicy(0, P * C), KOKKOS_LAMBDA(const int64_t i) {
+        "rmsnorm_backward_weight_partial", RangePolicy(space, 0, P * C),
+        KOKKOS_LAMBDA(const int64_t i) {
           const int64_t p = i / C, c = i - p * C;
           const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
           float acc = 0.0f;
@@ -87,7 +90,7 @@ void rmsnorm_backward(float* dinp, float* dweight, float* partial, const float* 
         });
   }
   Kokkos::parallel_for(
-      "rmsnorm_backward_weight", RangePolicy(0, C), KOKKOS_LAMBDA(const int64_t c) {
+      "rmsnorm_backward_weight", RangePolicy(space, 0, C), KOKKOS_LAMBDA(const int64_t c) {
         float acc = 0.0f;
         for (int64_t p = 0; p < P; ++p) acc += partial[p * C + c];
         dweight[c] = acc;
@@ -114,15 +117,15 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 }
 
 template <class TC>
-void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const float* sin, int64_t B,
-                  int64_t T, int64_t H, int64_t KV, int64_t D) {
+void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
+                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
   // Rows are (token, head slot) pairs of D values; element j of a row handles the rotary pair
   // (j, j + half).
   for_rows(
-      "rope_forward", B * T * S, half,
+      space, "rope_forward", B * T * S, half,
       KOKKOS_LAMBDA(const int64_t idx, const int64_t j0, const int64_t j1) {
         const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
@@ -148,13 +151,14 @@ void rope_forward(TC* q, TC* k, TC* v, const TC* qkv, const float* cos, const fl
 }
 
 template <class TC>
-void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, const float* cos,
-                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const float* dk,
+                   const float* dv, const float* cos, const float* sin, int64_t B, int64_t T,
+                   int64_t H, int64_t KV, int64_t D) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;
   const int64_t half = D / 2;
   for_rows(
-      "rope_backward", B * T * S, half,
+      space, "rope_backward", B * T * S, half,
       KOKKOS_LAMBDA(const int64_t idx, const int64_t j0, const int64_t j1) {
         const int64_t slot = idx % S, bt = idx / S;
         const int64_t b = bt / T, t = bt % T;
@@ -182,10 +186,10 @@ void rope_backward(TC* dqkv, const float* dq, const float* dk, const float* dv, 
 }
 
 template <class TO, class TI>
-void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int64_t D,
-                     Rounding round) {
+void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, int64_t H, int64_t T,
+                     int64_t D, Rounding round) {
   for_rows(
-      "tokens_to_heads", B * H * T, D,
+      space, "tokens_to_heads", B * H * T, D,
       KOKKOS_LAMBDA(const int64_t idx, const int64_t d0, const int64_t d1) {
         const int64_t t = idx % T, h = (idx / T) % H, b = idx / (T * H);
         const TI* x = in + ((b * T + t) * H + h) * D;
@@ -194,15 +198,16 @@ void tokens_to_heads(TO* out, const TI* in, int64_t B, int64_t H, int64_t T, int
       });
 }
 
-#define KKTRAIN_INST_TC(TC)                                                                       \
-  template void rmsnorm_forward<TC>(TC*, float*, float*, const float*, const float*, int64_t,     \
-                                    int64_t, float, Rounding);                                    \
-  template void rope_forward<TC>(TC*, TC*, TC*, const TC*, const float*, const float*, int64_t,   \
-                                 int64_t, int64_t, int64_t, int64_t);                             \
-  template void rope_backward<TC>(TC*, const float*, const float*, const float*, const float*,    \
-                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t);     \
-  template void tokens_to_heads<TC, float>(TC*, const float*, int64_t, int64_t, int64_t, int64_t, \
-                                           Rounding);
+#define KKTRAIN_INST_TC(TC)                                                                        \
+  template void rmsnorm_forward<TC>(const ExecSpace&, TC*, float*, float*, const float*,           \
+                                    const float*, int64_t, int64_t, float, Rounding);              \
+  template void rope_forward<TC>(const ExecSpace&, TC*, TC*, TC*, const TC*, const float*,         \
+                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t);       \
+  template void rope_backward<TC>(const ExecSpace&, TC*, const float*, const float*, const float*, \
+                                  const float*, const float*, int64_t, int64_t, int64_t, int64_t,  \
+                                  int64_t);                                                        \
+  template void tokens_to_heads<TC, float>(const ExecSpace&, TC*, const float*, int64_t, int64_t,  \
+                                           int64_t, int64_t, Rounding);
 KKTRAIN_INST_TC(float)
 KKTRAIN_INST_TC(bf16)
 #undef KKTRAIN_INST_TC

@@ -13,12 +13,13 @@ using Member = TeamMember;
 }  // namespace
 
 template <class TC>
-void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* targets, int64_t N,
-                                    int64_t V, float scale, LossPass pass) {
+void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* logits,
+                                    const int32_t* targets, int64_t N, int64_t V, float scale,
+                                    LossPass pass) {
   constexpr Rounding rc = rounding_of<TC>();
   const bool backward = pass == LossPass::forward_backward;
   Kokkos::parallel_for(
-      "cross_entropy", TeamPolicy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+      "cross_entropy", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
         TC* row = logits + n * V;
         const int32_t target = targets[n];
@@ -52,9 +53,10 @@ void cross_entropy_forward_backward(float* losses, TC* logits, const int32_t* ta
       });
 }
 
-template void cross_entropy_forward_backward<float>(float*, float*, const int32_t*, int64_t,
-                                                    int64_t, float, LossPass);
-template void cross_entropy_forward_backward<bf16>(float*, bf16*, const int32_t*, int64_t, int64_t,
-                                                   float, LossPass);
+template void cross_entropy_forward_backward<float>(const ExecSpace&, float*, float*,
+                                                    const int32_t*, int64_t, int64_t, float,
+                                                    LossPass);
+template void cross_entropy_forward_backward<bf16>(const ExecSpace&, float*, bf16*, const int32_t*,
+                                                   int64_t, int64_t, float, LossPass);
 
 }  // namespace kktrain

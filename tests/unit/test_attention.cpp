@@ -186,11 +186,11 @@ Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
   DView<TC> dout = device<TC>(in.dout), out("out", in.q.size());
   DView<float> lse("lse", s.B * s.H * s.T);
   DView<float> dq("dq", in.q.size()), dk("dk", in.k.size()), dv("dv", in.v.size());
-  attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, sc);
-  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
-                     k.data(), v.data(), d, sc);
+  attention_forward(ExecSpace(), out.data(), lse.data(), q.data(), k.data(), v.data(), d, sc);
+  attention_backward(ExecSpace(), dq.data(), dk.data(), dv.data(), dout.data(), out.data(),
+                     lse.data(), q.data(), k.data(), v.data(), d, sc);
   if (rc == Rounding::bf16) {  // the model's consumer (rope_backward) rounds the fp32 sums on load
-    for (auto* g : {&dq, &dk, &dv}) round_copy(g->data(), g->data(), g->extent(0), rc);
+    for (auto* g : {&dq, &dk, &dv}) round_copy(ExecSpace(), g->data(), g->data(), g->extent(0), rc);
   }
   Kokkos::fence();
   set_attention_tiles(0, 0);

@@ -123,10 +123,10 @@ Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1, int64_t p
   Matrix C(cs.c, batch * (m + pad), n, rng);
   const std::vector<double> c0 = C.ref;
   if (batch == 1 && pad == 0) {
-    gemm(cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
+    gemm(ExecSpace(), cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
   } else {
-    gemm_batched(batch, cs.ta, cs.tb, cs.alpha, A.in(batch, pad), B.in(batch, pad), cs.beta,
-                 C.out(batch, pad));
+    gemm_batched(ExecSpace(), batch, cs.ta, cs.tb, cs.alpha, A.in(batch, pad), B.in(batch, pad),
+                 cs.beta, C.out(batch, pad));
   }
   C.load();
   int64_t gaps_written = 0;  // the padding rows of C are untouched
@@ -268,7 +268,7 @@ TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
     std::mt19937 rng(7);
     Matrix A(d.a, 2, 3, rng), B(d.b, 3, 7, rng), C(d.c, 2, 7, rng);
     try {
-      gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+      gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
       ADD_FAILURE() << "a product with 7 > 5 result columns was not refused";
     } catch (const RuntimeFailure& e) {
       EXPECT_NE(std::string(e.what()).find("n (columns of the result) exceeds 5"),
@@ -406,17 +406,17 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
   const GemmBackend f32 = gemm_backend_for(DType::float32, DType::float32, DType::float32);
   const int64_t kk = calls(f32), conv = calls(GemmBackend::converted);
-  gemm('N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
   EXPECT_EQ(calls(f32), kk + 1);
   const int64_t nat = calls(bf);
   const double nat_flops = flops(bf);
-  gemm('N', 'N', 1.0f, A16.in(), B32.in(), 0.0f, C.out());
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B32.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + 1);
-  gemm('N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(bf), nat + (bf == GemmBackend::converted ? 2 : 1));
   EXPECT_EQ(flops(bf) - nat_flops, (bf == GemmBackend::converted ? 2 : 1) * 2.0 * 8 * 6 * 4);
   set_gemm_reference(true);
-  gemm('N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + (bf == GemmBackend::converted ? 3 : 2));
   // A batch is one call of its backend, with the whole batch's flops (fp32 batches run the
   // vendor BLAS's strided-batched call where the build has one: Kokkos Kernels has none).
@@ -430,7 +430,7 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   const double f32_flops = flops(f32_batch);
   Matrix Ab(DType::float32, 2 * 4, 3, rng), Bb(DType::float32, 2 * 3, 5, rng);
   Matrix Cb(DType::float32, 2 * 4, 5, rng);
-  gemm_batched(2, 'N', 'N', 1.0f, Ab.in(2), Bb.in(2), 0.0f, Cb.out(2));
+  gemm_batched(ExecSpace(), 2, 'N', 'N', 1.0f, Ab.in(2), Bb.in(2), 0.0f, Cb.out(2));
   EXPECT_EQ(calls(f32_batch), f32_calls + 1);
   EXPECT_EQ(flops(f32_batch) - f32_flops, 2 * 2.0 * 4 * 5 * 3);
 }
@@ -444,20 +444,21 @@ TEST_F(Gemm, EdgeCases) {
       std::mt19937 rng(9);
       Matrix A(ab, 3, 0, rng), B(ab, 0, 4, rng), C(c, 3, 4, rng);
       const std::vector<double> c0 = C.ref;
-      gemm('N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
+      gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
       C.load();
       for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.5 * c0[i]);
-      gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+      gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
       C.load();
       for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.0);
 
       Matrix A0(ab, 0, 5, rng), B0(ab, 5, 4, rng), C0(c, 0, 4, rng);
-      gemm('N', 'N', 1.0f, A0.in(), B0.in(), 1.0f, C0.out());  // nothing to do, must not fail
+      gemm(ExecSpace(), 'N', 'N', 1.0f, A0.in(), B0.in(), 1.0f,
+           C0.out());  // nothing to do, must not fail
 
       Matrix A1(ab, 2, 3, rng), B1(ab, 3, 2, rng), C1(c, 2, 2, rng);
       C1.ref.assign(4, NAN);
       C1.store();
-      gemm('N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
+      gemm(ExecSpace(), 'N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
       C1.load();
       for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(C1.at(i))) << i;
     }
@@ -489,7 +490,7 @@ TEST_F(Gemm, GroupedProductsMatchTheReferencePerGroup) {
         if (vary_m) bin.rows = B.rows / groups;
         GemmOut cout = C.out();
         if (!vary_m) cout.rows = p;
-        gemm_grouped(sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
+        gemm_grouped(ExecSpace(), sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
         C.load();
         int bad = 0;
         int64_t row = 0;
@@ -529,22 +530,22 @@ TEST_F(Gemm, GroupedProductsMatchTheReferencePerGroup) {
     }
   }
   std::vector<float> a(6), b(6), cc(6);
-  EXPECT_THROW(gemm_grouped({1, 1}, 'N', 'T', 1.0f, gin(a.data(), 3, 2), gin(b.data(), 1, 2), 0.0f,
-                            gout(cc.data(), 3, 1)),
+  EXPECT_THROW(gemm_grouped(ExecSpace(), {1, 1}, 'N', 'T', 1.0f, gin(a.data(), 3, 2),
+                            gin(b.data(), 1, 2), 0.0f, gout(cc.data(), 3, 1)),
                InternalError);  // sizes sum to 2, operands hold 3 rows
 }
 
 TEST_F(Gemm, ShapeMismatchIsAnInternalError) {
   std::vector<float> a(6), b(6), c(4);
-  EXPECT_THROW(gemm_batched(-1, 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
-                            gout(c.data(), 2, 2)),
+  EXPECT_THROW(gemm_batched(ExecSpace(), -1, 'N', 'N', 1.0f, gin(a.data(), 2, 3),
+                            gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2)),
                InternalError);
-  EXPECT_THROW(
-      gemm('N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 2, 3), 0.0f, gout(c.data(), 2, 2)),
-      InternalError);
-  EXPECT_THROW(
-      gemm('X', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2)),
-      InternalError);
+  EXPECT_THROW(gemm(ExecSpace(), 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 2, 3), 0.0f,
+                    gout(c.data(), 2, 2)),
+               InternalError);
+  EXPECT_THROW(gemm(ExecSpace(), 'X', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
+                    gout(c.data(), 2, 2)),
+               InternalError);
 }
 
 #if defined(KKTRAIN_HAVE_ONEDNN)
@@ -554,11 +555,12 @@ TEST_F(Gemm, OnednnReusesPrimitivesAndFollowsTheThreadPlan) {
   std::mt19937 rng(3);
   Matrix A(DType::bfloat16, 40, 24, rng), B(DType::bfloat16, 24, 56, rng);
   Matrix C(DType::bfloat16, 40, 56, rng);
-  gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
   const int64_t cached = onednn::cached_primitives();
-  for (int i = 0; i < 5; ++i) gemm('N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  for (int i = 0; i < 5; ++i) gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
   EXPECT_EQ(onednn::cached_primitives(), cached);
-  gemm('N', 'N', 1.0f, A.in(), B.in(), 1.0f, C.out());  // beta is part of the primitive
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 1.0f,
+       C.out());  // beta is part of the primitive
   EXPECT_EQ(onednn::cached_primitives(), cached + 1);
   // The plan's limit (1 here) is OpenMP's count when oneDNN runs.
   const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
@@ -581,7 +583,8 @@ TEST(GemmEnv, ReferenceEnvironmentForcesConverted) {
     Kokkos::deep_copy(a, bf16(1.0f));
     Kokkos::deep_copy(b, bf16(2.0f));
     const int64_t before = gemm_counters().calls[static_cast<int>(GemmBackend::converted)];
-    gemm('N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2));
+    gemm(ExecSpace(), 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
+         gout(c.data(), 2, 2));
     EXPECT_EQ(gemm_counters().calls[static_cast<int>(GemmBackend::converted)], before + 1);
     const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), c);
     EXPECT_EQ(h(0).to_float(), 6.0f);

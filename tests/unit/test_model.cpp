@@ -473,8 +473,8 @@ TEST(ModelKernels, RmsnormWeightGradientSumsInItsDocumentedOrder) {
   for (Rounding rs : {Rounding::fp32, Rounding::bf16}) {
     DView<float> dinp("dinp", N * C), dweight("dweight", C);
     DView<float> partial("partial", rmsnorm_partial_size(N, C));
-    rmsnorm_backward(dinp.data(), dweight.data(), partial.data(), d_dout.data(), d_inp.data(),
-                     d_weight.data(), d_rstd.data(), N, C, rs);
+    rmsnorm_backward(ExecSpace(), dinp.data(), dweight.data(), partial.data(), d_dout.data(),
+                     d_inp.data(), d_weight.data(), d_rstd.data(), N, C, rs);
     std::vector<float> got(C);
     Kokkos::deep_copy(HViewU<float>(got.data(), got.size()), dweight);
     const int64_t R = kRmsnormRowsPerPartial;
