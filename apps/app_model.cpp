@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include <map>
@@ -190,6 +191,20 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
     log::info("model.init_from: " + std::to_string(fresh_adapters) +
               " LoRA adapter tensors are not in the file and start from their initialization");
   }
+}
+
+TokenLoadOptions token_load_options() {
+  TokenLoadOptions o;
+  if (const char* env = std::getenv("KKTRAIN_VALIDATE_AT_LOAD_TOKENS")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || v < 0) {
+      throw InputError("KKTRAIN_VALIDATE_AT_LOAD_TOKENS: '" + log::one_line(env) +
+                       "' is not a non-negative integer");
+    }
+    o.validate_at_load_tokens = v;
+  }
+  return o;
 }
 
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "io/data.hpp"
 #include "model/transformer.hpp"
 
 namespace kktrain {
@@ -20,6 +21,11 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm,
                                          bool initialize = true);
 // The same up to the layout of rank `rank` of `world`, without allocating (planning: the audit).
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
+
+// How train and grads open token files: KKTRAIN_VALIDATE_AT_LOAD_TOKENS=N (a non-negative integer)
+// checks every id of files up to N tokens when they are opened instead of up to
+// kValidateAtLoadTokens (0: ids only as windows are drawn). InputError for another value.
+TokenLoadOptions token_load_options();
 
 // distributed.grad_sync as the FSDP units take it.
 GradSync grad_sync_of(const Config& cfg);

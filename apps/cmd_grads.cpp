@@ -75,7 +75,8 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   check_output_file("--out", out, inputs);
   SingleCommunicator one_rank;
   auto model = build_model(cfg, one_rank);
-  const TokenDataset data = TokenDataset::load(cfg.data, cfg.model.vocab_size);
+  const TokenDataset data =
+      TokenDataset::load(cfg.data, cfg.model.vocab_size, token_load_options());
   const Batch batch = data.train_batch(0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
   ForwardOptions fo;
   fo.prepare_backward = true;

@@ -172,8 +172,9 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
   // Optimizer state is created after the model, its init and its freezing, for this rank's shard.
   auto opt = make_optimizer(cfg.optimizer, params, cfg.model.seed);
   // Every rank opens the data itself; if one cannot, all stop with that rank's message.
-  const TokenDataset data =
-      collectively(*comm, [&] { return TokenDataset::load(cfg.data, cfg.model.vocab_size); });
+  const TokenDataset data = collectively(*comm, [&] {
+    return TokenDataset::load(cfg.data, cfg.model.vocab_size, token_load_options());
+  });
   const LrSchedule schedule(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
   // Resume (checkpoint.resume): parameters and optimizer state into this rank's shards.
   TrainProgress state;

@@ -4,11 +4,13 @@
 // same bf16 product through the converted path (operands widened to fp32, then sgemm).
 //
 //   bench_gemm [--threads 1] [--reps 7] [--layout NT] [--shapes 2048x1024x1024,2048x384x1152]
+//              [--scratch-elems N]
 //
 // Shapes are m x n x k: C (m, n) = A (m, k) @ B (k, n), with the layout's transposes (NT, the
 // forward of a linear layer, by default). bf16 products write a bf16 C. Each row is the median of
 // `reps` timed calls after one warm-up call (which also builds oneDNN's primitive). Every product
-// gets `threads` threads (OpenBLAS and oneDNN's OpenMP alike).
+// gets `threads` threads (OpenBLAS and oneDNN's OpenMP alike). --scratch-elems replaces the
+// converted path's scratch budget (GemmLimits; e.g. 1000000000: whole operands, no panels).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "bench/bench_util.hpp"
 #include "core/blas_threads.hpp"
 #include "ops/gemm.hpp"
+#include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "ops/gemm_onednn.hpp"
 #endif
@@ -76,14 +79,15 @@ double time_product(char ta, char tb, const GemmIn& A, const GemmIn& B, const Ge
 
 int main(int argc, char** argv) {
   int threads = 1, reps = 7;
+  GemmLimits limits;
   std::string layout = "NT", shapes_text = "2048x1024x1024,2048x384x1152,2048x1024x384";
   // This program's options are read before Kokkos sees the command line (Kokkos 3.4 takes a bare
   // `--threads` for itself and refuses `--threads 1`); Kokkos gets the rest.
   std::vector<char*> kokkos_args = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
-    const bool ours =
-        key == "--threads" || key == "--reps" || key == "--layout" || key == "--shapes";
+    const bool ours = key == "--threads" || key == "--reps" || key == "--layout" ||
+                      key == "--shapes" || key == "--scratch-elems";
     if (!ours) {
       kokkos_args.push_back(argv[i]);
       continue;
@@ -97,7 +101,11 @@ int main(int argc, char** argv) {
     if (key == "--reps") reps = std::atoi(value);
     if (key == "--layout") layout = value;
     if (key == "--shapes") shapes_text = value;
+    if (key == "--scratch-elems" && std::atoll(value) > 0) {
+      limits.converted_scratch_elems = std::atoll(value);
+    }
   }
+  test_hooks::set_gemm_limits(limits);
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
   if (kokkos_argc > 1) {
@@ -148,11 +156,12 @@ int main(int argc, char** argv) {
                   flops / sec / 1e9, fp32_sec / sec);
       std::fflush(stdout);
     };
-    set_gemm_reference(true);  // fp32 on kokkos-kernels (the host BLAS) whatever the default
+    test_hooks::set_gemm_reference(
+        true);  // fp32 on kokkos-kernels (the host BLAS) whatever the default
     const double t32 = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
                                     gout(c32.data(), s.m, s.n), GemmBackend::kokkos_kernels, reps);
     row("fp32 kk (BLAS)", t32, t32);
-    set_gemm_reference(false);
+    test_hooks::set_gemm_reference(false);
     const GemmBackend f32 = gemm_backend_for(DType::float32, DType::float32, DType::float32);
     if (f32 != GemmBackend::kokkos_kernels) {  // the default fp32 backend, when it is another
       const double t = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
@@ -160,17 +169,17 @@ int main(int argc, char** argv) {
       row((std::string("fp32 ") + gemm_backend_name(f32)).c_str(), t, t32);
     }
     if (native) {
-      set_gemm_reference(false);
+      test_hooks::set_gemm_reference(false);
       const GemmBackend be = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16);
       const double t = time_product(ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
                                     gout(c16.data(), s.m, s.n), be, reps);
       row((std::string("bf16 ") + gemm_backend_name(be)).c_str(), t, t32);
     }
-    set_gemm_reference(true);
+    test_hooks::set_gemm_reference(true);
     const double tc = time_product(ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
                                    gout(c16.data(), s.m, s.n), GemmBackend::converted, reps);
     row("bf16 converted", tc, t32);
-    set_gemm_reference(false);
+    test_hooks::set_gemm_reference(false);
   }
   return 0;
 }

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace {
 
 double now() {
@@ -138,12 +140,11 @@ void kokkosp_finalize_library() {
     if (FILE* f = std::fopen(path, "w")) {
       std::fprintf(f, "{\"total_s\": %.6f, \"entries\": [", total);
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        std::string name;
-        for (char c : rows[i].first) {
-          if (c == '"' || c == '\\') name += '\\';
-          name += c;
-        }
-        std::fprintf(f, "%s{\"name\": \"%s\", \"self_s\": %.6f, \"calls\": %lld}", i ? ", " : "",
+        // The label escaped by nlohmann::json (quotes, backslashes, control characters).
+        const std::string name =
+            nlohmann::json(rows[i].first)
+                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        std::fprintf(f, "%s{\"name\": %s, \"self_s\": %.6f, \"calls\": %lld}", i ? ", " : "",
                      name.c_str(), rows[i].second.self_s,
                      static_cast<long long>(rows[i].second.calls));
       }

@@ -1,4 +1,5 @@
 #include "core/log.hpp"
+#include "core/log_testing.hpp"
 
 #include <cstdio>
 
@@ -64,9 +65,13 @@ void warn_about_launch(const std::string& msg) {
 const std::vector<std::string>& warnings() {
   return g_warnings;
 }
+}  // namespace log
+
+namespace test_hooks {
+
 void clear_warnings() {
-  g_warnings.clear();
+  log::g_warnings.clear();
 }
 
-}  // namespace log
+}  // namespace test_hooks
 }  // namespace kktrain

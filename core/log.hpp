@@ -24,9 +24,8 @@ void warn_about_launch(const std::string& msg);
 // every message kktrain prints is one line, whatever a config value or file name holds.
 std::string one_line(const std::string& msg);
 
-// Warnings emitted so far in this process (in order), and a way to reset them (tests).
+// Warnings emitted so far in this process, in order (tests reset them: core/log_testing.hpp).
 const std::vector<std::string>& warnings();
-void clear_warnings();
 
 }  // namespace log
 }  // namespace kktrain

@@ -57,15 +57,6 @@ int64_t data_resident_bytes(const DataConfig& cfg, int world) {
 
 namespace {
 
-// kValidateAtLoadTokens, or KKTRAIN_TEST_VALIDATE_AT_LOAD_TOKENS when set (tests reach the
-// draw-time check with small files).
-int64_t validate_at_load_tokens() {
-  if (const char* env = std::getenv("KKTRAIN_TEST_VALIDATE_AT_LOAD_TOKENS")) {
-    return std::strtoll(env, nullptr, 10);
-  }
-  return kValidateAtLoadTokens;
-}
-
 std::string describe(const TokenFile& f) {
   return f.path() + " (" + f.format() + ")";
 }
@@ -85,7 +76,8 @@ void TokenDataset::add_part(std::shared_ptr<const TokenFile> f, const DataConfig
   parts_.push_back(std::move(p));
 }
 
-TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size) {
+TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size,
+                                const TokenLoadOptions& options) {
   TokenDataset d;
   d.seed_ = cfg.seed;
   d.vocab_ = vocab_size;
@@ -115,7 +107,7 @@ TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size) {
     if (formats.find(f->format()) == std::string::npos) {
       formats += (formats.empty() ? "" : ", ") + f->format();
     }
-    if (f->size() <= validate_at_load_tokens() && f->max_id() >= vocab_size) {
+    if (f->size() <= options.validate_at_load_tokens && f->max_id() >= vocab_size) {
       if (const int64_t bad = f->first_at_least(0, f->size(), vocab_size); bad >= 0) {
         d.read_checked(Part{f, f->size(), 0}, bad, 1, nullptr);
       }
@@ -125,16 +117,6 @@ TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size) {
   d.source_ = files.size() == 1 ? describe(*d.parts_[0].file)
                                 : std::to_string(files.size()) + " files " + files.front() +
                                       " ... " + files.back() + " (" + formats + ")";
-  return d;
-}
-
-TokenDataset TokenDataset::from_tokens(std::vector<int32_t> tokens, const DataConfig& cfg,
-                                       const std::string& source) {
-  TokenDataset d;
-  d.seed_ = cfg.seed;
-  d.vocab_ = int64_t(1) << 31;
-  d.source_ = source;
-  d.add_part(std::make_shared<TokenFile>(std::move(tokens), source), cfg);
   return d;
 }
 

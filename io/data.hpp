@@ -41,8 +41,15 @@ struct Batch {
 
 class TokenFile;
 
-// Files of at most this many tokens have every id checked when they are opened.
+// Files of at most this many tokens have every id checked when they are opened (by default).
 constexpr int64_t kValidateAtLoadTokens = int64_t(16) << 20;
+
+// How TokenDataset::load opens token files.
+struct TokenLoadOptions {
+  // Files of at most this many tokens have every id checked when they are opened; larger ones
+  // only as windows are drawn (kktrain train reads KKTRAIN_VALIDATE_AT_LOAD_TOKENS, docs/cli.md).
+  int64_t validate_at_load_tokens = kValidateAtLoadTokens;
+};
 
 // data.path's files in order: globs expanded (sorted), each matching at least one file.
 // InputError naming the pattern otherwise.
@@ -57,15 +64,18 @@ int64_t data_resident_bytes(const DataConfig& cfg, int world);
 // The embedded corpus as int32 ids.
 constexpr int64_t kEmbeddedCorpusBytes = int64_t(4) << 20;
 
+namespace test_hooks {
+struct TokenDatasetAccess;  // io/data_testing.hpp: datasets from in-memory tokens
+}
+
 class TokenDataset {
  public:
   // Maps data.path's files (or makes the default corpus when data.path is unset) and splits
   // them. Throws InputError naming the file for a missing, unreadable, empty or too short file,
-  // a malformed llm.c header, or (files up to kValidateAtLoadTokens) a token id >= vocab_size.
-  static TokenDataset load(const DataConfig& cfg, int64_t vocab_size);
-  // From an in-memory token stream (tests).
-  static TokenDataset from_tokens(std::vector<int32_t> tokens, const DataConfig& cfg,
-                                  const std::string& source);
+  // a malformed llm.c header, or (files up to options.validate_at_load_tokens) a token id >=
+  // vocab_size.
+  static TokenDataset load(const DataConfig& cfg, int64_t vocab_size,
+                           const TokenLoadOptions& options = {});
 
   // Windows [first, first + B) of optimizer step `step`'s global batch: B windows of T + 1
   // tokens from the training split, window k at a position drawn from (seed, step, k). Rank r of
@@ -87,6 +97,7 @@ class TokenDataset {
   const std::string& source() const { return source_; }
 
  private:
+  friend struct test_hooks::TokenDatasetAccess;
   struct Part {
     std::shared_ptr<const TokenFile> file;
     int64_t n_train = 0, n_val = 0;  // tokens [0, n_train) train, [n_train, n_train + n_val) val

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,56 +14,33 @@
 
 namespace kktrain {
 
-void JsonLine::key(const std::string& k) {
-  if (!body_.empty()) body_ += ", ";
-  body_ += "\"" + k + "\": ";
-}
-
 JsonLine& JsonLine::num(const std::string& k, double v) {
-  key(k);
-  if (!std::isfinite(v)) {
-    body_ +=
-        std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");  // Python's json reads these
-    return *this;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  body_ += buf;
+  row_[k] = v;
   return *this;
 }
 
 JsonLine& JsonLine::integer(const std::string& k, int64_t v) {
-  key(k);
-  body_ += std::to_string(v);
+  row_[k] = v;
   return *this;
 }
 
 JsonLine& JsonLine::boolean(const std::string& k, bool v) {
-  key(k);
-  body_ += v ? "true" : "false";
+  row_[k] = v;
   return *this;
 }
 
 JsonLine& JsonLine::null(const std::string& k) {
-  key(k);
-  body_ += "null";
+  row_[k] = nullptr;
   return *this;
 }
 
 JsonLine& JsonLine::object(const std::string& k, const JsonLine& inner) {
-  key(k);
-  body_ += inner.text();
+  row_[k] = inner.row_;
   return *this;
 }
 
 JsonLine& JsonLine::str(const std::string& k, const std::string& v) {
-  key(k);
-  body_ += "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') body_ += '\\';
-    body_ += c;
-  }
-  body_ += "\"";
+  row_[k] = v;
   return *this;
 }
 

@@ -1,11 +1,14 @@
 // metrics.jsonl: one JSON object per line, written and flushed as the run goes, so a crash
 // loses at most the line being written. Numbers are printed with full precision (%.17g), so two
-// deterministic runs produce byte-identical loss and grad_norm fields.
+// deterministic runs produce byte-identical loss and grad_norm fields; columns keep the order
+// they are added in, and keys and strings are escaped by nlohmann::json (core/json_text.hpp).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
+
+#include "core/json_text.hpp"
 
 namespace kktrain {
 
@@ -18,11 +21,10 @@ class JsonLine {
   JsonLine& null(const std::string& key);
   // A nested object: {"key": {inner's fields}}.
   JsonLine& object(const std::string& key, const JsonLine& inner);
-  std::string text() const { return "{" + body_ + "}"; }
+  std::string text() const { return json_text(row_); }
 
  private:
-  void key(const std::string& k);
-  std::string body_;
+  Json row_ = Json::object();
 };
 
 class MetricsWriter {

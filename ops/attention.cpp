@@ -8,6 +8,7 @@
 // blocks at the tile's last query row. Every sum runs in a fixed order (the GEMM's, then the host
 // loop's), so results are deterministic.
 #include "ops/attention.hpp"
+#include "ops/attention_testing.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -339,14 +340,20 @@ AttentionKernel attention_kernel() {
   return static_cast<AttentionKernel>(g_kernel);
 }
 
+namespace test_hooks {
+
 void set_attention_kernel(AttentionKernel k) {
   read_environment();
   g_kernel = static_cast<int>(k);
 }
 
+}  // namespace test_hooks
+
 const char* attention_kernel_name(AttentionKernel k) {
   return k == AttentionKernel::team ? "team" : "tiled_gemm";
 }
+
+namespace test_hooks {
 
 void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups) {
   read_environment();
@@ -354,6 +361,8 @@ void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups) {
   g_k_cols = k_cols;
   g_groups = groups;
 }
+
+}  // namespace test_hooks
 
 AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
   read_environment();

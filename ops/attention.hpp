@@ -21,8 +21,8 @@
 //               (strided batches), with vectorized row kernels (online softmax, dS) in between.
 //   team        GPU builds: one Kokkos team per (batch, head, query tile) (forward, dQ) or per
 //               (batch, KV head, key tile) (dK, dV), tiles in team scratch memory, no GEMM calls.
-// Both run on every build (set_attention_kernel, or KKTRAIN_ATTENTION=team|tiled_gemm in the
-// environment), and tests compare them.
+// Both run on every build (KKTRAIN_ATTENTION=team|tiled_gemm in the environment, or
+// test_hooks::set_attention_kernel in ops/attention_testing.hpp), and tests compare them.
 // q, k, v, the output and dout are compute-dtype tensors (TC = float or bf16). Both passes launch
 // every kernel and product on the execution-space instance given first.
 #pragma once
@@ -43,20 +43,17 @@ enum class AttentionKernel { tiled_gemm, team };
 // The kernel this process runs: tiled_gemm on host builds, team on GPU builds, unless set (or
 // KKTRAIN_ATTENTION names one; any other value is a UsageError).
 AttentionKernel attention_kernel();
-// Overrides the choice from here on (tests run both kernels on one build).
-void set_attention_kernel(AttentionKernel k);
 const char* attention_kernel_name(AttentionKernel k);
 
 // Tile sizes: query rows per tile, keys per block, and (tiled_gemm) the (batch, KV head) groups
 // one batched GEMM call covers. attention_tiles() gives the kernel's defaults for these sizes;
-// set_attention_tiles() replaces them, as KKTRAIN_ATTENTION_TILES=QxK does (tests use small
-// tiles so that short sequences cross many tile and block boundaries, and few groups per call so
-// that the groups split into chunks; 0 restores the defaults).
+// KKTRAIN_ATTENTION_TILES=QxK replaces them (as test_hooks::set_attention_tiles does: tests use
+// small tiles so that short sequences cross many tile and block boundaries, and few groups per
+// call so that the groups split into chunks).
 struct AttentionTiles {
   int64_t q_rows = 0, k_cols = 0, groups = 0;
 };
 AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k);
-void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups = 0);
 
 // The working buffers the caller provides (device memory; element counts from
 // attention_workspace_sizes for the same dims, kernel and TC). TC buffers are only needed when

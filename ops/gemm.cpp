@@ -11,6 +11,7 @@
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
 #include "ops/gemm_converted.hpp"
+#include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "ops/gemm_onednn.hpp"
 #endif
@@ -26,6 +27,7 @@ GemmCounters g_counters;
 
 // -1: not decided yet (read KKTRAIN_GEMM on first use); 0/1 after.
 int g_reference = -1;
+GemmLimits g_limits;
 
 bool reference_only() {
   if (g_reference < 0) {
@@ -107,12 +109,9 @@ int index_of(GemmBackend b) {
   return static_cast<int>(b);
 }
 
-// The largest dimension the libraries with 32-bit int arguments take (BLAS's LP64 interface
-// behind Kokkos Kernels, cuBLAS, rocBLAS): INT_MAX, or KKTRAIN_TEST_GEMM_INT_LIMIT in tests.
+// The largest dimension the libraries with 32-bit int arguments take (GemmLimits::int_dim).
 int64_t int_limit() {
-  const char* v = std::getenv("KKTRAIN_TEST_GEMM_INT_LIMIT");
-  const long long t = v ? std::atoll(v) : 0;
-  return t > 0 ? static_cast<int64_t>(t) : static_cast<int64_t>(0x7fffffff);
+  return g_limits.int_dim;
 }
 
 }  // namespace
@@ -176,9 +175,23 @@ GemmBackend gemm_backend_for(DType a, DType b, DType c) {
   return GemmBackend::converted;
 }
 
+const GemmLimits& gemm_limits() {
+  return g_limits;
+}
+
+namespace test_hooks {
+
 void set_gemm_reference(bool on) {
   g_reference = on ? 1 : 0;
 }
+
+GemmLimits set_gemm_limits(const GemmLimits& limits) {
+  const GemmLimits before = g_limits;
+  g_limits = limits;
+  return before;
+}
+
+}  // namespace test_hooks
 
 std::string gemm_backends_summary() {
   const GemmBackend f32 = fp32_backend();

@@ -20,7 +20,7 @@
 //
 // KKTRAIN_GEMM=reference in the environment disables the native bf16 backends (every bf16
 // product takes the converted path): parity checks and benchmarks compare the two this way
-// (set_gemm_reference does the same from inside a program).
+// (test_hooks::set_gemm_reference in ops/gemm_testing.hpp does the same from inside a test).
 #pragma once
 
 #include <cstdint>
@@ -101,12 +101,19 @@ const char* gemm_backend_name(GemmBackend b);
 // oneDNN can only run with a reference implementation is converted instead; gemm_counters()
 // counts the backend that actually ran.)
 GemmBackend gemm_backend_for(DType a, DType b, DType c);
-// The fp32 elements each of the converted backend's three scratch buffers (widened op(A), op(B),
-// result) holds at most: larger products run in panels (ops/gemm_converted.hpp).
-int64_t converted_scratch_budget_elems();
-// Overrides KKTRAIN_GEMM from here on: true sends every bf16 product to the converted path, false
-// lets them take the native backend (tests and benchmarks compare the two in one process).
-void set_gemm_reference(bool on);
+// The limits gemm() works within, the same for the whole process: production values by default;
+// tests lower them (ops/gemm_testing.hpp) so that small products take the paths large ones do.
+struct GemmLimits {
+  // The largest dimension the libraries with 32-bit int arguments take (BLAS's LP64 interface
+  // behind Kokkos Kernels, cuBLAS, rocBLAS): larger products run in row pieces or are refused.
+  int64_t int_dim = 0x7fffffff;
+  // The fp32 elements each of the converted backend's three scratch buffers (widened op(A),
+  // op(B), result) holds at most (16 MiB): larger products run in panels
+  // (ops/gemm_converted.hpp).
+  int64_t converted_scratch_elems = int64_t(4) << 20;
+};
+const GemmLimits& gemm_limits();
+int64_t converted_scratch_budget_elems();  // gemm_limits().converted_scratch_elems
 // One line for --version and the build summary, e.g.
 // "fp32: kokkos-kernels (BLAS); bf16: onednn (avx512_core_amx)".
 std::string gemm_backends_summary();

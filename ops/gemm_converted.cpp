@@ -17,8 +17,6 @@ using CMat = Kokkos::View<const float**, Kokkos::LayoutRight, MemSpace,
                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using Mat = DMatrixU<float>;
 
-constexpr int64_t kScratchBudgetElems = int64_t(4) << 20;  // 16 MiB of fp32 per operand role
-
 // fp32 scratch for widened operands and bf16 results, grown on demand (one per role), freed
 // when Kokkos finalizes (a View outliving Kokkos aborts the program at exit).
 float* scratch(int which, int64_t n) {
@@ -177,9 +175,7 @@ void converted_whole(const ExecSpace& space, char transA, char transB, float alp
 }  // namespace
 
 int64_t converted_scratch_budget_elems() {
-  const char* v = std::getenv("KKTRAIN_TEST_GEMM_SCRATCH_ELEMS");
-  const long long t = v ? std::atoll(v) : 0;
-  return t > 0 ? static_cast<int64_t>(t) : kScratchBudgetElems;
+  return gemm_limits().converted_scratch_elems;
 }
 
 int64_t converted_gemm(const ExecSpace& space, char transA, char transB, float alpha,

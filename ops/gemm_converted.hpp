@@ -5,7 +5,7 @@
 // Widening whole operands costs fp32 copies as large as the operands: the LM head of a
 // 128k-token vocabulary and hidden size 8192 would widen its 1e9-element weight into 4 GiB per
 // product. So products whose widened operands exceed the scratch budget (16 MiB of fp32 per
-// operand role; KKTRAIN_TEST_GEMM_SCRATCH_ELEMS lowers it in tests) run in panels: rows of the
+// operand role: GemmLimits, which tests lower) run in panels: rows of the
 // result (and of op(A)) and columns of the result (and of op(B)), each panel's operands gathered
 // and widened into fp32 scratch of at most the budget, its result written back (narrowed). The
 // summed dimension k is never split, so every element is still one fp32 dot product over all of

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/json_text.hpp"
+
 namespace kktrain {
 
 namespace {
@@ -23,34 +25,8 @@ int64_t master_bytes(MasterKind k) {
   return 0;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_dtype(const std::optional<DType>& d) {
-  return d ? json_string(dtype_name(*d)) : "null";
+Json json_dtype(const std::optional<DType>& d) {
+  return d ? Json(dtype_name(*d)) : Json(nullptr);
 }
 
 std::string fmt_bytes(double b) {
@@ -299,95 +275,116 @@ std::string audit_table(const AuditReport& r) {
   return os.str();
 }
 
-std::string audit_json(const AuditReport& r) {
-  std::ostringstream os;
-  os << "{\"parameters\": [";
-  for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    const AuditRow& row = r.rows[i];
-    const ParamInfo& p = *row.param;
-    os << (i ? ", " : "") << "{\"name\": " << json_string(p.name) << ", \"aliases\": [";
-    for (std::size_t a = 0; a < p.aliases.size(); ++a) {
-      os << (a ? ", " : "") << json_string(p.aliases[a]);
-    }
-    os << "], \"trainable\": " << (p.trainable ? "true" : "false") << ", \"shape\": [";
-    for (std::size_t d = 0; d < p.shape.size(); ++d) os << (d ? ", " : "") << p.shape[d];
-    os << "], \"storage_dtype\": " << json_dtype(p.dtype)
-       << ", \"grad_dtype\": " << json_dtype(row.grad)
-       << ", \"exp_avg_dtype\": " << json_dtype(row.state.exp_avg)
-       << ", \"exp_avg_sq_dtype\": " << json_dtype(row.state.exp_avg_sq)
-       << ", \"momentum_dtype\": " << json_dtype(row.state.momentum) << ", \"master\": "
-       << (p.trainable ? json_string(master_kind_name(row.state.master)) : "null")
-       << ", \"element_bytes\": {\"param\": " << dtype_size(p.dtype)
-       << ", \"grad\": " << size_of(row.grad) << ", \"exp_avg\": " << size_of(row.state.exp_avg)
-       << ", \"exp_avg_sq\": " << size_of(row.state.exp_avg_sq)
-       << ", \"momentum\": " << size_of(row.state.momentum)
-       << ", \"master\": " << master_bytes(row.state.master) << "}"
-       << ", \"bytes_per_element\": " << row.bytes_per_element << ", \"bytes\": " << row.bytes
-       << ", \"shard_rows\": " << p.shard_rows
-       << ", \"protected_fp32\": " << (p.keep_fp32 ? "true" : "false") << "}";
-  }
-  const ResolvedPrecision& pr = r.precision;
-  os << "], \"optimizer\": " << json_string(r.optimizer)
-     << ", \"storage_dtype\": " << json_dtype(pr.storage)
-     << ", \"compute_dtype\": " << json_dtype(pr.compute)
-     << ", \"reduce_dtype\": " << json_dtype(pr.reduce)
-     << ", \"output_dtype\": " << json_dtype(pr.output)
-     << ", \"output_dtype_applied\": " << (pr.output_applied ? "true" : "false")
-     << ", \"totals\": {\"elements\": " << r.total_elements
-     << ", \"trainable_elements\": " << r.trainable_elements
-     << ", \"bytes_params\": " << r.bytes_params << ", \"bytes_grads\": " << r.bytes_grads
-     << ", \"bytes_moments\": " << r.bytes_moments << ", \"bytes_master\": " << r.bytes_master
-     << ", \"bytes_per_trainable_parameter\": " << r.bytes_per_trainable();
+namespace {
+
+// One parameter's entry of the audit's "parameters".
+Json param_json(const AuditRow& row) {
+  const ParamInfo& p = *row.param;
+  Json j;
+  j["name"] = p.name;
+  j["aliases"] = p.aliases;
+  j["trainable"] = p.trainable;
+  j["shape"] = p.shape;
+  j["storage_dtype"] = dtype_name(p.dtype);
+  j["grad_dtype"] = json_dtype(row.grad);
+  j["exp_avg_dtype"] = json_dtype(row.state.exp_avg);
+  j["exp_avg_sq_dtype"] = json_dtype(row.state.exp_avg_sq);
+  j["momentum_dtype"] = json_dtype(row.state.momentum);
+  j["master"] = p.trainable ? Json(master_kind_name(row.state.master)) : Json(nullptr);
+  Json e;
+  e["param"] = dtype_size(p.dtype);
+  e["grad"] = size_of(row.grad);
+  e["exp_avg"] = size_of(row.state.exp_avg);
+  e["exp_avg_sq"] = size_of(row.state.exp_avg_sq);
+  e["momentum"] = size_of(row.state.momentum);
+  e["master"] = master_bytes(row.state.master);
+  j["element_bytes"] = e;
+  j["bytes_per_element"] = row.bytes_per_element;
+  j["bytes"] = row.bytes;
+  j["shard_rows"] = p.shard_rows;
+  j["protected_fp32"] = p.keep_fp32;
+  return j;
+}
+
+Json peak_json(const PeakBreakdown& p) {
+  Json j;
+  j["parameters"] = p.parameters;
+  j["gradients"] = p.gradients;
+  j["optimizer_state"] = p.optimizer_state;
+  j["compute_weights"] = p.compute_weights;
+  j["activations"] = p.activations;
+  j["activations_without_checkpointing"] = p.activations_without_checkpointing;
+  j["activations_with_checkpointing"] = p.activations_with_checkpointing;
+  j["workspaces"] = p.workspaces;
+  j["data"] = p.data;
+  j["baseline"] = p.baseline;
+  return j;
+}
+
+// The audit's "totals": bytes by kind, per rank, and the predicted peaks when planned.
+Json totals_json(const AuditReport& r) {
+  Json t;
+  t["elements"] = r.total_elements;
+  t["trainable_elements"] = r.trainable_elements;
+  t["bytes_params"] = r.bytes_params;
+  t["bytes_grads"] = r.bytes_grads;
+  t["bytes_moments"] = r.bytes_moments;
+  t["bytes_master"] = r.bytes_master;
+  t["bytes_per_trainable_parameter"] = r.bytes_per_trainable();
   const RankBytes& b = r.per_rank;
-  os << ", \"per_rank\": {\"rank\": " << b.rank << ", \"bytes_params\": " << b.bytes_params
-     << ", \"bytes_grads\": " << b.bytes_grads << ", \"bytes_moments\": " << b.bytes_moments
-     << ", \"bytes_master\": " << b.bytes_master << ", \"bytes_total\": " << b.total() << "}";
+  Json pr;
+  pr["rank"] = b.rank;
+  pr["bytes_params"] = b.bytes_params;
+  pr["bytes_grads"] = b.bytes_grads;
+  pr["bytes_moments"] = b.bytes_moments;
+  pr["bytes_master"] = b.bytes_master;
+  pr["bytes_total"] = b.total();
+  t["per_rank"] = pr;
   if (r.peak) {
-    const PeakBreakdown& p = *r.peak;
-    os << ", \"bytes_peak_predicted\": " << p.total()
-       << ", \"peak_breakdown\": {\"parameters\": " << p.parameters
-       << ", \"gradients\": " << p.gradients << ", \"optimizer_state\": " << p.optimizer_state
-       << ", \"compute_weights\": " << p.compute_weights << ", \"activations\": " << p.activations
-       << ", \"activations_without_checkpointing\": " << p.activations_without_checkpointing
-       << ", \"activations_with_checkpointing\": " << p.activations_with_checkpointing
-       << ", \"workspaces\": " << p.workspaces << ", \"data\": " << p.data
-       << ", \"baseline\": " << p.baseline << "}";
+    t["bytes_peak_predicted"] = r.peak->total();
+    t["peak_breakdown"] = peak_json(*r.peak);
   }
   if (!r.pattern_peaks.empty()) {
-    os << ", \"pattern_peaks\": {";
-    for (std::size_t i = 0; i < r.pattern_peaks.size(); ++i) {
-      const auto& pp = r.pattern_peaks[i];
-      os << (i ? ", " : "") << json_string(pp.name)
-         << ": {\"description\": " << json_string(pp.description) << ", \"bytes_peak_predicted\": ";
-      if (pp.peak) {
-        os << pp.peak->total();
-      } else {
-        os << "null, \"error\": " << json_string(pp.error);
-      }
-      os << "}";
+    Json pp = Json::object();
+    for (const auto& one : r.pattern_peaks) {
+      Json e;
+      e["description"] = one.description;
+      e["bytes_peak_predicted"] = one.peak ? Json(one.peak->total()) : Json(nullptr);
+      if (!one.peak) e["error"] = one.error;
+      pp[one.name] = e;
     }
-    os << "}";
+    t["pattern_peaks"] = pp;
   }
-  os << "}";
+  return t;
+}
+
+}  // namespace
+
+std::string audit_json(const AuditReport& r) {
+  Json j;
+  j["parameters"] = Json::array();
+  for (const AuditRow& row : r.rows) j["parameters"].push_back(param_json(row));
+  const ResolvedPrecision& pr = r.precision;
+  j["optimizer"] = r.optimizer;
+  j["storage_dtype"] = json_dtype(pr.storage);
+  j["compute_dtype"] = json_dtype(pr.compute);
+  j["reduce_dtype"] = json_dtype(pr.reduce);
+  j["output_dtype"] = json_dtype(pr.output);
+  j["output_dtype_applied"] = pr.output_applied;
+  j["totals"] = totals_json(r);
   if (r.moe) {
-    os << ", \"moe\": {\"routers\": [";
-    for (std::size_t i = 0; i < r.moe->routers.size(); ++i) {
-      os << (i ? ", " : "") << json_string(r.moe->routers[i]);
-    }
-    os << "], \"router_dtype\": \"float32\", \"expert_parallel_size\": " << r.moe->expert_parallel
-       << ", \"expert_elements\": " << r.moe->expert_elements
-       << ", \"expert_elements_per_rank\": [";
-    for (std::size_t i = 0; i < r.moe->expert_elements_per_rank.size(); ++i) {
-      os << (i ? ", " : "") << r.moe->expert_elements_per_rank[i];
-    }
-    os << "]}";
+    Json m;
+    m["routers"] = r.moe->routers;
+    m["router_dtype"] = "float32";
+    m["expert_parallel_size"] = r.moe->expert_parallel;
+    m["expert_elements"] = r.moe->expert_elements;
+    m["expert_elements_per_rank"] = r.moe->expert_elements_per_rank;
+    j["moe"] = m;
   }
-  os << ", \"world_size\": " << r.world << ", \"warnings\": [";
-  for (std::size_t i = 0; i < r.warnings.size(); ++i) {
-    os << (i ? ", " : "") << json_string(r.warnings[i]);
-  }
-  os << "]}\n";
-  return os.str();
+  j["world_size"] = r.world;
+  j["warnings"] = r.warnings;
+  // Ratios as an ostream prints them (%g): bytes_per_trainable_parameter reads e.g. 14.0124.
+  return json_text(j, JsonDoubles::six_digits) + "\n";
 }
 
 }  // namespace kktrain

@@ -174,6 +174,14 @@ class SingleCommunicator final : public Communicator {
   void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) override;
 };
 
+// Limits of the MPI and NCCL communicators, fixed when one is made (splits inherit them).
+struct MpiLimits {
+  // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls);
+  // larger collectives run in pieces. Tests lower it (e.g. 5) so that small ones split the same
+  // way.
+  std::size_t max_count = 0x7fffffff;
+};
+
 // True when this process was started by an MPI launcher (mpirun/srun/mpiexec).
 bool launched_by_mpi();
 
@@ -189,8 +197,9 @@ class MpiRuntime {
   int rank() const { return rank_; }
   int size() const { return size_; }
   // The communicator for this process: single-rank without a launcher or with one rank; with
-  // several ranks NCCL when the build has it and Kokkos runs on CUDA, otherwise MPI.
-  std::unique_ptr<Communicator> make_communicator() const;
+  // several ranks NCCL when the build has it and Kokkos runs on CUDA, otherwise MPI; `limits`
+  // (production defaults unless a test lowers them) for the multi-rank ones.
+  std::unique_ptr<Communicator> make_communicator(const MpiLimits& limits = {}) const;
 
  private:
   bool active_ = false;

@@ -32,7 +32,7 @@
 
 namespace kktrain {
 
-MpiWorld::MpiWorld(MPI_Comm comm) : comm_(comm) {
+MpiWorld::MpiWorld(MPI_Comm comm, const MpiLimits& limits) : limits_(limits), comm_(comm) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm node;  // the ranks that share this node's memory
@@ -132,15 +132,6 @@ void MpiWorld::broadcast_host(std::string& bytes, int root) {
     const int c = static_cast<int>(std::min(static_cast<std::size_t>(n) - off, max_count()));
     MPI_Bcast(&bytes[off], c, MPI_BYTE, root, comm_);
   }
-}
-
-std::size_t MpiWorld::max_count() {
-  static const std::size_t m = [] {
-    const char* v = std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT");
-    const long long t = v ? std::atoll(v) : 0;
-    return t > 0 ? static_cast<std::size_t>(t) : static_cast<std::size_t>(0x7fffffff);
-  }();
-  return m;
 }
 
 bool MpiWorld::all_agree(bool ok) {
@@ -426,7 +417,7 @@ struct AlltoallPlan {
 
 class MpiCommunicator final : public MpiWorld {
  public:
-  explicit MpiCommunicator(MPI_Comm comm = MPI_COMM_WORLD) : MpiWorld(comm) {
+  explicit MpiCommunicator(MPI_Comm comm, const MpiLimits& limits) : MpiWorld(comm, limits) {
     MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
     MPI_Type_commit(&bf16_type_);
     MPI_Op_create(bf16_sum_op, /*commute=*/1, &bf16_sum_);
@@ -444,7 +435,7 @@ class MpiCommunicator final : public MpiWorld {
   std::string name() const override { return "mpi"; }
   std::string buffer_path() const override { return path_; }
   std::unique_ptr<Communicator> split(int color, int key) override {
-    return std::make_unique<MpiCommunicator>(split_comm(color, key));
+    return std::make_unique<MpiCommunicator>(split_comm(color, key), limits_);
   }
 
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
@@ -680,7 +671,7 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
-std::unique_ptr<Communicator> MpiRuntime::make_communicator() const {
+std::unique_ptr<Communicator> MpiRuntime::make_communicator(const MpiLimits& limits) const {
   if (!active_ || size_ == 1) return std::make_unique<SingleCommunicator>();
 #if defined(KKTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
   const int sharing = ranks_on_busiest_gpu();
@@ -689,11 +680,11 @@ std::unique_ptr<Communicator> MpiRuntime::make_communicator() const {
                            " ranks run on one GPU of a node and NCCL needs a GPU per rank: "
                            "collectives go through MPI instead (staged through host memory "
                            "unless MPI is GPU-aware); launch at most one rank per GPU for NCCL");
-    return std::make_unique<MpiCommunicator>();
+    return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, limits);
   }
-  return make_nccl_communicator();
+  return make_nccl_communicator(limits);
 #else
-  return std::make_unique<MpiCommunicator>();
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, limits);
 #endif
 }
 

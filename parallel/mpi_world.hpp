@@ -14,7 +14,7 @@ namespace kktrain {
 class MpiWorld : public Communicator {
  public:
   // Over `comm` (MPI_COMM_WORLD, or a communicator split() made, which this object frees).
-  explicit MpiWorld(MPI_Comm comm = MPI_COMM_WORLD);
+  explicit MpiWorld(MPI_Comm comm = MPI_COMM_WORLD, const MpiLimits& limits = {});
   ~MpiWorld() override;
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
@@ -34,12 +34,12 @@ class MpiWorld : public Communicator {
   std::vector<uint64_t> allgather_u64(const std::vector<uint64_t>& v) override;
 
  protected:
-  // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls),
-  // or KKTRAIN_TEST_MPI_MAX_COUNT when set (tests split small collectives the same way).
-  static std::size_t max_count();
+  // The largest count one MPI call takes (MpiLimits::max_count).
+  std::size_t max_count() const { return limits_.max_count; }
   // The communicator split() makes (comm_ split by color and key; MPI_COMM_NULL is not returned:
   // every rank passes a color).
   MPI_Comm split_comm(int color, int key) const;
+  MpiLimits limits_;
   MPI_Comm comm_ = MPI_COMM_WORLD;
   // A duplicate of comm_ for first_failing_rank alone: a failing rank's agreement then never
   // matches a collective the other ranks are inside on comm_ (Open MPI matches non-blocking

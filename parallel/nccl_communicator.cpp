@@ -66,14 +66,15 @@ cudaStream_t kokkos_stream() {
 
 class NcclCommunicator final : public MpiWorld {
  public:
-  NcclCommunicator() {
+  explicit NcclCommunicator(const MpiLimits& limits) : MpiWorld(MPI_COMM_WORLD, limits) {
     ncclUniqueId id;
     if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_);
     check_nccl(ncclCommInitRank(&nccl_, size_, id, rank_), "ncclCommInitRank");
   }
   // A split: the MPI and NCCL communicators of the same ranks.
-  NcclCommunicator(MPI_Comm mpi, ncclComm_t nccl) : MpiWorld(mpi), nccl_(nccl) {}
+  NcclCommunicator(MPI_Comm mpi, ncclComm_t nccl, const MpiLimits& limits)
+      : MpiWorld(mpi, limits), nccl_(nccl) {}
   ~NcclCommunicator() override {
     comm_space_ = ExecSpace();  // release the instance while its stream exists
     for (auto& st : started_) cudaEventDestroy(st.done);
@@ -86,7 +87,7 @@ class NcclCommunicator final : public MpiWorld {
   std::unique_ptr<Communicator> split(int color, int key) override {
     ncclComm_t sub = nullptr;
     check_nccl(ncclCommSplit(nccl_, color, key, &sub, nullptr), "ncclCommSplit");
-    return std::make_unique<NcclCommunicator>(split_comm(color, key), sub);
+    return std::make_unique<NcclCommunicator>(split_comm(color, key), sub, limits_);
   }
 
   // Every collective is enqueued on one stream: the compute stream, or, once started collectives
@@ -243,8 +244,8 @@ class NcclCommunicator final : public MpiWorld {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator() {
-  return std::make_unique<NcclCommunicator>();
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiLimits& limits) {
+  return std::make_unique<NcclCommunicator>(limits);
 }
 
 int ranks_on_busiest_gpu() {

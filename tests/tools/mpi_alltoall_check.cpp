@@ -2,7 +2,7 @@
 //
 //   allgather_u64     every rank's host values, rank-major, exact.
 //   alltoallv_bytes   blocks of sizes that differ per pair (0, odd sizes, and one block past
-//                     W x the count limit, so that under KKTRAIN_TEST_MPI_MAX_COUNT every rank
+//                     W x the count limit, so that under --max-count every rank
 //                     runs several rounds), each byte the sender's seeded value; no byte written
 //                     past the received blocks; the send buffer untouched; the bytes counted are
 //                     those sent to other ranks (bytes_sent and alltoall_bytes_sent).
@@ -50,8 +50,8 @@ void check_allgather_u64(Communicator& comm, Checker& ck, const std::string& whe
 
 void check_alltoallv(Communicator& comm, Checker& ck, const std::string& where) {
   const int w = comm.size(), r = comm.rank();
-  const char* limit = std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT");
-  const uint64_t big = limit ? static_cast<uint64_t>(std::atoll(limit)) * w + 1 : 4099;
+  const uint64_t l = lowered_max_count();
+  const uint64_t big = l > 0 ? l * w + 1 : 4099;
   std::vector<uint64_t> matrix(static_cast<std::size_t>(w) * w);
   for (int i = 0; i < w; ++i) {
     for (int j = 0; j < w; ++j) matrix[i * w + j] = block_bytes(i, j, w, big);

@@ -6,6 +6,11 @@
 // rank: SingleCommunicator, where the collectives are copies and FSDP has no wire). Exits non-zero
 // naming each mismatch; rank 0 prints "ok: N ranks" when every rank passed.
 //
+//   mpi_collectives_check [--max-count L]
+//
+// --max-count L makes the communicator cut every MPI call into pieces of at most L elements
+// (MpiLimits::max_count, INT_MAX otherwise), as one of more than 2^31 elements is.
+//
 //   allgather_bytes     blocks of 0, 1, 2, 3, 7, 13, 255 and 4099 bytes: exact, no byte
 //                       written past W blocks, send untouched, (W - 1) * bytes counted.
 //   reduce_scatter f32  integer-valued floats (every order is exact: equality) and random floats
@@ -29,6 +34,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -420,12 +426,32 @@ void check_host_vectors(Communicator& comm, Checker& ck) {
                 std::to_string(w - 1) + "'s 23");
 }
 
+// --max-count L, taken out of argv (the rest goes to MPI and Kokkos); false for a bad value.
+bool take_max_count(int* argc, char** argv) {
+  for (int i = 1; i < *argc; ++i) {
+    if (std::strcmp(argv[i], "--max-count") != 0) continue;
+    const long long l = i + 1 < *argc ? std::atoll(argv[i + 1]) : 0;
+    if (l <= 0) return false;
+    lowered_max_count() = static_cast<std::size_t>(l);
+    for (int j = i; j + 2 <= *argc; ++j) argv[j] = argv[j + 2];
+    *argc -= 2;
+    return true;
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
+  if (!take_max_count(&argc, argv)) {
+    std::fprintf(stderr, "usage: mpi_collectives_check [--max-count L]  (L >= 1)\n");
+    return 2;
+  }
   MpiRuntime mpi(&argc, &argv);
   int failures = 0, rank = 0, world = 1;
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
-    auto comm = mpi.make_communicator();
+    MpiLimits limits;
+    if (lowered_max_count() > 0) limits.max_count = lowered_max_count();
+    auto comm = mpi.make_communicator(limits);
     rank = comm->rank();
     world = comm->size();
     Checker ck(rank, world);
@@ -440,9 +466,9 @@ int main(int argc, char** argv) {
       check_allreduce(*comm, ck);
       check_host_vectors(*comm, ck);
       check_alltoall(*comm, ck);
-      // With MPI calls cut into pieces (KKTRAIN_TEST_MPI_MAX_COUNT) the collectives above are
-      // what splits; the FSDP and optimizer checks on top of them would only repeat them slowly.
-      if (std::getenv("KKTRAIN_TEST_MPI_MAX_COUNT") == nullptr) {
+      // With MPI calls cut into pieces (--max-count) the collectives above are what splits;
+      // the FSDP and optimizer checks on top of them would only repeat them slowly.
+      if (lowered_max_count() == 0) {
         check_fsdp(*comm, ck);
         check_lost_updates(*comm, ck);
       }

@@ -18,6 +18,7 @@
 #include "attention_reference.hpp"
 #include "core/bf16.hpp"
 #include "ops/attention.hpp"
+#include "ops/attention_testing.hpp"
 
 namespace kktrain {
 namespace {
@@ -167,8 +168,8 @@ template <class TC>
 Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
   const AttentionDims d = s.dims();
   constexpr Rounding rc = rounding_of<TC>();
-  set_attention_kernel(c.kernel);
-  set_attention_tiles(c.q_rows, c.k_cols, c.groups);
+  test_hooks::set_attention_kernel(c.kernel);
+  test_hooks::set_attention_tiles(c.q_rows, c.k_cols, c.groups);
   const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, c.kernel, rc);
   DView<float> scores("scores", ws.scores), dprobs("dprobs", ws.dprobs), acc("acc", ws.out_acc);
   DView<float> mx("m", ws.row_stats), l("l", ws.row_stats), delta("delta", ws.delta);
@@ -193,8 +194,9 @@ Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
     for (auto* g : {&dq, &dk, &dv}) round_copy(ExecSpace(), g->data(), g->data(), g->extent(0), rc);
   }
   Kokkos::fence();
-  set_attention_tiles(0, 0);
-  set_attention_kernel(kHostKernels ? AttentionKernel::tiled_gemm : AttentionKernel::team);
+  test_hooks::set_attention_tiles(0, 0);
+  test_hooks::set_attention_kernel(kHostKernels ? AttentionKernel::tiled_gemm
+                                                : AttentionKernel::team);
   Grads g{{}, host(lse), host(dq), host(dk), host(dv)};
   const std::vector<double> tok = host(out);  // (B*T, H*D) -> (B, H, T, D)
   g.out.resize(tok.size());

@@ -9,6 +9,7 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/log_testing.hpp"
 #include "unit/config_test_util.hpp"
 
 namespace kktrain {
@@ -20,7 +21,7 @@ using testing_util::load;
 
 class ConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override { log::clear_warnings(); }
+  void SetUp() override { test_hooks::clear_warnings(); }
 };
 
 // ---- (a) model.dtype / model.torch_dtype / auto / init_from ----------------------------------
@@ -58,7 +59,7 @@ class StoragePrecedence : public ::testing::TestWithParam<PrecedenceCase> {};
 
 TEST_P(StoragePrecedence, FollowsTheReferenceTable) {
   const PrecedenceCase c = GetParam();
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   std::string yaml = "model:\n  hidden_size: 64\n";
   if (val_yaml(c.dtype)) yaml += std::string("  dtype: ") + val_yaml(c.dtype) + "\n";
   if (val_yaml(c.torch_dtype))
@@ -397,11 +398,11 @@ TEST_F(ConfigTest, StoreParamRemainderWarnings) {
   const std::string fused = "optimizer:\n  _target_: FusedAdam\n  store_param_remainders: true\n";
   load(fused);
   EXPECT_TRUE(has_warning("no effect without master_weights")) << log::warnings().size();
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   load(fused + "  master_weights: true\nmodel:\n  dtype: float32\n");
   EXPECT_TRUE(has_warning("storage dtype is float32"));
   EXPECT_FALSE(has_warning("without master_weights"));
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   load(fused + "  master_weights: true\nmodel:\n  dtype: bfloat16\n");
   EXPECT_FALSE(has_warning("store_param_remainders"));
 }
@@ -409,10 +410,10 @@ TEST_F(ConfigTest, StoreParamRemainderWarnings) {
 TEST_F(ConfigTest, StochasticRoundingWarnings) {
   load("optimizer:\n  stochastic_rounding: true\nmodel:\n  dtype: float32\n");
   EXPECT_TRUE(has_warning("stochastic_rounding has no effect"));
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   load("optimizer:\n  _target_: FusedAdam\n  master_weights: true\n  stochastic_rounding: true\n");
   EXPECT_TRUE(has_warning("stochastic_rounding has no effect"));
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   const Config cfg = load("optimizer:\n  stochastic_rounding: true\n");
   EXPECT_TRUE(cfg.optimizer.stochastic_rounding);
   EXPECT_FALSE(has_warning("stochastic_rounding"));
@@ -465,7 +466,7 @@ TEST_F(ConfigTest, OverridesCreateSectionsAndLaterOnesWin) {
 class RoundTrip : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RoundTrip, PrintedConfigReadsBackToTheSameConfig) {
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   LoadOptions opts;
   opts.checkpoint_dtype = [](const std::string&) { return DType::float32; };
   const std::string first = to_yaml(load(GetParam(), {}, opts));

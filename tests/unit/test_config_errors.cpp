@@ -11,6 +11,7 @@
 #include "core/config.hpp"
 #include "core/config_reader.hpp"
 #include "core/log.hpp"
+#include "core/log_testing.hpp"
 #include "unit/config_test_util.hpp"
 
 namespace kktrain {
@@ -300,7 +301,7 @@ TEST_P(ConfigErrors, NameKeyWhatAndWhere) {
   std::string yaml = c.yaml;
   std::string where = testing_util::strip_marker(&yaml);
   if (where.empty() && c.where) where = c.where;
-  log::clear_warnings();
+  test_hooks::clear_warnings();
   const auto e = catch_config_error(yaml);
   ASSERT_TRUE(e.thrown) << "accepted:\n" << yaml;
   EXPECT_EQ(e.key, c.key) << e.message;

@@ -12,6 +12,7 @@
 
 #include "core/errors.hpp"
 #include "io/data.hpp"
+#include "io/data_testing.hpp"
 #include "unit/scratch_dir.hpp"
 
 namespace kktrain {
@@ -124,7 +125,7 @@ TEST(TokenDataset, ValidationBatchesComeFromTheHeldOutTail) {
   for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(i);
   DataConfig cfg = data_cfg(std::string("mem"), 8);
   cfg.val_fraction = 0.2;
-  const TokenDataset d = TokenDataset::from_tokens(toks, cfg, "mem");
+  const TokenDataset d = test_hooks::token_dataset(toks, cfg, "mem");
   EXPECT_EQ(d.train_tokens(), 800);
   std::set<int32_t> starts;
   for (int step = 0; step < 200; ++step) {
@@ -200,7 +201,7 @@ TEST(TokenDataset, EveryWindowStartStaysInItsSplit) {
     for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>(i);
     DataConfig cfg = data_cfg(std::string("mem"), c.seq_len);
     cfg.val_fraction = c.val_fraction;
-    const TokenDataset d = TokenDataset::from_tokens(toks, cfg, "mem");
+    const TokenDataset d = test_hooks::token_dataset(toks, cfg, "mem");
     const int64_t T = c.seq_len, n_train = d.train_tokens(), n = c.tokens;
     ASSERT_TRUE(d.has_validation()) << c.tokens << " tokens";
     SCOPED_TRACE(std::to_string(n) + " tokens, seq_len " + std::to_string(T) + ", boundary " +

@@ -1,6 +1,7 @@
 // gemm() (ops/gemm.hpp) against a double-precision reference, on every backend this build and
 // CPU offer: kokkos-kernels (fp32), onednn (bf16 x bf16, when built and the CPU has native bf16)
-// and converted (mixed operands, and bf16 under KKTRAIN_GEMM=reference / set_gemm_reference).
+// and converted (mixed operands, and bf16 under KKTRAIN_GEMM=reference /
+// test_hooks::set_gemm_reference).
 //
 // Inputs are bf16-exact values for every dtype, so each product a*b is exact in fp32 and the
 // double reference is the exact sum (its own error, ~k 2^-53, is negligible). Tolerance from the
@@ -23,6 +24,7 @@
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
 #include "ops/gemm.hpp"
+#include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "ops/gemm_onednn.hpp"
 #endif
@@ -204,9 +206,9 @@ class Gemm : public ::testing::Test {
  protected:
   void SetUp() override {
     set_blas_thread_limit(1, true);
-    set_gemm_reference(env_reference());
+    test_hooks::set_gemm_reference(env_reference());
   }
-  void TearDown() override { set_gemm_reference(env_reference()); }
+  void TearDown() override { test_hooks::set_gemm_reference(env_reference()); }
   static bool env_reference() {
     const char* e = std::getenv("KKTRAIN_GEMM");
     return e != nullptr && std::strcmp(e, "reference") == 0;
@@ -251,10 +253,12 @@ TEST_P(GemmDtypes, BatchedProductsMatchTheReferencePerMatrix) {
 
 // Libraries with 32-bit int dimensions (BLAS LP64, cuBLAS, rocBLAS): a product with more rows
 // than an int holds runs in row pieces, any other oversized dimension is refused naming it. The
-// limit is lowered to 5 (KKTRAIN_TEST_GEMM_INT_LIMIT) so that small products take that path.
+// limit is lowered to 5 (GemmLimits::int_dim) so that small products take that path.
 TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
   const DtypeCase d = GetParam();
-  ::setenv("KKTRAIN_TEST_GEMM_INT_LIMIT", "5", 1);
+  GemmLimits five;
+  five.int_dim = 5;
+  const test_hooks::ScopedGemmLimits lowered(five);
   uint32_t seed = 900;
   for (const Shape& s : {Shape{13, 4, 3}, Shape{6, 5, 5}, Shape{11, 1, 2}}) {
     for (char tb : {'N', 'T'}) {
@@ -276,25 +280,28 @@ TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
           << e.what();
     }
   }
-  ::unsetenv("KKTRAIN_TEST_GEMM_INT_LIMIT");
 }
 
 // The converted path in panels (ops/gemm_converted.hpp): with the scratch budget lowered to 300
-// fp32 elements (KKTRAIN_TEST_GEMM_SCRATCH_ELEMS) every product of widened operands larger than
+// fp32 elements (GemmLimits::converted_scratch_elems) every product of widened operands larger than
 // that runs in row and column panels, gathered, widened and written back panel by panel; each
 // element must stay within the bound of the double reference. (Not bit for bit the whole-operand
 // product: OpenBLAS picks other kernels, with or without FMA, for narrower shapes; measured 51%
 // of the elements differing by an ulp or so, all within the bound.)
 TEST_P(GemmDtypes, ConvertedProductsInPanelsMatchTheReference) {
   const DtypeCase d = GetParam();
-  set_gemm_reference(true);  // bf16 x bf16 too goes the converted way
+  test_hooks::set_gemm_reference(true);  // bf16 x bf16 too goes the converted way
   const bool widens = d.a != DType::float32 || d.b != DType::float32 || d.c != DType::float32;
   uint32_t seed = 1300;
-  ::setenv("KKTRAIN_TEST_GEMM_SCRATCH_ELEMS", "300", 1);
-  const int64_t before = gemm_counters().converted_in_panels;
-  for (const Case& cs : all_cases(d.a, d.b, d.c)) run_and_check(cs, seed++);
-  const int64_t in_panels = gemm_counters().converted_in_panels - before;
-  ::unsetenv("KKTRAIN_TEST_GEMM_SCRATCH_ELEMS");
+  int64_t in_panels = 0;
+  {
+    GemmLimits small;
+    small.converted_scratch_elems = 300;
+    const test_hooks::ScopedGemmLimits lowered(small);
+    const int64_t before = gemm_counters().converted_in_panels;
+    for (const Case& cs : all_cases(d.a, d.b, d.c)) run_and_check(cs, seed++);
+    in_panels = gemm_counters().converted_in_panels - before;
+  }
   if (widens) {
     EXPECT_GT(in_panels, 0) << "no product ran in panels";
   } else {
@@ -318,9 +325,9 @@ TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {
   for (DType c : {DType::float32, DType::bfloat16}) {
     uint32_t seed = 100;
     for (const Case& cs : all_cases(DType::bfloat16, DType::bfloat16, c)) {
-      set_gemm_reference(false);
+      test_hooks::set_gemm_reference(false);
       const Result native = run_and_check(cs, seed);
-      set_gemm_reference(true);
+      test_hooks::set_gemm_reference(true);
       const Result converted = run_and_check(cs, seed++);
       // Each lies within the bound of the reference, so they differ by at most the width of the
       // allowed interval (2 tol for an fp32 C; for a bf16 C, the bf16 values the bound spans).
@@ -360,12 +367,12 @@ TEST_F(Gemm, BackendChoice) {
             GemmBackend::converted);
   EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::bfloat16),
             GemmBackend::converted);
-  set_gemm_reference(true);
+  test_hooks::set_gemm_reference(true);
   EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32),
             GemmBackend::converted);
   EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32),
             GemmBackend::kokkos_kernels);
-  set_gemm_reference(false);
+  test_hooks::set_gemm_reference(false);
   std::printf("gemm backends: %s\n", gemm_backends_summary().c_str());
 #if defined(KKTRAIN_HAVE_ONEDNN)
   if (!onednn::available()) {
@@ -415,12 +422,12 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(bf), nat + (bf == GemmBackend::converted ? 2 : 1));
   EXPECT_EQ(flops(bf) - nat_flops, (bf == GemmBackend::converted ? 2 : 1) * 2.0 * 8 * 6 * 4);
-  set_gemm_reference(true);
+  test_hooks::set_gemm_reference(true);
   gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + (bf == GemmBackend::converted ? 3 : 2));
   // A batch is one call of its backend, with the whole batch's flops (fp32 batches run the
   // vendor BLAS's strided-batched call where the build has one: Kokkos Kernels has none).
-  set_gemm_reference(false);
+  test_hooks::set_gemm_reference(false);
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
   const GemmBackend f32_batch = kVendorBackend;
 #else

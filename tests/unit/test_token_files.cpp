@@ -197,9 +197,9 @@ TEST(TokenFiles, IdsAreCheckedAsWindowsAreDrawn) {
   const DataConfig cfg = cfg_of({path}, 8, 0.0);
   std::string m = message_of([&] { TokenDataset::load(cfg, 256); });
   EXPECT_NE(m.find("token id 300 at position 20"), std::string::npos) << m;  // small: at load
-  ::setenv("KKTRAIN_TEST_VALIDATE_AT_LOAD_TOKENS", "0", 1);
-  const TokenDataset d = TokenDataset::load(cfg, 256);
-  ::unsetenv("KKTRAIN_TEST_VALIDATE_AT_LOAD_TOKENS");
+  TokenLoadOptions none_at_load;
+  none_at_load.validate_at_load_tokens = 0;
+  const TokenDataset d = TokenDataset::load(cfg, 256, none_at_load);
   m = message_of([&] { d.train_batch(0, 0, 8, 8); });
   EXPECT_NE(m.find("token id 300 at position"), std::string::npos) << m;
   EXPECT_NE(m.find(path + " (uint16)"), std::string::npos) << m;
