@@ -259,8 +259,7 @@ void setup_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   if (run.source) resume_run(run);
   open_metrics(run);
   announce_run(run, ctx);
-  // Rows go to metrics.jsonl on rank 0; a failed write (a full disk) is agreed on at the end of
-  // the step (run.metrics_error), and ends the run on every rank naming the file.
+  // From here SIGTERM / SIGINT end the loop at a step's end, after its checkpoint (rank 0 says so).
   run.signals.emplace(run.rank0);
   claim_checkpoint_root(run);
   prepare_steps(run);
