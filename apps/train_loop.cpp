@@ -1,6 +1,7 @@
 // The steps of `kktrain train` and its finish (apps/train_loop.hpp).
 #include "apps/train_loop.hpp"
 
+#include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -135,7 +136,7 @@ void apply_update(TrainRun& run, const StepRecord& s) {
 }
 
 // The step's end (apps/step_sync.hpp): the next step's windows, stop signals, errors, and on
-// logged steps the metrics' reductions, in one agreement; then the step's waits and time.
+// logged steps the metrics' reductions, in one agreement.
 void end_step(TrainRun& run, StepRecord& s) {
   run.device_peak = std::max(run.device_peak, device_used_bytes());
   StepEndInputs in;
@@ -158,9 +159,6 @@ void end_step(TrainRun& run, StepRecord& s) {
     s.end = agree_step_end(in, *run.comm);
   }
   if (s.end.failed) agree_on_errors(*run.comm, in.error);  // throws on every rank
-  s.syncs = host_sync_counts().since(s.s0);
-  s.dt = now_s() - s.t0;
-  s.tps = static_cast<double>(run.tokens_per_step) / s.dt;
 }
 
 struct LoggedRow {
@@ -294,6 +292,8 @@ StepRecord train_step(TrainRun& run, int64_t step) {
   s.c0 = run.comm->stats();
   s.m0 = run.model->moe_comm_stats();
   s.s0 = host_sync_counts();
+  // The span of host_syncs, for tools (tests/tools/fence_counter.cpp).
+  Kokkos::Profiling::pushRegion("kktrain_step");
   s.sc = accumulate_gradients(run);
   s.done = step + 1;
   run.state.step = s.done;
@@ -304,6 +304,10 @@ StepRecord train_step(TrainRun& run, int64_t step) {
   s.log_now = s.done % every == 0 || s.done == 1 || s.done == run.cfg.train.max_steps;
   apply_update(run, s);
   end_step(run, s);
+  s.syncs = host_sync_counts().since(s.s0);
+  Kokkos::Profiling::popRegion();
+  s.dt = now_s() - s.t0;
+  s.tps = static_cast<double>(run.tokens_per_step) / s.dt;
   return s;
 }
 
