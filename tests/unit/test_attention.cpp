@@ -17,6 +17,7 @@
 
 #include "attention_reference.hpp"
 #include "core/bf16.hpp"
+#include "dtype_types.hpp"
 #include "ops/attention.hpp"
 #include "ops/attention_testing.hpp"
 
@@ -298,8 +299,13 @@ TEST(Attention, Bf16IsAsCloseToFloat64AsTheMaterializedAttention) {
 // D = rowsum(dout * out) and dP = dout . v are the same sum in two orders (and in bf16 dP is
 // rounded, D is not), so dS = P (dP - D) is not exactly 0 but within one rounding of dP:
 // |dq| <= scale |dP - D| |k| with |dP - D| <= 2^-8 sum_e |dout_e v_e| (bf16; 2^-20 in fp32).
+// Typed over the compute dtype TC (float, bf16).
 template <class TC>
-void expect_one_token_exact() {
+class AttentionCompute : public ::testing::Test {};
+TYPED_TEST_SUITE(AttentionCompute, testing_util::Dtypes);
+
+TYPED_TEST(AttentionCompute, OneTokenAttendsOnlyToItself) {
+  using TC = TypeParam;
   const Shape s{3, 1, 4, 2, 8};
   const Inputs in(s, 14);
   constexpr Rounding rc = rounding_of<TC>();
@@ -336,13 +342,8 @@ void expect_one_token_exact() {
   }
 }
 
-TEST(Attention, OneTokenAttendsOnlyToItself) {
-  expect_one_token_exact<float>();
-  expect_one_token_exact<bf16>();
-}
-
-template <class TC>
-void expect_deterministic() {
+TYPED_TEST(AttentionCompute, KernelsAreDeterministic) {
+  using TC = TypeParam;
   const Shape s{2, 70, 4, 2, 16};
   const Inputs in(s, 13);
   for (const Config& c : kConfigs) {
@@ -356,24 +357,18 @@ void expect_deterministic() {
   }
 }
 
-TEST(Attention, KernelsAreDeterministic) {
-  expect_deterministic<float>();
-  expect_deterministic<bf16>();
-}
-
-TEST(Attention, WorkspaceIsLinearInT) {
+TYPED_TEST(AttentionCompute, WorkspaceIsLinearInT) {
+  constexpr Rounding round = rounding_of<TypeParam>();
   for (AttentionKernel k : {AttentionKernel::tiled_gemm, AttentionKernel::team}) {
-    for (Rounding round : {Rounding::fp32, Rounding::bf16}) {
-      const AttentionDims small{1, 4096, 32, 8, 128, 0.1f}, big{1, 8192, 32, 8, 128, 0.1f};
-      const AttentionWorkspaceSizes a = attention_workspace_sizes(small, k, round);
-      const AttentionWorkspaceSizes b = attention_workspace_sizes(big, k, round);
-      auto total = [](const AttentionWorkspaceSizes& w) {
-        return w.scores + w.dprobs + w.probs + w.dscores + w.out_acc + 2 * w.row_stats + w.delta;
-      };
-      EXPECT_LE(total(b), 2 * total(a)) << attention_kernel_name(k);
-      // Far below one T x T score matrix per head.
-      EXPECT_LT(total(b), big.T * big.T / 8) << attention_kernel_name(k);
-    }
+    const AttentionDims small{1, 4096, 32, 8, 128, 0.1f}, big{1, 8192, 32, 8, 128, 0.1f};
+    const AttentionWorkspaceSizes a = attention_workspace_sizes(small, k, round);
+    const AttentionWorkspaceSizes b = attention_workspace_sizes(big, k, round);
+    auto total = [](const AttentionWorkspaceSizes& w) {
+      return w.scores + w.dprobs + w.probs + w.dscores + w.out_acc + 2 * w.row_stats + w.delta;
+    };
+    EXPECT_LE(total(b), 2 * total(a)) << attention_kernel_name(k);
+    // Far below one T x T score matrix per head.
+    EXPECT_LT(total(b), big.T * big.T / 8) << attention_kernel_name(k);
   }
 }
 
