@@ -23,6 +23,7 @@
 
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
+#include "dtype_types.hpp"
 #include "ops/gemm.hpp"
 #include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
@@ -320,25 +321,29 @@ TEST_P(GemmDtypes, StridedBatchesMatchTheReferenceAndLeaveTheGapsAlone) {
   }
 }
 
-TEST_F(Gemm, NativeAndConvertedBf16AgreeWithinTheBound) {
+// Typed over the result's dtype C (float, bf16) of products with bf16 operands.
+template <class C>
+class GemmResult : public Gemm {};
+TYPED_TEST_SUITE(GemmResult, testing_util::Dtypes);
+
+TYPED_TEST(GemmResult, NativeAndConvertedBf16AgreeWithinTheBound) {
   if (!native_bf16()) GTEST_SKIP() << "no native bf16 backend here";
-  for (DType c : {DType::float32, DType::bfloat16}) {
-    uint32_t seed = 100;
-    for (const Case& cs : all_cases(DType::bfloat16, DType::bfloat16, c)) {
-      test_hooks::set_gemm_reference(false);
-      const Result native = run_and_check(cs, seed);
-      test_hooks::set_gemm_reference(true);
-      const Result converted = run_and_check(cs, seed++);
-      // Each lies within the bound of the reference, so they differ by at most the width of the
-      // allowed interval (2 tol for an fp32 C; for a bf16 C, the bf16 values the bound spans).
-      // Bitwise equality is not expected: the two sum the k products in different orders.
-      int bad = 0;
-      for (std::size_t i = 0; i < native.got.size(); ++i) {
-        const double diff = std::fabs(native.got[i] - converted.got[i]);
-        if (diff > native.hi[i] - native.lo[i] && ++bad <= 3) {
-          ADD_FAILURE() << cs.name() << ": element " << i << " native " << native.got[i]
-                        << " converted " << converted.got[i];
-        }
+  const DType c = dtype_of<TypeParam>::value;
+  uint32_t seed = 100;
+  for (const Case& cs : all_cases(DType::bfloat16, DType::bfloat16, c)) {
+    test_hooks::set_gemm_reference(false);
+    const Result native = run_and_check(cs, seed);
+    test_hooks::set_gemm_reference(true);
+    const Result converted = run_and_check(cs, seed++);
+    // Each lies within the bound of the reference, so they differ by at most the width of the
+    // allowed interval (2 tol for an fp32 C; for a bf16 C, the bf16 values the bound spans).
+    // Bitwise equality is not expected: the two sum the k products in different orders.
+    int bad = 0;
+    for (std::size_t i = 0; i < native.got.size(); ++i) {
+      const double diff = std::fabs(native.got[i] - converted.got[i]);
+      if (diff > native.hi[i] - native.lo[i] && ++bad <= 3) {
+        ADD_FAILURE() << cs.name() << ": element " << i << " native " << native.got[i]
+                      << " converted " << converted.got[i];
       }
     }
   }
@@ -442,34 +447,36 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   EXPECT_EQ(flops(f32_batch) - f32_flops, 2 * 2.0 * 4 * 5 * 3);
 }
 
+// Typed over the operands' and the result's dtypes: DtypePair<AB, C> (float, bf16 each).
+template <class AB_C>
+class GemmOperandsResult : public Gemm {};
+TYPED_TEST_SUITE(GemmOperandsResult, testing_util::DtypePairs);
+
 // Zero-sized products and beta-only updates, on every backend: k == 0 gives C = beta * C (zeros
 // for beta 0), m or n == 0 touches nothing, and beta == 0 never reads C (a NaN there is gone).
-TEST_F(Gemm, EdgeCases) {
-  for (DType ab : {DType::float32, DType::bfloat16}) {
-    for (DType c : {DType::float32, DType::bfloat16}) {
-      SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + dtype_name(c));
-      std::mt19937 rng(9);
-      Matrix A(ab, 3, 0, rng), B(ab, 0, 4, rng), C(c, 3, 4, rng);
-      const std::vector<double> c0 = C.ref;
-      gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
-      C.load();
-      for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.5 * c0[i]);
-      gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
-      C.load();
-      for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.0);
+TYPED_TEST(GemmOperandsResult, EdgeCases) {
+  const DType ab = TypeParam::first_dtype, c = TypeParam::second_dtype;
+  SCOPED_TRACE(std::string(dtype_name(ab)) + " -> " + dtype_name(c));
+  std::mt19937 rng(9);
+  Matrix A(ab, 3, 0, rng), B(ab, 0, 4, rng), C(c, 3, 4, rng);
+  const std::vector<double> c0 = C.ref;
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
+  C.load();
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.5 * c0[i]);
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  C.load();
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.0);
 
-      Matrix A0(ab, 0, 5, rng), B0(ab, 5, 4, rng), C0(c, 0, 4, rng);
-      gemm(ExecSpace(), 'N', 'N', 1.0f, A0.in(), B0.in(), 1.0f,
-           C0.out());  // nothing to do, must not fail
+  Matrix A0(ab, 0, 5, rng), B0(ab, 5, 4, rng), C0(c, 0, 4, rng);
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A0.in(), B0.in(), 1.0f,
+       C0.out());  // nothing to do, must not fail
 
-      Matrix A1(ab, 2, 3, rng), B1(ab, 3, 2, rng), C1(c, 2, 2, rng);
-      C1.ref.assign(4, NAN);
-      C1.store();
-      gemm(ExecSpace(), 'N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
-      C1.load();
-      for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(C1.at(i))) << i;
-    }
-  }
+  Matrix A1(ab, 2, 3, rng), B1(ab, 3, 2, rng), C1(c, 2, 2, rng);
+  C1.ref.assign(4, NAN);
+  C1.store();
+  gemm(ExecSpace(), 'N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
+  C1.load();
+  for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(C1.at(i))) << i;
 }
 
 // gemm_grouped(): the experts of a sparse MLP. Groups of sizes {3, 0, 5, 1} (an empty group in
@@ -477,65 +484,65 @@ TEST_F(Gemm, EdgeCases) {
 // bound of the file comment: varying m (forward 'N','T' and input gradient 'N','N': rows of A and
 // C packed group after group, B_g matrix g of B) and varying k (weight gradient 'T','N': rows of
 // A and B packed, C_g matrix g of C; the empty group gives C_g = beta * C_g).
-TEST_F(Gemm, GroupedProductsMatchTheReferencePerGroup) {
+TYPED_TEST(GemmOperandsResult, GroupedProductsMatchTheReferencePerGroup) {
   const std::vector<int64_t> sizes = {3, 0, 5, 1};
   const int64_t total = 9, groups = 4, p = 6, q = 4;  // per-group operand dims
-  for (DType ab : {DType::float32, DType::bfloat16}) {
-    for (DType c : {DType::float32, DType::bfloat16}) {
-      for (const char* t : {"NT", "NN", "TN"}) {
-        SCOPED_TRACE(std::string(t) + " " + dtype_name(ab) + " -> " + dtype_name(c));
-        std::mt19937 rng(21);
-        const bool vary_m = t[0] == 'N';
-        // vary m: A (total, p), B_g (q, p) for NT or (p, q) for NN, C (total, q).
-        // vary k: A (total, p), B (total, q), C_g (p, q).
-        Matrix A(ab, total, p, rng);
-        Matrix B(ab, vary_m ? groups * (t[1] == 'T' ? q : p) : total, vary_m && t[1] == 'T' ? p : q,
-                 rng);
-        Matrix C(c, vary_m ? total : groups * p, q, rng);
-        const std::vector<double> c0 = C.ref;
-        GemmIn bin = B.in();
-        if (vary_m) bin.rows = B.rows / groups;
-        GemmOut cout = C.out();
-        if (!vary_m) cout.rows = p;
-        gemm_grouped(ExecSpace(), sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
-        C.load();
-        int bad = 0;
-        int64_t row = 0;
-        for (int64_t g = 0; g < groups; ++g) {
-          const int64_t kk = vary_m ? p : sizes[g], mm = vary_m ? sizes[g] : p;
-          for (int64_t i = 0; i < mm; ++i) {
-            for (int64_t j = 0; j < q; ++j) {
-              double sum = 0, abs_sum = 0;
-              for (int64_t r = 0; r < kk; ++r) {
-                const double a = vary_m ? A.ref[(row + i) * p + r] : A.ref[(row + r) * p + i];
-                const double b = !vary_m       ? B.ref[(row + r) * q + j]
-                                 : t[1] == 'T' ? B.ref[(g * q + j) * p + r]
-                                               : B.ref[(g * p + r) * q + j];
-                sum += a * b;
-                abs_sum += std::fabs(a * b);
-              }
-              const int64_t at = vary_m ? (row + i) * q + j : (g * p + i) * q + j;
-              const double ref = 0.5 * sum + 0.5 * c0[at];
-              const double tol =
-                  (kk + 2) * std::ldexp(1.0, -24) * (0.5 * abs_sum + 0.5 * std::fabs(c0[at]));
-              double lo = ref - tol, hi = ref + tol;
-              if (c == DType::bfloat16) {
-                lo = bf16(float_toward(lo, false)).to_float();
-                hi = bf16(float_toward(hi, true)).to_float();
-              }
-              const double v = C.at(at);
-              if (!(lo <= v && v <= hi) && ++bad <= 3) {
-                ADD_FAILURE() << "group " << g << " [" << i << "," << j << "] = " << v
-                              << ", reference " << ref;
-              }
-            }
+  const DType ab = TypeParam::first_dtype, c = TypeParam::second_dtype;
+  for (const char* t : {"NT", "NN", "TN"}) {
+    SCOPED_TRACE(std::string(t) + " " + dtype_name(ab) + " -> " + dtype_name(c));
+    std::mt19937 rng(21);
+    const bool vary_m = t[0] == 'N';
+    // vary m: A (total, p), B_g (q, p) for NT or (p, q) for NN, C (total, q).
+    // vary k: A (total, p), B (total, q), C_g (p, q).
+    Matrix A(ab, total, p, rng);
+    Matrix B(ab, vary_m ? groups * (t[1] == 'T' ? q : p) : total, vary_m && t[1] == 'T' ? p : q,
+             rng);
+    Matrix C(c, vary_m ? total : groups * p, q, rng);
+    const std::vector<double> c0 = C.ref;
+    GemmIn bin = B.in();
+    if (vary_m) bin.rows = B.rows / groups;
+    GemmOut cout = C.out();
+    if (!vary_m) cout.rows = p;
+    gemm_grouped(ExecSpace(), sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
+    C.load();
+    int bad = 0;
+    int64_t row = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t kk = vary_m ? p : sizes[g], mm = vary_m ? sizes[g] : p;
+      for (int64_t i = 0; i < mm; ++i) {
+        for (int64_t j = 0; j < q; ++j) {
+          double sum = 0, abs_sum = 0;
+          for (int64_t r = 0; r < kk; ++r) {
+            const double a = vary_m ? A.ref[(row + i) * p + r] : A.ref[(row + r) * p + i];
+            const double b = !vary_m       ? B.ref[(row + r) * q + j]
+                             : t[1] == 'T' ? B.ref[(g * q + j) * p + r]
+                                           : B.ref[(g * p + r) * q + j];
+            sum += a * b;
+            abs_sum += std::fabs(a * b);
           }
-          row += sizes[g];
+          const int64_t at = vary_m ? (row + i) * q + j : (g * p + i) * q + j;
+          const double ref = 0.5 * sum + 0.5 * c0[at];
+          const double tol =
+              (kk + 2) * std::ldexp(1.0, -24) * (0.5 * abs_sum + 0.5 * std::fabs(c0[at]));
+          double lo = ref - tol, hi = ref + tol;
+          if (c == DType::bfloat16) {
+            lo = bf16(float_toward(lo, false)).to_float();
+            hi = bf16(float_toward(hi, true)).to_float();
+          }
+          const double v = C.at(at);
+          if (!(lo <= v && v <= hi) && ++bad <= 3) {
+            ADD_FAILURE() << "group " << g << " [" << i << "," << j << "] = " << v << ", reference "
+                          << ref;
+          }
         }
-        EXPECT_EQ(bad, 0);
       }
+      row += sizes[g];
     }
+    EXPECT_EQ(bad, 0);
   }
+}
+
+TEST_F(Gemm, GroupedSizesNotSummingToTheRowsAreAnInternalError) {
   std::vector<float> a(6), b(6), cc(6);
   EXPECT_THROW(gemm_grouped(ExecSpace(), {1, 1}, 'N', 'T', 1.0f, gin(a.data(), 3, 2),
                             gin(b.data(), 1, 2), 0.0f, gout(cc.data(), 3, 1)),
