@@ -21,6 +21,7 @@
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
 #include "ops/kernels.hpp"
+#include "tests/unit/dtype_types.hpp"
 #include "tests/unit/model_test_util.hpp"
 
 namespace kktrain {
@@ -318,47 +319,51 @@ TEST(ModelForward, ComputeMtpFalseSkipsTheHeadExactly) {
 // four full chunks and a partial one, main and MTP heads) against one chunk: the same loss and
 // gradients up to the order of fp32 sums (the head's weight gradient adds the chunks' products
 // one after another), and the kept logits are the ones the loss was computed from.
-TEST(ModelForward, LossChunksGiveTheSameLossGradientsAndLogits) {
-  for (const DType compute : {DType::float32, DType::bfloat16}) {
-    ModelConfig one = tiny_model(), chunked = tiny_model();
-    one.mtp_num_layers = chunked.mtp_num_layers = 1;
-    chunked.loss_chunk_tokens = 3;
-    const ResolvedPrecision p = precision(DType::float32, compute);
-    Transformer a(one, p), b(chunked, p);
-    a.init_weights();
-    b.init_weights();
-    const Tokens t = random_tokens(one.vocab_size, 19);
-    ForwardOptions keep;
-    keep.keep_logits = true;
-    const ForwardResult ra = a.forward(t.ids.data(), t.targets.data(), t.B, t.T, keep);
-    const ForwardResult rb = b.forward(t.ids.data(), t.targets.data(), t.B, t.T, keep);
-    EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * ra.loss) << dtype_name(compute);
-    EXPECT_NEAR(ra.mtp_loss, rb.mtp_loss, 1e-6 * ra.mtp_loss) << dtype_name(compute);
-    // The loss from the kept logits (host, double): mean of logsumexp - logit[target].
-    const auto logits = to_host(b.logits());
-    const int64_t V = one.vocab_size;
-    ASSERT_EQ(static_cast<int64_t>(logits.size()), t.B * t.T * V);
-    double sum = 0.0;
-    for (int64_t n = 0; n < t.B * t.T; ++n) {
-      double mx = -1e300, z = 0.0;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[n * V + v]));
-      for (int64_t v = 0; v < V; ++v) z += std::exp(logits[n * V + v] - mx);
-      sum += mx + std::log(z) - logits[n * V + t.targets[n]];
+// Typed over the compute dtype (float, bf16), fp32 storage.
+template <class TC>
+class ModelCompute : public ::testing::Test {};
+TYPED_TEST_SUITE(ModelCompute, testing_util::Dtypes);
+
+TYPED_TEST(ModelCompute, LossChunksGiveTheSameLossGradientsAndLogits) {
+  const DType compute = dtype_of<TypeParam>::value;
+  ModelConfig one = tiny_model(), chunked = tiny_model();
+  one.mtp_num_layers = chunked.mtp_num_layers = 1;
+  chunked.loss_chunk_tokens = 3;
+  const ResolvedPrecision p = precision(DType::float32, compute);
+  Transformer a(one, p), b(chunked, p);
+  a.init_weights();
+  b.init_weights();
+  const Tokens t = random_tokens(one.vocab_size, 19);
+  ForwardOptions keep;
+  keep.keep_logits = true;
+  const ForwardResult ra = a.forward(t.ids.data(), t.targets.data(), t.B, t.T, keep);
+  const ForwardResult rb = b.forward(t.ids.data(), t.targets.data(), t.B, t.T, keep);
+  EXPECT_NEAR(ra.loss, rb.loss, 1e-6 * ra.loss) << dtype_name(compute);
+  EXPECT_NEAR(ra.mtp_loss, rb.mtp_loss, 1e-6 * ra.mtp_loss) << dtype_name(compute);
+  // The loss from the kept logits (host, double): mean of logsumexp - logit[target].
+  const auto logits = to_host(b.logits());
+  const int64_t V = one.vocab_size;
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), t.B * t.T * V);
+  double sum = 0.0;
+  for (int64_t n = 0; n < t.B * t.T; ++n) {
+    double mx = -1e300, z = 0.0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[n * V + v]));
+    for (int64_t v = 0; v < V; ++v) z += std::exp(logits[n * V + v] - mx);
+    sum += mx + std::log(z) - logits[n * V + t.targets[n]];
+  }
+  EXPECT_NEAR(sum / (t.B * t.T), rb.loss, 1e-5 * rb.loss) << dtype_name(compute);
+  const auto ga = run_grads(a, t), gb = run_grads(b, t);
+  for (std::size_t i = 0; i < ga.size(); ++i) {
+    double num = 0.0, den = 0.0;
+    for (std::size_t e = 0; e < ga[i].size(); ++e) {
+      num = std::max(num, std::fabs(double(ga[i][e]) - gb[i][e]));
+      den = std::max(den, std::fabs(double(ga[i][e])));
     }
-    EXPECT_NEAR(sum / (t.B * t.T), rb.loss, 1e-5 * rb.loss) << dtype_name(compute);
-    const auto ga = run_grads(a, t), gb = run_grads(b, t);
-    for (std::size_t i = 0; i < ga.size(); ++i) {
-      double num = 0.0, den = 0.0;
-      for (std::size_t e = 0; e < ga[i].size(); ++e) {
-        num = std::max(num, std::fabs(double(ga[i][e]) - gb[i][e]));
-        den = std::max(den, std::fabs(double(ga[i][e])));
-      }
-      // fp32: summation order only (measured <= 1e-7); bf16 compute: a sum that lands on the
-      // other side of a bf16 rounding boundary moves by one bf16 ulp (2^-8 relative).
-      const double tol = compute == DType::float32 ? 1e-6 : std::ldexp(1.0, -7);
-      EXPECT_LE(num, tol * den) << a.params().info(static_cast<int>(i)).name << " "
-                                << dtype_name(compute);
-    }
+    // fp32: summation order only (measured <= 1e-7); bf16 compute: a sum that lands on the
+    // other side of a bf16 rounding boundary moves by one bf16 ulp (2^-8 relative).
+    const double tol = compute == DType::float32 ? 1e-6 : std::ldexp(1.0, -7);
+    EXPECT_LE(num, tol * den) << a.params().info(static_cast<int>(i)).name << " "
+                              << dtype_name(compute);
   }
 }
 
@@ -425,26 +430,28 @@ namespace {
 
 // The memory prediction (docs/memory.md) reads the unit buffers from FsdpUnits::plan without
 // allocating: after a forward + backward the allocated unit buffers are exactly that many bytes
-// (one rank: the compute-weight slots), for every storage / compute pair.
-TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
-  for (const DType storage : {DType::float32, DType::bfloat16}) {
-    for (const DType compute : {DType::float32, DType::bfloat16}) {
-      const ResolvedPrecision prec = precision(storage, compute);
-      Transformer planned(tiny_model(), prec, Allocation::after_prepare);
-      planned.plan_layout(0, 1);
-      int64_t predicted = 0;
-      for (const BufferSpec& s : planned.unit_buffer_plan(UnitPlanOptions{true, false})) {
-        if (s.group != "model") predicted += s.bytes * s.copies;
-      }
-      Transformer m(tiny_model(), prec);
-      m.init_weights();
-      run_grads(m, random_tokens(23, 5));
-      EXPECT_EQ(m.units().buffer_bytes(), predicted)
-          << dtype_name(storage) << " storage, " << dtype_name(compute) << " compute";
-      if (storage == DType::float32 && compute == DType::float32) {
-        EXPECT_EQ(predicted, 0);
-      }
-    }
+// (one rank: the compute-weight slots), for every storage / compute pair: typed over
+// DtypePair<storage, compute>.
+template <class Storage_Compute>
+class ModelMemory : public ::testing::Test {};
+TYPED_TEST_SUITE(ModelMemory, testing_util::DtypePairs);
+
+TYPED_TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
+  const DType storage = TypeParam::first_dtype, compute = TypeParam::second_dtype;
+  const ResolvedPrecision prec = precision(storage, compute);
+  Transformer planned(tiny_model(), prec, Allocation::after_prepare);
+  planned.plan_layout(0, 1);
+  int64_t predicted = 0;
+  for (const BufferSpec& s : planned.unit_buffer_plan(UnitPlanOptions{true, false})) {
+    if (s.group != "model") predicted += s.bytes * s.copies;
+  }
+  Transformer m(tiny_model(), prec);
+  m.init_weights();
+  run_grads(m, random_tokens(23, 5));
+  EXPECT_EQ(m.units().buffer_bytes(), predicted)
+      << dtype_name(storage) << " storage, " << dtype_name(compute) << " compute";
+  if (storage == DType::float32 && compute == DType::float32) {
+    EXPECT_EQ(predicted, 0);
   }
 }
 
@@ -453,8 +460,13 @@ TEST(ModelMemory, UnitBufferPlanMatchesAllocatedBuffers) {
 // The RMSNorm weight gradient is summed in a fixed, documented order on every backend: rows in
 // order within chunks of kRmsnormRowsPerPartial, then the chunk sums in order. A host loop in that
 // order must give the same bits (N = 200: three full chunks and a partial one), for both stream
-// dtypes; and the sums must be the right ones (double reference, fp32 summation noise).
-TEST(ModelKernels, RmsnormWeightGradientSumsInItsDocumentedOrder) {
+// dtypes; and the sums must be the right ones (double reference, fp32 summation noise). Typed
+// over the stream's dtype (float, bf16), as its Rounding.
+template <class TS>
+class ModelKernelsStream : public ::testing::Test {};
+TYPED_TEST_SUITE(ModelKernelsStream, testing_util::Dtypes);
+
+TYPED_TEST(ModelKernelsStream, RmsnormWeightGradientSumsInItsDocumentedOrder) {
   const int64_t N = 200, C = 37;
   std::mt19937 rng(17);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -470,30 +482,29 @@ TEST(ModelKernels, RmsnormWeightGradientSumsInItsDocumentedOrder) {
   };
   const DView<float> d_dout = dev(dout), d_inp = dev(inp), d_weight = dev(weight),
                      d_rstd = dev(rstd);
-  for (Rounding rs : {Rounding::fp32, Rounding::bf16}) {
-    DView<float> dinp("dinp", N * C), dweight("dweight", C);
-    DView<float> partial("partial", rmsnorm_partial_size(N, C));
-    rmsnorm_backward(ExecSpace(), dinp.data(), dweight.data(), partial.data(), d_dout.data(),
-                     d_inp.data(), d_weight.data(), d_rstd.data(), N, C, rs);
-    std::vector<float> got(C);
-    Kokkos::deep_copy(HViewU<float>(got.data(), got.size()), dweight);
-    const int64_t R = kRmsnormRowsPerPartial;
-    for (int64_t c = 0; c < C; ++c) {
-      float total = 0.0f;
-      double exact = 0.0;
-      for (int64_t p = 0; p * R < N; ++p) {
-        float chunk = 0.0f;
-        for (int64_t n = p * R; n < std::min(N, (p + 1) * R); ++n) {
-          const float xhat = inp[n * C + c] * rstd[n];
-          const float term = dout[n * C + c] * (rs == Rounding::bf16 ? round_to_bf16(xhat) : xhat);
-          chunk += term;
-          exact += static_cast<double>(term);
-        }
-        total += chunk;
+  constexpr Rounding rs = rounding_of<TypeParam>();
+  DView<float> dinp("dinp", N * C), dweight("dweight", C);
+  DView<float> partial("partial", rmsnorm_partial_size(N, C));
+  rmsnorm_backward(ExecSpace(), dinp.data(), dweight.data(), partial.data(), d_dout.data(),
+                   d_inp.data(), d_weight.data(), d_rstd.data(), N, C, rs);
+  std::vector<float> got(C);
+  Kokkos::deep_copy(HViewU<float>(got.data(), got.size()), dweight);
+  const int64_t R = kRmsnormRowsPerPartial;
+  for (int64_t c = 0; c < C; ++c) {
+    float total = 0.0f;
+    double exact = 0.0;
+    for (int64_t p = 0; p * R < N; ++p) {
+      float chunk = 0.0f;
+      for (int64_t n = p * R; n < std::min(N, (p + 1) * R); ++n) {
+        const float xhat = inp[n * C + c] * rstd[n];
+        const float term = dout[n * C + c] * (rs == Rounding::bf16 ? round_to_bf16(xhat) : xhat);
+        chunk += term;
+        exact += static_cast<double>(term);
       }
-      EXPECT_EQ(got[c], total) << "channel " << c << " bf16 stream " << (rs == Rounding::bf16);
-      EXPECT_NEAR(got[c], exact, 1e-5 * (1.0 + std::fabs(exact))) << "channel " << c;
+      total += chunk;
     }
+    EXPECT_EQ(got[c], total) << "channel " << c << " bf16 stream " << (rs == Rounding::bf16);
+    EXPECT_NEAR(got[c], exact, 1e-5 * (1.0 + std::fabs(exact))) << "channel " << c;
   }
 }
 
