@@ -16,6 +16,7 @@
 #include "optim/schedule.hpp"
 #include "optim/update_kernels.hpp"
 #include "unit/device_test_util.hpp"
+#include "unit/dtype_types.hpp"
 
 namespace kktrain {
 namespace {
@@ -286,7 +287,12 @@ TEST(Optimizer, GroupedLaunchMatchesPerParameterLaunchesBitwise) {
   }
 }
 
-TEST(Optimizer, AllocatedStateMatchesThePlanAndFrozenHaveNone) {
+// Typed over the parameters' dtype (float, bf16).
+template <class TP>
+class OptimizerParams : public ::testing::Test {};
+TYPED_TEST_SUITE(OptimizerParams, testing_util::Dtypes);
+
+TYPED_TEST(OptimizerParams, AllocatedStateMatchesThePlanAndFrozenHaveNone) {
   std::vector<OptimizerConfig> cfgs;
   for (auto k : {OptimizerKind::adamw, OptimizerKind::adam}) {
     OptimizerConfig c;
@@ -302,33 +308,32 @@ TEST(Optimizer, AllocatedStateMatchesThePlanAndFrozenHaveNone) {
   sgd.kind = OptimizerKind::sgd;
   sgd.momentum = 0.9;
   cfgs.push_back(sgd);
-  for (DType d : {DType::float32, DType::bfloat16}) {
-    for (const auto& c : cfgs) {
-      ParamRegistry reg = make_registry(d, 100);
-      reg.info_mut(1).trainable = false;
-      auto o = make_optimizer(c, reg, 1);
-      for (int i = 0; i < reg.size(); ++i) {
-        const ParamStateInfo planned = plan_state(c, reg.info(i)), got = o->state_info(i);
-        const std::string what =
-            std::string(optimizer_kind_name(c.kind)) + " " + dtype_name(d) + " " + reg.info(i).name;
-        EXPECT_EQ(planned.has_state, got.has_state) << what;
-        EXPECT_EQ(planned.exp_avg, got.exp_avg) << what;
-        EXPECT_EQ(planned.exp_avg_sq, got.exp_avg_sq) << what;
-        EXPECT_EQ(planned.momentum, got.momentum) << what;
-        EXPECT_EQ(planned.master, got.master) << what;
-        if (i == 1) {
-          EXPECT_FALSE(got.has_state) << what;
-          EXPECT_TRUE(o->state_to_host(i).empty()) << what;
-        }
+  const DType d = dtype_of<TypeParam>::value;
+  for (const auto& c : cfgs) {
+    ParamRegistry reg = make_registry(d, 100);
+    reg.info_mut(1).trainable = false;
+    auto o = make_optimizer(c, reg, 1);
+    for (int i = 0; i < reg.size(); ++i) {
+      const ParamStateInfo planned = plan_state(c, reg.info(i)), got = o->state_info(i);
+      const std::string what =
+          std::string(optimizer_kind_name(c.kind)) + " " + dtype_name(d) + " " + reg.info(i).name;
+      EXPECT_EQ(planned.has_state, got.has_state) << what;
+      EXPECT_EQ(planned.exp_avg, got.exp_avg) << what;
+      EXPECT_EQ(planned.exp_avg_sq, got.exp_avg_sq) << what;
+      EXPECT_EQ(planned.momentum, got.momentum) << what;
+      EXPECT_EQ(planned.master, got.master) << what;
+      if (i == 1) {
+        EXPECT_FALSE(got.has_state) << what;
+        EXPECT_TRUE(o->state_to_host(i).empty()) << what;
       }
-      // torch Adam/AdamW moments follow the parameter dtype, FusedAdam's the configured dtypes.
-      const ParamStateInfo s0 = o->state_info(0);
-      if (c.is_torch_adam()) {
-        EXPECT_EQ(*s0.exp_avg, d);
-      }
-      if (c.kind == OptimizerKind::fused_adam) {
-        EXPECT_EQ(*s0.exp_avg, c.exp_avg_dtype);
-      }
+    }
+    // torch Adam/AdamW moments follow the parameter dtype, FusedAdam's the configured dtypes.
+    const ParamStateInfo s0 = o->state_info(0);
+    if (c.is_torch_adam()) {
+      EXPECT_EQ(*s0.exp_avg, d);
+    }
+    if (c.kind == OptimizerKind::fused_adam) {
+      EXPECT_EQ(*s0.exp_avg, c.exp_avg_dtype);
     }
   }
 }
