@@ -19,6 +19,7 @@
 #include "core/kokkos_compat.hpp"
 #include "core/tensor_probe.hpp"
 #include "model/transformer.hpp"
+#include "tests/unit/dtype_types.hpp"
 #include "tests/unit/model_test_util.hpp"
 
 namespace kktrain {
@@ -102,14 +103,18 @@ std::string where(DType storage, DType compute, int64_t chunk) {
          ", loss_chunk_tokens " + std::to_string(chunk);
 }
 
-// 14 rows: one chunk (the default 1024), chunks of 3 (four full and a partial one).
-TEST(RoundingPoints, HeadInputGradientIsBf16WithBf16Compute) {
-  for (const DType storage : {DType::float32, DType::bfloat16}) {
-    for (const int64_t chunk : {int64_t{1024}, int64_t{3}}) {
-      const auto seen = probe_forward(storage, DType::bfloat16, chunk);
-      expect_bf16(seen, "head.dxf", 1, where(storage, DType::bfloat16, chunk));
-      expect_bf16(seen, "mtp.dxf", 1, where(storage, DType::bfloat16, chunk));
-    }
+// 14 rows: one chunk (the default 1024), chunks of 3 (four full and a partial one). Typed over
+// the storage dtype (float, bf16).
+template <class TS>
+class RoundingPointsStorage : public ::testing::Test {};
+TYPED_TEST_SUITE(RoundingPointsStorage, testing_util::Dtypes);
+
+TYPED_TEST(RoundingPointsStorage, HeadInputGradientIsBf16WithBf16Compute) {
+  const DType storage = dtype_of<TypeParam>::value;
+  for (const int64_t chunk : {int64_t{1024}, int64_t{3}}) {
+    const auto seen = probe_forward(storage, DType::bfloat16, chunk);
+    expect_bf16(seen, "head.dxf", 1, where(storage, DType::bfloat16, chunk));
+    expect_bf16(seen, "mtp.dxf", 1, where(storage, DType::bfloat16, chunk));
   }
 }
 
