@@ -4,9 +4,9 @@
 //                                                      operands and result, a model's storage
 //                                                      and compute): DtypePair<First, Second>.
 // In a test, dtype_of<TypeParam>::value (core/dtype.hpp) is the DType of a scalar type and
-// rounding_of<TypeParam>() (core/bf16.hpp) its Rounding. ctest names each instance by its type
-// (gtest_discover_tests): Suite.Test<float>, Suite.Test<kktrain::bf16>,
-// Suite.Test<kktrain::DtypePair<float, kktrain::bf16> >.
+// rounding_of<TypeParam>() (core/bf16.hpp) its Rounding. gtest names the instances Suite/0.Test,
+// Suite/1.Test, ...; ctest (gtest_discover_tests) by their types: Suite.Test<float>,
+// Suite.Test<kktrain::bf16>, Suite.Test<kktrain::DtypePair<float, kktrain::bf16>>.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,7 +16,8 @@
 
 namespace kktrain {
 
-// Two dtypes of one test, as types: First and Second, with their DTypes.
+// Two dtypes of one test, as types: First and Second, with their DTypes (in kktrain, not
+// testing_util: the name is part of every ctest name of its instances).
 template <class First, class Second>
 struct DtypePair {
   using first = First;
