@@ -14,7 +14,7 @@
 // norm weights and model-protected fp32 parameters fp32), with q/k/v and gate/up adjacent so they
 // are single fused GEMMs; on one rank a parameter whose storage already is its compute copy is
 // used in place, and the others are cast one unit at a time. Activations of compute-dtype tensors
-// are bf16 Views when the compute dtype is bf16 (model/transformer_buffers.hpp). Weight gradients
+// are bf16 Views when the compute dtype is bf16 (model/model_buffers.hpp). Weight gradients
 // are computed in fp32 and rounded to the dtype of the tensor they belong to. On one rank they
 // accumulate into
 // the storage-dtype gradient buffers (so several backward calls accumulate); on several ranks

@@ -95,7 +95,7 @@ def n_grad_roundings(d: tr.Dump, name: str) -> int:
     """How many times kktrain rounds parameter `name`'s gradient to bf16 in one backward: once.
     Parameters with several contributions (the embedding's lookups, main and MTP, plus the LM
     heads when tied; an untied lm_head shared with MTP depths) are summed in fp32 and rounded
-    once at the end (model/transformer.cpp, staged gradients)."""
+    once at the end (model/units.cpp, staged gradients)."""
     del d, name
     return 1
 
