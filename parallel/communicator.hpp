@@ -22,6 +22,10 @@
 
 namespace kktrain {
 
+// distributed.collectives: auto | kktrain | mpi.
+enum class CollectiveImpl : uint8_t { automatic, kktrain, mpi };
+const char* collective_impl_name(CollectiveImpl c);  // "auto", "kktrain", "mpi"
+
 struct CommStats {
   double bytes_sent = 0.0;  // payload bytes sent by this rank (ring-algorithm volume)
   double seconds = 0.0;     // wall time inside buffer collectives
@@ -90,6 +94,14 @@ class Communicator {
   // Non-blocking reductions for reduce_scatter_start (distributed.nonblocking_collectives).
   void set_nonblocking(bool on) { nonblocking_ = on; }
   bool nonblocking() const { return nonblocking_; }
+  // Who runs the buffer reductions (reduce-scatter, all-reduce) of the MPI communicator
+  // (distributed.collectives; parallel/ring_collectives.hpp): kktrain's own over point-to-point
+  // MPI, the MPI library's collectives, or `automatic` (the documented rule there). Splits
+  // inherit it. The single-rank and NCCL communicators ignore it.
+  void set_collectives(CollectiveImpl c) { collectives_ = c; }
+  CollectiveImpl collectives() const { return collectives_; }
+  // One line saying what runs the buffer collectives, for the training log and the benches.
+  virtual std::string collectives_summary() const { return name() + " collectives"; }
 
   // In-place sum of one double on the host (scalars: losses, norms).
   virtual double allreduce_sum_host(double v) = 0;
@@ -145,6 +157,7 @@ class Communicator {
   virtual void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) = 0;
   CommStats stats_;
   bool nonblocking_ = false;
+  CollectiveImpl collectives_ = CollectiveImpl::automatic;
 };
 
 class SingleCommunicator final : public Communicator {

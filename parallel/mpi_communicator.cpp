@@ -179,6 +179,18 @@ bool mpi_is_gpu_aware() {
 #endif
 }
 
+const char* collective_impl_name(CollectiveImpl c) {
+  switch (c) {
+    case CollectiveImpl::automatic:
+      return "auto";
+    case CollectiveImpl::kktrain:
+      return "kktrain";
+    case CollectiveImpl::mpi:
+      return "mpi";
+  }
+  return "?";
+}
+
 void Communicator::allgather_bytes(const DBytesU& send, const DBytesU& recv) {
   const std::size_t bytes = send.extent(0);
   if (recv.extent(0) != bytes * static_cast<std::size_t>(size())) {
