@@ -224,6 +224,7 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   apply_freeze(model->params(), cfg.freeze, cfg.where("freeze_config"),
                static_cast<int>(cfg.distributed.expert_parallel_size));
   comm.set_nonblocking(cfg.distributed.nonblocking_collectives);
+  comm.set_collectives(cfg.distributed.collectives);
   ShardOptions so;
   so.comm = &comm;
   so.reshard_after_forward = cfg.distributed.reshard_after_forward;

@@ -181,8 +181,8 @@ void announce_run(TrainRun& run, const AppContext& ctx) {
   if (run.W > 1) {
     ranks = "; " + std::to_string(run.W) + " ranks (fsdp2, " +
             (cfg.distributed.reshard_after_forward ? "reshard" : "no reshard") +
-            " after forward, reduce " + dtype_name(cfg.precision.reduce) + ", " + run.comm->name() +
-            " collectives on " + run.comm->buffer_path() + " buffers)";
+            " after forward, reduce " + dtype_name(cfg.precision.reduce) + "; " +
+            run.comm->collectives_summary() + ")";
   }
   if (!ctx.threads_warning.empty()) log::warn_about_launch(ctx.threads_warning);
   if (!ctx.threads.empty()) log::info(ctx.threads);

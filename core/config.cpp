@@ -329,6 +329,12 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   d->grad_sync =
       s.get_choice("grad_sync", "every_micro_batch", {"every_micro_batch", "last_micro_batch"});
   d->nonblocking_collectives = s.get_bool("nonblocking_collectives", false);
+  {
+    const std::string c = s.get_choice("collectives", "auto", {"auto", "kktrain", "mpi"});
+    d->collectives = c == "kktrain" ? CollectiveImpl::kktrain
+                     : c == "mpi"   ? CollectiveImpl::mpi
+                                    : CollectiveImpl::automatic;
+  }
   d->failed_rank_wait_s = s.get_double("failed_rank_wait_s", 60.0, 0.0, 86400.0);
   d->expert_parallel_size = s.get_int("expert_parallel_size", 1, 1, 1 << 16);
   d->moe_param_dtype = s.get_dtype("moe_param_dtype", std::nullopt, true);

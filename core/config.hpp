@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collective_impl.hpp"
 #include "core/dtype.hpp"
 #include "core/precision.hpp"
 
@@ -139,6 +140,10 @@ struct DistributedConfig {
   // (MPI_Iallgather) while a unit computes (parallel/fsdp.hpp), at the cost of two reduce wires
   // of their own; false: each collective completes at once (bench/scaling_bench.py measures both).
   bool nonblocking_collectives = false;
+  // Who runs the reduce-scatters and all-reduces of an MPI job: kktrain's ring over
+  // point-to-point MPI, the MPI library's, or auto (kktrain's wherever the buffers are host
+  // memory; parallel/ring_collectives.hpp). NCCL jobs keep NCCL's.
+  CollectiveImpl collectives = CollectiveImpl::automatic;
   // A rank that fails inside a collective step waits this long for the others to agree, then
   // aborts the job (they are stuck in a collective it will never join).
   double failed_rank_wait_s = 60.0;

@@ -17,14 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "core/collective_impl.hpp"
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
 
 namespace kktrain {
-
-// distributed.collectives: auto | kktrain | mpi.
-enum class CollectiveImpl : uint8_t { automatic, kktrain, mpi };
-const char* collective_impl_name(CollectiveImpl c);  // "auto", "kktrain", "mpi"
 
 struct CommStats {
   double bytes_sent = 0.0;  // payload bytes sent by this rank (ring-algorithm volume)
@@ -101,7 +98,9 @@ class Communicator {
   void set_collectives(CollectiveImpl c) { collectives_ = c; }
   CollectiveImpl collectives() const { return collectives_; }
   // One line saying what runs the buffer collectives, for the training log and the benches.
-  virtual std::string collectives_summary() const { return name() + " collectives"; }
+  virtual std::string collectives_summary() const {
+    return name() + " collectives on " + buffer_path() + " buffers";
+  }
 
   // In-place sum of one double on the host (scalars: losses, norms).
   virtual double allreduce_sum_host(double v) = 0;
@@ -193,6 +192,9 @@ struct MpiLimits {
   // larger collectives run in pieces. Tests lower it (e.g. 5) so that small ones split the same
   // way.
   std::size_t max_count = 0x7fffffff;
+  // Bytes per message of kktrain's ring reductions (parallel/ring_collectives.hpp): a chunk is
+  // summed while it is in cache. Tests lower it so that small reductions run in many chunks.
+  std::size_t ring_chunk_bytes = 256 << 10;
 };
 
 // True when this process was started by an MPI launcher (mpirun/srun/mpiexec).

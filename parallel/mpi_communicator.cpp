@@ -1,10 +1,13 @@
 // MPI implementation of the communicator, and process-level MPI setup.
 //
-// Buffer collectives are MPI's own: MPI_Allgather and MPI_Alltoallv on bytes,
-// MPI_Reduce_scatter_block with MPI_FLOAT/MPI_SUM, and for bf16 (which Open MPI has no type for)
-// a 2-byte contiguous datatype with a commutative user op that widens both operands to fp32,
-// adds, and rounds the sum once to bf16 (nearest even). Device buffers go to the library directly
-// when MPI is CUDA-aware (or memory is host memory); otherwise they are staged through host copies.
+// All-gathers and all-to-alls are MPI's own (MPI_Allgather, MPI_Alltoallv on bytes).
+// Reduce-scatters and all-reduces are kktrain's ring over point-to-point MPI
+// (parallel/ring_collectives.hpp) under that header's rule for distributed.collectives: auto, or
+// forced either way; MPI's are MPI_Reduce_scatter_block / MPI_Allreduce with MPI_FLOAT/MPI_SUM, and
+// for bf16 (which Open MPI has no type for) a 2-byte contiguous datatype with a commutative user op
+// that widens both operands to fp32, adds, and rounds the sum once to bf16 (nearest even). Device
+// buffers go to the library directly when MPI is CUDA-aware (or memory is host memory); otherwise
+// they are staged through host copies (always for the ring, which adds on the host).
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -26,6 +29,7 @@
 #include "core/strings.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_world.hpp"
+#include "parallel/ring_collectives.hpp"
 #ifdef KKTRAIN_HAVE_NCCL
 #include "parallel/nccl_communicator.hpp"
 #endif
@@ -177,18 +181,6 @@ bool mpi_is_gpu_aware() {
 #else
   return false;  // cannot tell (or a host build): stage through host memory
 #endif
-}
-
-const char* collective_impl_name(CollectiveImpl c) {
-  switch (c) {
-    case CollectiveImpl::automatic:
-      return "auto";
-    case CollectiveImpl::kktrain:
-      return "kktrain";
-    case CollectiveImpl::mpi:
-      return "mpi";
-  }
-  return "?";
 }
 
 void Communicator::allgather_bytes(const DBytesU& send, const DBytesU& recv) {
@@ -429,7 +421,8 @@ struct AlltoallPlan {
 
 class MpiCommunicator final : public MpiWorld {
  public:
-  explicit MpiCommunicator(MPI_Comm comm, const MpiLimits& limits) : MpiWorld(comm, limits) {
+  explicit MpiCommunicator(MPI_Comm comm, const MpiLimits& limits)
+      : MpiWorld(comm, limits), ring_(comm_, limits.ring_chunk_bytes, limits.max_count) {
     MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
     MPI_Type_commit(&bf16_type_);
     MPI_Op_create(bf16_sum_op, /*commute=*/1, &bf16_sum_);
@@ -446,8 +439,17 @@ class MpiCommunicator final : public MpiWorld {
   }
   std::string name() const override { return "mpi"; }
   std::string buffer_path() const override { return path_; }
+  std::string collectives_summary() const override {
+    if (!ring()) return "MPI collectives on " + path_ + " buffers";
+    return "kktrain ring reduce-scatter and all-reduce over MPI point-to-point (" +
+           std::to_string(limits_.ring_chunk_bytes >> 10) +
+           " KiB messages, sums on the host), MPI all-gather and all-to-all, on " + path_ +
+           " buffers";
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
-    return std::make_unique<MpiCommunicator>(split_comm(color, key), limits_);
+    auto c = std::make_unique<MpiCommunicator>(split_comm(color, key), limits_);
+    c->set_collectives(collectives_);
+    return c;
   }
 
   void allgather_impl(const void* send, void* recv, std::size_t bytes) override {
@@ -478,6 +480,15 @@ class MpiCommunicator final : public MpiWorld {
   void reduce_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype) override {
     const double t0 = begin();
     const std::size_t esize = dtype_size(dtype);
+    if (ring()) {  // kktrain's ring adds on the host: device buffers are staged
+      Staging st(!kHostMemory, stage_in_, stage_out_);
+      const void* s = st.in(send, count * esize * size_);
+      void* r = st.out(recv, count * esize);
+      ring_.finish(ring_.start(s, r, RingBlocks::equal(size_, count), dtype));
+      st.finish();
+      end(t0, static_cast<double>(count * esize) * (size_ - 1));
+      return;
+    }
     // bf16 sums run in a user-defined MPI_Op, which reads its buffers on the host: a GPU-aware
     // MPI may hand it device pointers (whether it copies first depends on its collective
     // component), so bf16 is always staged when the buffers are not host memory.
@@ -512,9 +523,17 @@ class MpiCommunicator final : public MpiWorld {
 
   int reduce_scatter_start_impl(const void* send, void* recv, std::size_t count,
                                 DType dtype) override {
-    constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+    constexpr bool host_memory = kHostMemory;
+    if (nonblocking_ && host_memory && ring()) {  // started on the ring, completed by the wait
+      const double t0 = begin();
+      Pending p;
+      p.bytes = static_cast<double>(count * dtype_size(dtype)) * (size_ - 1);
+      p.ring = ring_.start(send, recv, RingBlocks::equal(size_, count), dtype);
+      stats_.seconds += now_s() - t0;
+      return keep(p);
+    }
     const bool direct = host_memory || (!stage_ && dtype == DType::float32);
-    if (!nonblocking_ || !direct || count > max_count() ||
+    if (!nonblocking_ || !direct || count > max_count() || ring() ||
         (dtype != DType::float32 && dtype != DType::bfloat16)) {
       reduce_scatter_impl(send, recv, count, dtype);
       return kDone;
@@ -547,7 +566,12 @@ class MpiCommunicator final : public MpiWorld {
   void wait_impl(int ticket) override {
     Pending& p = pending_.at(static_cast<std::size_t>(ticket));
     const double t0 = now_s();
-    MPI_Wait(&p.request, MPI_STATUS_IGNORE);  // sets it to MPI_REQUEST_NULL: the slot is free
+    if (p.ring >= 0) {
+      ring_.finish(p.ring);
+    } else {
+      MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+    }
+    p.busy = false;
     end(t0, p.bytes);
   }
 
@@ -590,6 +614,11 @@ class MpiCommunicator final : public MpiWorld {
 
   void allreduce_impl(float* data, std::size_t n) override {
     const double t0 = begin();
+    if (ring()) {
+      ring_allreduce(data, n);
+      end(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);
+      return;
+    }
     Staging st(stage_, stage_in_, stage_out_);
     const void* s = st.in(data, n * sizeof(float));
     void* r = st.out(data, n * sizeof(float));
@@ -606,6 +635,36 @@ class MpiCommunicator final : public MpiWorld {
   }
 
  private:
+  static constexpr bool kHostMemory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+  // Whether kktrain's ring runs the reductions (parallel/ring_collectives.hpp's rule): forced,
+  // or under auto wherever the buffers are (or are staged to) host memory.
+  bool ring() const {
+    if (collectives_ == CollectiveImpl::mpi) return false;
+    return collectives_ == CollectiveImpl::kktrain || kHostMemory || stage_;
+  }
+  // The all-reduce as the ring's reduce-scatter over W near-equal blocks into this rank's block,
+  // then MPI_Allgatherv in place, in pieces of at most max_count() elements (so that every count
+  // and displacement fits an int). Every rank ends with the same bits: each block was summed once,
+  // by its owner, and copied to the others.
+  void ring_allreduce(float* data, std::size_t n) {
+    Staging st(!kHostMemory, stage_in_, stage_out_);
+    const char* s = static_cast<const char*>(st.in(data, n * sizeof(float)));
+    char* r = static_cast<char*>(st.out(data, n * sizeof(float)));
+    std::vector<int> counts(size_), displs(size_);
+    for (std::size_t off = 0; off < n; off += max_count()) {
+      const std::size_t piece = std::min(n - off, max_count());
+      const RingBlocks b = RingBlocks::split(size_, piece);
+      const std::size_t at = off * sizeof(float);
+      ring_.finish(ring_.start(s + at, r + at + b.off[rank_] * sizeof(float), b, DType::float32));
+      for (int k = 0; k < size_; ++k) {
+        counts[k] = static_cast<int>(b.len[k]);
+        displs[k] = static_cast<int>(b.off[k]);
+      }
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r + at, counts.data(), displs.data(),
+                     MPI_FLOAT, comm_);
+    }
+    st.finish();
+  }
   static char* grow(Kokkos::View<char*, MemSpace>& v, std::size_t bytes) {
     if (v.extent(0) < bytes) v = Kokkos::View<char*, MemSpace>("mpi_piece", bytes);
     return v.data();
@@ -633,16 +692,19 @@ class MpiCommunicator final : public MpiWorld {
   MPI_Datatype bf16_type_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   bool stage_ = false;
-  // Started non-blocking reductions (reduce_scatter_start); a free slot holds MPI_REQUEST_NULL.
+  // Started non-blocking collectives (reduce_scatter_start, allgather_start); a free slot is not
+  // busy.
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
+    int ring = -1;  // a ring reduction's id (ring_), or -1: MPI's request
     double bytes = 0.0;
+    bool busy = true;
   };
   std::vector<Pending> pending_;
   // A started collective's slot: a free one, or a new one (a handful are in flight at most).
   int keep(const Pending& p) {
     for (std::size_t i = 0; i < pending_.size(); ++i) {
-      if (pending_[i].request == MPI_REQUEST_NULL) {
+      if (!pending_[i].busy) {
         pending_[i] = p;
         return static_cast<int>(i);
       }
@@ -654,6 +716,7 @@ class MpiCommunicator final : public MpiWorld {
   HostBuffer stage_in_, stage_out_, host_piece_;
   Kokkos::View<char*, MemSpace> piece_;
   std::string path_;
+  RingReducer ring_;
 };
 
 }  // namespace

@@ -4,7 +4,7 @@
 # ~11 s); every launch has its own timeout inside the script. Exit 77 is a skip (no mpirun).
 set(KKTRAIN_MPI_CASES
   # 1.-3. the same run on 1, 2, 3 ranks; reshard_after_forward; default bf16 and bf16 reduce
-  trajectories reshard_after_forward nonblocking_collectives bf16_training
+  trajectories reshard_after_forward nonblocking_collectives collectives_choice bf16_training
   # 4.-5. the reference's patterns and LoRA on 2 and 3 ranks; the per-rank audit
   patterns_sharded audit_world_size
   # 6. failures end the job promptly with one line

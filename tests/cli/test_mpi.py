@@ -364,6 +364,35 @@ def case_nonblocking_collectives():
               "bit-identical metrics")
 
 
+def case_collectives_choice():
+    """distributed.collectives: kktrain's ring reductions against the MPI library's. At 2 ranks
+    every element of a reduce-scatter is one addition (fp32, or bf16 rounded once), whoever adds:
+    the runs are bit-identical, fp32 and bf16 reduce. At 3 ranks the ring's order is fixed by the
+    rank count: two runs give the same bits. The start line says which collectives run; auto is
+    kktrain's on host memory."""
+    common = ["model.num_layers=2", "train.log_every=1", "train.val_every=0"]
+    with tempfile.TemporaryDirectory(prefix="kktrain_mpi_") as tmp:
+        for red in ("float32", "bfloat16"):
+            o = [*common, "data.global_batch_size=8", f"distributed.mp_policy.reduce_dtype={red}"]
+            ring = mpi_train(2, tmp, "ring", tt.DEFAULT, *o, "distributed.collectives=kktrain",
+                             steps=6).ok()
+            lib = mpi_train(2, tmp, "mpi", tt.DEFAULT, *o, "distributed.collectives=mpi",
+                            steps=6).ok()
+            check("; kktrain ring reduce-scatter and all-reduce over MPI point-to-point" in ring.err,
+                  "start line of distributed.collectives=kktrain" + ring.where)
+            check("; MPI collectives on host buffers)" in lib.err,
+                  "start line of distributed.collectives=mpi" + lib.where)
+            compare_except(ring, lib, (), f"2 ranks, {red} reduce: kktrain vs MPI collectives")
+            shutil.rmtree(ring.out_dir)
+            shutil.rmtree(lib.out_dir)
+        o = [*common, "data.global_batch_size=12"]
+        runs = [mpi_train(3, tmp, f"auto{i}", tt.DEFAULT, *o, steps=6).ok() for i in range(2)]
+        check("; kktrain ring reduce-scatter" in runs[0].err, "auto on host memory" + runs[0].where)
+        compare_except(runs[0], runs[1], (), "3 ranks, kktrain's ring twice")
+        print("measured: 2 ranks, fp32 and bf16 reduce: kktrain's and MPI's reductions give "
+              "bit-identical metrics; 3 ranks: the ring gives the same bits twice")
+
+
 def case_reshard_after_forward():
     """distributed.reshard_after_forward=false at 2 ranks gathers the same values once instead of
     again for backward: metrics bit-identical to the default (true), all but the timing columns

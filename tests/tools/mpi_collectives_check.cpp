@@ -6,10 +6,12 @@
 // rank: SingleCommunicator, where the collectives are copies and FSDP has no wire). Exits non-zero
 // naming each mismatch; rank 0 prints "ok: N ranks" when every rank passed.
 //
-//   mpi_collectives_check [--max-count L]
+//   mpi_collectives_check [--max-count L] [--collectives auto|kktrain|mpi]
 //
 // --max-count L makes the communicator cut every MPI call into pieces of at most L elements
-// (MpiLimits::max_count, INT_MAX otherwise), as one of more than 2^31 elements is.
+// (MpiLimits::max_count, INT_MAX otherwise), as one of more than 2^31 elements is (and kktrain's
+// ring into messages of at most L elements). --collectives picks who runs the reductions
+// (distributed.collectives; auto by default, which is kktrain's ring on host memory).
 //
 //   allgather_bytes     blocks of 0, 1, 2, 3, 7, 13, 255 and 4099 bytes: exact, no byte
 //                       written past W blocks, send untouched, (W - 1) * bytes counted.
@@ -25,9 +27,14 @@
 //                       exact sum rounded once, rne(a + b + c): crafted triples and a quadruple
 //                       have no tree equal to that.
 //   allreduce_sum       one of the summation trees, bitwise the same on every rank (replicas must
-//                       not drift); 2 (W - 1) / W x bytes counted. Host scalars: sum within
-//                       double's order bound and identical on every rank, max exact, all_agree
-//                       false when any single rank says false, barrier.
+//                       not drift); 2 (W - 1) / W x bytes counted.
+//   ring order          where kktrain's ring runs: reduce-scatters (fp32, bf16) and all-reduces
+//                       bitwise equal to the documented order, block b summed along the ring from
+//                       its owner's successor, ((x_{b+1} + x_{b+2}) + ...) + x_b; non-blocking
+//                       reduce-scatters, several in flight and waited for in another order, give
+//                       the blocking ones' bits; under auto on host memory the ring runs. Host
+//                       scalars: sum within double's order bound and identical on every rank, max
+//                       exact, all_agree false when any single rank says false, barrier.
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -403,6 +410,112 @@ void check_allreduce(Communicator& comm, Checker& ck) {
   comm.barrier();
 }
 
+// The documented ring order for block b over the ranks' values x (x[k]: rank k's).
+float ring_sum(const std::vector<float>& x, int b, float (*add)(float, float)) {
+  const int w = static_cast<int>(x.size());
+  float acc = x[(b + 1) % w];
+  for (int j = 2; j <= w; ++j) acc = add(acc, x[(b + j) % w]);
+  return acc;
+}
+
+// One reduce-scatter of the random data `val` of dtype T, started (non-blocking communicators
+// start it and return a ticket), not yet waited for.
+template <class T>
+struct Started {
+  DView<T> send, recv;
+  int ticket = Communicator::kDone;
+};
+
+template <class T>
+Started<T> start_reduce_scatter(Communicator& comm, std::size_t count,
+                                const std::function<float(int, int, std::size_t)>& val) {
+  const int w = comm.size();
+  std::vector<T> h(w * count);
+  for (int b = 0; b < w; ++b)
+    for (std::size_t i = 0; i < count; ++i) h[b * count + i] = from_f32<T>(val(comm.rank(), b, i));
+  Started<T> st{DView<T>("send", h.size()), DView<T>("recv", count)};
+  to_device(st.send.data(), h);
+  st.ticket = comm.reduce_scatter_start(
+      DBytesU(reinterpret_cast<char*>(st.send.data()), h.size() * sizeof(T)),
+      DBytesU(reinterpret_cast<char*>(st.recv.data()), count * sizeof(T)), dtype_of<T>::value);
+  return st;
+}
+
+template <class T>
+std::vector<float> result_of(const Started<T>& st) {
+  const auto h = to_host(st.recv.data(), st.recv.extent(0));
+  std::vector<float> out(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) out[i] = to_f32(h[i]);
+  return out;
+}
+
+void check_ring_order(Communicator& comm, Checker& ck, CollectiveImpl impl) {
+  const int r = comm.rank(), w = comm.size();
+  const bool ring = comm.collectives_summary().find("kktrain ring") != std::string::npos;
+  constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+  if (w > 1 && impl != CollectiveImpl::mpi && host_memory) {
+    ck.expect(ring, "ring order",
+              "distributed.collectives " + std::string(collective_impl_name(impl)) +
+                  " on host memory runs " + comm.collectives_summary());
+  }
+  if (w == 1 || !ring) return;
+  auto f32 = [](int rank, int b, std::size_t i) { return random_f32(8, rank, b * 100003 + i); };
+  auto b16 = [](int rank, int b, std::size_t i) { return random_bf16(9, rank, b * 100003 + i); };
+  for (std::size_t count : collective_sizes({37, 5000, 70001})) {
+    const std::string n = " (count " + std::to_string(count) + ")";
+    // Blocking, then three started together and waited for last to first.
+    const bool was = comm.nonblocking();
+    comm.set_nonblocking(false);
+    const auto a = result_of(start_reduce_scatter<float>(comm, count, f32));
+    const auto b = result_of(start_reduce_scatter<bf16>(comm, count, b16));
+    comm.set_nonblocking(true);
+    auto sa = start_reduce_scatter<float>(comm, count, f32);
+    auto sb = start_reduce_scatter<bf16>(comm, count, b16);
+    auto sc = start_reduce_scatter<float>(comm, count / 2 + 1, f32);
+    comm.wait_collective(sc.ticket);
+    comm.wait_collective(sa.ticket);
+    comm.wait_collective(sb.ticket);
+    comm.set_nonblocking(was);
+    const auto na = result_of(sa), nb = result_of(sb);
+    int bad_f32 = 0, bad_bf16 = 0, bad_nb = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::vector<float> x(w), y(w);
+      for (int k = 0; k < w; ++k) {
+        x[k] = f32(k, r, i);
+        y[k] = b16(k, r, i);
+      }
+      bad_f32 += bits_of(a[i]) != bits_of(ring_sum(x, r, add_f32));
+      bad_bf16 += bits_of(b[i]) != bits_of(ring_sum(y, r, add_bf16));
+      bad_nb += bits_of(na[i]) != bits_of(a[i]) || bits_of(nb[i]) != bits_of(b[i]);
+    }
+    ck.expect(bad_f32 == 0, "ring order f32" + n, std::to_string(bad_f32) + " elements differ");
+    ck.expect(bad_bf16 == 0, "ring order bf16" + n, std::to_string(bad_bf16) + " elements differ");
+    ck.expect(bad_nb == 0, "ring non-blocking" + n,
+              std::to_string(bad_nb) + " elements differ from the blocking reduce-scatter");
+  }
+  // All-reduce: block k of the near-equal split is summed in block k's ring order.
+  const std::size_t len = collective_sizes({70001}).empty() ? 37 : 70001;
+  std::vector<float> h(len);
+  for (std::size_t i = 0; i < len; ++i) h[i] = f32(r, 0, i);
+  DView<float> d("allreduce", len);
+  to_device(d.data(), h);
+  comm.allreduce_sum(d);
+  const auto got = to_host(d.data(), len);
+  int bad = 0;
+  // Cut into pieces of at most max_count elements first (--max-count), each split into W blocks.
+  const std::size_t piece = lowered_max_count() > 0 ? lowered_max_count() : len;
+  for (std::size_t i = 0; i < len; ++i) {
+    const std::size_t at = i / piece * piece, n = std::min(piece, len - at), e = i - at;
+    // the block of element e: n % W blocks of n / W + 1 elements, then blocks of n / W
+    const std::size_t base = n / w, extra = n % w, head = extra * (base + 1);
+    const std::size_t k = e < head ? e / (base + 1) : extra + (e - head) / base;
+    std::vector<float> x(w);
+    for (int j = 0; j < w; ++j) x[j] = f32(j, 0, i);
+    bad += bits_of(got[i]) != bits_of(ring_sum(x, static_cast<int>(k), add_f32));
+  }
+  ck.expect(bad == 0, "ring order allreduce", std::to_string(bad) + " elements differ");
+}
+
 }  // namespace
 
 // Host vectors: a u64 vector sum (mod 2^64, every element) and a broadcast of bytes from the last
@@ -426,23 +539,42 @@ void check_host_vectors(Communicator& comm, Checker& ck) {
                 std::to_string(w - 1) + "'s 23");
 }
 
-// --max-count L, taken out of argv (the rest goes to MPI and Kokkos); false for a bad value.
-bool take_max_count(int* argc, char** argv) {
+// `flag VALUE`, taken out of argv (the rest goes to MPI and Kokkos): the value, "" when absent,
+// nullptr when the flag has no value.
+const char* take_flag(int* argc, char** argv, const char* flag) {
   for (int i = 1; i < *argc; ++i) {
-    if (std::strcmp(argv[i], "--max-count") != 0) continue;
-    const long long l = i + 1 < *argc ? std::atoll(argv[i + 1]) : 0;
-    if (l <= 0) return false;
-    lowered_max_count() = static_cast<std::size_t>(l);
+    if (std::strcmp(argv[i], flag) != 0) continue;
+    if (i + 1 >= *argc) return nullptr;
+    const char* v = argv[i + 1];
     for (int j = i; j + 2 <= *argc; ++j) argv[j] = argv[j + 2];
     *argc -= 2;
-    return true;
+    return v;
   }
+  return "";
+}
+
+// --max-count L and --collectives X; false for a bad value.
+bool take_options(int* argc, char** argv, CollectiveImpl* impl) {
+  const char* l = take_flag(argc, argv, "--max-count");
+  const char* c = take_flag(argc, argv, "--collectives");
+  if (l == nullptr || c == nullptr) return false;
+  if (*l != '\0') {
+    if (std::atoll(l) <= 0) return false;
+    lowered_max_count() = static_cast<std::size_t>(std::atoll(l));
+  }
+  const std::string cs = c;
+  if (cs.empty() || cs == "auto") return true;
+  if (cs != "kktrain" && cs != "mpi") return false;
+  *impl = cs == "kktrain" ? CollectiveImpl::kktrain : CollectiveImpl::mpi;
   return true;
 }
 
 int main(int argc, char** argv) {
-  if (!take_max_count(&argc, argv)) {
-    std::fprintf(stderr, "usage: mpi_collectives_check [--max-count L]  (L >= 1)\n");
+  CollectiveImpl impl = CollectiveImpl::automatic;
+  if (!take_options(&argc, argv, &impl)) {
+    std::fprintf(stderr,
+                 "usage: mpi_collectives_check [--max-count L] [--collectives auto|kktrain|mpi]"
+                 "  (L >= 1)\n");
     return 2;
   }
   MpiRuntime mpi(&argc, &argv);
@@ -452,6 +584,7 @@ int main(int argc, char** argv) {
     MpiLimits limits;
     if (lowered_max_count() > 0) limits.max_count = lowered_max_count();
     auto comm = mpi.make_communicator(limits);
+    comm->set_collectives(impl);
     rank = comm->rank();
     world = comm->size();
     Checker ck(rank, world);
@@ -464,6 +597,7 @@ int main(int argc, char** argv) {
       check_reduce_scatter_f32(*comm, ck);
       check_reduce_scatter_bf16(*comm, ck);
       check_allreduce(*comm, ck);
+      check_ring_order(*comm, ck, impl);
       check_host_vectors(*comm, ck);
       check_alltoall(*comm, ck);
       // With MPI calls cut into pieces (--max-count) the collectives above are what splits;
