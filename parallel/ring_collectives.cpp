@@ -62,8 +62,14 @@ void add_chunk(char* dst, const char* a, const char* b, std::size_t n, DType dty
 
 }  // namespace
 
-// One started reduction: its buffers, and the requests of the step in flight and the next one
-// (indexed by step parity, one per chunk of the step's block).
+// One started reduction. Step s receives block rb(s) = r - s - 2 into tmp[s % 2] (requests
+// recv[s % 2]) and sends block r - s - 1: the input's own block at step 0, else the partial sums
+// step s - 1 left in tmp[(s - 1) % 2] (requests send[s % 3], posted chunk by chunk as step s - 1
+// sums them). A receive is posted just before its
+// chunk is summed (kLookahead chunks ahead), so the library copies a chunk right before the sum
+// reads it: the copy is still in cache, and the process's memory traffic stays at one read of the
+// peer's chunk, one of its own and one write. Receiving into tmp[s % 2] waits first for step
+// s - 1's send of that chunk, which read the same place.
 struct RingReducer::Op {
   int id = 0, tag = 0;
   const char* in = nullptr;
@@ -75,7 +81,35 @@ struct RingReducer::Op {
   std::size_t chunk = 1;  // elements per message
   std::size_t scratch_bytes = 0;
   std::unique_ptr<char[]> tmp[2];  // partial sums received at even / odd steps
-  std::vector<MPI_Request> recv[2], send[2];
+  std::vector<MPI_Request> recv[2], send[3];
+  int w = 1, r = 0, prev = 0, next = 0;
+  MPI_Comm comm = MPI_COMM_NULL;
+
+  static constexpr std::size_t kLookahead = 1;
+  int rb(int s) const { return mod(r - s - 2, w); }
+  std::size_t chunks(std::size_t len) const { return (len + chunk - 1) / chunk; }
+  std::size_t elements(std::size_t len, std::size_t c) const {
+    return std::min(chunk, len - c * chunk);
+  }
+  // Posts step s's receive of chunk c (if the block has one), once step s - 1's send of it left.
+  void post_recv(int s, std::size_t c) {
+    const std::size_t len = b.len[rb(s)];
+    if (c >= chunks(len)) return;
+    std::vector<MPI_Request>& before = send[(s + 2) % 3];  // step s - 1's sends
+    if (s > 0 && c < before.size()) MPI_Wait(&before[c], MPI_STATUS_IGNORE);
+    MPI_Irecv(tmp[s % 2].get() + c * chunk * esize, static_cast<int>(elements(len, c)), type, prev,
+              tag, comm, &recv[s % 2][c]);
+  }
+  // Step s: the sizes of its request arrays, the first receives.
+  void begin_step(int s) {
+    std::vector<MPI_Request>& before = send[(s + 2) % 3];  // step s - 1's sends
+    // those past this step's chunks, which no receive below waits for
+    for (std::size_t c = chunks(b.len[rb(s)]); s > 0 && c < before.size(); ++c) {
+      MPI_Wait(&before[c], MPI_STATUS_IGNORE);
+    }
+    recv[s % 2].assign(chunks(b.len[rb(s)]), MPI_REQUEST_NULL);
+    for (std::size_t c = 0; c < kLookahead; ++c) post_recv(s, c);
+  }
 };
 
 RingReducer::RingReducer(MPI_Comm comm, std::size_t chunk_bytes, std::size_t max_count)
@@ -111,83 +145,70 @@ int RingReducer::start(const void* in, void* out, const RingBlocks& blocks, DTyp
     throw InternalError("ring reduction: unsupported dtype " + std::string(dtype_name(dtype)));
   }
   const int id = next_id_++;
-  const int w = size_, r = rank_;
   const std::size_t es = dtype_size(dtype);
-  if (w == 1) {
+  if (size_ == 1) {
     if (out != static_cast<const char*>(in) + blocks.off[0] * es) {
       std::memcpy(out, static_cast<const char*>(in) + blocks.off[0] * es, blocks.len[0] * es);
     }
     return id;
   }
   auto op = std::make_unique<Op>();
-  op->id = id;
-  op->tag = 1 + id % 30000;  // distinct among the few reductions in flight
-  op->in = static_cast<const char*>(in);
-  op->out = static_cast<char*>(out);
-  op->b = blocks;
-  op->esize = es;
-  op->dtype = dtype;
-  op->type = dtype == DType::float32 ? MPI_FLOAT : MPI_UINT16_T;
-  op->chunk = chunk_elements(es);
-  const std::size_t ch = op->chunk;
-  op->scratch_bytes = *std::max_element(blocks.len.begin(), blocks.len.end()) * es;
-  op->tmp[0] = take(op->scratch_bytes);
-  if (w > 2) op->tmp[1] = take(op->scratch_bytes);
-  // Step 0: receive the predecessor's block r - 2, send block r - 1 as it is.
-  const int prev = mod(r - 1, w), next = mod(r + 1, w);
-  const std::size_t rlen = blocks.len[mod(r - 2, w)], slen = blocks.len[mod(r - 1, w)];
-  op->recv[0].assign((rlen + ch - 1) / ch, MPI_REQUEST_NULL);
-  op->send[0].assign((slen + ch - 1) / ch, MPI_REQUEST_NULL);
-  for (std::size_t c = 0; c < op->recv[0].size(); ++c) {
-    const std::size_t n = std::min(ch, rlen - c * ch);
-    MPI_Irecv(op->tmp[0].get() + c * ch * es, static_cast<int>(n), op->type, prev, op->tag, comm_,
-              &op->recv[0][c]);
+  Op& o = *op;
+  o.id = id;
+  o.tag = 1 + id % 30000;  // distinct among the few reductions in flight
+  o.in = static_cast<const char*>(in);
+  o.out = static_cast<char*>(out);
+  o.b = blocks;
+  o.esize = es;
+  o.dtype = dtype;
+  o.type = dtype == DType::float32 ? MPI_FLOAT : MPI_UINT16_T;
+  o.chunk = chunk_elements(es);
+  o.w = size_;
+  o.r = rank_;
+  o.prev = mod(rank_ - 1, size_);
+  o.next = mod(rank_ + 1, size_);
+  o.comm = comm_;
+  o.scratch_bytes = *std::max_element(blocks.len.begin(), blocks.len.end()) * es;
+  o.tmp[0] = take(o.scratch_bytes);
+  if (size_ > 2) o.tmp[1] = take(o.scratch_bytes);
+  // Step 0: send block r - 1 as it is, all of it at once; its first receives.
+  const int sb = mod(rank_ - 1, size_);
+  const std::size_t slen = blocks.len[sb];
+  o.send[0].assign(o.chunks(slen), MPI_REQUEST_NULL);
+  for (std::size_t c = 0; c < o.send[0].size(); ++c) {
+    MPI_Isend(o.in + (blocks.off[sb] + c * o.chunk) * es, static_cast<int>(o.elements(slen, c)),
+              o.type, o.next, o.tag, comm_, &o.send[0][c]);
   }
-  const char* src = op->in + blocks.off[mod(r - 1, w)] * es;
-  for (std::size_t c = 0; c < op->send[0].size(); ++c) {
-    const std::size_t n = std::min(ch, slen - c * ch);
-    MPI_Isend(src + c * ch * es, static_cast<int>(n), op->type, next, op->tag, comm_,
-              &op->send[0][c]);
-  }
+  o.begin_step(0);
   ops_.push_back(std::move(op));
   return id;
 }
 
 void RingReducer::run(Op& op) {
-  const int w = size_, r = rank_, prev = mod(r - 1, w), next = mod(r + 1, w);
-  const std::size_t es = op.esize, ch = op.chunk;
-  auto chunks = [&](std::size_t len) { return (len + ch - 1) / ch; };
-  for (int s = 0; s + 1 < w; ++s) {
-    const int p = s % 2, q = 1 - p;
-    const bool last = s + 2 == w;
-    const int rb = mod(r - s - 2, w);  // the block received at step s
+  const std::size_t es = op.esize;
+  for (int s = 0; s + 1 < op.w; ++s) {
+    if (s > 0) op.begin_step(s);
+    const bool last = s + 2 == op.w;
+    const int rb = op.rb(s);
     const std::size_t len = op.b.len[rb];
-    char* partial = op.tmp[p].get();
+    char* partial = op.tmp[s % 2].get();
     char* dst = last ? op.out : partial;  // the sum: the next step sends it, or the result
     const char* own = op.in + op.b.off[rb] * es;
-    // Step s + 1 sends block rb (this step's sums) and receives block rb - 1 into tmp[q].
-    const std::size_t next_len = last ? 0 : op.b.len[mod(r - s - 3, w)];
-    if (!last) {
-      op.send[q].assign(chunks(len), MPI_REQUEST_NULL);
-      op.recv[q].assign(chunks(next_len), MPI_REQUEST_NULL);
-    }
-    auto post_next_recv = [&](std::size_t c) {
-      // tmp[q] was step s's send buffer (or `in` at step 0): that chunk must have left first.
-      if (c < op.send[p].size()) MPI_Wait(&op.send[p][c], MPI_STATUS_IGNORE);
-      const std::size_t n = std::min(ch, next_len - c * ch);
-      MPI_Irecv(op.tmp[q].get() + c * ch * es, static_cast<int>(n), op.type, prev, op.tag, comm_,
-                &op.recv[q][c]);
-    };
-    for (std::size_t c = 0; c < chunks(len); ++c) {
-      const std::size_t at = c * ch * es, n = std::min(ch, len - c * ch);
-      MPI_Wait(&op.recv[p][c], MPI_STATUS_IGNORE);
+    // Step s + 1's sends; the array held step s - 2's, all complete (step s - 1 waited for them).
+    std::vector<MPI_Request>& onward = op.send[(s + 1) % 3];
+    if (!last) onward.assign(op.chunks(len), MPI_REQUEST_NULL);
+    for (std::size_t c = 0; c < op.chunks(len); ++c) {
+      const std::size_t at = c * op.chunk * es, n = op.elements(len, c);
+      op.post_recv(s, c + Op::kLookahead);
+      MPI_Wait(&op.recv[s % 2][c], MPI_STATUS_IGNORE);
       add_chunk(dst + at, partial + at, own + at, n, op.dtype);
-      if (last) continue;
-      MPI_Isend(dst + at, static_cast<int>(n), op.type, next, op.tag, comm_, &op.send[q][c]);
-      if (c < op.recv[q].size()) post_next_recv(c);
+      if (!last) {
+        MPI_Isend(dst + at, static_cast<int>(n), op.type, op.next, op.tag, op.comm, &onward[c]);
+      }
     }
-    for (std::size_t c = chunks(len); c < op.recv[q].size() && !last; ++c) post_next_recv(c);
-    MPI_Waitall(static_cast<int>(op.send[p].size()), op.send[p].data(), MPI_STATUSES_IGNORE);
+  }
+  for (auto& sends : op.send) {
+    MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
   }
 }
 
