@@ -5,10 +5,10 @@ capped logits are tests/unit/test_generate.cpp.
 
 usage: test_softcap.py KKTRAIN INPUTS_DIR CASE       (tests/cli/softcap_tests.cmake, label "cli")
 
-- files: a run with a cap records it in its checkpoint and its HDF5 export; `kktrain config`
-  with model.init_from on the export takes it from the file (marked with the file) and refuses
-  another value; a resume with another cap or none is one error naming the key; `kktrain
-  generate` runs from the checkpoint.
+- files: a run with a cap records it in its checkpoint and its HDF5 export; `kktrain generate`
+  applies the file's cap (the export with the attribute removed samples other tokens) and
+  refuses a forged one, and generates from the checkpoint; a resume with another cap or none is
+  one error naming the key.
 - hf_refusals: Hugging Face's Llama has no soft-capping, so a config.json that sets
   final_logit_softcapping is refused on import (null is accepted), a run that would export
   safetensors is refused before its first step, and `kktrain export --format safetensors` of a
@@ -16,6 +16,7 @@ usage: test_softcap.py KKTRAIN INPUTS_DIR CASE       (tests/cli/softcap_tests.cm
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -29,7 +30,7 @@ import test_train as tt  # noqa: E402
 from test_train import check  # noqa: E402
 
 KEY = "model.final_logit_softcapping"
-CAP = 1.5
+CAP = 0.1
 
 
 def capped_run(tmp, name="run", *extra):
@@ -54,15 +55,25 @@ def case_files():
         for path in (ckpt, export):
             got = root_attr(path, "final_logit_softcapping")
             check(got is not None and float(got) == CAP, f"{path}: final_logit_softcapping {got}")
-        # model.init_from on the export: the key comes from the file, another value is refused.
-        conf = th.write_config(tmp)
-        rc, o, e = tt.run(["config", conf, f"model.init_from={export}"])
-        check(rc == 0, "config from the export" + e)
-        line = [x for x in o.splitlines() if "final_logit_softcapping:" in x]
-        check(len(line) == 1 and "1.5" in line[0] and "# from" in line[0],
-              f"config should take the cap from the file: {line}")
-        rc, o, e = tt.run(["config", conf, f"model.init_from={export}", f"{KEY}=2"])
-        th.one_error(rc, o, e, KEY, "contradicts")
+        # Generation reads the cap from the file: the same file with the attribute removed
+        # samples other tokens (a cap of 0.1 flattens the distribution), one with a forged cap
+        # is one error naming the key.
+        plain, forged = os.path.join(tmp, "plain.h5"), os.path.join(tmp, "forged.h5")
+        for path, edit in ((plain, lambda a: a.__delitem__("final_logit_softcapping")),
+                           (forged, lambda a: a.__setitem__("final_logit_softcapping", -1.0))):
+            shutil.copyfile(export, path)
+            with h5py.File(path, "r+") as f:
+                edit(f.attrs)
+        answers = []
+        for path in (export, plain):
+            args = ["generate", path, "--prompt-ids", "1,2,3", "--max-new-tokens", "16",
+                    "--temperature", "1", "--seed", "2"]
+            rc, o, e = tt.run(args)
+            check(rc == 0 and len(o.strip().split(",")) == 16, tt.describe(args, rc, o, e))
+            answers.append(o.strip())
+        check(answers[0] != answers[1], f"the cap changed no sampled token: {answers[0]}")
+        rc, o, e = tt.run(["generate", forged, "--prompt-ids", "1", "--max-new-tokens", "1"])
+        th.one_error(rc, o, e, KEY, "got -1.0")
         # Resume with another cap, or none: one error naming the key.
         for other in ("2.0", "null"):
             args = ["train", tt.config(tt.DEFAULT), *tt.TINY_MODEL, "data.seq_len=32",
@@ -70,9 +81,9 @@ def case_files():
                     f"train.output_dir={run_dir}", "checkpoint.resume=auto", f"{KEY}={other}"]
             rc, o, e = tt.run(args)
             th.one_error(rc, o, e, KEY, where=tt.describe(args, rc, o, e))
-        rc, o, e = tt.run(["generate", run_dir, "--prompt-ids", "1,2,3", "--max-new-tokens", "4",
+        rc, o, e = tt.run(["generate", run_dir, "--prompt-ids", "1,2,3", "--max-new-tokens", "16",
                            "--temperature", "1", "--seed", "2"])
-        check(rc == 0 and len(o.strip().split(",")) == 4, "generate from the checkpoint" + o + e)
+        check(rc == 0 and len(o.strip().split(",")) == 16, "generate from the checkpoint" + o + e)
 
 
 def case_hf_refusals():
