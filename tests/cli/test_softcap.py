@@ -23,8 +23,6 @@ import tempfile
 import h5py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "hf"))
-import hf_files as hf  # noqa: E402
 import test_hf as th  # noqa: E402
 import test_train as tt  # noqa: E402
 from test_train import check  # noqa: E402
