@@ -117,6 +117,7 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
   for (const auto& [k, v] : architecture(cfg.model)) a.i64[k] = v;
   for (const auto& [k, v] : architecture_f64(cfg.model)) a.f64[k] = v;
   moe_to_attrs(cfg.model.moe, &a);
+  softcap_to_attrs(cfg.model.final_logit_softcapping, &a);
   if (cfg.model.rope_scaling.llama3())
     a.str["rope_scaling"] = rope_scaling_json(cfg.model.rope_scaling);
   if (cfg.peft.enabled) {
@@ -182,6 +183,12 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
       refuse(file, "saved for model." + k + " = " + format_double(got) + ", the config has " +
                        format_double(want));
     }
+  }
+  const double saved_cap = softcap_from_attrs(ix.root());
+  if (saved_cap != cfg.model.final_logit_softcapping) {
+    const auto text = [](double c) { return c > 0 ? format_double(c) : std::string("null"); };
+    refuse(file, "saved for model.final_logit_softcapping = " + text(saved_cap) +
+                     ", the config has " + text(cfg.model.final_logit_softcapping));
   }
   const auto rs = ix.root().str.find("rope_scaling");
   const std::string saved_scaling = rs == ix.root().str.end() ? "" : rs->second;

@@ -59,6 +59,9 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_i64("/", "mtp_num_layers", m.mtp_num_layers);
   f.attr_i64("/", "compute_mtp", m.compute_mtp ? 1 : 0);
   f.attr_f64("/", "mtp_loss_weight", m.mtp_loss_weight);
+  if (m.final_logit_softcapping > 0) {
+    f.attr_f64("/", "final_logit_softcapping", m.final_logit_softcapping);
+  }
   f.attr_str("/", "storage_dtype", dtype_name(cfg.precision.storage));
   f.attr_str("/", "compute_dtype", dtype_name(cfg.precision.compute));
   f.attr_i64("/", "stream_bf16", model.roundings().stream == Rounding::bf16 ? 1 : 0);

@@ -43,6 +43,12 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
   add("tie_word_embeddings", "tie_word_embeddings", YAML::Node(m.tie_word_embeddings));
   add("mtp_num_layers", "mtp_num_layers", YAML::Node(m.mtp_num_layers));
   add("rope_scaling", "rope_scaling", rope_scaling_node(m.rope_scaling));
+  // Absent: off (null). Any value the file holds goes to the config reader, which refuses a
+  // forged one (0, negative, not finite) naming the key and the file.
+  const auto& f64 = src.attributes().f64;
+  add("final_logit_softcapping", "final_logit_softcapping",
+      f64.count("final_logit_softcapping") ? YAML::Node(m.final_logit_softcapping)
+                                           : YAML::Node(YAML::NodeType::Null));
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
     add("moe.num_experts", "moe_num_experts", YAML::Node(e.num_experts));

@@ -122,6 +122,17 @@ void read_moe(Section& s, MoeConfig* e, int64_t dense_intermediate) {
   }
 }
 
+// model.final_logit_softcapping: null or absent (off), or the cap, a number > 0.
+void read_softcap(Section& s, ModelConfig* m) {
+  const char* const key = "final_logit_softcapping";
+  const auto cap = s.get_opt_double(key, -kInf, kInf);
+  s.accepts(key, "null (off) or a number > 0 (logits = cap * tanh(logits / cap))");
+  if (cap && !(*cap > 0.0)) {
+    s.fail(key, "expected a number > 0 (the cap) or null (off), got " + format_double(*cap));
+  }
+  m->final_logit_softcapping = cap ? *cap : 0.0;
+}
+
 void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->vocab_size = s.get_int("vocab_size", m->vocab_size, 1, 1 << 24);
   m->hidden_size = s.get_int("hidden_size", m->hidden_size, 2, 1 << 20);
@@ -163,6 +174,7 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->mtp_num_layers = s.get_int("mtp_num_layers", 0, 0, 64);
   m->compute_mtp = s.get_bool("compute_mtp", true);
   m->mtp_loss_weight = s.get_double("mtp_loss_weight", m->mtp_loss_weight, 0.0, kInf);
+  read_softcap(s, m);
   {
     Section e = s.sub("moe");
     read_moe(e, &m->moe, m->intermediate_size);

@@ -68,6 +68,9 @@ struct ModelConfig {
   int64_t mtp_num_layers = 0;             // multi-token-prediction head depth (0 = none)
   bool compute_mtp = true;
   double mtp_loss_weight = 0.3;  // total loss = main + weight * mean over MTP depths
+  // Gemma 2's final-logit soft-capping: every LM head's logits become cap * tanh(logits / cap)
+  // before the loss and before sampling (> 0: the cap; 0: off, null in a config).
+  double final_logit_softcapping = 0.0;
   MoeConfig moe;
   int64_t head_dim() const { return hidden_size / num_heads; }
 };

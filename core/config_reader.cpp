@@ -292,6 +292,30 @@ double Section::get_double(const std::string& key, double def, double min, doubl
   return out;
 }
 
+std::optional<double> Section::get_opt_double(const std::string& key, double min, double max) {
+  known(key);
+  if (g_recorder) {
+    g_recorder->record({key_path(key), "number", "null",
+                        range_text(format_double(min), format_double(max), std::isinf(max))});
+  }
+  const YAML::Node v = value(key);
+  if (!v.IsDefined() || v.IsNull()) {
+    resolved_[key] = YAML::Node(YAML::NodeType::Null);
+    return std::nullopt;
+  }
+  double out = 0.0;
+  if (!v.IsScalar() || !parse_double(v.Scalar(), &out)) {
+    fail(key, "expected a number, got " + describe(v));
+  }
+  if (!std::isfinite(out)) fail(key, "expected a finite number, got " + format_double(out));
+  if (!(out >= min && out <= max)) {
+    fail(key, "value " + format_double(out) + " is out of range [" + format_double(min) + ", " +
+                  format_double(max) + "]");
+  }
+  resolved_[key] = YAML::Load(format_double(out));
+  return out;
+}
+
 bool Section::get_bool(const std::string& key, bool def) {
   known(key);
   if (g_recorder)

@@ -80,6 +80,8 @@ class Section {
   std::optional<int64_t> get_opt_int(const std::string& key, std::optional<int64_t> def,
                                      int64_t min, int64_t max);
   double get_double(const std::string& key, double def, double min, double max);
+  // A finite number in [min, max] that may be null; nullopt for null or absent.
+  std::optional<double> get_opt_double(const std::string& key, double min, double max);
   bool get_bool(const std::string& key, bool def);
   std::string get_string(const std::string& key, const std::string& def);
   std::optional<std::string> get_opt_string(const std::string& key);

@@ -64,6 +64,7 @@ using Kokkos::log;
 using Kokkos::pow;
 using Kokkos::sin;
 using Kokkos::sqrt;
+using Kokkos::tanh;
 #else
 using Kokkos::Experimental::cos;
 using Kokkos::Experimental::exp;
@@ -72,6 +73,7 @@ using Kokkos::Experimental::log;
 using Kokkos::Experimental::pow;
 using Kokkos::Experimental::sin;
 using Kokkos::Experimental::sqrt;
+using Kokkos::Experimental::tanh;
 #endif
 // Device-safe tests on the IEEE bit pattern (no reliance on <cmath> in device code).
 KOKKOS_INLINE_FUNCTION bool isfinite_f(float x) {

@@ -80,7 +80,9 @@ void check_free_space(const std::string& dir, int64_t bytes, const std::string& 
 class SafetensorsSink final : public ExportSink {
  public:
   SafetensorsSink(const std::string& out, const ModelConfig& m, DType dtype, int64_t max_shard)
-      : out_(out), tmp_(temporary_name(out)), model_(m), dtype_(dtype), max_shard_(max_shard) {}
+      : out_(out), tmp_(temporary_name(out)), model_(m), dtype_(dtype), max_shard_(max_shard) {
+    hf_config_json(model_, dtype_);  // a model Hugging Face cannot hold: refused before writing
+  }
 
   void begin(const std::vector<ExportTensor>& tensors) override {
     // Shards in order: a new one when the next tensor would take the current past the limit.

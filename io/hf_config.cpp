@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/strings.hpp"
@@ -214,6 +215,15 @@ void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_posi
   if (k.boolean("use_sliding_window", false)) {
     k.fail("use_sliding_window", "kktrain's attention has no sliding window");
   }
+  // Gemma 2's key: Llama, Mistral and Mixtral do not cap their logits, so a model that sets it
+  // was trained with capped logits these architectures would not reproduce (null is accepted).
+  if (k.has("final_logit_softcapping")) {
+    k.fail("final_logit_softcapping",
+           arch +
+               " has no soft-capped logits, so the file's model is not one kktrain would "
+               "train as " +
+               arch + " (a cap of your own is model.final_logit_softcapping)");
+  }
 }
 
 }  // namespace
@@ -327,6 +337,13 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
                                        : "renormalized top-k weights (model.moe.norm_topk_prob "
                                          "is false)") +
                      "; export to HDF5 instead");
+  }
+  if (m.final_logit_softcapping > 0) {
+    throw UsageError("model.final_logit_softcapping is " +
+                     format_double(m.final_logit_softcapping) + ", and a Hugging Face " +
+                     (e.enabled() ? "MixtralForCausalLM" : "LlamaForCausalLM") +
+                     " has no soft-capped logits (it would compute other outputs); export to "
+                     "HDF5 instead");
   }
   j["architectures"] = {e.enabled() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
   j["model_type"] = e.enabled() ? "mixtral" : "llama";

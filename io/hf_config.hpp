@@ -20,7 +20,7 @@
 // Anything kktrain's model does not compute is refused with one line naming the key and its
 // value: another architecture or model_type, attention_bias or mlp_bias true, hidden_act other
 // than silu, a sliding window shorter than the context, attention dropout, an unknown
-// rope_scaling type.
+// rope_scaling type, final_logit_softcapping (Gemma 2's; null is accepted).
 #pragma once
 
 #include <optional>
@@ -54,7 +54,9 @@ std::string read_small_file(const std::string& file);
 // (the parse itself refuses it).
 void refuse_duplicate_keys(const std::string& file, const std::string& text);
 
-// The config.json of a model with kktrain's settings `m`, tensors stored in `dtype`.
+// The config.json of a model with kktrain's settings `m`, tensors stored in `dtype`. UsageError
+// for a model the Hugging Face architecture cannot hold (a Mixtral with a shared expert or
+// without renormalized weights; soft-capped logits, model.final_logit_softcapping).
 std::string hf_config_json(const ModelConfig& m, DType dtype);
 
 // The values model.* takes from the file (core/config.hpp), for load_config.

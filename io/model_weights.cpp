@@ -192,6 +192,7 @@ ModelConfig architecture_of(const WeightSource& src) {
   const auto rs = a.str.find("rope_scaling");
   if (rs != a.str.end()) m.rope_scaling = rope_scaling_from_json(rs->second, src.path());
   m.moe = moe_from_attrs(a);
+  m.final_logit_softcapping = softcap_from_attrs(a);
   if (m.num_heads <= 0 || m.hidden_size % m.num_heads != 0 || m.num_kv_heads <= 0 ||
       m.num_heads % m.num_kv_heads != 0) {
     throw InputError("'" + src.path() + "': inconsistent architecture attributes (hidden_size " +
@@ -199,6 +200,15 @@ ModelConfig architecture_of(const WeightSource& src) {
                      ", num_kv_heads " + std::to_string(m.num_kv_heads) + ")");
   }
   return m;
+}
+
+void softcap_to_attrs(double cap, FileAttrs* a) {
+  if (cap > 0) a->f64["final_logit_softcapping"] = cap;
+}
+
+double softcap_from_attrs(const FileAttrs& a) {
+  const auto it = a.f64.find("final_logit_softcapping");
+  return it == a.f64.end() ? 0.0 : it->second;
 }
 
 void moe_to_attrs(const MoeConfig& e, FileAttrs* a) {

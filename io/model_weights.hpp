@@ -98,7 +98,8 @@ void check_model_path(const std::string& path, const std::string& what);
 // The model a file holds, from its attributes (kktrain's architecture attributes, which a
 // Hugging Face directory provides from config.json): vocab_size, hidden_size, num_layers,
 // num_heads, num_kv_heads, intermediate_size, max_seq_len, tie_word_embeddings, mtp_num_layers,
-// rope_theta, rms_norm_eps, rope_scaling. InputError naming the file and a missing attribute.
+// rope_theta, rms_norm_eps, rope_scaling, and the optional final_logit_softcapping and moe_*.
+// InputError naming the file and a missing attribute.
 ModelConfig architecture_of(const WeightSource& src);
 
 // A sparse model's model.moe as file attributes (moe_num_experts, moe_top_k,
@@ -106,6 +107,10 @@ ModelConfig architecture_of(const WeightSource& src);
 // moe_aux_loss_coef), written only for a sparse model, and read back (absent: dense).
 void moe_to_attrs(const MoeConfig& e, FileAttrs* a);
 MoeConfig moe_from_attrs(const FileAttrs& a);
+// model.final_logit_softcapping as the f64 file attribute final_logit_softcapping, written only
+// when the cap is on (files without it are unchanged), and read back (absent: 0, off).
+void softcap_to_attrs(double cap, FileAttrs* a);
+double softcap_from_attrs(const FileAttrs& a);
 // Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
 // the other dense ("" when both are of one kind), for messages after the file's name.
 std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m);

@@ -251,6 +251,8 @@ std::vector<float> Decoder::step(int32_t token) {
   rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(),
                          m.final_norm.data(), 1, C, eps, Rounding::fp32);
   matmul_forward(space, m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
+  logit_softcap_forward(space, m.logits.data(), m.V,
+                        LogitSoftcap{static_cast<float>(m.cfg.final_logit_softcapping)});
   std::vector<float> out(m.V);
   Kokkos::deep_copy(HViewU<float>(out.data(), out.size()), m.logits);
   ++pos_;

@@ -12,7 +12,7 @@
 //     per layer: h = rmsnorm(x); q, k, v = h Wq^T, h Wk^T, h Wv^T; rotary at p on q, k;
 //                K[:, p], V[:, p] = k, v; per query head: softmax(scale q K[:, :p+1]^T) V[:, :p+1]
 //                x += o Wo^T; x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x)))
-//     logits = rmsnorm(x) Wlm^T
+//     logits = rmsnorm(x) Wlm^T, then cap * tanh(logits / cap) with model.final_logit_softcapping
 #pragma once
 
 #include <cstdint>

@@ -41,16 +41,22 @@ void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float 
   TC* logits = s.buf->logits.p<TC>();
   const bool head_grad = backward && s.params.info(s.lm_head).trainable;
   const int64_t chunk = std::min(N, s.cfg.loss_chunk_tokens);
+  const LogitSoftcap softcap{static_cast<float>(s.cfg.final_logit_softcapping)};
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t rows = std::min(chunk, N - n0);
-    // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16
+    // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16;
+    // then soft-capped in place (model.final_logit_softcapping): cap * tanh(l / cap) in fp32,
+    // rounded once on the store to the compute dtype. The kept copy and the loss see those.
     matmul_forward(s.space, logits, h.xf + n0 * C, s.w(s.lm_head), rows, C, V);
+    logit_softcap_forward(s.space, logits, rows * V, softcap);
     if (h.keep != nullptr) round_copy(s.space, h.keep + n0 * V, logits, rows * V, Rounding::fp32);
     if (loss == HeadLoss::none) continue;
     cross_entropy_forward_backward(s.space, h.losses + n0, logits, h.targets + n0, rows, V, scale,
-                                   backward ? LossPass::forward_backward : LossPass::forward);
+                                   backward ? LossPass::forward_backward : LossPass::forward,
+                                   softcap);
     if (!backward) continue;
-    // logits now hold dlogits (rows, V) in the compute dtype. dW (V, C) (+)= dlogits^T @ xf rows:
+    // logits now hold dlogits (rows, V) in the compute dtype (the gradient of the uncapped
+    // logits: the loss kernel applies the cap's chain rule). dW (V, C) (+)= dlogits^T @ xf rows:
     // fp32, the chunks summed in order, rounded once by accumulate() below.
     if (head_grad) {
       gemm(s.space, 'T', 'N', 1.0f, gin(logits, rows, V), gin(h.xf + n0 * C, rows, C),

@@ -3,7 +3,9 @@
 // logits is known as soon as its loss is, so one (chunk, V) logits buffer serves every chunk
 // (head GEMM, log-softmax and loss, dlogits in place, the head's weight gradient added in fp32,
 // the chunk's rows of dxf) and only the (N, C) gradient of the final hidden state is kept for
-// backward. (N, V) logits never exist. The main head and each MTP depth's use it.
+// backward. (N, V) logits never exist. The main head and each MTP depth's use it. With
+// model.final_logit_softcapping the logits are soft-capped (ops/kernels.hpp LogitSoftcap) before
+// the loss and the kept copy.
 #pragma once
 
 #include <cstdint>

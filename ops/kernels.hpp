@@ -197,14 +197,31 @@ void scaled_slice(const ExecSpace& space, TC* out, const TC* in, int64_t ld, int
 // What a loss kernel computes: the losses only, or also their gradient.
 enum class LossPass : uint8_t { forward, forward_backward };
 
+// Final-logit soft-capping (Gemma 2): z = cap * tanh(l / cap) bounds every logit to (-cap, cap).
+// cap <= 0: off.
+struct LogitSoftcap {
+  float cap = 0.0f;
+  bool on() const { return cap > 0.0f; }
+};
+
+// logits (n) in place: l -> TC(cap * tanh(l / cap)), computed in fp32 from the stored l and
+// rounded once, on the store, to the compute dtype (with bf16 compute the capped logits are
+// bf16, as the logits are). Nothing when the cap is off.
+template <class TC>
+void logit_softcap_forward(const ExecSpace& space, TC* logits, int64_t n, LogitSoftcap softcap);
+
 // Fused softmax + cross-entropy over logits (N, V). Rows with target < 0 are ignored.
 // losses (N) = logsumexp(logits) - logits[target] (fp32; 0 for ignored rows).
 // With LossPass::forward_backward, logits are overwritten in place with dlogits =
 // TC((softmax - onehot) * scale), the gradient of the mean loss when scale = 1 / count.
+// With a soft-cap on, the logits given are the capped z (logit_softcap_forward's output) and
+// what is written is the gradient of the uncapped l: dz = TC((softmax - onehot) * scale) (the
+// gradient of the compute-dtype tensor z, rounded to its dtype), then
+// dl = TC(dz * (1 - (z / cap)^2)), from z read just before it is overwritten.
 template <class TC>
 void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* logits,
                                     const int32_t* targets, int64_t N, int64_t V, float scale,
-                                    LossPass pass);
+                                    LossPass pass, LogitSoftcap softcap = {});
 
 // Sum of n fp32 values (deterministic reduction) returned to the host as double.
 double sum_to_host(const ExecSpace& space, const float* x, int64_t n);

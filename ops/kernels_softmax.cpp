@@ -13,11 +13,30 @@ using Member = TeamMember;
 }  // namespace
 
 template <class TC>
+void logit_softcap_forward(const ExecSpace& space, TC* logits, int64_t n, LogitSoftcap softcap) {
+  if (!softcap.on()) return;
+  const float cap = softcap.cap, inv_cap = 1.0f / softcap.cap;
+  Kokkos::parallel_for(
+      "logit_softcap", RangePolicy(space, 0, n), KOKKOS_LAMBDA(const int64_t i) {
+        // fp32 from the stored logit; the one rounding is store_as's, to the compute dtype
+        store_as(logits, i, cap * math::tanh(load_f32(logits, i) * inv_cap));
+      });
+}
+
+template void logit_softcap_forward<float>(const ExecSpace&, float*, int64_t, LogitSoftcap);
+template void logit_softcap_forward<bf16>(const ExecSpace&, bf16*, int64_t, LogitSoftcap);
+
+template <class TC>
 void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* logits,
                                     const int32_t* targets, int64_t N, int64_t V, float scale,
-                                    LossPass pass) {
+                                    LossPass pass, LogitSoftcap softcap) {
   constexpr Rounding rc = rounding_of<TC>();
   const bool backward = pass == LossPass::forward_backward;
+  // dl = dz * (1 - (z / cap)^2). With the cap off, t is masked to +0 (whatever z is, inf
+  // included), so the factor is exactly 1 and dl is dz bit for bit; a mask rather than a branch
+  // keeps the loop vectorizable (as rnd does).
+  const float inv_cap = softcap.on() ? 1.0f / softcap.cap : 0.0f;
+  const uint32_t cap_mask = softcap.on() ? ~0u : 0u;
   Kokkos::parallel_for(
       "cross_entropy", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -47,16 +66,20 @@ void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* l
         if (!backward) return;
         const float inv = 1.0f / sum;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V), [&](const int64_t v) {
-          const float p = math::exp(load_f32(row, v) - mx) * inv;
-          store_as(row, v, rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc));
+          const float z = load_f32(row, v);
+          const float p = math::exp(z - mx) * inv;
+          const float dz = rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc);
+          // tanh(l / cap), from the stored (rounded) z
+          const float t = bits_float(float_bits(z * inv_cap) & cap_mask);
+          store_as(row, v, rnd(dz * (1.0f - t * t), rc));
         });
       });
 }
 
 template void cross_entropy_forward_backward<float>(const ExecSpace&, float*, float*,
                                                     const int32_t*, int64_t, int64_t, float,
-                                                    LossPass);
+                                                    LossPass, LogitSoftcap);
 template void cross_entropy_forward_backward<bf16>(const ExecSpace&, float*, bf16*, const int32_t*,
-                                                   int64_t, int64_t, float, LossPass);
+                                                   int64_t, int64_t, float, LossPass, LogitSoftcap);
 
 }  // namespace kktrain

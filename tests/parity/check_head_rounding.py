@@ -12,6 +12,10 @@ is the embedding rows themselves, known exactly, and the head is all that runs:
   xf     = bf16(w_norm * x * rstd)                     rstd = 1/sqrt(mean(x^2) + eps)
   logits = bf16(xf @ bf16(W_head)^T)
   dlog   = bf16((softmax(logits) - onehot) * scale)    scale = fp32(1 / counted tokens)
+  with model.final_logit_softcapping = cap, between those two (ops/kernels.hpp LogitSoftcap):
+  z      = bf16(cap * tanh(logits / cap))              the loss reads z
+  dz     = bf16((softmax(z) - onehot) * scale)
+  dlog   = bf16(dz * (1 - (z / cap)^2))
   dW_head = bf16(dlog^T @ xf)                          the head's gradient, rounded once
   dxf    = bf16(dlog @ bf16(W_head))                   <- the rounding this test guards
   dw_norm = sum_n dxf * x * rstd                       fp32 in kktrain
@@ -74,10 +78,15 @@ def head_reference(d: tr.Dump, round_dxf: bool) -> dict:
     xf = bf16(wn * xhat)
     wc = bf16(wh)
     logits = bf16(xf @ wc.T)
+    cap = d.softcap
+    if cap is not None:
+        logits = bf16(cap * torch.tanh(logits / cap))  # z
     p = torch.softmax(logits, dim=-1)
     onehot = torch.zeros_like(p)
     onehot[counted.nonzero().squeeze(1), tgt[counted]] = 1.0
     dlog = bf16((p - onehot) * scale * counted.unsqueeze(1))
+    if cap is not None:  # the gradient of z, then through the cap
+        dlog = bf16(dlog * (1.0 - (logits / cap) ** 2))
     dxf = dlog @ wc
     if round_dxf:
         dxf = bf16(dxf)

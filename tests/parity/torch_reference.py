@@ -11,7 +11,8 @@ multi-token-prediction loss and every parameter gradient with autograd, in one o
                  RMSNorm statistics in fp32 and the result cast back to the input dtype before
                  the weight multiply; rotary cos/sin cast to the hidden-state dtype; attention
                  scores from a bf16 matmul, softmax in fp32 cast back to the query dtype;
-                 logits upcast to fp32 for the loss.
+                 logits upcast to fp32 for the loss (after Gemma 2's final-logit soft-capping
+                 cap * tanh(logits / cap), in the logits' dtype, when the dump sets a cap).
 
 Plain torch only (no transformers import). Usable as a library (`load_dump`, `reference`) or
 from the command line: `torch_reference.py FILE.h5 [--mode float64]` prints the losses.
@@ -81,6 +82,12 @@ class Dump:
     @property
     def E(self) -> int:  # experts of a sparse MLP (0: dense)
         return int(self.attrs.get("moe_num_experts", 0))
+
+    @property
+    def softcap(self) -> Optional[float]:
+        """model.final_logit_softcapping (None: off; kktrain writes the attribute only when on)."""
+        v = float(self.attrs.get("final_logit_softcapping", 0.0))
+        return v if v > 0 else None
 
     @property
     def compute_mtp(self) -> bool:
@@ -298,6 +305,9 @@ class Reference:
 
     def head_loss(self, h, norm_name, targets):
         logits = self.linear(self.norm(h, norm_name), "lm_head.weight")
+        cap = self.d.softcap
+        if cap is not None:  # Gemma2ForCausalLM: in the logits' dtype (bf16 under autocast)
+            logits = torch.tanh(logits / cap) * cap
         logits = logits.to(self.stat)  # HF: logits.float() before the loss
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                ignore_index=IGNORE, reduction="mean")

@@ -1,8 +1,9 @@
 // Generation with a KV cache (model/generate.hpp) against the training path's full forward:
 //  - greedy decoding picks, at every generated position, the argmax of the logits a full forward
 //    of the whole sequence computes (fp32 compute; fp32 and bf16 weights, tied and untied,
-//    grouped-query and multi-head attention, default and llama3 rotary), and the decoder's logits
-//    equal the full forward's to fp32 summation noise at every position of prompt and answer;
+//    grouped-query and multi-head attention, default and llama3 rotary, final-logit soft-capping
+//    on and off), and the decoder's logits equal the full forward's to fp32 summation noise at
+//    every position of prompt and answer;
 //  - sampling: top_k 1 is greedy, a seed fixes the draws, and draws follow softmax(l / T).
 #include <gtest/gtest.h>
 
@@ -25,6 +26,7 @@ struct Case {
   bool tied;
   int64_t kv_heads;
   bool llama3;
+  double softcap = 0.0;  // model.final_logit_softcapping (0: off)
 };
 
 ModelConfig model_of(const Case& c) {
@@ -39,6 +41,7 @@ ModelConfig model_of(const Case& c) {
   m.tie_word_embeddings = c.tied;
   m.init_std = 0.3;  // peaked logits: the argmax is decided by clear margins
   m.seed = 11;
+  m.final_logit_softcapping = c.softcap;
   if (c.llama3) {
     m.rope_scaling.rope_type = "llama3";
     m.rope_scaling.factor = 8.0;
@@ -118,6 +121,19 @@ TEST_P(GreedyMatchesFullForward, AtEveryPosition) {
   // and the answer is not one token repeated.
   EXPECT_GT(smallest_margin, 100 * worst_diff);
   EXPECT_GE(distinct, 3);
+  if (c.softcap > 0) {
+    // Both paths cap: every logit lies inside (-cap, cap), and the cap bites (the largest is
+    // within 20% of it, where the uncapped logits of init_std 0.3 lie well beyond).
+    double largest = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t v = 0; v < V; ++v) {
+        largest = std::max(largest, std::fabs(static_cast<double>(full[t * V + v])));
+        EXPECT_LE(std::fabs(step_logits[t][v]), c.softcap);
+      }
+    }
+    EXPECT_LE(largest, c.softcap);
+    EXPECT_GT(largest, 0.8 * c.softcap);
+  }
   RecordProperty("worst_relative_logit_diff", std::to_string(worst_diff));
   std::printf(
       "%s: worst logit difference %.2e of the largest, smallest argmax margin %.2e, "
@@ -130,7 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"fp32_untied_gqa", DType::float32, false, 2, false},
                       Case{"fp32_tied_mha_llama3", DType::float32, true, 4, true},
                       Case{"bf16_untied_mqa_llama3", DType::bfloat16, false, 1, true},
-                      Case{"bf16_tied_gqa", DType::bfloat16, true, 2, false}),
+                      Case{"bf16_tied_gqa", DType::bfloat16, true, 2, false},
+                      Case{"fp32_untied_gqa_softcap", DType::float32, false, 2, false, 1.5}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(Generate, CacheIsBoundedAndTokensChecked) {
