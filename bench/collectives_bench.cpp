@@ -473,10 +473,12 @@ int run(Communicator& comm, const Options& o, const std::string& threads) {
   head["target_ms"] = o.target_ms;
   if (comm.rank() == 0) {
     std::printf(
-        "collectives_bench: %d ranks; kktrain setting: %s; mpi setting: %s; cpu: %s; "
-        "threads: %s per rank; median of %d rounds\n",
+        "collectives_bench: %d ranks; kktrain setting: %s; mpi setting: %s; cpu: %s "
+        "(%d CPUs); threads: %s per rank; mpi_yield_when_idle: %s; median of %d "
+        "rounds\n",
         comm.size(), names.first.c_str(), names.second.c_str(),
-        head["cpu"].get<std::string>().c_str(), threads.c_str(), o.rounds);
+        head["cpu"].get<std::string>().c_str(), head["cpus"].get<int>(), threads.c_str(),
+        yield != nullptr ? yield : "unset", o.rounds);
     print_table_head();
   }
   std::vector<Row> rows;
