@@ -22,6 +22,7 @@
 // (tests/tools/mpi_collectives_check.cpp).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -45,6 +46,13 @@ using bench::median;
 using bench::now;
 
 namespace {
+
+const char* const kUsage =
+    "usage: mpirun -np W collectives_bench [--min-bytes 1KiB] [--max-bytes 256MiB] [--step 4]\n"
+    "         [--rounds 5] [--warmup 2] [--iters 0 (calibrated)] [--target-ms 100] [--threads 1]\n"
+    "         [--json FILE]\n"
+    "kktrain's collectives against MPI's, bytes per rank from --min-bytes to --max-bytes\n"
+    "(bench/README.md).\n";
 
 struct Options {
   std::size_t min_bytes = 1024;
@@ -89,22 +97,49 @@ bool is_reduce_scatter(Op op) {
          op == Op::reduce_scatter_nb;
 }
 
+// The number `text` spells in full (no sign, nothing after it but `rest`); throws
+// std::invalid_argument.
+double whole_number(const std::string& text, std::string* rest = nullptr) {
+  std::size_t used = 0;
+  double v = 0;
+  if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.')) {
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+  }
+  if (used == 0 || (rest == nullptr && used != text.size())) {
+    throw std::invalid_argument("not a number");
+  }
+  if (rest != nullptr) *rest = text.substr(used);
+  return v;
+}
+
 // "4096", "4K", "4KiB", "16M", "16MiB", "1G", "1GiB" -> bytes; throws std::invalid_argument.
 std::size_t parse_bytes(const std::string& text) {
-  std::size_t used = 0;
-  const unsigned long long n = std::stoull(text, &used);
-  const std::string unit = text.substr(used);
-  std::size_t scale = 1;
+  std::string unit;
+  const double n = whole_number(text, &unit);
+  double scale = 1;
   if (unit == "K" || unit == "k" || unit == "KiB") {
-    scale = std::size_t{1} << 10;
+    scale = 1024.0;
   } else if (unit == "M" || unit == "MiB") {
-    scale = std::size_t{1} << 20;
+    scale = 1024.0 * 1024.0;
   } else if (unit == "G" || unit == "GiB") {
-    scale = std::size_t{1} << 30;
+    scale = 1024.0 * 1024.0 * 1024.0;
   } else if (!unit.empty()) {
     throw std::invalid_argument("unknown unit '" + unit + "'");
   }
-  return static_cast<std::size_t>(n) * scale;
+  const double bytes = n * scale;
+  if (bytes != std::floor(bytes) || bytes > 1e15) throw std::invalid_argument("not a byte count");
+  return static_cast<std::size_t>(bytes);
+}
+
+// A whole count; throws std::invalid_argument.
+long parse_count(const std::string& text) {
+  const double v = whole_number(text);
+  if (v != std::floor(v) || v > 1e9) throw std::invalid_argument("not a count");
+  return static_cast<long>(v);
 }
 
 // The options of argv[1..], checked; throws std::invalid_argument naming the bad one.
@@ -120,22 +155,22 @@ Options parse_options(int argc, char** argv) {
       else if (k == "--max-bytes")
         o.max_bytes = parse_bytes(v);
       else if (k == "--step")
-        o.step = parse_bytes(v);
+        o.step = static_cast<std::size_t>(parse_count(v));
       else if (k == "--rounds")
-        o.rounds = std::stoi(v);
+        o.rounds = static_cast<int>(parse_count(v));
       else if (k == "--warmup")
-        o.warmup = std::stoi(v);
+        o.warmup = static_cast<int>(parse_count(v));
       else if (k == "--iters")
-        o.iters = std::stol(v);
+        o.iters = parse_count(v);
       else if (k == "--target-ms")
-        o.target_ms = std::stod(v);
+        o.target_ms = whole_number(v);
       else if (k == "--threads")
-        o.threads = std::stoi(v);
+        o.threads = static_cast<int>(parse_count(v));
       else if (k == "--json")
         o.json = v;
       else
         throw std::invalid_argument("unknown option");
-    } catch (const std::logic_error& e) {
+    } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(k + " " + v + ": " + e.what());
     }
   }
@@ -309,6 +344,7 @@ struct Row {
   std::size_t bytes = 0;  // per rank
   double volume = 0;      // ring payload bytes sent per rank per call
   double kktrain_s = 0, mpi_s = 0;
+  double kktrain_best_s = 0, mpi_best_s = 0;  // the fastest round's (JSON only)
   long kktrain_iters = 0, mpi_iters = 0;
   double allgather_gbps = 0;  // MPI_Allgather's at this size (reduce-scatter rows)
 };
@@ -348,6 +384,8 @@ Row measure(Communicator& comm, Op op, Buffers& buf, const Options& o) {
   for (std::size_t s = 0; s < impls.size(); ++s) {
     const bool kk = impls[s] == CollectiveImpl::kktrain;
     (kk ? row.kktrain_s : row.mpi_s) = median(times[s]);
+    (kk ? row.kktrain_best_s : row.mpi_best_s) =
+        *std::min_element(times[s].begin(), times[s].end());
     (kk ? row.kktrain_iters : row.mpi_iters) = iters[s];
   }
   return row;
@@ -403,6 +441,8 @@ Json row_json(const Row& r) {
   j["ring_bytes_sent"] = r.volume;
   j["kktrain_s"] = json_num(r.kktrain_s);
   j["mpi_s"] = json_num(r.mpi_s);
+  j["kktrain_best_s"] = json_num(r.kktrain_best_s);
+  j["mpi_best_s"] = json_num(r.mpi_best_s);
   j["kktrain_iters"] = json_num(static_cast<double>(r.kktrain_iters));
   j["mpi_iters"] = json_num(static_cast<double>(r.mpi_iters));
   j["kktrain_gbps"] = json_num(kk);
@@ -504,6 +544,10 @@ int main(int argc, char** argv) {
   // As kktrain does: ranks that outnumber the cores wait by yielding (parallel/threads.hpp).
   restart_to_yield_if_oversubscribed(argv);
   MpiRuntime mpi(&argc, &argv);
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    if (mpi.rank() == 0) std::printf("%s", kUsage);
+    return 0;
+  }
   Options o;
   try {
     o = parse_options(argc, argv);
