@@ -9,10 +9,11 @@
 // Operations, per size b (bytes per rank): all-gather (b sent, W b received; always MPI's),
 // reduce-scatter fp32 and bf16 (W b sent, b received), all-reduce fp32 (b in place), and the
 // non-blocking fp32 reduce-scatter (set_nonblocking(true): reduce_scatter_start +
-// wait_collective). Each measurement is a batch of calls after a barrier, timed to the end of the
-// slowest rank's batch; iterations are calibrated so a batch lasts about --target-ms (or --iters
-// each). The two settings alternate in --rounds rounds (which goes first alternates too); a row
-// gives the median over rounds of the time per call. Bandwidth counts the payload bytes a ring
+// wait_collective). Each measurement is a batch of calls after a barrier, each call timed alone;
+// calls per batch are calibrated so a batch lasts about --target-ms (or --iters each). The two
+// settings alternate in --rounds rounds (which goes first alternates too); a row gives the median
+// over rounds of the slowest rank's median time per call (--json adds the mean per call, from
+// each batch's total, and the fastest round). Bandwidth counts the payload bytes a ring
 // algorithm sends per rank, as parallel/communicator.hpp's stats do: (W - 1) b for all-gather and
 // reduce-scatter, 2 (W - 1) / W b for all-reduce.
 //
@@ -22,7 +23,6 @@
 // (tests/tools/mpi_collectives_check.cpp).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -54,6 +54,8 @@ const char* const kUsage =
     "kktrain's collectives against MPI's, bytes per rank from --min-bytes to --max-bytes\n"
     "(bench/README.md).\n";
 
+constexpr long kMaxIters = 1L << 20;  // calls per batch at most
+
 struct Options {
   std::size_t min_bytes = 1024;
   std::size_t max_bytes = std::size_t{256} << 20;
@@ -77,69 +79,14 @@ const Op kOps[] = {Op::allgather, Op::reduce_scatter_f32, Op::reduce_scatter_bf1
                    Op::allreduce_f32, Op::reduce_scatter_nb};
 
 const char* op_name(Op op) {
-  switch (op) {
-    case Op::allgather:
-      return "allgather";
-    case Op::reduce_scatter_f32:
-      return "reduce_scatter_f32";
-    case Op::reduce_scatter_bf16:
-      return "reduce_scatter_bf16";
-    case Op::allreduce_f32:
-      return "allreduce_f32";
-    case Op::reduce_scatter_nb:
-      return "reduce_scatter_start_f32";
-  }
-  return "?";
+  static const char* const names[] = {"allgather", "reduce_scatter_f32", "reduce_scatter_bf16",
+                                      "allreduce_f32", "reduce_scatter_start_f32"};
+  return names[static_cast<int>(op)];
 }
 
 bool is_reduce_scatter(Op op) {
   return op == Op::reduce_scatter_f32 || op == Op::reduce_scatter_bf16 ||
          op == Op::reduce_scatter_nb;
-}
-
-// The number `text` spells in full (no sign, nothing after it but `rest`); throws
-// std::invalid_argument.
-double whole_number(const std::string& text, std::string* rest = nullptr) {
-  std::size_t used = 0;
-  double v = 0;
-  if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.')) {
-    try {
-      v = std::stod(text, &used);
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-  }
-  if (used == 0 || (rest == nullptr && used != text.size())) {
-    throw std::invalid_argument("not a number");
-  }
-  if (rest != nullptr) *rest = text.substr(used);
-  return v;
-}
-
-// "4096", "4K", "4KiB", "16M", "16MiB", "1G", "1GiB" -> bytes; throws std::invalid_argument.
-std::size_t parse_bytes(const std::string& text) {
-  std::string unit;
-  const double n = whole_number(text, &unit);
-  double scale = 1;
-  if (unit == "K" || unit == "k" || unit == "KiB") {
-    scale = 1024.0;
-  } else if (unit == "M" || unit == "MiB") {
-    scale = 1024.0 * 1024.0;
-  } else if (unit == "G" || unit == "GiB") {
-    scale = 1024.0 * 1024.0 * 1024.0;
-  } else if (!unit.empty()) {
-    throw std::invalid_argument("unknown unit '" + unit + "'");
-  }
-  const double bytes = n * scale;
-  if (bytes != std::floor(bytes) || bytes > 1e15) throw std::invalid_argument("not a byte count");
-  return static_cast<std::size_t>(bytes);
-}
-
-// A whole count; throws std::invalid_argument.
-long parse_count(const std::string& text) {
-  const double v = whole_number(text);
-  if (v != std::floor(v) || v > 1e9) throw std::invalid_argument("not a count");
-  return static_cast<long>(v);
 }
 
 // The options of argv[1..], checked; throws std::invalid_argument naming the bad one.
@@ -151,21 +98,21 @@ Options parse_options(int argc, char** argv) {
     const std::string v = argv[i + 1];
     try {
       if (k == "--min-bytes")
-        o.min_bytes = parse_bytes(v);
+        o.min_bytes = bench::parse_bytes(v);
       else if (k == "--max-bytes")
-        o.max_bytes = parse_bytes(v);
+        o.max_bytes = bench::parse_bytes(v);
       else if (k == "--step")
-        o.step = static_cast<std::size_t>(parse_count(v));
+        o.step = static_cast<std::size_t>(bench::parse_count(v));
       else if (k == "--rounds")
-        o.rounds = static_cast<int>(parse_count(v));
+        o.rounds = static_cast<int>(bench::parse_count(v));
       else if (k == "--warmup")
-        o.warmup = static_cast<int>(parse_count(v));
+        o.warmup = static_cast<int>(bench::parse_count(v));
       else if (k == "--iters")
-        o.iters = parse_count(v);
+        o.iters = bench::parse_count(v);
       else if (k == "--target-ms")
-        o.target_ms = whole_number(v);
+        o.target_ms = bench::whole_number(v);
       else if (k == "--threads")
-        o.threads = static_cast<int>(parse_count(v));
+        o.threads = static_cast<int>(bench::parse_count(v));
       else if (k == "--json")
         o.json = v;
       else
@@ -177,10 +124,10 @@ Options parse_options(int argc, char** argv) {
   if (o.min_bytes < 4 || o.min_bytes % 4 != 0 || o.max_bytes < o.min_bytes) {
     throw std::invalid_argument("sizes: --min-bytes a multiple of 4, --max-bytes >= --min-bytes");
   }
-  if (o.step < 2 || o.rounds < 1 || o.warmup < 0 || o.iters < 0 || !(o.target_ms > 0.0) ||
-      o.threads < 1) {
+  if (o.step < 2 || o.rounds < 1 || o.warmup < 0 || o.iters < 0 || o.iters > kMaxIters ||
+      !(o.target_ms > 0.0) || o.threads < 1) {
     throw std::invalid_argument(
-        "--step >= 2, --rounds >= 1, --warmup >= 0, --iters >= 0, "
+        "--step >= 2, --rounds >= 1, --warmup >= 0, --iters 0 to 1048576, "
         "--target-ms > 0, --threads >= 1");
   }
   return o;
@@ -266,29 +213,42 @@ void call_once(Communicator& comm, Op op, Buffers& buf) {
   }
 }
 
-// Seconds per call of a batch of `iters` calls started after a barrier: the slowest rank's.
-double time_batch(Communicator& comm, Op op, Buffers& buf, long iters) {
+// A batch of calls: the median and the mean seconds per call, each the slowest rank's.
+struct Batch {
+  double median_s = 0, mean_s = 0;
+};
+
+// `iters` calls started after a barrier, each timed alone (a call that another process delayed
+// moves the mean, hardly the median).
+Batch time_batch(Communicator& comm, Op op, Buffers& buf, long iters) {
+  std::vector<double> calls(static_cast<std::size_t>(iters));
   comm.barrier();
   const double t0 = now();
-  for (long i = 0; i < iters; ++i) call_once(comm, op, buf);
-  Kokkos::fence();
-  return comm.allreduce_max_host((now() - t0) / static_cast<double>(iters));
+  for (double& c : calls) {
+    const double start = now();
+    call_once(comm, op, buf);
+    Kokkos::fence();
+    c = now() - start;
+  }
+  std::vector<double> sums, maxes{median(calls), (now() - t0) / static_cast<double>(iters)};
+  comm.allreduce_host(sums, maxes);
+  return Batch{maxes[0], maxes[1]};
 }
 
-// Calls per measurement under the setting applied: `fixed` when given, otherwise enough for a
-// batch of about target_ms (batches of 1, 8, 64, ... calls until one lasts 20 ms). The same on
-// every rank (the times are the slowest rank's).
+// Calls per measurement under the setting applied, after o.warmup calls: o.iters when given,
+// otherwise enough for a batch of about o.target_ms (batches of 1, 8, 64, ... calls until one
+// lasts 20 ms). The same on every rank (the times are the slowest rank's).
 long calibrate(Communicator& comm, Op op, Buffers& buf, const Options& o) {
   for (int i = 0; i < o.warmup; ++i) call_once(comm, op, buf);
   if (o.iters > 0) return o.iters;
   long n = 1;
-  double t = time_batch(comm, op, buf, n);
-  while (t * static_cast<double>(n) < 0.02 && n < (1L << 20)) {
+  double t = time_batch(comm, op, buf, n).mean_s;
+  while (t * static_cast<double>(n) < 0.02 && n < kMaxIters) {
     n *= 8;
-    t = time_batch(comm, op, buf, n);
+    t = time_batch(comm, op, buf, n).mean_s;
   }
   const double want = o.target_ms * 1e-3 / std::max(t, 1e-9);
-  return std::max(1L, std::min(1L << 24, std::lround(want)));
+  return std::max(1L, std::min(kMaxIters, std::lround(want)));
 }
 
 // The element this rank must hold after `op` at index i of its result (float32 results: n = b / 4
@@ -338,14 +298,19 @@ bool spot_check(Communicator& comm, Op op, CollectiveImpl impl, Buffers& buf) {
   return comm.all_agree(bad.empty());
 }
 
-// One row of the table; times are the median seconds per call (0: not measured).
+// One setting's times at one size: medians over the rounds of each batch's median and mean time
+// per call, and the fastest batch median.
+struct Timing {
+  double median_s = 0, mean_s = 0, best_s = 0;  // 0: not measured
+  long iters = 0;                               // calls per batch
+};
+
+// One row of the table.
 struct Row {
   Op op = Op::allgather;
   std::size_t bytes = 0;  // per rank
   double volume = 0;      // ring payload bytes sent per rank per call
-  double kktrain_s = 0, mpi_s = 0;
-  double kktrain_best_s = 0, mpi_best_s = 0;  // the fastest round's (JSON only)
-  long kktrain_iters = 0, mpi_iters = 0;
+  Timing kktrain, mpi;
   double allgather_gbps = 0;  // MPI_Allgather's at this size (reduce-scatter rows)
 };
 
@@ -358,8 +323,19 @@ double ring_volume(Op op, std::size_t b, int w) {
   return op == Op::allreduce_f32 ? 2.0 * (w - 1) / w * bytes : (w - 1) * bytes;
 }
 
+// The Timing of batches measured in rounds.
+Timing summarize(const std::vector<Batch>& batches, long iters) {
+  std::vector<double> medians, means;
+  for (const Batch& b : batches) {
+    medians.push_back(b.median_s);
+    means.push_back(b.mean_s);
+  }
+  return Timing{median(medians), median(means), *std::min_element(medians.begin(), medians.end()),
+                iters};
+}
+
 // Measures `op` at buf's size: calibration per setting, then the settings alternating in rounds
-// (all-gather: MPI's only).
+// (which goes first alternates too; all-gather: MPI's only).
 Row measure(Communicator& comm, Op op, Buffers& buf, const Options& o) {
   Row row;
   row.op = op;
@@ -373,20 +349,16 @@ Row measure(Communicator& comm, Op op, Buffers& buf, const Options& o) {
     apply(comm, op, impl);
     iters.push_back(calibrate(comm, op, buf, o));
   }
-  std::vector<std::vector<double>> times(impls.size());
+  std::vector<std::vector<Batch>> batches(impls.size());
   for (int r = 0; r < o.rounds; ++r) {
     for (std::size_t k = 0; k < impls.size(); ++k) {
       const std::size_t s = r % 2 == 0 ? k : impls.size() - 1 - k;
       apply(comm, op, impls[s]);
-      times[s].push_back(time_batch(comm, op, buf, iters[s]));
+      batches[s].push_back(time_batch(comm, op, buf, iters[s]));
     }
   }
   for (std::size_t s = 0; s < impls.size(); ++s) {
-    const bool kk = impls[s] == CollectiveImpl::kktrain;
-    (kk ? row.kktrain_s : row.mpi_s) = median(times[s]);
-    (kk ? row.kktrain_best_s : row.mpi_best_s) =
-        *std::min_element(times[s].begin(), times[s].end());
-    (kk ? row.kktrain_iters : row.mpi_iters) = iters[s];
+    (impls[s] == CollectiveImpl::kktrain ? row.kktrain : row.mpi) = summarize(batches[s], iters[s]);
   }
   return row;
 }
@@ -409,19 +381,17 @@ std::string num(double v, int digits) {
 void print_table_head() {
   std::printf("| %-24s | %10s | %10s | %10s | %8s | %8s | %7s | %7s | %7s |\n", "op", "bytes/rank",
               "kktrain ms", "mpi ms", "kk GB/s", "mpi GB/s", "kk/mpi", "kk/ag", "mpi/ag");
-  std::printf("|%s|%s:|%s:|%s:|%s:|%s:|%s:|%s:|%s:|\n", std::string(26, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(11, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(9, '-').c_str(), std::string(8, '-').c_str(), std::string(8, '-').c_str(),
-              std::string(8, '-').c_str());
+  std::printf(
+      "|--------------------------|-----------:|-----------:|-----------:|---------:|"
+      "---------:|--------:|--------:|--------:|\n");
 }
 
 void print_row(const Row& r) {
-  const double kk = gbps(r.volume, r.kktrain_s), mpi = gbps(r.volume, r.mpi_s);
+  const double kk = gbps(r.volume, r.kktrain.median_s), mpi = gbps(r.volume, r.mpi.median_s);
   const double ag = r.allgather_gbps;
   std::printf("| %-24s | %10s | %10s | %10s | %8s | %8s | %7s | %7s | %7s |\n", op_name(r.op),
-              size_text(r.bytes).c_str(), num(r.kktrain_s * 1e3, 4).c_str(),
-              num(r.mpi_s * 1e3, 4).c_str(), num(kk, 3).c_str(), num(mpi, 3).c_str(),
+              size_text(r.bytes).c_str(), num(r.kktrain.median_s * 1e3, 4).c_str(),
+              num(r.mpi.median_s * 1e3, 4).c_str(), num(kk, 3).c_str(), num(mpi, 3).c_str(),
               num(mpi > 0 ? kk / mpi : 0, 2).c_str(), num(ag > 0 ? kk / ag : 0, 2).c_str(),
               num(ag > 0 ? mpi / ag : 0, 2).c_str());
   std::fflush(stdout);
@@ -432,24 +402,32 @@ Json json_num(double v) {
   return v > 0 ? Json(v) : Json(nullptr);
 }
 
+Json timing_json(const Timing& t) {
+  Json j;
+  j["median_s"] = json_num(t.median_s);
+  j["mean_s"] = json_num(t.mean_s);
+  j["best_s"] = json_num(t.best_s);
+  j["iters"] = json_num(static_cast<double>(t.iters));
+  return j;
+}
+
+// A row: the table's columns (times: the medians of per-call medians) and each setting's Timing.
 Json row_json(const Row& r) {
-  const double kk = gbps(r.volume, r.kktrain_s), mpi = gbps(r.volume, r.mpi_s);
+  const double kk = gbps(r.volume, r.kktrain.median_s), mpi = gbps(r.volume, r.mpi.median_s);
   const double ag = r.allgather_gbps;
   Json j;
   j["op"] = op_name(r.op);
   j["bytes_per_rank"] = r.bytes;
   j["ring_bytes_sent"] = r.volume;
-  j["kktrain_s"] = json_num(r.kktrain_s);
-  j["mpi_s"] = json_num(r.mpi_s);
-  j["kktrain_best_s"] = json_num(r.kktrain_best_s);
-  j["mpi_best_s"] = json_num(r.mpi_best_s);
-  j["kktrain_iters"] = json_num(static_cast<double>(r.kktrain_iters));
-  j["mpi_iters"] = json_num(static_cast<double>(r.mpi_iters));
+  j["kktrain_s"] = json_num(r.kktrain.median_s);
+  j["mpi_s"] = json_num(r.mpi.median_s);
   j["kktrain_gbps"] = json_num(kk);
   j["mpi_gbps"] = json_num(mpi);
   j["kktrain_over_mpi"] = json_num(mpi > 0 ? kk / mpi : 0);
   j["kktrain_over_allgather"] = json_num(ag > 0 ? kk / ag : 0);
   j["mpi_over_allgather"] = json_num(ag > 0 ? mpi / ag : 0);
+  j["kktrain"] = timing_json(r.kktrain);
+  j["mpi"] = timing_json(r.mpi);
   return j;
 }
 
@@ -484,7 +462,7 @@ bool run_sizes(Communicator& comm, const Options& o, std::vector<Row>& rows) {
     double allgather_gbps = 0;
     for (Op op : kOps) {
       Row row = measure(comm, op, buf, o);
-      if (op == Op::allgather) allgather_gbps = gbps(row.volume, row.mpi_s);
+      if (op == Op::allgather) allgather_gbps = gbps(row.volume, row.mpi.median_s);
       if (is_reduce_scatter(op)) row.allgather_gbps = allgather_gbps;
       if (comm.rank() == 0) print_row(row);
       rows.push_back(row);
@@ -498,38 +476,54 @@ bool run_sizes(Communicator& comm, const Options& o, std::vector<Row>& rows) {
   return true;
 }
 
-int run(Communicator& comm, const Options& o, const std::string& threads) {
+// The run's header: ranks, what runs the collectives under each setting, CPU, threads.
+Json header_json(Communicator& comm, const Options& o, const std::string& threads) {
   const auto names = summaries(comm);
+  const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
   Json head;
   head["ranks"] = comm.size();
   head["collectives_kktrain"] = names.first;
   head["collectives_mpi"] = names.second;
   head["cpu"] = cpu_model();
   head["cpus"] = static_cast<int>(std::thread::hardware_concurrency());
-  const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
-  head["mpi_yield_when_idle"] = yield != nullptr ? yield : "";
+  head["mpi_yield_when_idle"] = yield != nullptr ? yield : "unset";
   head["threads"] = threads;
   head["rounds"] = o.rounds;
   head["target_ms"] = o.target_ms;
-  if (comm.rank() == 0) {
-    std::printf(
-        "collectives_bench: %d ranks; kktrain setting: %s; mpi setting: %s; cpu: %s "
-        "(%d CPUs); threads: %s per rank; mpi_yield_when_idle: %s; median of %d "
-        "rounds\n",
-        comm.size(), names.first.c_str(), names.second.c_str(),
-        head["cpu"].get<std::string>().c_str(), head["cpus"].get<int>(), threads.c_str(),
-        yield != nullptr ? yield : "unset", o.rounds);
-    print_table_head();
+  return head;
+}
+
+void print_header(const Json& h) {
+  const auto text = [&](const char* key) { return h[key].get<std::string>(); };
+  std::printf(
+      "collectives_bench: %d ranks; kktrain setting: %s; mpi setting: %s; cpu: %s (%d CPUs); "
+      "threads: %s per rank; mpi_yield_when_idle: %s; median of %d rounds\n",
+      h["ranks"].get<int>(), text("collectives_kktrain").c_str(), text("collectives_mpi").c_str(),
+      text("cpu").c_str(), h["cpus"].get<int>(), text("threads").c_str(),
+      text("mpi_yield_when_idle").c_str(), h["rounds"].get<int>());
+  print_table_head();
+}
+
+// Rank 0 prints the header and the rows and writes --json (opened first, so that a path it
+// cannot write ends the run before the measurements). 0, or 1 on wrong results or a failed write.
+int run(Communicator& comm, const Options& o, const std::string& threads) {
+  Json head = header_json(comm, o, threads);
+  std::ofstream out;
+  if (comm.rank() == 0 && !o.json.empty()) out.open(o.json);
+  if (!comm.all_agree(o.json.empty() || comm.rank() != 0 || out.is_open())) {
+    if (comm.rank() == 0)
+      std::fprintf(stderr, "collectives_bench: error: cannot write %s\n", o.json.c_str());
+    return 1;
   }
+  if (comm.rank() == 0) print_header(head);
   std::vector<Row> rows;
   if (!run_sizes(comm, o, rows)) {
     if (comm.rank() == 0) std::fprintf(stderr, "collectives_bench: error: wrong results\n");
     return 1;
   }
-  if (comm.rank() != 0 || o.json.empty()) return 0;
+  if (!out.is_open()) return 0;
   head["rows"] = Json::array();
   for (const Row& r : rows) head["rows"].push_back(row_json(r));
-  std::ofstream out(o.json);
   out << json_text(head) << "\n";
   if (!out.flush()) {
     std::fprintf(stderr, "collectives_bench: error: cannot write %s\n", o.json.c_str());
