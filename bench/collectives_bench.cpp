@@ -237,9 +237,11 @@ Batch time_batch(Communicator& comm, Op op, Buffers& buf, long iters) {
 
 // Calls per measurement under the setting applied, after o.warmup calls: o.iters when given,
 // otherwise enough for a batch of about o.target_ms (batches of 1, 8, 64, ... calls until one
-// lasts 20 ms). The same on every rank (the times are the slowest rank's).
+// lasts 20 ms; the first batch is the last warm-up call). The same on every rank (the times are
+// the slowest rank's).
 long calibrate(Communicator& comm, Op op, Buffers& buf, const Options& o) {
-  for (int i = 0; i < o.warmup; ++i) call_once(comm, op, buf);
+  const int untimed = o.iters > 0 ? o.warmup : o.warmup - 1;
+  for (int i = 0; i < untimed; ++i) call_once(comm, op, buf);
   if (o.iters > 0) return o.iters;
   long n = 1;
   double t = time_batch(comm, op, buf, n).mean_s;
