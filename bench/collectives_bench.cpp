@@ -246,7 +246,7 @@ long calibrate(Communicator& comm, Op op, Buffers& buf, const Options& o) {
   long n = 1;
   double t = time_batch(comm, op, buf, n).mean_s;
   while (t * static_cast<double>(n) < 0.02 && n < kMaxIters) {
-    n *= 8;
+    n = std::min(n * 8, kMaxIters);
     t = time_batch(comm, op, buf, n).mean_s;
   }
   const double want = o.target_ms * 1e-3 / std::max(t, 1e-9);
