@@ -4,6 +4,7 @@
 //
 //   mpirun -np 2 build/bench/collectives_bench [--min-bytes 1KiB] [--max-bytes 256MiB]
 //          [--step 4] [--rounds 5] [--warmup 2] [--iters 0] [--target-ms 100] [--threads 1]
+//          [--ring-chunk-bytes 256KiB]
 //          [--json FILE]
 //
 // Operations, per size b (bytes per rank): all-gather (b sent, W b received; always MPI's),
@@ -50,6 +51,7 @@ namespace {
 const char* const kUsage =
     "usage: mpirun -np W collectives_bench [--min-bytes 1KiB] [--max-bytes 256MiB] [--step 4]\n"
     "         [--rounds 5] [--warmup 2] [--iters 0 (calibrated)] [--target-ms 100] [--threads 1]\n"
+    "         [--ring-chunk-bytes 256KiB]\n"
     "         [--json FILE]\n"
     "kktrain's collectives against MPI's, bytes per rank from --min-bytes to --max-bytes\n"
     "(bench/README.md).\n";
@@ -65,6 +67,7 @@ struct Options {
   long iters = 0;  // calls per measurement; 0: calibrated to target_ms
   double target_ms = 100.0;
   int threads = 1;  // Kokkos host threads (OpenMP builds)
+  std::size_t ring_chunk_bytes = MpiLimits().ring_chunk_bytes;  // kktrain's message size
   std::string json;
 };
 
@@ -113,6 +116,8 @@ Options parse_options(int argc, char** argv) {
         o.target_ms = bench::whole_number(v);
       else if (k == "--threads")
         o.threads = static_cast<int>(bench::parse_count(v));
+      else if (k == "--ring-chunk-bytes")
+        o.ring_chunk_bytes = bench::parse_bytes(v);
       else if (k == "--json")
         o.json = v;
       else
@@ -558,7 +563,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   KokkosSession kokkos(argv[0], o.threads);
-  auto comm = mpi.make_communicator();
+  MpiLimits limits;
+  limits.ring_chunk_bytes = o.ring_chunk_bytes;
+  auto comm = mpi.make_communicator(limits);
   try {
     return run(*comm, o, kokkos.describe());
   } catch (const std::exception& e) {

@@ -194,7 +194,7 @@ struct MpiLimits {
   std::size_t max_count = 0x7fffffff;
   // Bytes per message of kktrain's ring reductions (parallel/ring_collectives.hpp): a chunk is
   // summed while it is in cache. Tests lower it so that small reductions run in many chunks.
-  std::size_t ring_chunk_bytes = 256 << 10;
+  std::size_t ring_chunk_bytes = std::size_t{1} << 20;
 };
 
 // True when this process was started by an MPI launcher (mpirun/srun/mpiexec).

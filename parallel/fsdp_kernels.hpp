@@ -34,7 +34,9 @@ void pack_shards_kernel(const ExecSpace& space, char* block, const S* storage,
 }
 
 // Unpack: out + dst bytes (rows * row_len) O = the rank-major blocks of recv (block_bytes apart,
-// the parameter's shard at byte src in each).
+// the parameter's shard at byte src in each). Rank r's shard is the full tensor's elements
+// [r * per_rank, (r + 1) * per_rank) (per_rank = shard_rows * row_len, whole rows), so a range of
+// elements is one contiguous copy per rank it spans: one division per rank, not per element.
 template <class W, class O>
 void unpack_weights_kernel(const ExecSpace& space, char* out, const char* recv,
                            std::size_t block_bytes, const TensorTable<FsdpTensor>& t) {
@@ -44,11 +46,13 @@ void unpack_weights_kernel(const ExecSpace& space, char* out, const char* recv,
       KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
         const FsdpTensor f = e(k);
         O* full = reinterpret_cast<O*>(out + f.dst);
-        for (int64_t i = lo; i < hi; ++i) {
-          const int64_t row = i / f.row_len, col = i - row * f.row_len;
-          const int64_t r = row / f.shard_rows, lr = row - r * f.shard_rows;
+        const int64_t per_rank = f.shard_rows * f.row_len;
+        for (int64_t r = lo / per_rank, a = lo; a < hi; ++r) {
+          const int64_t b = (r + 1) * per_rank < hi ? (r + 1) * per_rank : hi;
           const W* src = reinterpret_cast<const W*>(recv + r * block_bytes + f.src);
-          store_as(full, i, load_f32(src, lr * f.row_len + col));
+          const int64_t base = r * per_rank;
+          for (int64_t i = a; i < b; ++i) store_as(full, i, load_f32(src, i - base));
+          a = b;
         }
       });
 }
@@ -98,7 +102,10 @@ void accumulate_kernel(const ExecSpace& space, const float* grads, bool first,
 }
 
 // Reduce-scatter pack: send holds W blocks of red_count R; the parameter's rows of rank r go to
-// block r at element dst, padded rows are zero. Values: rnd(grads at src) [+ acc] in R.
+// block r at element dst, padded rows are zero. Values: rnd(grads at src) [+ acc] in R. Element i
+// of the padded (W * per_rank) range is element i of the full tensor (rank r's rows are rows
+// r * shard_rows.. in order), real while i < rows * row_len; it goes to block r = i / per_rank at
+// i - r * per_rank: one division per rank a range spans.
 template <class R>
 void reduce_pack_kernel(const ExecSpace& space, R* send, const float* grads, int64_t red_count,
                         bool with_acc, const TensorTable<FsdpTensor>& t) {
@@ -107,19 +114,22 @@ void reduce_pack_kernel(const ExecSpace& space, R* send, const float* grads, int
       space, "fsdp_reduce_pack", t.blocks,
       KOKKOS_LAMBDA(const int64_t k, const int64_t lo, const int64_t hi) {
         const FsdpTensor f = e(k);
-        const int64_t per_rank = f.shard_rows * f.row_len;
+        const int64_t per_rank = f.shard_rows * f.row_len, real = f.rows * f.row_len;
         const float* g = grads + f.src;
         const R* acc = static_cast<const R*>(f.acc);
         const bool round = f.round != 0;
-        for (int64_t i = lo; i < hi; ++i) {
-          const int64_t r = i / per_rank, j = i - r * per_rank;
-          const int64_t full = r * per_rank + j;  // rank r's rows are rows r*shard_rows.. in order
-          float v = 0.0f;
-          if (full / f.row_len < f.rows) {
-            v = compute_grad(g[full], round);
-            if (with_acc) v += load_f32(acc, full);
+        for (int64_t r = lo / per_rank, a = lo; a < hi; ++r) {
+          const int64_t b = (r + 1) * per_rank < hi ? (r + 1) * per_rank : hi;
+          const int64_t at = r * red_count + f.dst - r * per_rank;  // send[at + i]: element i
+          const int64_t c = b < real ? b : (a > real ? a : real);   // [a, c) real, [c, b) padding
+          if (with_acc) {
+            for (int64_t i = a; i < c; ++i)
+              store_as(send, at + i, compute_grad(g[i], round) + load_f32(acc, i));
+          } else {
+            for (int64_t i = a; i < c; ++i) store_as(send, at + i, compute_grad(g[i], round));
           }
-          store_as(send, r * red_count + f.dst + j, v);
+          for (int64_t i = c; i < b; ++i) store_as(send, at + i, 0.0f);
+          a = b;
         }
       });
 }
