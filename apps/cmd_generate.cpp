@@ -66,14 +66,15 @@ std::vector<int32_t> prompt_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
-// Kokkos reports a failed allocation as a runtime_error of several lines ("Kokkos failed to
-// allocate memory for label ... Allocation of size 29.8 G failed ...\n\nTraceback ..."): one
+// Kokkos reports a failed allocation as a runtime_error of several lines (Kokkos 3.4: "Kokkos
+// failed to allocate memory for label ... Allocation of size 29.8 G failed ...\n\nTraceback ...";
+// Kokkos 4.x: "Kokkos ERROR: Host memory space failed to allocate 1024 MiB (label=...)."): one
 // line saying what could not be allocated, exit 1. Anything else returns.
 void throw_if_allocation_failure(const std::runtime_error& e, int64_t positions) {
   if (dynamic_cast<const Error*>(&e)) return;
   std::string what = e.what();
-  if (what.rfind("Kokkos failed to allocate", 0) != 0) return;
   what = what.substr(0, what.find('\n'));
+  if (what.rfind("Kokkos", 0) != 0 || what.find("failed to allocate") == std::string::npos) return;
   while (!what.empty() && what.back() == ' ') what.pop_back();
   throw RuntimeFailure("generate: out of memory for a model and KV cache of " +
                        std::to_string(positions) + " positions: " + what +

@@ -20,6 +20,7 @@ several it is (bf16 by default), so the default precision is compared by trainin
 
 import json
 import math
+import re
 import os
 import shutil
 import signal
@@ -142,10 +143,19 @@ def rel(a, b):
     return abs(a - b) / abs(b)
 
 
-def max_rel(runs, ref, keys, rows):
+def kokkos_threads(err):
+    """The Kokkos backend and thread count of the run's threads line ("OpenMP 2", "Serial")."""
+    line = next((ln for ln in err.splitlines() if ln.startswith(tt.THREADS_LINE)), "")
+    m = re.search(r"Kokkos (\w+)(?: (\d+))?", line)
+    return " ".join(g for g in m.groups() if g) if m else ""
+
+
+def max_rel(runs, ref, keys, rows, ref_run=None):
+    """The largest relative difference of `keys` over rows, each run against runs[ref] (or
+    ref_run)."""
     worst, where = 0.0, "nothing compared"
     for name, r in runs.items():
-        a, b = rows(r), rows(runs[ref])
+        a, b = rows(r), rows(ref_run if ref_run is not None else runs[ref])
         check(len(a) == len(b), f"{name}: {len(a)} rows vs {len(b)} of {ref}")
         for i, (x, y) in enumerate(zip(a, b)):
             for k in keys:
@@ -328,9 +338,19 @@ def case_trajectories():
         check(l1 == l2 if same else d <= step1_loss_tol(pair[1], pair[0]),
               f"global batch 4: step-1 loss on one rank {l1} vs 2 ranks of one micro-batch {l2} "
               f"(should be bit-identical at equal BLAS splits)")
-        # mpirun -np 1 is the one-rank trainer: bit-identical to the plain binary.
+        # mpirun -np 1 is the one-rank trainer: bit-identical to the plain binary with the same
+        # threads. mpirun binds its rank to one core, so on a multi-threaded backend (OpenMP) it
+        # runs 1 Kokkos thread where the plain binary runs one per core, and the kernels' sums
+        # (the gradient norm) go in another order: then the rows agree to REL_TOL.
         one = mpi_train(1, tmp, "np1", tt.DEFAULT, *common, steps=20).ok()
-        tt.compare_runs(one, runs["1 rank"], "mpirun -np 1 vs no launcher")
+        if kokkos_threads(one.err) == kokkos_threads(runs["1 rank"].err):
+            tt.compare_runs(one, runs["1 rank"], "mpirun -np 1 vs no launcher")
+        else:
+            worst, where = max_rel({"mpirun -np 1": one}, "no launcher", ("loss", "grad_norm"),
+                                   lambda r: r.train_rows(), runs["1 rank"])
+            print(f"measured: mpirun -np 1 ({kokkos_threads(one.err)} Kokkos threads) vs no "
+                  f"launcher ({kokkos_threads(runs['1 rank'].err)}): worst {worst:.3g}")
+            check(worst <= REL_TOL, f"mpirun -np 1 vs no launcher: {where}")
         check_sharded_columns(one, 1)
 
 
