@@ -161,6 +161,22 @@ add_library(kktrain::json ALIAS kktrain_json)
 target_link_libraries(kktrain_json INTERFACE nlohmann_json::nlohmann_json)
 
 # ---------------------------------------------------------------------------------------------
+# PCRE2 (8-bit, UTF + UCP) and utf8proc: the tokenizer's regular expressions (Unicode classes,
+# look-ahead, case-insensitive groups) and Unicode normalization (NFC/NFKC/NFD/NFKD).
+# ---------------------------------------------------------------------------------------------
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(KKTRAIN_PCRE2 IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(KKTRAIN_UTF8PROC IMPORTED_TARGET libutf8proc)
+if(NOT KKTRAIN_PCRE2_FOUND OR NOT KKTRAIN_UTF8PROC_FOUND)
+  message(FATAL_ERROR "kktrain: PCRE2 (libpcre2-8) and utf8proc were not both found by pkg-config; "
+                      "kktrain's tokenizers need them. Install them (Debian: libpcre2-dev "
+                      "libutf8proc-dev) or set PKG_CONFIG_PATH")
+endif()
+add_library(kktrain_unicode INTERFACE)
+add_library(kktrain::unicode ALIAS kktrain_unicode)
+target_link_libraries(kktrain_unicode INTERFACE PkgConfig::KKTRAIN_PCRE2 PkgConfig::KKTRAIN_UTF8PROC)
+
+# ---------------------------------------------------------------------------------------------
 # NCCL (optional): default ON exactly when Kokkos was built with CUDA.
 # ---------------------------------------------------------------------------------------------
 option(KKTRAIN_ENABLE_NCCL "Build the NCCL communicator" ${KKTRAIN_KOKKOS_HAS_CUDA})
@@ -294,6 +310,7 @@ function(kktrain_feature_summary)
   message(STATUS "  HDF5            : ${HDF5_VERSION}, parallel: ${HDF5_IS_PARALLEL}")
   message(STATUS "  yaml-cpp        : ${yaml-cpp_VERSION}")
   message(STATUS "  nlohmann/json   : ${nlohmann_json_VERSION}")
+  message(STATUS "  PCRE2, utf8proc : ${KKTRAIN_PCRE2_VERSION}, ${KKTRAIN_UTF8PROC_VERSION}")
   message(STATUS "  NCCL            : ${KKTRAIN_NCCL}")
   message(STATUS "  oneDNN          : ${KKTRAIN_ONEDNN}")
   message(STATUS "  GPU BLAS        : ${KKTRAIN_GPU_BLAS}")

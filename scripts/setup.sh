@@ -21,7 +21,8 @@ done
 
 pkgs=(g++ make cmake pkg-config
       libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libdnnl-dev
-      libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libyaml-cpp-dev nlohmann-json3-dev libgtest-dev)
+      libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools libyaml-cpp-dev nlohmann-json3-dev libgtest-dev
+      libpcre2-dev libutf8proc-dev)
 if [ "$want_h5py" = 1 ]; then
   pkgs+=(python3 python3-h5py python3-numpy python3-matplotlib)
 fi

@@ -1,0 +1,130 @@
+// Hugging Face tokenizers (`tokenizer.json`, with `tokenizer_config.json` beside it) in C++: the
+// same ids as the `tokenizers` library's `encode(text, add_special_tokens)` and its `decode`.
+//
+// Supported (anything else is one InputError naming the key and the file, never a fallback):
+//   model           BPE: vocab, merges ("a b" strings or [a, b] pairs), ignore_merges,
+//                   byte_fallback (<0xXX> tokens), unk_token, fuse_unk, dropout null
+//   normalizer      null, NFC, NFKC, NFD, NFKD, Prepend, Replace, Lowercase, Strip, Sequence
+//   pre_tokenizer   null, ByteLevel (add_prefix_space, use_regex), Split (Regex or String;
+//                   Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous; invert),
+//                   Metaspace (replacement, prepend_scheme always/first/never, split), Digits,
+//                   Sequence
+//   post_processor  null, TemplateProcessing (single), ByteLevel, Sequence
+//   decoder         null, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence
+//   added_tokens    split out of the raw text first (leftmost-longest; lstrip, rstrip,
+//                   single_word; `normalized` ones are matched in the normalized text)
+// Regular expressions run on PCRE2 in UTF + UCP mode; normalization forms come from utf8proc.
+//
+// A Tokenizer is immutable once loaded and shared between threads; each thread encodes through
+// its own Encoder (regex match data and a cache of pieces already split by BPE).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kktrain::text {
+
+// Whether encode adds the post-processor's special tokens (BOS of TemplateProcessing):
+// Hugging Face's `add_special_tokens`.
+enum class SpecialTokens { add, none };
+// Whether decode leaves special tokens (added tokens marked `special`) out of the text.
+enum class SkipSpecial { no, yes };
+
+// What tokenizer_config.json says (all optional; an absent file leaves everything empty).
+struct TokenizerConfig {
+  std::string path;  // the file read, or empty
+  // Special tokens by name as the file gives them (`bos_token`, `eos_token`, `unk_token`,
+  // `pad_token`, ...; a token given as an object {"content": ...} is its content).
+  std::map<std::string, std::string> special_tokens;
+  std::optional<bool> add_bos_token, add_eos_token;
+  std::string chat_template;  // `chat_template` (a string; a named list takes "default"), or ""
+};
+
+class Tokenizer {
+ public:
+  // Loads `path`: a tokenizer.json file, or a directory holding tokenizer.json (and optionally
+  // tokenizer_config.json). InputError naming the file and the key for anything missing,
+  // malformed or unsupported.
+  static std::shared_ptr<const Tokenizer> load(const std::string& path);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  const std::string& path() const;  // the tokenizer.json read
+  const TokenizerConfig& config() const;
+  // Largest id (model vocabulary or added token) + 1.
+  int64_t vocab_size() const;
+  // The id of a token string (model vocabulary or added token), if any.
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token string of an id ("" for an id no token has).
+  std::string_view id_to_token(int32_t id) const;
+  bool is_special(int32_t id) const;
+  // The id of tokenizer_config.json's `eos_token` / `bos_token`, if it names a token.
+  std::optional<int32_t> eos_id() const;
+  std::optional<int32_t> bos_id() const;
+
+  // The text of ids through the decoder, as Hugging Face's decode(ids, skip_special_tokens)
+  // without clean_up_tokenization_spaces; invalid UTF-8 the decoder produces becomes U+FFFD.
+  // InputError for an id outside [0, vocab_size()).
+  std::string decode(const int32_t* ids, int64_t n, SkipSpecial skip = SkipSpecial::no) const;
+  std::string decode(const std::vector<int32_t>& ids, SkipSpecial skip = SkipSpecial::no) const {
+    return decode(ids.data(), int64_t(ids.size()), skip);
+  }
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  Tokenizer();
+  std::unique_ptr<Impl> impl_;
+};
+
+// One thread's encoder (not shared between threads).
+class Encoder {
+ public:
+  explicit Encoder(std::shared_ptr<const Tokenizer> tokenizer);
+  ~Encoder();
+  Encoder(Encoder&&) noexcept;
+  Encoder& operator=(Encoder&&) noexcept;
+
+  // Appends to *out the ids of `text`, as Hugging Face's encode(text, add_special_tokens).
+  // `text` must be valid UTF-8: InputError giving the byte offset otherwise (see
+  // first_invalid_utf8 to check a file first and name it).
+  void encode(std::vector<int32_t>* out, std::string_view text, SpecialTokens special);
+  std::vector<int32_t> encode(std::string_view text, SpecialTokens special) {
+    std::vector<int32_t> ids;
+    encode(&ids, text, special);
+    return ids;
+  }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  struct State;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<State> state_;
+};
+
+// Text as ids arrive (generation): push returns the text that is complete so far and not yet
+// returned; a character whose bytes are still arriving is held until it is complete.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer) : tok_(tokenizer) {}
+  std::string push(int32_t id);
+  std::string finish();  // whatever is held, U+FFFD for an incomplete character
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  size_t emitted_ = 0;  // bytes of decode(ids_) already returned
+};
+
+// The byte offset of the first byte of `s` that does not belong to a well-formed UTF-8
+// sequence (overlong forms, surrogates and code points past U+10FFFF are ill-formed), or -1.
+int64_t first_invalid_utf8(std::string_view s);
+
+}  // namespace kktrain::text
