@@ -19,7 +19,7 @@ Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pa
     throw InputError(where + ": regular expression '" + pattern + "' does not compile: " +
                      reinterpret_cast<const char*>(msg) + " at offset " + std::to_string(at));
   }
-  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter where no JIT
+  jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;  // else the interpreter
 }
 
 Regex::~Regex() {

@@ -23,9 +23,11 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
   pcre2_real_code_8* code() const { return code_; }
   const std::string& pattern() const { return pattern_; }
+  bool jit() const { return jit_; }
 
  private:
   pcre2_real_code_8* code_ = nullptr;
+  bool jit_ = false;
   std::string pattern_;
 };
 

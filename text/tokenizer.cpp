@@ -4,6 +4,7 @@
 //   normalized text, 4. pre-tokenize each remaining segment into pieces, 5. BPE each piece,
 //   6. the post-processor's special tokens around the sequence.
 #include <algorithm>
+#include <deque>
 #include <queue>
 
 #include "core/errors.hpp"
@@ -94,11 +95,11 @@ std::string Tokenizer::decode(const int32_t* ids, int64_t n, SkipSpecial skip) c
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-// A piece of text on its way through the pipeline; `origin`: it starts at the start of the
-// original text (Metaspace's prepend_scheme "first").
+// A piece of text on its way through the pipeline: bytes [begin, end) of the encoder's arena;
+// `origin`: it starts at the start of the original text (Metaspace's prepend_scheme "first").
 struct Piece {
-  std::string text;
-  bool origin = false;
+  size_t begin, end;
+  bool origin;
 };
 
 struct Range {
@@ -182,11 +183,11 @@ std::vector<Range> apply_behavior(const std::vector<Range>& in, SplitBehavior b)
   return out;
 }
 
-// Splits p into *out by ranges (empty ones dropped).
+// Splits p into *out by ranges relative to p's start (empty ones dropped).
 void emit(std::vector<Piece>* out, const Piece& p, const std::vector<Range>& ranges) {
   for (const Range& r : ranges) {
     if (r.end > r.begin)
-      out->push_back({p.text.substr(r.begin, r.end - r.begin), p.origin && r.begin == 0});
+      out->push_back({p.begin + r.begin, p.begin + r.end, p.origin && r.begin == 0});
   }
 }
 
@@ -249,9 +250,14 @@ std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
 // ---------------------------------------------------------------------------------------------
 struct Encoder::State {
   std::vector<RegexMatcher> matchers;
-  std::unordered_map<std::string, std::vector<int32_t>> cache;  // piece -> ids
+  // Piece -> ids. Keys view `cache_keys`; both are cleared when the cache is full.
+  std::unordered_map<std::string_view, std::vector<int32_t>> cache;
+  std::deque<std::string> cache_keys;
+  std::string arena;  // the text of the segment being pre-tokenized, and what steps made of it
+  std::string mapped;
   Matches matches;
   std::vector<Piece> pieces, next;
+  std::vector<int32_t> ids;
 };
 
 namespace {
@@ -273,6 +279,10 @@ bool word_char(char32_t c) {
 void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
                  const Tokenizer::Impl::Trie& trie, std::string_view s) {
   out->clear();
+  if (trie.empty()) {
+    if (!s.empty()) out->push_back({0, s.size(), -1});
+    return;
+  }
   size_t start = 0, i = 0;
   while (i < s.size()) {
     if (!trie.first[uint8_t(s[i])]) {
@@ -332,7 +342,55 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
   if (start < s.size()) out->push_back({start, s.size(), -1});
 }
 
+// Whether the last pre-tokenizer step is ByteLevel: then its pieces stay raw bytes in the
+// arena and are mapped to the byte-level alphabet only when BPE'd (a cache miss).
+bool lazy_byte_level(const Tokenizer::Impl& t) {
+  return !t.pre_tokenizers.empty() &&
+         t.pre_tokenizers.back().kind == PreTokenizerStep::Kind::byte_level;
+}
+
+void map_bytes(std::string* out, std::string_view raw) {
+  out->clear();
+  for (const char c : raw) *out += byte_to_unicode(uint8_t(c));
+}
+
 void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st);
+
+// The ids of one piece (arena bytes, raw when the byte-level mapping is lazy), appended.
+void model_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                 std::string_view piece, bool lazy) {
+  auto compute = [&](std::vector<int32_t>* ids) {
+    std::string_view text = piece;
+    if (lazy) {
+      map_bytes(&st.mapped, piece);
+      text = st.mapped;
+    }
+    if (t.ignore_merges) {
+      const auto it = t.vocab.find(text);
+      if (it != t.vocab.end()) {
+        ids->push_back(it->second);
+        return;
+      }
+    }
+    bpe_piece(ids, t, text);
+  };
+  if (piece.size() > kCachePieceBytes) {
+    compute(out);
+    return;
+  }
+  auto it = st.cache.find(piece);
+  if (it == st.cache.end()) {
+    if (st.cache.size() >= kCacheEntries) {
+      st.cache.clear();
+      st.cache_keys.clear();
+    }
+    st.ids.clear();
+    compute(&st.ids);
+    st.cache_keys.emplace_back(piece);
+    it = st.cache.emplace(st.cache_keys.back(), st.ids).first;
+  }
+  out->insert(out->end(), it->second.begin(), it->second.end());
+}
 
 }  // namespace
 
@@ -344,9 +402,6 @@ Encoder::~Encoder() = default;
 Encoder::Encoder(Encoder&&) noexcept = default;
 Encoder& Encoder::operator=(Encoder&&) noexcept = default;
 
-// BPE of one piece, appended to *out (bpe.cpp).
-void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_view piece);
-
 void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTokens special) {
   const Tokenizer::Impl& t = tokenizer_->impl();
   State& st = *state_;
@@ -356,7 +411,7 @@ void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTo
   }
   if (special == SpecialTokens::add)
     out->insert(out->end(), t.prefix_ids.begin(), t.prefix_ids.end());
-
+  const bool lazy = lazy_byte_level(t);
   std::vector<Segment> raw, norm;
   split_added(&raw, t, t.raw_trie, text);
   for (const Segment& r : raw) {
@@ -364,40 +419,27 @@ void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTo
       out->push_back(t.added[size_t(r.token)].id);
       continue;
     }
-    std::string normalized =
-        apply_normalizers(t, std::string(text.substr(r.begin, r.end - r.begin)), st.matchers);
-    if (normalized.empty()) continue;
-    split_added(&norm, t, t.normalized_trie, normalized);
+    std::string_view seg = text.substr(r.begin, r.end - r.begin);
+    std::string normalized;
+    if (!t.normalizers.empty()) {
+      normalized = apply_normalizers(t, std::string(seg), st.matchers);
+      seg = normalized;
+    }
+    if (seg.empty()) continue;
+    split_added(&norm, t, t.normalized_trie, seg);
     for (const Segment& n : norm) {
       if (n.token >= 0) {
         out->push_back(t.added[size_t(n.token)].id);
         continue;
       }
+      st.arena.assign(seg.substr(n.begin, n.end - n.begin));
       st.pieces.clear();
-      st.pieces.push_back(
-          {normalized.substr(n.begin, n.end - n.begin), r.begin == 0 && n.begin == 0});
+      st.pieces.push_back({0, st.arena.size(), r.begin == 0 && n.begin == 0});
       pre_tokenize(t, st);
       for (const Piece& p : st.pieces) {
-        if (p.text.empty()) continue;
-        if (t.ignore_merges) {
-          const auto it = t.vocab.find(p.text);
-          if (it != t.vocab.end()) {
-            out->push_back(it->second);
-            continue;
-          }
-        }
-        if (p.text.size() > kCachePieceBytes) {
-          bpe_piece(out, t, p.text);
-          continue;
-        }
-        auto it = st.cache.find(p.text);
-        if (it == st.cache.end()) {
-          if (st.cache.size() >= kCacheEntries) st.cache.clear();
-          std::vector<int32_t> ids;
-          bpe_piece(&ids, t, p.text);
-          it = st.cache.emplace(p.text, std::move(ids)).first;
-        }
-        out->insert(out->end(), it->second.begin(), it->second.end());
+        if (p.end > p.begin)
+          model_piece(out, t, st, std::string_view(st.arena).substr(p.begin, p.end - p.begin),
+                      lazy);
       }
     }
   }
@@ -407,66 +449,87 @@ void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTo
 
 namespace {
 
+// Appends `prefix` + arena[p] to the arena as a new piece.
+Piece prepended(Encoder::State& st, const Piece& p, std::string_view prefix) {
+  const size_t b = st.arena.size();
+  st.arena.append(prefix);
+  st.arena.append(st.arena, p.begin, p.end - p.begin);
+  return {b, st.arena.size(), p.origin};
+}
+
 void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
-  for (const PreTokenizerStep& step : t.pre_tokenizers) {
+  const size_t steps = t.pre_tokenizers.size();
+  for (size_t k = 0; k < steps; ++k) {
+    const PreTokenizerStep& step = t.pre_tokenizers[k];
     st.next.clear();
-    for (Piece& p : st.pieces) {
+    for (Piece p : st.pieces) {
       switch (step.kind) {
         case PreTokenizerStep::Kind::byte_level: {
-          if (step.add_prefix_space && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, " ");
-          std::vector<Piece> parts;
+          if (step.add_prefix_space && (p.end == p.begin || st.arena[p.begin] != ' '))
+            p = prepended(st, p, " ");
+          const size_t first = st.next.size();
           if (step.use_regex) {
-            find_matches(&st.matches, step.pattern, p.text, st.matchers);
-            emit(&parts, p, cover(st.matches, p.text.size(), false));
+            find_matches(&st.matches, step.pattern,
+                         std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
+            emit(&st.next, p, cover(st.matches, p.end - p.begin, false));
           } else {
-            parts.push_back(std::move(p));
+            st.next.push_back(p);
           }
-          for (Piece& q : parts) {
-            std::string mapped;
-            mapped.reserve(q.text.size() * 2);
-            for (const char c : q.text) mapped += byte_to_unicode(uint8_t(c));
-            st.next.push_back({std::move(mapped), q.origin});
+          if (k + 1 < steps) {  // a later step reads the mapped text
+            for (size_t q = first; q < st.next.size(); ++q) {
+              Piece& x = st.next[q];
+              map_bytes(&st.mapped, std::string_view(st.arena).substr(x.begin, x.end - x.begin));
+              x.begin = st.arena.size();
+              st.arena += st.mapped;
+              x.end = st.arena.size();
+            }
           }
           break;
         }
         case PreTokenizerStep::Kind::split:
-          find_matches(&st.matches, step.pattern, p.text, st.matchers);
+          find_matches(&st.matches, step.pattern,
+                       std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
           emit(&st.next, p,
-               apply_behavior(cover(st.matches, p.text.size(), step.invert), step.behavior));
+               apply_behavior(cover(st.matches, p.end - p.begin, step.invert), step.behavior));
           break;
         case PreTokenizerStep::Kind::metaspace: {
+          std::string text = st.arena.substr(p.begin, p.end - p.begin);
           Matches m;
-          for (size_t at = p.text.find(' '); at != std::string::npos; at = p.text.find(' ', at + 1))
+          for (size_t at = text.find(' '); at != std::string::npos; at = text.find(' ', at + 1))
             m.emplace_back(at, at + 1);
-          Piece q{m.empty() ? p.text : replace_all(p.text, m, step.replacement), p.origin};
-          const bool starts = q.text.compare(0, step.replacement.size(), step.replacement) == 0;
+          if (!m.empty()) text = replace_all(text, m, step.replacement);
+          const bool starts = text.compare(0, step.replacement.size(), step.replacement) == 0;
           if (!starts && (step.prepend == PrependScheme::always ||
-                          (step.prepend == PrependScheme::first && q.origin))) {
-            q.text.insert(0, step.replacement);
+                          (step.prepend == PrependScheme::first && p.origin))) {
+            text.insert(0, step.replacement);
           }
+          Piece q{st.arena.size(), 0, p.origin};
+          st.arena += text;
+          q.end = st.arena.size();
           if (!step.split) {
-            st.next.push_back(std::move(q));
+            st.next.push_back(q);
             break;
           }
           m.clear();
-          for (size_t at = q.text.find(step.replacement); at != std::string::npos;
-               at = q.text.find(step.replacement, at + step.replacement.size()))
+          for (size_t at = text.find(step.replacement); at != std::string::npos;
+               at = text.find(step.replacement, at + step.replacement.size()))
             m.emplace_back(at, at + step.replacement.size());
           emit(&st.next, q,
-               apply_behavior(cover(m, q.text.size(), false), SplitBehavior::merged_with_next));
+               apply_behavior(cover(m, text.size(), false), SplitBehavior::merged_with_next));
           break;
         }
         case PreTokenizerStep::Kind::digits: {
           Matches m;
-          for (size_t i = 0; i < p.text.size();) {
-            const CodePoint c = decode_at(p.text, i);
+          const std::string_view text = std::string_view(st.arena).substr(p.begin, p.end - p.begin);
+          for (size_t i = 0; i < text.size();) {
+            const CodePoint c = decode_at(text, i);
             if (is_numeric(c.cp)) m.emplace_back(i, i + size_t(c.len));
             i += size_t(c.len);
           }
           emit(&st.next, p,
-               apply_behavior(cover(m, p.text.size(), false), step.individual_digits
-                                                                  ? SplitBehavior::isolated
-                                                                  : SplitBehavior::contiguous));
+               apply_behavior(cover(m, text.size(), false), step.individual_digits
+                                                                ? SplitBehavior::isolated
+                                                                : SplitBehavior::contiguous));
           break;
         }
       }

@@ -110,6 +110,8 @@ void load_tokenizer(Tokenizer::Impl* impl, const std::string& path);
 // Applies the normalizer steps to s.
 std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
                               std::vector<RegexMatcher>& matchers);
+// BPE of one piece (its characters in the vocabulary's alphabet), ids appended (bpe.cpp).
+void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_view piece);
 // Decoder steps over token strings (in place), as the Rust library's decode_chain.
 void apply_decoders(const Tokenizer::Impl& t, std::vector<std::string>* tokens);
 

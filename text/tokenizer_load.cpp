@@ -282,8 +282,9 @@ void read_model(Tokenizer::Impl* t, const Json& m, const Where& w) {
   if (!vocab.is_object()) w.at("vocab").fail("expected an object of token: id");
   t->vocab.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int64_t id = as_int(it.value(), w.at("vocab").at(it.key()));
-    if (id < 0 || id > INT32_MAX) w.at("vocab").at(it.key()).fail("id out of range");
+    const Json& v = it.value();
+    const int64_t id = v.is_number_integer() ? v.get<int64_t>() : -1;
+    if (id < 0 || id > INT32_MAX) w.at("vocab").at(it.key()).fail("expected an id in [0, 2^31)");
     t->vocab.emplace(keep(t, it.key()), int32_t(id));
     if (id >= int64_t(t->id_to_token.size())) t->id_to_token.resize(size_t(id) + 1);
     t->id_to_token[size_t(id)] = t->arena.back();
@@ -291,25 +292,26 @@ void read_model(Tokenizer::Impl* t, const Json& m, const Where& w) {
   const Json& merges = member(m, "merges", w);
   if (!merges.is_array()) w.at("merges").fail("expected a list");
   t->merges.reserve(merges.size());
+  std::string a, b;
   for (size_t i = 0; i < merges.size(); ++i) {
-    const Where wi = w.at("merges").at(i);
-    std::string a, b;
-    if (merges[i].is_string()) {
-      const std::string s = merges[i].get<std::string>();
+    const auto wi = [&] { return w.at("merges").at(i); };  // built for messages only
+    const Json& mi = merges[i];
+    if (mi.is_string()) {
+      const std::string& s = mi.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        wi.fail("a merge must be two tokens separated by one space, found '" + s + "'");
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
-    } else if (merges[i].is_array() && merges[i].size() == 2) {
-      a = as_string(merges[i][0], wi.at(0));
-      b = as_string(merges[i][1], wi.at(1));
+        wi().fail("a merge must be two tokens separated by one space, found '" + s + "'");
+      a.assign(s, 0, sp);
+      b.assign(s, sp + 1);
+    } else if (mi.is_array() && mi.size() == 2 && mi[0].is_string() && mi[1].is_string()) {
+      a = mi[0].get_ref<const std::string&>();
+      b = mi[1].get_ref<const std::string&>();
     } else {
-      wi.fail("expected \"a b\" or [\"a\", \"b\"]");
+      wi().fail("expected \"a b\" or [\"a\", \"b\"]");
     }
     const auto ia = t->vocab.find(a), ib = t->vocab.find(b), im = t->vocab.find(a + b);
     if (ia == t->vocab.end() || ib == t->vocab.end() || im == t->vocab.end()) {
-      wi.fail("merge '" + a + "' + '" + b + "' uses a token that is not in the vocabulary");
+      wi().fail("merge '" + a + "' + '" + b + "' uses a token that is not in the vocabulary");
     }
     const uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
     t->merges.emplace(key, (uint64_t(i) << 32) | uint32_t(im->second));  // first rank wins
