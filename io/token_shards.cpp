@@ -142,10 +142,8 @@ void ShardWriter::close_shard() {
   put_le(head + 4, uint32_t(u16 ? kLlmcVersion : kLlmcVersionU32), 4);
   put_le(head + 8, uint32_t(shard_n_), 4);
   write_at(head, sizeof(head), 0);
-  if (::fsync(fd_.get()) != 0) fail("sync", errno);
-  const int fd = fd_.get();
-  fd_ = FileDescriptor();  // released: closed below, where its result is checked
-  if (::close(fd) != 0) fail("close", errno);
+  if (::fsync(fd_.get()) != 0) fail("sync", errno);  // the data is on disk: close cannot lose it
+  fd_.reset();
   commit_file(tmp_, final_);
   tmp_.clear();
   done_.push_back(final_);
