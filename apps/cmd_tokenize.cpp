@@ -36,7 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Text read per batch (KKTRAIN_TOKENIZE_BATCH_BYTES overrides it, for tests).
-constexpr int64_t kBatchBytes = int64_t(64) << 20;
+constexpr int64_t kBatchBytes = int64_t(16) << 20;
 
 enum class Eos { from_config, token, none };
 
