@@ -35,7 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Text read per batch (KKTRAIN_TOKENIZE_BATCH_BYTES overrides it, for tests).
+// Text read per batch by default (--batch-bytes).
 constexpr int64_t kBatchBytes = int64_t(16) << 20;
 
 enum class Eos { from_config, token, none };
@@ -46,7 +46,8 @@ struct TokenizeOptions {
   Eos eos = Eos::from_config;
   std::string eos_token;
   int64_t shard_tokens = 0, val_tokens = 0;
-  int threads = 0;  // 0: the CPUs this process may use
+  int threads = 0;                    // 0: the CPUs this process may use
+  int64_t batch_bytes = kBatchBytes;  // text read and encoded at a time
 };
 
 // What the run did so far (read by the progress line while workers encode).
@@ -67,12 +68,6 @@ int64_t parse_count(const std::string& opt, const std::string& v, int64_t lo, in
 
 int usable_cpus() {
   return std::max(1, plan_threads(read_thread_inputs()).allowed_cpus);
-}
-
-int64_t batch_bytes() {
-  const char* v = std::getenv("KKTRAIN_TOKENIZE_BATCH_BYTES");
-  if (!v || !*v) return kBatchBytes;
-  return parse_count("KKTRAIN_TOKENIZE_BATCH_BYTES", v, 1, int64_t(1) << 40);
 }
 
 double peak_rss_mib() {
@@ -214,7 +209,7 @@ int run_shards(const TokenizeOptions& o, const std::string& tok_path) {
   DocumentReader reader(o.inputs, o.jsonl_key);
   Progress progress;
   ProgressLine line(progress, total_bytes);
-  const int64_t max_bytes = batch_bytes();
+  const int64_t max_bytes = o.batch_bytes;
   std::vector<InputDocument> batch;
   std::vector<std::vector<int32_t>> ids;
   while (reader.next_batch(&batch, max_bytes)) {
@@ -299,6 +294,7 @@ int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
   o.eos = no_eos ? Eos::none : o.eos_token.empty() ? Eos::from_config : Eos::token;
   o.shard_tokens = parse_count("--shard-tokens", opt.at("--shard-tokens"), 1, kMaxShardTokens);
   o.val_tokens = parse_count("--val-tokens", opt.at("--val-tokens"), 0, kMaxShardTokens);
+  o.batch_bytes = parse_count("--batch-bytes", opt.at("--batch-bytes"), 1, int64_t(1) << 40);
   o.threads = opt.at("--threads").empty()
                   ? 0
                   : static_cast<int>(parse_count("--threads", opt.at("--threads"), 1, 4096));
@@ -338,6 +334,8 @@ Command tokenize_command() {
       "  --val-tokens N      whole documents into PREFIX_val_000000.bin first, until it holds\n"
       "                      at least N tokens (default 0: no val shard)\n"
       "  --threads N         encoding threads (default and most: the CPUs this process may use)\n"
+      "  --batch-bytes N     text read and encoded at a time (default 16 MiB; memory grows with "
+      "it)\n"
       "  --ids TEXT          print TEXT's ids, comma-separated (with the special tokens the\n"
       "                      tokenizer adds; no EOS)\n"
       "  --decode IDS        print the text of comma-separated ids, then a newline\n\n"
@@ -354,6 +352,7 @@ Command tokenize_command() {
                {"--shard-tokens", "100000000"},
                {"--val-tokens", "0"},
                {"--threads", ""},
+               {"--batch-bytes", std::to_string(kBatchBytes)},
                {"--ids", ""},
                {"--decode", ""}};
   s.required_options = {"--tokenizer"};

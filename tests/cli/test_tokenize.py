@@ -253,8 +253,8 @@ def case_shards_uint16():
                   "--shard-tokens", str(shard), "--val-tokens", str(val)]
         for name, extra, env in (("t1", ["--threads", "1"], None),
                                  ("t2", ["--threads", "2"], None),
-                                 ("t2_small_batches", ["--threads", "2"],
-                                  {"KKTRAIN_TOKENIZE_BATCH_BYTES": "1"})):
+                                 ("t2_small_batches", ["--threads", "2", "--batch-bytes", "1"],
+                                  None)):
             out = os.path.join(tmp, name, "corpus")
             os.makedirs(os.path.dirname(out))
             line = tokenize_ok(*common, "--out", out, *extra, env=env)
@@ -342,9 +342,8 @@ def case_errors():
         out = os.path.join(out_dir, "c")
         good = write_inputs(tmp)
         # many shards complete before the bad input: all of them are removed again
-        many = ["--tokenizer", tok, *good, "--shard-tokens", "20", "--out", out]
-        env_small = {"KKTRAIN_TOKENIZE_BATCH_BYTES": "1"}
-        os.environ.update(env_small)
+        many = ["--tokenizer", tok, *good, "--shard-tokens", "20", "--batch-bytes", "1",
+                "--out", out]
 
         def bad(name, data):
             p = os.path.join(tmp, name)
