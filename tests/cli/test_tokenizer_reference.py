@@ -124,7 +124,7 @@ def kktrain_ids(model, paths):
     if p.returncode != 0:
         raise Failure(f"tokenize_ids exited {p.returncode}: {p.stderr.strip()[-2000:]}")
     out = {}
-    for line in p.stdout.splitlines():
+    for line in p.stdout.split("\n")[:-1]:
         d = json.loads(line)
         out[d.pop("file")] = d
     return out
@@ -195,16 +195,16 @@ def llmc_shard(ids, vocab_size):
 def compare_shard(label, got, want, docs, doc_ids, vocab, texts):
     if got == want:
         return None
-    if got[:1024] != want[:1024]:
-        g = struct.unpack("<3i", got[:12]) if len(got) >= 12 else got[:12]
-        return f"{label}: header [magic, version, count] {list(g)}, expected " \
-               f"{list(struct.unpack('<3i', want[:12]))}"
+    header = f"header [magic, version, count] {list(struct.unpack('<3i', got[:12]))}, " \
+        f"expected {list(struct.unpack('<3i', want[:12]))}" if len(got) >= 1024 else "no header"
+    if len(got) < 1024 or got[:8] != want[:8] or got[12:1024] != want[12:1024]:
+        return f"{label}: {header}"
     width = 2 if struct.unpack("<i", want[:4])[0] == 20240520 else 4
     fmt = "<" + ("H" if width == 2 else "I")
     g = [x[0] for x in struct.iter_unpack(fmt, got[1024:len(got) - (len(got) - 1024) % width])]
     w = [x[0] for x in struct.iter_unpack(fmt, want[1024:])]
     i = next((k for k, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
-    head = f"{label}: {len(got)} bytes, expected {len(want)}; first differing id at {i}"
+    head = f"{label}: {header}; first differing id at {i}"
     show = (f"\n    expected: {vocab.show(w, i - 4, i + 6, i)}"
             f"\n    kktrain:  {vocab.show(g, i - 4, i + 6, i)}")
     start = 0
