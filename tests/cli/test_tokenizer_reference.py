@@ -218,10 +218,9 @@ def compare_shard(label, got, want, docs, doc_ids, vocab, texts):
 
 def case_shards(name):
     docs, paths, texts, ref, model, vocab = setup("shards_" + name, name)
-    with open(os.path.join(model, "tokenizer_config.json"), encoding="utf-8") as f:
-        eos_token = json.load(f)["eos_token"]
-    eos = next(i for i, t in vocab.tokens.items() if t == eos_token)
-    vocab_size = max(vocab.tokens) + 1
+    meta = ref[None]  # tokenizer_config.json's eos_token, its id and the vocabulary's size
+    eos, vocab_size = meta["eos_id"], meta["vocab_size"]
+    print(f"{name}: eos {meta['eos_token']!r} = {eos}, vocabulary of {vocab_size} ids")
     out_dir = _fresh(os.path.join(WORK, "shards_" + name, "out"))
     failures = []
     for mode, extra, tail in (("no_eos", ["--no-eos"], []), ("eos", [], [eos])):

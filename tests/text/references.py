@@ -63,7 +63,8 @@ def _digest(paths, extra):
 
 
 def reference_ids(npm_dir, name, files, cache_dir, timeout=300):
-    """{file: {impl: {"ids", "decoded", "decoded_skip"}}} from reference_tokenize.js, cached in
+    """{file: {impl: {"ids", "decoded", "decoded_skip"}}, None: {"vocab_size", "eos_token",
+    "eos_id"}} from reference_tokenize.js (both implementations), cached in
     cache_dir under a digest of the script, the pins and every file's bytes (tests running at
     once wait for each other instead of computing the same thing twice)."""
     os.makedirs(cache_dir, exist_ok=True)
@@ -84,7 +85,10 @@ def reference_ids(npm_dir, name, files, cache_dir, timeout=300):
     with open(path) as f:
         for line in f:
             d = json.loads(line)
-            out[d.pop("file")] = d
+            if "meta" in d:
+                out[None] = d["meta"]
+            else:
+                out[d.pop("file")] = d
     return out
 
 
@@ -106,15 +110,21 @@ class Vocabulary:
     """Token strings of a tokenizer.json, and the text each stands for (for failure reports)."""
 
     def __init__(self, tokenizer_json):
-        with open(tokenizer_json, encoding="utf-8") as f:
-            j = json.load(f)
-        self.tokens = {i: t for t, i in j["model"]["vocab"].items()}
-        for a in j.get("added_tokens", []):
-            self.tokens[a["id"]] = a["content"]
-        self.byte_level = "ByteLevel" in json.dumps(j.get("decoder"))
-        self.byte_of = {c: b for b, c in _bytes_to_unicode().items()}
+        self.path = tokenizer_json
+        self.tokens = None  # read on first use (only failures need it: Gemma 3's is 33 MB)
+
+    def _load(self):
+        if self.tokens is None:
+            with open(self.path, encoding="utf-8") as f:
+                j = json.load(f)
+            self.tokens = {i: t for t, i in j["model"]["vocab"].items()}
+            for a in j.get("added_tokens", []):
+                self.tokens[a["id"]] = a["content"]
+            self.byte_level = "ByteLevel" in json.dumps(j.get("decoder"))
+            self.byte_of = {c: b for b, c in _bytes_to_unicode().items()}
 
     def token(self, i):
+        self._load()
         return self.tokens.get(i, "<no token>")
 
     def surface(self, i):
