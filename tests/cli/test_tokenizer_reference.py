@@ -93,8 +93,8 @@ def where_in_text(vocab, ids, i, text):
     b = min(b, len(raw))
     before = raw[:b].decode("utf-8", "replace")
     line, col = before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
-    ctx = raw[max(0, b - 30):b].decode("utf-8", "replace") + "⟨here⟩" + \
-        raw[b:b + 30].decode("utf-8", "replace")
+    ctx = raw[max(0, b - 30):b].decode("utf-8", "ignore") + "⟨here⟩" + \
+        raw[b:b + 30].decode("utf-8", "ignore")  # characters cut at either end left out
     return f"near byte {b} (line {line}, col {col}): {ctx!r}"
 
 
