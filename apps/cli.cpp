@@ -63,6 +63,8 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
                          "; overrides go after it (usage: kktrain " + spec.synopsis + ")");
       }
       p.positionals.push_back(a);
+    } else if (spec.more_positionals) {
+      p.positionals.push_back(a);
     } else if (spec.takes_overrides && a.find('=') != std::string::npos) {
       p.overrides.push_back(a);
     } else {

@@ -17,6 +17,7 @@ struct CommandSpec {
   const char* summary;                         // one line for `kktrain --help`
   const char* details;                         // per-command help text
   std::vector<std::string> positionals;        // names of required positional arguments
+  const char* more_positionals = nullptr;      // name of any further ones (INPUT), or null
   bool takes_overrides;                        // accepts key.path=VALUE
   std::set<std::string> flags;                 // e.g. --json
   std::set<std::string> standalone_flags;      // flags that take no positionals (config --schema)

@@ -34,6 +34,7 @@ Command train_command();
 Command export_command();
 Command inspect_command();
 Command generate_command();
+Command tokenize_command();
 
 // Loads CONFIG (positional 0) with the overrides, for this process's world size (or
 // `world_size` ranks when positive), resolving `model.dtype: auto` with `model.init_from`

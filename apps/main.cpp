@@ -32,8 +32,8 @@ namespace kktrain {
 namespace {
 
 std::vector<Command> all_commands() {
-  return {train_command(),  config_command(),  audit_command(),   grads_command(),
-          export_command(), inspect_command(), generate_command()};
+  return {train_command(),  config_command(),  audit_command(),    grads_command(),
+          export_command(), inspect_command(), generate_command(), tokenize_command()};
 }
 
 void print_main_help(const std::vector<Command>& cmds) {

@@ -60,27 +60,35 @@ TokenFile::TokenFile(const std::string& path, const std::string& format) : path_
   const int64_t head_bytes = std::min<int64_t>(file_bytes_, sizeof(head));
   pread_bytes(head, 0, head_bytes);
   format_ = format == "auto" ? format_by_name(path) : format;
-  const bool magic = head_bytes >= 4 && le_i32(head) == kLlmcMagic;
+  const int32_t magic_word = head_bytes >= 4 ? le_i32(head) : 0;
+  const bool magic = magic_word == kLlmcMagic || magic_word == kLlmcMagicU32;
   if (format_ == "bin") format_ = magic ? "llmc" : "uint16";
   if (format_ == "llmc") {
     const int64_t header = kLlmcHeaderInts * 4;
     if (!magic || file_bytes_ < header) {
       refuse(path, "is not an llm.c token shard (no " + std::to_string(header) +
-                       "-byte header starting with " + std::to_string(kLlmcMagic) +
+                       "-byte header starting with " + std::to_string(kLlmcMagic) + " or " +
+                       std::to_string(kLlmcMagicU32) +
                        "; data.format: uint16 reads headerless tokens)");
     }
+    // GPT-2 shards (uint16 ids) are version 1 of the first magic, Llama 3 shards (uint32 ids)
+    // version 7 of the second (llm.c's dev/data/data_common.py).
+    const bool u32 = magic_word == kLlmcMagicU32;
+    const int32_t want = u32 ? kLlmcVersionU32 : kLlmcVersion;
     const int32_t version = le_i32(head + 4), count = le_i32(head + 8);
-    if (version != kLlmcVersion) {
-      refuse(path, "is an llm.c token shard of version " + std::to_string(version) +
-                       "; kktrain reads version 1 (uint16 tokens)");
+    if (version != want) {
+      refuse(path, "is an llm.c token shard (magic " + std::to_string(magic_word) +
+                       ") of version " + std::to_string(version) + "; kktrain reads version " +
+                       std::to_string(want) + (u32 ? " (uint32 tokens)" : " (uint16 tokens)"));
     }
-    if (count < 0 || header + 2 * static_cast<int64_t>(count) != file_bytes_) {
+    width_ = u32 ? 4 : 2;
+    const int64_t expect = header + width_ * static_cast<int64_t>(count);
+    if (count < 0 || expect != file_bytes_) {
       refuse(path, "is an llm.c token shard whose header says " + std::to_string(count) +
-                       " tokens (" + std::to_string(header + 2 * static_cast<int64_t>(count)) +
+                       " tokens (" + std::to_string(expect) +
                        " bytes with the header) but the file has " + std::to_string(file_bytes_) +
                        " bytes");
     }
-    width_ = 2;
     offset_ = header;
   } else {
     width_ = format_ == "uint32" ? 4 : format_ == "uint16" ? 2 : 1;

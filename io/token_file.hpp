@@ -5,8 +5,9 @@
 //   text     bytes are the tokens (byte-level tokenizer, ids 0..255)
 //   uint16   little-endian 2-byte ids (.u16, .uint16, headerless .bin)
 //   uint32   little-endian 4-byte ids (.u32, .uint32)
-//   llmc     llm.c / modded-nanogpt shards: a header of 256 little-endian int32 ([0] = 20240520,
-//            [1] = version 1 (uint16 tokens), [2] = the token count), then the uint16 tokens
+//   llmc     llm.c / modded-nanogpt shards: a header of 256 little-endian int32 ([0] magic,
+//            [1] version, [2] the token count), then the tokens: 20240520 version 1 for uint16
+//            tokens (GPT-2), 20240801 version 7 for uint32 tokens (Llama 3; io/token_shards.hpp)
 //
 // A window is read (pread, in pieces of at most kTokenReadChunkBytes) and widened to int32 ids;
 // no page of the file is mapped into the process, so a long run's resident memory does not grow
@@ -70,9 +71,12 @@ class TokenFile {
   void check_unchanged() const;
 };
 
-// llm.c's shard header: magic, version, and its length in int32.
+// llm.c's shard header: magic, version, and its length in int32 (GPT-2: uint16 tokens; Llama 3:
+// uint32 tokens, llm.c's dev/data/data_common.py HEADERS_INFO).
 constexpr int32_t kLlmcMagic = 20240520;
 constexpr int32_t kLlmcVersion = 1;
+constexpr int32_t kLlmcMagicU32 = 20240801;
+constexpr int32_t kLlmcVersionU32 = 7;
 constexpr int64_t kLlmcHeaderInts = 256;
 
 }  // namespace kktrain

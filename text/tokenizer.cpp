@@ -1,55 +1,570 @@
-// Work in progress: replaced by the implementation in the next commits.
-#include "text/tokenizer.hpp"
+// The encode pipeline, as the Rust `tokenizers` library runs it for one sequence:
+//   1. split out added tokens matched in the raw text (leftmost-longest; lstrip, rstrip,
+//      single_word), 2. normalize each other segment, 3. split out added tokens matched in the
+//   normalized text, 4. pre-tokenize each remaining segment into pieces, 5. BPE each piece,
+//   6. the post-processor's special tokens around the sequence.
+#include <algorithm>
+#include <deque>
+#include <queue>
 
 #include "core/errors.hpp"
+#include "text/tokenizer_impl.hpp"
 
 namespace kktrain::text {
-struct Tokenizer::Impl {};
-struct Encoder::State {};
-Tokenizer::Tokenizer() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer
+// ---------------------------------------------------------------------------------------------
+Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
+
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
-  throw InputError("tokenizer '" + path + "': not implemented yet");
+  std::shared_ptr<Tokenizer> t(new Tokenizer());
+  load_tokenizer(t->impl_.get(), path);
+  return t;
 }
+
 const std::string& Tokenizer::path() const {
-  throw InputError("not implemented");
+  return impl_->path;
 }
 const TokenizerConfig& Tokenizer::config() const {
-  throw InputError("not implemented");
+  return impl_->config;
 }
 int64_t Tokenizer::vocab_size() const {
-  return 0;
+  return impl_->vocab_size;
 }
-std::optional<int32_t> Tokenizer::token_to_id(std::string_view) const {
-  return {};
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  for (const AddedToken& a : impl_->added)
+    if (a.content == token) return a.id;
+  const auto it = impl_->vocab.find(token);
+  if (it == impl_->vocab.end()) return std::nullopt;
+  return it->second;
 }
-std::string_view Tokenizer::id_to_token(int32_t) const {
-  return {};
+
+std::string_view Tokenizer::id_to_token(int32_t id) const {
+  if (id < 0 || id >= int32_t(impl_->id_to_token.size())) return {};
+  return impl_->id_to_token[size_t(id)];
 }
-bool Tokenizer::is_special(int32_t) const {
-  return false;
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < int32_t(impl_->special.size()) && impl_->special[size_t(id)];
 }
+
+namespace {
+std::optional<int32_t> config_token(const Tokenizer& t, const char* name) {
+  const auto& m = t.config().special_tokens;
+  const auto it = m.find(name);
+  if (it == m.end()) return std::nullopt;
+  return t.token_to_id(it->second);
+}
+}  // namespace
+
 std::optional<int32_t> Tokenizer::eos_id() const {
-  return {};
+  return config_token(*this, "eos_token");
 }
 std::optional<int32_t> Tokenizer::bos_id() const {
-  return {};
+  return config_token(*this, "bos_token");
 }
-std::string Tokenizer::decode(const int32_t*, int64_t, SkipSpecial) const {
-  return {};
+
+std::string Tokenizer::decode(const int32_t* ids, int64_t n, SkipSpecial skip) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= impl_->vocab_size) {
+      throw InputError("token id " + std::to_string(id) + " is outside the vocabulary of '" +
+                       impl_->path + "' (0.." + std::to_string(impl_->vocab_size - 1) + ")");
+    }
+    if (skip == SkipSpecial::yes && impl_->special[size_t(id)]) continue;
+    tokens.emplace_back(impl_->id_to_token[size_t(id)]);
+  }
+  if (!impl_->has_decoder) {
+    std::string out;
+    for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
+    return out;
+  }
+  apply_decoders(*impl_, &tokens);
+  std::string out;
+  for (const std::string& t : tokens) out += t;
+  return utf8_lossy(out);
 }
-Encoder::Encoder(std::shared_ptr<const Tokenizer> t) : tokenizer_(std::move(t)) {}
+
+// ---------------------------------------------------------------------------------------------
+// Pieces and splitting
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+// A piece of text on its way through the pipeline: bytes [begin, end) of the encoder's arena;
+// `origin`: it starts at the start of the original text (Metaspace's prepend_scheme "first").
+struct Piece {
+  size_t begin, end;
+  bool origin;
+};
+
+struct Range {
+  size_t begin, end;
+  bool match;
+};
+
+using Matches = std::vector<std::pair<size_t, size_t>>;
+
+// Successive non-overlapping matches of a pattern in s.
+void find_matches(Matches* out, const Pattern& p, std::string_view s,
+                  std::vector<RegexMatcher>& matchers) {
+  out->clear();
+  if (p.regex) {
+    matchers[size_t(p.matcher)].find_all(out, s);
+    return;
+  }
+  if (p.literal.empty()) return;
+  for (size_t at = s.find(p.literal); at != std::string_view::npos;
+       at = s.find(p.literal, at + p.literal.size())) {
+    out->emplace_back(at, at + p.literal.size());
+  }
+}
+
+// The matches as ranges covering s (a match flag each; `invert` flips it).
+std::vector<Range> cover(const Matches& m, size_t n, bool invert) {
+  std::vector<Range> r;
+  size_t prev = 0;
+  for (const auto& [b, e] : m) {
+    if (prev < b) r.push_back({prev, b, invert});
+    r.push_back({b, e, !invert});
+    prev = e;
+  }
+  if (prev < n) r.push_back({prev, n, invert});
+  return r;
+}
+
+// Rust's NormalizedString::split with a SplitDelimiterBehavior: the ranges to keep.
+std::vector<Range> apply_behavior(const std::vector<Range>& in, SplitBehavior b) {
+  std::vector<Range> out;
+  bool prev_match = false;
+  switch (b) {
+    case SplitBehavior::removed:
+      for (const Range& r : in)
+        if (!r.match) out.push_back(r);
+      return out;
+    case SplitBehavior::isolated:
+      return in;
+    case SplitBehavior::merged_with_previous:
+      for (const Range& r : in) {
+        if (r.match && !prev_match && !out.empty()) {
+          out.back().end = r.end;
+        } else {
+          out.push_back(r);
+        }
+        prev_match = r.match;
+      }
+      return out;
+    case SplitBehavior::merged_with_next:
+      for (auto it = in.rbegin(); it != in.rend(); ++it) {
+        if (it->match && !prev_match && !out.empty()) {
+          out.back().begin = it->begin;
+        } else {
+          out.push_back(*it);
+        }
+        prev_match = it->match;
+      }
+      std::reverse(out.begin(), out.end());
+      return out;
+    case SplitBehavior::contiguous:
+      for (const Range& r : in) {
+        if (r.match == prev_match && !out.empty()) {
+          out.back().end = r.end;
+        } else {
+          out.push_back(r);
+        }
+        prev_match = r.match;
+      }
+      return out;
+  }
+  return out;
+}
+
+// Splits p into *out by ranges relative to p's start (empty ones dropped).
+void emit(std::vector<Piece>* out, const Piece& p, const std::vector<Range>& ranges) {
+  for (const Range& r : ranges) {
+    if (r.end > r.begin)
+      out->push_back({p.begin + r.begin, p.begin + r.end, p.origin && r.begin == 0});
+  }
+}
+
+std::string replace_all(std::string_view s, const Matches& m, std::string_view with) {
+  std::string out;
+  size_t prev = 0;
+  for (const auto& [b, e] : m) {
+    out.append(s.substr(prev, b - prev));
+    out.append(with);
+    prev = e;
+  }
+  out.append(s.substr(prev));
+  return out;
+}
+
+}  // namespace
+
+std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
+                              std::vector<RegexMatcher>& matchers) {
+  Matches m;
+  for (const NormalizerStep& n : t.normalizers) {
+    switch (n.kind) {
+      case NormalizerStep::Kind::unicode:
+        s = normalize(s, n.form);
+        break;
+      case NormalizerStep::Kind::prepend:
+        if (!s.empty()) s = n.text + s;
+        break;
+      case NormalizerStep::Kind::replace:
+        find_matches(&m, n.pattern, s, matchers);
+        if (!m.empty()) s = replace_all(s, m, n.text);
+        break;
+      case NormalizerStep::Kind::strip: {
+        size_t b = 0, e = s.size();
+        if (n.left) {
+          while (b < e) {
+            const CodePoint c = decode_at(s, b);
+            if (!is_whitespace(c.cp)) break;
+            b += size_t(c.len);
+          }
+        }
+        if (n.right) {
+          while (e > b) {
+            size_t k = e - 1;
+            while (k > b && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+            if (!is_whitespace(decode_at(s, k).cp)) break;
+            e = k;
+          }
+        }
+        s = s.substr(b, e - b);
+        break;
+      }
+    }
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoder
+// ---------------------------------------------------------------------------------------------
+struct Encoder::State {
+  std::vector<RegexMatcher> matchers;
+  // Piece -> ids. Keys view `cache_keys`; both are cleared when the cache is full.
+  std::unordered_map<std::string_view, std::vector<int32_t>> cache;
+  std::deque<std::string> cache_keys;
+  std::string arena;  // the text of the segment being pre-tokenized, and what steps made of it
+  std::string mapped;
+  Matches matches;
+  std::vector<Piece> pieces, next;
+  std::vector<int32_t> ids;
+};
+
+namespace {
+
+constexpr size_t kCacheEntries = size_t(1) << 17;  // cleared when full
+constexpr size_t kCachePieceBytes = 256;           // longer pieces are not cached
+
+// One segment of text: an added token (token >= 0, an index into Impl::added) or text.
+struct Segment {
+  size_t begin, end;
+  int token;
+};
+
+bool word_char(char32_t c) {
+  return c == U'_' || is_alphanumeric(c);
+}
+
+// Splits s at the added tokens of `trie` (leftmost-longest), with lstrip/rstrip/single_word.
+void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
+                 const Tokenizer::Impl::Trie& trie, std::string_view s) {
+  out->clear();
+  if (trie.empty()) {
+    if (!s.empty()) out->push_back({0, s.size(), -1});
+    return;
+  }
+  size_t start = 0, i = 0;
+  while (i < s.size()) {
+    if (!trie.first[uint8_t(s[i])]) {
+      ++i;
+      continue;
+    }
+    int32_t node = 0;
+    int best = -1;
+    size_t best_end = 0;
+    for (size_t j = i; j < s.size(); ++j) {
+      const auto it = trie.edges.find((uint64_t(uint32_t(node)) << 8) | uint8_t(s[j]));
+      if (it == trie.edges.end()) break;
+      node = it->second;
+      if (trie.token[size_t(node)] >= 0) {
+        best = trie.token[size_t(node)];
+        best_end = j + 1;
+      }
+    }
+    if (best < 0 || (uint8_t(s[i]) & 0xC0) == 0x80) {
+      ++i;
+      continue;
+    }
+    const AddedToken& a = t.added[size_t(best)];
+    size_t b = i, e = best_end;
+    if (a.single_word) {
+      bool word_before = false, word_after = false;
+      if (b > 0) {
+        size_t k = b - 1;
+        while (k > 0 && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+        word_before = word_char(decode_at(s, k).cp);
+      }
+      if (e < s.size()) word_after = word_char(decode_at(s, e).cp);
+      if (word_before || word_after) {
+        ++i;
+        continue;
+      }
+    }
+    if (a.lstrip) {
+      while (b > start) {
+        size_t k = b - 1;
+        while (k > start && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+        if (!is_whitespace(decode_at(s, k).cp)) break;
+        b = k;
+      }
+    }
+    if (a.rstrip) {
+      while (e < s.size()) {
+        const CodePoint c = decode_at(s, e);
+        if (!is_whitespace(c.cp)) break;
+        e += size_t(c.len);
+      }
+    }
+    if (start < b) out->push_back({start, b, -1});
+    out->push_back({b, e, best});
+    start = i = e;
+  }
+  if (start < s.size()) out->push_back({start, s.size(), -1});
+}
+
+// Whether the last pre-tokenizer step is ByteLevel: then its pieces stay raw bytes in the
+// arena and are mapped to the byte-level alphabet only when BPE'd (a cache miss).
+bool lazy_byte_level(const Tokenizer::Impl& t) {
+  return !t.pre_tokenizers.empty() &&
+         t.pre_tokenizers.back().kind == PreTokenizerStep::Kind::byte_level;
+}
+
+void map_bytes(std::string* out, std::string_view raw) {
+  out->clear();
+  for (const char c : raw) *out += byte_to_unicode(uint8_t(c));
+}
+
+void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st);
+
+// The ids of one piece (arena bytes, raw when the byte-level mapping is lazy), appended.
+void model_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                 std::string_view piece, bool lazy) {
+  auto compute = [&](std::vector<int32_t>* ids) {
+    std::string_view text = piece;
+    if (lazy) {
+      map_bytes(&st.mapped, piece);
+      text = st.mapped;
+    }
+    if (t.ignore_merges) {
+      const auto it = t.vocab.find(text);
+      if (it != t.vocab.end()) {
+        ids->push_back(it->second);
+        return;
+      }
+    }
+    bpe_piece(ids, t, text);
+  };
+  if (piece.size() > kCachePieceBytes) {
+    compute(out);
+    return;
+  }
+  auto it = st.cache.find(piece);
+  if (it == st.cache.end()) {
+    if (st.cache.size() >= kCacheEntries) {
+      st.cache.clear();
+      st.cache_keys.clear();
+    }
+    st.ids.clear();
+    compute(&st.ids);
+    st.cache_keys.emplace_back(piece);
+    it = st.cache.emplace(st.cache_keys.back(), st.ids).first;
+  }
+  out->insert(out->end(), it->second.begin(), it->second.end());
+}
+
+}  // namespace
+
+Encoder::Encoder(std::shared_ptr<const Tokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)), state_(std::make_unique<State>()) {
+  for (const Regex* r : tokenizer_->impl().regexes) state_->matchers.emplace_back(*r);
+}
 Encoder::~Encoder() = default;
 Encoder::Encoder(Encoder&&) noexcept = default;
 Encoder& Encoder::operator=(Encoder&&) noexcept = default;
-void Encoder::encode(std::vector<int32_t>*, std::string_view, SpecialTokens) {}
-std::string StreamDecoder::push(int32_t) {
-  return {};
+
+void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTokens special) {
+  const Tokenizer::Impl& t = tokenizer_->impl();
+  State& st = *state_;
+  const int64_t bad = first_invalid_utf8(text);
+  if (bad >= 0) {
+    throw InputError("text is not valid UTF-8 at byte " + std::to_string(bad));
+  }
+  if (special == SpecialTokens::add)
+    out->insert(out->end(), t.prefix_ids.begin(), t.prefix_ids.end());
+  const bool lazy = lazy_byte_level(t);
+  std::vector<Segment> raw, norm;
+  split_added(&raw, t, t.raw_trie, text);
+  for (const Segment& r : raw) {
+    if (r.token >= 0) {
+      out->push_back(t.added[size_t(r.token)].id);
+      continue;
+    }
+    std::string_view seg = text.substr(r.begin, r.end - r.begin);
+    std::string normalized;
+    if (!t.normalizers.empty()) {
+      normalized = apply_normalizers(t, std::string(seg), st.matchers);
+      seg = normalized;
+    }
+    if (seg.empty()) continue;
+    split_added(&norm, t, t.normalized_trie, seg);
+    for (const Segment& n : norm) {
+      if (n.token >= 0) {
+        out->push_back(t.added[size_t(n.token)].id);
+        continue;
+      }
+      st.arena.assign(seg.substr(n.begin, n.end - n.begin));
+      st.pieces.clear();
+      st.pieces.push_back({0, st.arena.size(), r.begin == 0 && n.begin == 0});
+      pre_tokenize(t, st);
+      for (const Piece& p : st.pieces) {
+        if (p.end > p.begin)
+          model_piece(out, t, st, std::string_view(st.arena).substr(p.begin, p.end - p.begin),
+                      lazy);
+      }
+    }
+  }
+  if (special == SpecialTokens::add)
+    out->insert(out->end(), t.suffix_ids.begin(), t.suffix_ids.end());
 }
+
+namespace {
+
+// Appends `prefix` + arena[p] to the arena as a new piece.
+Piece prepended(Encoder::State& st, const Piece& p, std::string_view prefix) {
+  const size_t b = st.arena.size();
+  st.arena.append(prefix);
+  st.arena.append(st.arena, p.begin, p.end - p.begin);
+  return {b, st.arena.size(), p.origin};
+}
+
+void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
+  const size_t steps = t.pre_tokenizers.size();
+  for (size_t k = 0; k < steps; ++k) {
+    const PreTokenizerStep& step = t.pre_tokenizers[k];
+    st.next.clear();
+    for (Piece p : st.pieces) {
+      switch (step.kind) {
+        case PreTokenizerStep::Kind::byte_level: {
+          if (step.add_prefix_space && (p.end == p.begin || st.arena[p.begin] != ' '))
+            p = prepended(st, p, " ");
+          const size_t first = st.next.size();
+          if (step.use_regex) {
+            find_matches(&st.matches, step.pattern,
+                         std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
+            emit(&st.next, p, cover(st.matches, p.end - p.begin, false));
+          } else {
+            st.next.push_back(p);
+          }
+          if (k + 1 < steps) {  // a later step reads the mapped text
+            for (size_t q = first; q < st.next.size(); ++q) {
+              Piece& x = st.next[q];
+              map_bytes(&st.mapped, std::string_view(st.arena).substr(x.begin, x.end - x.begin));
+              x.begin = st.arena.size();
+              st.arena += st.mapped;
+              x.end = st.arena.size();
+            }
+          }
+          break;
+        }
+        case PreTokenizerStep::Kind::split:
+          find_matches(&st.matches, step.pattern,
+                       std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
+          emit(&st.next, p,
+               apply_behavior(cover(st.matches, p.end - p.begin, step.invert), step.behavior));
+          break;
+        case PreTokenizerStep::Kind::metaspace: {
+          std::string text = st.arena.substr(p.begin, p.end - p.begin);
+          Matches m;
+          for (size_t at = text.find(' '); at != std::string::npos; at = text.find(' ', at + 1))
+            m.emplace_back(at, at + 1);
+          if (!m.empty()) text = replace_all(text, m, step.replacement);
+          const bool starts = text.compare(0, step.replacement.size(), step.replacement) == 0;
+          if (!starts && (step.prepend == PrependScheme::always ||
+                          (step.prepend == PrependScheme::first && p.origin))) {
+            text.insert(0, step.replacement);
+          }
+          Piece q{st.arena.size(), 0, p.origin};
+          st.arena += text;
+          q.end = st.arena.size();
+          if (!step.split) {
+            st.next.push_back(q);
+            break;
+          }
+          m.clear();
+          for (size_t at = text.find(step.replacement); at != std::string::npos;
+               at = text.find(step.replacement, at + step.replacement.size()))
+            m.emplace_back(at, at + step.replacement.size());
+          emit(&st.next, q,
+               apply_behavior(cover(m, text.size(), false), SplitBehavior::merged_with_next));
+          break;
+        }
+        case PreTokenizerStep::Kind::digits: {
+          Matches m;
+          const std::string_view text = std::string_view(st.arena).substr(p.begin, p.end - p.begin);
+          for (size_t i = 0; i < text.size();) {
+            const CodePoint c = decode_at(text, i);
+            if (is_numeric(c.cp)) m.emplace_back(i, i + size_t(c.len));
+            i += size_t(c.len);
+          }
+          emit(&st.next, p,
+               apply_behavior(cover(m, text.size(), false), step.individual_digits
+                                                                ? SplitBehavior::isolated
+                                                                : SplitBehavior::contiguous));
+          break;
+        }
+      }
+    }
+    std::swap(st.pieces, st.next);
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// StreamDecoder
+// ---------------------------------------------------------------------------------------------
+std::string StreamDecoder::push(int32_t id) {
+  ids_.push_back(id);
+  // Decode the raw bytes without replacing an incomplete tail: decode() replaces ill-formed
+  // bytes by U+FFFD, so decode all ids and hold back a trailing U+FFFD that the next id may
+  // still complete.
+  const std::string text = tok_.decode(ids_);
+  size_t keep = text.size();
+  const std::string_view fffd = "\xEF\xBF\xBD";
+  while (keep >= fffd.size() &&
+         std::string_view(text).substr(keep - fffd.size(), fffd.size()) == fffd)
+    keep -= fffd.size();
+  if (keep <= emitted_) return {};
+  std::string out = text.substr(emitted_, keep - emitted_);
+  emitted_ = keep;
+  return out;
+}
+
 std::string StreamDecoder::finish() {
-  return {};
+  const std::string text = tok_.decode(ids_);
+  std::string out = text.size() > emitted_ ? text.substr(emitted_) : std::string();
+  emitted_ = text.size();
+  return out;
 }
-int64_t first_invalid_utf8(std::string_view) {
-  return -1;
-}
+
 }  // namespace kktrain::text

@@ -103,8 +103,9 @@ class Encoder {
   }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
+  struct State;  // private to text/
+
  private:
-  struct State;
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<State> state_;
 };

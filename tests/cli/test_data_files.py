@@ -7,8 +7,9 @@ usage: test_data_files.py KKTRAIN INPUTS_DIR CASE    (tests/cli/train_tests.cmak
 - rss_3gib: the same 3-step run on a 3 GiB sparse uint16 file and on a 30 MiB one: the measured
   peak RSS (metrics.jsonl's peak_rss_bytes) may differ by at most 64 MiB (the old loader copied
   every token into an int32 array: 4 bytes per token, 6 GiB here).
-- llmc: an llm.c shard trains; a wrong version or token count is one line, exit 2, before any
-  output; a headerless .bin trains as uint16.
+- llmc: an llm.c shard trains, GPT-2's (uint16) and Llama 3's (uint32, magic 20240801, version 7)
+  alike; a wrong version or token count is one line, exit 2, before any output; a headerless .bin
+  trains as uint16.
 - lists_two_ranks: data.path as a list and as a glob of three files: the same run on 1 and 2
   ranks agrees to REL_TOL (test_mpi.py's fp32 comparison), and `kktrain config` shows the list.
 - ids_at_draw_two_ranks: a file whose ids are checked as windows are drawn (the check at load
@@ -66,10 +67,12 @@ def case_rss_3gib():
         check("big.u16 (uint16)" in runs["3 GiB"].err, "source line" + runs["3 GiB"].where)
 
 
-def llmc_bytes(tokens, version=1, count=None):
-    header = struct.pack("<3i", 20240520, version, len(tokens) if count is None else count)
+def llmc_bytes(tokens, version=1, count=None, magic=20240520):
+    """llm.c's shard: GPT-2's uint16 ids (magic 20240520), Llama 3's uint32 ids (20240801)."""
+    header = struct.pack("<3i", magic, version, len(tokens) if count is None else count)
     header += bytes(4 * 253)
-    return header + b"".join(struct.pack("<H", t) for t in tokens)
+    width = "<H" if magic == 20240520 else "<I"
+    return header + b"".join(struct.pack(width, t) for t in tokens)
 
 
 def case_llmc():
@@ -80,9 +83,20 @@ def case_llmc():
             f.write(llmc_bytes(list(text)))
         r = tt.train(tmp, "good", tt.DEFAULT, f"data.path={good}", steps=3).ok()
         check(f"{good} (llmc)" in r.err, "llm.c source line" + r.where)
+        # Llama 3's uint32 shard (magic 20240801, version 7) trains the same tokens
+        wide = os.path.join(tmp, "wide_000.bin")
+        with open(wide, "wb") as f:
+            f.write(llmc_bytes(list(text), version=7, magic=20240801))
+        r32 = tt.train(tmp, "wide", tt.DEFAULT, f"data.path={wide}", steps=3).ok()
+        check(f"{wide} (llmc)" in r32.err, "llm.c uint32 source line" + r32.where)
+        check([x["loss"] for x in r32.train_rows()] == [x["loss"] for x in r.train_rows()],
+              "the uint32 shard trains as the uint16 one" + r32.where + r.where)
         for name, data, needles in (
                 ("v7.bin", llmc_bytes(list(text), version=7), ("version 7",)),
-                ("count.bin", llmc_bytes(list(text), count=5), ("says 5 tokens",))):
+                ("count.bin", llmc_bytes(list(text), count=5), ("says 5 tokens",)),
+                ("w1.bin", llmc_bytes(list(text), magic=20240801), ("version 1", "reads version 7")),
+                ("wcount.bin", llmc_bytes(list(text), version=7, count=5, magic=20240801),
+                 ("says 5 tokens",))):
             path = os.path.join(tmp, name)
             with open(path, "wb") as f:
                 f.write(data)

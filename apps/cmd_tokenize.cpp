@@ -1,0 +1,363 @@
+// `kktrain tokenize`: text through a Hugging Face tokenizer into llm.c-format token shards
+// (io/token_shards.hpp), or one text's ids (--ids) and one list of ids' text (--decode).
+//
+// Streaming: documents are read in batches of at most kBatchBytes of text (a document is read
+// whole), the batch's documents are encoded in parallel (one text::Encoder per worker thread,
+// documents handed out one at a time), and their ids appended to the shards in document order,
+// so memory is bounded by the batch and the output bytes are the same for any thread count. A
+// long document is encoded by one thread (not split).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "apps/commands.hpp"
+#include "apps/tokenize_inputs.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "io/token_shards.hpp"
+#include "parallel/threads.hpp"
+#include "text/tokenizer.hpp"
+
+namespace kktrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Text read per batch (KKTRAIN_TOKENIZE_BATCH_BYTES overrides it, for tests).
+constexpr int64_t kBatchBytes = int64_t(16) << 20;
+
+enum class Eos { from_config, token, none };
+
+struct TokenizeOptions {
+  std::vector<std::string> inputs;
+  std::string out, jsonl_key;
+  Eos eos = Eos::from_config;
+  std::string eos_token;
+  int64_t shard_tokens = 0, val_tokens = 0;
+  int threads = 0;  // 0: the CPUs this process may use
+};
+
+// What the run did so far (read by the progress line while workers encode).
+struct Progress {
+  std::atomic<int64_t> bytes{0}, documents{0}, tokens{0};
+};
+
+int64_t parse_count(const std::string& opt, const std::string& v, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < lo || n > hi) {
+    throw UsageError("kktrain tokenize: " + opt + " '" + v + "': expected an integer in [" +
+                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  return n;
+}
+
+int usable_cpus() {
+  return std::max(1, plan_threads(read_thread_inputs()).allowed_cpus);
+}
+
+int64_t batch_bytes() {
+  const char* v = std::getenv("KKTRAIN_TOKENIZE_BATCH_BYTES");
+  if (!v || !*v) return kBatchBytes;
+  return parse_count("KKTRAIN_TOKENIZE_BATCH_BYTES", v, 1, int64_t(1) << 40);
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+// The EOS id each document ends with, or -1 for none.
+int32_t eos_id(const text::Tokenizer& tok, const TokenizeOptions& o, const std::string& path) {
+  if (o.eos == Eos::none) return -1;
+  if (o.eos == Eos::token) {
+    if (auto id = tok.token_to_id(o.eos_token)) return *id;
+    throw InputError("--eos '" + o.eos_token + "' is not a token of the tokenizer '" + path + "'");
+  }
+  if (auto id = tok.eos_id()) return *id;
+  throw InputError("the tokenizer '" + path +
+                   "' names no eos_token (tokenizer_config.json): give --eos TOKEN (the token "
+                   "that ends each document) or --no-eos");
+}
+
+// Encodes docs[i] into ids[i] (then the EOS id) on one worker thread per encoder (at most one per
+// document), documents handed out in turn; `tick` runs on the calling thread every half second
+// meanwhile. The first failure (by document order) is rethrown once every worker has stopped.
+void encode_batch(std::vector<std::vector<int32_t>>* ids, const std::vector<InputDocument>& docs,
+                  std::vector<text::Encoder>& encoders, int32_t eos, Progress* progress,
+                  const std::function<void()>& tick) {
+  ids->assign(docs.size(), {});
+  std::vector<std::exception_ptr> errors(docs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex m;
+  std::condition_variable done;
+  int running = static_cast<int>(std::min(encoders.size(), docs.size()));
+  auto work = [&](text::Encoder& enc) {
+    for (std::size_t i; (i = next++) < docs.size();) {
+      try {
+        enc.encode(&(*ids)[i], docs[i].text, text::SpecialTokens::add);
+        if (eos >= 0) (*ids)[i].push_back(eos);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        next = docs.size();  // hand out no more documents
+      }
+      progress->bytes += static_cast<int64_t>(docs[i].text.size());
+      progress->documents += 1;
+      progress->tokens += static_cast<int64_t>((*ids)[i].size());
+    }
+    std::lock_guard<std::mutex> lock(m);
+    --running;
+    done.notify_one();
+  };
+  std::vector<std::thread> pool;
+  for (int w = 0, n = running; w < n; ++w) pool.emplace_back(work, std::ref(encoders[w]));
+  {
+    std::unique_lock<std::mutex> lock(m);
+    while (!done.wait_for(lock, std::chrono::milliseconds(500), [&] { return running == 0; })) {
+      lock.unlock();
+      tick();
+      lock.lock();
+    }
+  }
+  for (auto& t : pool) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// The progress line, updated in place on a terminal: at most every half second.
+class ProgressLine {
+ public:
+  ProgressLine(const Progress& p, int64_t total_bytes)
+      : p_(p), total_(total_bytes), tty_(::isatty(2) == 1), start_(Clock::now()) {}
+  void tick(bool force = false) {
+    if (!tty_) return;
+    const auto now = Clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    const double s = seconds(), mb = p_.bytes / 1e6;
+    const double rate = s > 0 ? mb / s : 0;
+    std::string eta = "?";
+    if (rate > 0 && total_ > 0) {
+      const double left = std::max(0.0, (total_ / 1e6 - mb) / rate);
+      eta = std::to_string(int64_t(left) / 60) + "m" + std::to_string(int64_t(left) % 60) + "s";
+    }
+    std::fprintf(stderr,
+                 "\rtokenize: %.1f / %.1f MB, %.2f MB/s, %lld documents, %lld tokens, "
+                 "ETA %s\x1b[K",
+                 mb, total_ / 1e6, rate, static_cast<long long>(p_.documents.load()),
+                 static_cast<long long>(p_.tokens.load()), eta.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void end() {
+    if (shown_) std::fputs("\n", stderr);
+  }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+ private:
+  const Progress& p_;
+  int64_t total_;
+  bool tty_, shown_ = false;
+  Clock::time_point start_, last_{};
+};
+
+int run_shards(const TokenizeOptions& o, const std::string& tok_path) {
+  // Everything that can be checked is checked before anything is written.
+  const int64_t total_bytes = check_inputs(o.inputs);
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const auto& in : o.inputs) named.emplace_back("input", in);
+  check_output_file("--out", train_shard_name(o.out, 0), named);
+  const auto old = existing_shards(o.out);
+  if (!old.empty()) {
+    throw UsageError("--out: '" + old.front() + "' exists (" + std::to_string(old.size()) +
+                     " shard file(s) of an earlier run with this prefix): remove them or give "
+                     "another --out");
+  }
+  const auto tok = text::Tokenizer::load(tok_path);
+  const int32_t eos = eos_id(*tok, o, tok_path);
+  const int cpus = usable_cpus();
+  const int threads = o.threads > 0 ? std::min(o.threads, cpus) : cpus;
+  if (o.threads > cpus) {
+    log::warn("--threads " + std::to_string(o.threads) + ": this process may use " +
+              std::to_string(cpus) + " CPU(s); encoding on " + std::to_string(threads));
+  }
+  std::vector<text::Encoder> encoders;
+  for (int t = 0; t < threads; ++t) encoders.emplace_back(tok);
+
+  ShardPlan plan;
+  plan.prefix = o.out;
+  plan.ids = shard_ids_for_vocab(tok->vocab_size());
+  plan.shard_tokens = o.shard_tokens;
+  plan.val_tokens = o.val_tokens;
+  ShardWriter writer(plan);
+  DocumentReader reader(o.inputs, o.jsonl_key);
+  Progress progress;
+  ProgressLine line(progress, total_bytes);
+  const int64_t max_bytes = batch_bytes();
+  std::vector<InputDocument> batch;
+  std::vector<std::vector<int32_t>> ids;
+  while (reader.next_batch(&batch, max_bytes)) {
+    encode_batch(&ids, batch, encoders, eos, &progress, [&] { line.tick(); });
+    for (const auto& d : ids) writer.add_document(d.data(), static_cast<int64_t>(d.size()));
+    line.tick();
+  }
+  if (writer.tokens() == 0) {
+    throw InputError("the inputs hold no text (no token to write)");
+  }
+  if (!writer.val_done()) {
+    log::warn("--val-tokens " + std::to_string(o.val_tokens) + ": the corpus has only " +
+              std::to_string(writer.tokens()) + " tokens; all of them went into the val shard");
+  }
+  const auto shards = writer.finish();
+  line.tick(true);
+  line.end();
+  const double s = line.seconds();
+  log::info(
+      "tokenize: " + std::to_string(o.inputs.size()) + " files, " +
+      std::to_string(progress.documents.load()) + " documents, " + std::to_string(writer.tokens()) +
+      " tokens (" + std::to_string(writer.val_tokens_written()) + " val) in " +
+      std::to_string(shards.size()) + " shards of " + shard_ids_name(plan.ids) + " ids (" + o.out +
+      "_*.bin); " + fixed(total_bytes / 1e6 / std::max(s, 1e-9), 2) + " MB/s, " + fixed(s, 2) +
+      " s, " + std::to_string(threads) + " threads, peak RSS " + fixed(peak_rss_mib(), 1) + " MiB");
+  return 0;
+}
+
+std::vector<int32_t> parse_ids(const std::string& list) {
+  std::vector<int32_t> ids;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    std::size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(at, end - at);
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!(item.empty() && end == list.size() && !ids.empty())) {
+      ids.push_back(int32_t(parse_count("--decode", item, 0, 0x7fffffff)));
+    }
+    at = end + 1;
+  }
+  return ids;
+}
+
+int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
+  if (ctx.mpi->rank() != 0) return 0;
+  const auto& opt = args.options;
+  const std::string tok_path = opt.at("--tokenizer");
+  const bool ids = !opt.at("--ids").empty(), decode = !opt.at("--decode").empty();
+  if (ids || decode) {
+    if (ids && decode) throw UsageError("kktrain tokenize: give --ids or --decode, not both");
+    if (!args.positionals.empty() || !opt.at("--out").empty()) {
+      throw UsageError("kktrain tokenize: " + std::string(ids ? "--ids" : "--decode") +
+                       " takes no INPUT and no --out");
+    }
+    const auto tok = text::Tokenizer::load(tok_path);
+    if (decode) {
+      const std::string text = tok->decode(parse_ids(opt.at("--decode")));
+      std::printf("%s\n", text.c_str());
+      return 0;
+    }
+    text::Encoder enc(tok);
+    std::string line;
+    for (int32_t id : enc.encode(opt.at("--ids"), text::SpecialTokens::add)) {
+      line += (line.empty() ? "" : ",") + std::to_string(id);
+    }
+    std::printf("%s\n", line.c_str());
+    return 0;
+  }
+  TokenizeOptions o;
+  o.inputs = args.positionals;
+  o.out = opt.at("--out");
+  if (o.inputs.empty()) throw UsageError("kktrain tokenize: no INPUT given (see --help)");
+  if (o.out.empty()) throw UsageError("kktrain tokenize: --out PREFIX is required");
+  o.jsonl_key = opt.at("--jsonl-key");
+  o.eos_token = opt.at("--eos");
+  const bool no_eos = args.flags.count("--no-eos") > 0;
+  if (no_eos && !o.eos_token.empty()) {
+    throw UsageError("kktrain tokenize: give --eos TOKEN or --no-eos, not both");
+  }
+  o.eos = no_eos ? Eos::none : o.eos_token.empty() ? Eos::from_config : Eos::token;
+  o.shard_tokens = parse_count("--shard-tokens", opt.at("--shard-tokens"), 1, kMaxShardTokens);
+  o.val_tokens = parse_count("--val-tokens", opt.at("--val-tokens"), 0, kMaxShardTokens);
+  o.threads = opt.at("--threads").empty()
+                  ? 0
+                  : static_cast<int>(parse_count("--threads", opt.at("--threads"), 1, 4096));
+  return run_shards(o, tok_path);
+}
+
+}  // namespace
+
+Command tokenize_command() {
+  CommandSpec s;
+  s.name = "tokenize";
+  s.synopsis =
+      "tokenize --tokenizer PATH INPUT... --out PREFIX [options]\n"
+      "       kktrain tokenize --tokenizer PATH --ids TEXT | --decode ID,ID,...";
+  s.summary = "Tokenize text files into llm.c-format token shards (or show ids / text).";
+  s.details =
+      "PATH is a model directory holding tokenizer.json (and tokenizer_config.json), or a\n"
+      "tokenizer.json. Each INPUT text file is one document; a .jsonl INPUT gives one document\n"
+      "per line, the string at --jsonl-key (default text). Each document is encoded with the\n"
+      "tokenizer's special tokens (its BOS where it adds one), then the EOS token.\n"
+      "Inputs must be UTF-8 (invalid bytes are an error naming the file and the byte offset).\n\n"
+      "Output: PREFIX_val_000000.bin (with --val-tokens), PREFIX_000000.bin, PREFIX_000001.bin,\n"
+      "...: llm.c shards (256 int32 header: magic, version, token count; then the ids), uint16\n"
+      "ids (magic 20240520, version 1) when the vocabulary fits 16 bits, else uint32 ids (magic\n"
+      "20240801, version 7). A document never straddles two shards (one longer than\n"
+      "--shard-tokens gets a shard of its own). Shards appear complete (written under a\n"
+      "temporary name, then renamed); a failure leaves none of this run's shards. Train on them\n"
+      "with data.path: PREFIX_*.bin. The output bytes are the same for any --threads.\n\n"
+      "options:\n"
+      "  --tokenizer PATH    model directory or tokenizer.json (required)\n"
+      "  --out PREFIX        shard name prefix (its directory must exist)\n"
+      "  --jsonl-key K       the key of a .jsonl line's text (default text)\n"
+      "  --eos TOKEN         end each document with TOKEN (default: tokenizer_config.json's\n"
+      "                      eos_token)\n"
+      "  --no-eos            end documents with nothing\n"
+      "  --shard-tokens N    tokens per shard (default 100000000)\n"
+      "  --val-tokens N      whole documents into PREFIX_val_000000.bin first, until it holds\n"
+      "                      at least N tokens (default 0: no val shard)\n"
+      "  --threads N         encoding threads (default and most: the CPUs this process may use)\n"
+      "  --ids TEXT          print TEXT's ids, comma-separated (with the special tokens the\n"
+      "                      tokenizer adds; no EOS)\n"
+      "  --decode IDS        print the text of comma-separated ids, then a newline\n\n"
+      "Progress: on a terminal a line updated in place (MB/s, documents, tokens, ETA); always a\n"
+      "summary line at the end (files, documents, tokens, shards, MB/s, seconds, peak RSS).\n";
+  s.positionals = {};
+  s.more_positionals = "INPUT";
+  s.takes_overrides = false;
+  s.flags = {"--no-eos"};
+  s.options = {{"--tokenizer", ""},
+               {"--out", ""},
+               {"--jsonl-key", "text"},
+               {"--eos", ""},
+               {"--shard-tokens", "100000000"},
+               {"--val-tokens", "0"},
+               {"--threads", ""},
+               {"--ids", ""},
+               {"--decode", ""}};
+  s.required_options = {"--tokenizer"};
+  return Command{s, run_tokenize, false};
+}
+
+}  // namespace kktrain

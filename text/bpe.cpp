@@ -1,0 +1,118 @@
+// BPE of one pre-tokenized piece, as the Rust library's BPE::merge_word + Word::merge_all:
+// each character becomes its vocabulary token (with continuing_subword_prefix /
+// end_of_word_suffix where set), or its <0xXX> byte tokens (byte_fallback), or unk (fused
+// runs with fuse_unk); then the pair of lowest merge rank is merged, leftmost first, until no
+// pair of adjacent symbols has a merge.
+#include <queue>
+
+#include "core/errors.hpp"
+#include "text/tokenizer_impl.hpp"
+
+namespace kktrain::text {
+
+namespace {
+
+struct Symbol {
+  int32_t id;
+  int prev, next;
+  bool alive;
+};
+
+struct Candidate {
+  uint32_t rank;
+  int pos;
+  int32_t merged;
+  bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
+std::string hex_cp(char32_t cp) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "U+%04X", unsigned(cp));
+  return buf;
+}
+
+}  // namespace
+
+void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_view piece) {
+  std::vector<Symbol> sym;
+  sym.reserve(piece.size());
+  int32_t pending_unk = -1;  // a run of unknown characters not yet added (-1: none)
+  auto add = [&](int32_t id) { sym.push_back({id, int(sym.size()) - 1, -1, true}); };
+  std::string key;
+  for (size_t i = 0; i < piece.size();) {
+    const CodePoint c = decode_at(piece, i);
+    std::string_view ch = piece.substr(i, size_t(c.len));
+    const bool first = i == 0, last = i + size_t(c.len) == piece.size();
+    i += size_t(c.len);
+    std::string_view lookup = ch;
+    if ((!first && !t.continuing_subword_prefix.empty()) ||
+        (last && !t.end_of_word_suffix.empty())) {
+      key.assign(first ? "" : t.continuing_subword_prefix);
+      key.append(ch);
+      if (last) key.append(t.end_of_word_suffix);
+      lookup = key;
+    }
+    const auto it = t.vocab.find(lookup);
+    if (it != t.vocab.end()) {
+      if (pending_unk >= 0) add(pending_unk), pending_unk = -1;
+      add(it->second);
+      continue;
+    }
+    if (t.byte_fallback) {
+      bool all = true;
+      for (const char b : lookup) all = all && t.byte_ids[uint8_t(b)] >= 0;
+      if (all) {
+        if (pending_unk >= 0) add(pending_unk), pending_unk = -1;
+        for (const char b : lookup) add(t.byte_ids[uint8_t(b)]);
+        continue;
+      }
+    }
+    if (!t.unk_id) {
+      throw InputError("character " + hex_cp(c.cp) + " has no token in '" + t.path +
+                       "' and the model has no unk_token");
+    }
+    if (pending_unk >= 0 && !t.fuse_unk) add(pending_unk);
+    pending_unk = *t.unk_id;
+  }
+  if (pending_unk >= 0) add(pending_unk);
+  const int n = int(sym.size());
+  for (int k = 0; k + 1 < n; ++k) sym[size_t(k)].next = k + 1;
+
+  if (n > 1) {
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+    auto consider = [&](int pos) {
+      const int nx = sym[size_t(pos)].next;
+      if (nx < 0) return;
+      const uint64_t pair =
+          (uint64_t(uint32_t(sym[size_t(pos)].id)) << 32) | uint32_t(sym[size_t(nx)].id);
+      const auto m = t.merges.find(pair);
+      if (m != t.merges.end())
+        queue.push({uint32_t(m->second >> 32), pos, int32_t(uint32_t(m->second))});
+    };
+    for (int k = 0; k + 1 < n; ++k) consider(k);
+    while (!queue.empty()) {
+      const Candidate c = queue.top();
+      queue.pop();
+      Symbol& s = sym[size_t(c.pos)];
+      if (!s.alive || s.next < 0) continue;
+      Symbol& r = sym[size_t(s.next)];
+      const uint64_t pair = (uint64_t(uint32_t(s.id)) << 32) | uint32_t(r.id);
+      const auto m = t.merges.find(pair);
+      if (m == t.merges.end() || int32_t(uint32_t(m->second)) != c.merged ||
+          uint32_t(m->second >> 32) != c.rank)
+        continue;  // stale: one side changed since it was queued
+      s.id = c.merged;
+      r.alive = false;
+      s.next = r.next;
+      if (r.next >= 0) sym[size_t(r.next)].prev = c.pos;
+      if (s.prev >= 0) consider(s.prev);
+      consider(c.pos);
+    }
+  }
+  for (int k = 0; k < n; k = sym[size_t(k)].next) {
+    out->push_back(sym[size_t(k)].id);
+    if (sym[size_t(k)].next < 0) break;
+  }
+}
+
+}  // namespace kktrain::text

@@ -1,0 +1,54 @@
+// A compiled PCRE2 pattern in UTF + UCP mode (\p{L}, \s, \w over all of Unicode; look-ahead,
+// case-insensitive groups), JIT-compiled when the platform allows. Matching needs per-thread
+// match data (RegexMatcher), so one Regex is shared by every thread's encoder.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+struct pcre2_real_code_8;
+struct pcre2_real_match_data_8;
+
+namespace kktrain::text {
+
+class Regex {
+ public:
+  // InputError "<where>: regular expression '<pattern>' does not compile: <reason> at offset N".
+  Regex(const std::string& pattern, const std::string& where);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  pcre2_real_code_8* code() const { return code_; }
+  const std::string& pattern() const { return pattern_; }
+  bool jit() const { return jit_; }
+
+ private:
+  pcre2_real_code_8* code_ = nullptr;
+  bool jit_ = false;
+  std::string pattern_;
+};
+
+// One thread's matcher for one Regex.
+class RegexMatcher {
+ public:
+  explicit RegexMatcher(const Regex& re);
+  ~RegexMatcher();
+  RegexMatcher(RegexMatcher&& o) noexcept : re_(o.re_), md_(o.md_) { o.md_ = nullptr; }
+  RegexMatcher(const RegexMatcher&) = delete;
+  RegexMatcher& operator=(const RegexMatcher&) = delete;
+  // Appends to *out the [begin, end) byte ranges of the successive non-overlapping, non-empty
+  // matches in s (s well-formed UTF-8; an empty match moves the search on by one character).
+  void find_all(std::vector<std::pair<size_t, size_t>>* out, std::string_view s);
+
+ private:
+  const Regex* re_;
+  pcre2_real_match_data_8* md_ = nullptr;
+};
+
+// The pattern that matches `literal` exactly (every character escaped).
+std::string regex_escape(std::string_view literal);
+
+}  // namespace kktrain::text

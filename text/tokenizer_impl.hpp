@@ -1,0 +1,118 @@
+// The inside of a loaded Tokenizer: the pipeline of tokenizer.json as flat lists of steps
+// (Sequences are flattened when loaded), the BPE tables and the added tokens. Private to text/.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "text/regex.hpp"
+#include "text/tokenizer.hpp"
+#include "text/unicode.hpp"
+
+namespace kktrain::text {
+
+// A Split / Replace pattern: a literal string or a regular expression.
+struct Pattern {
+  std::string literal;           // when !regex
+  std::unique_ptr<Regex> regex;  // when set
+  int matcher = -1;              // index of the encoder's RegexMatcher for `regex`
+};
+
+struct NormalizerStep {
+  enum class Kind { unicode, prepend, replace, strip } kind;
+  NormalForm form = NormalForm::nfc;  // unicode
+  std::string text;                   // prepend: what; replace: content
+  Pattern pattern;                    // replace
+  bool left = false, right = false;   // strip
+};
+
+enum class SplitBehavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
+enum class PrependScheme { always, first, never };
+
+struct PreTokenizerStep {
+  enum class Kind { byte_level, split, metaspace, digits } kind;
+  bool add_prefix_space = false, use_regex = true;  // byte_level
+  Pattern pattern;                                  // split (byte_level with use_regex: GPT-2's)
+  SplitBehavior behavior = SplitBehavior::isolated;
+  bool invert = false;
+  std::string replacement;  // metaspace (one character, UTF-8)
+  PrependScheme prepend = PrependScheme::always;
+  bool split = true;               // metaspace
+  bool individual_digits = false;  // digits
+};
+
+struct DecoderStep {
+  enum class Kind { byte_level, metaspace, byte_fallback, fuse, strip, replace } kind;
+  std::string replacement;  // metaspace
+  PrependScheme prepend = PrependScheme::always;
+  char32_t strip_char = U' ';
+  int strip_start = 0, strip_stop = 0;
+  Pattern pattern;  // replace
+  std::string content;
+};
+
+struct AddedToken {
+  std::string content;
+  int32_t id = 0;
+  bool special = false, lstrip = false, rstrip = false, single_word = false, normalized = false;
+  std::string match;  // what is searched for: content, or its normalized form when `normalized`
+};
+
+struct Tokenizer::Impl {
+  std::string path;
+  TokenizerConfig config;
+
+  // Strings (vocabulary and added tokens) live in `arena`; maps hold views into it.
+  std::deque<std::string> arena;
+  std::unordered_map<std::string_view, int32_t> vocab;  // the model's vocabulary
+  std::vector<std::string_view> id_to_token;            // model and added tokens by id
+  std::vector<uint8_t> special;                         // by id: 1 for special added tokens
+  // Merges: (left id << 32 | right id) -> (rank << 32 | merged id).
+  std::unordered_map<uint64_t, uint64_t> merges;
+  bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
+  std::optional<int32_t> unk_id;
+  std::string continuing_subword_prefix, end_of_word_suffix;
+  std::array<int32_t, 256> byte_ids{};  // <0xXX> token ids (byte_fallback), -1 if absent
+
+  std::vector<NormalizerStep> normalizers;
+  std::vector<PreTokenizerStep> pre_tokenizers;
+  std::vector<DecoderStep> decoders;
+  bool has_decoder = false;
+  // TemplateProcessing's single template: ids before and after the sequence.
+  std::vector<int32_t> prefix_ids, suffix_ids;
+
+  std::vector<AddedToken> added;  // sorted by id
+  // Added tokens matched in the raw text / in the normalized text (indices into `added`).
+  std::vector<int> raw_tokens, normalized_tokens;
+  // A byte trie per group: node 0 is the root; edges[(node << 8) | byte] = child node;
+  // token[node] = index in `added` of the token ending there, or -1.
+  struct Trie {
+    std::unordered_map<uint64_t, int32_t> edges;
+    std::vector<int32_t> token{-1};
+    std::array<bool, 256> first{};  // bytes that begin some token
+    bool empty() const { return token.size() == 1; }
+  };
+  Trie raw_trie, normalized_trie;
+  std::vector<const Regex*> regexes;  // every Regex, by matcher index
+
+  int64_t vocab_size = 0;
+};
+
+// Loads tokenizer.json (and tokenizer_config.json beside it) into *impl.
+void load_tokenizer(Tokenizer::Impl* impl, const std::string& path);
+// Applies the normalizer steps to s.
+std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
+                              std::vector<RegexMatcher>& matchers);
+// BPE of one piece (its characters in the vocabulary's alphabet), ids appended (bpe.cpp).
+void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_view piece);
+// Decoder steps over token strings (in place), as the Rust library's decode_chain.
+void apply_decoders(const Tokenizer::Impl& t, std::vector<std::string>* tokens);
+
+}  // namespace kktrain::text
