@@ -142,9 +142,9 @@ ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64
 std::shared_ptr<const text::Tokenizer> load_model_tokenizer(const ModelText& t) {
   auto tok = text::Tokenizer::load(t.tokenizer);
   if (tok->vocab_size() > t.vocab_size) {
-    throw InputError(t.from + ": the tokenizer has " + vocabulary_text(tok->vocab_size()) +
-                     ", more than " + t.model + "'s vocab_size " + std::to_string(t.vocab_size) +
-                     " (a tokenizer of another model?)");
+    throw InputError(t.from + ": '" + t.tokenizer + "' has " + vocabulary_text(tok->vocab_size()) +
+                     ", more than the vocab_size " + std::to_string(t.vocab_size) + " of " +
+                     t.model + " (a tokenizer of another model?)");
   }
   return tok;
 }

@@ -16,7 +16,8 @@ the reference); cases that need it skip (exit 77) with the reason when it or nod
   export's) holds tokenizer.json (256 ByteLevel characters = byte values, no merges) and
   tokenizer_config.json; the reference encodes text with it to the UTF-8 bytes and decodes them
   back; the export read back as model.init_from still takes text as bytes; kktrain's own
-  tokenizer reading it (generate --tokenizer) gives the same answer as the bytes.
+  tokenizer reading it (kktrain tokenize --ids / --decode, generate --tokenizer) gives the
+  bytes as ids, the text back, and the same answer as the bytes.
 - export_copies_tokenizer: the export of a model trained from a Hugging Face directory holds
   that directory's tokenizer files, byte for byte; one from a directory without them holds none.
 - generate_prompt_tokenizer: generate --prompt through a small byte-level BPE tokenizer.json
@@ -284,10 +285,23 @@ def case_export_byte_tokenizer():
         check(through == decoded, f"through the tokenizer {through!r} vs bytes {decoded!r}")
         # The reference reads the export: the text's UTF-8 bytes, and back.
         texts = [TEXT, "", " ", "a\u0301 ﬁ \x00\x7f ÿ", "😀" * 5]
-        encoded, decoded = reference(export, encode=texts, decode=[list(t.encode()) for t in texts])
-        for t, ids, back in zip(texts, encoded, decoded):
+        encoded, decoded = reference(export, encode=texts,
+                                     decode=[list(t.encode()) for t in texts if t])
+        decoded = iter(decoded)  # (the reference decodes non-empty lists only)
+        for t, ids in zip(texts, encoded):
             check(ids == list(t.encode()), f"reference ids of {t!r}: {ids}")
+            back = next(decoded) if t else ""
             check(back == t, f"reference decode {back!r} vs {t!r}")
+        # kktrain's own tokenizer on the exported file: the same ids, and the text back.
+        for t in texts:
+            if not t or "\x00" in t:  # (a command line holds neither)
+                continue
+            rc, o, e = tt.run(["tokenize", "--tokenizer", export, "--ids", t])
+            check(rc == 0 and o.strip() == ",".join(map(str, t.encode())), f"ids of {t!r}: {o} {e}")
+            p = subprocess.run([tt.KKTRAIN, "tokenize", "--tokenizer", export, "--decode",
+                                ",".join(map(str, t.encode()))], capture_output=True)
+            check(p.returncode == 0 and p.stdout.decode() in (t, t + "\n"),
+                  f"decode of {t!r}: {p.stdout!r}")
         print(f"{len(texts)} texts: the reference encodes them to their UTF-8 bytes with the "
               "exported tokenizer.json and decodes them back")
 
@@ -338,7 +352,7 @@ def case_generate_prompt_tokenizer():
             if EOS in answer:
                 answer = answer[:answer.index(EOS) + 1]
             shown = [i for i in answer if i < 302 and i not in (BOS, EOS)]
-            _, (want,) = reference(model, decode=[shown])
+            want = reference(model, decode=[shown])[1][0] if shown else ""
             rc, got, e = generate(model, "--prompt", prompt, "--max-new-tokens", "12")
             check(rc == 0, "--prompt: " + e)
             check(got.decode(errors="replace") == want + "\n", f"{prompt!r}: printed {got!r}, the reference "
