@@ -106,7 +106,7 @@ PromptText text_prompt(const std::string& text, const std::string& model, const 
 
 // Prints generated tokens as text while they arrive (stdout flushed per piece): bytes, or the
 // tokenizer's decoded text with a character held until its bytes are complete. Special tokens
-// (the EOS that ends the answer) and ids the tokenizer has no token for print nothing.
+// and the EOS that ends the answer, and ids the tokenizer has no token for, print nothing.
 class TextPrinter {
  public:
   explicit TextPrinter(std::shared_ptr<const text::Tokenizer> tok) : tok_(std::move(tok)) {
@@ -114,7 +114,7 @@ class TextPrinter {
   }
   void push(int32_t id) {
     if (!tok_) return write(std::string(1, static_cast<char>(id & 0xff)));
-    if (id >= tok_->vocab_size() || tok_->is_special(id)) return;
+    if (id >= tok_->vocab_size() || tok_->is_special(id) || id == tok_->eos_id()) return;
     write(stream_->push(id));
   }
   void finish() {

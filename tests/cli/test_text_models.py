@@ -21,8 +21,8 @@ the reference); cases that need it skip (exit 77) with the reason when it or nod
 - export_copies_tokenizer: the export of a model trained from a Hugging Face directory holds
   that directory's tokenizer files, byte for byte; one from a directory without them holds none.
 - generate_prompt_tokenizer: generate --prompt through a small byte-level BPE tokenizer.json
-  (merges, BOS added by its post-processor, EOS ends the answer) prints what the reference
-  decodes of generate --prompt-ids of the reference's ids; --tokenizer gives a directory
+  (merges, BOS added by its post-processor, EOS ends the answer unprinted) prints what the
+  reference decodes of generate --prompt-ids of the reference's ids; --tokenizer gives a directory
   without one the same; a tokenizer larger than the model's vocabulary is one error line; text
   data for a model with a tokenizer is refused until tokenizing at the run's start is wired.
 """
@@ -355,14 +355,29 @@ def case_generate_prompt_tokenizer():
             want = reference(model, decode=[shown])[1][0] if shown else ""
             rc, got, e = generate(model, "--prompt", prompt, "--max-new-tokens", "12")
             check(rc == 0, "--prompt: " + e)
-            check(got.decode(errors="replace") == want + "\n", f"{prompt!r}: printed {got!r}, the reference "
-                  f"decodes {want!r} of {answer}")
+            check(got.decode(errors="replace") == want + "\n",
+                  f"{prompt!r}: printed {got!r}, the reference decodes {want!r} of {answer}")
             print(f"{prompt!r} -> ids {ids} -> answer {answer} -> {want!r}")
         # --tokenizer: a directory without one takes the given tokenizer.
         bare = hf_model(os.path.join(tmp, "bare"), 320)
         rc, got2, e = generate(bare, "--prompt", prompts[1], "--max-new-tokens", "12",
                                "--tokenizer", os.path.join(model, "tokenizer.json"))
         check(rc == 0 and got2 == got, f"--tokenizer: {got2!r} vs {got!r} {e}")
+        # The tokenizer's EOS ends the answer: a final norm of zeros makes every logit 0, so
+        # greedy decoding picks id 0, which tokenizer_config.json names the EOS.
+        stops = os.path.join(tmp, "stops")
+        shutil.copytree(model, stops)
+        cfg = hf.llama_config(V=320, C=32, L=1, H=2, KV=1, F=64, max_pos=64)
+        w = hf.random_weights(cfg, seed=5)
+        w["model.norm.weight"][:] = 0
+        hf.write_llama_dir(stops, cfg, w)
+        with open(os.path.join(stops, "tokenizer_config.json"), "w") as f:
+            json.dump({"eos_token": bytes_to_unicode()[0]}, f)
+        rc, o, e = tt.run(["generate", stops, "--prompt-ids", "300,104", "--max-new-tokens", "5"])
+        check(rc == 0 and o == "0,0,0,0,0\n", f"--prompt-ids does not stop: {o!r} {e}")
+        rc, got3, e = generate(stops, "--prompt", "h", "--max-new-tokens", "5")
+        check(rc == 0 and got3 == b"\n" and "2 prompt + 1 new tokens" in e,
+              f"EOS ends the answer, unprinted: {got3!r} {e}")
         # A tokenizer with more tokens than the model's vocabulary.
         small = hf_model(os.path.join(tmp, "small"), 290)
         rc, o, e = generate(small, "--prompt", "hi", "--tokenizer", model)
