@@ -89,9 +89,8 @@ PromptText text_prompt(const std::string& text, const std::string& model, const 
   if (t.vocab == TextVocab::unknown) {
     throw UsageError("generate: --prompt is text, but " + t.model + " has a vocabulary of " +
                      std::to_string(cfg.vocab_size) +
-                     " tokens that is not kktrain's byte-level one and no tokenizer (no "
-                     "tokenizer.json in it): give --tokenizer PATH, or token ids with "
-                     "--prompt-ids");
+                     " tokens that is not kktrain's byte-level one and no tokenizer (" + t.why +
+                     "): give --tokenizer PATH, or token ids with --prompt-ids");
   }
   PromptText p;
   if (t.vocab == TextVocab::bytes) {

@@ -63,6 +63,31 @@ std::string input_text(const std::vector<std::string>& files, const DataConfig& 
   return t + " is text (data.format: " + d.format + ")";
 }
 
+// What a recorded config's data section trained on: text (data.format text; auto with the
+// embedded corpus or a file of a text name, io/token_file.hpp) or token files.
+TrainedOn recorded_data(const YAML::Node& data) {
+  if (!data || !data.IsMap()) return TrainedOn::unknown;
+  const std::string format =
+      data["format"] && data["format"].IsScalar() ? data["format"].as<std::string>() : "auto";
+  if (format != "auto") return format == "text" ? TrainedOn::text : TrainedOn::tokens;
+  const YAML::Node path = data["path"];
+  if (!path || path.IsNull()) return TrainedOn::text;  // the embedded corpus
+  std::vector<std::string> paths;
+  if (path.IsScalar()) paths.push_back(path.as<std::string>());
+  if (path.IsSequence()) {
+    for (const auto& p : path) {
+      if (p.IsScalar()) paths.push_back(p.as<std::string>());
+    }
+  }
+  for (const auto& p : paths) {
+    const std::string ext = fs::path(p).extension().string();
+    const bool ids =
+        ext == ".bin" || ext == ".u16" || ext == ".uint16" || ext == ".u32" || ext == ".uint32";
+    if (!ids) return TrainedOn::text;
+  }
+  return paths.empty() ? TrainedOn::unknown : TrainedOn::tokens;
+}
+
 }  // namespace
 
 ModelText model_text(const TextSources& s) {
@@ -84,7 +109,14 @@ ModelText model_text(const TextSources& s) {
   if (!t.tokenizer.empty()) {
     t.vocab = is_byte_tokenizer(t.tokenizer) ? TextVocab::bytes : TextVocab::tokenizer;
   } else {
-    t.vocab = hf && s.vocab_size != 256 ? TextVocab::unknown : TextVocab::bytes;
+    t.vocab = TextVocab::bytes;
+    if (hf && s.vocab_size != 256) {
+      t.vocab = TextVocab::unknown;
+      t.why = "no tokenizer.json in it";
+    } else if (!hf && s.trained_on == TrainedOn::tokens) {
+      t.vocab = TextVocab::unknown;
+      t.why = "it was trained on token files, not on text";
+    }
   }
   return t;
 }
@@ -116,7 +148,9 @@ ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64
   const auto it = attrs.str.find("config");
   if (it != attrs.str.end()) {
     try {
-      const YAML::Node model = YAML::Load(it->second)["model"];
+      const YAML::Node root = YAML::Load(it->second);
+      s.trained_on = recorded_data(root["data"]);
+      const YAML::Node model = root["model"];
       if (!s.tokenizer && model["tokenizer"] && model["tokenizer"].IsScalar()) {
         s.tokenizer = model["tokenizer"].as<std::string>();
         s.tokenizer_key = "the checkpoint's model.tokenizer";
@@ -158,11 +192,10 @@ void check_text_data(const Config& cfg, const ModelText& t) {
   if (text.empty()) return;
   const std::string input = input_text(text, cfg.data);
   if (t.vocab == TextVocab::unknown) {
-    throw InputError(
-        input + ", but " + t.model + " has " + vocabulary_text(t.vocab_size) +
-        " that is not kktrain's byte-level one and no tokenizer (no tokenizer.json "
-        "in it): the text's bytes would be trained on as token ids; set model.tokenizer: "
-        "PATH (a tokenizer.json), or train on token files (kktrain tokenize)");
+    throw InputError(input + ", but " + t.model + " has " + vocabulary_text(t.vocab_size) +
+                     " that is not kktrain's byte-level one and no tokenizer (" + t.why +
+                     "): the text's bytes would be trained on as token ids; set model.tokenizer: "
+                     "PATH (a tokenizer.json), or train on token files (kktrain tokenize)");
   }
   // The run tokenizing text through t's tokenizer as it starts goes here (issue 36); until then
   // the text is tokenized first, by kktrain tokenize.
@@ -197,7 +230,8 @@ std::function<std::vector<ExportFile>(const FileAttrs&, const ModelConfig&)> exp
     const ModelText t = model_file_text(checkpoint, attrs, m.vocab_size, "");
     auto files = tokenizer_export_files(t, m.max_seq_len);
     if (files.empty()) {
-      log::info("export: " + t.model + " has no tokenizer; the export holds none");
+      log::info("export: " + t.model + " has no tokenizer" +
+                (t.why.empty() ? "" : " (" + t.why + ")") + "; the export holds none");
     }
     return files;
   };

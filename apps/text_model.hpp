@@ -9,7 +9,8 @@
 //
 // Without a tokenizer, a model is byte-level unless it comes from a Hugging Face directory
 // whose vocabulary is not 256 tokens (what kktrain's byte-level exports held before they wrote
-// a tokenizer.json): text for such a model is refused, never trained on as bytes.
+// a tokenizer.json), or it is a checkpoint whose run trained on token files (ids of some
+// tokenizer kktrain does not know): text for such a model is refused, never taken as bytes.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct FileAttrs;
 enum class TextVocab {
   bytes,      // kktrain's byte-level vocabulary: token id = byte value
   tokenizer,  // a Hugging Face tokenizer (tokenizer.json)
-  unknown,    // a Hugging Face model without a tokenizer whose vocabulary is not the byte one
+  unknown,    // neither (no tokenizer, and a vocabulary that is not the byte one)
 };
 
 struct ModelText {
@@ -37,8 +38,12 @@ struct ModelText {
   std::string tokenizer;  // the tokenizer.json ("" without one)
   std::string from;   // where it was found: "model.tokenizer", "model.init_from's tokenizer.json"
   std::string model;  // the model, for messages: "model.init_from 'DIR'"
+  std::string why;    // TextVocab::unknown: why ("no tokenizer.json in it")
   int64_t vocab_size = 0;
 };
+
+// What the run that made a checkpoint trained on (its recorded data.path and data.format).
+enum class TrainedOn { unknown, text, tokens };
 
 // Where a model's tokenizer may be named (a training config's model section, or the config a
 // checkpoint records).
@@ -48,6 +53,7 @@ struct TextSources {
   std::optional<std::string> init_from;  // model.init_from, or the model file itself
   std::string model;                     // the model for messages
   int64_t vocab_size = 0;
+  TrainedOn trained_on = TrainedOn::unknown;  // a checkpoint's run
 };
 
 // The text vocabulary the sources give (reads at most a tokenizer.json's size and, when it is

@@ -19,7 +19,9 @@ the reference); cases that need it skip (exit 77) with the reason when it or nod
   tokenizer reading it (kktrain tokenize --ids / --decode, generate --tokenizer) gives the
   bytes as ids, the text back, and the same answer as the bytes.
 - export_copies_tokenizer: the export of a model trained from a Hugging Face directory holds
-  that directory's tokenizer files, byte for byte; one from a directory without them holds none.
+  that directory's tokenizer files, byte for byte, and generate reads the run through them; one
+  from a directory without them holds none, nor does that of a kktrain model trained on token
+  files (whose --prompt is refused).
 - generate_prompt_tokenizer: generate --prompt through a small byte-level BPE tokenizer.json
   (merges, BOS added by its post-processor, EOS ends the answer unprinted) prints what the
   reference decodes of generate --prompt-ids of the reference's ids; --tokenizer gives a directory
@@ -325,6 +327,10 @@ def case_export_copies_tokenizer():
             for n in names:
                 with open(os.path.join(d, n), "rb") as a, open(os.path.join(model, n), "rb") as b:
                     check(a.read() == b.read(), f"{d}/{n} differs from the source's")
+        # generate reads the run's checkpoint through the tokenizer of the directory it was
+        # trained from (the config the checkpoint records): <s>, t, he.
+        rc, o, e = generate(os.path.join(tmp, "run"), "--prompt", "the", "--max-new-tokens", "2")
+        check(rc == 0 and "3 prompt" in e, f"generate a run through its tokenizer: {o!r} {e}")
         # Exporting again over that export replaces it (its tokenizer files are an export's).
         rc, o, e = tt.run(["export", os.path.join(tmp, "run"), "--format", "safetensors",
                            "--out", again])
@@ -336,6 +342,17 @@ def case_export_copies_tokenizer():
         check(rc == 0, "train from the bare directory" + e)
         got = sorted(os.listdir(os.path.join(tmp, "run2", "export")))
         check(got == ["config.json", "model.safetensors"], f"bare export: {got}")
+        # kktrain's own model trained on token files: its ids are not bytes, so neither its
+        # export nor generate --prompt takes it as byte-level.
+        run3 = os.path.join(tmp, "run3")
+        rc, o, e = tt.run(["train", tt.config(tt.DEFAULT), *tt.TINY, "train.max_steps=1",
+                           "model.vocab_size=320", f"data.path={ids}", f"train.output_dir={run3}",
+                           "checkpoint.export_format=safetensors"])
+        check(rc == 0, "train on token files" + e)
+        got = sorted(os.listdir(os.path.join(run3, "export")))
+        check(got == ["config.json", "model.safetensors"], f"token-trained export: {got}")
+        rc, o, e = generate(run3, "--prompt", "hi")
+        one_error(rc, "", e, "--prompt", "320 tokens", "trained on token files", "--tokenizer")
 
 
 def case_generate_prompt_tokenizer():
