@@ -12,7 +12,9 @@
 #include "io/data.hpp"
 #include "io/h5_rows.hpp"
 #include "io/hf_config.hpp"
+#include "io/model_weights.hpp"
 #include "io/token_file.hpp"
+#include "parallel/communicator.hpp"
 
 namespace kktrain {
 
@@ -181,6 +183,20 @@ std::shared_ptr<const text::Tokenizer> load_model_tokenizer(const ModelText& t) 
                      t.model + " (a tokenizer of another model?)");
   }
   return tok;
+}
+
+ModelText run_text(const Config& cfg) {
+  ModelText t = model_text(cfg.model);
+  const auto& from = cfg.model.init_from;
+  if (t.vocab != TextVocab::bytes || !from || cfg.model.tokenizer || is_hf_directory(*from)) {
+    return t;
+  }
+  if (text_inputs(cfg.data).empty()) return t;  // only text asks what the file's run read
+  SingleCommunicator one;
+  const auto src = open_weights(*from, "model.init_from", one);
+  ModelText f = model_file_text(*from, src->attributes(), cfg.model.vocab_size, "");
+  f.model = "model.init_from " + f.model;
+  return f;
 }
 
 void check_text_data(const Config& cfg, const ModelText& t) {

@@ -70,6 +70,12 @@ ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64
 // InputError naming the tokenizer, both sizes and the model otherwise.
 std::shared_ptr<const text::Tokenizer> load_model_tokenizer(const ModelText& t);
 
+// The text vocabulary of a training run's model: model_text(cfg.model), and when that is
+// byte-level because model.init_from is a kktrain file, and the run reads text, that file's
+// (model_file_text of its attributes: a checkpoint of a run trained from a Hugging Face
+// directory, or on token files, is not byte-level).
+ModelText run_text(const Config& cfg);
+
 // Before a run reads its data (train, grads): text data (data.format text, or auto picking text,
 // and the embedded corpus) for a model of TextVocab::unknown is one InputError naming the data
 // file and the model; for a tokenizer other than the byte-level one, the tokenizer is loaded and

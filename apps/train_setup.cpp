@@ -87,7 +87,7 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   run.cfg = load_agreed_config(args, ctx, comm);
   const Config& cfg = run.cfg;
   // Text for a model that does not read text as bytes: refused before anything is read or written.
-  collectively(comm, [&] { check_text_data(cfg, model_text(cfg.model)); });
+  collectively(comm, [&] { check_text_data(cfg, run_text(cfg)); });
   set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   run.W = comm.size();
   run.rank0 = comm.rank() == 0;

@@ -21,7 +21,7 @@ the reference); cases that need it skip (exit 77) with the reason when it or nod
 - export_copies_tokenizer: the export of a model trained from a Hugging Face directory holds
   that directory's tokenizer files, byte for byte, and generate reads the run through them; one
   from a directory without them holds none, nor does that of a kktrain model trained on token
-  files (whose --prompt is refused).
+  files (whose --prompt is refused); text data for a model initialized from either run is refused.
 - generate_prompt_tokenizer: generate --prompt through a small byte-level BPE tokenizer.json
   (merges, BOS added by its post-processor, EOS ends the answer unprinted) prints what the
   reference decodes of generate --prompt-ids of the reference's ids; --tokenizer gives a directory
@@ -353,6 +353,16 @@ def case_export_copies_tokenizer():
         check(got == ["config.json", "model.safetensors"], f"token-trained export: {got}")
         rc, o, e = generate(run3, "--prompt", "hi")
         one_error(rc, "", e, "--prompt", "320 tokens", "trained on token files", "--tokenizer")
+        # Nor does training from those runs take text as bytes (model.init_from a kktrain run).
+        text = write_text(os.path.join(tmp, "my.txt"))
+        for src, needles in ((run3, ("trained on token files",)),
+                             (os.path.join(tmp, "run2"), ("no tokenizer.json", "bare"))):
+            args = ["train", tt.config(tt.DEFAULT), *tt.TINY, "model.vocab_size=320",
+                    "train.max_steps=1", f"model.init_from={src}", f"data.path={text}",
+                    f"train.output_dir={os.path.join(tmp, 'run4')}"]
+            rc, o, e = tt.run(args)
+            one_error(rc, o, e, text, src, "320 tokens", *needles,
+                      where=tt.describe(args, rc, o, e))
 
 
 def case_generate_prompt_tokenizer():
