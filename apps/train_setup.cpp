@@ -9,6 +9,7 @@
 #include "apps/app_model.hpp"
 #include "apps/memory_plan.hpp"
 #include "apps/run_files.hpp"
+#include "apps/text_model.hpp"
 #include "apps/train_loop.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -85,6 +86,8 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   Communicator& comm = *run.comm;
   run.cfg = load_agreed_config(args, ctx, comm);
   const Config& cfg = run.cfg;
+  // Text for a model that does not read text as bytes: refused before anything is read or written.
+  collectively(comm, [&] { check_text_data(cfg, run_text(cfg)); });
   set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   run.W = comm.size();
   run.rank0 = comm.rank() == 0;

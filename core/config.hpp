@@ -60,6 +60,9 @@ struct ModelConfig {
   uint64_t seed = 1234;
   double init_std = 0.02;
   std::optional<std::string> init_from;
+  // The model's tokenizer (docs/huggingface.md): a tokenizer.json or a directory holding one;
+  // null: model.init_from's when it is a Hugging Face directory with a tokenizer.json.
+  std::optional<std::string> tokenizer;
   bool activation_checkpointing = false;
   // Rows (tokens) per chunk of the LM head + loss: the head GEMM, log-softmax, loss and dlogits
   // run chunk by chunk, so (loss_chunk_tokens, V) logits exist at a time, never (B*T, V).
