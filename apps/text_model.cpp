@@ -50,6 +50,7 @@ std::string vocabulary_text(int64_t v) {
 // corpus ("" in the list).
 std::vector<std::string> text_inputs(const DataConfig& d) {
   if (d.paths.empty()) return {""};
+  if (d.format == "jsonl") return data_files(d);
   if (d.format != "auto" && d.format != "text") return {};
   std::vector<std::string> out;
   for (const auto& f : data_files(d)) {
@@ -199,13 +200,21 @@ ModelText run_text(const Config& cfg) {
   return f;
 }
 
-void check_text_data(const Config& cfg, const ModelText& t) {
-  if (t.vocab == TextVocab::bytes) return;  // text is bytes, as it always was
+TextTokens check_text_data(const Config& cfg, const ModelText& t) {
   const std::vector<std::string> text = text_inputs(cfg.data);
+  if (t.vocab == TextVocab::bytes) {
+    if (cfg.data.format == "jsonl") {
+      throw InputError("data.format: jsonl reads documents through the model's tokenizer, and " +
+                       t.model +
+                       " has none (it reads text as bytes): set model.tokenizer: PATH, or "
+                       "data.format: text to train on the files' bytes");
+    }
+    return {};  // text is bytes, as it always was
+  }
   if (t.vocab == TextVocab::tokenizer && (!text.empty() || cfg.model.tokenizer)) {
     load_model_tokenizer(t);
   }
-  if (text.empty()) return;
+  if (text.empty()) return {};
   const std::string input = input_text(text, cfg.data);
   if (t.vocab == TextVocab::unknown) {
     throw InputError(input + ", but " + t.model + " has " + vocabulary_text(t.vocab_size) +
@@ -213,12 +222,32 @@ void check_text_data(const Config& cfg, const ModelText& t) {
                      "): the text's bytes would be trained on as token ids; set model.tokenizer: "
                      "PATH (a tokenizer.json), or train on token files (kktrain tokenize)");
   }
-  // The run tokenizing text through t's tokenizer as it starts goes here (issue 36); until then
-  // the text is tokenized first, by kktrain tokenize.
-  throw InputError(input + ", and " + t.model + " reads text through " + t.from +
-                   ": tokenizing text as the run starts is not available yet; tokenize it first "
-                   "(kktrain tokenize --tokenizer " +
-                   t.tokenizer + " ... --out PREFIX) and set data.path to the token files");
+  if (text[0].empty()) {
+    throw InputError(input + ", and " + t.model + " reads text through " + t.from + " (" +
+                     t.tokenizer +
+                     "): set data.path to text (data.format: text or jsonl) or "
+                     "token files");
+  }
+  const auto files = data_files(cfg.data);
+  if (files.size() != text.size()) {
+    throw InputError("data.path mixes text files and token files ('" + text[0] + "' is text); " +
+                     t.model + " reads text through " + t.from +
+                     ": give one kind (kktrain tokenize makes token files of text)");
+  }
+  for (const auto& f : files) {
+    const bool jsonl = fs::path(f).extension() == ".jsonl";
+    if (cfg.data.format == "jsonl" && !jsonl) {
+      throw InputError("data.format: jsonl, but data.path '" + f +
+                       "' does not end in .jsonl (one JSON document a line): name it .jsonl, or "
+                       "set data.format: text (the file is one document)");
+    }
+    if (cfg.data.format == "text" && jsonl) {
+      throw InputError("data.format: text, but data.path '" + f +
+                       "' ends in .jsonl: set data.format: jsonl (one document a line, the "
+                       "string at data.jsonl_key) or auto");
+    }
+  }
+  return {files, t.tokenizer, cfg.data.jsonl_key};
 }
 
 std::vector<ExportFile> tokenizer_export_files(const ModelText& t, int64_t max_seq_len) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/text_data.hpp"
 #include "core/config.hpp"
 #include "io/model_export.hpp"
 #include "text/tokenizer.hpp"
@@ -76,12 +77,13 @@ std::shared_ptr<const text::Tokenizer> load_model_tokenizer(const ModelText& t);
 // directory, or on token files, is not byte-level).
 ModelText run_text(const Config& cfg);
 
-// Before a run reads its data (train, grads): text data (data.format text, or auto picking text,
-// and the embedded corpus) for a model of TextVocab::unknown is one InputError naming the data
-// file and the model; for a tokenizer other than the byte-level one, the tokenizer is loaded and
-// checked (also whenever model.tokenizer names one), and text is refused until tokenizing at the
-// run's start is wired (kktrain tokenize writes token files it trains on).
-void check_text_data(const Config& cfg, const ModelText& t);
+// Before a run reads its data (train, grads): text data (data.format text or jsonl, or auto
+// picking text, and the embedded corpus) for a model of TextVocab::unknown is one InputError
+// naming the data file and the model; for a model with a tokenizer (loaded and checked here, also
+// whenever model.tokenizer names one) the text files it reads through it (apps/text_data.hpp),
+// after refusing the embedded corpus, a mix of text and token files and an extension that
+// contradicts data.format. data.format: jsonl for a byte-level model is refused.
+TextTokens check_text_data(const Config& cfg, const ModelText& t);
 
 // The tokenizer files a safetensors export of model `t` holds: those beside its tokenizer.json
 // (tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat_template.jinja,

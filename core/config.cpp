@@ -398,7 +398,9 @@ void read_data(Section& s, DataConfig* d, int world_size) {
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
   }
-  d->format = s.get_choice("format", "auto", {"auto", "text", "uint16", "uint32", "llmc"});
+  d->format = s.get_choice("format", "auto", {"auto", "text", "jsonl", "uint16", "uint32", "llmc"});
+  d->jsonl_key = s.get_string("jsonl_key", d->jsonl_key);
+  if (d->jsonl_key.empty()) s.fail("jsonl_key", "an empty key");
   d->seq_len = s.get_int("seq_len", d->seq_len, 1, 1 << 22);
   d->micro_batch_size = s.get_int("micro_batch_size", d->micro_batch_size, 1, 1 << 20);
   d->global_batch_size = s.get_int("global_batch_size", d->micro_batch_size * world_size, 1,

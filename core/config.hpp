@@ -166,7 +166,10 @@ struct DataConfig {
   // data.path: token files or globs, in order (empty: the embedded default corpus). One file or
   // a list; windows never straddle two files.
   std::vector<std::string> paths;
-  std::string format = "auto";  // auto | text | uint16 | uint32 | llmc (llm.c .bin shards)
+  // auto | text | jsonl | uint16 | uint32 | llmc (llm.c .bin shards); jsonl: documents through
+  // the model's tokenizer (apps/text_data.hpp), the string at jsonl_key of each line
+  std::string format = "auto";
+  std::string jsonl_key = "text";
   int64_t seq_len = 128;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;

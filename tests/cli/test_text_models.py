@@ -25,8 +25,13 @@ the reference); cases that need it skip (exit 77) with the reason when it or nod
 - generate_prompt_tokenizer: generate --prompt through a small byte-level BPE tokenizer.json
   (merges, BOS added by its post-processor, EOS ends the answer unprinted) prints what the
   reference decodes of generate --prompt-ids of the reference's ids; --tokenizer gives a directory
-  without one the same; a tokenizer larger than the model's vocabulary is one error line; text
-  data for a model with a tokenizer is refused until tokenizing at the run's start is wired.
+  without one the same; a tokenizer larger than the model's vocabulary is one error line.
+- train_text_tokenizer: a fine-tune of a Hugging Face directory with a tokenizer on a text file
+  (and on a .jsonl file, data.format jsonl, data.jsonl_key) trains on exactly the token shards
+  `kktrain tokenize` writes for the same files (byte for byte in <output_dir>/tokens/), with the
+  same losses as a run on those shards; a resume reuses them; 2 ranks train on them; refusals:
+  the embedded corpus, text and token files mixed, extensions contradicting data.format,
+  data.format jsonl for a byte-level model.
 """
 
 import json
@@ -409,16 +414,93 @@ def case_generate_prompt_tokenizer():
         small = hf_model(os.path.join(tmp, "small"), 290)
         rc, o, e = generate(small, "--prompt", "hi", "--tokenizer", model)
         one_error(rc, "", e, "302 tokens", "290", "tokenizer.json")
-        # Text data for a model with a tokenizer: refused until tokenizing at the run's start is
-        # wired (kktrain tokenize writes the token files).
         text = write_text(os.path.join(tmp, "my.txt"))
-        args = train_args(tmp, model, "run", f"data.path={text}")
-        rc, o, e = tt.run(args)
-        one_error(rc, o, e, text, "tokenizer.json", "kktrain tokenize",
-                  where=tt.describe(args, rc, o, e))
         rc, o, e = tt.run(train_args(tmp, small, "run", f"data.path={text}",
                                      f"model.tokenizer={model}"))
         one_error(rc, o, e, "302 tokens", "290")
+
+
+def losses(run_dir):
+    rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r and "step" in r]
+
+
+def tokenize(*args):
+    p = subprocess.run([tt.KKTRAIN, "tokenize", *args], capture_output=True, text=True)
+    check(p.returncode == 0, f"kktrain tokenize {args}: {p.stderr}")
+
+
+def same_file(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def case_train_text_tokenizer():
+    with tempfile.TemporaryDirectory(prefix="kktrain_text_") as tmp:
+        model = hf_model(os.path.join(tmp, "llama"), 320, tokenizer=True)
+        text = write_text(os.path.join(tmp, "my.txt"))
+        ref = os.path.join(tmp, "ref")
+        os.makedirs(ref)
+        tokenize("--tokenizer", model, text, "--out", os.path.join(ref, "t"))
+        steps = ["train.max_steps=2"]
+        args = train_args(tmp, model, "run", f"data.path={text}", *steps)
+        rc, o, e = tt.run(args)
+        check(rc == 0, "training on text through the tokenizer: " + tt.describe(args, rc, o, e))
+        made = os.path.join(tmp, "run", "tokens", "data_000000.bin")
+        check(same_file(made, os.path.join(ref, "t_000000.bin")),
+              "the run's token shard differs from kktrain tokenize's")
+        args = train_args(tmp, model, "shards", f"data.path={os.path.join(ref, 't_000000.bin')}",
+                          *steps)
+        rc, o, e = tt.run(args)
+        check(rc == 0, "training on the shard: " + e)
+        a, b = losses(os.path.join(tmp, "run")), losses(os.path.join(tmp, "shards"))
+        check(a == b and len(a) == 2, f"losses on text {a} and on its shard {b} differ")
+        print(f"text and its kktrain tokenize shard: losses {a}")
+        # A resume (same output_dir, more steps) reuses the shards.
+        args = [x for x in train_args(tmp, model, "run", f"data.path={text}")
+                if x != "checkpoint.resume=none"] + ["train.max_steps=3"]
+        rc, o, e = tt.run(args)
+        check(rc == 0 and "reused" in e and "resumed" in e, "resume: " + e)
+        # 2 ranks read the shards rank 0 made.
+        mpi = shutil.which("mpirun")
+        if mpi:
+            cmd = [mpi, "--oversubscribe", "-np", "2"] + (
+                ["--allow-run-as-root"] if os.geteuid() == 0 else [])
+            args = train_args(tmp, model, "two", f"data.path={text}", "data.global_batch_size=4")
+            p = subprocess.run(cmd + [tt.KKTRAIN] + args, capture_output=True, text=True,
+                               timeout=120)
+            check(p.returncode == 0, "2 ranks: " + p.stderr)
+            check(same_file(os.path.join(tmp, "two", "tokens", "data_000000.bin"), made),
+                  "2 ranks made other tokens")
+        # jsonl documents, another key.
+        docs = os.path.join(tmp, "docs.jsonl")
+        with open(docs, "w", encoding="utf-8") as f:
+            for i in range(30):
+                f.write(json.dumps({"body": f"{i}: " + TEXT, "id": i}, ensure_ascii=False) + "\n")
+        tokenize("--tokenizer", model, docs, "--jsonl-key", "body", "--out", os.path.join(ref, "j"))
+        args = train_args(tmp, model, "jsonl", f"data.path={docs}", "data.format=jsonl",
+                          "data.jsonl_key=body")
+        rc, o, e = tt.run(args)
+        check(rc == 0, "jsonl: " + e)
+        check(same_file(os.path.join(tmp, "jsonl", "tokens", "data_000000.bin"),
+                        os.path.join(ref, "j_000000.bin")), "jsonl tokens differ")
+        # Refusals, one line each, nothing written.
+        ids = write_tokens(os.path.join(tmp, "ids.u16"), 320)
+        for extra, needles in (
+                ([], ("embedded default corpus", "tokenizer")),
+                ([f"data.path=[{text},{ids}]"], ("mixes text files and token files",)),
+                ([f"data.path={text}", "data.format=jsonl"], ("does not end in .jsonl",)),
+                ([f"data.path={docs}", "data.format=text"], ("ends in .jsonl",)),
+                ([f"data.path={docs}", "data.jsonl_key=nokey"], (docs, "nokey"))):
+            args = train_args(tmp, model, "refused", *extra)
+            rc, o, e = tt.run(args)
+            one_error(rc, o, e, *needles, where=tt.describe(args, rc, o, e))
+            check(not os.path.exists(os.path.join(tmp, "refused", "tokens", "data_000000.bin")),
+                  "a refused run left token shards")
+        bytes_model = hf_model(os.path.join(tmp, "bytes"), 256)
+        args = train_args(tmp, bytes_model, "refused", f"data.path={docs}", "data.format=jsonl")
+        rc, o, e = tt.run(args)
+        one_error(rc, o, e, "data.format: jsonl", "model.tokenizer")
 
 
 if __name__ == "__main__":

