@@ -14,6 +14,7 @@
 #include "apps/memory_plan.hpp"
 #include "apps/model_source.hpp"
 #include "apps/run_files.hpp"
+#include "apps/text_model.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
@@ -100,6 +101,7 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
   o.check_source = export_source_check(o);
+  o.extra_files = export_text_files(file);
   const std::string& out = args.options.at("--out");
   // Never where kktrain prunes or moves: the exported checkpoint's root, or any other.
   const std::filesystem::path step_dir = std::filesystem::path(file).parent_path();

@@ -1,21 +1,25 @@
-// `kktrain generate MODEL [--prompt TEXT | --prompt-ids 1,2,3] [--max-new-tokens N]
-// [--temperature T] [--top-k K] [--seed S]`: continues a prompt with a model file, one token at a
-// time through a KV cache (model/generate.hpp).
+// `kktrain generate MODEL [--prompt TEXT | --prompt-ids 1,2,3] [--tokenizer PATH]
+// [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]`: continues a prompt with a model
+// file, one token at a time through a KV cache (model/generate.hpp); a text prompt goes through
+// the model's tokenizer and the answer is printed as it is generated (apps/text_model.hpp).
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "apps/commands.hpp"
 #include "apps/model_source.hpp"
+#include "apps/text_model.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/data.hpp"
 #include "io/finite_weights.hpp"
+#include "io/h5_rows.hpp"
 #include "io/lora_merge.hpp"
 #include "io/model_weights.hpp"
 #include "model/generate.hpp"
@@ -66,6 +70,67 @@ std::vector<int32_t> prompt_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
+// A text prompt as ids: through the model's tokenizer (with its special tokens, as Hugging
+// Face's encode), or its bytes for a byte-level model (apps/text_model.hpp).
+struct PromptText {
+  std::vector<int32_t> ids;
+  std::shared_ptr<const text::Tokenizer> tokenizer;  // null: byte-level
+};
+
+PromptText text_prompt(const std::string& text, const std::string& model, const FileAttrs& attrs,
+                       const ModelConfig& cfg, const std::string& tokenizer) {
+  const ModelText t = model_file_text(model, attrs, cfg.vocab_size, tokenizer);
+  if (t.vocab != TextVocab::tokenizer && cfg.vocab_size < 256) {
+    throw UsageError(
+        "generate: --prompt is byte-level text, which needs vocab_size >= 256; "
+        "this model has " +
+        std::to_string(cfg.vocab_size) + " (give token ids with --prompt-ids)");
+  }
+  if (t.vocab == TextVocab::unknown) {
+    throw UsageError("generate: --prompt is text, but " + t.model + " has a vocabulary of " +
+                     std::to_string(cfg.vocab_size) +
+                     " tokens that is not kktrain's byte-level one and no tokenizer (" + t.why +
+                     "): give --tokenizer PATH, or token ids with --prompt-ids");
+  }
+  PromptText p;
+  if (t.vocab == TextVocab::bytes) {
+    p.ids = byte_tokenize(text);
+    return p;
+  }
+  p.tokenizer = load_model_tokenizer(t);
+  text::Encoder enc(p.tokenizer);
+  p.ids = enc.encode(text, text::SpecialTokens::add);
+  return p;
+}
+
+// Prints generated tokens as text while they arrive (stdout flushed per piece): bytes, or the
+// tokenizer's decoded text with a character held until its bytes are complete. Special tokens
+// and the EOS that ends the answer, and ids the tokenizer has no token for, print nothing.
+class TextPrinter {
+ public:
+  explicit TextPrinter(std::shared_ptr<const text::Tokenizer> tok) : tok_(std::move(tok)) {
+    if (tok_) stream_.emplace(*tok_);
+  }
+  void push(int32_t id) {
+    if (!tok_) return write(std::string(1, static_cast<char>(id & 0xff)));
+    if (id >= tok_->vocab_size() || tok_->is_special(id) || id == tok_->eos_id()) return;
+    write(stream_->push(id));
+  }
+  void finish() {
+    if (stream_) write(stream_->finish());
+    write("\n");
+  }
+
+ private:
+  void write(const std::string& s) {
+    if (s.empty()) return;
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  }
+  std::shared_ptr<const text::Tokenizer> tok_;
+  std::optional<text::StreamDecoder> stream_;
+};
+
 // Kokkos reports a failed allocation as a runtime_error of several lines (Kokkos 3.4: "Kokkos
 // failed to allocate memory for label ... Allocation of size 29.8 G failed ...\n\nTraceback ...";
 // Kokkos 4.x: "Kokkos ERROR: Host memory space failed to allocate 1024 MiB (label=...)."): one
@@ -99,18 +164,15 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
   SingleCommunicator one;
   auto opened = with_lora_merged(open_weights(args.positionals.at(0), "generate", one));
   const ModelConfig cfg = check_self_described(*opened, "generate");
-  std::vector<int32_t> prompt;
+  PromptText pt;
   if (!text.empty()) {
-    if (cfg.vocab_size < 256) {
-      throw UsageError(
-          "generate: --prompt is byte-level text, which needs vocab_size >= 256; "
-          "this model has " +
-          std::to_string(cfg.vocab_size) + " (give token ids with --prompt-ids)");
-    }
-    prompt = byte_tokenize(text);
+    pt = text_prompt(text, args.positionals.at(0), opened->attributes(), cfg,
+                     args.options.at("--tokenizer"));
+    if (pt.tokenizer && pt.tokenizer->eos_id()) o.stop_token = *pt.tokenizer->eos_id();
   } else {
-    prompt = prompt_ids(ids_text, cfg.vocab_size);
+    pt.ids = prompt_ids(ids_text, cfg.vocab_size);
   }
+  const std::vector<int32_t>& prompt = pt.ids;
   const int64_t positions = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
   if (positions > cfg.max_seq_len) {
     throw UsageError("generate: " + std::to_string(prompt.size()) + " prompt tokens + " +
@@ -143,12 +205,13 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
   }
   Decoder& dec = *decoder;
   const double t0 = now_s();
-  const std::vector<int32_t> out = generate_tokens(dec, prompt, o);
+  TextPrinter printer(pt.tokenizer);
+  const std::vector<int32_t> out = generate_tokens(dec, prompt, o, [&](int32_t id) {
+    if (!text.empty()) printer.push(id);
+  });
   const double seconds = now_s() - t0;
   if (!text.empty()) {
-    const std::string s = byte_detokenize(out);
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fputc('\n', stdout);
+    printer.finish();
   } else {
     std::string line;
     for (int32_t t : out) line += (line.empty() ? "" : ",") + std::to_string(t);
@@ -172,23 +235,28 @@ Command generate_command() {
   CommandSpec s;
   s.name = "generate";
   s.synopsis =
-      "generate MODEL (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N] "
-      "[--temperature T] [--top-k K] [--seed S]";
+      "generate MODEL (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer PATH] "
+      "[--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]";
   s.summary = "Continue a prompt with a model (greedy or sampled), one token at a time.";
   s.details =
       "MODEL is a run directory, a checkpoint (file, step directory or root), a kktrain\n"
-      "export or a Hugging Face model directory. --prompt is byte-level text (models with\n"
-      "vocab_size >= 256, as kktrain's byte tokenizer makes them) and the answer is printed as\n"
-      "text; --prompt-ids are token ids and the answer is printed as ids. Each new token runs\n"
-      "one position through a KV cache; prompt + new tokens must fit max_seq_len.\n"
+      "export or a Hugging Face model directory. --prompt is text, encoded by the model's\n"
+      "tokenizer (--tokenizer PATH, a tokenizer.json or a directory holding one; else the\n"
+      "model directory's tokenizer.json, or that of the directory its checkpoint was trained\n"
+      "from) with its special tokens; the answer is printed as text while it is generated and\n"
+      "ends at the tokenizer's EOS. A byte-level model (kktrain's own, vocab_size >= 256)\n"
+      "takes the text's bytes. --prompt-ids are token ids and the answer is printed as ids.\n"
+      "Each new token runs one position through a KV cache; prompt + new tokens must fit\n"
+      "max_seq_len.\n"
       "Weights stay in the dtype the file stores (LoRA adapters merged); activations and\n"
       "logits are fp32. --temperature 0 (default) is greedy: the argmax of the logits (the\n"
       "first of equal maxima). Otherwise tokens are drawn from softmax(logits / T) over the\n"
       "--top-k largest (0: all), keyed on --seed: the same seed gives the same answer.\n";
   s.positionals = {"MODEL"};
   s.takes_overrides = false;
-  s.options = {{"--prompt", ""},       {"--prompt-ids", ""}, {"--max-new-tokens", "32"},
-               {"--temperature", "0"}, {"--top-k", "0"},     {"--seed", "0"}};
+  s.options = {
+      {"--prompt", ""},       {"--prompt-ids", ""}, {"--tokenizer", ""}, {"--max-new-tokens", "32"},
+      {"--temperature", "0"}, {"--top-k", "0"},     {"--seed", "0"}};
   return Command{s, run_generate, true};
 }
 

@@ -2,6 +2,7 @@
 // for independent checking (tests/ recomputes everything in PyTorch from this file).
 #include "apps/app_model.hpp"
 #include "apps/commands.hpp"
+#include "apps/text_model.hpp"
 #include "core/log.hpp"
 #include "io/data.hpp"
 #include "io/h5.hpp"
@@ -76,6 +77,13 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
       {"model.init_from file", cfg.model.init_from.value_or("")}};
   for (const auto& f : data_files(cfg.data)) inputs.emplace_back("data file (data.path)", f);
   check_output_file("--out", out, inputs);
+  if (const TextTokens text = check_text_data(cfg, run_text(cfg)); !text.files.empty()) {
+    throw InputError("data.path '" + text.files[0] + "' is text for a model with a tokenizer (" +
+                     text.tokenizer +
+                     "): kktrain grads reads token files; tokenize it first "
+                     "(kktrain tokenize --tokenizer " +
+                     text.tokenizer + " ... --out PREFIX)");
+  }
   SingleCommunicator one_rank;
   auto model = build_model(cfg, one_rank);
   const TokenDataset data =

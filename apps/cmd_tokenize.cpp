@@ -23,6 +23,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/tokenize_inputs.hpp"
+#include "apps/tokenize_run.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "io/token_shards.hpp"
@@ -34,21 +35,6 @@ namespace kktrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Text read per batch by default (--batch-bytes).
-constexpr int64_t kBatchBytes = int64_t(16) << 20;
-
-enum class Eos { from_config, token, none };
-
-struct TokenizeOptions {
-  std::vector<std::string> inputs;
-  std::string out, jsonl_key;
-  Eos eos = Eos::from_config;
-  std::string eos_token;
-  int64_t shard_tokens = 0, val_tokens = 0;
-  int threads = 0;                    // 0: the CPUs this process may use
-  int64_t batch_bytes = kBatchBytes;  // text read and encoded at a time
-};
 
 // What the run did so far (read by the progress line while workers encode).
 struct Progress {
@@ -177,67 +163,6 @@ class ProgressLine {
   Clock::time_point start_, last_{};
 };
 
-int run_shards(const TokenizeOptions& o, const std::string& tok_path) {
-  // Everything that can be checked is checked before anything is written.
-  const int64_t total_bytes = check_inputs(o.inputs);
-  std::vector<std::pair<std::string, std::string>> named;
-  for (const auto& in : o.inputs) named.emplace_back("input", in);
-  check_output_file("--out", train_shard_name(o.out, 0), named);
-  const auto old = existing_shards(o.out);
-  if (!old.empty()) {
-    throw UsageError("--out: '" + old.front() + "' exists (" + std::to_string(old.size()) +
-                     " shard file(s) of an earlier run with this prefix): remove them or give "
-                     "another --out");
-  }
-  const auto tok = text::Tokenizer::load(tok_path);
-  const int32_t eos = eos_id(*tok, o, tok_path);
-  const int cpus = usable_cpus();
-  const int threads = o.threads > 0 ? std::min(o.threads, cpus) : cpus;
-  if (o.threads > cpus) {
-    log::warn("--threads " + std::to_string(o.threads) + ": this process may use " +
-              std::to_string(cpus) + " CPU(s); encoding on " + std::to_string(threads));
-  }
-  std::vector<text::Encoder> encoders;
-  for (int t = 0; t < threads; ++t) encoders.emplace_back(tok);
-
-  ShardPlan plan;
-  plan.prefix = o.out;
-  plan.ids = shard_ids_for_vocab(tok->vocab_size());
-  plan.shard_tokens = o.shard_tokens;
-  plan.val_tokens = o.val_tokens;
-  ShardWriter writer(plan);
-  DocumentReader reader(o.inputs, o.jsonl_key);
-  Progress progress;
-  ProgressLine line(progress, total_bytes);
-  const int64_t max_bytes = o.batch_bytes;
-  std::vector<InputDocument> batch;
-  std::vector<std::vector<int32_t>> ids;
-  while (reader.next_batch(&batch, max_bytes)) {
-    encode_batch(&ids, batch, encoders, eos, &progress, [&] { line.tick(); });
-    for (const auto& d : ids) writer.add_document(d.data(), static_cast<int64_t>(d.size()));
-    line.tick();
-  }
-  if (writer.tokens() == 0) {
-    throw InputError("the inputs hold no text (no token to write)");
-  }
-  if (!writer.val_done()) {
-    log::warn("--val-tokens " + std::to_string(o.val_tokens) + ": the corpus has only " +
-              std::to_string(writer.tokens()) + " tokens; all of them went into the val shard");
-  }
-  const auto shards = writer.finish();
-  line.tick(true);
-  line.end();
-  const double s = line.seconds();
-  log::info(
-      "tokenize: " + std::to_string(o.inputs.size()) + " files, " +
-      std::to_string(progress.documents.load()) + " documents, " + std::to_string(writer.tokens()) +
-      " tokens (" + std::to_string(writer.val_tokens_written()) + " val) in " +
-      std::to_string(shards.size()) + " shards of " + shard_ids_name(plan.ids) + " ids (" + o.out +
-      "_*.bin); " + fixed(total_bytes / 1e6 / std::max(s, 1e-9), 2) + " MB/s, " + fixed(s, 2) +
-      " s, " + std::to_string(threads) + " threads, peak RSS " + fixed(peak_rss_mib(), 1) + " MiB");
-  return 0;
-}
-
 std::vector<int32_t> parse_ids(const std::string& list) {
   std::vector<int32_t> ids;
   std::size_t at = 0;
@@ -298,10 +223,77 @@ int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
   o.threads = opt.at("--threads").empty()
                   ? 0
                   : static_cast<int>(parse_count("--threads", opt.at("--threads"), 1, 4096));
-  return run_shards(o, tok_path);
+  tokenize_to_shards(o, tok_path);
+  return 0;
 }
 
 }  // namespace
+
+TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& tok_path) {
+  // Everything that can be checked is checked before anything is written.
+  const int64_t total_bytes = check_inputs(o.inputs);
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const auto& in : o.inputs) named.emplace_back("input", in);
+  check_output_file("--out", train_shard_name(o.out, 0), named);
+  const auto old = existing_shards(o.out);
+  if (!old.empty()) {
+    throw UsageError("--out: '" + old.front() + "' exists (" + std::to_string(old.size()) +
+                     " shard file(s) of an earlier run with this prefix): remove them or give "
+                     "another --out");
+  }
+  const auto tok = text::Tokenizer::load(tok_path);
+  const int32_t eos = eos_id(*tok, o, tok_path);
+  const int cpus = usable_cpus();
+  const int threads = o.threads > 0 ? std::min(o.threads, cpus) : cpus;
+  if (o.threads > cpus) {
+    log::warn("--threads " + std::to_string(o.threads) + ": this process may use " +
+              std::to_string(cpus) + " CPU(s); encoding on " + std::to_string(threads));
+  }
+  std::vector<text::Encoder> encoders;
+  for (int t = 0; t < threads; ++t) encoders.emplace_back(tok);
+
+  ShardPlan plan;
+  plan.prefix = o.out;
+  plan.ids = shard_ids_for_vocab(tok->vocab_size());
+  plan.shard_tokens = o.shard_tokens;
+  plan.val_tokens = o.val_tokens;
+  ShardWriter writer(plan);
+  DocumentReader reader(o.inputs, o.jsonl_key);
+  Progress progress;
+  ProgressLine line(progress, total_bytes);
+  const int64_t max_bytes = o.batch_bytes;
+  std::vector<InputDocument> batch;
+  std::vector<std::vector<int32_t>> ids;
+  while (reader.next_batch(&batch, max_bytes)) {
+    encode_batch(&ids, batch, encoders, eos, &progress, [&] { line.tick(); });
+    for (const auto& d : ids) writer.add_document(d.data(), static_cast<int64_t>(d.size()));
+    line.tick();
+  }
+  if (writer.tokens() == 0) {
+    throw InputError("the inputs hold no text (no token to write)");
+  }
+  if (!writer.val_done()) {
+    log::warn("--val-tokens " + std::to_string(o.val_tokens) + ": the corpus has only " +
+              std::to_string(writer.tokens()) + " tokens; all of them went into the val shard");
+  }
+  TokenizeSummary summary;
+  summary.shards = writer.finish();
+  const auto& shards = summary.shards;
+  line.tick(true);
+  line.end();
+  const double s = line.seconds();
+  log::info(
+      "tokenize: " + std::to_string(o.inputs.size()) + " files, " +
+      std::to_string(progress.documents.load()) + " documents, " + std::to_string(writer.tokens()) +
+      " tokens (" + std::to_string(writer.val_tokens_written()) + " val) in " +
+      std::to_string(shards.size()) + " shards of " + shard_ids_name(plan.ids) + " ids (" + o.out +
+      "_*.bin); " + fixed(total_bytes / 1e6 / std::max(s, 1e-9), 2) + " MB/s, " + fixed(s, 2) +
+      " s, " + std::to_string(threads) + " threads, peak RSS " + fixed(peak_rss_mib(), 1) + " MiB");
+  summary.documents = progress.documents.load();
+  summary.tokens = writer.tokens();
+  summary.vocab_size = tok->vocab_size();
+  return summary;
+}
 
 Command tokenize_command() {
   CommandSpec s;

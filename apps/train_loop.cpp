@@ -10,6 +10,7 @@
 #include "apps/memory_plan.hpp"
 #include "apps/model_source.hpp"
 #include "apps/run_files.hpp"
+#include "apps/text_model.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
@@ -240,6 +241,7 @@ void export_final(const TrainRun& run) {
     o.format = cfg.checkpoint.export_format == "safetensors" ? ExportFormat::safetensors
                                                              : ExportFormat::hdf5;
     o.check_source = export_source_check(o);  // the checks of every model reader
+    o.extra_files = export_text_files(file);  // the tokenizer's files (safetensors)
     export_checkpoint(file, export_path, o);
   });
   log::info("export: " + export_path + " (" + cfg.checkpoint.export_format + ", " +

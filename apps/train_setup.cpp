@@ -9,6 +9,7 @@
 #include "apps/app_model.hpp"
 #include "apps/memory_plan.hpp"
 #include "apps/run_files.hpp"
+#include "apps/text_model.hpp"
 #include "apps/train_loop.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -85,6 +86,8 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   Communicator& comm = *run.comm;
   run.cfg = load_agreed_config(args, ctx, comm);
   const Config& cfg = run.cfg;
+  // Text for a model that does not read text as bytes: refused before anything is read or written.
+  const TextTokens text = collectively(comm, [&] { return check_text_data(cfg, run_text(cfg)); });
   set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   run.W = comm.size();
   run.rank0 = comm.rank() == 0;
@@ -95,6 +98,8 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   collectively(comm, [&] { check_run_files(cfg, run.source); });
   collectively(comm, [&] { check_run_end(cfg, comm.rank()); });
   run.predicted = collectively(comm, [&] { return check_memory(cfg, comm); });
+  // Text through the model's tokenizer: its token shards, made (or reused) now.
+  const DataConfig data = tokenized_data(cfg, text, comm);
   run.model = build_model(cfg, comm, /*initialize=*/!run.source);
   const auto [risky, warnings] = precision_warnings(cfg, run.params());
   for (const auto& w : warnings) log::warn(w);
@@ -107,9 +112,8 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   // Optimizer state is created after the model, its init and its freezing, for this rank's shard.
   run.opt = make_optimizer(cfg.optimizer, run.params(), cfg.model.seed);
   // Every rank opens the data itself; if one cannot, all stop with that rank's message.
-  run.data.emplace(collectively(comm, [&] {
-    return TokenDataset::load(cfg.data, cfg.model.vocab_size, token_load_options());
-  }));
+  run.data.emplace(collectively(
+      comm, [&] { return TokenDataset::load(data, cfg.model.vocab_size, token_load_options()); }));
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
 }
 

@@ -3,6 +3,7 @@
 #include "core/config.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -133,6 +134,27 @@ void read_softcap(Section& s, ModelConfig* m) {
   m->final_logit_softcapping = cap ? *cap : 0.0;
 }
 
+// model.tokenizer: null, or an existing tokenizer.json or directory holding one.
+void read_tokenizer(Section& s, ModelConfig* m) {
+  m->tokenizer = s.get_opt_string("tokenizer");
+  s.accepts("tokenizer",
+            "a tokenizer.json, or a directory holding one; null: model.init_from's, if any");
+  if (!m->tokenizer) return;
+  const std::string& t = *m->tokenizer;
+  if (t.empty()) {
+    s.fail("tokenizer", "an empty path (leave it unset, or null, for model.init_from's)");
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(t, ec)) {
+    if (!std::filesystem::exists(std::filesystem::path(t) / "tokenizer.json", ec)) {
+      s.fail("tokenizer", "directory '" + t + "' holds no tokenizer.json");
+    }
+  } else if (!std::filesystem::exists(t, ec)) {
+    s.fail("tokenizer",
+           "'" + t + "' does not exist (a tokenizer.json, or a directory holding one)");
+  }
+}
+
 void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->vocab_size = s.get_int("vocab_size", m->vocab_size, 1, 1 << 24);
   m->hidden_size = s.get_int("hidden_size", m->hidden_size, 2, 1 << 20);
@@ -168,6 +190,7 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
     s.fail("init_from", "an empty path (leave it unset, or null, to initialize from model.seed)");
   }
   spec->init_from = m->init_from;
+  read_tokenizer(s, m);
   m->activation_checkpointing = s.get_bool("activation_checkpointing", false);
   m->loss_chunk_tokens = s.get_int("loss_chunk_tokens", m->loss_chunk_tokens, 1, 1 << 24);
   m->keep_in_fp32 = s.get_string_list("keep_in_fp32");
@@ -375,7 +398,9 @@ void read_data(Section& s, DataConfig* d, int world_size) {
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
   }
-  d->format = s.get_choice("format", "auto", {"auto", "text", "uint16", "uint32", "llmc"});
+  d->format = s.get_choice("format", "auto", {"auto", "text", "jsonl", "uint16", "uint32", "llmc"});
+  d->jsonl_key = s.get_string("jsonl_key", d->jsonl_key);
+  if (d->jsonl_key.empty()) s.fail("jsonl_key", "an empty key");
   d->seq_len = s.get_int("seq_len", d->seq_len, 1, 1 << 22);
   d->micro_batch_size = s.get_int("micro_batch_size", d->micro_batch_size, 1, 1 << 20);
   d->global_batch_size = s.get_int("global_batch_size", d->micro_batch_size * world_size, 1,

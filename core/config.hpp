@@ -60,6 +60,9 @@ struct ModelConfig {
   uint64_t seed = 1234;
   double init_std = 0.02;
   std::optional<std::string> init_from;
+  // The model's tokenizer (docs/huggingface.md): a tokenizer.json or a directory holding one;
+  // null: model.init_from's when it is a Hugging Face directory with a tokenizer.json.
+  std::optional<std::string> tokenizer;
   bool activation_checkpointing = false;
   // Rows (tokens) per chunk of the LM head + loss: the head GEMM, log-softmax, loss and dlogits
   // run chunk by chunk, so (loss_chunk_tokens, V) logits exist at a time, never (B*T, V).
@@ -163,7 +166,10 @@ struct DataConfig {
   // data.path: token files or globs, in order (empty: the embedded default corpus). One file or
   // a list; windows never straddle two files.
   std::vector<std::string> paths;
-  std::string format = "auto";  // auto | text | uint16 | uint32 | llmc (llm.c .bin shards)
+  // auto | text | jsonl | uint16 | uint32 | llmc (llm.c .bin shards); jsonl: documents through
+  // the model's tokenizer (apps/text_data.hpp), the string at jsonl_key of each line
+  std::string format = "auto";
+  std::string jsonl_key = "text";
   int64_t seq_len = 128;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;

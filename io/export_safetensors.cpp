@@ -29,8 +29,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The tokenizer's files an export may write (ExportOptions::extra_files).
+const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                       "special_tokens_map.json", "chat_template.jinja",
+                                       "tokenizer.model"};
+
 // The files an export writes (what a directory may hold to be replaced by one).
 bool export_file_name(const std::string& n) {
+  for (const char* t : kTokenizerFiles) {
+    if (n == t) return true;
+  }
   return n == "config.json" || n == "model.safetensors.index.json" ||
          (starts_with(n, "model") && ends_with(n, ".safetensors"));
 }
@@ -79,9 +87,20 @@ void check_free_space(const std::string& dir, int64_t bytes, const std::string& 
 
 class SafetensorsSink final : public ExportSink {
  public:
-  SafetensorsSink(const std::string& out, const ModelConfig& m, DType dtype, int64_t max_shard)
-      : out_(out), tmp_(temporary_name(out)), model_(m), dtype_(dtype), max_shard_(max_shard) {
+  SafetensorsSink(const std::string& out, const ModelConfig& m, DType dtype, int64_t max_shard,
+                  std::vector<ExportFile> files)
+      : out_(out),
+        tmp_(temporary_name(out)),
+        model_(m),
+        dtype_(dtype),
+        max_shard_(max_shard),
+        extra_(std::move(files)) {
     hf_config_json(model_, dtype_);  // a model Hugging Face cannot hold: refused before writing
+    for (const auto& f : extra_) {
+      if (!export_file_name(f.name) || starts_with(f.name, "model") || f.name == "config.json") {
+        throw RuntimeFailure("export: internal error: extra file '" + f.name + "'");
+      }
+    }
   }
 
   void begin(const std::vector<ExportTensor>& tensors) override {
@@ -145,6 +164,7 @@ class SafetensorsSink final : public ExportSink {
                        index.dump(2) + "\n");
     }
     write_small_file((fs::path(tmp_) / "config.json").string(), hf_config_json(model_, dtype_));
+    for (const auto& f : extra_) write_small_file((fs::path(tmp_) / f.name).string(), f.content);
     fsync_path(tmp_, true);
     put_in_place();
     return total_bytes_;
@@ -193,6 +213,7 @@ class SafetensorsSink final : public ExportSink {
   std::vector<int64_t> row_bytes_;
   std::vector<std::string> files_;
   std::vector<std::unique_ptr<StWriter>> writers_;
+  std::vector<ExportFile> extra_;  // the tokenizer's files
 };
 
 }  // namespace
@@ -213,8 +234,9 @@ std::string safetensors_out_refusal(const std::string& out) {
 }
 
 std::unique_ptr<ExportSink> make_safetensors_sink(const std::string& out, const ModelConfig& m,
-                                                  DType dtype, int64_t max_shard_bytes) {
-  return std::make_unique<SafetensorsSink>(out, m, dtype, max_shard_bytes);
+                                                  DType dtype, int64_t max_shard_bytes,
+                                                  std::vector<ExportFile> files) {
+  return std::make_unique<SafetensorsSink>(out, m, dtype, max_shard_bytes, std::move(files));
 }
 
 }  // namespace kktrain

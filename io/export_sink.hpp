@@ -12,6 +12,7 @@
 #include "core/config.hpp"
 #include "core/dtype.hpp"
 #include "io/h5_rows.hpp"
+#include "io/model_export.hpp"
 
 namespace kktrain {
 
@@ -42,7 +43,9 @@ class ExportSink {
 // The HDF5 file `out` with root attributes `root`.
 std::unique_ptr<ExportSink> make_hdf5_sink(const std::string& out, const FileAttrs& root);
 // The Hugging Face directory `out` of model `m` exported in `dtype` (config.json's torch_dtype).
+// `files` are written beside config.json (io/model_export.hpp ExportFile).
 std::unique_ptr<ExportSink> make_safetensors_sink(const std::string& out, const ModelConfig& m,
-                                                  DType dtype, int64_t max_shard_bytes);
+                                                  DType dtype, int64_t max_shard_bytes,
+                                                  std::vector<ExportFile> files = {});
 
 }  // namespace kktrain

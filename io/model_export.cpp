@@ -188,7 +188,9 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
       o.format == ExportFormat::hdf5
           ? make_hdf5_sink(out,
                            hdf5_root(in, checkpoint, o, has_lora && o.lora == LoraExport::separate))
-          : make_safetensors_sink(out, architecture_of(*src), o.dtype, o.max_shard_bytes);
+          : make_safetensors_sink(out, architecture_of(*src), o.dtype, o.max_shard_bytes,
+                                  o.extra_files ? o.extra_files(in, architecture_of(*src))
+                                                : std::vector<ExportFile>{});
   try {
     return stream_export(*src, tensors, *sink);
   } catch (const Error& e) {

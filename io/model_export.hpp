@@ -35,12 +35,22 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.hpp"
 
 namespace kktrain {
 
 class WeightSource;
+
+struct FileAttrs;
+struct ModelConfig;
+
+// A small file a safetensors export writes beside the weights (the tokenizer's files).
+struct ExportFile {
+  std::string name;  // in the export directory: "tokenizer.json"
+  std::string content;
+};
 
 enum class LoraExport { merged, separate };
 enum class ExportFormat { hdf5, safetensors };
@@ -53,6 +63,9 @@ struct ExportOptions {
   // The checks every model reader applies (apps/model_source.hpp), given the opened checkpoint
   // (adapters merged or not, as asked) and returning the source to stream from; unset: none.
   std::function<std::unique_ptr<WeightSource>(std::unique_ptr<WeightSource>)> check_source;
+  // safetensors: the files written beside the weights, given the checkpoint's root attributes
+  // and the exported model; unset: none.
+  std::function<std::vector<ExportFile>(const FileAttrs&, const ModelConfig&)> extra_files;
 };
 
 // Exports checkpoint file `checkpoint` to `out` (a new file or directory, never one of the
@@ -63,7 +76,8 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
 
 // Why directory `out` may not be replaced by a safetensors export ("" when it may): it exists
 // and is not a directory, or holds anything but the files an export writes (config.json,
-// model*.safetensors, model.safetensors.index.json).
+// model*.safetensors, model.safetensors.index.json, and the tokenizer's files: tokenizer.json,
+// tokenizer_config.json, special_tokens_map.json, chat_template.jinja, tokenizer.model).
 std::string safetensors_out_refusal(const std::string& out);
 
 }  // namespace kktrain

@@ -289,7 +289,8 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o,
 }
 
 std::vector<int32_t> generate_tokens(Decoder& d, const std::vector<int32_t>& prompt,
-                                     const SamplingOptions& o) {
+                                     const SamplingOptions& o,
+                                     const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw UsageError("generate: the prompt is empty");
   std::vector<float> logits;
   for (int32_t t : prompt) logits = d.step(t);
@@ -297,6 +298,7 @@ std::vector<int32_t> generate_tokens(Decoder& d, const std::vector<int32_t>& pro
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     const int32_t next = sample_token(logits, o, i);
     out.push_back(next);
+    if (on_token) on_token(next);
     if (next == o.stop_token || i + 1 == o.max_new_tokens) break;
     logits = d.step(next);
   }

@@ -66,8 +66,10 @@ struct SamplingOptions {
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& o, int64_t index);
 
 // Runs `prompt` (at least one token) through the decoder, then generates up to max_new_tokens
-// tokens; returns the generated tokens (not the prompt).
+// tokens; returns the generated tokens (not the prompt). `on_token`, if set, is called with each
+// token as soon as it is chosen (to print it while the next one is computed).
 std::vector<int32_t> generate_tokens(Decoder& d, const std::vector<int32_t>& prompt,
-                                     const SamplingOptions& o);
+                                     const SamplingOptions& o,
+                                     const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace kktrain

@@ -115,4 +115,43 @@ void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_
   }
 }
 
+namespace {
+constexpr unsigned kJoinBits = 22;  // 4 Mi bits: 512 KiB
+uint64_t join_hash(char32_t a, char32_t b) {
+  uint64_t h = (uint64_t(a) << 21 | uint64_t(b)) * 0x9E3779B97F4A7C15ULL;
+  return h >> (64 - kJoinBits);
+}
+bool has_bit(const std::vector<uint64_t>& bits, uint64_t i) {
+  return (bits[i >> 6] >> (i & 63)) & 1;
+}
+void set_bit(std::vector<uint64_t>* bits, uint64_t i) {
+  (*bits)[i >> 6] |= uint64_t(1) << (i & 63);
+}
+}  // namespace
+
+void build_boundaries(Tokenizer::Impl* t) {
+  t->single_char_bits.clear();
+  t->merge_join_bits.clear();
+  if (t->ignore_merges || !t->continuing_subword_prefix.empty() || !t->end_of_word_suffix.empty())
+    return;
+  t->single_char_bits.assign((0x110000 + 63) / 64, 0);
+  t->merge_join_bits.assign((size_t(1) << kJoinBits) / 64, 0);
+  for (const auto& [tok, id] : t->vocab) {
+    if (!tok.empty() && size_t(utf8_len(uint8_t(tok[0]))) == tok.size())
+      set_bit(&t->single_char_bits, decode_at(tok, 0).cp);
+  }
+  for (const auto& [pair, rank_id] : t->merges) {
+    const std::string_view a = t->id_to_token[size_t(pair >> 32)];
+    const std::string_view b = t->id_to_token[size_t(uint32_t(pair))];
+    size_t k = a.size() - 1;
+    while (k > 0 && (uint8_t(a[k]) & 0xC0) == 0x80) --k;
+    set_bit(&t->merge_join_bits, join_hash(decode_at(a, k).cp, decode_at(b, 0).cp));
+  }
+}
+
+bool bpe_boundary(const Tokenizer::Impl& t, char32_t a, char32_t b) {
+  return !t.merge_join_bits.empty() && has_bit(t.single_char_bits, a) &&
+         has_bit(t.single_char_bits, b) && !has_bit(t.merge_join_bits, join_hash(a, b));
+}
+
 }  // namespace kktrain::text

@@ -8,6 +8,7 @@
 #include <queue>
 
 #include "core/errors.hpp"
+#include "text/piece_cache.hpp"
 #include "text/tokenizer_impl.hpp"
 
 namespace kktrain::text {
@@ -124,63 +125,61 @@ void find_matches(Matches* out, const Pattern& p, std::string_view s,
   }
 }
 
-// The matches as ranges covering s (a match flag each; `invert` flips it).
-std::vector<Range> cover(const Matches& m, size_t n, bool invert) {
-  std::vector<Range> r;
+// *r = the matches as ranges covering [0, n) (a match flag each; `invert` flips it).
+void cover(std::vector<Range>* r, const Matches& m, size_t n, bool invert) {
+  r->clear();
   size_t prev = 0;
   for (const auto& [b, e] : m) {
-    if (prev < b) r.push_back({prev, b, invert});
-    r.push_back({b, e, !invert});
+    if (prev < b) r->push_back({prev, b, invert});
+    r->push_back({b, e, !invert});
     prev = e;
   }
-  if (prev < n) r.push_back({prev, n, invert});
-  return r;
+  if (prev < n) r->push_back({prev, n, invert});
 }
 
-// Rust's NormalizedString::split with a SplitDelimiterBehavior: the ranges to keep.
-std::vector<Range> apply_behavior(const std::vector<Range>& in, SplitBehavior b) {
-  std::vector<Range> out;
+// Rust's NormalizedString::split with a SplitDelimiterBehavior, in place: the ranges to keep.
+void apply_behavior(std::vector<Range>* ranges, SplitBehavior b) {
+  std::vector<Range>& v = *ranges;
+  const size_t n = v.size();
+  size_t w = 0;
   bool prev_match = false;
   switch (b) {
-    case SplitBehavior::removed:
-      for (const Range& r : in)
-        if (!r.match) out.push_back(r);
-      return out;
     case SplitBehavior::isolated:
-      return in;
+      return;
+    case SplitBehavior::removed:
+      for (size_t i = 0; i < n; ++i)
+        if (!v[i].match) v[w++] = v[i];
+      break;
     case SplitBehavior::merged_with_previous:
-      for (const Range& r : in) {
-        if (r.match && !prev_match && !out.empty()) {
-          out.back().end = r.end;
-        } else {
-          out.push_back(r);
-        }
-        prev_match = r.match;
-      }
-      return out;
-    case SplitBehavior::merged_with_next:
-      for (auto it = in.rbegin(); it != in.rend(); ++it) {
-        if (it->match && !prev_match && !out.empty()) {
-          out.back().begin = it->begin;
-        } else {
-          out.push_back(*it);
-        }
-        prev_match = it->match;
-      }
-      std::reverse(out.begin(), out.end());
-      return out;
     case SplitBehavior::contiguous:
-      for (const Range& r : in) {
-        if (r.match == prev_match && !out.empty()) {
-          out.back().end = r.end;
+      for (size_t i = 0; i < n; ++i) {
+        const Range r = v[i];
+        const bool merge =
+            b == SplitBehavior::contiguous ? r.match == prev_match : r.match && !prev_match;
+        if (merge && w > 0) {
+          v[w - 1].end = r.end;
         } else {
-          out.push_back(r);
+          v[w++] = r;
         }
         prev_match = r.match;
       }
-      return out;
+      break;
+    case SplitBehavior::merged_with_next: {
+      w = n;  // written backwards into [w, n)
+      for (size_t i = n; i-- > 0;) {
+        const Range r = v[i];
+        if (r.match && !prev_match && w < n) {
+          v[w].begin = r.begin;
+        } else {
+          v[--w] = r;
+        }
+        prev_match = r.match;
+      }
+      v.erase(v.begin(), v.begin() + std::ptrdiff_t(w));
+      return;
+    }
   }
-  return out;
+  v.resize(w);
 }
 
 // Splits p into *out by ranges relative to p's start (empty ones dropped).
@@ -250,20 +249,16 @@ std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
 // ---------------------------------------------------------------------------------------------
 struct Encoder::State {
   std::vector<RegexMatcher> matchers;
-  // Piece -> ids. Keys view `cache_keys`; both are cleared when the cache is full.
-  std::unordered_map<std::string_view, std::vector<int32_t>> cache;
-  std::deque<std::string> cache_keys;
+  PieceCache cache;   // BPE results of short pieces
   std::string arena;  // the text of the segment being pre-tokenized, and what steps made of it
   std::string mapped;
   Matches matches;
+  std::vector<Range> ranges;
   std::vector<Piece> pieces, next;
   std::vector<int32_t> ids;
 };
 
 namespace {
-
-constexpr size_t kCacheEntries = size_t(1) << 17;  // cleared when full
-constexpr size_t kCachePieceBytes = 256;           // longer pieces are not cached
 
 // One segment of text: an added token (token >= 0, an index into Impl::added) or text.
 struct Segment {
@@ -374,22 +369,32 @@ void model_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::S
     }
     bpe_piece(ids, t, text);
   };
-  if (piece.size() > kCachePieceBytes) {
+  if (!PieceCache::cacheable(piece)) {
+    if (!t.merge_join_bits.empty() && !lazy) {  // cut it where BPE cannot merge across
+      size_t start = 0;
+      char32_t prev = decode_at(piece, 0).cp;
+      for (size_t i = size_t(utf8_len(uint8_t(piece[0]))); i < piece.size();) {
+        const CodePoint c = decode_at(piece, i);
+        if (bpe_boundary(t, prev, c.cp)) {
+          model_piece(out, t, st, piece.substr(start, i - start), lazy);
+          start = i;
+        }
+        prev = c.cp;
+        i += size_t(c.len);
+      }
+      if (start > 0) {
+        model_piece(out, t, st, piece.substr(start), lazy);
+        return;
+      }
+    }
     compute(out);
     return;
   }
-  auto it = st.cache.find(piece);
-  if (it == st.cache.end()) {
-    if (st.cache.size() >= kCacheEntries) {
-      st.cache.clear();
-      st.cache_keys.clear();
-    }
-    st.ids.clear();
-    compute(&st.ids);
-    st.cache_keys.emplace_back(piece);
-    it = st.cache.emplace(st.cache_keys.back(), st.ids).first;
-  }
-  out->insert(out->end(), it->second.begin(), it->second.end());
+  const uint64_t h = PieceCache::hash(piece);
+  if (st.cache.find(out, piece, h)) return;
+  const size_t before = out->size();
+  compute(out);
+  st.cache.put(piece, h, out->data() + before, out->size() - before);
 }
 
 }  // namespace
@@ -471,7 +476,8 @@ void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
           if (step.use_regex) {
             find_matches(&st.matches, step.pattern,
                          std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
-            emit(&st.next, p, cover(st.matches, p.end - p.begin, false));
+            cover(&st.ranges, st.matches, p.end - p.begin, false);
+            emit(&st.next, p, st.ranges);
           } else {
             st.next.push_back(p);
           }
@@ -489,8 +495,9 @@ void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
         case PreTokenizerStep::Kind::split:
           find_matches(&st.matches, step.pattern,
                        std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
-          emit(&st.next, p,
-               apply_behavior(cover(st.matches, p.end - p.begin, step.invert), step.behavior));
+          cover(&st.ranges, st.matches, p.end - p.begin, step.invert);
+          apply_behavior(&st.ranges, step.behavior);
+          emit(&st.next, p, st.ranges);
           break;
         case PreTokenizerStep::Kind::metaspace: {
           std::string text = st.arena.substr(p.begin, p.end - p.begin);
@@ -514,8 +521,9 @@ void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
           for (size_t at = text.find(step.replacement); at != std::string::npos;
                at = text.find(step.replacement, at + step.replacement.size()))
             m.emplace_back(at, at + step.replacement.size());
-          emit(&st.next, q,
-               apply_behavior(cover(m, text.size(), false), SplitBehavior::merged_with_next));
+          cover(&st.ranges, m, text.size(), false);
+          apply_behavior(&st.ranges, SplitBehavior::merged_with_next);
+          emit(&st.next, q, st.ranges);
           break;
         }
         case PreTokenizerStep::Kind::digits: {
@@ -526,10 +534,10 @@ void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
             if (is_numeric(c.cp)) m.emplace_back(i, i + size_t(c.len));
             i += size_t(c.len);
           }
-          emit(&st.next, p,
-               apply_behavior(cover(m, text.size(), false), step.individual_digits
-                                                                ? SplitBehavior::isolated
-                                                                : SplitBehavior::contiguous));
+          cover(&st.ranges, m, text.size(), false);
+          apply_behavior(&st.ranges, step.individual_digits ? SplitBehavior::isolated
+                                                            : SplitBehavior::contiguous);
+          emit(&st.next, p, st.ranges);
           break;
         }
       }

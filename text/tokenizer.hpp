@@ -4,7 +4,7 @@
 // Supported (anything else is one InputError naming the key and the file, never a fallback):
 //   model           BPE: vocab, merges ("a b" strings or [a, b] pairs), ignore_merges,
 //                   byte_fallback (<0xXX> tokens), unk_token, fuse_unk, dropout null
-//   normalizer      null, NFC, NFKC, NFD, NFKD, Prepend, Replace, Lowercase, Strip, Sequence
+//   normalizer      null, NFC, NFKC, NFD, NFKD, Prepend, Replace, Strip, Sequence
 //   pre_tokenizer   null, ByteLevel (add_prefix_space, use_regex), Split (Regex or String;
 //                   Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous; invert),
 //                   Metaspace (replacement, prepend_scheme always/first/never, split), Digits,

@@ -81,6 +81,12 @@ struct Tokenizer::Impl {
   std::string continuing_subword_prefix, end_of_word_suffix;
   std::array<int32_t, 256> byte_ids{};  // <0xXX> token ids (byte_fallback), -1 if absent
 
+  // Where a long piece may be cut without changing its BPE (see bpe_boundary): code points
+  // that are tokens by themselves, and a bit per hashed (last code point of a merge's left
+  // side, first code point of its right side). Empty when pieces are not cut (ignore_merges,
+  // a continuing_subword_prefix or end_of_word_suffix).
+  std::vector<uint64_t> single_char_bits, merge_join_bits;
+
   std::vector<NormalizerStep> normalizers;
   std::vector<PreTokenizerStep> pre_tokenizers;
   std::vector<DecoderStep> decoders;
@@ -112,6 +118,12 @@ std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
                               std::vector<RegexMatcher>& matchers);
 // BPE of one piece (its characters in the vocabulary's alphabet), ids appended (bpe.cpp).
 void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_view piece);
+// Whether BPE can never merge across the boundary between code points a and b: both are
+// tokens by themselves and no merge joins a left side ending in a to a right side starting
+// with b. BPE of a piece cut at such boundaries equals BPE of the whole piece (no merge crosses
+// a cut, and the merges on either side happen in the same order relative to each other).
+bool bpe_boundary(const Tokenizer::Impl& t, char32_t a, char32_t b);
+void build_boundaries(Tokenizer::Impl* t);
 // Decoder steps over token strings (in place), as the Rust library's decode_chain.
 void apply_decoders(const Tokenizer::Impl& t, std::vector<std::string>* tokens);
 

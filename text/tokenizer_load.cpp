@@ -431,6 +431,7 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   for (const AddedToken& a : t->added)
     if (a.special) t->special[size_t(a.id)] = 1;
   t->vocab_size = int64_t(t->id_to_token.size());
+  build_boundaries(t);
 
   // tokenizer_config.json beside it.
   const std::string cfg_file = dir + "/tokenizer_config.json";

@@ -459,7 +459,8 @@ def case_export_shards():
         # Again into the same directory, as one file: the shards are gone, the file is there.
         rc, o, e = tt.run(["export", run_dir, "--format", "safetensors", "--out", out])
         check(rc == 0, "re-export" + e)
-        check(sorted(os.listdir(out)) == ["config.json", "model.safetensors"],
+        check(sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer.json",
+                                          "tokenizer_config.json"],
               f"after re-export: {sorted(os.listdir(out))}")
         # A directory holding anything else is not replaced; nor is a file.
         with open(os.path.join(out, "notes.txt"), "w") as f:

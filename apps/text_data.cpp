@@ -1,0 +1,116 @@
+#include "apps/text_data.hpp"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/tokenize_run.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "io/durable.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/communicator.hpp"
+
+namespace kktrain {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+
+// A file's identity for the manifest: path, size, modification time (ns).
+Json file_entry(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InputError("data.path '" + path + "' cannot be read");
+  return Json::array({path, int64_t(st.st_size),
+                      int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)});
+}
+
+Json make_manifest(const TextTokens& t) {
+  Json inputs = Json::array();
+  for (const auto& f : t.files) inputs.push_back(file_entry(f));
+  return {{"tokenizer", file_entry(t.tokenizer)}, {"inputs", inputs}, {"jsonl_key", t.jsonl_key}};
+}
+
+// The manifest at path, or null when absent or unreadable.
+Json read_manifest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  try {
+    return Json::parse(in);
+  } catch (const Json::exception&) {
+    return nullptr;
+  }
+}
+
+bool shards_present(const Json& m) {
+  if (!m.is_object() || !m.contains("shards") || !m["shards"].is_array()) return false;
+  for (const auto& s : m["shards"]) {
+    std::error_code ec;
+    if (!s.is_string() || !fs::is_regular_file(s.get<std::string>(), ec)) return false;
+  }
+  return !m["shards"].empty();
+}
+
+void make_shards(const TextTokens& t, const std::string& dir) {
+  const std::string manifest_path = dir + "/manifest.json";
+  Json want = make_manifest(t);
+  Json have = read_manifest(manifest_path);
+  if (shards_present(have)) {
+    Json same = have;
+    same.erase("shards");
+    same.erase("tokens");
+    if (same == want) {
+      log::info("data: " + std::to_string(have["shards"].size()) + " token shard(s) in " + dir +
+                " made from data.path by " + t.tokenizer + " at an earlier start; reused");
+      return;
+    }
+    log::warn("data: the token shards in " + dir +
+              " were made from other inputs or another tokenizer (tokens/manifest.json); "
+              "tokenizing data.path again");
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw RuntimeFailure("cannot create '" + dir + "': " + ec.message());
+  // Earlier shards go first (a failure below then leaves no stale tokens behind a manifest).
+  fs::remove(manifest_path, ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("data_", 0) == 0 && e.path().extension() == ".bin") fs::remove(e.path(), ec);
+  }
+  TokenizeOptions o;
+  o.inputs = t.files;
+  o.out = dir + "/data";
+  o.jsonl_key = t.jsonl_key;
+  const TokenizeSummary s = tokenize_to_shards(o, t.tokenizer);
+  want["shards"] = s.shards;
+  want["tokens"] = s.tokens;
+  write_text_atomically(manifest_path, want.dump(1) + "\n");
+}
+
+}  // namespace
+
+DataConfig tokenized_data(const Config& cfg, const TextTokens& t, Communicator& comm) {
+  if (t.files.empty()) return cfg.data;
+  const std::string dir = (fs::path(cfg.train.output_dir) / "tokens").string();
+  collectively(comm, [&] {
+    if (comm.rank() == 0) make_shards(t, dir);
+  });
+  return collectively(comm, [&] {
+    const Json m = read_manifest(dir + "/manifest.json");
+    if (!shards_present(m)) {
+      throw RuntimeFailure("data: the token shards in '" + dir +
+                           "' are missing after tokenizing (is train.output_dir on a file "
+                           "system every rank sees?)");
+    }
+    DataConfig d = cfg.data;
+    d.paths = m["shards"].get<std::vector<std::string>>();
+    d.format = "llmc";
+    return d;
+  });
+}
+
+}  // namespace kktrain

@@ -1,0 +1,323 @@
+// The tokenizer's parts on hand-written tokenizer.json files, against the behaviour the
+// Hugging Face tokenizers library documents (the examples of its SplitDelimiterBehavior, Metaspace
+// prepend schemes, Digits, added-token options, byte fallback) and Unicode's rules for UTF-8. The
+// three real tokenizers are compared with their reference implementation in
+// tests/cli/test_tokenizer_reference.py.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/errors.hpp"
+#include "tests/unit/scratch_dir.hpp"
+#include "text/tokenizer.hpp"
+#include "text/unicode.hpp"
+
+namespace kktrain::text {
+namespace {
+
+using Json = nlohmann::json;
+
+// A BPE tokenizer.json: every character of `chars` and every token of `words` in the vocabulary
+// (ids in that order), the given merges, ignore_merges so that a piece in the vocabulary comes out
+// whole (which makes the pre-tokenizer's pieces visible).
+Json bpe(const std::vector<std::string>& chars, const std::vector<std::string>& words,
+         const std::vector<std::string>& merges = {}, bool ignore_merges = true) {
+  Json vocab = Json::object();
+  int id = 0;
+  for (const auto& c : chars) vocab[c] = id++;
+  for (const auto& w : words)
+    if (!vocab.contains(w)) vocab[w] = id++;
+  return {{"version", "1.0"},
+          {"added_tokens", Json::array()},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", nullptr},
+          {"post_processor", nullptr},
+          {"decoder", nullptr},
+          {"model",
+           {{"type", "BPE"},
+            {"vocab", vocab},
+            {"merges", merges},
+            {"ignore_merges", ignore_merges},
+            {"unk_token", nullptr}}}};
+}
+
+std::vector<std::string> letters(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const int n = utf8_len(uint8_t(s[i]));
+    const std::string c = s.substr(i, size_t(n));
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    i += size_t(n);
+  }
+  return out;
+}
+
+class TokenizerTest : public ::testing::Test {
+ protected:
+  ScratchDir dir_{"kktrain_tok_"};
+  int n_ = 0;
+  std::shared_ptr<const Tokenizer> load(const Json& j, const Json& config = nullptr) {
+    const std::string d = dir_.path("t" + std::to_string(n_++));
+    std::filesystem::create_directory(d);
+    std::ofstream(d + "/tokenizer.json") << j.dump();
+    if (!config.is_null()) std::ofstream(d + "/tokenizer_config.json") << config.dump();
+    return Tokenizer::load(d);
+  }
+  // The token strings text encodes to.
+  static std::vector<std::string> pieces(const std::shared_ptr<const Tokenizer>& t,
+                                         const std::string& text,
+                                         SpecialTokens s = SpecialTokens::add) {
+    Encoder e(t);
+    std::vector<std::string> out;
+    for (int32_t id : e.encode(text, s)) out.emplace_back(t->id_to_token(id));
+    return out;
+  }
+  std::string error_of(const Json& j) {
+    try {
+      load(j);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+};
+
+using V = std::vector<std::string>;
+
+// The example of SplitDelimiterBehavior's documentation: "the-final--countdown" split on '-'.
+TEST_F(TokenizerTest, SplitBehaviors) {
+  const std::string text = "the-final--countdown";
+  const V words = {"the",  "final",  "countdown", "-",         "--",
+                   "the-", "final-", "-final",    "-countdown"};
+  const std::vector<std::pair<std::string, V>> cases = {
+      {"Removed", {"the", "final", "countdown"}},
+      {"Isolated", {"the", "-", "final", "-", "-", "countdown"}},
+      {"MergedWithPrevious", {"the-", "final-", "-", "countdown"}},
+      {"MergedWithNext", {"the", "-final", "-", "-countdown"}},
+      {"Contiguous", {"the", "-", "final", "--", "countdown"}}};
+  for (const auto& [behavior, want] : cases) {
+    for (const char* kind : {"String", "Regex"}) {
+      Json j = bpe(letters(text), words);
+      j["pre_tokenizer"] = {
+          {"type", "Split"}, {"pattern", {{kind, "-"}}}, {"behavior", behavior}, {"invert", false}};
+      EXPECT_EQ(pieces(load(j), text), want) << behavior << " " << kind;
+    }
+  }
+  // invert: the pattern's matches are what is kept apart, the rest is the delimiter.
+  Json j = bpe(letters("Hello, world"), {"Hello", "world", ", "});
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "\\w+"}}},
+                        {"behavior", "Removed"},
+                        {"invert", true}};
+  EXPECT_EQ(pieces(load(j), "Hello, world"), (V{"Hello", "world"}));
+}
+
+// Metaspace: spaces become U+2581 and each word keeps it in front; the prepend schemes differ
+// on a segment that does not start the text (after an added token).
+TEST_F(TokenizerTest, MetaspacePrependSchemes) {
+  const std::string m = "\u2581";
+  const V words = {m + "Hey", m + "you", "you", m};
+  for (const auto& [scheme, after_token] : std::vector<std::pair<std::string, V>>{
+           {"always", {m + "you"}}, {"first", {"you"}}, {"never", {"you"}}}) {
+    Json j = bpe(letters("Hey you<x>" + m), words);
+    j["added_tokens"] = Json::array({{{"id", 100},
+                                      {"content", "<x>"},
+                                      {"special", true},
+                                      {"lstrip", false},
+                                      {"rstrip", false},
+                                      {"single_word", false},
+                                      {"normalized", false}}});
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", scheme}, {"split", true}};
+    V want = scheme == "never" ? V{"Hey", m + "you"} : V{m + "Hey", m + "you"};
+    if (scheme == "never") want = {"H", "e", "y", m + "you"};
+    want.push_back("<x>");
+    for (const auto& p : after_token) want.push_back(p);
+    EXPECT_EQ(pieces(load(j), "Hey you<x>you"), want) << scheme;
+  }
+}
+
+TEST_F(TokenizerTest, DigitsAndSequence) {
+  Json j = bpe(letters("abc12345x "), {"abc", "12345", "x", " abc"});
+  j["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", false}};
+  EXPECT_EQ(pieces(load(j), "abc12345x"), (V{"abc", "12345", "x"}));
+  j["pre_tokenizer"]["individual_digits"] = true;
+  EXPECT_EQ(pieces(load(j), "abc12345x"), (V{"abc", "1", "2", "3", "4", "5", "x"}));
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"},
+                           {"pattern", {{"String", " "}}},
+                           {"behavior", "MergedWithNext"},
+                           {"invert", false}},
+                          {{"type", "Digits"}, {"individual_digits", false}}}}};
+  EXPECT_EQ(pieces(load(j), "x abc12345"), (V{"x", " abc", "12345"}));
+}
+
+TEST_F(TokenizerTest, NormalForms) {
+  const std::string composed = "\u00e9", decomposed = "e\u0301";
+  Json j = bpe({composed, "e", "\u0301", "f", "i", "\ufb01"}, {});
+  j["normalizer"] = {{"type", "NFC"}};
+  EXPECT_EQ(pieces(load(j), decomposed), (V{composed}));
+  j["normalizer"] = {{"type", "NFD"}};
+  EXPECT_EQ(pieces(load(j), composed), (V{"e", "\u0301"}));
+  j["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_EQ(pieces(load(j), "\ufb01"), (V{"f", "i"}));
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "Replace"}, {"pattern", {{"String", "f"}}}, {"content", "e"}},
+                       {{"type", "Prepend"}, {"prepend", "i"}}}}};
+  EXPECT_EQ(pieces(load(j), "f"), (V{"i", "e"}));
+}
+
+Json added(int id, const std::string& content, bool lstrip, bool rstrip, bool single_word) {
+  return {{"id", id},           {"content", content}, {"special", false},
+          {"lstrip", lstrip},   {"rstrip", rstrip},   {"single_word", single_word},
+          {"normalized", false}};
+}
+
+TEST_F(TokenizerTest, AddedTokenOptions) {
+  Json j = bpe(letters("a b<m>c"), {});
+  j["added_tokens"] = Json::array({added(50, "<m>", true, false, false)});
+  EXPECT_EQ(pieces(load(j), "a  <m> b"), (V{"a", "<m>", " ", "b"}));  // lstrip takes "  "
+  j["added_tokens"] = Json::array({added(50, "<m>", false, true, false)});
+  EXPECT_EQ(pieces(load(j), "a  <m> b"), (V{"a", " ", " ", "<m>", "b"}));  // rstrip takes " "
+  j["added_tokens"] = Json::array({added(50, "ab", false, false, true)});
+  // single_word: only where no word character touches it.
+  EXPECT_EQ(pieces(load(j), "ab cab abc ab"),
+            (V{"ab", " ", "c", "a", "b", " ", "a", "b", "c", " ", "ab"}));
+  // The longest added token wins where several start at one place.
+  j["added_tokens"] = Json::array(
+      {added(50, "<m>", false, false, false), added(51, "<m><m>", false, false, false)});
+  EXPECT_EQ(pieces(load(j), "<m><m><m>"), (V{"<m><m>", "<m>"}));
+}
+
+TEST_F(TokenizerTest, MergeOrder) {
+  // Lowest rank first; equal ranks leftmost first.
+  Json j = bpe({"a", "b", "c"}, {"bc", "ab", "aa"}, {"b c", "a b", "a a"}, false);
+  EXPECT_EQ(pieces(load(j), "abc"), (V{"a", "bc"}));
+  EXPECT_EQ(pieces(load(j), "aaa"), (V{"aa", "a"}));
+  // Merges given as pairs (tokenizers >= 0.20), which may hold spaces.
+  j["model"]["merges"] = Json::array({{"b", "c"}, {"a", "b"}, {"a", "a"}});
+  EXPECT_EQ(pieces(load(j), "abc"), (V{"a", "bc"}));
+}
+
+TEST_F(TokenizerTest, ByteFallbackAndDecoders) {
+  Json j = bpe({"\u2581", "h", "i"}, {"\u2581h", "\u2581hi"}, {"\u2581 h", "\u2581h i"}, false);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    j["model"]["vocab"][name] = 10 + b;
+  }
+  j["model"]["byte_fallback"] = true;
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
+  j["decoder"] = {{"type", "Sequence"},
+                  {"decoders",
+                   {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                    {{"type", "ByteFallback"}},
+                    {{"type", "Fuse"}},
+                    {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+  const auto t = load(j);
+  EXPECT_EQ(pieces(t, "hi \u20ac"), (V{"\u2581hi", "\u2581", "<0xE2>", "<0x82>", "<0xAC>"}));
+  Encoder e(t);
+  EXPECT_EQ(t->decode(e.encode("hi \u20ac", SpecialTokens::add)), "hi \u20ac");
+  // A lone continuation byte decodes to U+FFFD, one per byte.
+  const std::vector<int32_t> bad = {10 + 0x82, 10 + 0x82};
+  EXPECT_EQ(t->decode(bad), "\ufffd\ufffd");
+}
+
+// GPT-2's byte-level alphabet: the encoder maps bytes, the decoder maps them back; a character
+// split over two tokens comes out of the stream decoder only when complete.
+TEST_F(TokenizerTest, ByteLevelAndStreaming) {
+  V chars;
+  for (int b = 0; b < 256; ++b) chars.push_back(byte_to_unicode(uint8_t(b)));
+  Json j = bpe(chars, {}, {}, false);
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {256}}, {"tokens", {"<s>"}}}}}}};
+  j["added_tokens"] = Json::array({{{"id", 256},
+                                    {"content", "<s>"},
+                                    {"special", true},
+                                    {"lstrip", false},
+                                    {"rstrip", false},
+                                    {"single_word", false},
+                                    {"normalized", false}}});
+  const auto t = load(j, Json{{"eos_token", "<s>"}, {"add_bos_token", false}});
+  Encoder e(t);
+  const std::vector<int32_t> ids = e.encode("h\u00e9", SpecialTokens::add);
+  EXPECT_EQ(ids, (std::vector<int32_t>{256, 'h', 0xC3, 0xA9}));
+  EXPECT_EQ(e.encode("h\u00e9", SpecialTokens::none), (std::vector<int32_t>{'h', 0xC3, 0xA9}));
+  EXPECT_EQ(t->decode(ids, SkipSpecial::yes), "h\u00e9");
+  EXPECT_EQ(t->decode(ids), "<s>h\u00e9");
+  EXPECT_EQ(t->eos_id(), 256);
+  EXPECT_EQ(t->config().add_bos_token, false);
+  StreamDecoder s(*t);
+  EXPECT_EQ(s.push('h'), "h");
+  EXPECT_EQ(s.push(0xC3), "");
+  EXPECT_EQ(s.push(0xA9), "\u00e9");
+  EXPECT_EQ(s.push(0xE2), "");
+  EXPECT_EQ(s.finish(), "\ufffd");
+}
+
+TEST_F(TokenizerTest, OneErrorLineNamingKeyAndFile) {
+  Json j = bpe({"a"}, {});
+  j["model"]["type"] = "WordPiece";
+  EXPECT_NE(error_of(j).find("key 'model.type': 'WordPiece' is not supported"), std::string::npos)
+      << error_of(j);
+  j = bpe({"a"}, {});
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", {{{"type", "Digits"}}, {{"type", "Whitespace"}}}}};
+  EXPECT_NE(error_of(j).find("key 'pre_tokenizer.pretokenizers[1].type': 'Whitespace'"),
+            std::string::npos)
+      << error_of(j);
+  j = bpe({"a"}, {});
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "(a"}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+  EXPECT_NE(error_of(j).find("does not compile"), std::string::npos) << error_of(j);
+  j = bpe({"a", "b"}, {}, {"a b"});
+  EXPECT_NE(error_of(j).find("key 'model.merges[0]'"), std::string::npos) << error_of(j);
+  j = bpe({"a"}, {});
+  j["model"]["dropout"] = 0.1;
+  EXPECT_NE(error_of(j).find("dropout"), std::string::npos) << error_of(j);
+  j = bpe({"a"}, {});
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  EXPECT_NE(error_of(j).find("tokenizer.json"), std::string::npos) << error_of(j);
+  // Text outside the vocabulary, no byte fallback and no unk_token: an error, not a dropped
+  // character.
+  const auto t = load(bpe({"a"}, {}));
+  Encoder e(t);
+  EXPECT_THROW(e.encode("ab", SpecialTokens::add), InputError);
+  EXPECT_THROW(e.encode("a\xff", SpecialTokens::add), InputError);
+}
+
+TEST(Utf8, WellFormednessAndLossyConversion) {
+  EXPECT_EQ(first_invalid_utf8("plain ascii text, longer than eight bytes"), -1);
+  EXPECT_EQ(first_invalid_utf8("\u00e9\u20ac\U0001F600"), -1);
+  EXPECT_EQ(first_invalid_utf8("\xC0\xAF"), 0);                     // overlong
+  EXPECT_EQ(first_invalid_utf8("ab\xED\xA0\x80"), 2);               // a surrogate
+  EXPECT_EQ(first_invalid_utf8("abcdefghij\xF4\x90\x80\x80"), 10);  // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("a\xE2\x82"), 1);                    // truncated
+  // One U+FFFD for each maximal ill-formed subpart (Unicode 15, section 3.9).
+  EXPECT_EQ(utf8_lossy("a\xE2\x82"
+                       "b"),
+            "a\ufffd"
+            "b");
+  EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\ufffd\ufffd");
+  EXPECT_EQ(utf8_lossy("\xF0\x9F\x98"), "\ufffd");
+  EXPECT_EQ(complete_utf8_prefix("a\xF0\x9F\x98"), 1u);
+  EXPECT_EQ(complete_utf8_prefix("a\xFF"), 2u);
+}
+
+}  // namespace
+}  // namespace kktrain::text
