@@ -178,7 +178,7 @@ def case_ids(name):
         print("note: " + n)
     ids = sum(len(ref[p]["hf"]["ids"]) for p in paths)
     print(f"{name}: {len(docs)} documents, {ids} reference ids, {sum(map(len, texts))} "
-          f"characters; round trip exact on {exact} (the others have special tokens in the text)")
+          f"characters; round trip exact on {exact} (the reference's too; the others hold special tokens)")
     report(failures)
 
 

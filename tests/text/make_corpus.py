@@ -186,6 +186,28 @@ DIVERGENT = {
             "JavaScript's \\s, not for the Rust library (not Unicode White_Space)"),
 }
 
+# Random mixtures (a fixed linear congruential generator, the same on every Python) of pieces
+# that meet at the tokenizers' seams: spaces of every kind, apostrophes, digits, several scripts,
+# joiners and combining marks, byte-fallback and special-token look-alikes, special tokens.
+FUZZ_PIECES = list(" \t\n\r\u00a0\u3000'\u2019sStTrReEvVmMlLdD.,;:!?-_()[]{}<>/\\\"#@$%^&*+=|~`"
+                   "0123456789\u00bd\u00b2a\u00e9\u00f1\u00fc\u00df\u0130\u0131\u017f\u4e2d"
+                   "\u6587\u65e5\u30ab\u30bf\ud55c\uad6d\u1e9e\u03a9\u0436\u05d0\u0661"
+                   "\u0628\u200c\u200d\ufe0f\U0001f642\U0001f44d\U0001f3fd\U0001f1eb\U0001f1f7"
+                   "\u0301\u0300\u2028\u2581") + [
+    "<s>", "</s>", "<bos>", "<eos>", "<|begin_of_text|>", "<|eot_id|>", "<start_of_turn>",
+    "<unused3>", "\r\n", "  ", "\n\n", "\u2581\u2581", "<0x41>", "<unk>", "<pad>", " <s> ",
+    "<|end_of_text|> ", "hello", " world", "HELLO", "'LL", "'Re"]
+
+
+def fuzz(seed, n):
+    """n pieces of FUZZ_PIECES chosen by a linear congruential generator started at seed."""
+    x, out = seed, []
+    for _ in range(n):
+        x = (x * 1103515245 + 12345) % 2147483648
+        out.append(FUZZ_PIECES[(x >> 8) % len(FUZZ_PIECES)])
+    return "".join(out)
+
+
 # Long runs without a break: BPE over long words, numbers and repeated emoji.
 LONG = ("a" * 3000 + " " + "ab" * 700 + " " + "Supercalifragilistic" * 40 + " " +
         "1" * 900 + " " + "\U0001f642" * 300 + " " + "\u65e5\u672c" * 300 + " " + "." * 500 +
@@ -226,6 +248,8 @@ def documents(repo):
         docs.append(("line_" + str(len(docs)), line, [], "one line of the sample"))
     for line in UNICODE_NEW.splitlines(keepends=True):  # one document per script
         docs.append(("unicode_new_" + str(len(docs)), line, [], "Unicode 15 and 16: " + line))
+    for k in range(24):
+        docs.append((f"fuzz_{k}", fuzz(k + 1, 60), [], "random mixture, seed " + str(k + 1)))
     for c in SPACES:  # one document per character
         docs.append((f"space_U+{c:04X}", _around(chr(c)), [], f"U+{c:04X} around words"))
     docs += [("empty", "", [], "the empty document"), ("one_space", " ", [], ""),
