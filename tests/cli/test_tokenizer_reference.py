@@ -178,7 +178,8 @@ def case_ids(name):
         print("note: " + n)
     ids = sum(len(ref[p]["hf"]["ids"]) for p in paths)
     print(f"{name}: {len(docs)} documents, {ids} reference ids, {sum(map(len, texts))} "
-          f"characters; round trip exact on {exact} (the reference's too; the others hold special tokens)")
+          f"characters; decode(encode(text)) == text on {exact} (as the reference; the others "
+          "hold special tokens)")
     report(failures)
 
 
