@@ -8,10 +8,50 @@
 
 namespace kktrain::text {
 
+namespace {
+
+// The pattern in PCRE2's terms where its syntax differs from Oniguruma's (what Hugging Face's
+// tokenizers compile with): \s and \S are Unicode's White_Space property (PCRE2's \s also
+// matches U+180E, which Unicode 6.3 took out of White_Space), \h and \H hexadecimal digits
+// (Oniguruma's Ruby syntax; horizontal space in PCRE2). Escaped backslashes and \Q...\E are
+// copied as they are.
+std::string pcre2_pattern(const std::string& p) {
+  std::string out;
+  out.reserve(p.size() + 32);
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] != '\\' || i + 1 == p.size()) {
+      out += p[i];
+      continue;
+    }
+    const char c = p[++i];
+    if (c == 's') {
+      out += "\\p{White_Space}";
+    } else if (c == 'S') {
+      out += "\\P{White_Space}";
+    } else if (c == 'h') {
+      out += "\\p{AHex}";
+    } else if (c == 'H') {
+      out += "\\P{AHex}";
+    } else if (c == 'Q') {
+      const size_t e = p.find("\\E", i + 1);
+      const size_t end = e == std::string::npos ? p.size() : e + 2;
+      out.append(p, i - 1, end - (i - 1));
+      i = end - 1;
+    } else {
+      out += '\\';
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pattern) {
   int err = 0;
   PCRE2_SIZE at = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  const std::string translated = pcre2_pattern(pattern);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                         PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
   if (!code_) {
     PCRE2_UCHAR msg[256];
@@ -58,23 +98,6 @@ void RegexMatcher::find_all(std::vector<std::pair<size_t, size_t>>* out, std::st
       at = b + size_t(utf8_len(static_cast<unsigned char>(s[b])));
     }
   }
-}
-
-std::string regex_escape(std::string_view literal) {
-  std::string out = "\\Q";
-  size_t i = 0;
-  while (i < literal.size()) {  // \Q...\E, with any \E inside written as \E\\E\Q
-    const size_t e = literal.find("\\E", i);
-    if (e == std::string_view::npos) {
-      out.append(literal.substr(i));
-      break;
-    }
-    out.append(literal.substr(i, e - i));
-    out += "\\E\\\\E\\Q";
-    i = e + 2;
-  }
-  out += "\\E";
-  return out;
 }
 
 }  // namespace kktrain::text

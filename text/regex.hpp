@@ -1,6 +1,8 @@
 // A compiled PCRE2 pattern in UTF + UCP mode (\p{L}, \s, \w over all of Unicode; look-ahead,
-// case-insensitive groups), JIT-compiled when the platform allows. Matching needs per-thread
-// match data (RegexMatcher), so one Regex is shared by every thread's encoder.
+// case-insensitive groups), JIT-compiled when the platform allows. Patterns are written for
+// Oniguruma (Hugging Face's engine); the few escapes whose meaning differs are translated.
+// Character classes follow the Unicode version of PCRE2's tables (10.42: Unicode 14.0). Matching
+// needs per-thread match data (RegexMatcher), so one Regex is shared by every thread's encoder.
 #pragma once
 
 #include <memory>
@@ -47,8 +49,5 @@ class RegexMatcher {
   const Regex* re_;
   pcre2_real_match_data_8* md_ = nullptr;
 };
-
-// The pattern that matches `literal` exactly (every character escaped).
-std::string regex_escape(std::string_view literal);
 
 }  // namespace kktrain::text
