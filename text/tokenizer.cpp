@@ -249,13 +249,15 @@ std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
 // ---------------------------------------------------------------------------------------------
 struct Encoder::State {
   std::vector<RegexMatcher> matchers;
-  PieceCache cache;   // BPE results of short pieces
+  PieceCache cache;  // BPE results of short pieces
+  // ... and of pieces up to kLongPieceBytes (lines, under tokenizers that do not split at
+  // spaces), keyed by their bytes; cleared when it holds kLongPieces.
+  std::unordered_map<std::string, std::vector<int32_t>> long_cache;
   std::string arena;  // the text of the segment being pre-tokenized, and what steps made of it
   std::string mapped;
   Matches matches;
   std::vector<Range> ranges;
   std::vector<Piece> pieces, next;
-  std::vector<int32_t> ids;
 };
 
 namespace {
@@ -339,6 +341,9 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
 
 // Whether the last pre-tokenizer step is ByteLevel: then its pieces stay raw bytes in the
 // arena and are mapped to the byte-level alphabet only when BPE'd (a cache miss).
+constexpr size_t kLongPieceBytes = 256;  // longer pieces are not cached
+constexpr size_t kLongPieces = size_t(1) << 15;
+
 bool lazy_byte_level(const Tokenizer::Impl& t) {
   return !t.pre_tokenizers.empty() &&
          t.pre_tokenizers.back().kind == PreTokenizerStep::Kind::byte_level;
@@ -351,50 +356,75 @@ void map_bytes(std::string* out, std::string_view raw) {
 
 void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st);
 
-// The ids of one piece (arena bytes, raw when the byte-level mapping is lazy), appended.
+// The ids of one piece by BPE (arena bytes, raw when the byte-level mapping is lazy), appended.
+void compute_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                   std::string_view piece, bool lazy) {
+  std::string_view text = piece;
+  if (lazy) {
+    map_bytes(&st.mapped, piece);
+    text = st.mapped;
+  }
+  if (t.ignore_merges) {
+    const auto it = t.vocab.find(text);
+    if (it != t.vocab.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
+  bpe_piece(out, t, text);
+}
+
+void model_long_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                      std::string_view piece, bool lazy);
+
+// The ids of one piece, appended: through the piece caches.
 void model_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
                  std::string_view piece, bool lazy) {
-  auto compute = [&](std::vector<int32_t>* ids) {
-    std::string_view text = piece;
-    if (lazy) {
-      map_bytes(&st.mapped, piece);
-      text = st.mapped;
-    }
-    if (t.ignore_merges) {
-      const auto it = t.vocab.find(text);
-      if (it != t.vocab.end()) {
-        ids->push_back(it->second);
-        return;
-      }
-    }
-    bpe_piece(ids, t, text);
-  };
-  if (!PieceCache::cacheable(piece)) {
-    if (!t.merge_join_bits.empty() && !lazy) {  // cut it where BPE cannot merge across
-      size_t start = 0;
-      char32_t prev = decode_at(piece, 0).cp;
-      for (size_t i = size_t(utf8_len(uint8_t(piece[0]))); i < piece.size();) {
-        const CodePoint c = decode_at(piece, i);
-        if (bpe_boundary(t, prev, c.cp)) {
-          model_piece(out, t, st, piece.substr(start, i - start), lazy);
-          start = i;
-        }
-        prev = c.cp;
-        i += size_t(c.len);
-      }
-      if (start > 0) {
-        model_piece(out, t, st, piece.substr(start), lazy);
-        return;
-      }
-    }
-    compute(out);
+  if (PieceCache::cacheable(piece)) {
+    const uint64_t h = PieceCache::hash(piece);
+    if (st.cache.find(out, piece, h)) return;
+    const size_t before = out->size();
+    compute_piece(out, t, st, piece, lazy);
+    st.cache.put(piece, h, out->data() + before, out->size() - before);
     return;
   }
-  const uint64_t h = PieceCache::hash(piece);
-  if (st.cache.find(out, piece, h)) return;
-  const size_t before = out->size();
-  compute(out);
-  st.cache.put(piece, h, out->data() + before, out->size() - before);
+  if (piece.size() > kLongPieceBytes) {
+    model_long_piece(out, t, st, piece, lazy);
+    return;
+  }
+  std::string key(piece);
+  auto it = st.long_cache.find(key);
+  if (it == st.long_cache.end()) {
+    std::vector<int32_t> ids;
+    model_long_piece(&ids, t, st, piece, lazy);  // may add to (or clear) long_cache itself
+    if (st.long_cache.size() >= kLongPieces) st.long_cache.clear();
+    it = st.long_cache.emplace(std::move(key), std::move(ids)).first;
+  }
+  out->insert(out->end(), it->second.begin(), it->second.end());
+}
+
+// A piece too long for PieceCache: cut where BPE cannot merge across (each part through the
+// caches), or BPE'd whole.
+void model_long_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                      std::string_view piece, bool lazy) {
+  if (!t.merge_join_bits.empty() && !lazy) {
+    size_t start = 0;
+    char32_t prev = decode_at(piece, 0).cp;
+    for (size_t i = size_t(utf8_len(uint8_t(piece[0]))); i < piece.size();) {
+      const CodePoint c = decode_at(piece, i);
+      if (bpe_boundary(t, prev, c.cp)) {
+        model_piece(out, t, st, piece.substr(start, i - start), lazy);
+        start = i;
+      }
+      prev = c.cp;
+      i += size_t(c.len);
+    }
+    if (start > 0) {
+      model_piece(out, t, st, piece.substr(start), lazy);
+      return;
+    }
+  }
+  compute_piece(out, t, st, piece, lazy);
 }
 
 }  // namespace
