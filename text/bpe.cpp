@@ -1,8 +1,7 @@
 // BPE of one pre-tokenized piece, as the Rust library's BPE::merge_word + Word::merge_all:
-// each character becomes its vocabulary token (with continuing_subword_prefix /
-// end_of_word_suffix where set), or its <0xXX> byte tokens (byte_fallback), or unk (fused
-// runs with fuse_unk); then the pair of lowest merge rank is merged, leftmost first, until no
-// pair of adjacent symbols has a merge.
+// each character becomes its vocabulary token, or its <0xXX> byte tokens (byte_fallback), or
+// unk (a run of them one unk with fuse_unk); then the pair of lowest merge rank is merged,
+// leftmost first, until no pair of adjacent symbols has a merge.
 #include <queue>
 
 #include "core/errors.hpp"
@@ -38,20 +37,10 @@ void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_
   sym.reserve(piece.size());
   int32_t pending_unk = -1;  // a run of unknown characters not yet added (-1: none)
   auto add = [&](int32_t id) { sym.push_back({id, int(sym.size()) - 1, -1, true}); };
-  std::string key;
   for (size_t i = 0; i < piece.size();) {
     const CodePoint c = decode_at(piece, i);
-    std::string_view ch = piece.substr(i, size_t(c.len));
-    const bool first = i == 0, last = i + size_t(c.len) == piece.size();
+    const std::string_view lookup = piece.substr(i, size_t(c.len));
     i += size_t(c.len);
-    std::string_view lookup = ch;
-    if ((!first && !t.continuing_subword_prefix.empty()) ||
-        (last && !t.end_of_word_suffix.empty())) {
-      key.assign(first ? "" : t.continuing_subword_prefix);
-      key.append(ch);
-      if (last) key.append(t.end_of_word_suffix);
-      lookup = key;
-    }
     const auto it = t.vocab.find(lookup);
     if (it != t.vocab.end()) {
       if (pending_unk >= 0) add(pending_unk), pending_unk = -1;
@@ -132,8 +121,7 @@ void set_bit(std::vector<uint64_t>* bits, uint64_t i) {
 void build_boundaries(Tokenizer::Impl* t) {
   t->single_char_bits.clear();
   t->merge_join_bits.clear();
-  if (t->ignore_merges || !t->continuing_subword_prefix.empty() || !t->end_of_word_suffix.empty())
-    return;
+  if (t->ignore_merges) return;
   t->single_char_bits.assign((0x110000 + 63) / 64, 0);
   t->merge_join_bits.assign((size_t(1) << kJoinBits) / 64, 0);
   for (const auto& [tok, id] : t->vocab) {

@@ -3,7 +3,8 @@
 //
 // Supported (anything else is one InputError naming the key and the file, never a fallback):
 //   model           BPE: vocab, merges ("a b" strings or [a, b] pairs), ignore_merges,
-//                   byte_fallback (<0xXX> tokens), unk_token, fuse_unk, dropout null
+//                   byte_fallback (<0xXX> tokens), unk_token, fuse_unk, dropout null or 0;
+//                   continuing_subword_prefix and end_of_word_suffix null
 //   normalizer      null, NFC, NFKC, NFD, NFKD, Prepend, Replace, Strip, Sequence
 //   pre_tokenizer   null, ByteLevel (add_prefix_space, use_regex), Split (Regex or String;
 //                   Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous; invert),

@@ -78,13 +78,11 @@ struct Tokenizer::Impl {
   std::unordered_map<uint64_t, uint64_t> merges;
   bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
   std::optional<int32_t> unk_id;
-  std::string continuing_subword_prefix, end_of_word_suffix;
   std::array<int32_t, 256> byte_ids{};  // <0xXX> token ids (byte_fallback), -1 if absent
 
   // Where a long piece may be cut without changing its BPE (see bpe_boundary): code points
   // that are tokens by themselves, and a bit per hashed (last code point of a merge's left
-  // side, first code point of its right side). Empty when pieces are not cut (ignore_merges,
-  // a continuing_subword_prefix or end_of_word_suffix).
+  // side, first code point of its right side). Empty when pieces are not cut (ignore_merges).
   std::vector<uint64_t> single_char_bits, merge_join_bits;
 
   std::vector<NormalizerStep> normalizers;

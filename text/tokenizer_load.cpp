@@ -325,10 +325,11 @@ void read_model(Tokenizer::Impl* t, const Json& m, const Where& w) {
     if (it == t->vocab.end()) w.at("unk_token").fail("'" + unk + "' is not in the vocabulary");
     t->unk_id = it->second;
   }
-  if (const Json* p = optional_member(m, "continuing_subword_prefix"))
-    t->continuing_subword_prefix = as_string(*p, w.at("continuing_subword_prefix"));
-  if (const Json* s = optional_member(m, "end_of_word_suffix"))
-    t->end_of_word_suffix = as_string(*s, w.at("end_of_word_suffix"));
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (const Json* v = optional_member(m, k);
+        v && !(v->is_string() && v->get<std::string>().empty()))
+      w.at(k).fail("must be null (kktrain reads BPE models without subword affixes)");
+  }
   t->byte_ids.fill(-1);
   if (t->byte_fallback) {
     for (int b = 0; b < 256; ++b) {

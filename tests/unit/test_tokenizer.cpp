@@ -202,6 +202,18 @@ TEST_F(TokenizerTest, MergeOrder) {
   EXPECT_EQ(pieces(load(j), "abc"), (V{"a", "bc"}));
 }
 
+// Characters outside the vocabulary without byte fallback: unk_token, a run of them one unk with
+// fuse_unk.
+TEST_F(TokenizerTest, UnknownCharacters) {
+  Json j = bpe({"a", "<unk>"}, {});
+  j["model"]["unk_token"] = "<unk>";
+  EXPECT_EQ(pieces(load(j), "abba"), (V{"a", "<unk>", "<unk>", "a"}));
+  j["model"]["fuse_unk"] = true;
+  EXPECT_EQ(pieces(load(j), "abba"), (V{"a", "<unk>", "a"}));
+  j["model"]["continuing_subword_prefix"] = "##";
+  EXPECT_NE(error_of(j).find("continuing_subword_prefix"), std::string::npos) << error_of(j);
+}
+
 TEST_F(TokenizerTest, ByteFallbackAndDecoders) {
   Json j = bpe({"\u2581", "h", "i"}, {"\u2581h", "\u2581hi"}, {"\u2581 h", "\u2581h i"}, false);
   for (int b = 0; b < 256; ++b) {
