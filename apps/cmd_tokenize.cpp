@@ -5,7 +5,8 @@
 // whole), the batch's documents are encoded in parallel (one text::Encoder per worker thread,
 // documents handed out one at a time), and their ids appended to the shards in document order,
 // so memory is bounded by the batch and the output bytes are the same for any thread count. A
-// long document is encoded by one thread (not split).
+// batch of one document (a text file larger than a batch) is encoded by one encoder whose long
+// segments' pieces are spread over the threads (text::Encoder::set_piece_threads).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -251,6 +252,11 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& 
   }
   std::vector<text::Encoder> encoders;
   for (int t = 0; t < threads; ++t) encoders.emplace_back(tok);
+  // A batch of one document (a text file larger than a batch, or the last of the corpus) is
+  // spread over the threads piece by piece instead (text::Encoder::set_piece_threads).
+  std::vector<text::Encoder> solo;
+  solo.emplace_back(tok);
+  solo[0].set_piece_threads(threads);
 
   ShardPlan plan;
   plan.prefix = o.out;
@@ -265,7 +271,8 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& 
   std::vector<InputDocument> batch;
   std::vector<std::vector<int32_t>> ids;
   while (reader.next_batch(&batch, max_bytes)) {
-    encode_batch(&ids, batch, encoders, eos, &progress, [&] { line.tick(); });
+    encode_batch(&ids, batch, batch.size() == 1 && threads > 1 ? solo : encoders, eos, &progress,
+                 [&] { line.tick(); });
     for (const auto& d : ids) writer.add_document(d.data(), static_cast<int64_t>(d.size()));
     line.tick();
   }

@@ -5,7 +5,9 @@
 //   6. the post-processor's special tokens around the sequence.
 #include <algorithm>
 #include <deque>
+#include <exception>
 #include <queue>
+#include <thread>
 
 #include "core/errors.hpp"
 #include "text/piece_cache.hpp"
@@ -258,6 +260,9 @@ struct Encoder::State {
   Matches matches;
   std::vector<Range> ranges;
   std::vector<Piece> pieces, next;
+  // set_piece_threads: the other threads' states (their caches) and the size that uses them.
+  std::vector<std::unique_ptr<State>> helpers;
+  size_t parallel_bytes = 0;
 };
 
 namespace {
@@ -427,7 +432,86 @@ void model_long_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encod
   compute_piece(out, t, st, piece, lazy);
 }
 
+// The pieces' parts for `threads` threads: views of the pieces in order, a piece longer than a
+// part cut where BPE cannot merge across (when the tokenizer allows), grouped into `threads`
+// runs of about equal bytes.
+std::vector<std::vector<std::string_view>> piece_parts(const Tokenizer::Impl& t,
+                                                       const Encoder::State& st, bool lazy,
+                                                       size_t total, size_t threads) {
+  const size_t target = (total + threads - 1) / threads;
+  std::vector<std::string_view> units;
+  for (const Piece& p : st.pieces) {
+    std::string_view v = std::string_view(st.arena).substr(p.begin, p.end - p.begin);
+    while (v.size() > target && !t.merge_join_bits.empty() && !lazy) {
+      size_t i = target;  // the first boundary at or after `target`
+      while (i < v.size() && (uint8_t(v[i]) & 0xC0) == 0x80) ++i;
+      size_t k = i - 1;
+      while (k > 0 && (uint8_t(v[k]) & 0xC0) == 0x80) --k;
+      char32_t prev = decode_at(v, k).cp;
+      while (i < v.size()) {
+        const CodePoint c = decode_at(v, i);
+        if (bpe_boundary(t, prev, c.cp)) break;
+        prev = c.cp;
+        i += size_t(c.len);
+      }
+      if (i >= v.size()) break;
+      units.push_back(v.substr(0, i));
+      v.remove_prefix(i);
+    }
+    if (!v.empty()) units.push_back(v);
+  }
+  std::vector<std::vector<std::string_view>> parts(1);
+  size_t in_part = 0;
+  for (const std::string_view u : units) {
+    if (in_part >= target && parts.size() < threads) {
+      parts.emplace_back();
+      in_part = 0;
+    }
+    parts.back().push_back(u);
+    in_part += u.size();
+  }
+  return parts;
+}
+
+// model_piece over st.pieces, appended in order; on the helpers' threads too for a long segment.
+void model_pieces(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                  bool lazy) {
+  size_t total = 0;
+  for (const Piece& p : st.pieces) total += p.end - p.begin;
+  if (st.helpers.empty() || total < st.parallel_bytes) {
+    for (const Piece& p : st.pieces) {
+      if (p.end > p.begin)
+        model_piece(out, t, st, std::string_view(st.arena).substr(p.begin, p.end - p.begin), lazy);
+    }
+    return;
+  }
+  const auto parts = piece_parts(t, st, lazy, total, st.helpers.size() + 1);
+  std::vector<std::vector<int32_t>> ids(parts.size());
+  std::vector<std::exception_ptr> errors(parts.size());
+  auto run = [&](size_t k) {
+    Encoder::State& s = k == 0 ? st : *st.helpers[k - 1];
+    try {
+      for (const std::string_view u : parts[k]) model_piece(&ids[k], t, s, u, lazy);
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < parts.size(); ++k) pool.emplace_back(run, k);
+  run(0);
+  for (auto& th : pool) th.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const auto& v : ids) out->insert(out->end(), v.begin(), v.end());
+}
+
 }  // namespace
+
+void Encoder::set_piece_threads(int threads, size_t min_bytes) {
+  state_->helpers.clear();
+  for (int k = 1; k < threads; ++k) state_->helpers.push_back(std::make_unique<State>());
+  state_->parallel_bytes = min_bytes;
+}
 
 Encoder::Encoder(std::shared_ptr<const Tokenizer> tokenizer)
     : tokenizer_(std::move(tokenizer)), state_(std::make_unique<State>()) {
@@ -471,11 +555,7 @@ void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTo
       st.pieces.clear();
       st.pieces.push_back({0, st.arena.size(), r.begin == 0 && n.begin == 0});
       pre_tokenize(t, st);
-      for (const Piece& p : st.pieces) {
-        if (p.end > p.begin)
-          model_piece(out, t, st, std::string_view(st.arena).substr(p.begin, p.end - p.begin),
-                      lazy);
-      }
+      model_pieces(out, t, st, lazy);
     }
   }
   if (special == SpecialTokens::add)

@@ -104,6 +104,13 @@ class Encoder {
   }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
+  // Encodes the pieces of a long text on `threads` threads (this one and threads - 1 more, each
+  // with its own caches): a segment whose pieces hold at least `min_bytes` bytes is cut into
+  // `threads` parts of about equal size, at piece boundaries or inside a long piece where BPE
+  // cannot merge across, and the parts' ids are joined in order, so the ids are the same for
+  // any thread count. Splitting into pieces stays on the calling thread.
+  void set_piece_threads(int threads, size_t min_bytes = size_t(1) << 20);
+
   struct State;  // private to text/
 
  private:

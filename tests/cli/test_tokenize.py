@@ -316,6 +316,20 @@ def case_byte_fallback():
                     "--threads", "2")
         compare(written(out), expected_shards(docs, 100, 0, False), "byte fallback")
 
+        # One document larger than a batch (1.5 MB): its pieces spread over 2 threads give the
+        # bytes one thread writes.
+        big = os.path.join(tmp, "big.txt")
+        with open(big, "w", encoding="utf-8") as f:
+            f.write("".join(texts) * (1500000 // len("".join(texts)) + 1))
+        shards = {}
+        for threads in ("1", "2"):
+            out = os.path.join(tmp, "big" + threads, "c")
+            os.makedirs(os.path.dirname(out))
+            tokenize_ok("--tokenizer", tok, big, "--out", out, "--threads", threads,
+                        "--batch-bytes", "1000")
+            shards[threads] = written(out)
+        compare(shards["2"], shards["1"], "one long document on 2 threads")
+
 
 def expect_error(tmp, prefix, rc_want, needles, *args):
     rc, out, err = run("tokenize", *args)

@@ -280,6 +280,36 @@ TEST_F(TokenizerTest, ByteLevelAndStreaming) {
   EXPECT_EQ(s.finish(), "\ufffd");
 }
 
+// A long text's pieces spread over threads give the ids of one thread: many pieces (a regex
+// pre-tokenizer, the byte-level mapping done on cache misses) and one long piece cut where BPE
+// cannot merge across (no pre-tokenizer, byte fallback).
+TEST_F(TokenizerTest, PieceThreadsGiveTheSameIds) {
+  std::string text;
+  for (int k = 0; k < 3000; ++k) text += "hi h\u00e9 ih " + std::to_string(k * 7919 % 1000) + "\n";
+  V chars;
+  for (int b = 0; b < 256; ++b) chars.push_back(byte_to_unicode(uint8_t(b)));
+  Json gpt2 = bpe(chars, {"hi", "\u0120h", "\u0120hi", "ih"},
+                  {"h i", "\u0120 h", "\u0120h i", "i h"}, false);
+  gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  Json spm = bpe({"\u2581", "h", "i"}, {"\u2581h", "\u2581hi", "hi"},
+                 {"\u2581 h", "\u2581h i", "h i"}, false);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    spm["model"]["vocab"][name] = 10 + b;
+  }
+  spm["model"]["byte_fallback"] = true;
+  spm["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+  for (const Json& j : {gpt2, spm}) {
+    const auto t = load(j);
+    Encoder one(t), three(t);
+    three.set_piece_threads(3, 1);
+    const auto want = one.encode(text, SpecialTokens::add);
+    EXPECT_GT(want.size(), 10000u);
+    EXPECT_EQ(three.encode(text, SpecialTokens::add), want);
+  }
+}
+
 TEST_F(TokenizerTest, OneErrorLineNamingKeyAndFile) {
   Json j = bpe({"a"}, {});
   j["model"]["type"] = "WordPiece";
