@@ -8,13 +8,13 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
-#include "io/byte_tokenizer.hpp"
 #include "io/data.hpp"
 #include "io/h5_rows.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
 #include "io/token_file.hpp"
 #include "parallel/communicator.hpp"
+#include "text/byte_tokenizer.hpp"
 
 namespace kktrain {
 

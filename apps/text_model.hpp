@@ -4,7 +4,7 @@
 // The tokenizer of a model is, in order: model.tokenizer (or generate's --tokenizer); the
 // tokenizer.json of model.init_from when that is a Hugging Face directory; for a model file
 // given to generate or export, the same keys of the config its checkpoint records. A
-// tokenizer.json that is kktrain's own byte-level one (io/byte_tokenizer.hpp, what its exports
+// tokenizer.json that is kktrain's own byte-level one (text/byte_tokenizer.hpp, what its exports
 // write) is the byte-level vocabulary.
 //
 // Without a tokenizer, a model is byte-level unless it comes from a Hugging Face directory

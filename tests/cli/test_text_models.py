@@ -45,7 +45,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "hf"))
+sys.path.insert(0, os.path.join(HERE, "..", "text"))
 import hf_files as hf  # noqa: E402
+from references import bytes_to_unicode  # noqa: E402
 import test_train as tt  # noqa: E402
 from test_hf import one_error, snapshot, write_config  # noqa: E402
 from test_train import check  # noqa: E402
@@ -95,21 +97,6 @@ def reference(directory, encode=(), decode=()):
 
 
 # ---- tokenizer files -------------------------------------------------------------------------
-
-
-def bytes_to_unicode():
-    """GPT-2's byte -> character table (from its description: printable Latin-1 bytes map to
-    themselves, the others in order to U+0100 onwards)."""
-    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD))
-            + list(range(0xAE, 0x100)))
-    table, n = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(0x100 + n)
-            n += 1
-    return table
 
 
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("Ġ", "a"), ("l", "l"),

@@ -92,7 +92,7 @@ def reference_ids(npm_dir, name, files, cache_dir, timeout=300):
     return out
 
 
-def _bytes_to_unicode():
+def bytes_to_unicode():
     """GPT-2's byte-level alphabet: byte -> the character standing for it."""
     keep = (list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) +
             list(range(0xAE, 0x100)))
@@ -121,7 +121,7 @@ class Vocabulary:
             for a in j.get("added_tokens", []):
                 self.tokens[a["id"]] = a["content"]
             self.byte_level = "ByteLevel" in json.dumps(j.get("decoder"))
-            self.byte_of = {c: b for b, c in _bytes_to_unicode().items()}
+            self.byte_of = {c: b for b, c in bytes_to_unicode().items()}
 
     def token(self, i):
         self._load()

@@ -18,10 +18,6 @@
 
 namespace kktrain {
 
-// The UTF-8 character GPT-2's bytes_to_unicode gives byte `b` (printable Latin-1 bytes map to
-// themselves, the others to U+0100 + their rank).
-std::string byte_level_char(unsigned char b);
-
 // tokenizer.json of kktrain's byte-level vocabulary (the same text every time).
 std::string byte_tokenizer_json();
 // tokenizer_config.json beside it; model_max_length is the model's max_seq_len.

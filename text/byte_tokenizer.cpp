@@ -1,30 +1,13 @@
-// kktrain's byte-level vocabulary as a Hugging Face tokenizer (io/byte_tokenizer.hpp).
-#include "io/byte_tokenizer.hpp"
+// kktrain's byte-level vocabulary as a Hugging Face tokenizer (text/byte_tokenizer.hpp).
+#include "text/byte_tokenizer.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include "text/unicode.hpp"
 
 namespace kktrain {
 
 namespace {
-
-bool maps_to_itself(unsigned b) {
-  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-}
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else {  // bytes_to_unicode stays below U+0144
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 // ByteLevel without a prefix space or the GPT-2 regex (a pre-tokenizer or a decoder).
 nlohmann::ordered_json byte_level() {
@@ -38,16 +21,9 @@ nlohmann::ordered_json byte_level() {
 
 }  // namespace
 
-std::string byte_level_char(unsigned char b) {
-  if (maps_to_itself(b)) return utf8(b);
-  uint32_t rank = 0;  // bytes below b that do not map to themselves
-  for (unsigned k = 0; k < b; ++k) rank += maps_to_itself(k) ? 0 : 1;
-  return utf8(0x100 + rank);
-}
-
 std::string byte_tokenizer_json() {
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
+  for (int b = 0; b < 256; ++b) vocab[text::byte_to_unicode(static_cast<unsigned char>(b))] = b;
   nlohmann::ordered_json model;
   model["type"] = "BPE";
   model["dropout"] = nullptr;
