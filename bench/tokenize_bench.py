@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,32 @@ def kktrain_command(build, model, files, threads, repeat):
     return statistics.median(rates)
 
 
+def rss_run(a, npm):
+    """kktrain tokenize on a.rss_gib GiB of .jsonl through each tokenizer: its summary line
+    (MB/s, and the peak RSS getrusage reports)."""
+    lic = "/usr/share/common-licenses"
+    texts = [open(os.path.join(lic, f), encoding="utf-8", errors="replace").read()
+             for f in sorted(os.listdir(lic)) if os.path.isfile(os.path.join(lic, f))]
+    block = "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts).encode()
+    with tempfile.TemporaryDirectory(prefix="kktrain_tokbench_rss_", dir=a.tmp) as tmp:
+        corpus = os.path.join(tmp, "corpus.jsonl")
+        with open(corpus, "wb") as f:
+            for _ in range(int(a.rss_gib * (1 << 30)) // len(block) + 1):
+                f.write(block)
+        print(f"corpus: {os.path.getsize(corpus) / (1 << 30):.2f} GiB, "
+              f"{len(texts)} licence texts repeated")
+        for name in a.tokenizers.split(","):
+            out = os.path.join(tmp, name, "c")
+            os.makedirs(os.path.dirname(out))
+            cmd = [os.path.join(a.build, "kktrain"), "tokenize", "--tokenizer",
+                   references.model_dir(npm, name), corpus, "--out", out]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            line = [x for x in p.stderr.splitlines() if "tokenize:" in x]
+            print(f"{name}: exit {p.returncode}: {line[-1] if line else p.stderr[-500:]}",
+                  flush=True)
+            shutil.rmtree(os.path.dirname(out))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -73,11 +100,17 @@ def main():
     ap.add_argument("--mb", type=float, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    ap.add_argument("--rss-gib", type=float, default=0,
+                    help="instead: kktrain tokenize's peak RSS on a .jsonl corpus of this many GiB "
+                         "(Debian's licence texts repeated, one document a line) in --tmp")
+    ap.add_argument("--tmp", default=tempfile.gettempdir())
     a = ap.parse_args()
     npm = a.npm or os.path.join(a.build, "npm")
     why = references.unavailable(npm)
     if why:
         sys.exit(f"tokenize_bench: {why}")
+    if a.rss_gib:
+        return rss_run(a, npm)
     tokenize_ids = os.path.join(a.build, "tests", "tokenize_ids")
     threads = sorted({int(t) for t in a.threads.split(",")})
     with tempfile.TemporaryDirectory(prefix="kktrain_tokbench_corpus_") as corpus:

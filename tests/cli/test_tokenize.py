@@ -24,6 +24,8 @@ of llm.c's format fed with the ids `kktrain tokenize --ids` gives for each docum
 import glob
 import json
 import os
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -329,6 +331,33 @@ def case_byte_fallback():
                         "--batch-bytes", "1000")
             shards[threads] = written(out)
         compare(shards["2"], shards["1"], "one long document on 2 threads")
+
+
+def case_memory_bounded():
+    """Streaming: the peak RSS tokenizing 64 MB is that of 8 MB (within 24 MiB), batches of 1 MiB;
+    bench/tokenize_bench.py --rss-gib measures it on several GiB."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_tok_") as tmp:
+        tok_json, _ = byte_level()
+        tok = tokenizer_dir(tmp, "model", tok_json, EOS)
+        rss = {}
+        for mb in (8, 64):
+            corpus = os.path.join(tmp, f"c{mb}.jsonl")
+            with open(corpus, "w", encoding="utf-8") as f:
+                written_bytes, k = 0, 0
+                while written_bytes < mb * 1000000:
+                    line = json.dumps({"text": f"{k} " + " ".join(DOCS)}, ensure_ascii=False) + "\n"
+                    f.write(line)
+                    written_bytes += len(line.encode())
+                    k += 1
+            out = os.path.join(tmp, f"o{mb}", "c")
+            os.makedirs(os.path.dirname(out))
+            line = tokenize_ok("--tokenizer", tok, corpus, "--out", out, "--batch-bytes", "1048576",
+                               "--shard-tokens", "4000000")
+            rss[mb] = float(re.search(r"peak RSS ([0-9.]+) MiB", line).group(1))
+            print(f"{mb} MB: {line}")
+            shutil.rmtree(os.path.dirname(out))
+            os.remove(corpus)
+        check(rss[64] <= rss[8] + 24, f"peak RSS grows with the corpus: {rss}")
 
 
 def expect_error(tmp, prefix, rc_want, needles, *args):
