@@ -134,7 +134,16 @@ TEST_F(TokenizerTest, MetaspacePrependSchemes) {
     if (scheme == "never") want = {"H", "e", "y", m + "you"};
     want.push_back("<x>");
     for (const auto& p : after_token) want.push_back(p);
-    EXPECT_EQ(pieces(load(j), "Hey you<x>you"), want) << scheme;
+    const auto t = load(j);
+    EXPECT_EQ(pieces(t, "Hey you<x>you"), want) << scheme;
+    // The Metaspace decoder: U+2581 back to spaces, the first token's dropped unless "never".
+    Json d = j;
+    d["decoder"] = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", scheme}};
+    const auto td = load(d);
+    Encoder e(td);
+    EXPECT_EQ(td->decode(e.encode("Hey you", SpecialTokens::add)), "Hey you") << scheme;
+    const std::vector<int32_t> ids = {*td->token_to_id(m + "you"), *td->token_to_id(m + "Hey")};
+    EXPECT_EQ(td->decode(ids), scheme == "never" ? " you Hey" : "you Hey") << scheme;
   }
 }
 
@@ -190,6 +199,17 @@ TEST_F(TokenizerTest, AddedTokenOptions) {
   j["added_tokens"] = Json::array(
       {added(50, "<m>", false, false, false), added(51, "<m><m>", false, false, false)});
   EXPECT_EQ(pieces(load(j), "<m><m><m>"), (V{"<m><m>", "<m>"}));
+}
+
+// An added token marked `normalized` is looked for in the normalized text (here after a
+// Replace), one that is not in the raw text.
+TEST_F(TokenizerTest, NormalizedAddedTokens) {
+  Json j = bpe(letters("ab-c_"), {});
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "-"}}}, {"content", "_"}};
+  Json a = added(50, "b_c", false, false, false);
+  a["normalized"] = true;
+  j["added_tokens"] = Json::array({a, added(51, "a-", false, false, false)});
+  EXPECT_EQ(pieces(load(j), "ab-ca-b"), (V{"a", "b_c", "a-", "b"}));
 }
 
 TEST_F(TokenizerTest, MergeOrder) {
