@@ -115,11 +115,16 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
 
 Value Evaluator::eval(const Expr& e, const ScopeP& sc) {
   switch (e.kind) {
-    case EK::literal: return e.value;
-    case EK::name: return sc->get(e.name);
-    case EK::attr: return attr(eval(*e.args[0], sc), e.name, e.line);
-    case EK::item: return item(eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
-    case EK::slice: return slice(e, sc);
+    case EK::literal:
+      return e.value;
+    case EK::name:
+      return sc->get(e.name);
+    case EK::attr:
+      return attr(eval(*e.args[0], sc), e.name, e.line);
+    case EK::item:
+      return item(eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
+    case EK::slice:
+      return slice(e, sc);
     case EK::call: {
       Value f = eval(*e.args[0], sc);
       if (f.kind != K::callable) {
@@ -172,7 +177,8 @@ Value Evaluator::eval(const Expr& e, const ScopeP& sc) {
       Dict d;
       for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
         Value key = eval(*e.args[k], sc);
-        if (key.kind != K::string) fail(name_, e.line, "dict keys other than strings are not supported");
+        if (key.kind != K::string)
+          fail(name_, e.line, "dict keys other than strings are not supported");
         d.set(key.s, eval(*e.args[k + 1], sc));
       }
       return Value::make_dict(std::move(d));
@@ -214,7 +220,9 @@ void Evaluator::assign(const std::vector<std::string>& targets, const Value& v, 
 
 Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
   switch (n.kind) {
-    case Node::Kind::text: out_ += n.text; return Flow::normal;
+    case Node::Kind::text:
+      out_ += n.text;
+      return Flow::normal;
     case Node::Kind::print: {
       Value v = eval(*n.expr, sc);
       if (v.kind == K::ns || v.kind == K::callable)
@@ -228,7 +236,8 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
     }
     case Node::Kind::if_:
       return exec(truthy(eval(*n.expr, sc)) ? n.body : n.else_body, sc);
-    case Node::Kind::for_: return exec_for(n, sc);
+    case Node::Kind::for_:
+      return exec_for(n, sc);
     case Node::Kind::set: {
       Value v = eval(*n.expr, sc);
       if (n.attr.empty()) {
@@ -250,9 +259,13 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
       sc->vars.set(n.targets[0], v);
       return Flow::normal;
     }
-    case Node::Kind::macro: sc->vars.set(n.targets[0], make_macro(n, sc)); return Flow::normal;
-    case Node::Kind::break_: return Flow::brk;
-    case Node::Kind::continue_: return Flow::cont;
+    case Node::Kind::macro:
+      sc->vars.set(n.targets[0], make_macro(n, sc));
+      return Flow::normal;
+    case Node::Kind::break_:
+      return Flow::brk;
+    case Node::Kind::continue_:
+      return Flow::cont;
     case Node::Kind::generation: {
       const std::size_t begin = out_.size();
       const Flow f = exec(n.body, sc);
@@ -272,8 +285,10 @@ Value Evaluator::apply_chain(const Expr& e, const Value& v, const ScopeP& sc) {
 
 std::vector<Value> Evaluator::iterate(const Value& v, int line) {
   switch (v.kind) {
-    case K::undefined: return {};
-    case K::list: return *v.list;
+    case K::undefined:
+      return {};
+    case K::list:
+      return *v.list;
     case K::dict: {
       std::vector<Value> keys;
       for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
@@ -284,7 +299,8 @@ std::vector<Value> Evaluator::iterate(const Value& v, int line) {
       for (auto& cp : code_points(v.s)) chars.push_back(Value::string(cp));
       return chars;
     }
-    default: fail(name_, line, "a " + type_name(v) + " is not iterable");
+    default:
+      fail(name_, line, "a " + type_name(v) + " is not iterable");
   }
 }
 
@@ -301,7 +317,7 @@ Flow Evaluator::exec_for(const Node& n, const ScopeP& sc) {
     assign(n.targets, v, probe.get(), n.line);
     if (truthy(eval(*n.cond, probe))) items.push_back(v);
   }
-  if (items.empty()) return exec(n.else_body, sc);
+  bool completed = false;  // jinja2 3.1: `else` runs unless some iteration ran to its end
   const auto len = static_cast<std::int64_t>(items.size());
   for (std::int64_t k = 0; k < len; ++k) {
     auto it = std::make_shared<Scope>();
@@ -320,9 +336,11 @@ Flow Evaluator::exec_for(const Node& n, const ScopeP& sc) {
     loop.set("nextitem", k + 1 < len ? items[k + 1] : Value::undefined("nextitem"));
     it->vars.set("loop", Value::make_dict(std::move(loop)));
     assign(n.targets, items[k], it.get(), n.line);
-    if (exec(n.body, it) == Flow::brk) break;
+    const Flow f = exec(n.body, it);
+    if (f == Flow::brk) break;
+    completed = completed || f == Flow::normal;
   }
-  return Flow::normal;
+  return completed ? Flow::normal : exec(n.else_body, sc);
 }
 
 Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
@@ -333,8 +351,9 @@ Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
     auto sc = std::make_shared<Scope>();
     sc->parent = defining;
     if (args.pos.size() > node->params.size())
-      fail(name_, line, "macro '" + node->targets[0] + "' takes " +
-                            std::to_string(node->params.size()) + " arguments");
+      fail(name_, line,
+           "macro '" + node->targets[0] + "' takes " + std::to_string(node->params.size()) +
+               " arguments");
     for (std::size_t k = 0; k < node->params.size(); ++k) {
       Value v = k < args.pos.size() ? args.pos[k] : Value::undefined(node->params[k]);
       for (auto& kv : args.kw)
@@ -368,7 +387,9 @@ Template::Template(const std::string& source, const std::string& name)
 
 Template::~Template() = default;
 
-std::string Template::render(const Dict& variables) const { return render(variables, nullptr); }
+std::string Template::render(const Dict& variables) const {
+  return render(variables, nullptr);
+}
 
 std::string Template::render(const Dict& variables,
                              std::vector<std::pair<std::size_t, std::size_t>>* spans) const {

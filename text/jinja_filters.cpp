@@ -27,9 +27,15 @@ bool has_upper_lower_unicode(const std::string& s) {
   return false;
 }
 
-char up(char c) { return c >= 'a' && c <= 'z' ? c - 32 : c; }
-char low(char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
-bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+char up(char c) {
+  return c >= 'a' && c <= 'z' ? c - 32 : c;
+}
+char low(char c) {
+  return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+bool alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
   auto cps = code_points(s);
@@ -156,9 +162,12 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
   auto iv = [](const Value& v) { return v.kind == K::integer ? v.i : std::int64_t(v.b); };
   if (op == "<" || op == "<=" || op == ">" || op == ">=") {
     int c = 0;
-    if (nums) c = as_double(a) < as_double(b) ? -1 : as_double(a) > as_double(b) ? 1 : 0;
-    else if (a.kind == K::string && b.kind == K::string) c = a.s.compare(b.s);
-    else fail(name_, line, "'" + op + "' between " + type_name(a) + " and " + type_name(b));
+    if (nums)
+      c = as_double(a) < as_double(b) ? -1 : as_double(a) > as_double(b) ? 1 : 0;
+    else if (a.kind == K::string && b.kind == K::string)
+      c = a.s.compare(b.s);
+    else
+      fail(name_, line, "'" + op + "' between " + type_name(a) + " and " + type_name(b));
     return Value::boolean(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
   }
   if (op == "+") {
@@ -354,8 +363,10 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     const Value* seps = kwarg(args, "separators", 2);
     const Value* sk = kwarg(args, "sort_keys", 3);
     st.ensure_ascii = ea && truthy(*ea);
-    if (indent && indent->kind == K::integer) st.indent = static_cast<int>(std::max<std::int64_t>(0, indent->i));
-    else if (indent && indent->kind != K::none) fail(name_, line, "tojson indent must be an int");
+    if (indent && indent->kind == K::integer)
+      st.indent = static_cast<int>(std::max<std::int64_t>(0, indent->i));
+    else if (indent && indent->kind != K::none)
+      fail(name_, line, "tojson indent must be an int");
     st.item_sep = st.indent >= 0 ? "," : ", ";
     st.key_sep = ": ";
     if (seps && seps->kind == K::list && seps->list->size() == 2) {
@@ -447,7 +458,8 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     const Value d = dflt ? *dflt : Value::integer(0);
     if (v.kind == K::integer) return v;
     if (v.kind == K::boolean) return Value::integer(v.b);
-    if (v.kind == K::number) return std::isfinite(v.f) ? Value::integer(static_cast<std::int64_t>(v.f)) : d;
+    if (v.kind == K::number)
+      return std::isfinite(v.f) ? Value::integer(static_cast<std::int64_t>(v.f)) : d;
     if (v.kind == K::string) {
       std::string s = strip(v.s, nullptr, true, true);
       try {
@@ -455,7 +467,8 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
         const long long x = std::stoll(s, &used, 10);
         if (used == s.size()) return Value::integer(x);
         const double f = std::stod(s, &used);
-        if (used == s.size() && std::isfinite(f)) return Value::integer(static_cast<std::int64_t>(f));
+        if (used == s.size() && std::isfinite(f))
+          return Value::integer(static_cast<std::int64_t>(f));
       } catch (const std::exception&) {
       }
     }
@@ -481,7 +494,8 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     if (how && !(how->kind == K::string && how->s == "common"))
       fail(name_, line, "round: only method 'common' is supported");
     const std::int64_t p = prec && prec->kind == K::integer ? prec->i : 0;
-    if (v.kind == K::integer || v.kind == K::boolean) return v.kind == K::integer ? v : Value::integer(v.b);
+    if (v.kind == K::integer || v.kind == K::boolean)
+      return v.kind == K::integer ? v : Value::integer(v.b);
     if (v.kind != K::number) fail(name_, line, "round of a " + type_name(v));
     if (p == 0) return Value::number(std::nearbyint(v.f));
     char buf[512];
@@ -519,13 +533,13 @@ bool Evaluator::is_dict_method(const std::string& n) {
   return n == "get" || n == "keys" || n == "values" || n == "items";
 }
 bool Evaluator::is_str_method(const std::string& n) {
-  static const std::set<std::string> m{"startswith", "endswith", "split",   "strip", "lstrip",
-                                       "rstrip",     "upper",    "lower",   "replace", "title",
-                                       "capitalize"};
+  static const std::set<std::string> m{"startswith", "endswith", "split",     "strip",
+                                       "lstrip",     "rstrip",   "upper",     "lower",
+                                       "replace",    "title",    "capitalize"};
   return m.count(n) > 0;
 }
 
-Value Evaluator::method(const Value& obj, const std::string& n, int line) {
+Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
   Value self = obj;
   return builtin(n, [this, self, n](Args& a, int l) -> Value {
     if (self.kind == K::dict) {
@@ -544,17 +558,20 @@ Value Evaluator::method(const Value& obj, const std::string& n, int line) {
     const std::string& s = self.s;
     if (n == "startswith" || n == "endswith") {
       if (a.pos.empty()) fail(name_, l, n + " needs an argument");
-      std::vector<Value> opts = a.pos[0].kind == K::list ? *a.pos[0].list : std::vector<Value>{a.pos[0]};
+      std::vector<Value> opts =
+          a.pos[0].kind == K::list ? *a.pos[0].list : std::vector<Value>{a.pos[0]};
       for (auto& o : opts) {
         const std::string p = str_arg(o, n, l);
-        if (n == "startswith" ? s.compare(0, p.size(), p) == 0 && s.size() >= p.size()
-                              : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0)
+        if (n == "startswith"
+                ? s.compare(0, p.size(), p) == 0 && s.size() >= p.size()
+                : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0)
           return Value::boolean(true);
       }
       return Value::boolean(false);
     }
     if (n == "strip" || n == "lstrip" || n == "rstrip")
-      return Value::string(strip(s, a.pos.empty() ? nullptr : &a.pos[0], n != "rstrip", n != "lstrip"));
+      return Value::string(
+          strip(s, a.pos.empty() ? nullptr : &a.pos[0], n != "rstrip", n != "lstrip"));
     if (n == "split") {
       const Value* sep = kwarg(a, "sep", 0);
       const Value* mx = kwarg(a, "maxsplit", 1);
@@ -571,9 +588,12 @@ Value Evaluator::method(const Value& obj, const std::string& n, int line) {
     bool prev_alpha = false;
     for (std::size_t k = 0; k < out.size(); ++k) {
       char& c = out[k];
-      if (n == "upper") c = up(c);
-      else if (n == "lower") c = low(c);
-      else if (n == "capitalize") c = k ? low(c) : up(c);
+      if (n == "upper")
+        c = up(c);
+      else if (n == "lower")
+        c = low(c);
+      else if (n == "capitalize")
+        c = k ? low(c) : up(c);
       else {  // title: a letter after a non-letter is upper, others lower
         const bool is_a = alpha(c);
         c = is_a ? (prev_alpha ? low(c) : up(c)) : c;
@@ -595,7 +615,8 @@ Dict Evaluator::globals() {
           std::tm tm{};
           localtime_r(&t, &tm);
           char buf[512];
-          const std::size_t n = std::strftime(buf, sizeof buf, str_arg(a.pos[0], "strftime_now", line).c_str(), &tm);
+          const std::size_t n =
+              std::strftime(buf, sizeof buf, str_arg(a.pos[0], "strftime_now", line).c_str(), &tm);
           return Value::string(std::string(buf, n));
         }));
   g.set("namespace", builtin("namespace", [](Args& a, int) {
@@ -614,8 +635,10 @@ Dict Evaluator::globals() {
           std::int64_t lo = 0, hi = 0, step = 1;
           for (auto& p : a.pos)
             if (p.kind != K::integer) fail(name_, line, "range expects ints");
-          if (a.pos.size() == 1) hi = a.pos[0].i;
-          else if (a.pos.size() >= 2) lo = a.pos[0].i, hi = a.pos[1].i;
+          if (a.pos.size() == 1)
+            hi = a.pos[0].i;
+          else if (a.pos.size() >= 2)
+            lo = a.pos[0].i, hi = a.pos[1].i;
           if (a.pos.size() == 3) step = a.pos[2].i;
           if (a.pos.empty() || a.pos.size() > 3 || step == 0) fail(name_, line, "bad range()");
           std::vector<Value> out;

@@ -103,10 +103,10 @@ struct Callable {
 
 // Python semantics of values (jinja_value.cpp).
 bool truthy(const Value& v);
-std::string to_str(const Value& v);   // str(v) (Undefined: "")
-std::string repr(const Value& v);     // repr(v)
+std::string to_str(const Value& v);  // str(v) (Undefined: "")
+std::string repr(const Value& v);    // repr(v)
 bool equal(const Value& a, const Value& b);
-bool is_number(const Value& v);       // bool, int or float
+bool is_number(const Value& v);  // bool, int or float
 double as_double(const Value& v);
 // json.dumps(v, ensure_ascii, indent (<0: None), separators, sort_keys); false when v holds
 // something JSON cannot (undefined, a callable, a namespace).

@@ -8,7 +8,9 @@
 namespace kktrain::text::jinja {
 namespace {
 
-bool ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 class Lexer {
  public:
@@ -36,8 +38,10 @@ class Lexer {
       }
       emit_text(text, pos_);
       advance_to(start + 2 + ((sign == '-' || sign == '+') ? 1 : 0));
-      if (kind == '#') comment();
-      else tag(kind == '{' ? Piece::Kind::print : Piece::Kind::block);
+      if (kind == '#')
+        comment();
+      else
+        tag(kind == '{' ? Piece::Kind::print : Piece::Kind::block);
     }
     return std::move(out_);
   }
@@ -87,8 +91,8 @@ class Lexer {
       const char c = src_[pos_];
       for (const char sign : {'-', '+', char(0)}) {
         const std::size_t at = pos_ + (sign ? 1 : 0);
-        if (depth == 0 && (sign == 0 || c == sign) && at + 1 < src_.size() &&
-            src_[at] == close && src_[at + 1] == '}') {
+        if (depth == 0 && (sign == 0 || c == sign) && at + 1 < src_.size() && src_[at] == close &&
+            src_[at + 1] == '}') {
           if (sign == '+' && close == '}') break;
           piece.toks.push_back({Token::Kind::end, "", {}, line_});
           out_.push_back(std::move(piece));
@@ -110,7 +114,8 @@ class Lexer {
     const char c = src_[pos_];
     std::size_t p = pos_;
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      while (p < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
+      while (p < src_.size() &&
+             (std::isalnum(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
         ++p;
       Token t{Token::Kind::name, src_.substr(pos_, p - pos_), {}, line};
       advance_to(p);
@@ -118,9 +123,9 @@ class Lexer {
     }
     if (std::isdigit(static_cast<unsigned char>(c))) return number();
     if (c == '\'' || c == '"') return string_literal();
-    static const char* const ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/",
-                                      "%",  "~",  "<",  ">",  "(",  ")",  "[", "]", "{", "}",
-                                      ",",  ".",  ":",  "|",  "="};
+    static const char* const ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                      "/",  "%",  "~",  "<",  ">",  "(",  ")", "[", "]",
+                                      "{",  "}",  ",",  ".",  ":",  "|",  "="};
     for (const char* op : ops)
       if (src_.compare(pos_, std::string(op).size(), op) == 0) {
         advance_to(pos_ + std::string(op).size());
@@ -135,11 +140,13 @@ class Lexer {
     std::string digits;
     bool is_float = false;
     auto run = [&] {
-      while (p < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
+      while (p < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[p])) || src_[p] == '_'))
         if (src_[p++] != '_') digits += src_[p - 1];
     };
     run();
-    if (p + 1 < src_.size() && src_[p] == '.' && std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
+    if (p + 1 < src_.size() && src_[p] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[p + 1]))) {
       is_float = true;
       digits += src_[p++];
       run();

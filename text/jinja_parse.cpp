@@ -26,9 +26,7 @@ class ExprParser {
   bool at_end() const { return peek().kind == TK::end; }
   const Token& next() { return t_[pos_ < t_.size() - 1 ? pos_++ : pos_]; }
   [[noreturn]] void error(const std::string& msg) const { fail(name_, peek().line, msg); }
-  std::string describe() const {
-    return at_end() ? "end of tag" : "'" + peek().text + "'";
-  }
+  std::string describe() const { return at_end() ? "end of tag" : "'" + peek().text + "'"; }
   void expect_op(const char* op) {
     if (!at_op(op)) error(std::string("expected '") + op + "', got " + describe());
     next();
@@ -80,12 +78,18 @@ class ExprParser {
 
   ExprP or_expr() {
     ExprP e = and_expr();
-    while (at_name("or")) e = make(EK::binary, next().line, "or", {e, and_expr()});
+    while (at_name("or")) {
+      const int line = next().line;
+      e = make(EK::binary, line, "or", {e, and_expr()});
+    }
     return e;
   }
   ExprP and_expr() {
     ExprP e = not_expr();
-    while (at_name("and")) e = make(EK::binary, next().line, "and", {e, not_expr()});
+    while (at_name("and")) {
+      const int line = next().line;
+      e = make(EK::binary, line, "and", {e, not_expr()});
+    }
     return e;
   }
   ExprP not_expr() {
@@ -125,7 +129,10 @@ class ExprParser {
   }
   ExprP concat() {
     ExprP e = math2();
-    while (at_op("~")) e = make(EK::binary, next().line, "~", {e, math2()});
+    while (at_op("~")) {
+      const int line = next().line;
+      e = make(EK::binary, line, "~", {e, math2()});
+    }
     return e;
   }
   ExprP math2() {
@@ -138,7 +145,10 @@ class ExprParser {
   }
   ExprP pow() {
     ExprP e = unary(true);
-    while (at_op("**")) e = make(EK::binary, next().line, "**", {e, unary(true)});
+    while (at_op("**")) {
+      const int line = next().line;
+      e = make(EK::binary, line, "**", {e, unary(true)});
+    }
     return e;
   }
   ExprP unary(bool with_filter) {
@@ -300,8 +310,7 @@ class ExprParser {
         const Token& a = peek();
         if (at_op("(")) {
           e = call_args(e);
-        } else if ((a.kind == TK::name && a.text != "else" && a.text != "or" &&
-                    a.text != "and") ||
+        } else if ((a.kind == TK::name && a.text != "else" && a.text != "or" && a.text != "and") ||
                    a.kind == TK::string || a.kind == TK::integer || a.kind == TK::number ||
                    at_op("[") || at_op("{")) {
           e->args.push_back(postfix(primary()));

@@ -81,14 +81,22 @@ bool truthy(const Value& v) {
   using K = Value::Kind;
   switch (v.kind) {
     case K::undefined:
-    case K::none: return false;
-    case K::boolean: return v.b;
-    case K::integer: return v.i != 0;
-    case K::number: return v.f != 0;
-    case K::string: return !v.s.empty();
-    case K::list: return !v.list->empty();
-    case K::dict: return !v.dict->items.empty();
-    default: return true;
+    case K::none:
+      return false;
+    case K::boolean:
+      return v.b;
+    case K::integer:
+      return v.i != 0;
+    case K::number:
+      return v.f != 0;
+    case K::string:
+      return !v.s.empty();
+    case K::list:
+      return !v.list->empty();
+    case K::dict:
+      return !v.dict->items.empty();
+    default:
+      return true;
   }
 }
 
@@ -165,16 +173,32 @@ void json_string(const std::string& s, bool ensure_ascii, std::string* out) {
     const auto c = static_cast<unsigned char>(cp[0]);
     if (cp.size() == 1 && c < 0x80) {
       switch (cp[0]) {
-        case '"': *out += "\\\""; break;
-        case '\\': *out += "\\\\"; break;
-        case '\n': *out += "\\n"; break;
-        case '\r': *out += "\\r"; break;
-        case '\t': *out += "\\t"; break;
-        case '\b': *out += "\\b"; break;
-        case '\f': *out += "\\f"; break;
+        case '"':
+          *out += "\\\"";
+          break;
+        case '\\':
+          *out += "\\\\";
+          break;
+        case '\n':
+          *out += "\\n";
+          break;
+        case '\r':
+          *out += "\\r";
+          break;
+        case '\t':
+          *out += "\\t";
+          break;
+        case '\b':
+          *out += "\\b";
+          break;
+        case '\f':
+          *out += "\\f";
+          break;
         default:
-          if (c < 0x20) u4(c);
-          else *out += cp;
+          if (c < 0x20)
+            u4(c);
+          else
+            *out += cp;
       }
     } else if (!ensure_ascii || cp.size() == 1) {
       *out += cp;
@@ -199,15 +223,26 @@ bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out
     if (st.indent >= 0) *out += "\n" + std::string(static_cast<std::size_t>(st.indent) * d, ' ');
   };
   switch (v.kind) {
-    case K::none: *out += "null"; return true;
-    case K::boolean: *out += v.b ? "true" : "false"; return true;
-    case K::integer: *out += std::to_string(v.i); return true;
-    case K::number:
-      if (std::isnan(v.f)) *out += "NaN";
-      else if (std::isinf(v.f)) *out += v.f > 0 ? "Infinity" : "-Infinity";
-      else *out += float_repr(v.f);
+    case K::none:
+      *out += "null";
       return true;
-    case K::string: json_string(v.s, st.ensure_ascii, out); return true;
+    case K::boolean:
+      *out += v.b ? "true" : "false";
+      return true;
+    case K::integer:
+      *out += std::to_string(v.i);
+      return true;
+    case K::number:
+      if (std::isnan(v.f))
+        *out += "NaN";
+      else if (std::isinf(v.f))
+        *out += v.f > 0 ? "Infinity" : "-Infinity";
+      else
+        *out += float_repr(v.f);
+      return true;
+    case K::string:
+      json_string(v.s, st.ensure_ascii, out);
+      return true;
     case K::list: {
       if (v.list->empty()) return *out += "[]", true;
       *out += '[';
@@ -239,7 +274,8 @@ bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out
       *out += '}';
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -264,25 +300,33 @@ Value from_json(const nlohmann::ordered_json& j) {
 std::string to_str(const Value& v) {
   using K = Value::Kind;
   switch (v.kind) {
-    case K::undefined: return "";
-    case K::string: return v.s;
-    default: return repr(v);
+    case K::undefined:
+      return "";
+    case K::string:
+      return v.s;
+    default:
+      return repr(v);
   }
 }
 
 std::string repr(const Value& v) {
   using K = Value::Kind;
   switch (v.kind) {
-    case K::undefined: return "";
-    case K::none: return "None";
-    case K::boolean: return v.b ? "True" : "False";
-    case K::integer: return std::to_string(v.i);
-    case K::number: return float_repr(v.f);
-    case K::string: return str_repr(v.s);
+    case K::undefined:
+      return "";
+    case K::none:
+      return "None";
+    case K::boolean:
+      return v.b ? "True" : "False";
+    case K::integer:
+      return std::to_string(v.i);
+    case K::number:
+      return float_repr(v.f);
+    case K::string:
+      return str_repr(v.s);
     case K::list: {
       std::string out = "[";
-      for (std::size_t k = 0; k < v.list->size(); ++k)
-        out += (k ? ", " : "") + repr((*v.list)[k]);
+      for (std::size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
       return out + "]";
     }
     case K::dict: {
@@ -292,7 +336,8 @@ std::string repr(const Value& v) {
                repr(v.dict->items[k].second);
       return out + "}";
     }
-    default: throw InputError("printing a " + type_name(v) + " is not supported");
+    default:
+      throw InputError("printing a " + type_name(v) + " is not supported");
   }
 }
 
@@ -316,8 +361,10 @@ bool equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case K::undefined:
-    case K::none: return true;
-    case K::string: return a.s == b.s;
+    case K::none:
+      return true;
+    case K::string:
+      return a.s == b.s;
     case K::list:
       if (a.list->size() != b.list->size()) return false;
       for (std::size_t k = 0; k < a.list->size(); ++k)
@@ -330,7 +377,8 @@ bool equal(const Value& a, const Value& b) {
         if (!o || !equal(kv.second, *o)) return false;
       }
       return true;
-    default: return a.dict == b.dict && a.fn == b.fn;
+    default:
+      return a.dict == b.dict && a.fn == b.fn;
   }
 }
 
@@ -351,8 +399,9 @@ std::vector<std::string> code_points(const std::string& s) {
 }
 
 bool is_py_space(const std::string& cp) {
-  static const char* const wide[] = {"\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\xa8",
-                                     "\xe2\x80\xa9", "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80"};
+  static const char* const wide[] = {"\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80",
+                                     "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaf",
+                                     "\xe2\x81\x9f", "\xe3\x80\x80"};
   if (cp.size() == 1) {
     const auto c = static_cast<unsigned char>(cp[0]);
     return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f);
@@ -368,16 +417,26 @@ bool is_py_space(const std::string& cp) {
 std::string type_name(const Value& v) {
   using K = Value::Kind;
   switch (v.kind) {
-    case K::undefined: return "Undefined";
-    case K::none: return "NoneType";
-    case K::boolean: return "bool";
-    case K::integer: return "int";
-    case K::number: return "float";
-    case K::string: return "str";
-    case K::list: return "list";
-    case K::dict: return "dict";
-    case K::ns: return "Namespace";
-    default: return "function";
+    case K::undefined:
+      return "Undefined";
+    case K::none:
+      return "NoneType";
+    case K::boolean:
+      return "bool";
+    case K::integer:
+      return "int";
+    case K::number:
+      return "float";
+    case K::string:
+      return "str";
+    case K::list:
+      return "list";
+    case K::dict:
+      return "dict";
+    case K::ns:
+      return "Namespace";
+    default:
+      return "function";
   }
 }
 

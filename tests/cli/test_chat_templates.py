@@ -65,7 +65,7 @@ CONSTRUCTS = [
     "{{ 1 is number }} {{ {} is mapping }} {{ [] is iterable }} {{ 'a' is sequence }} "
     "{{ 3 is odd }} {{ 4 is even }} {{ true is true }} {{ 0 is false }} {{ 2 is equalto 2 }} "
     "{{ 'y' if messages | length > 1 else 'n' }} {{ x | default('dflt') }} "
-    "{{ '' | default('empty', true) }} {{ x }}{{ x.y is defined if x is defined else 'u' }} "
+    "{{ '' | default('empty', true) }} {{ x }}{{ (x.y is defined) if x is defined else 'u' }} "
     "{{ \"it's \\u00e9\\t\\x41\" }} {{ [1, 'a', none, true, 2.0] }} {{ {'k': 1} }} "
     "{{ tools is none }} {{ 10 | abs }} {{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }} "
     "{{ '42' | int + 1 }} {{ '1.5' | float }} {{ 3 | string }} {{ [3, 1, 3] | unique | list }} "

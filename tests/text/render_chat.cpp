@@ -33,7 +33,7 @@ int main() {
         for (const auto& kv : c["special_tokens"].items()) special[kv.key()] = kv.value();
       const jinja::Template tmpl(c.at("template").get<std::string>());
       const auto prompt = c.value("add_generation_prompt", false) ? jinja::GenerationPrompt::yes
-                                                                   : jinja::GenerationPrompt::no;
+                                                                  : jinja::GenerationPrompt::no;
       const auto messages = jinja::parse_json(c.at("messages").dump(), "messages");
       out["text"] = jinja::render_chat(tmpl, messages, prompt, special).text;
     } catch (const kktrain::InputError& e) {
