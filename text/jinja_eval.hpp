@@ -19,6 +19,22 @@ struct Scope {
 
 enum class Flow { normal, brk, cont };
 
+// Helpers with Python's semantics (jinja_strings.cpp).
+const Value* kwarg(Args& a, const std::string& n, std::size_t pos);  // by name, else position
+bool non_ascii(const std::string& s);
+char up(char c);  // ASCII case mapping
+char low(char c);
+bool alpha(char c);
+// str.strip / lstrip / rstrip (chars: null or None for Unicode whitespace)
+std::string strip(const std::string& s, const Value* chars, bool left, bool right);
+// str.replace (count < 0: all)
+std::string replace(const std::string& s, const std::string& from, const std::string& to,
+                    std::int64_t count);
+// str.split (sep null or None: on runs of Unicode whitespace; maxsplit < 0: no limit)
+std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit);
+Value builtin(const std::string& name, std::function<Value(Args&, int)> f);  // a callable
+std::int64_t py_floordiv(std::int64_t a, std::int64_t b);
+
 class Evaluator {
  public:
   Evaluator(const std::string& name, std::vector<std::pair<std::size_t, std::size_t>>* spans)
