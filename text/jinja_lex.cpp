@@ -1,6 +1,7 @@
 // The chat-template lexer (text/jinja_impl.hpp): jinja2's with trim_blocks and lstrip_blocks
 // (whitespace control - and +): the template as text, {{ print }} and {% block %} pieces, the tags
-// cut into tokens (string literals unescaped as Python's unicode-escape does).
+// cut into tokens (string literals unescaped as Python's unicode-escape does). Newlines are
+// normalized and a final newline dropped first, as jinja2 does.
 #include <cctype>
 
 #include "text/jinja_impl.hpp"
@@ -249,7 +250,20 @@ class Lexer {
 }  // namespace
 
 std::vector<Piece> lex_template(const std::string& source, const std::string& name) {
-  return Lexer(source, name).run();
+  // jinja2 first makes every \r\n, \r and \n a \n, and (keep_trailing_newline=False) drops one
+  // newline that ends the template.
+  std::string src;
+  src.reserve(source.size());
+  for (std::size_t k = 0; k < source.size(); ++k) {
+    if (source[k] != '\r') {
+      src += source[k];
+      continue;
+    }
+    src += '\n';
+    if (k + 1 < source.size() && source[k + 1] == '\n') ++k;
+  }
+  if (!src.empty() && src.back() == '\n') src.pop_back();
+  return Lexer(src, name).run();
 }
 
 }  // namespace kktrain::text::jinja
