@@ -55,9 +55,13 @@ struct Value {
   bool b = false;
   std::int64_t i = 0;
   double f = 0;
-  std::string s;  // the string; for undefined, the name that was looked up
+  // the string; for undefined, the name that was looked up; for a list, what Python type it
+  // stands for: "" list, "tuple", "range", "dict_items", "dict_keys", "dict_values", or
+  // "generator" (one pass only: filters' results, reversed iterators)
+  std::string s;
   std::shared_ptr<const std::vector<Value>> list;
-  std::shared_ptr<Dict> dict;  // dict and ns
+  std::shared_ptr<bool> consumed;  // a generator already iterated
+  std::shared_ptr<Dict> dict;      // dict and ns
   std::shared_ptr<const Callable> fn;
 
   static Value none();
@@ -65,7 +69,7 @@ struct Value {
   static Value integer(std::int64_t v);
   static Value number(double v);
   static Value string(std::string v);
-  static Value make_list(std::vector<Value> items);
+  static Value make_list(std::vector<Value> items, std::string type = "");
   static Value make_dict(Dict d);
   static Value undefined(std::string name = "");
 };

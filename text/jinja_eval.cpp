@@ -40,8 +40,10 @@ Value Evaluator::item(const Value& obj, const Value& key, int line) {
     if (v) return *v;
     return obj.kind == K::dict ? attr(obj, key.s, line) : Value::undefined(key.s);
   }
-  if ((obj.kind == K::list || obj.kind == K::string) &&
-      (key.kind == K::integer || key.kind == K::boolean)) {
+  const bool indexable =
+      obj.kind == K::string ||
+      (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range"));
+  if (indexable && (key.kind == K::integer || key.kind == K::boolean)) {
     std::vector<std::string> cps;
     if (obj.kind == K::string) cps = code_points(obj.s);
     const auto n = static_cast<std::int64_t>(obj.kind == K::list ? obj.list->size() : cps.size());
@@ -97,11 +99,11 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
     ptr[k] = &parts[k];
   }
   if (ptr[2] && ptr[2]->i == 0) fail(name_, e.line, "slice step cannot be zero");
-  if (obj.kind == K::list) {
+  if (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range")) {
     std::vector<Value> out;
     for (auto k : slice_indices(obj.list->size(), ptr[0], ptr[1], ptr[2]))
       out.push_back((*obj.list)[k]);
-    return Value::make_list(std::move(out));
+    return Value::make_list(std::move(out), obj.s);
   }
   if (obj.kind == K::string) {
     const auto cps = code_points(obj.s);
@@ -171,7 +173,7 @@ Value Evaluator::eval(const Expr& e, const ScopeP& sc) {
     case EK::list: {
       std::vector<Value> items;
       for (const auto& a : e.args) items.push_back(eval(*a, sc));
-      return Value::make_list(std::move(items));
+      return Value::make_list(std::move(items), e.name == "tuple" ? "tuple" : "");
     }
     case EK::dict: {
       Dict d;
@@ -288,6 +290,10 @@ std::vector<Value> Evaluator::iterate(const Value& v, int line) {
     case K::undefined:
       return {};
     case K::list:
+      if (v.consumed) {
+        if (*v.consumed) fail(name_, line, "a generator (a filter's result) used a second time");
+        *v.consumed = true;
+      }
       return *v.list;
     case K::dict: {
       std::vector<Value> keys;

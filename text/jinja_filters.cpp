@@ -29,7 +29,7 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     } else if (b.kind == K::dict) {
       r = a.kind == K::string && b.dict->find(a.s);
     } else if (b.kind == K::list) {
-      for (auto& x : *b.list) r = r || equal(a, x);
+      for (auto& x : iterate(b, line)) r = r || equal(a, x);
     } else if (b.kind != K::undefined) {
       fail(name_, line, "'in' on a " + type_name(b));
     }
@@ -54,10 +54,10 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     if (ints) return Value::integer(iv(a) + iv(b));
     if (nums) return Value::number(as_double(a) + as_double(b));
     if (a.kind == K::string && b.kind == K::string) return Value::string(a.s + b.s);
-    if (a.kind == K::list && b.kind == K::list) {
+    if (a.kind == K::list && b.kind == K::list && a.s == b.s && (a.s.empty() || a.s == "tuple")) {
       auto items = *a.list;
       items.insert(items.end(), b.list->begin(), b.list->end());
-      return Value::make_list(std::move(items));
+      return Value::make_list(std::move(items), a.s);
     }
   } else if (op == "-" && nums) {
     return ints ? Value::integer(iv(a) - iv(b)) : Value::number(as_double(a) - as_double(b));
@@ -113,7 +113,9 @@ bool Evaluator::test(const std::string& n, const Value& v, Args& args, int line)
   if (n == "mapping") return v.kind == K::dict;
   if (n == "iterable")
     return v.kind == K::string || v.kind == K::list || v.kind == K::dict || v.kind == K::undefined;
-  if (n == "sequence") return v.kind == K::string || v.kind == K::list || v.kind == K::dict;
+  if (n == "sequence")
+    return v.kind == K::string || v.kind == K::dict || v.kind == K::undefined ||
+           (v.kind == K::list && (v.s.empty() || v.s == "tuple" || v.s == "range"));
   if (n == "callable") return v.kind == K::callable;
   if (n == "equalto" || n == "eq" || n == "==") return equal(v, arg());
   if (n == "ne" || n == "!=") return !equal(v, arg());
@@ -162,7 +164,7 @@ Value Evaluator::select(const std::string& n, const Value& v, Args& args, int li
     const bool r = test_name.empty() ? truthy(subject) : test(test_name, subject, targs, line);
     if (r == keep) out.push_back(x);
   }
-  return Value::make_list(std::move(out));
+  return Value::make_list(std::move(out), "generator");
 }
 
 Value Evaluator::map(const Value& v, Args& args, int line) {
@@ -174,7 +176,7 @@ Value Evaluator::map(const Value& v, Args& args, int line) {
       Value r = item(x, *attribute, line);
       out.push_back(r.kind == K::undefined && dflt ? *dflt : r);
     }
-    return Value::make_list(std::move(out));
+    return Value::make_list(std::move(out), "generator");
   }
   if (args.pos.empty()) fail(name_, line, "map needs a filter name or attribute=");
   const std::string f = str_arg(args.pos[0], "map", line);
@@ -182,7 +184,7 @@ Value Evaluator::map(const Value& v, Args& args, int line) {
   fargs.pos.assign(args.pos.begin() + 1, args.pos.end());
   fargs.kw = args.kw;
   for (auto& x : iterate(v, line)) out.push_back(filter(f, x, fargs, line));
-  return Value::make_list(std::move(out));
+  return Value::make_list(std::move(out), "generator");
 }
 
 Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int line) {
@@ -204,7 +206,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
   if (n == "string") return Value::string(text());
   if (n == "length" || n == "count") {
     if (v.kind == K::string) return Value::integer(code_points(v.s).size());
-    if (v.kind == K::list) return Value::integer(v.list->size());
+    if (v.kind == K::list && v.s != "generator") return Value::integer(v.list->size());
     if (v.kind == K::dict) return Value::integer(v.dict->items.size());
     if (v.kind == K::undefined) return Value::integer(0);
     fail(name_, line, "length of a " + type_name(v));
@@ -264,10 +266,10 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     std::vector<Value> out;
     if (v.kind == K::dict)
       for (auto& kv : v.dict->items)
-        out.push_back(Value::make_list({Value::string(kv.first), kv.second}));
+        out.push_back(Value::make_list({Value::string(kv.first), kv.second}, "tuple"));
     else if (v.kind != K::undefined)
       fail(name_, line, "items of a " + type_name(v));
-    return Value::make_list(std::move(out));
+    return Value::make_list(std::move(out), "generator");
   }
   if (n == "join") {
     const Value* sep = kwarg(args, "d", 0);
@@ -292,6 +294,8 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
   if (n == "map") return map(v, args, line);
   if (n == "list") return Value::make_list(iterate(v, line));
   if (n == "first" || n == "last") {
+    if (n == "last" && v.kind == K::list && v.s == "generator")
+      fail(name_, line, "filter 'last' of a generator (reversed() refuses it)");
     auto items = iterate(v, line);
     if (items.empty()) return Value::undefined();
     return n == "first" ? items.front() : items.back();
@@ -303,8 +307,10 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
       for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
       return Value::string(out);
     }
-    auto items = iterate(v, line);
-    return Value::make_list(std::vector<Value>(items.rbegin(), items.rend()));
+    const bool was_generator = v.kind == K::list && v.s == "generator";
+    auto items = iterate(v, line);  // reversed(list) is an iterator; a generator becomes a list
+    return Value::make_list(std::vector<Value>(items.rbegin(), items.rend()),
+                            was_generator ? "" : "generator");
   }
   if (n == "unique") {
     std::vector<Value> out;
@@ -320,7 +326,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
         out.push_back(x);
       }
     }
-    return Value::make_list(std::move(out));
+    return Value::make_list(std::move(out), "generator");
   }
   if (n == "sum") {
     Value total = Value::integer(0);

@@ -31,10 +31,11 @@ Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
       }
       std::vector<Value> out;
       for (auto& kv : self.dict->items)
-        out.push_back(n == "keys"     ? Value::string(kv.first)
-                      : n == "values" ? kv.second
-                                      : Value::make_list({Value::string(kv.first), kv.second}));
-      return Value::make_list(std::move(out));
+        out.push_back(n == "keys" ? Value::string(kv.first)
+                      : n == "values"
+                          ? kv.second
+                          : Value::make_list({Value::string(kv.first), kv.second}, "tuple"));
+      return Value::make_list(std::move(out), "dict_" + n);
     }
     const std::string& s = self.s;
     if (n == "startswith" || n == "endswith") {
@@ -127,7 +128,7 @@ Dict Evaluator::globals() {
             if (out.size() > 100000) fail(name_, line, "range() too long");
             out.push_back(Value::integer(k));
           }
-          return Value::make_list(std::move(out));
+          return Value::make_list(std::move(out), "range");
         }));
   return g;
 }

@@ -55,7 +55,7 @@ class ExprParser {
     std::vector<ExprP> items{first};
     while (at_op(",")) {
       next();
-      if (at_end() || at_op("=") || at_name("in")) break;
+      if (at_end() || at_op("=") || at_op(")") || at_name("in")) break;
       items.push_back(expr());
     }
     return make(EK::list, first->line, "tuple", items);

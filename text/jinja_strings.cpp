@@ -83,9 +83,7 @@ std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t ma
       if (k >= cps.size()) break;
       std::string word;
       if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) >= maxsplit) {
-        std::size_t e = cps.size();
-        while (e > k && is_py_space(cps[e - 1])) --e;
-        for (; k < e; ++k) word += cps[k];
+        for (; k < cps.size(); ++k) word += cps[k];  // the rest keeps its trailing whitespace
         out.push_back(Value::string(word));
         break;
       }

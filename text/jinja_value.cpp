@@ -55,9 +55,11 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
-Value Value::make_list(std::vector<Value> items) {
+Value Value::make_list(std::vector<Value> items, std::string type) {
   Value v;
   v.kind = Kind::list;
+  v.s = std::move(type);
+  if (v.s == "generator") v.consumed = std::make_shared<bool>(false);
   v.list = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
@@ -92,7 +94,7 @@ bool truthy(const Value& v) {
     case K::string:
       return !v.s.empty();
     case K::list:
-      return !v.list->empty();
+      return v.s == "generator" || !v.list->empty();
     case K::dict:
       return !v.dict->items.empty();
     default:
@@ -244,6 +246,7 @@ bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out
       json_string(v.s, st.ensure_ascii, out);
       return true;
     case K::list: {
+      if (!v.s.empty() && v.s != "tuple") return false;
       if (v.list->empty()) return *out += "[]", true;
       *out += '[';
       for (std::size_t k = 0; k < v.list->size(); ++k) {
@@ -313,7 +316,7 @@ std::string repr(const Value& v) {
   using K = Value::Kind;
   switch (v.kind) {
     case K::undefined:
-      return "";
+      return "Undefined";
     case K::none:
       return "None";
     case K::boolean:
@@ -325,9 +328,13 @@ std::string repr(const Value& v) {
     case K::string:
       return str_repr(v.s);
     case K::list: {
-      std::string out = "[";
+      if (v.s == "range" || v.s == "generator")
+        throw InputError("printing a " + v.s + " is not supported");
+      const bool tuple = v.s == "tuple";
+      std::string out = tuple ? "(" : "[";
       for (std::size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-      return out + "]";
+      out += tuple ? (v.list->size() == 1 ? ",)" : ")") : "]";
+      return v.s.empty() || tuple ? out : v.s + "(" + out + ")";
     }
     case K::dict: {
       std::string out = "{";
@@ -359,6 +366,7 @@ bool equal(const Value& a, const Value& b) {
     return as_double(a) == as_double(b);
   }
   if (a.kind != b.kind) return false;
+  if (a.kind == K::list && (a.s != b.s || a.s == "generator")) return a.list == b.list;
   switch (a.kind) {
     case K::undefined:
     case K::none:
