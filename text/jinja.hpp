@@ -40,6 +40,13 @@ namespace kktrain::text::jinja {
 struct Value;
 struct Callable;  // macros and built-in functions (jinja_impl.hpp)
 
+// Bytes [begin, end) of a string value, or of the output, that came from message `message`'s
+// `content` string.
+struct ContentSpan {
+  std::size_t message = 0;
+  std::size_t begin = 0, end = 0;
+};
+
 // A dict keeping insertion order (as Python's).
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;
@@ -61,7 +68,11 @@ struct Value {
   std::string s;
   std::shared_ptr<const std::vector<Value>> list;
   std::shared_ptr<bool> consumed;  // a generator already iterated
-  std::shared_ptr<Dict> dict;      // dict and ns
+  // For a string: the parts of it that are a message's content (render_chat), kept through
+  // + and ~ between strings, trim/strip, `set`, block set and macro output; any other operation
+  // makes a string without them.
+  std::shared_ptr<const std::vector<ContentSpan>> origins;
+  std::shared_ptr<Dict> dict;  // dict and ns
   std::shared_ptr<const Callable> fn;
 
   static Value none();
@@ -90,7 +101,8 @@ class Template {
   // As render, also returning the byte ranges [begin, end) of the output that `{% generation %}`
   // blocks produced, in order.
   std::string render(const Dict& variables,
-                     std::vector<std::pair<std::size_t, std::size_t>>* generation_spans) const;
+                     std::vector<std::pair<std::size_t, std::size_t>>* generation_spans,
+                     std::vector<ContentSpan>* content_spans = nullptr) const;
   const std::string& name() const { return name_; }
 
  private:
@@ -103,9 +115,13 @@ enum class GenerationPrompt { no, yes };
 // The chat rendered as transformers' apply_chat_template(messages, tokenize=False,
 // add_generation_prompt) renders it: variables `messages`, `add_generation_prompt`, `tools` and
 // `documents` (None) and the special tokens of tokenizer_config.json by name (bos_token, ...).
+// content_spans: the output's bytes printed from each message's `content` string (as tracked by
+// Value::origins), in output order; a message whose content reached the output through some
+// other operation (a slice, replace, a filter other than trim) has no span.
 struct RenderedChat {
   std::string text;
   std::vector<std::pair<std::size_t, std::size_t>> generation_spans;  // see Template::render
+  std::vector<ContentSpan> content_spans;
 };
 RenderedChat render_chat(const Template& tmpl, const Value& messages, GenerationPrompt prompt,
                          const std::map<std::string, std::string>& special_tokens);

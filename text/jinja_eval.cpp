@@ -28,7 +28,10 @@ Value Evaluator::attr(const Value& obj, const std::string& n, int line) {
     const Value* v = obj.dict->find(n);
     return v ? *v : Value::undefined(n);
   }
-  if (obj.kind == K::string && is_str_method(n)) return method(obj, n, line);
+  if (obj.kind == K::string && is_str_method(n)) {
+    check_markup(obj, "method '" + n + "'", line);
+    return method(obj, n, line);
+  }
   return Value::undefined(n);
 }
 
@@ -230,6 +233,12 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
       if (v.kind == K::ns || v.kind == K::callable)
         fail(name_, n.line, "printing a " + type_name(v) + " is not supported");
       try {
+        if (v.origins)
+          for (ContentSpan c : *v.origins) {
+            c.begin += out_.size();
+            c.end += out_.size();
+            content_.push_back(c);
+          }
         out_ += to_str(v);
       } catch (const InputError& err) {
         fail(name_, n.line, err.what());
@@ -252,11 +261,7 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
       return Flow::normal;
     }
     case Node::Kind::set_block: {
-      std::string saved;
-      saved.swap(out_);
-      exec(n.body, sc);
-      saved.swap(out_);
-      Value v = Value::string(saved);
+      Value v = capture(n.body, sc);
       if (n.cond) v = apply_chain(*n.cond, v, sc);
       sc->vars.set(n.targets[0], v);
       return Flow::normal;
@@ -269,6 +274,8 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
     case Node::Kind::continue_:
       return Flow::cont;
     case Node::Kind::generation: {
+      if (capturing_)
+        fail(name_, n.line, "a generation block inside a macro or block set is not supported");
       const std::size_t begin = out_.size();
       const Flow f = exec(n.body, sc);
       if (spans_) spans_->emplace_back(begin, out_.size());
@@ -276,6 +283,23 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
     }
   }
   return Flow::normal;
+}
+
+Value Evaluator::capture(const Body& body, const ScopeP& sc) {
+  std::string saved;
+  saved.swap(out_);
+  const std::size_t mark = content_.size();
+  ++capturing_;
+  exec(body, sc);
+  --capturing_;
+  saved.swap(out_);
+  Value v = Value::string(saved);
+  if (content_.size() > mark) {
+    v.origins =
+        std::make_shared<const std::vector<ContentSpan>>(content_.begin() + mark, content_.end());
+    content_.resize(mark);
+  }
+  return v;
 }
 
 Value Evaluator::apply_chain(const Expr& e, const Value& v, const ScopeP& sc) {
@@ -374,11 +398,7 @@ Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
       if (!known)
         fail(name_, line, "macro '" + node->targets[0] + "' has no argument '" + kv.first + "'");
     }
-    std::string saved;
-    saved.swap(out_);
-    exec(node->body, sc);
-    saved.swap(out_);
-    return Value::string(saved);
+    return capture(node->body, sc);
   };
   Value v;
   v.kind = K::callable;
@@ -398,7 +418,8 @@ std::string Template::render(const Dict& variables) const {
 }
 
 std::string Template::render(const Dict& variables,
-                             std::vector<std::pair<std::size_t, std::size_t>>* spans) const {
+                             std::vector<std::pair<std::size_t, std::size_t>>* spans,
+                             std::vector<ContentSpan>* content_spans) const {
   Evaluator ev(name_, spans);
   auto globals = std::make_shared<Scope>();
   globals->vars = ev.globals();
@@ -406,19 +427,44 @@ std::string Template::render(const Dict& variables,
   top->parent = globals;
   top->vars = variables;
   ev.exec(*body_, top);
+  if (content_spans) *content_spans = ev.take_content_spans();
   return ev.take_output();
 }
+
+namespace {
+
+// messages with each message's `content` string marked as coming from it (Value::origins)
+Value with_origins(const Value& messages) {
+  if (messages.kind != Value::Kind::list) return messages;
+  std::vector<Value> out;
+  for (std::size_t k = 0; k < messages.list->size(); ++k) {
+    Value m = (*messages.list)[k];
+    const Value* content = m.kind == Value::Kind::dict ? m.dict->find("content") : nullptr;
+    if (content && content->kind == Value::Kind::string) {
+      Value c = *content;
+      c.origins = std::make_shared<const std::vector<ContentSpan>>(
+          std::vector<ContentSpan>{{k, 0, c.s.size()}});
+      Dict d = *m.dict;
+      d.set("content", c);
+      m = Value::make_dict(std::move(d));
+    }
+    out.push_back(m);
+  }
+  return Value::make_list(std::move(out), messages.s);
+}
+
+}  // namespace
 
 RenderedChat render_chat(const Template& tmpl, const Value& messages, GenerationPrompt prompt,
                          const std::map<std::string, std::string>& special_tokens) {
   Dict vars;
   for (const auto& kv : special_tokens) vars.set(kv.first, Value::string(kv.second));
-  vars.set("messages", messages);
+  vars.set("messages", with_origins(messages));
   vars.set("tools", Value::none());
   vars.set("documents", Value::none());
   vars.set("add_generation_prompt", Value::boolean(prompt == GenerationPrompt::yes));
   RenderedChat out;
-  out.text = tmpl.render(vars, &out.generation_spans);
+  out.text = tmpl.render(vars, &out.generation_spans, &out.content_spans);
   return out;
 }
 

@@ -27,6 +27,10 @@ char low(char c);
 bool alpha(char c);
 // str.strip / lstrip / rstrip (chars: null or None for Unicode whitespace)
 std::string strip(const std::string& s, const Value* chars, bool left, bool right);
+// the bytes [first, second) that strip keeps
+std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
+                                                 bool left, bool right);
+Value strip_value(const Value& v, const Value* chars, bool left, bool right);  // keeps origins
 // str.replace (count < 0: all)
 std::string replace(const std::string& s, const std::string& from, const std::string& to,
                     std::int64_t count);
@@ -39,6 +43,7 @@ class Evaluator {
  public:
   Evaluator(const std::string& name, std::vector<std::pair<std::size_t, std::size_t>>* spans)
       : name_(name), spans_(spans) {}
+  std::vector<ContentSpan> take_content_spans() { return std::move(content_); }
   Dict globals();
   Flow exec(const Body& body, const ScopeP& sc);
   std::string take_output() { return std::move(out_); }
@@ -68,8 +73,15 @@ class Evaluator {
   Value map(const Value& v, Args& args, int line);
   std::string str_arg(const Value& v, const std::string& what, int line);
 
+  // Output of body run into a string (block set, macros): content spans printed meanwhile
+  // become the string's origins.
+  Value capture(const Body& body, const ScopeP& sc);
+  void check_markup(const Value& v, const std::string& what, int line);
+
   std::string name_;
   std::vector<std::pair<std::size_t, std::size_t>>* spans_;
+  std::vector<ContentSpan> content_;  // spans printed so far (relative to out_)
+  int capturing_ = 0;
   std::string out_;
 };
 

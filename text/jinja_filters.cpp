@@ -18,7 +18,18 @@ std::string Evaluator::str_arg(const Value& v, const std::string& what, int line
 }
 
 Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, int line) {
-  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (op == "~") {
+    const Value sa = a.kind == K::string ? a : Value::string(to_str(a));
+    const Value sb = b.kind == K::string ? b : Value::string(to_str(b));
+    Value r = Value::string(sa.s + sb.s);
+    r.origins = concat_origins(sa, sb);
+    return r;
+  }
+  static const std::set<std::string> markup_ok{"==", "!=", "in", "not in"};
+  if (!markup_ok.count(op)) {
+    check_markup(a, "'" + op + "'", line);
+    check_markup(b, "'" + op + "'", line);
+  }
   if (op == "==") return Value::boolean(equal(a, b));
   if (op == "!=") return Value::boolean(!equal(a, b));
   if (op == "in" || op == "not in") {
@@ -53,7 +64,11 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
   if (op == "+") {
     if (ints) return Value::integer(iv(a) + iv(b));
     if (nums) return Value::number(as_double(a) + as_double(b));
-    if (a.kind == K::string && b.kind == K::string) return Value::string(a.s + b.s);
+    if (a.kind == K::string && b.kind == K::string) {
+      Value r = Value::string(a.s + b.s);
+      r.origins = concat_origins(a, b);
+      return r;
+    }
     if (a.kind == K::list && b.kind == K::list && a.s == b.s && (a.s.empty() || a.s == "tuple")) {
       auto items = *a.list;
       items.insert(items.end(), b.list->begin(), b.list->end());
@@ -187,7 +202,15 @@ Value Evaluator::map(const Value& v, Args& args, int line) {
   return Value::make_list(std::move(out), "generator");
 }
 
+void Evaluator::check_markup(const Value& v, const std::string& what, int line) {
+  if (v.kind == K::string && v.b)
+    fail(name_, line, what + " on a safe (Markup) string is not supported");
+}
+
 Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int line) {
+  static const std::set<std::string> markup_ok{"safe",   "string",  "length", "count",
+                                               "tojson", "default", "d"};
+  if (!markup_ok.count(n)) check_markup(v, "filter '" + n + "'", line);
   auto text = [&]() {
     if (v.kind == K::ns || v.kind == K::callable)
       fail(name_, line, "filter '" + n + "' on a " + type_name(v));
@@ -201,9 +224,15 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     if (non_ascii(s)) fail(name_, line, "filter '" + n + "' on non-ASCII text");
     return s;
   };
-  if (n == "trim") return Value::string(strip(text(), kwarg(args, "chars", 0), true, true));
-  if (n == "safe") return v;
-  if (n == "string") return Value::string(text());
+  if (n == "trim") {
+    const Value s = v.kind == K::string ? v : Value::string(text());
+    return strip_value(s, kwarg(args, "chars", 0), true, true);
+  }
+  if (n == "safe" || n == "string") {  // safe: a Markup string (b), refused where it would escape
+    Value s = v.kind == K::string ? v : Value::string(text());
+    if (n == "safe") s.b = true;
+    return s;
+  }
   if (n == "length" || n == "count") {
     if (v.kind == K::string) return Value::integer(code_points(v.s).size());
     if (v.kind == K::list && v.s != "generator") return Value::integer(v.list->size());

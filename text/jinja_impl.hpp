@@ -121,5 +121,10 @@ bool to_json(const Value& v, const JsonStyle& style, std::string* out);
 std::vector<std::string> code_points(const std::string& s);
 std::string type_name(const Value& v);  // Python's type name
 bool is_py_space(const std::string& cp);
+// The origins of a + b (strings); null when neither has any.
+std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b);
+// The origins of the bytes [begin, end) of v, shifted to start at 0.
+std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
+                                                            std::size_t end);
 
 }  // namespace kktrain::text::jinja

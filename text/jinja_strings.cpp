@@ -29,6 +29,19 @@ bool alpha(char c) {
 }
 
 std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
+  const auto r = strip_bounds(s, chars, left, right);
+  return s.substr(r.first, r.second - r.first);
+}
+
+Value strip_value(const Value& v, const Value* chars, bool left, bool right) {
+  const auto r = strip_bounds(v.s, chars, left, right);
+  Value out = Value::string(v.s.substr(r.first, r.second - r.first));
+  out.origins = sub_origins(v, r.first, r.second);
+  return out;
+}
+
+std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
+                                                 bool left, bool right) {
   auto cps = code_points(s);
   std::vector<std::string> set;
   if (chars && chars->kind == K::string) set = code_points(chars->s);
@@ -43,9 +56,9 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
     while (a < b && drop(cps[a])) ++a;
   if (right)
     while (b > a && drop(cps[b - 1])) --b;
-  std::string out;
-  for (std::size_t k = a; k < b; ++k) out += cps[k];
-  return out;
+  std::size_t begin = 0, end = 0;
+  for (std::size_t k = 0; k < b; ++k) (k < a ? begin : end) += cps[k].size();
+  return {begin, begin + end};
 }
 
 std::string replace(const std::string& s, const std::string& from, const std::string& to,

@@ -326,6 +326,7 @@ std::string repr(const Value& v) {
     case K::number:
       return float_repr(v.f);
     case K::string:
+      if (v.b) throw InputError("printing a safe (Markup) string inside a list or dict");
       return str_repr(v.s);
     case K::list: {
       if (v.s == "range" || v.s == "generator")
@@ -446,6 +447,32 @@ std::string type_name(const Value& v) {
     default:
       return "function";
   }
+}
+
+std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b) {
+  if (!a.origins && !b.origins) return nullptr;
+  auto out = std::make_shared<std::vector<ContentSpan>>();
+  if (a.origins) *out = *a.origins;
+  if (b.origins)
+    for (ContentSpan c : *b.origins) {
+      c.begin += a.s.size();
+      c.end += a.s.size();
+      out->push_back(c);
+    }
+  return out;
+}
+
+std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
+                                                            std::size_t end) {
+  if (!v.origins) return nullptr;
+  auto out = std::make_shared<std::vector<ContentSpan>>();
+  for (ContentSpan c : *v.origins) {
+    if (c.end < begin || c.begin > end) continue;
+    c.begin = std::max(c.begin, begin) - begin;
+    c.end = std::min(c.end, end) - begin;
+    out->push_back(c);
+  }
+  return out;
 }
 
 Value parse_json(const std::string& text, const std::string& what) {

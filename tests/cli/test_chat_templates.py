@@ -93,6 +93,11 @@ CONSTRUCTS = [
 
 # Expressions printed alone ({{ e }}): jinja2's text or, where jinja2 refuses it, an error.
 EXPRESSIONS = [
+    "'<a>' | safe",
+    "('<a>' | safe) ~ '<b>'",
+    "('<a>' | safe) == '<a>'",
+    "'<a>' | safe | length",
+    "('<a>' | safe | tojson)",
     "undefined_x is sequence",
     "undefined_x | length",
     "undefined_x | trim",
@@ -278,6 +283,10 @@ EXPRESSIONS = [
 # Expressions jinja2 renders and kktrain refuses as outside its subset (printing a generator, a
 # range or a function; list ordering; case mapping beyond ASCII; printing non-ASCII repr).
 REFUSED = [
+    "('<a>' | safe) + '<b>'",
+    "('a' | safe).replace('a', '<')",
+    "['x' | safe]",
+    "'<a>' | safe | trim",
     "'%d' % 3",
     "range(5)[1:3]",
     "raise_exception",
@@ -322,17 +331,53 @@ def render_kktrain(binary, cases):
 
 def cases_for(templates, special):
     return [{"template": t, "messages": conv, "add_generation_prompt": agp,
-             "special_tokens": special}
+             "special_tokens": special, "spans": True}
             for t in templates for conv in CONVERSATIONS for agp in (False, True)]
 
 
-def compare(binary, cases):
+def check_spans(case, mine, whole):
+    """The content spans kktrain reports: in order, each a piece of that message's content;
+    whole: every message with non-blank content has one span, its content stripped."""
+    if "content_spans" not in mine:
+        return "no content_spans"
+    out = mine["text"].encode()
+    if "{% generation %}" in case["template"]:
+        assistants = [m for m in case["messages"] if m["role"] == "assistant"]
+        spans = mine["generation_spans"]
+        if len(spans) != len(assistants) or any(
+                a["content"].encode() not in out[b:e] for a, (b, e) in zip(assistants, spans)):
+            return f"generation spans {spans} do not hold the assistant messages"
+    contents = [m["content"].encode() for m in case["messages"]]
+    last, seen = 0, []
+    for m, b, e in mine["content_spans"]:
+        if not (last <= b <= e <= len(out)) or out[b:e] not in contents[m]:
+            return f"span {m} [{b}, {e}) {out[b:e]!r} is not a piece of message {m}'s content"
+        last = e
+        seen.append(m)
+    if whole:
+        want = [k for k, c in enumerate(contents) if c.strip()]
+        got = [m for m, b, e in mine["content_spans"] if out[b:e]]
+        if got != want:
+            return f"messages with a span {got}, expected {want}"
+        for m, b, e in mine["content_spans"]:
+            if out[b:e] and out[b:e] != case["messages"][m]["content"].strip().encode():
+                return f"span of message {m} is {out[b:e]!r}"
+    return None
+
+
+def compare(binary, cases, whole_spans=False):
     got = render_kktrain(binary, cases)
     assert len(got) == len(cases), f"{len(got)} results for {len(cases)} cases"
     bad = 0
     for case, mine in zip(cases, got):
         want = render_reference.render(case["template"], case["messages"],
                                        case["add_generation_prompt"], case["special_tokens"])
+        spans_wrong = check_spans(case, mine, whole_spans) if "text" in mine and case.get("spans") else None
+        if spans_wrong:
+            bad += 1
+            print(f"SPANS template={case['template'][:60]!r} messages={case['messages']}: "
+                  f"{spans_wrong}")
+        mine = {k: v for k, v in mine.items() if not k.endswith("_spans")}
         if mine != want and not ("error" in mine and "error" in want):
             bad += 1
             if bad <= 5:
@@ -383,7 +428,7 @@ def main():
         print(f"{len(ERRORS)} error cases checked")
     else:
         template, special = npm_template(npm_dir, case)
-        ok = compare(binary, cases_for([template], special))
+        ok = compare(binary, cases_for([template], special), whole_spans=True)
         if case == "gemma3":  # roles that do not alternate: raise_exception, one error naming it
             bad = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
             mine = render_kktrain(binary, [{"template": template, "messages": bad,

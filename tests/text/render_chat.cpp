@@ -2,8 +2,10 @@
 //
 //   render_chat < CASES.json
 //       CASES: a JSON list of {"template": S, "messages": [...], "add_generation_prompt": B,
-//       "special_tokens": {name: S}}; prints one JSON line per case, in order: {"text": S} or
-//       {"error": S} (the InputError's message). Exit 0 unless stdin is not such a list (2).
+//       "special_tokens": {name: S}, "spans": B}; prints one JSON line per case, in order:
+//       {"text": S} (with "spans": also "content_spans": [[message, begin, end], ...] and
+//       "generation_spans": [[begin, end], ...], byte offsets) or {"error": S} (the InputError's
+//       message). Exit 0 unless stdin is not such a list (2).
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -35,7 +37,16 @@ int main() {
       const auto prompt = c.value("add_generation_prompt", false) ? jinja::GenerationPrompt::yes
                                                                   : jinja::GenerationPrompt::no;
       const auto messages = jinja::parse_json(c.at("messages").dump(), "messages");
-      out["text"] = jinja::render_chat(tmpl, messages, prompt, special).text;
+      const auto r = jinja::render_chat(tmpl, messages, prompt, special);
+      out["text"] = r.text;
+      if (c.value("spans", false)) {
+        out["content_spans"] = nlohmann::ordered_json::array();
+        for (const auto& s : r.content_spans)
+          out["content_spans"].push_back({s.message, s.begin, s.end});
+        out["generation_spans"] = nlohmann::ordered_json::array();
+        for (const auto& s : r.generation_spans)
+          out["generation_spans"].push_back({s.first, s.second});
+      }
     } catch (const kktrain::InputError& e) {
       out["error"] = e.what();
     }
