@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <set>
 
 #include "core/errors.hpp"
 #include "text/jinja_eval.hpp"
@@ -21,8 +22,37 @@ Value Scope::get(const std::string& n) const {
   return Value::undefined(n);
 }
 
+namespace {
+
+// Python's methods of str, list and dict that jinja2 would find (getattr comes before the item
+// for `x.name`); those kktrain lacks are refused rather than read as a missing key.
+bool python_method(const Value& obj, const std::string& n) {
+  static const std::set<std::string> str{
+      "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+      "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+      "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+      "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+      "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+      "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+      "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+      "swapcase",     "title",       "translate", "upper",      "zfill"};
+  static const std::set<std::string> list{"append", "clear", "copy",   "count",   "extend", "index",
+                                          "insert", "pop",   "remove", "reverse", "sort"};
+  static const std::set<std::string> dict{"clear",      "copy",   "fromkeys", "get",
+                                          "items",      "keys",   "pop",      "popitem",
+                                          "setdefault", "update", "values"};
+  if (obj.kind == K::string) return str.count(n) > 0;
+  if (obj.kind == K::list) return list.count(n) > 0;
+  if (obj.kind == K::dict) return dict.count(n) > 0;
+  return false;
+}
+
+}  // namespace
+
 Value Evaluator::attr(const Value& obj, const std::string& n, int line) {
   if (obj.kind == K::undefined) undefined_error(obj, line);
+  if (obj.kind == K::dict && !is_dict_method(n) && python_method(obj, n))
+    fail(name_, line, "method 'dict." + n + "' is not supported");
   if (obj.kind == K::dict || obj.kind == K::ns) {
     if (obj.kind == K::dict && is_dict_method(n)) return method(obj, n, line);
     const Value* v = obj.dict->find(n);
@@ -32,6 +62,8 @@ Value Evaluator::attr(const Value& obj, const std::string& n, int line) {
     check_markup(obj, "method '" + n + "'", line);
     return method(obj, n, line);
   }
+  if (python_method(obj, n))
+    fail(name_, line, "method '" + type_name(obj) + "." + n + "' is not supported");
   return Value::undefined(n);
 }
 

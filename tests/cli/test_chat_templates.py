@@ -89,10 +89,26 @@ CONSTRUCTS = [
     # text that looks like tags, {{- -}} chains, escapes in strings
     "{ not a tag } %} }} {{- ' {{ x }} ' -}}  {{ \"q\\\"\" }}\n\n{{- '\\\\' }}{{ '\\101' }}"
     "{{ 'x'  'y' }}\r{{ 'cr\r\nlf' }}\n",
+    # scoping of loops and macros (jinja2 3.1): a name set later in the body is the outer one
+    # before it; macros see the template's names at call time; defaults see earlier arguments
+    "{% set x = 'o' %}{% for i in [1, 2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}{{ x }}|"
+    "{% for i in [1, 2] %}{% if i == 2 %}{{ y }}{% endif %}{% set y = i %}{% endfor %}|"
+    "{% macro m() %}{{ z }}{% endmacro %}{% set z = 3 %}{{ m() }}|"
+    "{% macro m2(a, b=a) %}{{ a }}{{ b }}{% endmacro %}{{ m2(1) }}{{ m2(1, b=2) }}{{ m2(a=5) }}|"
+    "{% set a, b = [1, 2] %}{{ a }}{{ b }}{% set c = 1, 2 %}{{ c }}|"
+    "{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}|"
+    "{% for x in [] %}{% else %}E{{ loop is defined }}{% endfor %}|"
+    "{% for i in [1, 2] %}{% for j in [3] %}{{ loop.index }}{{ i }}{% endfor %}{{ loop.index }}"
+    "{% endfor %}|{% set x %}  a {{ 1 }}\n{% endset %}[{{ x }}]{% set y | upper %}b{% endset %}"
+    "{{ y }}|{% for m in messages %}{{ loop.previtem is defined }}{{ loop.nextitem is defined }}"
+    "{% endfor %}",
 ]
 
 # Expressions printed alone ({{ e }}): jinja2's text or, where jinja2 refuses it, an error.
 EXPRESSIONS = [
+    "'abc'.nope",
+    "messages.nope",
+    "{'copy': 1}['copy']",
     "'<a>' | safe",
     "('<a>' | safe) ~ '<b>'",
     "('<a>' | safe) == '<a>'",
@@ -283,6 +299,9 @@ EXPRESSIONS = [
 # Expressions jinja2 renders and kktrain refuses as outside its subset (printing a generator, a
 # range or a function; list ordering; case mapping beyond ASCII; printing non-ASCII repr).
 REFUSED = [
+    "'abc'.find",
+    "messages.copy",
+    "messages[0].update",
     "('<a>' | safe) + '<b>'",
     "('a' | safe).replace('a', '<')",
     "['x' | safe]",
