@@ -51,6 +51,11 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
   const bool nums = is_number(a) && is_number(b);
   const bool ints = nums && a.kind != K::number && b.kind != K::number;
   auto iv = [](const Value& v) { return v.kind == K::integer ? v.i : std::int64_t(v.b); };
+  std::int64_t r = 0;
+  auto checked = [&](bool overflow, std::int64_t x, int l) {
+    if (overflow) fail(name_, l, "integer overflow in '" + op + "' (beyond 64 bits)");
+    return Value::integer(x);
+  };
   if (op == "<" || op == "<=" || op == ">" || op == ">=") {
     int c = 0;
     if (nums)
@@ -62,7 +67,10 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     return Value::boolean(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
   }
   if (op == "+") {
-    if (ints) return Value::integer(iv(a) + iv(b));
+    if (ints) {
+      const bool overflow = __builtin_add_overflow(iv(a), iv(b), &r);
+      return checked(overflow, r, line);
+    }
     if (nums) return Value::number(as_double(a) + as_double(b));
     if (a.kind == K::string && b.kind == K::string) {
       Value r = Value::string(a.s + b.s);
@@ -75,9 +83,16 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
       return Value::make_list(std::move(items), a.s);
     }
   } else if (op == "-" && nums) {
-    return ints ? Value::integer(iv(a) - iv(b)) : Value::number(as_double(a) - as_double(b));
+    if (ints) {
+      const bool overflow = __builtin_sub_overflow(iv(a), iv(b), &r);
+      return checked(overflow, r, line);
+    }
+    return Value::number(as_double(a) - as_double(b));
   } else if (op == "*") {
-    if (ints) return Value::integer(iv(a) * iv(b));
+    if (ints) {
+      const bool overflow = __builtin_mul_overflow(iv(a), iv(b), &r);
+      return checked(overflow, r, line);
+    }
     if (nums) return Value::number(as_double(a) * as_double(b));
     const Value* s = a.kind == K::string ? &a : b.kind == K::string ? &b : nullptr;
     const Value* n = s == &a ? &b : &a;
@@ -100,8 +115,9 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     return Value::number(m);
   } else if (op == "**" && nums) {
     if (ints && iv(b) >= 0) {
-      std::int64_t r = 1;
-      for (std::int64_t k = 0; k < iv(b); ++k) r *= iv(a);
+      r = 1;
+      for (std::int64_t k = 0; k < iv(b); ++k)
+        if (__builtin_mul_overflow(r, iv(a), &r)) return checked(true, r, line);
       return Value::integer(r);
     }
     return Value::number(std::pow(as_double(a), as_double(b)));

@@ -9,6 +9,21 @@
 namespace kktrain::text::jinja {
 namespace {
 
+// Bytes of Unicode whitespace (Python's \s) ending text[from:], and the length of the one
+// whitespace character at text[at] (0 if none).
+std::size_t trailing_space(const std::string& text, std::size_t from) {
+  const auto cps = code_points(text.substr(from));
+  std::size_t n = 0;
+  for (auto it = cps.rbegin(); it != cps.rend() && is_py_space(*it); ++it) n += it->size();
+  return n;
+}
+std::size_t leading_space(const std::string& text, std::size_t at) {
+  const auto c = static_cast<unsigned char>(text[at]);
+  const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+  const std::string cp = text.substr(at, len);
+  return is_py_space(cp) ? cp.size() : 0;
+}
+
 bool ws(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
@@ -30,11 +45,10 @@ class Lexer {
       const char sign = start + 2 < src_.size() ? src_[start + 2] : 0;
       std::string text = src_.substr(pos_, start - pos_);
       if (sign == '-') {
-        while (!text.empty() && ws(text.back())) text.pop_back();
+        text.resize(text.size() - trailing_space(text, 0));
       } else if (sign != '+' && kind != '{') {
         const std::size_t l = text.rfind('\n') + 1;  // npos + 1 == 0
-        bool only_ws = l < text.size();
-        for (std::size_t k = l; k < text.size(); ++k) only_ws = only_ws && ws(text[k]);
+        const bool only_ws = l < text.size() && trailing_space(text, l) == text.size() - l;
         if ((l > 0 || line_starting_) && only_ws) text.resize(l);
       }
       emit_text(text, pos_);
@@ -65,7 +79,11 @@ class Lexer {
   void finish_tag(std::size_t n, char sign, bool trim) {
     std::size_t p = pos_ + n;
     if (sign == '-') {
-      while (p < src_.size() && ws(src_[p])) ++p;
+      while (p < src_.size()) {
+        const std::size_t n = leading_space(src_, p);
+        if (n == 0) break;
+        p += n;
+      }
     } else if (trim && sign != '+' && p < src_.size() && src_[p] == '\n') {
       ++p;
     }

@@ -88,7 +88,7 @@ CONSTRUCTS = [
     "  {% endif %}  d {# x #}\n  e\n\t{% if false %}{% else %}f{% endif %}\r\n g",
     # text that looks like tags, {{- -}} chains, escapes in strings
     "{ not a tag } %} }} {{- ' {{ x }} ' -}}  {{ \"q\\\"\" }}\n\n{{- '\\\\' }}{{ '\\101' }}"
-    "{{ 'x'  'y' }}\r{{ 'cr\r\nlf' }}\n",
+    "{{ 'x'  'y' }}\r{{ 'cr\r\nlf' }}\n\u00a0 {% if true -%}\u3000\u00a0x{%- endif %}\u2003\n",
     # scoping of loops and macros (jinja2 3.1): a name set later in the body is the outer one
     # before it; macros see the template's names at call time; defaults see earlier arguments
     "{% set x = 'o' %}{% for i in [1, 2] %}{{ x }}{% set x = i %}{{ x }}{% endfor %}{{ x }}|"
@@ -299,6 +299,8 @@ EXPRESSIONS = [
 # Expressions jinja2 renders and kktrain refuses as outside its subset (printing a generator, a
 # range or a function; list ordering; case mapping beyond ASCII; printing non-ASCII repr).
 REFUSED = [
+    "2 ** 70",
+    "9223372036854775807 + 1",
     "'abc'.find",
     "messages.copy",
     "messages[0].update",
