@@ -22,10 +22,15 @@
 //                capitalize; dict: get keys values items
 //   globals      range namespace dict raise_exception strftime_now
 // Anything else (a statement, filter, test, method or syntax outside the subset, an operation
-// jinja2 would refuse, upper/lower/title on non-ASCII letters) is one kktrain::InputError
-// "<template name> line N: <what>", never a wrong rendering. Undefined values behave as jinja2's
-// default Undefined: printed as "", falsy, empty when iterated, an error when an attribute,
-// item or arithmetic is asked of them.
+// jinja2 would refuse, upper/lower/title on non-ASCII letters, ints beyond 64 bits, printing
+// what Python would print as an object address, a `safe` (Markup) string where jinja2 would
+// HTML-escape) is one kktrain::InputError "<template name> line N: <what>", never a wrong
+// rendering. Undefined values behave as jinja2's default Undefined: printed as "", falsy, empty
+// when iterated, an error when an attribute, item or arithmetic is asked of them. Python's
+// sequence types are kept apart where jinja2 shows the difference: tuples print as (a, b),
+// dict.items() as dict_items([...]), and filters' results (select, map, unique, items, ...) are
+// one-pass generators: always true, without a length, refused when printed or used twice.
+// The source's newlines are normalized to \n and one final newline dropped, as jinja2 does.
 #pragma once
 
 #include <cstdint>
