@@ -1,0 +1,503 @@
+// The chat-template evaluator (text/jinja.hpp): statements and expressions over jinja2's scoping
+// (a for-loop iteration and a macro call are scopes; `set` writes the innermost; namespaces are
+// shared), with the filters, tests and methods of jinja_filters.cpp.
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <set>
+
+#include "core/errors.hpp"
+#include "text/jinja_eval.hpp"
+
+namespace kktrain::text::jinja {
+
+using K = Value::Kind;
+using EK = Expr::Kind;
+
+Value Scope::get(const std::string& n) const {
+  for (const Scope* s = this; s; s = s->parent.get()) {
+    const Value* v = s->vars.find(n);
+    if (v) return *v;
+  }
+  return Value::undefined(n);
+}
+
+namespace {
+
+// Python's methods of str, list and dict that jinja2 would find (getattr comes before the item
+// for `x.name`); those kktrain lacks are refused rather than read as a missing key.
+bool python_method(const Value& obj, const std::string& n) {
+  static const std::set<std::string> str{
+      "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
+      "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
+      "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
+      "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
+      "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
+      "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
+      "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
+      "swapcase",     "title",       "translate", "upper",      "zfill"};
+  static const std::set<std::string> list{"append", "clear", "copy",   "count",   "extend", "index",
+                                          "insert", "pop",   "remove", "reverse", "sort"};
+  static const std::set<std::string> dict{"clear",      "copy",   "fromkeys", "get",
+                                          "items",      "keys",   "pop",      "popitem",
+                                          "setdefault", "update", "values"};
+  if (obj.kind == K::string) return str.count(n) > 0;
+  if (obj.kind == K::list) return list.count(n) > 0;
+  if (obj.kind == K::dict) return dict.count(n) > 0;
+  return false;
+}
+
+}  // namespace
+
+Value Evaluator::attr(const Value& obj, const std::string& n, int line) {
+  if (obj.kind == K::undefined) undefined_error(obj, line);
+  if (obj.kind == K::dict && !is_dict_method(n) && python_method(obj, n))
+    fail(name_, line, "method 'dict." + n + "' is not supported");
+  if (obj.kind == K::dict || obj.kind == K::ns) {
+    if (obj.kind == K::dict && is_dict_method(n)) return method(obj, n, line);
+    const Value* v = obj.dict->find(n);
+    return v ? *v : Value::undefined(n);
+  }
+  if (obj.kind == K::string && is_str_method(n)) {
+    check_markup(obj, "method '" + n + "'", line);
+    return method(obj, n, line);
+  }
+  if (python_method(obj, n))
+    fail(name_, line, "method '" + type_name(obj) + "." + n + "' is not supported");
+  return Value::undefined(n);
+}
+
+Value Evaluator::item(const Value& obj, const Value& key, int line) {
+  if (obj.kind == K::undefined) undefined_error(obj, line);
+  if (obj.kind == K::dict || obj.kind == K::ns) {
+    if (key.kind != K::string) return Value::undefined();
+    const Value* v = obj.dict->find(key.s);
+    if (v) return *v;
+    return obj.kind == K::dict ? attr(obj, key.s, line) : Value::undefined(key.s);
+  }
+  const bool indexable =
+      obj.kind == K::string ||
+      (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range"));
+  if (indexable && (key.kind == K::integer || key.kind == K::boolean)) {
+    std::vector<std::string> cps;
+    if (obj.kind == K::string) cps = code_points(obj.s);
+    const auto n = static_cast<std::int64_t>(obj.kind == K::list ? obj.list->size() : cps.size());
+    std::int64_t k = key.kind == K::integer ? key.i : key.b;
+    if (k < 0) k += n;
+    if (k < 0 || k >= n) return Value::undefined();
+    return obj.kind == K::list ? (*obj.list)[k] : Value::string(cps[k]);
+  }
+  if (key.kind == K::string) return attr(obj, key.s, line);
+  return Value::undefined();
+}
+
+void Evaluator::undefined_error(const Value& v, int line) {
+  fail(name_, line, v.s.empty() ? "an undefined value was used" : "'" + v.s + "' is undefined");
+}
+
+namespace {
+
+// Python's slice indices over a sequence of n.
+std::vector<std::int64_t> slice_indices(std::int64_t n, const Value* a, const Value* b,
+                                        const Value* c) {
+  const std::int64_t step = c ? c->i : 1;
+  std::int64_t lo, hi;
+  auto adjust = [&](const Value* v, std::int64_t dflt, std::int64_t min, std::int64_t max) {
+    if (!v) return dflt;
+    std::int64_t x = v->i;
+    if (x < 0) x += n;
+    return std::max(min, std::min(max, x));
+  };
+  if (step > 0) {
+    lo = adjust(a, 0, 0, n);
+    hi = adjust(b, n, 0, n);
+  } else {
+    lo = adjust(a, n - 1, -1, n - 1);
+    hi = adjust(b, -1, -1, n - 1);
+  }
+  std::vector<std::int64_t> out;
+  for (std::int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) out.push_back(k);
+  return out;
+}
+
+}  // namespace
+
+Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
+  Value obj = eval(*e.args[0], sc);
+  Value parts[3];
+  const Value* ptr[3] = {nullptr, nullptr, nullptr};
+  for (int k = 0; k < 3; ++k) {
+    if (!e.args[k + 1]) continue;
+    parts[k] = eval(*e.args[k + 1], sc);
+    if (parts[k].kind == K::none) continue;
+    if (parts[k].kind != K::integer) fail(name_, e.line, "slice indices must be integers");
+    ptr[k] = &parts[k];
+  }
+  if (ptr[2] && ptr[2]->i == 0) fail(name_, e.line, "slice step cannot be zero");
+  if (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range")) {
+    std::vector<Value> out;
+    for (auto k : slice_indices(obj.list->size(), ptr[0], ptr[1], ptr[2]))
+      out.push_back((*obj.list)[k]);
+    return Value::make_list(std::move(out), obj.s);
+  }
+  if (obj.kind == K::string) {
+    const auto cps = code_points(obj.s);
+    std::string out;
+    for (auto k : slice_indices(cps.size(), ptr[0], ptr[1], ptr[2])) out += cps[k];
+    return Value::string(out);
+  }
+  if (obj.kind == K::undefined) undefined_error(obj, e.line);
+  fail(name_, e.line, "cannot slice a " + type_name(obj));
+}
+
+Value Evaluator::eval(const Expr& e, const ScopeP& sc) {
+  switch (e.kind) {
+    case EK::literal:
+      return e.value;
+    case EK::name:
+      return sc->get(e.name);
+    case EK::attr:
+      return attr(eval(*e.args[0], sc), e.name, e.line);
+    case EK::item:
+      return item(eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
+    case EK::slice:
+      return slice(e, sc);
+    case EK::call: {
+      Value f = eval(*e.args[0], sc);
+      if (f.kind != K::callable) {
+        if (f.kind == K::undefined) undefined_error(f, e.line);
+        fail(name_, e.line, "a " + type_name(f) + " is not callable");
+      }
+      Args args = eval_args(e, sc, 1);
+      return f.fn->call(args, e.line);
+    }
+    case EK::filter: {
+      Value subject = eval(*e.args[0], sc);
+      Args args = eval_args(e, sc, 1);
+      return filter(e.name, subject, args, e.line);
+    }
+    case EK::test: {
+      Value subject = eval(*e.args[0], sc);
+      Args args = eval_args(e, sc, 1);
+      const bool r = test(e.name, subject, args, e.line);
+      return Value::boolean(e.negate ? !r : r);
+    }
+    case EK::unary: {
+      Value v = eval(*e.args[0], sc);
+      if (e.name == "not") return Value::boolean(!truthy(v));
+      if (v.kind == K::undefined) undefined_error(v, e.line);
+      if (!is_number(v)) fail(name_, e.line, "bad operand type for unary " + e.name);
+      if (e.name == "+") return v.kind == K::boolean ? Value::integer(v.b) : v;
+      if (v.kind == K::number) return Value::number(-v.f);
+      return Value::integer(-(v.kind == K::integer ? v.i : v.b));
+    }
+    case EK::binary: {
+      if (e.name == "and") {
+        Value a = eval(*e.args[0], sc);
+        return truthy(a) ? eval(*e.args[1], sc) : a;
+      }
+      if (e.name == "or") {
+        Value a = eval(*e.args[0], sc);
+        return truthy(a) ? a : eval(*e.args[1], sc);
+      }
+      return binary(e.name, eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
+    }
+    case EK::cond:
+      if (truthy(eval(*e.args[1], sc))) return eval(*e.args[0], sc);
+      return e.args[2] ? eval(*e.args[2], sc) : Value::undefined();
+    case EK::list: {
+      std::vector<Value> items;
+      for (const auto& a : e.args) items.push_back(eval(*a, sc));
+      return Value::make_list(std::move(items), e.name == "tuple" ? "tuple" : "");
+    }
+    case EK::dict: {
+      Dict d;
+      for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
+        Value key = eval(*e.args[k], sc);
+        if (key.kind != K::string)
+          fail(name_, e.line, "dict keys other than strings are not supported");
+        d.set(key.s, eval(*e.args[k + 1], sc));
+      }
+      return Value::make_dict(std::move(d));
+    }
+  }
+  fail(name_, e.line, "unsupported expression");
+}
+
+Args Evaluator::eval_args(const Expr& e, const ScopeP& sc, std::size_t from) {
+  Args a;
+  for (std::size_t k = from; k < e.args.size(); ++k) a.pos.push_back(eval(*e.args[k], sc));
+  for (const auto& kv : e.kwargs) a.kw.emplace_back(kv.first, eval(*kv.second, sc));
+  return a;
+}
+
+// ---- statements ----------------------------------------------------------------------------
+
+Flow Evaluator::exec(const Body& body, const ScopeP& sc) {
+  for (const auto& n : body) {
+    const Flow f = exec(*n, sc);
+    if (f != Flow::normal) return f;
+  }
+  return Flow::normal;
+}
+
+void Evaluator::assign(const std::vector<std::string>& targets, const Value& v, Scope* sc,
+                       int line) {
+  if (targets.size() == 1) {
+    sc->vars.set(targets[0], v);
+    return;
+  }
+  std::vector<Value> items = iterate(v, line);
+  if (items.size() != targets.size())
+    fail(name_, line,
+         "cannot unpack " + std::to_string(items.size()) + " values into " +
+             std::to_string(targets.size()) + " names");
+  for (std::size_t k = 0; k < targets.size(); ++k) sc->vars.set(targets[k], items[k]);
+}
+
+Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
+  switch (n.kind) {
+    case Node::Kind::text:
+      out_ += n.text;
+      return Flow::normal;
+    case Node::Kind::print: {
+      Value v = eval(*n.expr, sc);
+      if (v.kind == K::ns || v.kind == K::callable)
+        fail(name_, n.line, "printing a " + type_name(v) + " is not supported");
+      try {
+        if (v.origins)
+          for (ContentSpan c : *v.origins) {
+            c.begin += out_.size();
+            c.end += out_.size();
+            content_.push_back(c);
+          }
+        out_ += to_str(v);
+      } catch (const InputError& err) {
+        fail(name_, n.line, err.what());
+      }
+      return Flow::normal;
+    }
+    case Node::Kind::if_:
+      return exec(truthy(eval(*n.expr, sc)) ? n.body : n.else_body, sc);
+    case Node::Kind::for_:
+      return exec_for(n, sc);
+    case Node::Kind::set: {
+      Value v = eval(*n.expr, sc);
+      if (n.attr.empty()) {
+        assign(n.targets, v, sc.get(), n.line);
+        return Flow::normal;
+      }
+      Value ns = sc->get(n.targets[0]);
+      if (ns.kind != K::ns) fail(name_, n.line, "can only set attributes of a namespace()");
+      ns.dict->set(n.attr, v);
+      return Flow::normal;
+    }
+    case Node::Kind::set_block: {
+      Value v = capture(n.body, sc);
+      if (n.cond) v = apply_chain(*n.cond, v, sc);
+      sc->vars.set(n.targets[0], v);
+      return Flow::normal;
+    }
+    case Node::Kind::macro:
+      sc->vars.set(n.targets[0], make_macro(n, sc));
+      return Flow::normal;
+    case Node::Kind::break_:
+      return Flow::brk;
+    case Node::Kind::continue_:
+      return Flow::cont;
+    case Node::Kind::generation: {
+      if (capturing_)
+        fail(name_, n.line, "a generation block inside a macro or block set is not supported");
+      const std::size_t begin = out_.size();
+      const Flow f = exec(n.body, sc);
+      if (spans_) spans_->emplace_back(begin, out_.size());
+      return f;
+    }
+  }
+  return Flow::normal;
+}
+
+Value Evaluator::capture(const Body& body, const ScopeP& sc) {
+  std::string saved;
+  saved.swap(out_);
+  const std::size_t mark = content_.size();
+  ++capturing_;
+  exec(body, sc);
+  --capturing_;
+  saved.swap(out_);
+  Value v = Value::string(saved);
+  if (content_.size() > mark) {
+    v.origins =
+        std::make_shared<const std::vector<ContentSpan>>(content_.begin() + mark, content_.end());
+    content_.resize(mark);
+  }
+  return v;
+}
+
+Value Evaluator::apply_chain(const Expr& e, const Value& v, const ScopeP& sc) {
+  if (e.kind == EK::literal) return v;
+  Value subject = apply_chain(*e.args[0], v, sc);
+  Args args = eval_args(e, sc, 1);
+  return filter(e.name, subject, args, e.line);
+}
+
+std::vector<Value> Evaluator::iterate(const Value& v, int line) {
+  switch (v.kind) {
+    case K::undefined:
+      return {};
+    case K::list:
+      if (v.consumed) {
+        if (*v.consumed) fail(name_, line, "a generator (a filter's result) used a second time");
+        *v.consumed = true;
+      }
+      return *v.list;
+    case K::dict: {
+      std::vector<Value> keys;
+      for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+      return keys;
+    }
+    case K::string: {
+      std::vector<Value> chars;
+      for (auto& cp : code_points(v.s)) chars.push_back(Value::string(cp));
+      return chars;
+    }
+    default:
+      fail(name_, line, "a " + type_name(v) + " is not iterable");
+  }
+}
+
+Flow Evaluator::exec_for(const Node& n, const ScopeP& sc) {
+  std::vector<Value> all = iterate(eval(*n.expr, sc), n.line);
+  std::vector<Value> items;
+  for (auto& v : all) {
+    if (!n.cond) {
+      items.push_back(v);
+      continue;
+    }
+    auto probe = std::make_shared<Scope>();
+    probe->parent = sc;
+    assign(n.targets, v, probe.get(), n.line);
+    if (truthy(eval(*n.cond, probe))) items.push_back(v);
+  }
+  bool completed = false;  // jinja2 3.1: `else` runs unless some iteration ran to its end
+  const auto len = static_cast<std::int64_t>(items.size());
+  for (std::int64_t k = 0; k < len; ++k) {
+    auto it = std::make_shared<Scope>();
+    it->parent = sc;
+    Dict loop;
+    loop.set("index", Value::integer(k + 1));
+    loop.set("index0", Value::integer(k));
+    loop.set("revindex", Value::integer(len - k));
+    loop.set("revindex0", Value::integer(len - k - 1));
+    loop.set("first", Value::boolean(k == 0));
+    loop.set("last", Value::boolean(k == len - 1));
+    loop.set("length", Value::integer(len));
+    loop.set("depth", Value::integer(1));
+    loop.set("depth0", Value::integer(0));
+    loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined("previtem"));
+    loop.set("nextitem", k + 1 < len ? items[k + 1] : Value::undefined("nextitem"));
+    it->vars.set("loop", Value::make_dict(std::move(loop)));
+    assign(n.targets, items[k], it.get(), n.line);
+    const Flow f = exec(n.body, it);
+    if (f == Flow::brk) break;
+    completed = completed || f == Flow::normal;
+  }
+  return completed ? Flow::normal : exec(n.else_body, sc);
+}
+
+Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
+  auto fn = std::make_shared<Callable>();
+  fn->name = n.targets[0];
+  const Node* node = &n;
+  fn->call = [this, node, defining](Args& args, int line) {
+    auto sc = std::make_shared<Scope>();
+    sc->parent = defining;
+    if (args.pos.size() > node->params.size())
+      fail(name_, line,
+           "macro '" + node->targets[0] + "' takes " + std::to_string(node->params.size()) +
+               " arguments");
+    for (std::size_t k = 0; k < node->params.size(); ++k) {
+      Value v = k < args.pos.size() ? args.pos[k] : Value::undefined(node->params[k]);
+      for (auto& kv : args.kw)
+        if (kv.first == node->params[k]) v = kv.second;
+      if (v.kind == K::undefined && k >= args.pos.size() && node->defaults[k])
+        v = eval(*node->defaults[k], sc);
+      sc->vars.set(node->params[k], v);
+    }
+    for (auto& kv : args.kw) {
+      bool known = false;
+      for (auto& p : node->params) known = known || p == kv.first;
+      if (!known)
+        fail(name_, line, "macro '" + node->targets[0] + "' has no argument '" + kv.first + "'");
+    }
+    return capture(node->body, sc);
+  };
+  Value v;
+  v.kind = K::callable;
+  v.fn = fn;
+  return v;
+}
+
+// ---- the template ----------------------------------------------------------------------------
+
+Template::Template(const std::string& source, const std::string& name)
+    : name_(name), body_(std::make_shared<const Body>(parse_template(source, name))) {}
+
+Template::~Template() = default;
+
+std::string Template::render(const Dict& variables) const {
+  return render(variables, nullptr);
+}
+
+std::string Template::render(const Dict& variables,
+                             std::vector<std::pair<std::size_t, std::size_t>>* spans,
+                             std::vector<ContentSpan>* content_spans) const {
+  Evaluator ev(name_, spans);
+  auto globals = std::make_shared<Scope>();
+  globals->vars = ev.globals();
+  auto top = std::make_shared<Scope>();
+  top->parent = globals;
+  top->vars = variables;
+  ev.exec(*body_, top);
+  if (content_spans) *content_spans = ev.take_content_spans();
+  return ev.take_output();
+}
+
+namespace {
+
+// messages with each message's `content` string marked as coming from it (Value::origins)
+Value with_origins(const Value& messages) {
+  if (messages.kind != Value::Kind::list) return messages;
+  std::vector<Value> out;
+  for (std::size_t k = 0; k < messages.list->size(); ++k) {
+    Value m = (*messages.list)[k];
+    const Value* content = m.kind == Value::Kind::dict ? m.dict->find("content") : nullptr;
+    if (content && content->kind == Value::Kind::string) {
+      Value c = *content;
+      c.origins = std::make_shared<const std::vector<ContentSpan>>(
+          std::vector<ContentSpan>{{k, 0, c.s.size()}});
+      Dict d = *m.dict;
+      d.set("content", c);
+      m = Value::make_dict(std::move(d));
+    }
+    out.push_back(m);
+  }
+  return Value::make_list(std::move(out), messages.s);
+}
+
+}  // namespace
+
+RenderedChat render_chat(const Template& tmpl, const Value& messages, GenerationPrompt prompt,
+                         const std::map<std::string, std::string>& special_tokens) {
+  Dict vars;
+  for (const auto& kv : special_tokens) vars.set(kv.first, Value::string(kv.second));
+  vars.set("messages", with_origins(messages));
+  vars.set("tools", Value::none());
+  vars.set("documents", Value::none());
+  vars.set("add_generation_prompt", Value::boolean(prompt == GenerationPrompt::yes));
+  RenderedChat out;
+  out.text = tmpl.render(vars, &out.generation_spans, &out.content_spans);
+  return out;
+}
+
+}  // namespace kktrain::text::jinja

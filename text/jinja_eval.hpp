@@ -1,0 +1,88 @@
+// The chat-template evaluator's state (text/jinja_eval.cpp: statements and expressions;
+// text/jinja_filters.cpp: operators, filters, tests, methods and globals).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "text/jinja_impl.hpp"
+
+namespace kktrain::text::jinja {
+
+struct Scope;
+using ScopeP = std::shared_ptr<Scope>;
+struct Scope {
+  Dict vars;
+  ScopeP parent;
+  Value get(const std::string& n) const;  // Undefined(n) when no scope has it
+};
+
+enum class Flow { normal, brk, cont };
+
+// Helpers with Python's semantics (jinja_strings.cpp).
+const Value* kwarg(Args& a, const std::string& n, std::size_t pos);  // by name, else position
+bool non_ascii(const std::string& s);
+char up(char c);  // ASCII case mapping
+char low(char c);
+bool alpha(char c);
+// str.strip / lstrip / rstrip (chars: null or None for Unicode whitespace)
+std::string strip(const std::string& s, const Value* chars, bool left, bool right);
+// the bytes [first, second) that strip keeps
+std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
+                                                 bool left, bool right);
+Value strip_value(const Value& v, const Value* chars, bool left, bool right);  // keeps origins
+// str.replace (count < 0: all)
+std::string replace(const std::string& s, const std::string& from, const std::string& to,
+                    std::int64_t count);
+// str.split (sep null or None: on runs of Unicode whitespace; maxsplit < 0: no limit)
+std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit);
+Value builtin(const std::string& name, std::function<Value(Args&, int)> f);  // a callable
+std::int64_t py_floordiv(std::int64_t a, std::int64_t b);
+
+class Evaluator {
+ public:
+  Evaluator(const std::string& name, std::vector<std::pair<std::size_t, std::size_t>>* spans)
+      : name_(name), spans_(spans) {}
+  std::vector<ContentSpan> take_content_spans() { return std::move(content_); }
+  Dict globals();
+  Flow exec(const Body& body, const ScopeP& sc);
+  std::string take_output() { return std::move(out_); }
+
+ private:
+  Flow exec(const Node& n, const ScopeP& sc);
+  Flow exec_for(const Node& n, const ScopeP& sc);
+  void assign(const std::vector<std::string>& targets, const Value& v, Scope* sc, int line);
+  Value make_macro(const Node& n, const ScopeP& defining);
+  Value eval(const Expr& e, const ScopeP& sc);
+  Args eval_args(const Expr& e, const ScopeP& sc, std::size_t from);
+  Value apply_chain(const Expr& e, const Value& v, const ScopeP& sc);
+  Value attr(const Value& obj, const std::string& n, int line);
+  Value item(const Value& obj, const Value& key, int line);
+  Value slice(const Expr& e, const ScopeP& sc);
+  std::vector<Value> iterate(const Value& v, int line);
+  [[noreturn]] void undefined_error(const Value& v, int line);
+
+  // jinja_filters.cpp
+  Value binary(const std::string& op, const Value& a, const Value& b, int line);
+  Value filter(const std::string& n, const Value& v, Args& args, int line);
+  bool test(const std::string& n, const Value& v, Args& args, int line);
+  static bool is_dict_method(const std::string& n);
+  static bool is_str_method(const std::string& n);
+  Value method(const Value& obj, const std::string& n, int line);
+  Value select(const std::string& n, const Value& v, Args& args, int line);
+  Value map(const Value& v, Args& args, int line);
+  std::string str_arg(const Value& v, const std::string& what, int line);
+
+  // Output of body run into a string (block set, macros): content spans printed meanwhile
+  // become the string's origins.
+  Value capture(const Body& body, const ScopeP& sc);
+  void check_markup(const Value& v, const std::string& what, int line);
+
+  std::string name_;
+  std::vector<std::pair<std::size_t, std::size_t>>* spans_;
+  std::vector<ContentSpan> content_;  // spans printed so far (relative to out_)
+  int capturing_ = 0;
+  std::string out_;
+};
+
+}  // namespace kktrain::text::jinja

@@ -1,0 +1,130 @@
+// Internals of the chat-template interpreter (text/jinja.hpp): the syntax tree the parser
+// (jinja_parse.cpp) builds and the evaluator (jinja_eval.cpp, jinja_filters.cpp) walks, and the
+// value helpers with Python's semantics (jinja_value.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "text/jinja.hpp"
+
+namespace kktrain::text::jinja {
+
+// Throws InputError "<name> line <line>: <msg>".
+[[noreturn]] void fail(const std::string& name, int line, const std::string& msg);
+
+struct Expr;
+using ExprP = std::shared_ptr<Expr>;
+
+struct Expr {
+  enum class Kind {
+    literal,  // value
+    name,     // name
+    attr,     // args[0].name
+    item,     // args[0][args[1]]
+    slice,    // args[0][args[1]:args[2]:args[3]] (null parts absent)
+    call,     // args[0](args[1..], kwargs)
+    filter,   // args[0] | name(args[1..], kwargs)
+    test,     // args[0] is [not: negate] name(args[1..])
+    unary,    // name ("-", "+", "not") args[0]
+    binary,   // args[0] name args[1]: + - * / // % ** ~ == != < <= > >= in "not in" and or
+    cond,     // args[0] if args[1] else args[2] (null: undefined)
+    list,     // [args...] (and tuples)
+    dict,     // {args[0]: args[1], ...}
+  };
+  Kind kind;
+  int line = 0;
+  std::string name;
+  Value value;
+  bool negate = false;
+  std::vector<ExprP> args;
+  std::vector<std::pair<std::string, ExprP>> kwargs;
+};
+
+struct Node;
+using NodeP = std::shared_ptr<Node>;
+using Body = std::vector<NodeP>;
+
+struct Node {
+  enum class Kind {
+    text,        // text
+    print,       // {{ expr }}
+    if_,         // if expr: body else else_body (elif: an if_ in else_body)
+    for_,        // for targets in expr [if cond]: body else else_body
+    set,         // set targets = expr (attr non-empty: set targets[0].attr = expr)
+    set_block,   // set targets[0] %}body{% endset (filters: cond chain, may be null)
+    macro,       // macro targets[0](params = defaults)
+    break_,      // break
+    continue_,   // continue
+    generation,  // generation %}body{% endgeneration
+  };
+  Kind kind;
+  int line = 0;
+  std::string text, attr;
+  ExprP expr, cond;
+  std::vector<std::string> targets;
+  std::vector<std::string> params;
+  std::vector<ExprP> defaults;  // one per param, null when it has none
+  Body body, else_body;
+};
+
+struct Token {
+  enum class Kind { name, string, integer, number, op, end } kind;
+  std::string text;
+  Value value;
+  int line;
+};
+
+struct Piece {
+  enum class Kind { text, print, block } kind;
+  std::string text;
+  std::vector<Token> toks;
+  int line;
+};
+
+// The template as pieces (jinja_lex.cpp); InputError naming the line of a lexical error.
+std::vector<Piece> lex_template(const std::string& source, const std::string& name);
+
+// The template source as a tree; InputError naming the line for syntax outside the subset.
+Body parse_template(const std::string& source, const std::string& name);
+
+// Arguments of a call: positional, then keyword.
+struct Args {
+  std::vector<Value> pos;
+  std::vector<std::pair<std::string, Value>> kw;
+};
+
+struct Callable {
+  std::string name;
+  std::function<Value(Args&, int line)> call;
+};
+
+// Python semantics of values (jinja_value.cpp).
+bool truthy(const Value& v);
+std::string to_str(const Value& v);  // str(v) (Undefined: "")
+std::string repr(const Value& v);    // repr(v)
+bool equal(const Value& a, const Value& b);
+bool is_number(const Value& v);  // bool, int or float
+double as_double(const Value& v);
+// json.dumps(v, ensure_ascii, indent (<0: None), separators, sort_keys); false when v holds
+// something JSON cannot (undefined, a callable, a namespace).
+struct JsonStyle {
+  bool ensure_ascii = false;
+  int indent = -1;
+  std::string item_sep, key_sep;
+  bool sort_keys = false;
+};
+bool to_json(const Value& v, const JsonStyle& style, std::string* out);
+// Unicode code points of UTF-8 text (invalid bytes pass through as single units).
+std::vector<std::string> code_points(const std::string& s);
+std::string type_name(const Value& v);  // Python's type name
+bool is_py_space(const std::string& cp);
+// The origins of a + b (strings); null when neither has any.
+std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b);
+// The origins of the bytes [begin, end) of v, shifted to start at 0.
+std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
+                                                            std::size_t end);
+
+}  // namespace kktrain::text::jinja

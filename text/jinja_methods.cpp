@@ -1,0 +1,135 @@
+// Methods (str, dict) and globals (raise_exception, strftime_now, namespace, dict, range) of the
+// chat-template interpreter, as Python and jinja2 define them (text/jinja.hpp lists them).
+#include <ctime>
+#include <set>
+
+#include "core/errors.hpp"
+#include "text/jinja_eval.hpp"
+
+namespace kktrain::text::jinja {
+
+using K = Value::Kind;
+
+bool Evaluator::is_dict_method(const std::string& n) {
+  return n == "get" || n == "keys" || n == "values" || n == "items";
+}
+bool Evaluator::is_str_method(const std::string& n) {
+  static const std::set<std::string> m{"startswith", "endswith", "split",     "strip",
+                                       "lstrip",     "rstrip",   "upper",     "lower",
+                                       "replace",    "title",    "capitalize"};
+  return m.count(n) > 0;
+}
+
+Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
+  Value self = obj;
+  return builtin(n, [this, self, n](Args& a, int l) -> Value {
+    if (self.kind == K::dict) {
+      if (n == "get") {
+        if (a.pos.empty()) fail(name_, l, "get needs a key");
+        const Value* v = a.pos[0].kind == K::string ? self.dict->find(a.pos[0].s) : nullptr;
+        return v ? *v : a.pos.size() > 1 ? a.pos[1] : Value::none();
+      }
+      std::vector<Value> out;
+      for (auto& kv : self.dict->items)
+        out.push_back(n == "keys" ? Value::string(kv.first)
+                      : n == "values"
+                          ? kv.second
+                          : Value::make_list({Value::string(kv.first), kv.second}, "tuple"));
+      return Value::make_list(std::move(out), "dict_" + n);
+    }
+    const std::string& s = self.s;
+    if (n == "startswith" || n == "endswith") {
+      if (a.pos.empty()) fail(name_, l, n + " needs an argument");
+      std::vector<Value> opts =
+          a.pos[0].kind == K::list ? *a.pos[0].list : std::vector<Value>{a.pos[0]};
+      for (auto& o : opts) {
+        const std::string p = str_arg(o, n, l);
+        if (n == "startswith"
+                ? s.compare(0, p.size(), p) == 0 && s.size() >= p.size()
+                : s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0)
+          return Value::boolean(true);
+      }
+      return Value::boolean(false);
+    }
+    if (n == "strip" || n == "lstrip" || n == "rstrip")
+      return strip_value(self, a.pos.empty() ? nullptr : &a.pos[0], n != "rstrip", n != "lstrip");
+    if (n == "split") {
+      const Value* sep = kwarg(a, "sep", 0);
+      const Value* mx = kwarg(a, "maxsplit", 1);
+      if (sep && sep->kind == K::string && sep->s.empty()) fail(name_, l, "split: empty separator");
+      return Value::make_list(split(s, sep, mx && mx->kind == K::integer ? mx->i : -1));
+    }
+    if (n == "replace") {
+      if (a.pos.size() < 2) fail(name_, l, "replace needs old and new");
+      return Value::string(replace(s, str_arg(a.pos[0], n, l), str_arg(a.pos[1], n, l),
+                                   a.pos.size() > 2 ? a.pos[2].i : -1));
+    }
+    if (non_ascii(s)) fail(name_, l, "str." + n + " on non-ASCII text");
+    std::string out = s;
+    bool prev_alpha = false;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      char& c = out[k];
+      if (n == "upper")
+        c = up(c);
+      else if (n == "lower")
+        c = low(c);
+      else if (n == "capitalize")
+        c = k ? low(c) : up(c);
+      else {  // title: a letter after a non-letter is upper, others lower
+        const bool is_a = alpha(c);
+        c = is_a ? (prev_alpha ? low(c) : up(c)) : c;
+        prev_alpha = is_a;
+      }
+    }
+    return Value::string(out);
+  });
+}
+
+Dict Evaluator::globals() {
+  Dict g;
+  g.set("raise_exception", builtin("raise_exception", [this](Args& a, int line) -> Value {
+          fail(name_, line, "raise_exception: " + (a.pos.empty() ? "" : to_str(a.pos[0])));
+        }));
+  g.set("strftime_now", builtin("strftime_now", [this](Args& a, int line) -> Value {
+          if (a.pos.empty()) fail(name_, line, "strftime_now needs a format");
+          const std::time_t t = std::time(nullptr);
+          std::tm tm{};
+          localtime_r(&t, &tm);
+          char buf[512];
+          const std::size_t n =
+              std::strftime(buf, sizeof buf, str_arg(a.pos[0], "strftime_now", line).c_str(), &tm);
+          return Value::string(std::string(buf, n));
+        }));
+  g.set("namespace", builtin("namespace", [](Args& a, int) {
+          Value v;
+          v.kind = K::ns;
+          v.dict = std::make_shared<Dict>();
+          for (auto& kv : a.kw) v.dict->set(kv.first, kv.second);
+          return v;
+        }));
+  g.set("dict", builtin("dict", [](Args& a, int) {
+          Dict d;
+          for (auto& kv : a.kw) d.set(kv.first, kv.second);
+          return Value::make_dict(std::move(d));
+        }));
+  g.set("range", builtin("range", [this](Args& a, int line) {
+          std::int64_t lo = 0, hi = 0, step = 1;
+          for (auto& p : a.pos)
+            if (p.kind != K::integer) fail(name_, line, "range expects ints");
+          if (a.pos.size() == 1)
+            hi = a.pos[0].i;
+          else if (a.pos.size() >= 2)
+            lo = a.pos[0].i, hi = a.pos[1].i;
+          if (a.pos.size() == 3) step = a.pos[2].i;
+          if (a.pos.empty() || a.pos.size() > 3 || step == 0) fail(name_, line, "bad range()");
+          std::vector<Value> out;
+          for (std::int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) {
+            if (out.size() > 100000) fail(name_, line, "range() too long");
+            out.push_back(Value::integer(k));
+          }
+          return Value::make_list(std::move(out), "range");
+        }));
+  return g;
+}
+
+}  // namespace kktrain::text::jinja

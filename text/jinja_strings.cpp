@@ -1,0 +1,135 @@
+// String helpers of the chat-template interpreter with Python's semantics (str.strip, replace,
+// split over Unicode whitespace; ASCII case mapping) and keyword arguments (jinja_eval.hpp).
+#include "text/jinja_eval.hpp"
+
+namespace kktrain::text::jinja {
+
+using K = Value::Kind;
+
+const Value* kwarg(Args& a, const std::string& n, std::size_t pos) {
+  for (auto& kv : a.kw)
+    if (kv.first == n) return &kv.second;
+  return pos < a.pos.size() ? &a.pos[pos] : nullptr;
+}
+
+bool non_ascii(const std::string& s) {
+  for (const char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return true;
+  return false;
+}
+
+char up(char c) {
+  return c >= 'a' && c <= 'z' ? c - 32 : c;
+}
+char low(char c) {
+  return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+bool alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
+  const auto r = strip_bounds(s, chars, left, right);
+  return s.substr(r.first, r.second - r.first);
+}
+
+Value strip_value(const Value& v, const Value* chars, bool left, bool right) {
+  const auto r = strip_bounds(v.s, chars, left, right);
+  Value out = Value::string(v.s.substr(r.first, r.second - r.first));
+  out.origins = sub_origins(v, r.first, r.second);
+  return out;
+}
+
+std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
+                                                 bool left, bool right) {
+  auto cps = code_points(s);
+  std::vector<std::string> set;
+  if (chars && chars->kind == K::string) set = code_points(chars->s);
+  auto drop = [&](const std::string& cp) {
+    if (!chars || chars->kind == K::none) return is_py_space(cp);
+    for (auto& c : set)
+      if (c == cp) return true;
+    return false;
+  };
+  std::size_t a = 0, b = cps.size();
+  if (left)
+    while (a < b && drop(cps[a])) ++a;
+  if (right)
+    while (b > a && drop(cps[b - 1])) --b;
+  std::size_t begin = 0, end = 0;
+  for (std::size_t k = 0; k < b; ++k) (k < a ? begin : end) += cps[k].size();
+  return {begin, begin + end};
+}
+
+std::string replace(const std::string& s, const std::string& from, const std::string& to,
+                    std::int64_t count) {
+  std::string out;
+  if (from.empty()) {
+    auto cps = code_points(s);
+    std::int64_t n = 0;
+    for (auto& cp : cps) {
+      if (count < 0 || n++ < count) out += to;
+      out += cp;
+    }
+    if (count < 0 || n < count) out += to;
+    return out;
+  }
+  std::size_t p = 0;
+  std::int64_t n = 0;
+  while (count < 0 || n < count) {
+    const std::size_t q = s.find(from, p);
+    if (q == std::string::npos) break;
+    out += s.substr(p, q - p) + to;
+    p = q + from.size();
+    ++n;
+  }
+  return out + s.substr(p);
+}
+
+std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit) {
+  std::vector<Value> out;
+  if (!sep || sep->kind == K::none) {
+    auto cps = code_points(s);
+    std::size_t k = 0;
+    while (true) {
+      while (k < cps.size() && is_py_space(cps[k])) ++k;
+      if (k >= cps.size()) break;
+      std::string word;
+      if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) >= maxsplit) {
+        for (; k < cps.size(); ++k) word += cps[k];  // the rest keeps its trailing whitespace
+        out.push_back(Value::string(word));
+        break;
+      }
+      while (k < cps.size() && !is_py_space(cps[k])) word += cps[k++];
+      out.push_back(Value::string(word));
+    }
+    return out;
+  }
+  std::size_t p = 0;
+  while (maxsplit < 0 || static_cast<std::int64_t>(out.size()) < maxsplit) {
+    const std::size_t q = s.find(sep->s, p);
+    if (q == std::string::npos) break;
+    out.push_back(Value::string(s.substr(p, q - p)));
+    p = q + sep->s.size();
+  }
+  out.push_back(Value::string(s.substr(p)));
+  return out;
+}
+
+Value builtin(const std::string& name, std::function<Value(Args&, int)> f) {
+  auto c = std::make_shared<Callable>();
+  c->name = name;
+  c->call = std::move(f);
+  Value v;
+  v.kind = K::callable;
+  v.fn = c;
+  return v;
+}
+
+std::int64_t py_floordiv(std::int64_t a, std::int64_t b) {
+  std::int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+}  // namespace kktrain::text::jinja

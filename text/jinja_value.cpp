@@ -1,0 +1,486 @@
+// Values of the chat-template interpreter with Python's semantics: truth, str(), repr(),
+// equality, json.dumps, and JSON text in (text/jinja_impl.hpp).
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "core/errors.hpp"
+#include "text/jinja_impl.hpp"
+
+namespace kktrain::text::jinja {
+
+const Value* Dict::find(const std::string& key) const {
+  for (const auto& kv : items)
+    if (kv.first == key) return &kv.second;
+  return nullptr;
+}
+
+void Dict::set(const std::string& key, Value v) {
+  for (auto& kv : items)
+    if (kv.first == key) {
+      kv.second = std::move(v);
+      return;
+    }
+  items.emplace_back(key, std::move(v));
+}
+
+Value Value::none() {
+  Value v;
+  v.kind = Kind::none;
+  return v;
+}
+Value Value::boolean(bool x) {
+  Value v;
+  v.kind = Kind::boolean;
+  v.b = x;
+  return v;
+}
+Value Value::integer(std::int64_t x) {
+  Value v;
+  v.kind = Kind::integer;
+  v.i = x;
+  return v;
+}
+Value Value::number(double x) {
+  Value v;
+  v.kind = Kind::number;
+  v.f = x;
+  return v;
+}
+Value Value::string(std::string x) {
+  Value v;
+  v.kind = Kind::string;
+  v.s = std::move(x);
+  return v;
+}
+Value Value::make_list(std::vector<Value> items, std::string type) {
+  Value v;
+  v.kind = Kind::list;
+  v.s = std::move(type);
+  if (v.s == "generator") v.consumed = std::make_shared<bool>(false);
+  v.list = std::make_shared<const std::vector<Value>>(std::move(items));
+  return v;
+}
+Value Value::make_dict(Dict d) {
+  Value v;
+  v.kind = Kind::dict;
+  v.dict = std::make_shared<Dict>(std::move(d));
+  return v;
+}
+Value Value::undefined(std::string name) {
+  Value v;
+  v.s = std::move(name);
+  return v;
+}
+
+void fail(const std::string& name, int line, const std::string& msg) {
+  throw InputError(name + " line " + std::to_string(line) + ": " + msg);
+}
+
+bool truthy(const Value& v) {
+  using K = Value::Kind;
+  switch (v.kind) {
+    case K::undefined:
+    case K::none:
+      return false;
+    case K::boolean:
+      return v.b;
+    case K::integer:
+      return v.i != 0;
+    case K::number:
+      return v.f != 0;
+    case K::string:
+      return !v.s.empty();
+    case K::list:
+      return v.s == "generator" || !v.list->empty();
+    case K::dict:
+      return !v.dict->items.empty();
+    default:
+      return true;
+  }
+}
+
+namespace {
+
+// Python's repr(float): the shortest digits that round-trip, fixed notation for exponents in
+// [-4, 16), scientific otherwise.
+std::string float_repr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  std::string sign;
+  if (sci[0] == '-') {
+    sign = "-";
+    sci.erase(0, 1);
+  }
+  const auto epos = sci.find('e');
+  std::string digits = sci.substr(0, 1) + (epos > 2 ? sci.substr(2, epos - 2) : "");
+  const int exp = std::stoi(sci.substr(epos + 1));
+  if (exp >= -4 && exp < 16) {
+    std::string out;
+    if (exp < 0) {
+      out = "0." + std::string(-exp - 1, '0') + digits;
+    } else if (static_cast<int>(digits.size()) <= exp + 1) {
+      out = digits + std::string(exp + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, exp + 1) + "." + digits.substr(exp + 1);
+    }
+    return sign + out;
+  }
+  std::string mant = digits.size() > 1 ? digits.substr(0, 1) + "." + digits.substr(1) : digits;
+  char e[16];
+  std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+  return sign + mant + e;
+}
+
+std::string str_repr(const std::string& s) {
+  const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
+  const char q = dq ? '"' : '\'';
+  std::string out(1, q);
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80) throw InputError("printing a list or dict holding non-ASCII text");
+    if (ch == q || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    } else {
+      out += ch;
+    }
+  }
+  return out + q;
+}
+
+void json_string(const std::string& s, bool ensure_ascii, std::string* out) {
+  static const char hex[] = "0123456789abcdef";
+  *out += '"';
+  auto u4 = [&](unsigned v) {
+    *out += "\\u";
+    for (int k = 12; k >= 0; k -= 4) *out += hex[(v >> k) & 15];
+  };
+  for (const auto& cp : code_points(s)) {
+    const auto c = static_cast<unsigned char>(cp[0]);
+    if (cp.size() == 1 && c < 0x80) {
+      switch (cp[0]) {
+        case '"':
+          *out += "\\\"";
+          break;
+        case '\\':
+          *out += "\\\\";
+          break;
+        case '\n':
+          *out += "\\n";
+          break;
+        case '\r':
+          *out += "\\r";
+          break;
+        case '\t':
+          *out += "\\t";
+          break;
+        case '\b':
+          *out += "\\b";
+          break;
+        case '\f':
+          *out += "\\f";
+          break;
+        default:
+          if (c < 0x20)
+            u4(c);
+          else
+            *out += cp;
+      }
+    } else if (!ensure_ascii || cp.size() == 1) {
+      *out += cp;
+    } else {
+      unsigned v = cp.size() == 2 ? c & 0x1f : cp.size() == 3 ? c & 0x0f : c & 0x07;
+      for (std::size_t k = 1; k < cp.size(); ++k) v = (v << 6) | (cp[k] & 0x3f);
+      if (v >= 0x10000) {
+        v -= 0x10000;
+        u4(0xd800 + (v >> 10));
+        u4(0xdc00 + (v & 0x3ff));
+      } else {
+        u4(v);
+      }
+    }
+  }
+  *out += '"';
+}
+
+bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out) {
+  using K = Value::Kind;
+  const auto newline = [&](int d) {
+    if (st.indent >= 0) *out += "\n" + std::string(static_cast<std::size_t>(st.indent) * d, ' ');
+  };
+  switch (v.kind) {
+    case K::none:
+      *out += "null";
+      return true;
+    case K::boolean:
+      *out += v.b ? "true" : "false";
+      return true;
+    case K::integer:
+      *out += std::to_string(v.i);
+      return true;
+    case K::number:
+      if (std::isnan(v.f))
+        *out += "NaN";
+      else if (std::isinf(v.f))
+        *out += v.f > 0 ? "Infinity" : "-Infinity";
+      else
+        *out += float_repr(v.f);
+      return true;
+    case K::string:
+      json_string(v.s, st.ensure_ascii, out);
+      return true;
+    case K::list: {
+      if (!v.s.empty() && v.s != "tuple") return false;
+      if (v.list->empty()) return *out += "[]", true;
+      *out += '[';
+      for (std::size_t k = 0; k < v.list->size(); ++k) {
+        if (k) *out += st.item_sep;
+        newline(depth + 1);
+        if (!json_value((*v.list)[k], st, depth + 1, out)) return false;
+      }
+      newline(depth);
+      *out += ']';
+      return true;
+    }
+    case K::dict: {
+      if (v.dict->items.empty()) return *out += "{}", true;
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      if (st.sort_keys)
+        std::stable_sort(items.begin(), items.end(),
+                         [](auto* a, auto* b) { return a->first < b->first; });
+      *out += '{';
+      for (std::size_t k = 0; k < items.size(); ++k) {
+        if (k) *out += st.item_sep;
+        newline(depth + 1);
+        json_string(items[k]->first, st.ensure_ascii, out);
+        *out += st.key_sep;
+        if (!json_value(items[k]->second, st, depth + 1, out)) return false;
+      }
+      newline(depth);
+      *out += '}';
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  if (j.is_null()) return Value::none();
+  if (j.is_boolean()) return Value::boolean(j.get<bool>());
+  if (j.is_number_integer()) return Value::integer(j.get<std::int64_t>());
+  if (j.is_number()) return Value::number(j.get<double>());
+  if (j.is_string()) return Value::string(j.get<std::string>());
+  if (j.is_array()) {
+    std::vector<Value> items;
+    for (const auto& e : j) items.push_back(from_json(e));
+    return Value::make_list(std::move(items));
+  }
+  Dict d;
+  for (const auto& kv : j.items()) d.items.emplace_back(kv.key(), from_json(kv.value()));
+  return Value::make_dict(std::move(d));
+}
+
+}  // namespace
+
+std::string to_str(const Value& v) {
+  using K = Value::Kind;
+  switch (v.kind) {
+    case K::undefined:
+      return "";
+    case K::string:
+      return v.s;
+    default:
+      return repr(v);
+  }
+}
+
+std::string repr(const Value& v) {
+  using K = Value::Kind;
+  switch (v.kind) {
+    case K::undefined:
+      return "Undefined";
+    case K::none:
+      return "None";
+    case K::boolean:
+      return v.b ? "True" : "False";
+    case K::integer:
+      return std::to_string(v.i);
+    case K::number:
+      return float_repr(v.f);
+    case K::string:
+      if (v.b) throw InputError("printing a safe (Markup) string inside a list or dict");
+      return str_repr(v.s);
+    case K::list: {
+      if (v.s == "range" || v.s == "generator")
+        throw InputError("printing a " + v.s + " is not supported");
+      const bool tuple = v.s == "tuple";
+      std::string out = tuple ? "(" : "[";
+      for (std::size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
+      out += tuple ? (v.list->size() == 1 ? ",)" : ")") : "]";
+      return v.s.empty() || tuple ? out : v.s + "(" + out + ")";
+    }
+    case K::dict: {
+      std::string out = "{";
+      for (std::size_t k = 0; k < v.dict->items.size(); ++k)
+        out += (k ? ", " : "") + str_repr(v.dict->items[k].first) + ": " +
+               repr(v.dict->items[k].second);
+      return out + "}";
+    }
+    default:
+      throw InputError("printing a " + type_name(v) + " is not supported");
+  }
+}
+
+bool is_number(const Value& v) {
+  using K = Value::Kind;
+  return v.kind == K::boolean || v.kind == K::integer || v.kind == K::number;
+}
+
+double as_double(const Value& v) {
+  using K = Value::Kind;
+  return v.kind == K::number ? v.f : v.kind == K::integer ? static_cast<double>(v.i) : v.b;
+}
+
+bool equal(const Value& a, const Value& b) {
+  using K = Value::Kind;
+  if (is_number(a) && is_number(b)) {
+    if (a.kind != K::number && b.kind != K::number)
+      return (a.kind == K::integer ? a.i : a.b) == (b.kind == K::integer ? b.i : b.b);
+    return as_double(a) == as_double(b);
+  }
+  if (a.kind != b.kind) return false;
+  if (a.kind == K::list && (a.s != b.s || a.s == "generator")) return a.list == b.list;
+  switch (a.kind) {
+    case K::undefined:
+    case K::none:
+      return true;
+    case K::string:
+      return a.s == b.s;
+    case K::list:
+      if (a.list->size() != b.list->size()) return false;
+      for (std::size_t k = 0; k < a.list->size(); ++k)
+        if (!equal((*a.list)[k], (*b.list)[k])) return false;
+      return true;
+    case K::dict:
+      if (a.dict->items.size() != b.dict->items.size()) return false;
+      for (const auto& kv : a.dict->items) {
+        const Value* o = b.dict->find(kv.first);
+        if (!o || !equal(kv.second, *o)) return false;
+      }
+      return true;
+    default:
+      return a.dict == b.dict && a.fn == b.fn;
+  }
+}
+
+bool to_json(const Value& v, const JsonStyle& style, std::string* out) {
+  return json_value(v, style, 0, out);
+}
+
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < s.size();) {
+    const auto c = static_cast<unsigned char>(s[k]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (k + n > s.size()) n = 1;
+    out.push_back(s.substr(k, n));
+    k += n;
+  }
+  return out;
+}
+
+bool is_py_space(const std::string& cp) {
+  static const char* const wide[] = {"\xc2\x85",     "\xc2\xa0",     "\xe1\x9a\x80",
+                                     "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaf",
+                                     "\xe2\x81\x9f", "\xe3\x80\x80"};
+  if (cp.size() == 1) {
+    const auto c = static_cast<unsigned char>(cp[0]);
+    return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f);
+  }
+  if (cp.size() == 3 && cp[0] == '\xe2' && cp[1] == '\x80' &&
+      static_cast<unsigned char>(cp[2]) >= 0x80 && static_cast<unsigned char>(cp[2]) <= 0x8a)
+    return true;  // U+2000..U+200A
+  for (const char* w : wide)
+    if (cp == w) return true;
+  return false;
+}
+
+std::string type_name(const Value& v) {
+  using K = Value::Kind;
+  switch (v.kind) {
+    case K::undefined:
+      return "Undefined";
+    case K::none:
+      return "NoneType";
+    case K::boolean:
+      return "bool";
+    case K::integer:
+      return "int";
+    case K::number:
+      return "float";
+    case K::string:
+      return "str";
+    case K::list:
+      return "list";
+    case K::dict:
+      return "dict";
+    case K::ns:
+      return "Namespace";
+    default:
+      return "function";
+  }
+}
+
+std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b) {
+  if (!a.origins && !b.origins) return nullptr;
+  auto out = std::make_shared<std::vector<ContentSpan>>();
+  if (a.origins) *out = *a.origins;
+  if (b.origins)
+    for (ContentSpan c : *b.origins) {
+      c.begin += a.s.size();
+      c.end += a.s.size();
+      out->push_back(c);
+    }
+  return out;
+}
+
+std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
+                                                            std::size_t end) {
+  if (!v.origins) return nullptr;
+  auto out = std::make_shared<std::vector<ContentSpan>>();
+  for (ContentSpan c : *v.origins) {
+    if (c.end < begin || c.begin > end) continue;
+    c.begin = std::max(c.begin, begin) - begin;
+    c.end = std::min(c.end, end) - begin;
+    out->push_back(c);
+  }
+  return out;
+}
+
+Value parse_json(const std::string& text, const std::string& what) {
+  try {
+    return from_json(nlohmann::ordered_json::parse(text));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(what + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace kktrain::text::jinja
