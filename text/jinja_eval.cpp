@@ -409,9 +409,15 @@ Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
   auto fn = std::make_shared<Callable>();
   fn->name = n.targets[0];
   const Node* node = &n;
-  fn->call = [this, node, defining](Args& args, int line) {
+  // The defining scope holds the macro: a weak reference, so that the two do not keep each other
+  // alive after the render (a shared one leaked every template with a macro).
+  const std::weak_ptr<Scope> weak_defining = defining;
+  fn->call = [this, node, weak_defining](Args& args, int line) {
     auto sc = std::make_shared<Scope>();
-    sc->parent = defining;
+    sc->parent = weak_defining.lock();
+    if (!sc->parent)
+      fail(name_, line,
+           "macro '" + node->targets[0] + "' called after the scope defining it ended");
     if (args.pos.size() > node->params.size())
       fail(name_, line,
            "macro '" + node->targets[0] + "' takes " + std::to_string(node->params.size()) +
