@@ -261,6 +261,8 @@ void read_peft(Section& s, PeftConfig* p) {
   if (p->dropout != 0.0) s.fail("dropout", "LoRA dropout is not implemented; use 0.0");
   p->lora_dtype = s.get_dtype("lora_dtype", std::nullopt, true);
   require_supported(s, "lora_dtype", p->lora_dtype);
+  p->init_from = s.get_opt_string("init_from");
+  if (p->init_from && p->init_from->empty()) s.fail("init_from", "an empty directory name");
   s.finish();
   if (p->enabled && p->target_modules.empty()) {
     s.fail("target_modules", "PEFT is configured but no target_modules are given");
@@ -383,6 +385,38 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   }
 }
 
+// The keys of examples data (data.format chat or prompt_completion).
+void read_examples(Section& s, DataConfig* d) {
+  const bool examples = d->format == "chat" || d->format == "prompt_completion";
+  d->loss_on = s.get_choice("loss_on", "auto", {"auto", "assistant", "completion", "all"});
+  if (d->loss_on == "assistant" && d->format != "chat") {
+    s.fail("loss_on", "assistant needs data.format chat (data.format is " + d->format + ")");
+  }
+  if (d->loss_on == "completion" && d->format != "prompt_completion") {
+    s.fail("loss_on",
+           "completion needs data.format prompt_completion (data.format is " + d->format + ")");
+  }
+  if (d->loss_on == "auto") {
+    d->loss_on = d->format == "chat"                ? "assistant"
+                 : d->format == "prompt_completion" ? "completion"
+                                                    : "all";
+    s.set_resolved("loss_on", YAML::Node(d->loss_on));
+  }
+  d->truncation = s.get_choice("truncation", "truncate", {"truncate", "drop", "error"});
+  d->packing = s.get_bool("packing", false);
+  d->chat_template = s.get_opt_string("chat_template");
+  if (d->chat_template && d->chat_template->empty()) s.fail("chat_template", "an empty file name");
+  d->val_path = s.get_opt_string("val_path");
+  if (d->val_path && d->val_path->empty()) s.fail("val_path", "an empty file name");
+  if (examples) return;
+  const bool set = d->truncation != "truncate" || d->packing || d->chat_template || d->val_path;
+  if (set) {
+    log::warn("data.truncation, data.packing, data.chat_template and data.val_path apply to "
+              "examples (data.format chat or prompt_completion); data.format is " +
+              d->format + ", so they have no effect");
+  }
+}
+
 void read_data(Section& s, DataConfig* d, int world_size) {
   d->paths = s.get_string_list("path");
   s.accepts("path", "a file, a glob (shards_*.bin) or a list of them; null: the embedded corpus");
@@ -398,9 +432,12 @@ void read_data(Section& s, DataConfig* d, int world_size) {
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
   }
-  d->format = s.get_choice("format", "auto", {"auto", "text", "jsonl", "uint16", "uint32", "llmc"});
+  d->format = s.get_choice("format", "auto",
+                           {"auto", "text", "jsonl", "chat", "prompt_completion", "uint16",
+                            "uint32", "llmc"});
   d->jsonl_key = s.get_string("jsonl_key", d->jsonl_key);
   if (d->jsonl_key.empty()) s.fail("jsonl_key", "an empty key");
+  read_examples(s, d);
   d->seq_len = s.get_int("seq_len", d->seq_len, 1, 1 << 22);
   d->micro_batch_size = s.get_int("micro_batch_size", d->micro_batch_size, 1, 1 << 20);
   d->global_batch_size = s.get_int("global_batch_size", d->micro_batch_size * world_size, 1,
@@ -411,7 +448,9 @@ void read_data(Section& s, DataConfig* d, int world_size) {
 }
 
 void read_train(Section& s, TrainConfig* t) {
+  t->max_steps_set = s.present("max_steps");
   t->max_steps = s.get_int("max_steps", t->max_steps, 0, kMaxInt);
+  t->epochs = s.get_int("epochs", 0, 0, kMaxInt);
   t->log_every = s.get_int("log_every", t->log_every, 1, kMaxInt);
   t->val_every = s.get_int("val_every", t->val_every, 0, kMaxInt);
   t->val_batches = s.get_int("val_batches", t->val_batches, 1, 1 << 20);
@@ -442,7 +481,7 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
   s.set_resolved("resume", YAML::Node(c->resume));
   c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, false);
   require_supported(s, "export_dtype", c->export_dtype);
-  c->export_format = s.get_choice("export_format", "hdf5", {"hdf5", "safetensors"});
+  c->export_format = s.get_choice("export_format", "hdf5", {"hdf5", "safetensors", "peft"});
   s.finish();
 }
 
@@ -567,6 +606,15 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
               " ranks: the sharded path computes in mp_policy.param_dtype");
   }
   validate_moe(c, opts, loc);
+  if (c.checkpoint.export_format == "peft" && !c.peft.enabled) {
+    loc.fail("checkpoint.export_format", "peft exports LoRA adapters; this run has no peft section");
+  }
+  const bool examples = c.data.format == "chat" || c.data.format == "prompt_completion";
+  if (c.train.epochs > 0 && !examples) {
+    loc.fail("train.epochs",
+             "counts passes over examples (data.format chat or prompt_completion); data.format "
+             "is " + c.data.format + " (use train.max_steps)");
+  }
   if (c.lr_scheduler.min_lr > o.lr) {
     loc.fail("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +
                                         " exceeds optimizer.lr " + format_double(o.lr));

@@ -92,6 +92,9 @@ struct PeftConfig {
   double alpha = 32.0;
   double dropout = 0.0;
   std::optional<DType> lora_dtype;  // null: inherit the base layer's storage dtype
+  // A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) whose adapters
+  // initialize this run's (io/peft.hpp); null: fresh adapters.
+  std::optional<std::string> init_from;
 };
 
 enum class OptimizerKind { adamw, adam, fused_adam, sgd };
@@ -170,6 +173,16 @@ struct DataConfig {
   // the model's tokenizer (apps/text_data.hpp), the string at jsonl_key of each line
   std::string format = "auto";
   std::string jsonl_key = "text";
+  // Examples (format chat or prompt_completion; apps/chat_data.hpp): the tokens the loss counts
+  // (auto resolves to assistant for chat, completion for prompt_completion, all otherwise), what
+  // happens to an example longer than seq_len, whether examples are packed into rows, a template
+  // file replacing the tokenizer's chat template, and a validation file (else val_fraction of the
+  // examples).
+  std::string loss_on = "auto";         // auto | assistant | completion | all
+  std::string truncation = "truncate";  // truncate | drop | error
+  bool packing = false;
+  std::optional<std::string> chat_template;
+  std::optional<std::string> val_path;
   int64_t seq_len = 128;
   int64_t micro_batch_size = 8;
   int64_t global_batch_size = 8;
@@ -179,6 +192,8 @@ struct DataConfig {
 
 struct TrainConfig {
   int64_t max_steps = 200;
+  bool max_steps_set = false;  // max_steps given in the config (then it caps train.epochs)
+  int64_t epochs = 0;          // examples data: passes over the training examples (0: max_steps)
   int64_t log_every = 10;
   int64_t val_every = 50;
   int64_t val_batches = 4;
@@ -199,7 +214,9 @@ struct CheckpointConfig {
   int64_t keep_last = 2;           // step directories kept
   std::string resume = "auto";     // auto (latest under dir, if any) | none | <checkpoint path>
   DType export_dtype = DType::bfloat16;  // the consolidated export written at the end
-  std::string export_format = "hdf5";    // hdf5 (export.h5) | safetensors (export/ directory)
+  // hdf5 (export.h5) | safetensors (export/ directory) | peft (LoRA runs: the adapters in PEFT's
+  // format in adapter/, io/peft.hpp, beside the merged export.h5)
+  std::string export_format = "hdf5";
 };
 
 struct Config {
