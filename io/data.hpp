@@ -37,6 +37,11 @@ struct Batch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> ids;      // (B, T)
   std::vector<int32_t> targets;  // (B, T): ids shifted by one
+  // Examples (io/example_data.hpp): (B, T) the position in its row where each token's example
+  // begins (empty: every row is one sequence), and the loss tokens of the whole global batch the
+  // rows belong to (0: the loss is this micro-batch's own mean).
+  std::vector<int32_t> starts;
+  int64_t loss_tokens = 0;
 };
 
 class TokenFile;
