@@ -6,7 +6,7 @@
 namespace kktrain {
 
 StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, double aux_sum,
-                                Communicator& comm) {
+                                Communicator& comm, StepLoss loss) {
   SyncScope why(SyncCause::step_scalars, /*one_wait=*/true);
   const std::vector<double> v = sums.read();
   const double m = static_cast<double>(micro_steps);
@@ -15,7 +15,9 @@ StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, dou
   std::vector<double> none;
   comm.allreduce_host(s, none);
   const double W = static_cast<double>(comm.size());
-  return StepScalars{s[0] / W, s[1] / W, std::sqrt(s[2]), s[3] / W};
+  // Shares of the global mean add up to it over micro-batches and ranks.
+  const double loss_mean = loss == StepLoss::global_shares ? s[0] * m : s[0] / W;
+  return StepScalars{loss_mean, s[1] / W, std::sqrt(s[2]), s[3] / W};
 }
 
 StepEnd agree_step_end(const StepEndInputs& in, Communicator& comm) {

@@ -40,10 +40,15 @@ struct StepScalars {
   double aux_loss = 0.0;   // the mean over micro-batches and ranks of the MoE load-balancing loss
 };
 
+// How a step's loss slot was filled: each micro-batch added its own mean (windows: the step's
+// loss is their mean over micro-batches and ranks), or its share of the global batch's mean
+// (examples, ForwardOptions::loss_tokens: the step's loss is their sum).
+enum class StepLoss { micro_batch_means, global_shares };
+
 // One wait: the device sums read back and reduced over the ranks, with `aux_sum` (this rank's
 // sum over micro-batches of the MoE load-balancing loss, already on the host).
 StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, double aux_sum,
-                                Communicator& comm);
+                                Communicator& comm, StepLoss loss = StepLoss::micro_batch_means);
 
 // What each rank brings to the step's end.
 struct StepEndInputs {

@@ -27,6 +27,7 @@
 #include "core/device_sums.hpp"
 #include "core/host_sync.hpp"
 #include "io/data.hpp"
+#include "io/example_data.hpp"
 #include "io/metrics.hpp"
 #include "model/transformer.hpp"
 #include "optim/audit.hpp"
@@ -60,7 +61,8 @@ struct TrainRun {
   PeakBreakdown predicted;            // the planned peak of this rank
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Optimizer> opt;
-  std::optional<TokenDataset> data;
+  std::optional<TokenDataset> data;      // windows of token files (else examples)
+  std::optional<ExampleData> examples;  // data.format chat or prompt_completion
   std::optional<LrSchedule> schedule;
   TrainProgress state;  // steps done, updates applied, non-finite steps in a row
   std::string metrics_path;
@@ -91,6 +93,7 @@ struct StepRecord {
   CommStats c0, m0;   // the communicator's and the experts' collective totals at its start
   HostSyncCounts s0;  // the host waits at its start
   StepScalars sc;     // loss, MTP loss, gradient norm, load-balancing loss (over ranks)
+  int64_t loss_tokens = -1;  // examples: the loss tokens of the global batch (-1: windows)
   StepUpdate update = StepUpdate::applied;
   double lr = 0.0;
   bool log_now = false;        // a logged step (train.log_every, the first and the last)

@@ -387,7 +387,7 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
 
 // The keys of examples data (data.format chat or prompt_completion).
 void read_examples(Section& s, DataConfig* d) {
-  const bool examples = d->format == "chat" || d->format == "prompt_completion";
+  const bool examples = is_examples(*d);
   d->loss_on = s.get_choice("loss_on", "auto", {"auto", "assistant", "completion", "all"});
   if (d->loss_on == "assistant" && d->format != "chat") {
     s.fail("loss_on", "assistant needs data.format chat (data.format is " + d->format + ")");
@@ -609,11 +609,16 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
   if (c.checkpoint.export_format == "peft" && !c.peft.enabled) {
     loc.fail("checkpoint.export_format", "peft exports LoRA adapters; this run has no peft section");
   }
-  const bool examples = c.data.format == "chat" || c.data.format == "prompt_completion";
+  const bool examples = is_examples(c.data);
   if (c.train.epochs > 0 && !examples) {
     loc.fail("train.epochs",
              "counts passes over examples (data.format chat or prompt_completion); data.format "
              "is " + c.data.format + " (use train.max_steps)");
+  }
+  if (examples && c.model.mtp_num_layers > 0) {
+    loc.fail("model.mtp_num_layers",
+             "multi-token prediction across packed or padded examples is not supported; train "
+             "examples (data.format " + c.data.format + ") with mtp_num_layers: 0");
   }
   if (c.lr_scheduler.min_lr > o.lr) {
     loc.fail("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +

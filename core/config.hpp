@@ -190,6 +190,11 @@ struct DataConfig {
   double val_fraction = 0.05;
 };
 
+// Examples (data.format chat or prompt_completion) rather than a stream of tokens.
+inline bool is_examples(const DataConfig& d) {
+  return d.format == "chat" || d.format == "prompt_completion";
+}
+
 struct TrainConfig {
   int64_t max_steps = 200;
   bool max_steps_set = false;  // max_steps given in the config (then it caps train.epochs)

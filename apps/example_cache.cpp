@@ -1,0 +1,217 @@
+// The example cache of a run (apps/example_cache.hpp).
+#include "apps/example_cache.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "apps/chat_data.hpp"
+#include "apps/text_model.hpp"
+#include "core/errors.hpp"
+#include "core/log.hpp"
+#include "core/random.hpp"
+#include "io/data.hpp"
+#include "io/durable.hpp"
+#include "io/example_data.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/threads.hpp"
+
+namespace kktrain {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+
+constexpr uint64_t kHoldOutStream = 0x56414c53ull;  // "VALS"
+constexpr std::size_t kBlockLines = 2048;
+
+// A file's identity for the manifest: path, size, modification time (ns).
+Json file_entry(const std::string& path, const std::string& key) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InputError(key + " '" + path + "' cannot be read");
+  return Json::array({path, int64_t(st.st_size),
+                      int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)});
+}
+
+Json make_manifest(const Config& cfg) {
+  const DataConfig& d = cfg.data;
+  Json inputs = Json::array();
+  for (const auto& f : data_files(d)) inputs.push_back(file_entry(f, "data.path"));
+  Json m = {{"inputs", inputs},
+            {"format", d.format},
+            {"loss_on", d.loss_on},
+            {"truncation", d.truncation},
+            {"seq_len", d.seq_len},
+            {"seed", d.seed},
+            {"val_fraction", d.val_fraction}};
+  if (d.val_path) m["val_path"] = file_entry(*d.val_path, "data.val_path");
+  if (d.chat_template) m["chat_template"] = file_entry(*d.chat_template, "data.chat_template");
+  const ModelText t = run_text(cfg);
+  if (!t.tokenizer.empty()) {
+    m["tokenizer"] = file_entry(t.tokenizer, "the tokenizer");
+    const fs::path dir = fs::path(t.tokenizer).parent_path();
+    for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+      std::error_code ec;
+      const std::string p = (dir / name).string();
+      if (fs::is_regular_file(p, ec)) m[name] = file_entry(p, name);
+    }
+  }
+  return m;
+}
+
+Json read_manifest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  try {
+    return Json::parse(in);
+  } catch (const Json::exception&) {
+    return nullptr;
+  }
+}
+
+// The lines of one JSONL file in blocks (line numbers 1-based; whitespace-only lines skipped).
+class LineBlocks {
+ public:
+  explicit LineBlocks(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+    if (!in_) throw InputError("data.path '" + path + "' cannot be read");
+  }
+  bool next(std::vector<std::pair<int64_t, std::string>>* block) {
+    block->clear();
+    std::string line;
+    while (block->size() < kBlockLines && std::getline(in_, line)) {
+      ++line_no_;
+      if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+      block->emplace_back(line_no_, std::move(line));
+    }
+    if (in_.bad()) throw RuntimeFailure("cannot read '" + path_ + "'");
+    return !block->empty();
+  }
+
+ private:
+  std::string path_;
+  std::ifstream in_;
+  int64_t line_no_ = 0;
+};
+
+// Renders block[i] into out[i] on `threads` threads (examples handed out in turn); the first
+// error (in line order) is rethrown.
+void render_block(const ExampleRenderer& r, const std::string& file,
+                  const std::vector<std::pair<int64_t, std::string>>& block,
+                  std::vector<RenderedExample>* out, int threads) {
+  out->assign(block.size(), RenderedExample{});
+  std::vector<std::exception_ptr> errors(block.size());
+  auto work = [&](int w) {
+    for (std::size_t i = static_cast<std::size_t>(w); i < block.size(); i += threads) {
+      try {
+        (*out)[i] = r.render(block[i].second, file, block[i].first);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
+  work(0);
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace
+
+ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir) {
+  const DataConfig& d = cfg.data;
+  const ExampleRenderer renderer = ExampleRenderer::open(cfg);
+  const int threads = std::max(1, plan_threads(read_thread_inputs()).allowed_cpus);
+  ExampleCacheSummary sum;
+  ExampleWriter train(dir + "/train");
+  std::unique_ptr<ExampleWriter> val;
+  if (d.val_path || d.val_fraction > 0.0) val = std::make_unique<ExampleWriter>(dir + "/val");
+  std::vector<std::pair<int64_t, std::string>> block;
+  std::vector<RenderedExample> rendered;
+  int64_t ordinal = 0;
+  auto read_file = [&](const std::string& file, bool is_val) {
+    LineBlocks lines(file);
+    while (lines.next(&block)) {
+      render_block(renderer, file, block, &rendered, threads);
+      for (const RenderedExample& e : rendered) {
+        const bool held_out =
+            is_val || (!d.val_path && uniform01(d.seed, kHoldOutStream, static_cast<uint64_t>(
+                                                                            ordinal)) <
+                                          d.val_fraction);
+        ++ordinal;
+        if (e.fate == ExampleFate::dropped) {
+          ++sum.dropped;
+          continue;
+        }
+        if (e.fate == ExampleFate::truncated) ++sum.truncated;
+        (held_out ? *val : train).add(e.ids, e.loss_mask);
+      }
+    }
+  };
+  for (const auto& f : data_files(d)) read_file(f, false);
+  if (d.val_path) read_file(*d.val_path, true);
+  train.finish();
+  if (val) val->finish();
+  sum.examples = train.examples();
+  sum.val_examples = val ? val->examples() : 0;
+  sum.tokens = train.tokens();
+  sum.loss_tokens = train.loss_tokens();
+  return sum;
+}
+
+std::string example_cache(const Config& cfg, Communicator& comm) {
+  const std::string dir = (fs::path(cfg.train.output_dir) / "examples").string();
+  const std::string manifest_path = dir + "/manifest.json";
+  collectively(comm, [&] {
+    if (comm.rank() != 0) return;
+    Json want = make_manifest(cfg);
+    Json have = read_manifest(manifest_path);
+    if (have.is_object() && have.contains("summary")) {
+      Json same = have;
+      same.erase("summary");
+      if (same == want) {
+        log::info("data: the examples cached in " + dir + " at an earlier start are reused");
+        return;
+      }
+      log::warn("data: the example cache in " + dir +
+                " was made from other inputs, tokenizer, template or settings "
+                "(examples/manifest.json); rendering data.path again");
+    }
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw RuntimeFailure("cannot create '" + dir + "': " + ec.message());
+    fs::remove(manifest_path, ec);  // first: a failure below leaves no manifest over a stale cache
+    for (const char* f : {"train.tokens", "train.index", "val.tokens", "val.index"}) {
+      fs::remove(dir + "/" + f, ec);
+    }
+    const ExampleCacheSummary s = make_example_cache(cfg, dir);
+    log::info("data: " + std::to_string(s.examples) + " training examples (" +
+              std::to_string(s.tokens) + " tokens, " + std::to_string(s.loss_tokens) +
+              " loss tokens) and " + std::to_string(s.val_examples) +
+              " validation examples; " + std::to_string(s.truncated) + " truncated and " +
+              std::to_string(s.dropped) + " dropped (data.truncation: " + cfg.data.truncation +
+              ", data.seq_len " + std::to_string(cfg.data.seq_len) + "); cached in " + dir);
+    want["summary"] = {{"examples", s.examples},         {"val_examples", s.val_examples},
+                       {"truncated", s.truncated},       {"dropped", s.dropped},
+                       {"tokens", s.tokens},             {"loss_tokens", s.loss_tokens}};
+    write_text_atomically(manifest_path, want.dump(1) + "\n");
+  });
+  collectively(comm, [&] {
+    if (!read_manifest(manifest_path).is_object()) {
+      throw RuntimeFailure("data: the example cache in '" + dir +
+                           "' is missing after rendering (is train.output_dir on a file system "
+                           "every rank sees?)");
+    }
+  });
+  return dir;
+}
+
+}  // namespace kktrain
