@@ -364,6 +364,19 @@ def case_refusals():
                                        where=tt.describe(args, rc, o, e))
             check(hf_snapshot(d) == before, f"{what}: the adapter directory changed")
             print(f"{what}: {line}")
+        # The run's end is checked before its first step: an adapter/ it could not replace.
+        stray = os.path.join(tmp, "r_end", "adapter")
+        os.makedirs(stray)
+        with open(os.path.join(stray, "notes.txt"), "w") as f:
+            f.write("mine")
+        args = ["train", conf, f"model.init_from={model}", f"train.output_dir={tmp}/r_end",
+                "train.max_steps=1", peft_arg(), "checkpoint.export_format=peft"]
+        rc, o, e = tt.run(args)
+        line = tt.expect_one_error(rc, o, e, "checkpoint.export_format", stray, "notes.txt",
+                                   where=tt.describe(args, rc, o, e))
+        check(not os.path.exists(os.path.join(tmp, "r_end", "metrics.jsonl")),
+              "the run trained before refusing its end")
+        print(f"run end: {line}")
 
 
 def hf_snapshot(d):
