@@ -54,9 +54,10 @@ std::unique_ptr<PeftAdapterDir> open_peft_init(const Transformer& model, const C
 void load_peft_init(Transformer& model, const PeftAdapterDir* dir, Communicator& comm) {
   if (!dir) return;
   ParamRegistry& reg = model.params();
-  int n = 0;
+  int n = 0, mtp = 0;
   for (int i = 0; i < reg.size(); ++i) {
     const ParamInfo& p = reg.info(i);
+    if (is_adapter(p) && starts_with(p.name, "mtp.")) ++mtp;
     if (!is_adapter(p) || starts_with(p.name, "mtp.")) continue;
     const std::vector<float> rows =
         collectively(comm, [&] { return dir->read_rows_f32(p.name, p.row_begin, p.local_rows); });
@@ -64,7 +65,10 @@ void load_peft_init(Transformer& model, const PeftAdapterDir* dir, Communicator&
     ++n;
   }
   log::info("peft.init_from: " + dir->dir() + ": " + std::to_string(n) +
-            " LoRA adapter tensors read; training starts from them");
+            " LoRA adapter tensors read; training starts from them" +
+            (mtp > 0 ? " (the multi-token-prediction head's " + std::to_string(mtp) +
+                           " keep their initialization: PEFT's files have no such head)"
+                     : std::string()));
 }
 
 std::string run_adapter_path(const Config& cfg) {
