@@ -10,6 +10,7 @@
 
 #include "apps/memory_plan.hpp"
 #include "apps/model_source.hpp"
+#include "apps/peft_run.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/param_registry.hpp"
@@ -231,12 +232,16 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   so.grad_sync = grad_sync_of(cfg);
   so.expert_parallel = static_cast<int>(cfg.distributed.expert_parallel_size);
   model->prepare(so);
+  // peft.init_from: checked against the laid-out model before anything is read or initialized
+  const auto peft_dir = open_peft_init(
+      *model, cfg, comm, initialize ? ModelValues::initialized : ModelValues::from_checkpoint);
   if (!initialize) return model;  // a checkpoint will provide every value
   if (cfg.model.init_from) {
     load_model_file(*model, *cfg.model.init_from, comm);  // initializes what the file lacks
   } else {
     model->init_weights();
   }
+  load_peft_init(*model, peft_dir.get(), comm);  // then the adapters take its values
   return model;
 }
 

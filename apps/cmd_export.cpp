@@ -1,6 +1,7 @@
-// `kktrain export CHECKPOINT --out OUT [--format hdf5|safetensors] [--dtype bfloat16|float32]
+// `kktrain export CHECKPOINT --out OUT [--format hdf5|safetensors|peft] [--dtype bfloat16|float32]
 // [--lora merged|separate] [--max-shard-size SIZE]`: the consolidated model file of a training
-// checkpoint (io/model_export.hpp), kktrain's HDF5 or a Hugging Face directory.
+// checkpoint (io/model_export.hpp), kktrain's HDF5 or a Hugging Face directory, or its LoRA
+// adapters in PEFT's format (io/peft.hpp).
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,7 @@
 #include "io/hf_config.hpp"
 #include "io/model_export.hpp"
 #include "io/model_weights.hpp"
+#include "io/peft.hpp"
 
 namespace kktrain {
 
@@ -50,12 +52,12 @@ int64_t parse_size(const std::string& text) {
                    text + "'");
 }
 
-// The directory --out names for a safetensors export: new, empty, or a previous export, in a
-// directory that takes new entries (the export is built beside it and renamed into place).
-void check_output_dir(const std::string& out) {
+// The directory --out names for a safetensors or PEFT export: new, empty, or a previous export
+// (`refusal`: why not, "" when it is), in a directory that takes new entries (the export is built
+// beside it and renamed into place).
+void check_output_dir(const std::string& out, const std::string& refusal) {
   namespace fs = std::filesystem;
   if (out.empty()) throw UsageError("--out: an output directory name is required");
-  const std::string refusal = safetensors_out_refusal(out);
   if (!refusal.empty()) throw UsageError("--out: " + refusal);
   fs::path p(out);
   if (p.filename().empty()) p = p.parent_path();  // "dir/"
@@ -82,9 +84,9 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
                      "training checkpoint (train from the directory with model.init_from)");
   }
   const std::string file = resolve_checkpoint(args.positionals.at(0), "export");
-  DType dtype;
+  DType dtype = DType::bfloat16;  // an empty --dtype: bfloat16, or (peft) the adapters' own
   const std::string& d = args.options.at("--dtype");
-  if (!parse_dtype(d, &dtype) || dtype == DType::float16) {
+  if (!d.empty() && (!parse_dtype(d, &dtype) || dtype == DType::float16)) {
     throw UsageError("export: --dtype must be bfloat16 or float32, got '" + d + "'");
   }
   const std::string& l = args.options.at("--lora");
@@ -92,8 +94,8 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
     throw UsageError("export: --lora must be merged or separate, got '" + l + "'");
   }
   const std::string& format = args.options.at("--format");
-  if (format != "hdf5" && format != "safetensors") {
-    throw UsageError("export: --format must be hdf5 or safetensors, got '" + format + "'");
+  if (format != "hdf5" && format != "safetensors" && format != "peft") {
+    throw UsageError("export: --format must be hdf5, safetensors or peft, got '" + format + "'");
   }
   ExportOptions o;
   o.dtype = dtype;
@@ -108,19 +110,26 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   const std::string refusal = checkpoint_root_refusal(
       out, {step_of(step_dir.filename().string()) >= 0 ? step_dir.parent_path().string() : ""});
   if (!refusal.empty()) throw UsageError("--out: " + refusal);
-  if (o.format == ExportFormat::hdf5) {
+  if (format == "peft") {
+    check_output_dir(out, peft_out_refusal(out));
+  } else if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});
   } else {
-    check_output_dir(out);
+    check_output_dir(out, safetensors_out_refusal(out));
   }
   const double t0 = now_s();
-  const int64_t bytes = export_checkpoint(file, out, o);
+  const int64_t bytes =
+      format == "peft"
+          ? export_peft(file, out,
+                        PeftExportOptions{d.empty() ? std::nullopt : std::optional(dtype)})
+          : export_checkpoint(file, out, o);
   // The export streams tensor by tensor: its peak RSS (this program's own, VmHWM) stays near
   // the program's and runtime's size whatever the model's.
   char tail[96];
   std::snprintf(tail, sizeof(tail), " bytes of weights in %.2f s, peak RSS %.1f MiB)", now_s() - t0,
                 peak_rss_bytes() / double(1 << 20));
-  log::info("export: " + file + " -> " + out + " (" + format + ", " + dtype_name(dtype) + ", " +
+  const std::string dt = d.empty() && format == "peft" ? "the adapters' dtype" : dtype_name(dtype);
+  log::info("export: " + file + " -> " + out + " (" + format + ", " + dt + ", " +
             std::to_string(bytes) + tail);
   return 0;
 }
@@ -131,7 +140,7 @@ Command export_command() {
   CommandSpec s;
   s.name = "export";
   s.synopsis =
-      "export CHECKPOINT --out OUT [--format hdf5|safetensors] [--dtype bfloat16|float32] "
+      "export CHECKPOINT --out OUT [--format hdf5|safetensors|peft] [--dtype bfloat16|float32] "
       "[--lora merged|separate] [--max-shard-size SIZE]";
   s.summary = "Write the consolidated model (weights only, bf16 by default) of a checkpoint.";
   s.details =
@@ -148,12 +157,16 @@ Command export_command() {
       "model.safetensors.index.json. Tensors under their canonical names; a tied lm_head is\n"
       "not written; the multi-token-prediction head is left out; adapters are merged.\n"
       "Transformers, vLLM and llama.cpp's converter load it; so does model.init_from.\n"
+      "--format peft: OUT is a PEFT LoRA adapter directory (adapter_config.json,\n"
+      "adapter_model.safetensors) that PEFT and vLLM load beside the base model, and\n"
+      "peft.init_from reads; --dtype defaults to the adapters' own. Refused for a checkpoint\n"
+      "without LoRA adapters.\n"
       "OUT may not lie inside a checkpoint root (a later run would prune it); temporaries that\n"
       "killed exports left beside OUT are removed first.\n";
   s.positionals = {"CHECKPOINT"};
   s.takes_overrides = false;
   s.options = {{"--out", ""},
-               {"--dtype", "bfloat16"},
+               {"--dtype", ""},
                {"--lora", "merged"},
                {"--format", "hdf5"},
                {"--max-shard-size", "5GB"}};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/checkpointing.hpp"
+#include "apps/peft_run.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
@@ -218,6 +219,7 @@ void check_run_end(const Config& cfg, int rank) {
   }
   // 2. The export: a target it can replace, a format the model can be written in.
   check_export_target(cfg, export_path);
+  check_peft_run_end(cfg);  // checkpoint.export_format: peft: the adapter directory
   if (cfg.checkpoint.export_format == "safetensors") {
     try {
       hf_config_json(cfg.model, cfg.checkpoint.export_dtype);

@@ -9,6 +9,7 @@
 #include "apps/lost_update_log.hpp"
 #include "apps/memory_plan.hpp"
 #include "apps/model_source.hpp"
+#include "apps/peft_run.hpp"
 #include "apps/run_files.hpp"
 #include "apps/text_model.hpp"
 #include "core/errors.hpp"
@@ -280,6 +281,7 @@ void export_final(const TrainRun& run) {
     o.check_source = export_source_check(o);  // the checks of every model reader
     o.extra_files = export_text_files(file);  // the tokenizer's files (safetensors)
     export_checkpoint(file, export_path, o);
+    export_run_adapters(cfg, file);  // checkpoint.export_format: peft: <output_dir>/adapter
   });
   log::info("export: " + export_path + " (" + cfg.checkpoint.export_format + ", " +
             dtype_name(cfg.checkpoint.export_dtype) + ")");

@@ -1,0 +1,10 @@
+# ---- LoRA adapters in PEFT's format (io/peft.hpp) ------------------------------------------------
+# Included from tests/CMakeLists.txt. tests/cli/test_peft.py: `kktrain export --format peft`,
+# checkpoint.export_format: peft, peft.init_from; the files read from the formats' descriptions
+# (tests/hf/hf_files.py), the merge and the forward checked against PyTorch (float64). Label "peft".
+foreach(case IN ITEMS export merged roundtrip refusals)
+  add_test(NAME peft.${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_peft.py
+                   $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
+  set_tests_properties(peft.${case} PROPERTIES LABELS peft TIMEOUT 120 SKIP_RETURN_CODE 77)
+endforeach()
