@@ -262,6 +262,8 @@ void read_peft(Section& s, PeftConfig* p) {
   p->lora_dtype = s.get_dtype("lora_dtype", std::nullopt, true);
   require_supported(s, "lora_dtype", p->lora_dtype);
   p->init_from = s.get_opt_string("init_from");
+  s.accepts("init_from",
+            "a PEFT adapter directory (adapter_config.json + adapter_model.safetensors), or null");
   if (p->init_from && p->init_from->empty()) s.fail("init_from", "an empty directory name");
   s.finish();
   if (p->enabled && p->target_modules.empty()) {
@@ -405,8 +407,10 @@ void read_examples(Section& s, DataConfig* d) {
   d->truncation = s.get_choice("truncation", "truncate", {"truncate", "drop", "error"});
   d->packing = s.get_bool("packing", false);
   d->chat_template = s.get_opt_string("chat_template");
+  s.accepts("chat_template", "a Jinja chat template file; null: the tokenizer's");
   if (d->chat_template && d->chat_template->empty()) s.fail("chat_template", "an empty file name");
   d->val_path = s.get_opt_string("val_path");
+  s.accepts("val_path", "a JSONL file of validation examples; null: data.val_fraction of data.path's");
   if (d->val_path && d->val_path->empty()) s.fail("val_path", "an empty file name");
   if (examples) return;
   const bool set = d->truncation != "truncate" || d->packing || d->chat_template || d->val_path;
@@ -451,6 +455,7 @@ void read_train(Section& s, TrainConfig* t) {
   t->max_steps_set = s.present("max_steps");
   t->max_steps = s.get_int("max_steps", t->max_steps, 0, kMaxInt);
   t->epochs = s.get_int("epochs", 0, 0, kMaxInt);
+  s.accepts("epochs", ">= 0; passes over the examples (chat, prompt_completion); 0: max_steps");
   t->log_every = s.get_int("log_every", t->log_every, 1, kMaxInt);
   t->val_every = s.get_int("val_every", t->val_every, 0, kMaxInt);
   t->val_batches = s.get_int("val_batches", t->val_batches, 1, 1 << 20);
