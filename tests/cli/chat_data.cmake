@@ -10,3 +10,5 @@ foreach(case IN ITEMS reference_llama3 reference_gemma3 reference_handwritten pr
                    $<TARGET_FILE:kktrain> ${KKTRAIN_NPM_DIR} ${case})
   set_tests_properties(chat.${case} PROPERTIES LABELS chat TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()
+# ExampleRenderer on several threads at once (tests/unit/test_chat_data.cpp).
+kktrain_add_gtest(test_chat_data SOURCES unit/test_chat_data.cpp LIBS kktrain_cli)
