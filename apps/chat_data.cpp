@@ -204,10 +204,15 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
   }
 }
 
-Tokens tokenize(State& s, const std::string& text, text::SpecialTokens special) {
+Tokens tokenize(State& s, const std::string& text, text::SpecialTokens special,
+                const std::string& where) {
   Tokens t;
   EncoderLease enc(s);
-  (*enc).encode_with_offsets(&t.ids, &t.off, text, special);
+  try {
+    (*enc).encode_with_offsets(&t.ids, &t.off, text, special);
+  } catch (const InputError& e) {
+    throw InputError(where + "the rendered text: " + e.what());
+  }
   return t;
 }
 
@@ -220,7 +225,7 @@ RenderedExample render_messages(State& s, const Value& messages, const std::stri
   } catch (const InputError& e) {
     throw InputError(where + e.what());
   }
-  Tokens t = tokenize(s, rc.text, text::SpecialTokens::none);
+  Tokens t = tokenize(s, rc.text, text::SpecialTokens::none, where);
   ex.loss_mask.assign(t.ids.size(), 0);
   if (s.loss_on == LossOn::all) {
     std::fill(ex.loss_mask.begin(), ex.loss_mask.end(), 1);
@@ -233,10 +238,11 @@ RenderedExample render_messages(State& s, const Value& messages, const std::stri
 }
 
 // prompt + completion without a template: the tokenizer's special tokens, then its eos token.
-RenderedExample render_plain(State& s, const std::string& prompt, const std::string& completion) {
+RenderedExample render_plain(State& s, const std::string& prompt, const std::string& completion,
+                             const std::string& where) {
   RenderedExample ex;
   ex.text = prompt + completion;
-  Tokens t = tokenize(s, ex.text, text::SpecialTokens::add);
+  Tokens t = tokenize(s, ex.text, text::SpecialTokens::add, where);
   ex.loss_mask.assign(t.ids.size(), 0);
   mark_overlap(&ex.loss_mask, t.off, prompt.size(), ex.text.size());
   if (s.loss_on == LossOn::all) std::fill(ex.loss_mask.begin(), ex.loss_mask.end(), 1);
@@ -294,7 +300,7 @@ RenderedExample render_object(State& s, const Value& obj, const std::string& whe
   if (s.format == ExampleFormat::chat) return render_messages(s, chat_messages(obj, where), where);
   const std::string prompt = string_field(obj, "prompt", where);
   const std::string completion = string_field(obj, "completion", where);
-  if (!s.tmpl) return render_plain(s, prompt, completion);
+  if (!s.tmpl) return render_plain(s, prompt, completion, where);
   return render_messages(
       s, Value::make_list({message("user", prompt), message("assistant", completion)}), where);
 }
@@ -341,9 +347,13 @@ ExampleRenderer ExampleRenderer::open(const Config& cfg) {
   s->seq_len = d.seq_len;
   const ModelText t = run_text(cfg);
   if (t.vocab != TextVocab::tokenizer) {
+    const std::string has = t.vocab == TextVocab::bytes
+                                ? " reads text as bytes (kktrain's byte-level vocabulary, without "
+                                  "special tokens to end a turn)"
+                                : " has no tokenizer (" + t.why + ")";
     throw InputError("data.format: " + d.format +
-                     " reads examples through the model's tokenizer, and " + t.model +
-                     " has none: set model.tokenizer: PATH (a tokenizer.json)");
+                     " reads examples through the model's tokenizer and chat template, and " +
+                     t.model + has + ": set model.tokenizer: PATH (a tokenizer.json)");
   }
   s->tokenizer = load_model_tokenizer(t);
   s->special_tokens = s->tokenizer->config().special_tokens;

@@ -21,7 +21,8 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
 - errors: one line, exit 2, each naming what and where: a line that is not JSON, no "messages",
   a message without role, without content, a template printing assistant content through a
   filter (no isolatable span) and one closing turns with no special token (both at open, before
-  any example), a missing data.chat_template file, chat data for a tokenizer without template.
+  any example), a missing data.chat_template file, chat data for a tokenizer without template
+  and for a model without tokenizer (byte-level).
 """
 
 import json
@@ -83,8 +84,9 @@ def write_jsonl(path, rows):
 def render(tmp, data, tokenizer, *extra, count=0, rc_want=0, fmt="chat"):
     """`kktrain render --tokens` of `data`: the examples (rc_want 0) or the one stderr line."""
     cfg = write(os.path.join(tmp, "cfg.yaml"), "model: {vocab_size: 262208, max_seq_len: 4096}\n")
-    args = [KKTRAIN, "render", cfg, *MODEL, f"model.tokenizer={tokenizer}", f"data.path={data}",
-            f"data.format={fmt}", "data.seq_len=4096", "--tokens", "--count", str(count), *extra]
+    tok = [f"model.tokenizer={tokenizer}"] if tokenizer else []
+    args = [KKTRAIN, "render", cfg, *MODEL, *tok, f"data.path={data}", f"data.format={fmt}",
+            "data.seq_len=4096", "--tokens", "--count", str(count), *extra]
     p = subprocess.run(args, capture_output=True, text=True, timeout=60)
     check(p.returncode == rc_want, f"render exit {p.returncode} (want {rc_want}): {p.stderr}")
     if rc_want:
@@ -305,6 +307,8 @@ def case_errors():
         missing = os.path.join(tmp, "missing.jinja")
         err = render(tmp, data, d, f"data.chat_template={missing}", rc_want=2)
         check("data.chat_template" in err and missing in err, err)
+        err = render(tmp, data, None, rc_want=2)
+        check("reads text as bytes" in err and "model.tokenizer" in err, err)
         bare = tiny(tmp, "bare")
         err = render(tmp, data, bare, rc_want=2)
         check("chat template" in err and bare in err and "data.chat_template" in err, err)
