@@ -129,9 +129,10 @@ bool all_whitespace(std::string_view s) {
                      [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
 }
 
-// Sets mask[k] for every token k whose bytes overlap [b, e).
+// Sets mask[k] for every token k holding some byte of [b, e) (none when b == e).
 void mark_overlap(std::vector<uint8_t>* mask, const std::vector<text::ByteRange>& off, size_t b,
                   size_t e) {
+  if (b >= e) return;
   for (size_t k = 0; k < off.size(); ++k) {
     if (off[k].begin < e && off[k].end > b) (*mask)[k] = 1;
   }
@@ -187,12 +188,12 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
     const Value& msg = (*messages.list)[m];
     const Value* role = field(msg, "role");
     const Value* content = field(msg, "content");
-    if (!role || role->s != "assistant" || !content || content->kind != Value::Kind::string ||
-        content->s.empty())
+    if (!role || role->s != "assistant" || !content || content->kind != Value::Kind::string)
       continue;
     std::vector<jinja::ContentSpan> spans;
     for (const auto& sp : rc.content_spans)
       if (sp.message == m) spans.push_back(sp);
+    if (spans.empty() && content->s.empty()) continue;  // nothing printed to find it by
     if (spans.empty()) {
       throw InputError(where + "assistant message " + std::to_string(m + 1) +
                        ": the chat template (" + s.template_source +

@@ -24,9 +24,11 @@
 //               content spans jinja::render_chat tracks), then its end of turn: the tokens that
 //               follow up to and including the first special token (an added token marked
 //               special: <|eot_id|>, <end_of_turn>, </s>), provided every token before that one
-//               is whitespace. An assistant message with non-empty content whose content is not
-//               printed as such, or that no special token closes, is an error, never a silent
-//               fallback; open() checks the template on a probe conversation first.
+//               is whitespace. A token that straddles the content's first or last byte counts;
+//               empty content contributes its end of turn only. An assistant message with
+//               non-empty content whose content is not printed as such, or that no special token
+//               closes, is an error, never a silent fallback; open() checks the template on a
+//               probe conversation first.
 #pragma once
 
 #include <atomic>
