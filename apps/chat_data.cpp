@@ -331,6 +331,10 @@ void probe(State& s) {
 
 }  // namespace
 
+bool blank_line(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
 ExampleRenderer ExampleRenderer::open(const Config& cfg) {
   auto s = std::make_shared<State>();
   const DataConfig& d = cfg.data;

@@ -57,6 +57,10 @@ enum class ExampleFormat { chat, prompt_completion };
 enum class LossOn { assistant, completion, all };
 enum class Truncation { truncate, drop, error };
 
+// Whether a line of a data file holds no example (only spaces, tabs, \r or nothing): such lines
+// are skipped, by `kktrain render` and the training data alike; render() refuses them.
+bool blank_line(std::string_view line);
+
 class ExampleRenderer {
  public:
   // From cfg (data.format, data.loss_on, data.truncation, data.seq_len, data.chat_template and

@@ -29,10 +29,6 @@ int64_t parse_count(const std::string& v) {
   return n;
 }
 
-bool blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
 // One example as its output line.
 Json example_json(const RenderedExample& ex, bool tokens) {
   Json j = {{"text", ex.text}};
@@ -59,9 +55,9 @@ int run_render(const ParsedArgs& args, AppContext& ctx) {
     if (!in) throw InputError("data.path '" + file + "': cannot be read");
     std::string line;
     for (int64_t no = 1; (count == 0 || shown < count) && std::getline(in, line); ++no) {
-      if (blank(line)) continue;
+      if (blank_line(line)) continue;
       const RenderedExample ex = renderer.render(line, file, no);
-      std::printf("%s\n", example_json(ex, tokens).dump().c_str());
+      if (ctx.mpi->rank() == 0) std::printf("%s\n", example_json(ex, tokens).dump().c_str());
       ++shown;
     }
     if (count > 0 && shown >= count) break;
