@@ -562,9 +562,7 @@ void segment_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t,
     ends.push_back(spelled.size());
   }
   size_t skip = 0;
-  if (spelled.size() == seg.size() + 1 && !spelled.empty() && spelled[0] == ' ' &&
-      (seg.empty() || seg[0] != ' '))
-    skip = 1;
+  if (spelled.size() == seg.size() + 1 && spelled[0] == ' ') skip = 1;
   if (std::string_view(spelled).substr(skip) != seg) {
     throw InputError("the tokens of '" + t.path +
                      "' do not spell the text they came from (its normalizer changes it), so "

