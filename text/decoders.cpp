@@ -217,4 +217,28 @@ std::string token_source_bytes(const Tokenizer::Impl& t, int32_t id,
   return s;
 }
 
+void segment_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t,
+                     std::vector<RegexMatcher>& matchers, const std::vector<int32_t>& out,
+                     size_t first, std::string_view seg, size_t at) {
+  std::string spelled;
+  std::vector<size_t> ends;
+  for (size_t k = first; k < out.size(); ++k) {
+    spelled += token_source_bytes(t, out[k], matchers);
+    ends.push_back(spelled.size());
+  }
+  size_t skip = 0;
+  if (spelled.size() == seg.size() + 1 && spelled[0] == ' ') skip = 1;
+  if (std::string_view(spelled).substr(skip) != seg) {
+    throw InputError("the tokens of '" + t.path +
+                     "' do not spell the text they came from (its normalizer changes it), so "
+                     "they cannot be mapped back to the text's bytes");
+  }
+  size_t prev = 0;
+  for (size_t e : ends) {
+    const size_t b = prev > skip ? prev - skip : 0, en = e > skip ? e - skip : 0;
+    offsets->push_back({at + b, at + en});
+    prev = e;
+  }
+}
+
 }  // namespace kktrain::text

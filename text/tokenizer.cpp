@@ -547,35 +547,6 @@ void encode_text_segment(std::vector<int32_t>* out, const Tokenizer::Impl& t, En
   }
 }
 
-// The byte ranges of ids [first, out.size()), the ids of `seg` (which starts at byte `at` of the
-// text), appended to *offsets: each id's bytes (token_source_bytes) laid end to end from the
-// segment's start. A leading space that is not in `seg` (a prefix space the pre-tokenizer or
-// Metaspace added) is given to no byte. InputError when the ids' bytes do not spell `seg` (a
-// normalizer changed the text): the ids cannot be mapped back to the text's bytes.
-void segment_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t,
-                     std::vector<RegexMatcher>& matchers, const std::vector<int32_t>& out,
-                     size_t first, std::string_view seg, size_t at) {
-  std::string spelled;
-  std::vector<size_t> ends;
-  for (size_t k = first; k < out.size(); ++k) {
-    spelled += token_source_bytes(t, out[k], matchers);
-    ends.push_back(spelled.size());
-  }
-  size_t skip = 0;
-  if (spelled.size() == seg.size() + 1 && spelled[0] == ' ') skip = 1;
-  if (std::string_view(spelled).substr(skip) != seg) {
-    throw InputError("the tokens of '" + t.path +
-                     "' do not spell the text they came from (its normalizer changes it), so "
-                     "they cannot be mapped back to the text's bytes");
-  }
-  size_t prev = 0;
-  for (size_t e : ends) {
-    const size_t b = prev > skip ? prev - skip : 0, en = e > skip ? e - skip : 0;
-    offsets->push_back({at + b, at + en});
-    prev = e;
-  }
-}
-
 }  // namespace
 
 void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTokens special) {
