@@ -23,7 +23,8 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
 - errors: one line, exit 2, each naming what and where: a line that is not JSON, no "messages",
   a message without role, without content, a template printing assistant content through a
   filter (no isolatable span) and one closing turns with no special token (both at open, before
-  any example), a missing data.chat_template file, chat data for a tokenizer without template
+  any example), text a tokenizer's normalizer changes (NFC of a decomposed é: its tokens cannot
+  be mapped back to the text's bytes), a missing data.chat_template file, chat data for a tokenizer without template
   and for a model without tokenizer (byte-level).
 """
 
@@ -337,6 +338,15 @@ def case_errors():
         missing = os.path.join(tmp, "missing.jinja")
         err = render(tmp, data, d, f"data.chat_template={missing}", rc_want=2)
         check("data.chat_template" in err and missing in err, err)
+        nfc = tiny(tmp, "nfc", CHATML)
+        with open(os.path.join(nfc, "tokenizer.json")) as f:
+            tok = json.load(f)
+        tok["normalizer"] = {"type": "NFC"}
+        write(os.path.join(nfc, "tokenizer.json"), json.dumps(tok))
+        composed = write_jsonl(os.path.join(tmp, "nfc.jsonl"), [
+            {"messages": [{"role": "user", "content": "cafe\u0301"}]}])
+        err = render(tmp, composed, nfc, rc_want=2)
+        check(f"{composed}:1:" in err and "cannot be mapped back" in err, err)
         err = render(tmp, data, None, rc_want=2)
         check("reads text as bytes" in err and "model.tokenizer" in err, err)
         bare = tiny(tmp, "bare")
