@@ -521,7 +521,46 @@ Encoder::~Encoder() = default;
 Encoder::Encoder(Encoder&&) noexcept = default;
 Encoder& Encoder::operator=(Encoder&&) noexcept = default;
 
+namespace {
+
+// Appends the ids of `seg`, a stretch of raw text between added tokens (`origin`: it starts the
+// text).
+void encode_text_segment(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
+                         std::string_view seg, bool origin, bool lazy, std::vector<Segment>* norm) {
+  std::string normalized;
+  if (!t.normalizers.empty()) {
+    normalized = apply_normalizers(t, std::string(seg), st.matchers);
+    seg = normalized;
+  }
+  if (seg.empty()) return;
+  split_added(norm, t, t.normalized_trie, seg);
+  for (const Segment& n : *norm) {
+    if (n.token >= 0) {
+      out->push_back(t.added[size_t(n.token)].id);
+      continue;
+    }
+    st.arena.assign(seg.substr(n.begin, n.end - n.begin));
+    st.pieces.clear();
+    st.pieces.push_back({0, st.arena.size(), origin && n.begin == 0});
+    pre_tokenize(t, st);
+    model_pieces(out, t, st, lazy);
+  }
+}
+
+}  // namespace
+
 void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTokens special) {
+  encode_impl(out, nullptr, text, special);
+}
+
+void Encoder::encode_with_offsets(std::vector<int32_t>* out, std::vector<ByteRange>* offsets,
+                                  std::string_view text, SpecialTokens special) {
+  offsets->resize(out->size(), ByteRange{0, 0});
+  encode_impl(out, offsets, text, special);
+}
+
+void Encoder::encode_impl(std::vector<int32_t>* out, std::vector<ByteRange>* offsets,
+                          std::string_view text, SpecialTokens special) {
   const Tokenizer::Impl& t = tokenizer_->impl();
   State& st = *state_;
   const int64_t bad = first_invalid_utf8(text);
@@ -530,36 +569,26 @@ void Encoder::encode(std::vector<int32_t>* out, std::string_view text, SpecialTo
   }
   if (special == SpecialTokens::add)
     out->insert(out->end(), t.prefix_ids.begin(), t.prefix_ids.end());
+  if (offsets) offsets->resize(out->size(), ByteRange{0, 0});
   const bool lazy = lazy_byte_level(t);
   std::vector<Segment> raw, norm;
   split_added(&raw, t, t.raw_trie, text);
   for (const Segment& r : raw) {
+    const size_t first = out->size();
     if (r.token >= 0) {
       out->push_back(t.added[size_t(r.token)].id);
+      if (offsets) offsets->push_back({r.begin, r.end});
       continue;
     }
-    std::string_view seg = text.substr(r.begin, r.end - r.begin);
-    std::string normalized;
-    if (!t.normalizers.empty()) {
-      normalized = apply_normalizers(t, std::string(seg), st.matchers);
-      seg = normalized;
-    }
-    if (seg.empty()) continue;
-    split_added(&norm, t, t.normalized_trie, seg);
-    for (const Segment& n : norm) {
-      if (n.token >= 0) {
-        out->push_back(t.added[size_t(n.token)].id);
-        continue;
-      }
-      st.arena.assign(seg.substr(n.begin, n.end - n.begin));
-      st.pieces.clear();
-      st.pieces.push_back({0, st.arena.size(), r.begin == 0 && n.begin == 0});
-      pre_tokenize(t, st);
-      model_pieces(out, t, st, lazy);
-    }
+    encode_text_segment(out, t, st, text.substr(r.begin, r.end - r.begin), r.begin == 0, lazy,
+                        &norm);
+    if (offsets)
+      segment_offsets(offsets, t, st.matchers, *out, first, text.substr(r.begin, r.end - r.begin),
+                      r.begin);
   }
   if (special == SpecialTokens::add)
     out->insert(out->end(), t.suffix_ids.begin(), t.suffix_ids.end());
+  if (offsets) offsets->resize(out->size(), ByteRange{text.size(), text.size()});
 }
 
 namespace {

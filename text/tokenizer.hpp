@@ -85,6 +85,11 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Bytes [begin, end) of a text.
+struct ByteRange {
+  size_t begin = 0, end = 0;
+};
+
 // One thread's encoder (not shared between threads).
 class Encoder {
  public:
@@ -102,6 +107,14 @@ class Encoder {
     encode(&ids, text, special);
     return ids;
   }
+  // As encode, also appending to *offsets (kept as long as *out) the bytes [begin, end) of
+  // `text` each id came from: an added token its match (with the whitespace lstrip/rstrip took),
+  // a model token the bytes its decoded form spells (a byte-fallback token its one byte). The
+  // ranges of one stretch between added tokens lie end to end; a prefix space the tokenizer adds
+  // covers no byte; the post-processor's special tokens cover none ([0, 0) before, [n, n)
+  // after). InputError when the tokens cannot be mapped back (a normalizer changed the text).
+  void encode_with_offsets(std::vector<int32_t>* out, std::vector<ByteRange>* offsets,
+                           std::string_view text, SpecialTokens special);
   const Tokenizer& tokenizer() const { return *tokenizer_; }
 
   // Encodes the pieces of a long text on `threads` threads (this one and threads - 1 more, each
@@ -114,6 +127,8 @@ class Encoder {
   struct State;  // private to text/
 
  private:
+  void encode_impl(std::vector<int32_t>* out, std::vector<ByteRange>* offsets,
+                   std::string_view text, SpecialTokens special);
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<State> state_;
 };

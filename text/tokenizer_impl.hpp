@@ -122,6 +122,19 @@ void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_
 // a cut, and the merges on either side happen in the same order relative to each other).
 bool bpe_boundary(const Tokenizer::Impl& t, char32_t a, char32_t b);
 void build_boundaries(Tokenizer::Impl* t);
+// The bytes token `id` stands for in the text it was encoded from: an added token its content, a
+// byte-fallback token <0xXX> its byte, any other the decoder steps that map one token alone
+// (ByteLevel, Metaspace's replacement as a space, Replace; not Fuse, Strip or the UTF-8 repair).
+std::string token_source_bytes(const Tokenizer::Impl& t, int32_t id,
+                               std::vector<RegexMatcher>& matchers);
+// The byte ranges of ids [first, out.size()), the ids of `seg` (which starts at byte `at` of the
+// text), appended to *offsets: each id's bytes (token_source_bytes) laid end to end from the
+// segment's start. A leading space that is not in `seg` (a prefix space the pre-tokenizer or
+// Metaspace added) is given to no byte. InputError when the ids' bytes do not spell `seg` (a
+// normalizer changed the text): the ids cannot be mapped back to the text's bytes.
+void segment_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t,
+                     std::vector<RegexMatcher>& matchers, const std::vector<int32_t>& out,
+                     size_t first, std::string_view seg, size_t at);
 // Decoder steps over token strings (in place), as the Rust library's decode_chain.
 void apply_decoders(const Tokenizer::Impl& t, std::vector<std::string>* tokens);
 

@@ -260,6 +260,14 @@ TEST_F(TokenizerTest, ByteFallbackAndDecoders) {
   // A lone continuation byte decodes to U+FFFD, one per byte.
   const std::vector<int32_t> bad = {10 + 0x82, 10 + 0x82};
   EXPECT_EQ(t->decode(bad), "\ufffd\ufffd");
+  // Each id's bytes of the text: the prepended U+2581 covers none, a byte token its byte.
+  std::vector<int32_t> ids;
+  std::vector<ByteRange> off;
+  e.encode_with_offsets(&ids, &off, "hi \u20ac", SpecialTokens::none);
+  EXPECT_EQ(ids, e.encode("hi \u20ac", SpecialTokens::none));
+  std::vector<std::pair<size_t, size_t>> got;
+  for (const auto& o : off) got.emplace_back(o.begin, o.end);
+  EXPECT_EQ(got, (std::vector<std::pair<size_t, size_t>>{{0, 2}, {2, 3}, {3, 4}, {4, 5}, {5, 6}}));
 }
 
 // GPT-2's byte-level alphabet: the encoder maps bytes, the decoder maps them back; a character
@@ -288,6 +296,15 @@ TEST_F(TokenizerTest, ByteLevelAndStreaming) {
   const std::vector<int32_t> ids = e.encode("h\u00e9", SpecialTokens::add);
   EXPECT_EQ(ids, (std::vector<int32_t>{256, 'h', 0xC3, 0xA9}));
   EXPECT_EQ(e.encode("h\u00e9", SpecialTokens::none), (std::vector<int32_t>{'h', 0xC3, 0xA9}));
+  // Offsets: the post-processor's BOS covers no byte, an added token in the text its match.
+  std::vector<int32_t> with;
+  std::vector<ByteRange> off;
+  e.encode_with_offsets(&with, &off, "h\u00e9<s>a", SpecialTokens::add);
+  EXPECT_EQ(with, e.encode("h\u00e9<s>a", SpecialTokens::add));
+  std::vector<std::pair<size_t, size_t>> got;
+  for (const auto& o : off) got.emplace_back(o.begin, o.end);
+  EXPECT_EQ(got, (std::vector<std::pair<size_t, size_t>>{
+                     {0, 0}, {0, 1}, {1, 2}, {2, 3}, {3, 6}, {6, 7}}));
   EXPECT_EQ(t->decode(ids, SkipSpecial::yes), "h\u00e9");
   EXPECT_EQ(t->decode(ids), "<s>h\u00e9");
   EXPECT_EQ(t->eos_id(), 256);

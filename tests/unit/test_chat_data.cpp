@@ -1,0 +1,98 @@
+// ExampleRenderer (apps/chat_data.hpp) called from several threads at once on one renderer: the
+// same examples as one thread renders (tests/cli/test_chat_data.py checks what they are).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "apps/chat_data.hpp"
+#include "tests/unit/scratch_dir.hpp"
+
+namespace kktrain {
+namespace {
+
+using Json = nlohmann::json;
+
+// A tokenizer of one token per printable ASCII character and newline, with the ChatML special
+// tokens, and a ChatML template.
+std::string chatml_tokenizer(const ScratchDir& dir) {
+  Json vocab = Json::object();
+  int id = 0;
+  vocab["\n"] = id++;
+  for (char c = ' '; c <= '~'; ++c) vocab[std::string(1, c)] = id++;
+  Json added = Json::array();
+  for (const char* t : {"<|im_start|>", "<|im_end|>"}) {
+    added.push_back({{"id", id++},
+                     {"content", t},
+                     {"special", true},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"single_word", false},
+                     {"normalized", false}});
+  }
+  const Json tok = {{"version", "1.0"},
+                    {"added_tokens", added},
+                    {"normalizer", nullptr},
+                    {"pre_tokenizer", nullptr},
+                    {"post_processor", nullptr},
+                    {"decoder", nullptr},
+                    {"model",
+                     {{"type", "BPE"},
+                      {"vocab", vocab},
+                      {"merges", Json::array()},
+                      {"ignore_merges", true},
+                      {"unk_token", nullptr}}}};
+  std::ofstream(dir.path("tokenizer.json")) << tok.dump();
+  const Json config = {{"eos_token", "<|im_end|>"},
+                       {"chat_template",
+                        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                        "<|im_end|>\n{% endfor %}"}};
+  std::ofstream(dir.path("tokenizer_config.json")) << config.dump();
+  return dir.path("tokenizer.json");
+}
+
+TEST(ExampleRenderer, ThreadsRenderAsOneThreadDoes) {
+  ScratchDir dir("kktrain_chat_");
+  Config cfg;
+  cfg.model.tokenizer = chatml_tokenizer(dir);
+  cfg.model.vocab_size = 128;
+  cfg.data.format = "chat";
+  cfg.data.loss_on = "assistant";
+  cfg.data.seq_len = 60;
+  const ExampleRenderer r = ExampleRenderer::open(cfg);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 64; ++i) {
+    const std::string answer(size_t(i), char('a' + i % 26));
+    lines.push_back(Json{{"messages",
+                          {{{"role", "user"}, {"content", "q" + std::to_string(i)}},
+                           {{"role", "assistant"}, {"content", answer}}}}}
+                        .dump());
+  }
+  std::vector<RenderedExample> want;
+  for (size_t i = 0; i < lines.size(); ++i) want.push_back(r.render(lines[i], "f", int64_t(i)));
+  EXPECT_EQ(want[3].ids.size(), want[3].loss_mask.size());
+  EXPECT_EQ(std::count(want[3].loss_mask.begin(), want[3].loss_mask.end(), 1), 3 + 1);
+  EXPECT_EQ(want.back().fate, ExampleFate::truncated);
+  std::vector<std::vector<RenderedExample>> got(4, std::vector<RenderedExample>(lines.size()));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < lines.size(); ++k) {
+        const size_t i = (k * 7 + t * 13) % lines.size();
+        got[t][i] = r.render(lines[i], "f", int64_t(i));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(g[i].text, want[i].text);
+      EXPECT_EQ(g[i].ids, want[i].ids);
+      EXPECT_EQ(g[i].loss_mask, want[i].loss_mask);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kktrain
