@@ -86,7 +86,7 @@ class LineBlocks {
     std::string line;
     while (block->size() < kBlockLines && std::getline(in_, line)) {
       ++line_no_;
-      if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+      if (blank_line(line)) continue;
       block->emplace_back(line_no_, std::move(line));
     }
     if (in_.bad()) throw RuntimeFailure("cannot read '" + path_ + "'");
