@@ -37,6 +37,14 @@ namespace kktrain {
 struct AttentionDims {
   int64_t B, T, H, KV, D;
   float scale;  // 1 / sqrt(D)
+  // Packed rows (several examples in one row): starts (B, T) int32, device memory, for each token
+  // the position in its row where its example begins (starts[b*T + t] <= t). Query t sees keys
+  // [starts[b*T + t], t] only (a block-diagonal causal mask). Null: every row is one sequence.
+  const int32_t* starts = nullptr;
+  // The same starts in host memory (or null): the tiled_gemm kernel's host loop reads them to
+  // skip key blocks before every start of a query tile (without them it computes those blocks
+  // and masks them: the same results). The team kernel reads `starts` only.
+  const int32_t* host_starts = nullptr;
 };
 
 enum class AttentionKernel { tiled_gemm, team };
