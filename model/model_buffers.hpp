@@ -46,11 +46,17 @@ struct ModelBuffers {
   DView<int32_t> ids, targets;          // (N)
   DView<int32_t> row_start, positions;  // (V + 1), (N): token positions grouped by id
   int64_t count = 0;                    // non-ignored targets
-  std::vector<DView<float>> res;        // L + 1 residual-stream tensors (N, C)
-  std::vector<BlockActs> acts;          // L blocks (1 shared set with checkpointing)
-  DView<float> recompute_out;           // (N, C) block output during recompute
-  TBuf qkv;                             // (N, (H + 2 KV) * D)  compute dtype
-  TBuf proj;                            // (N, C)               compute dtype
+  // Packed rows (ForwardOptions::row_starts) of the last upload: (N) example starts on the device
+  // (always allocated; uploaded only when given) and their host copy (the tiled attention's
+  // block skipping, the backward's); packed: whether this batch has them.
+  DView<int32_t> starts;
+  std::vector<int32_t> host_starts;
+  bool packed = false;
+  std::vector<DView<float>> res;  // L + 1 residual-stream tensors (N, C)
+  std::vector<BlockActs> acts;    // L blocks (1 shared set with checkpointing)
+  DView<float> recompute_out;     // (N, C) block output during recompute
+  TBuf qkv;                       // (N, (H + 2 KV) * D)  compute dtype
+  TBuf proj;                      // (N, C)               compute dtype
   // The tiled attention's workspace (ops/attention.hpp: attention_workspace_sizes): fp32 tiles
   // of scores and their gradients, their compute-dtype copies, the forward's output accumulator
   // and row statistics, and delta (B, H, T).
@@ -83,11 +89,14 @@ struct ModelBuffers {
 void make_buffers(const ModelState& s, ModelBuffers& b, int64_t B, int64_t T, BufferMaker& mk);
 // Allocates s.buf for (B, T) unless it already has that shape.
 void ensure_buffers(ModelState& s, int64_t B, int64_t T);
-// The bytes of each host-to-device upload of one training micro-batch (Transformer::upload_plan).
+// The bytes of each host-to-device upload of one training micro-batch (Transformer::upload_plan),
+// with the packed rows' starts (an upper bound for a batch without them).
 std::vector<std::size_t> upload_plan(const ModelState& s, int64_t B, int64_t T);
-// ids, targets (B*T host tokens; targets may be null) -> s.buf, through pinned staging; checks
-// every id against the vocabulary.
-void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets, int64_t B, int64_t T);
+// ids, targets (B*T host tokens; targets may be null), row_starts (B*T, or null: one sequence per
+// row) -> s.buf, through pinned staging; checks every id against the vocabulary and every start
+// (0 <= start <= t), an InputError naming the position.
+void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
+                  const int32_t* row_starts, int64_t B, int64_t T);
 // Token positions grouped by token id (counting sort): row_start (V + 1), positions (N).
 void token_csr(const std::vector<int32_t>& ids, int64_t V, std::vector<int32_t>* row_start,
                std::vector<int32_t>* positions);
