@@ -273,5 +273,64 @@ TYPED_TEST(PackedAttention, ZeroStartsAreBitwiseThePlainAttention) {
   }
 }
 
+// Skipped blocks are never computed, not merely masked: a masked block still multiplies its zero
+// probabilities with its values (0 * NaN = NaN), so NaN planted where only skipped blocks would
+// read it shows whether they were read. Tiles 4 x 4, examples [0, 8), [8, 16), [16, 37): the
+// query tiles of the later examples start at key block 8 or 16.
+//  - forward: values at positions [0, 4) NaN; the later examples' outputs (and, team, their dq,
+//    whose dP = dout . v would be NaN) stay finite;
+//  - backward: dout of the second example NaN; dk and dv of the other examples' keys stay finite
+//    (the team kernel's dK/dV pass skips the query tiles that start after its key tile; the
+//    tiled_gemm kernel's key loop never reaches those blocks).
+// fp32 only: the skipping does not depend on the compute dtype.
+TEST(PackedAttentionSkip, SkippedBlocksAreNeverRead) {
+  using TC = float;
+  std::vector<int32_t> starts(kB * kT);
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t t = 0; t < kT; ++t) starts[b * kT + t] = t < 8 ? 0 : t < 16 ? 8 : 16;
+  const float nan = std::nanf("");
+  for (AttentionKernel kernel : {AttentionKernel::tiled_gemm, AttentionKernel::team}) {
+    SCOPED_TRACE(attention_kernel_name(kernel));
+    const Config c{kernel, 4, 4};
+    Inputs poisoned_v(23), poisoned_dout(23);
+    for (int64_t bk = 0; bk < kB * kKV; ++bk)
+      for (int64_t t = 0; t < 4; ++t)
+        for (int64_t e = 0; e < kD; ++e) poisoned_v.v[(bk * kT + t) * kD + e] = nan;
+    for (int64_t bh = 0; bh < kB * kH; ++bh)
+      for (int64_t t = 8; t < 16; ++t)
+        for (int64_t e = 0; e < kD; ++e) poisoned_dout.dout[(bh * kT + t) * kD + e] = nan;
+    const Grads a = tiled<TC>(poisoned_v, starts, Starts::given, c);
+    const Grads b = tiled<TC>(poisoned_dout, starts, Starts::given, c);
+    // Counts of rows that are not as expected (element 0 of each row; the rows' elements alike).
+    int64_t own_nan = 0, out_bad = 0, dq_bad = 0, dout_nan = 0, dkv_bad = 0;
+    for (int64_t bh = 0; bh < kB * kH; ++bh) {
+      for (int64_t t = 0; t < kT; ++t) {
+        const int64_t i = (bh * kT + t) * kD;
+        if (t < 8) {
+          own_nan += !std::isnan(a.out[i]);
+        } else {
+          out_bad += !std::isfinite(a.out[i]);
+          dq_bad += !std::isfinite(a.dq[i]);
+        }
+      }
+    }
+    for (int64_t bk = 0; bk < kB * kKV; ++bk) {
+      for (int64_t t = 0; t < kT; ++t) {
+        const int64_t i = (bk * kT + t) * kD;
+        if (t >= 8 && t < 16) {
+          dout_nan += !std::isnan(b.dv[i]);
+        } else {
+          dkv_bad += !(std::isfinite(b.dk[i]) && std::isfinite(b.dv[i]));
+        }
+      }
+    }
+    EXPECT_EQ(own_nan, 0) << "the first example reads its NaN values";
+    EXPECT_EQ(dout_nan, 0) << "the second example's keys get its NaN dout";
+    EXPECT_EQ(out_bad, 0) << "out rows of later examples read a skipped block";
+    EXPECT_EQ(dq_bad, 0) << "dq rows of later examples read a skipped block";
+    EXPECT_EQ(dkv_bad, 0) << "dk, dv of other examples' keys read a skipped query tile";
+  }
+}
+
 }  // namespace
 }  // namespace kktrain
