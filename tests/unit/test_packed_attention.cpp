@@ -4,7 +4,9 @@
 // host computation of every example on its own; tiles small enough that examples begin inside
 // query tiles and key blocks and straddle them, a row with trailing padding (one padding block,
 // or one start per padding token), GQA, B > 1. Also: starts that are all 0 give the bits of
-// starts = null (one sequence per row), and both kernels are deterministic with starts.
+// starts = null (one sequence per row), both kernels are deterministic with starts, the key
+// blocks before a query tile's starts are never read (not merely masked), and the rotary
+// embedding (rope_forward / rope_backward) restarts positions at every example.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -271,6 +273,82 @@ TYPED_TEST(PackedAttention, ZeroStartsAreBitwiseThePlainAttention) {
     EXPECT_EQ(a.dk, b.dk);
     EXPECT_EQ(a.dv, b.dv);
   }
+}
+
+// Rotary positions restart in every example: rope_forward and rope_backward with starts give,
+// for every token of an example, the bits of the same example rotated alone (positions from 0).
+// (The attention itself cannot tell: q.k under rotary embeddings depends on t - j only, so a
+// shifted example differs by rounding alone; this checks the positions themselves.)
+TYPED_TEST(PackedAttention, RotaryPositionsRestartInEveryExample) {
+  using TC = TypeParam;
+  const int64_t B = 2, T = 12, H = 2, KV = 1, D = 8, half = D / 2, S = H + 2 * KV;
+  // row 0: examples [0, 5), [5, 12); row 1: [0, 3), [3, 9), padding [9, 12)
+  const std::vector<int32_t> starts = {0, 0, 0, 0, 0, 5, 5, 5, 5, 5, 5, 5,
+                                       0, 0, 0, 3, 3, 3, 3, 3, 3, 9, 9, 9};
+  std::vector<float> freq(half);
+  for (int64_t j = 0; j < half; ++j) freq[j] = std::pow(10000.0f, -2.0f * j / D);
+  DView<float> cos("cos", T * half), sin("sin", T * half);
+  rope_tables(cos.data(), sin.data(), T, D, freq);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> qkv(B * T * S * D), dq(B * H * T * D), dk(B * KV * T * D), dv(dk.size());
+  for (auto* x : {&qkv, &dq, &dk, &dv})
+    for (float& e : *x) e = round_to_bf16(n(rng));
+  DView<int32_t> dstarts("starts", starts.size());
+  Kokkos::deep_copy(dstarts, Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryUnmanaged>(
+                                 starts.data(), starts.size()));
+  // The packed rows, forward and backward.
+  DView<TC> in = device<TC>(qkv), q("q", dq.size()), k("k", dk.size()), v("v", dv.size());
+  DView<TC> dqkv("dqkv", qkv.size());
+  DView<float> gq = device<float>(dq), gk = device<float>(dk), gv = device<float>(dv);
+  rope_forward(ExecSpace(), q.data(), k.data(), v.data(), in.data(), cos.data(), sin.data(), B, T,
+               H, KV, D, dstarts.data());
+  rope_backward(ExecSpace(), dqkv.data(), gq.data(), gk.data(), gv.data(), cos.data(), sin.data(),
+                B, T, H, KV, D, dstarts.data());
+  const std::vector<double> hq = host(q), hk = host(k), hdqkv = host(dqkv);
+  // Each example alone: its tokens as a (1, L) batch without starts.
+  int64_t examples = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s0 = 0; s0 < T;) {
+      int64_t L = 0;
+      while (s0 + L < T && starts[b * T + s0 + L] == s0) ++L;
+      ++examples;
+      std::vector<float> aq(qkv.begin() + (b * T + s0) * S * D,
+                            qkv.begin() + (b * T + s0 + L) * S * D);
+      std::vector<float> adq(H * L * D), adk(KV * L * D), adv(KV * L * D);
+      for (int64_t t = 0; t < L; ++t) {
+        for (int64_t e = 0; e < D; ++e) {
+          for (int64_t h = 0; h < H; ++h)
+            adq[(h * L + t) * D + e] = dq[((b * H + h) * T + s0 + t) * D + e];
+          adk[t * D + e] = dk[(b * T + s0 + t) * D + e];
+          adv[t * D + e] = dv[(b * T + s0 + t) * D + e];
+        }
+      }
+      DView<TC> ain = device<TC>(aq), q1("q1", adq.size()), k1("k1", adk.size());
+      DView<TC> v1("v1", adv.size()), dqkv1("dqkv1", aq.size());
+      DView<float> gq1 = device<float>(adq), gk1 = device<float>(adk), gv1 = device<float>(adv);
+      rope_forward(ExecSpace(), q1.data(), k1.data(), v1.data(), ain.data(), cos.data(), sin.data(),
+                   1, L, H, KV, D);
+      rope_backward(ExecSpace(), dqkv1.data(), gq1.data(), gk1.data(), gv1.data(), cos.data(),
+                    sin.data(), 1, L, H, KV, D);
+      const std::vector<double> aq1 = host(q1), ak1 = host(k1), ad1 = host(dqkv1);
+      for (int64_t t = 0; t < L; ++t) {
+        for (int64_t e = 0; e < D; ++e) {
+          for (int64_t h = 0; h < H; ++h) {
+            ASSERT_EQ(hq[((b * H + h) * T + s0 + t) * D + e], aq1[(h * L + t) * D + e])
+                << "q, row " << b << " position " << s0 + t;
+          }
+          ASSERT_EQ(hk[(b * T + s0 + t) * D + e], ak1[t * D + e]) << "k, position " << s0 + t;
+        }
+        for (int64_t e = 0; e < S * D; ++e) {
+          ASSERT_EQ(hdqkv[(b * T + s0 + t) * S * D + e], ad1[t * S * D + e])
+              << "dqkv, row " << b << " position " << s0 + t;
+        }
+      }
+      s0 += L;
+    }
+  }
+  EXPECT_EQ(examples, 5);
 }
 
 // Skipped blocks are never computed, not merely masked: a masked block still multiplies its zero
