@@ -208,9 +208,8 @@ TEST_P(PackedModel, PackedRowEqualsEveryExampleAlone) {
 }
 
 // A mixture-of-experts model with activation checkpointing (the blocks recomputed with the same
-// starts): the same agreement. Without the
-// load-balancing loss, whose batch statistics differ between a row of three examples and each
-// alone; dropless routing is per token.
+// starts): the same agreement. Without the load-balancing loss, whose batch statistics differ
+// between a row of three examples and each alone; dropless routing is per token.
 TEST_P(PackedModel, MoeWithCheckpointingEqualsEveryExampleAlone) {
   ModelConfig cfg = tiny_model();
   cfg.moe.num_experts = 5;
