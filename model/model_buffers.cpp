@@ -59,7 +59,7 @@ void make_buffers(const ModelState& s, ModelBuffers& b, int64_t B, int64_t T, Bu
   b.targets = mk.view<int32_t>("targets", N);
   b.row_start = mk.view<int32_t>("row_start", V + 1);
   b.positions = mk.view<int32_t>("positions", N);
-  b.starts = mk.view<int32_t>("row_starts", N);  // packed rows' example starts (4 bytes a token)
+  b.starts = mk.view<int32_t>("example_starts", N);  // packed rows (4 bytes a token)
   // Kept from forward to backward: the residual stream and each layer's activations (one set,
   // recomputed per layer, with activation checkpointing).
   mk.group("activations");

@@ -46,17 +46,11 @@ struct ModelBuffers {
   DView<int32_t> ids, targets;          // (N)
   DView<int32_t> row_start, positions;  // (V + 1), (N): token positions grouped by id
   int64_t count = 0;                    // non-ignored targets
-  // Packed rows (ForwardOptions::row_starts) of the last upload: (N) example starts on the device
-  // (always allocated; uploaded only when given) and their host copy (the tiled attention's
-  // block skipping, the backward's); packed: whether this batch has them.
-  DView<int32_t> starts;
-  std::vector<int32_t> host_starts;
-  bool packed = false;
-  std::vector<DView<float>> res;  // L + 1 residual-stream tensors (N, C)
-  std::vector<BlockActs> acts;    // L blocks (1 shared set with checkpointing)
-  DView<float> recompute_out;     // (N, C) block output during recompute
-  TBuf qkv;                       // (N, (H + 2 KV) * D)  compute dtype
-  TBuf proj;                      // (N, C)               compute dtype
+  std::vector<DView<float>> res;        // L + 1 residual-stream tensors (N, C)
+  std::vector<BlockActs> acts;          // L blocks (1 shared set with checkpointing)
+  DView<float> recompute_out;           // (N, C) block output during recompute
+  TBuf qkv;                             // (N, (H + 2 KV) * D)  compute dtype
+  TBuf proj;                            // (N, C)               compute dtype
   // The tiled attention's workspace (ops/attention.hpp: attention_workspace_sizes): fp32 tiles
   // of scores and their gradients, their compute-dtype copies, the forward's output accumulator
   // and row statistics, and delta (B, H, T).
@@ -83,6 +77,12 @@ struct ModelBuffers {
   SparseMlpBuffers moe;       // a sparse MLP's scratch, reused by every layer
   LoraBuffers lora;           // the adapters' scratch
   MtpBuffers mtp;             // the multi-token-prediction head's
+  // Packed rows (ForwardOptions::row_starts) of the last upload: (N) example starts on the device
+  // (always allocated, "example_starts" in the plan; uploaded only when given) and their host
+  // copy (the tiled attention's block skipping); packed: whether this batch has them.
+  DView<int32_t> starts;
+  std::vector<int32_t> host_starts;
+  bool packed = false;
 };
 
 // Fills b for shape (B, T) (Mode::allocate), or only records the plan.

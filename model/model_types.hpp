@@ -52,7 +52,9 @@ struct ForwardOptions {
   // > 0: the loss and its gradient are sum(token losses) * grad_scale / loss_tokens (the mean
   // over a global batch's loss tokens, however it is split into micro-batches and ranks); 0: the
   // mean over this micro-batch's counted tokens, as before. The value added to loss_sums /
-  // returned as loss is sum / loss_tokens. The MTP head's loss stays its own mean.
+  // returned as loss is sum / loss_tokens. The MTP head's loss stays its own mean. Several
+  // ranks: the gradient reduce-scatter divides the ranks' sum by W (parallel/fsdp.hpp), so the
+  // global batch's mean needs grad_scale = W (times any other factor) with the global count here.
   int64_t loss_tokens = 0;
   // Several ranks: the backward of this forward ends the step's gradient accumulation and
   // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
