@@ -66,7 +66,8 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
-  const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  const AttentionDims ad{
+      B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D)), d.starts, d.host_starts};
   TC* xn1 = a.xn1.p<TC>();
   TC* o = a.o.p<TC>();
   TC* xn2 = a.xn2.p<TC>();
@@ -79,7 +80,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   adapter_forward(space, w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D);
   adapter_forward(space, w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D);
   rope_forward(space, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H,
-               KV, D);
+               KV, D, d.starts);
   attention_forward(space, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
                     s.att);  // (N, H*D) token layout
   matmul_forward(space, s.proj, o, w.o, N, H * D, C);
@@ -108,7 +109,8 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D;
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
-  const AttentionDims ad{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  const AttentionDims ad{
+      B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D)), d.starts, d.host_starts};
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
   auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };
@@ -140,7 +142,7 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   attention_backward(space, s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
                      a.v.p<TC>(), ad, s.att);
   // (N, Q); dq, dk, dv rounded to the compute dtype on load
-  rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D);
+  rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, d.starts);
   if (trainable(kQ) || trainable(kK) || trainable(kV)) {
     matmul_backward_weight(space, dw, s.dqkv, xn1, N, C, Q);  // (Q, C)
     accumulate(kQ, dw);

@@ -46,6 +46,10 @@ struct BlockDims {
   float eps;        // RMSNorm epsilon
   Rounding stream;  // the residual-stream dtype
   MoeDims moe;      // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
+  // Packed rows (ForwardOptions::row_starts): (B, T) example starts on the device and the host
+  // (AttentionDims::starts, host_starts); null: every row is one sequence.
+  const int32_t* starts = nullptr;
+  const int32_t* host_starts = nullptr;
   int64_t N() const { return B * T; }
   int64_t Q() const { return (H + 2 * KV) * D; }
 };

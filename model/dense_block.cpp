@@ -92,6 +92,10 @@ BlockDims block_dims(const ModelState& s) {
   d.eps = static_cast<float>(s.cfg.rms_norm_eps);
   d.stream = s.round.stream;
   if (s.cfg.moe.enabled()) d.moe = sparse_mlp_dims(s, d.N());
+  if (s.buf->packed) {
+    d.starts = s.buf->starts.data();
+    d.host_starts = s.buf->host_starts.data();
+  }
   return d;
 }
 

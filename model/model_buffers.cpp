@@ -59,6 +59,7 @@ void make_buffers(const ModelState& s, ModelBuffers& b, int64_t B, int64_t T, Bu
   b.targets = mk.view<int32_t>("targets", N);
   b.row_start = mk.view<int32_t>("row_start", V + 1);
   b.positions = mk.view<int32_t>("positions", N);
+  b.starts = mk.view<int32_t>("example_starts", N);  // packed rows (4 bytes a token)
   // Kept from forward to backward: the residual stream and each layer's activations (one set,
   // recomputed per layer, with activation checkpointing).
   mk.group("activations");
@@ -130,8 +131,9 @@ std::vector<std::size_t> upload_plan(const ModelState& s, int64_t B, int64_t T) 
   const std::size_t N = static_cast<std::size_t>(B * T),
                     V = static_cast<std::size_t>(s.cfg.vocab_size);
   std::vector<std::size_t> plan;
-  // ids, targets, row_start, positions: the main head's, then each MTP depth's.
-  for (std::size_t n : {N, N, V + 1, N}) plan.push_back(n * sizeof(int32_t));
+  // ids, targets, row_start, positions, the packed rows' starts: the main head's, then each MTP
+  // depth's.
+  for (std::size_t n : {N, N, V + 1, N, N}) plan.push_back(n * sizeof(int32_t));
   append_mtp_upload_plan(s, B * T, &plan);
   if (s.cfg.moe.enabled() && s.cfg.moe.aux_loss_coef != 0.0) {
     plan.push_back(static_cast<std::size_t>(s.cfg.moe.num_experts) * sizeof(float));
@@ -139,7 +141,27 @@ std::vector<std::size_t> upload_plan(const ModelState& s, int64_t B, int64_t T) 
   return plan;
 }
 
-void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets, int64_t B, int64_t T) {
+namespace {
+
+// Checks 0 <= starts[b*T + t] <= t for every token.
+void check_row_starts(const int32_t* starts, int64_t B, int64_t T) {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t st = starts[b * T + t];
+      if (st < 0 || st > t) {
+        throw InputError("row start " + std::to_string(st) + " of position " + std::to_string(t) +
+                         " in row " + std::to_string(b) + " is outside [0, " + std::to_string(t) +
+                         "] (a packed example begins at or before each of its tokens)");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
+                  const int32_t* row_starts, int64_t B, int64_t T) {
+  if (row_starts != nullptr) check_row_starts(row_starts, B, T);
   const int64_t N = B * T, V = s.cfg.vocab_size;
   std::vector<int32_t> hid(ids, ids + N), ht(N, -1);
   if (targets) std::copy(targets, targets + N, ht.begin());
@@ -166,6 +188,13 @@ void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets, int
   s.staging.upload(b.targets, ht);
   s.staging.upload(b.row_start, row_start);
   s.staging.upload(b.positions, positions);
+  b.packed = row_starts != nullptr;
+  if (b.packed) {
+    b.host_starts.assign(row_starts, row_starts + N);
+    s.staging.upload(b.starts, b.host_starts);
+  } else {
+    b.host_starts.clear();
+  }
   upload_mtp_batch(s, ht, B, T);
 }
 

@@ -77,17 +77,26 @@ struct ModelBuffers {
   SparseMlpBuffers moe;       // a sparse MLP's scratch, reused by every layer
   LoraBuffers lora;           // the adapters' scratch
   MtpBuffers mtp;             // the multi-token-prediction head's
+  // Packed rows (ForwardOptions::row_starts) of the last upload: (N) example starts on the device
+  // (always allocated, "example_starts" in the plan; uploaded only when given) and their host
+  // copy (the tiled attention's block skipping); packed: whether this batch has them.
+  DView<int32_t> starts;
+  std::vector<int32_t> host_starts;
+  bool packed = false;
 };
 
 // Fills b for shape (B, T) (Mode::allocate), or only records the plan.
 void make_buffers(const ModelState& s, ModelBuffers& b, int64_t B, int64_t T, BufferMaker& mk);
 // Allocates s.buf for (B, T) unless it already has that shape.
 void ensure_buffers(ModelState& s, int64_t B, int64_t T);
-// The bytes of each host-to-device upload of one training micro-batch (Transformer::upload_plan).
+// The bytes of each host-to-device upload of one training micro-batch (Transformer::upload_plan),
+// with the packed rows' starts (an upper bound for a batch without them).
 std::vector<std::size_t> upload_plan(const ModelState& s, int64_t B, int64_t T);
-// ids, targets (B*T host tokens; targets may be null) -> s.buf, through pinned staging; checks
-// every id against the vocabulary.
-void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets, int64_t B, int64_t T);
+// ids, targets (B*T host tokens; targets may be null), row_starts (B*T, or null: one sequence per
+// row) -> s.buf, through pinned staging; checks every id against the vocabulary and every start
+// (0 <= start <= t), an InputError naming the position.
+void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
+                  const int32_t* row_starts, int64_t B, int64_t T);
 // Token positions grouped by token id (counting sort): row_start (V + 1), positions (N).
 void token_csr(const std::vector<int32_t>& ids, int64_t V, std::vector<int32_t>* row_start,
                std::vector<int32_t>* positions);

@@ -43,6 +43,19 @@ struct ForwardOptions {
   bool compute_mtp = true;        // run the multi-token-prediction head if the model has one
   bool prepare_backward = false;  // also compute dlogits so backward() can run
   float grad_scale = 1.0f;        // multiplies the gradient of the mean loss (accumulation)
+  // Packed rows: a (B, T) host array, for each token the position in its row where its example
+  // begins (0 <= row_starts[b*T + t] <= t; the tokens of one example share it). Attention of
+  // query t sees keys [start, t] only, and the rotary position of token t is t - start. Read
+  // during forward() only (the model keeps its own copy for backward()). Null: every row is one
+  // sequence (start 0), as before. Not with an MTP head computing (InternalError).
+  const int32_t* row_starts = nullptr;
+  // > 0: the loss and its gradient are sum(token losses) * grad_scale / loss_tokens (the mean
+  // over a global batch's loss tokens, however it is split into micro-batches and ranks); 0: the
+  // mean over this micro-batch's counted tokens, as before. The value added to loss_sums /
+  // returned as loss is sum / loss_tokens. The MTP head's loss stays its own mean. Several
+  // ranks: the gradient reduce-scatter divides the ranks' sum by W (parallel/fsdp.hpp), so the
+  // global batch's mean needs grad_scale = W (times any other factor) with the global count here.
+  int64_t loss_tokens = 0;
   // Several ranks: the backward of this forward ends the step's gradient accumulation and
   // reduce-scatters (the last micro-batch); false keeps gradients unsharded and accumulated.
   bool sync_grads = true;

@@ -72,7 +72,7 @@ void Transformer::zero_grads() {
 ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,
                                    const ForwardOptions& opts) {
   ensure_buffers(s_, B, T);
-  upload_batch(s_, ids, targets, B, T);
+  upload_batch(s_, ids, targets, opts.row_starts, B, T);
   return s_.round.compute == Rounding::bf16 ? forward_impl<bf16>(targets, opts)
                                             : forward_impl<float>(targets, opts);
 }
@@ -91,6 +91,9 @@ ForwardResult Transformer::forward_impl(const int32_t* targets, const ForwardOpt
   plan.loss = opts.compute_logits && targets != nullptr;
   plan.pass = opts.prepare_backward && plan.loss ? Pass::with_backward : Pass::forward_only;
   plan.mtp = plan.loss && opts.compute_mtp && !s_.mtp.empty();
+  if (plan.mtp && opts.row_starts != nullptr) {
+    throw InternalError("packed rows (row_starts) with the multi-token-prediction head computing");
+  }
   s_.units->release_all();                 // weights change between passes (optimizer steps, loads)
   if (plan.pass == Pass::with_backward) {  // drop what a forward without its backward collected
     drop_staged_grads(s_);
@@ -158,7 +161,9 @@ void Transformer::forward_heads(const ForwardOptions& opts, const ForwardPlan& p
     h.hidden_out = b.hidden.data();
     head_forward<TC>(s, h, HeadLoss::none, 0.0f, Pass::forward_only);
   } else {
-    const float scale = b.count > 0 ? opts.grad_scale / static_cast<float>(b.count) : 0.0f;
+    // The loss's denominator: the caller's global count of loss tokens, or this micro-batch's.
+    const int64_t denom = opts.loss_tokens > 0 ? opts.loss_tokens : b.count;
+    const float scale = denom > 0 ? opts.grad_scale / static_cast<float>(denom) : 0.0f;
     if (opts.keep_logits && kept_logits_.extent(0) != static_cast<size_t>(N * V)) {
       kept_logits_ = DView<float>("kept_logits", N * V);
     }
@@ -168,8 +173,7 @@ void Transformer::forward_heads(const ForwardOptions& opts, const ForwardPlan& p
     h.dxf = b.dxf.data();
     h.keep = opts.keep_logits ? kept_logits_.data() : nullptr;
     head_forward<TC>(s, h, plan.loss ? HeadLoss::mean : HeadLoss::none, scale, plan.pass);
-    if (plan.loss)
-      r->loss = mean_loss(s, b.losses.data(), b.count, opts, ForwardOptions::kLossSlot);
+    if (plan.loss) r->loss = mean_loss(s, b.losses.data(), denom, opts, ForwardOptions::kLossSlot);
   }
   if (opts.probe != nullptr && plan.pass == Pass::with_backward) {
     opts.probe->seen("head.dxf", b.dxf.data(), N * C);

@@ -135,9 +135,11 @@ KOKKOS_INLINE_FUNCTION float lane_max(const float* x, int64_t n) {
 // (the causal mask splits a row into [0, valid) and [valid, kw)), restrict-qualified distinct
 // arrays (in-place updates have their own loops).
 
-// x[c] = exp(x[c] - m) for c < valid, 0 for valid <= c < kw.
-KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t valid, int64_t kw, float m) {
-  for (int64_t c = 0; c < valid; ++c) x[c] = exp_fast(x[c] - m);
+// x[c] = exp(x[c] - m) for lo <= c < valid, 0 for c < lo (before the example's start) and for
+// valid <= c < kw (after the query).
+KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t lo, int64_t valid, int64_t kw, float m) {
+  for (int64_t c = 0; c < lo; ++c) x[c] = 0.0f;
+  for (int64_t c = lo; c < valid; ++c) x[c] = exp_fast(x[c] - m);
   for (int64_t c = valid; c < kw; ++c) x[c] = 0.0f;
 }
 
@@ -148,14 +150,18 @@ KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restric
   for (int64_t c = 0; c < n; ++c) store_as(out, c, rnd(in[c], rc));
 }
 
-// The backward's P = exp(S - lse) (0 where masked) and dS = rnd(P (rnd(dP) - delta)) of a row,
-// into p and ds (rnd(P) there), or in place of S and dP.
+// The backward's P = exp(S - lse) (0 where masked: c < lo or c >= valid) and
+// dS = rnd(P (rnd(dP) - delta)) of a row, into p and ds (rnd(P) there), or in place of S and dP.
 template <class TC>
 KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
                                         const float* __restrict s, const float* __restrict dp,
-                                        int64_t valid, int64_t kw, float lse, float delta,
-                                        Rounding rc) {
-  for (int64_t c = 0; c < valid; ++c) {
+                                        int64_t lo, int64_t valid, int64_t kw, float lse,
+                                        float delta, Rounding rc) {
+  for (int64_t c = 0; c < lo; ++c) {
+    store_as(p, c, 0.0f);
+    store_as(ds, c, 0.0f);
+  }
+  for (int64_t c = lo; c < valid; ++c) {
     const float e = exp_fast(s[c] - lse);
     store_as(p, c, rnd(e, rc));
     store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta), rc));
@@ -165,9 +171,10 @@ KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
     store_as(ds, c, 0.0f);
   }
 }
-KOKKOS_INLINE_FUNCTION void dscores_row_in_place(float* s, float* dp, int64_t valid, int64_t kw,
-                                                 float lse, float delta) {
-  for (int64_t c = 0; c < valid; ++c) {
+KOKKOS_INLINE_FUNCTION void dscores_row_in_place(float* s, float* dp, int64_t lo, int64_t valid,
+                                                 int64_t kw, float lse, float delta) {
+  for (int64_t c = 0; c < lo; ++c) s[c] = dp[c] = 0.0f;
+  for (int64_t c = lo; c < valid; ++c) {
     const float e = exp_fast(s[c] - lse);
     s[c] = e;
     dp[c] = e * (dp[c] - delta);
@@ -176,31 +183,51 @@ KOKKOS_INLINE_FUNCTION void dscores_row_in_place(float* s, float* dp, int64_t va
 }
 
 // One step of a tile's loop: rows (nc groups, nr query rows) of query head g, query tile at i0,
-// key block [k0, k0 + kw).
+// key block [k0, k0 + kw); k_first is the tile's first key block (0, or later with packed rows:
+// the blocks before every start of the tile are skipped).
 struct Step {
-  int64_t c0, nc, g, i0, nr, k0, kw;
+  int64_t c0, nc, g, i0, nr, k0, kw, k_first = 0;
 };
+
+// The first key block of a query tile (rows [i0, i0 + nr) of groups [c0, c0 + nc)): the block
+// holding the smallest start of its rows, 0 without host starts. Blocks before it are seen by no
+// row of the tile.
+int64_t first_key_block(const AttentionDims& d, int64_t c0, int64_t nc, int64_t i0, int64_t nr,
+                        int64_t k_cols) {
+  if (d.host_starts == nullptr) return 0;
+  int64_t lo = i0;
+  for (int64_t b = c0 / d.KV; b <= (c0 + nc - 1) / d.KV; ++b) {
+    for (int64_t t = i0; t < i0 + nr; ++t) lo = std::min<int64_t>(lo, d.host_starts[b * d.T + t]);
+  }
+  return (lo / k_cols) * k_cols;
+}
 
 // Online-softmax update of the forward over scores (nc, nr, kw): running max m and sum l per row,
 // the block's P~ = exp(S - m) (0 where masked) into probs (rounded to rc; TC) or in place, and the
 // output accumulator (nc, nr, D) rescaled by exp(m_old - m_new) before this block's product adds
 // to it. The first block starts the row.
+// Packed rows: a row whose keys in the block are all masked (before its example's start) keeps
+// m = -FLT_MAX, l = 0 and a zero accumulator, which its first visible block rescales (still 0).
 template <class TC>
-void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const Step& st, int64_t D,
-                   Rounding rc) {
+void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const Step& st,
+                   const AttentionDims& d, Rounding rc) {
   float* scores = s.scores;
   TC* probs = s.probs;
   float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
-  const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0;
-  const bool first = k0 == 0;
+  const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0, c0 = st.c0;
+  const int64_t D = d.D, T = d.T, KV = d.KV;
+  const int32_t* starts = d.starts;
+  const bool first = k0 == st.k_first;
   Kokkos::parallel_for(
       "attention_softmax_block", RangePolicy(space, 0, st.nc * nr),
       KOKKOS_LAMBDA(const int64_t row) {
-        const int64_t valid = causal_width(i0 + row % nr, k0, kw);
+        const int64_t t = i0 + row % nr, b = (c0 + row / nr) / KV;
+        const int64_t valid = causal_width(t, k0, kw);
+        const int64_t lo = start_width(example_start(starts, b, t, T), k0, kw);
         float* srow = scores + row * kw;
         const float m_old = first ? -FLT_MAX : m[row];
-        const float m_new = math::max_f(m_old, lane_max(srow, valid));
-        exp_row(srow, valid, kw, m_new);
+        const float m_new = math::max_f(m_old, lane_max(srow + lo, valid - lo));
+        exp_row(srow, lo, valid, kw, m_new);
         const float sum = lane_sum(srow, kw);
         if (probs != nullptr) round_row(probs + row * kw, srow, kw, rc);
         m[row] = m_new;
@@ -242,21 +269,23 @@ void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
   const float* delta = s.delta;
   TC *probs = s.probs, *dscores = s.dscores;
   const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0, c0 = st.c0, g = st.g;
-  const int64_t T = d.T, G = d.H / d.KV;
+  const int64_t T = d.T, G = d.H / d.KV, KV = d.KV;
+  const int32_t* starts = d.starts;
   Kokkos::parallel_for(
       "attention_dscores_block", RangePolicy(space, 0, st.nc * nr),
       KOKKOS_LAMBDA(const int64_t row) {
-        const int64_t t = i0 + row % nr;
+        const int64_t t = i0 + row % nr, b = (c0 + row / nr) / KV;
         const int64_t stat = ((c0 + row / nr) * G + g) * T + t;  // (b*H + h)*T + t
         const int64_t valid = causal_width(t, k0, kw);
+        const int64_t lo = start_width(example_start(starts, b, t, T), k0, kw);
         const float row_lse = lse[stat], row_delta = delta[stat];
         float* srow = scores + row * kw;
         float* dprow = dprobs + row * kw;
         if (probs != nullptr) {
-          dscores_row(probs + row * kw, dscores + row * kw, srow, dprow, valid, kw, row_lse,
+          dscores_row(probs + row * kw, dscores + row * kw, srow, dprow, lo, valid, kw, row_lse,
                       row_delta, rc);
         } else {  // fp32 without rounding
-          dscores_row_in_place(srow, dprow, valid, kw, row_lse, row_delta);
+          dscores_row_in_place(srow, dprow, lo, valid, kw, row_lse, row_delta);
         }
       });
 }
@@ -273,16 +302,17 @@ void tiled_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, con
       for (int64_t c0 = 0; c0 < NG; c0 += tl.groups) {
         const int64_t nc = std::min(tl.groups, NG - c0);
         const GemmIn qt = gin(q + ((c0 * G + g) * T + i0) * D, nr, D, G * T * D);  // (nr, D)
-        for (int64_t k0 = 0; k0 < kend; k0 += tl.k_cols) {
-          const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0)};
+        const int64_t k_first = first_key_block(d, c0, nc, i0, nr, tl.k_cols);
+        for (int64_t k0 = k_first; k0 < kend; k0 += tl.k_cols) {
+          const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0), k_first};
           const int64_t kw = st.kw;
           // S (nr, kw) = scale q_tile k_block^T, fp32
           gemm_batched(space, nc, 'N', 'T', d.scale, qt, gin(k + (c0 * T + k0) * D, kw, D, T * D),
                        0.0f, gout(s.scores, nr, kw));
-          softmax_block(space, s, st, D, rc);
+          softmax_block(space, s, st, d, rc);
           // acc (nr, D) (+)= rnd(P~) (nr, kw) v_block (kw, D), fp32
           gemm_batched(space, nc, 'N', 'N', 1.0f, gin(operand(s.probs, s.scores), nr, kw),
-                       gin(v + (c0 * T + k0) * D, kw, D, T * D), k0 == 0 ? 0.0f : 1.0f,
+                       gin(v + (c0 * T + k0) * D, kw, D, T * D), k0 == k_first ? 0.0f : 1.0f,
                        gout(s.out_acc, nr, D));
         }
         finalize_tile(space, out, lse, s, Step{c0, nc, g, i0, nr, 0, 0}, d, rc);
@@ -307,8 +337,9 @@ void tiled_backward(const ExecSpace& space, float* dq, float* dk, float* dv, con
         const int64_t nc = std::min(tl.groups, NG - c0);
         const int64_t qoff = ((c0 * G + g) * T + i0) * D, qstride = G * T * D;
         const GemmIn qt = gin(q + qoff, nr, D, qstride), dot = gin(dout + qoff, nr, D, qstride);
-        for (int64_t k0 = 0; k0 < kend; k0 += tl.k_cols) {
-          const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0)};
+        const int64_t k_first = first_key_block(d, c0, nc, i0, nr, tl.k_cols);
+        for (int64_t k0 = k_first; k0 < kend; k0 += tl.k_cols) {
+          const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0), k_first};
           const int64_t kw = st.kw, koff = (c0 * T + k0) * D;
           const GemmIn kb = gin(k + koff, kw, D, T * D);
           // S (nr, kw) = scale q_tile k_block^T; dP (nr, kw) = dout_tile v_block^T
@@ -322,8 +353,8 @@ void tiled_backward(const ExecSpace& space, float* dq, float* dk, float* dv, con
           gemm_batched(space, nc, 'T', 'N', 1.0f, gin(p, nr, kw), dot, 1.0f,
                        gout(dv + koff, kw, D, T * D));
           // dq_tile (nr, D) (+)= scale dS (nr, kw) k_block (kw, D)
-          gemm_batched(space, nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb, k0 == 0 ? 0.0f : 1.0f,
-                       gout(dq + qoff, nr, D, qstride));
+          gemm_batched(space, nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb,
+                       k0 == k_first ? 0.0f : 1.0f, gout(dq + qoff, nr, D, qstride));
           // dk_block (kw, D) += scale dS^T (kw, nr) q_tile (nr, D)
           gemm_batched(space, nc, 'T', 'N', d.scale, gin(ds, nr, kw), qt, 1.0f,
                        gout(dk + koff, kw, D, T * D));

@@ -15,6 +15,14 @@
 // the heads of a group (in a fixed order: results are deterministic, so activation-checkpoint
 // recompute gives the same bits). Repeated K/V are never materialized.
 //
+// Packed rows (AttentionDims::starts): several examples in one row, and query i of a row sees key
+// j iff start[i] <= j <= i (a block-diagonal causal mask). Both kernels start a query tile's key
+// loop at the block holding the smallest start of its rows (earlier blocks are never computed,
+// like those above the diagonal; the team kernel's dK/dV pass likewise skips query tiles whose
+// every row starts after its key tile) and mask the keys before a row's start in the blocks they
+// compute (score -inf: probability 0, and dS 0). Without starts the results are bit for bit those
+// of the plain causal attention (and all-zero starts give the same bits).
+//
 // Two kernels compute this, chosen per build (attention_kernel()):
 //   tiled_gemm  host builds: the tile products are batched GEMMs (ops/gemm.hpp; oneDNN or BLAS),
 //               one call per product for a query tile of every (batch, KV head) group at once
@@ -37,6 +45,14 @@ namespace kktrain {
 struct AttentionDims {
   int64_t B, T, H, KV, D;
   float scale;  // 1 / sqrt(D)
+  // Packed rows (several examples in one row): starts (B, T) int32, device memory, for each token
+  // the position in its row where its example begins (starts[b*T + t] <= t). Query t sees keys
+  // [starts[b*T + t], t] only (a block-diagonal causal mask). Null: every row is one sequence.
+  const int32_t* starts = nullptr;
+  // The same starts in host memory (or null): the tiled_gemm kernel's host loop reads them to
+  // skip key blocks before every start of a query tile (without them it computes those blocks
+  // and masks them: the same results). The team kernel reads `starts` only.
+  const int32_t* host_starts = nullptr;
 };
 
 enum class AttentionKernel { tiled_gemm, team };
@@ -76,7 +92,8 @@ struct AttentionWorkspaceSizes {
 AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
                                                   Rounding operands);
 
-// out (B*T, H*D) token layout = rnd(softmax(scale q k^T + causal mask) v), lse (B, H, T) fp32;
+// out (B*T, H*D) token layout = rnd(softmax(scale q k^T + mask) v), lse (B, H, T) fp32 (the
+// causal mask, block-diagonal with d.starts);
 // q (B, H, T, D), k and v (B, KV, T, D).
 template <class TC>
 void attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,

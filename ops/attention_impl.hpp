@@ -17,6 +17,20 @@ KOKKOS_INLINE_FUNCTION int64_t causal_width(int64_t t, int64_t k0, int64_t kw) {
   return n < 0 ? 0 : (n > kw ? kw : n);
 }
 
+// Packed rows (AttentionDims::starts): where the example of token t of row b begins (0 without
+// starts: the row is one sequence).
+KOKKOS_INLINE_FUNCTION int64_t example_start(const int32_t* starts, int64_t b, int64_t t,
+                                             int64_t T) {
+  return starts != nullptr ? starts[b * T + t] : 0;
+}
+
+// How many keys of the block [k0, k0 + kw) lie before `start` (masked for a query whose example
+// begins there): the query sees keys [start_width, causal_width) of the block. 0 without starts.
+KOKKOS_INLINE_FUNCTION int64_t start_width(int64_t start, int64_t k0, int64_t kw) {
+  const int64_t n = start - k0;
+  return n < 0 ? 0 : (n > kw ? kw : n);
+}
+
 // The element index of (b, h, t, e) in a token-layout tensor (B*T, H*D) and a head-layout tensor
 // (B, H, T, D); row (b*H + h)*T + t of a (B, H, T) statistic is the head-layout row.
 KOKKOS_INLINE_FUNCTION int64_t token_index(int64_t b, int64_t h, int64_t t, int64_t e, int64_t T,

@@ -78,6 +78,22 @@ KOKKOS_INLINE_FUNCTION BackwardElement backward_element(float qk, float dp, bool
   return BackwardElement{p, rnd(p * (rnd(dp, rc) - delta), rc)};
 }
 
+// The smallest example start of rows [i0, i0 + nr) of row b (0 without starts), on every thread
+// of the team: the key blocks before it are seen by no row of the query tile.
+KOKKOS_INLINE_FUNCTION int64_t tile_min_start(const Member& m, const int32_t* starts, int64_t b,
+                                              int64_t i0, int64_t nr, int64_t T) {
+  if (starts == nullptr) return 0;
+  int64_t lo = i0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(m, nr),
+      [&](const int64_t r, int64_t& x) {
+        const int64_t s = starts[b * T + i0 + r];
+        x = s < x ? s : x;
+      },
+      Kokkos::Min<int64_t>(lo));
+  return lo;
+}
+
 }  // namespace
 
 template <class TC>
@@ -87,6 +103,7 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
   const int64_t G = H / KV, nq = (T + Br - 1) / Br;
   const float scale = d.scale;
+  const int32_t* starts = d.starts;
   // q (Br, D), K^T (D, Bc), V (Bc, D), scores (Br, Bc), acc (Br, D), m, l, alpha (Br)
   const ScratchPolicy sp =
       scratch_policy(space, d.B * H * nq, 2 * Br * D + 2 * Bc * D + Br * Bc + 3 * Br);
@@ -110,7 +127,9 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
         fill(m, acc, nr * D, 0.0f);
         fill(m, mrow, nr, -FLT_MAX);
         fill(m, lrow, nr, 0.0f);
-        for (int64_t k0 = 0; k0 < kend; k0 += Bc) {
+        // Packed rows: from the block of the tile's smallest start (the earlier ones are skipped).
+        const int64_t k_first = (tile_min_start(m, starts, b, i0, nr, T) / Bc) * Bc;
+        for (int64_t k0 = k_first; k0 < kend; k0 += Bc) {
           const int64_t kw = kend - k0 < Bc ? kend - k0 : Bc;
           m.team_barrier();  // the previous block's products are done with kt, vs, s
           load_transposed(m, kt, Bc, kh + k0 * D, kw, D);
@@ -123,13 +142,16 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
           m.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(m, nr), [&](const int64_t r) {
             const int64_t valid = causal_width(i0 + r, k0, kw);
+            // keys before the example's start are masked (none without starts); a row with
+            // none visible here keeps m = -FLT_MAX, l = 0 (alpha 0 at its first visible block)
+            const int64_t lo = start_width(example_start(starts, b, i0 + r, T), k0, kw);
             float* srow = s + r * Bc;
             const float m_old = mrow[r];
             float mx = m_old;
-            for (int64_t c = 0; c < valid; ++c) mx = math::max_f(mx, srow[c]);
+            for (int64_t c = lo; c < valid; ++c) mx = math::max_f(mx, srow[c]);
             float sum = 0.0f;
             for (int64_t c = 0; c < kw; ++c) {
-              const float p = c < valid ? exp_fast(srow[c] - mx) : 0.0f;
+              const float p = c >= lo && c < valid ? exp_fast(srow[c] - mx) : 0.0f;
               sum += p;
               srow[c] = rnd(p, rc);  // the P~ V operand, in the compute dtype
             }
@@ -165,6 +187,7 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
   const int64_t G = H / KV, nq = (T + Br - 1) / Br, nk = (T + Bc - 1) / Bc;
   const float scale = d.scale;
+  const int32_t* starts = d.starts;
 
   // dK, dV: q, dO (Br, D), K^T, V^T (D, Bc), P, dS (Br, Bc), dK, dV accumulators (Bc, D),
   // lse, delta (Br).
@@ -194,6 +217,9 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
           const int64_t bh = (bk / KV) * H + (bk % KV) * G + g;
           for (int64_t i0 = (j0 / Br) * Br; i0 < T; i0 += Br) {  // query tiles from the diagonal
             const int64_t nr = T - i0 < Br ? T - i0 : Br;
+            // Packed rows: a query tile whose every row's example starts after this key tile
+            // sees none of it (skipped, as the tiles above the diagonal are).
+            if (tile_min_start(m, starts, bk / KV, i0, nr, T) >= j0 + kw) continue;
             m.team_barrier();  // the previous tile's products are done with qs, dos, ps, dss
             load_rows(m, qs, q + (bh * T + i0) * D, nr * D);
             load_rows(m, dos, dout + (bh * T + i0) * D, nr * D);
@@ -206,7 +232,9 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
               const int64_t r = i / kw, c = i % kw;
               const BackwardElement el = backward_element(
                   dot_strided(qs + r * D, kt + c, Bc, D), dot_strided(dos + r * D, vt + c, Bc, D),
-                  c < causal_width(i0 + r, j0, kw), scale, lse_r[r], delta_r[r], rc);
+                  c >= start_width(example_start(starts, bk / KV, i0 + r, T), j0, kw) &&
+                      c < causal_width(i0 + r, j0, kw),
+                  scale, lse_r[r], delta_r[r], rc);
               ps[r * Bc + c] = rnd(el.p, rc);
               dss[r * Bc + c] = el.ds;
             });
@@ -258,7 +286,8 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
           lse_r[r] = lse[bh * T + i0 + r];
           delta_r[r] = delta[bh * T + i0 + r];
         });
-        for (int64_t k0 = 0; k0 < kend; k0 += Bc) {
+        const int64_t k_first = (tile_min_start(m, starts, b, i0, nr, T) / Bc) * Bc;
+        for (int64_t k0 = k_first; k0 < kend; k0 += Bc) {
           const int64_t kw = kend - k0 < Bc ? kend - k0 : Bc;
           m.team_barrier();  // the previous block's products are done with kt, vt, ks, dss
           load_transposed(m, kt, Bc, kh + k0 * D, kw, D);
@@ -270,7 +299,9 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
             dss[r * Bc + c] =
                 backward_element(dot_strided(qs + r * D, kt + c, Bc, D),
                                  dot_strided(dos + r * D, vt + c, Bc, D),
-                                 c < causal_width(i0 + r, k0, kw), scale, lse_r[r], delta_r[r], rc)
+                                 c >= start_width(example_start(starts, b, i0 + r, T), k0, kw) &&
+                                     c < causal_width(i0 + r, k0, kw),
+                                 scale, lse_r[r], delta_r[r], rc)
                     .ds;
           });
           m.team_barrier();

@@ -131,17 +131,21 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
 // function here without an execution-space argument).
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
-// rotate-half rotary on q and k (fp32 math, stored in TC), v copied.
+// rotate-half rotary on q and k (fp32 math, stored in TC), v copied. Token t of row b is rotated
+// by the angles of position t, or with packed rows (starts: (B, T) device array, as
+// AttentionDims::starts) of position t - starts[b*T + t]: positions restart at 0 in every example.
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
-                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  const int32_t* starts = nullptr);
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), stored in TC.
 // dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to TC on load: the gradients of the
 // compute-dtype q, k, v.
+// Positions as rope_forward's (starts likewise).
 template <class TC>
 void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const float* dk,
                    const float* dv, const float* cos, const float* sin, int64_t B, int64_t T,
-                   int64_t H, int64_t KV, int64_t D);
+                   int64_t H, int64_t KV, int64_t D, const int32_t* starts = nullptr);
 
 // out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
 // writes its output in token layout itself: ops/attention.hpp.)

@@ -118,7 +118,8 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
-                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D) {
+                  const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
+                  const int32_t* starts) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
@@ -139,8 +140,9 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
           return;
         }
         TC* y = slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
-        const float* c = cos + t * half;
-        const float* s = sin + t * half;
+        const int64_t pos = starts != nullptr ? t - starts[bt] : t;  // restarts in each example
+        const float* c = cos + pos * half;
+        const float* s = sin + pos * half;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         for (int64_t j = j0; j < j1; ++j) {
           const float x1 = load_f32(x, j), x2 = load_f32(x, j + half);
@@ -153,7 +155,7 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
 template <class TC>
 void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const float* dk,
                    const float* dv, const float* cos, const float* sin, int64_t B, int64_t T,
-                   int64_t H, int64_t KV, int64_t D) {
+                   int64_t H, int64_t KV, int64_t D, const int32_t* starts) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;
   const int64_t half = D / 2;
@@ -173,8 +175,9 @@ void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const floa
         }
         const float* g =
             slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + slot - H) * T + t) * D;
-        const float* c = cos + t * half;
-        const float* s = sin + t * half;
+        const int64_t pos = starts != nullptr ? t - starts[bt] : t;
+        const float* c = cos + pos * half;
+        const float* s = sin + pos * half;
         // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s], from the gradients
         // of the compute-dtype q and k (rounded on load).
         for (int64_t j = j0; j < j1; ++j) {
@@ -202,10 +205,11 @@ void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, i
   template void rmsnorm_forward<TC>(const ExecSpace&, TC*, float*, float*, const float*,           \
                                     const float*, int64_t, int64_t, float, Rounding);              \
   template void rope_forward<TC>(const ExecSpace&, TC*, TC*, TC*, const TC*, const float*,         \
-                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t);       \
+                                 const float*, int64_t, int64_t, int64_t, int64_t, int64_t,        \
+                                 const int32_t*);                                                  \
   template void rope_backward<TC>(const ExecSpace&, TC*, const float*, const float*, const float*, \
                                   const float*, const float*, int64_t, int64_t, int64_t, int64_t,  \
-                                  int64_t);                                                        \
+                                  int64_t, const int32_t*);                                        \
   template void tokens_to_heads<TC, float>(const ExecSpace&, TC*, const float*, int64_t, int64_t,  \
                                            int64_t, int64_t, Rounding);
 KKTRAIN_INST_TC(float)
