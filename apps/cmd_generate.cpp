@@ -11,6 +11,9 @@
 #include <stdexcept>
 #include <string>
 
+#include <fstream>
+#include <sstream>
+
 #include "apps/commands.hpp"
 #include "apps/model_source.hpp"
 #include "apps/text_model.hpp"
@@ -23,6 +26,7 @@
 #include "io/lora_merge.hpp"
 #include "io/model_weights.hpp"
 #include "model/generate.hpp"
+#include "text/jinja.hpp"
 
 namespace kktrain {
 
@@ -103,6 +107,72 @@ PromptText text_prompt(const std::string& text, const std::string& model, const 
   return p;
 }
 
+// The chat template of --chat: --chat-template FILE, else chat_template.jinja beside the
+// tokenizer.json, else tokenizer_config.json's chat_template (transformers' order).
+std::unique_ptr<text::jinja::Template> chat_template(const text::Tokenizer& tok,
+                                                     const std::string& file) {
+  const auto slash = tok.path().find_last_of('/');
+  const std::string beside =
+      (slash == std::string::npos ? std::string(".") : tok.path().substr(0, slash)) +
+      "/chat_template.jinja";
+  std::string path = file, source;
+  if (path.empty() && std::ifstream(beside)) path = beside;
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw UsageError("generate: --chat-template '" + path + "' cannot be read");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return std::make_unique<text::jinja::Template>(text.str(), "chat template '" + path + "'");
+  }
+  if (tok.config().chat_template.empty()) {
+    throw UsageError(
+        "generate: --chat renders the message with the model's chat template, and "
+        "the tokenizer '" +
+        tok.path() +
+        "' has none (no chat_template.jinja beside it, no chat_template in "
+        "tokenizer_config.json): give --chat-template FILE, or use --prompt");
+  }
+  return std::make_unique<text::jinja::Template>(
+      tok.config().chat_template, "tokenizer_config.json '" + tok.config().path + "'");
+}
+
+// --chat: [--system message,] the user message rendered with the chat template and the
+// assistant's turn opened (add_generation_prompt), tokenized without adding special tokens (the
+// template writes them); the answer ends at the first special token (its end of turn) or EOS.
+PromptText chat_prompt(const std::string& user, const std::string& system,
+                       const std::string& template_file, const std::string& model,
+                       const FileAttrs& attrs, const ModelConfig& cfg, const std::string& tokenizer,
+                       SamplingOptions* o) {
+  const ModelText t = model_file_text(model, attrs, cfg.vocab_size, tokenizer);
+  if (t.vocab != TextVocab::tokenizer) {
+    throw UsageError("generate: --chat needs the model's tokenizer and chat template, and " +
+                     t.model + " has no tokenizer.json: give --tokenizer PATH, or use --prompt");
+  }
+  PromptText p;
+  p.tokenizer = load_model_tokenizer(t);
+  const auto tmpl = chat_template(*p.tokenizer, template_file);
+  namespace jinja = text::jinja;
+  auto message = [](const std::string& role, const std::string& content) {
+    jinja::Dict d;
+    d.set("role", jinja::Value::string(role));
+    d.set("content", jinja::Value::string(content));
+    return jinja::Value::make_dict(std::move(d));
+  };
+  std::vector<jinja::Value> list;
+  if (!system.empty()) list.push_back(message("system", system));
+  list.push_back(message("user", user));
+  const jinja::RenderedChat rc =
+      jinja::render_chat(*tmpl, jinja::Value::make_list(std::move(list)),
+                         jinja::GenerationPrompt::yes, p.tokenizer->config().special_tokens);
+  text::Encoder enc(p.tokenizer);
+  p.ids = enc.encode(rc.text, text::SpecialTokens::none);
+  for (int32_t id = 0; id < p.tokenizer->vocab_size(); ++id) {
+    if (p.tokenizer->is_special(id)) o->stop_tokens.push_back(id);
+  }
+  if (p.tokenizer->eos_id()) o->stop_tokens.push_back(*p.tokenizer->eos_id());
+  return p;
+}
+
 // Prints generated tokens as text while they arrive (stdout flushed per piece): bytes, or the
 // tokenizer's decoded text with a character held until its bytes are complete. Special tokens
 // and the EOS that ends the answer, and ids the tokenizer has no token for, print nothing.
@@ -148,10 +218,17 @@ void throw_if_allocation_failure(const std::runtime_error& e, int64_t positions)
 
 int run_generate(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain generate runs on one rank");
-  const std::string& text = args.options.at("--prompt");
+  const std::string& chat = args.options.at("--chat");
+  const std::string& text = chat.empty() ? args.options.at("--prompt") : chat;
   const std::string& ids_text = args.options.at("--prompt-ids");
-  if (text.empty() == ids_text.empty()) {
-    throw UsageError("generate: give --prompt TEXT or --prompt-ids 1,2,3 (one of them)");
+  const int given = !args.options.at("--prompt").empty() + !ids_text.empty() + !chat.empty();
+  if (given != 1) {
+    throw UsageError(
+        "generate: give --prompt TEXT, --chat MESSAGE or --prompt-ids 1,2,3 (one of them)");
+  }
+  if (chat.empty() &&
+      (!args.options.at("--system").empty() || !args.options.at("--chat-template").empty())) {
+    throw UsageError("generate: --system and --chat-template go with --chat");
   }
   SamplingOptions o;
   o.max_new_tokens = parse_int("--max-new-tokens", args.options.at("--max-new-tokens"), 0);
@@ -165,10 +242,14 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
   auto opened = with_lora_merged(open_weights(args.positionals.at(0), "generate", one));
   const ModelConfig cfg = check_self_described(*opened, "generate");
   PromptText pt;
-  if (!text.empty()) {
+  if (!chat.empty()) {
+    pt = chat_prompt(chat, args.options.at("--system"), args.options.at("--chat-template"),
+                     args.positionals.at(0), opened->attributes(), cfg,
+                     args.options.at("--tokenizer"), &o);
+  } else if (!text.empty()) {
     pt = text_prompt(text, args.positionals.at(0), opened->attributes(), cfg,
                      args.options.at("--tokenizer"));
-    if (pt.tokenizer && pt.tokenizer->eos_id()) o.stop_token = *pt.tokenizer->eos_id();
+    if (pt.tokenizer && pt.tokenizer->eos_id()) o.stop_tokens.push_back(*pt.tokenizer->eos_id());
   } else {
     pt.ids = prompt_ids(ids_text, cfg.vocab_size);
   }
@@ -235,8 +316,9 @@ Command generate_command() {
   CommandSpec s;
   s.name = "generate";
   s.synopsis =
-      "generate MODEL (--prompt TEXT | --prompt-ids 1,2,3) [--tokenizer PATH] "
-      "[--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]";
+      "generate MODEL (--prompt TEXT | --chat MESSAGE [--system TEXT] [--chat-template FILE] "
+      "| --prompt-ids 1,2,3) [--tokenizer PATH] [--max-new-tokens N] [--temperature T] "
+      "[--top-k K] [--seed S]";
   s.summary = "Continue a prompt with a model (greedy or sampled), one token at a time.";
   s.details =
       "MODEL is a run directory, a checkpoint (file, step directory or root), a kktrain\n"
@@ -245,7 +327,12 @@ Command generate_command() {
       "model directory's tokenizer.json, or that of the directory its checkpoint was trained\n"
       "from) with its special tokens; the answer is printed as text while it is generated and\n"
       "ends at the tokenizer's EOS. A byte-level model (kktrain's own, vocab_size >= 256)\n"
-      "takes the text's bytes. --prompt-ids are token ids and the answer is printed as ids.\n"
+      "takes the text's bytes. --chat MESSAGE is a user turn (after --system TEXT, if given)\n"
+      "rendered with the model's chat template (--chat-template FILE, else chat_template.jinja\n"
+      "beside the tokenizer.json, else tokenizer_config.json's) with the assistant's turn\n"
+      "opened, as transformers' apply_chat_template(add_generation_prompt=True); the reply\n"
+      "ends at the first special token (the end of its turn) or EOS.\n"
+      "--prompt-ids are token ids and the answer is printed as ids.\n"
       "Each new token runs one position through a KV cache; prompt + new tokens must fit\n"
       "max_seq_len.\n"
       "Weights stay in the dtype the file stores (LoRA adapters merged); activations and\n"
@@ -254,9 +341,11 @@ Command generate_command() {
       "--top-k largest (0: all), keyed on --seed: the same seed gives the same answer.\n";
   s.positionals = {"MODEL"};
   s.takes_overrides = false;
-  s.options = {
-      {"--prompt", ""},       {"--prompt-ids", ""}, {"--tokenizer", ""}, {"--max-new-tokens", "32"},
-      {"--temperature", "0"}, {"--top-k", "0"},     {"--seed", "0"}};
+  s.options = {{"--prompt", ""},       {"--prompt-ids", ""},
+               {"--tokenizer", ""},    {"--max-new-tokens", "32"},
+               {"--temperature", "0"}, {"--top-k", "0"},
+               {"--seed", "0"},        {"--chat", ""},
+               {"--system", ""},       {"--chat-template", ""}};
   return Command{s, run_generate, true};
 }
 

@@ -143,9 +143,8 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
       render_block(renderer, file, block, &rendered, threads);
       for (const RenderedExample& e : rendered) {
         const bool held_out =
-            is_val || (!d.val_path && uniform01(d.seed, kHoldOutStream, static_cast<uint64_t>(
-                                                                            ordinal)) <
-                                          d.val_fraction);
+            is_val || (!d.val_path && uniform01(d.seed, kHoldOutStream,
+                                                static_cast<uint64_t>(ordinal)) < d.val_fraction);
         ++ordinal;
         if (e.fate == ExampleFate::dropped) {
           ++sum.dropped;
@@ -195,13 +194,13 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
     const ExampleCacheSummary s = make_example_cache(cfg, dir);
     log::info("data: " + std::to_string(s.examples) + " training examples (" +
               std::to_string(s.tokens) + " tokens, " + std::to_string(s.loss_tokens) +
-              " loss tokens) and " + std::to_string(s.val_examples) +
-              " validation examples; " + std::to_string(s.truncated) + " truncated and " +
-              std::to_string(s.dropped) + " dropped (data.truncation: " + cfg.data.truncation +
-              ", data.seq_len " + std::to_string(cfg.data.seq_len) + "); cached in " + dir);
-    want["summary"] = {{"examples", s.examples},         {"val_examples", s.val_examples},
-                       {"truncated", s.truncated},       {"dropped", s.dropped},
-                       {"tokens", s.tokens},             {"loss_tokens", s.loss_tokens}};
+              " loss tokens) and " + std::to_string(s.val_examples) + " validation examples; " +
+              std::to_string(s.truncated) + " truncated and " + std::to_string(s.dropped) +
+              " dropped (data.truncation: " + cfg.data.truncation + ", data.seq_len " +
+              std::to_string(cfg.data.seq_len) + "); cached in " + dir);
+    want["summary"] = {{"examples", s.examples},   {"val_examples", s.val_examples},
+                       {"truncated", s.truncated}, {"dropped", s.dropped},
+                       {"tokens", s.tokens},       {"loss_tokens", s.loss_tokens}};
     write_text_atomically(manifest_path, want.dump(1) + "\n");
   });
   collectively(comm, [&] {

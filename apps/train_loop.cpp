@@ -283,8 +283,10 @@ void export_final(const TrainRun& run) {
     export_checkpoint(file, export_path, o);
     export_run_adapters(cfg, file);  // checkpoint.export_format: peft: <output_dir>/adapter
   });
-  log::info("export: " + export_path + " (" + cfg.checkpoint.export_format + ", " +
-            dtype_name(cfg.checkpoint.export_dtype) + ")");
+  const std::string format = cfg.checkpoint.export_format == "safetensors" ? "safetensors" : "hdf5";
+  log::info("export: " + export_path + " (" + format + ", " +
+            dtype_name(cfg.checkpoint.export_dtype) +
+            (cfg.checkpoint.export_format == "peft" ? ", the adapters merged" : "") + ")");
 }
 
 // A stop signal on any rank since the steps ended (collective).

@@ -61,7 +61,7 @@ struct TrainRun {
   PeakBreakdown predicted;            // the planned peak of this rank
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Optimizer> opt;
-  std::optional<TokenDataset> data;      // windows of token files (else examples)
+  std::optional<TokenDataset> data;     // windows of token files (else examples)
   std::optional<ExampleData> examples;  // data.format chat or prompt_completion
   std::optional<LrSchedule> schedule;
   TrainProgress state;  // steps done, updates applied, non-finite steps in a row
@@ -88,11 +88,11 @@ struct TrainRun {
 
 // One step, as its named parts see it.
 struct StepRecord {
-  int64_t done = 0;   // the steps done after this one (its index + 1)
-  double t0 = 0.0;    // when it started
-  CommStats c0, m0;   // the communicator's and the experts' collective totals at its start
-  HostSyncCounts s0;  // the host waits at its start
-  StepScalars sc;     // loss, MTP loss, gradient norm, load-balancing loss (over ranks)
+  int64_t done = 0;          // the steps done after this one (its index + 1)
+  double t0 = 0.0;           // when it started
+  CommStats c0, m0;          // the communicator's and the experts' collective totals at its start
+  HostSyncCounts s0;         // the host waits at its start
+  StepScalars sc;            // loss, MTP loss, gradient norm, load-balancing loss (over ranks)
   int64_t loss_tokens = -1;  // examples: the loss tokens of the global batch (-1: windows)
   StepUpdate update = StepUpdate::applied;
   double lr = 0.0;

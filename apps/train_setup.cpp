@@ -143,8 +143,9 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   if (is_examples(cfg.data)) {
     open_examples(run);
   } else {
-    run.data.emplace(collectively(
-        comm, [&] { return TokenDataset::load(data, cfg.model.vocab_size, token_load_options()); }));
+    run.data.emplace(collectively(comm, [&] {
+      return TokenDataset::load(data, cfg.model.vocab_size, token_load_options());
+    }));
   }
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
 }
@@ -225,11 +226,11 @@ void announce_run(TrainRun& run, const AppContext& ctx) {
   if (!ctx.threads.empty()) log::info(ctx.threads);
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + run.opt->name() + " on " +
-            (run.examples ? run.examples->source() : run.data->source()) + "; storage " + storage_text(params, cfg.precision.storage) +
-            ", compute " + dtype_name(cfg.precision.compute) + "; " +
-            std::to_string(cfg.train.max_steps) + " steps of " +
-            std::to_string(run.tokens_per_step) + " tokens" + ranks + "; metrics -> " +
-            run.metrics_path);
+            (run.examples ? run.examples->source() : run.data->source()) + "; storage " +
+            storage_text(params, cfg.precision.storage) + ", compute " +
+            dtype_name(cfg.precision.compute) + "; " + std::to_string(cfg.train.max_steps) +
+            " steps of " + std::to_string(run.tokens_per_step) + " tokens" + ranks +
+            "; metrics -> " + run.metrics_path);
 }
 
 // run.saved_step, and the checkpoint root made this run's (collective).

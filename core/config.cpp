@@ -410,14 +410,16 @@ void read_examples(Section& s, DataConfig* d) {
   s.accepts("chat_template", "a Jinja chat template file; null: the tokenizer's");
   if (d->chat_template && d->chat_template->empty()) s.fail("chat_template", "an empty file name");
   d->val_path = s.get_opt_string("val_path");
-  s.accepts("val_path", "a JSONL file of validation examples; null: data.val_fraction of data.path's");
+  s.accepts("val_path",
+            "a JSONL file of validation examples; null: data.val_fraction of data.path's");
   if (d->val_path && d->val_path->empty()) s.fail("val_path", "an empty file name");
   if (examples) return;
   const bool set = d->truncation != "truncate" || d->packing || d->chat_template || d->val_path;
   if (set) {
-    log::warn("data.truncation, data.packing, data.chat_template and data.val_path apply to "
-              "examples (data.format chat or prompt_completion); data.format is " +
-              d->format + ", so they have no effect");
+    log::warn(
+        "data.truncation, data.packing, data.chat_template and data.val_path apply to "
+        "examples (data.format chat or prompt_completion); data.format is " +
+        d->format + ", so they have no effect");
   }
 }
 
@@ -436,9 +438,9 @@ void read_data(Section& s, DataConfig* d, int world_size) {
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
   }
-  d->format = s.get_choice("format", "auto",
-                           {"auto", "text", "jsonl", "chat", "prompt_completion", "uint16",
-                            "uint32", "llmc"});
+  d->format = s.get_choice(
+      "format", "auto",
+      {"auto", "text", "jsonl", "chat", "prompt_completion", "uint16", "uint32", "llmc"});
   d->jsonl_key = s.get_string("jsonl_key", d->jsonl_key);
   if (d->jsonl_key.empty()) s.fail("jsonl_key", "an empty key");
   read_examples(s, d);
@@ -612,18 +614,21 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
   }
   validate_moe(c, opts, loc);
   if (c.checkpoint.export_format == "peft" && !c.peft.enabled) {
-    loc.fail("checkpoint.export_format", "peft exports LoRA adapters; this run has no peft section");
+    loc.fail("checkpoint.export_format",
+             "peft exports LoRA adapters; this run has no peft section");
   }
   const bool examples = is_examples(c.data);
   if (c.train.epochs > 0 && !examples) {
     loc.fail("train.epochs",
              "counts passes over examples (data.format chat or prompt_completion); data.format "
-             "is " + c.data.format + " (use train.max_steps)");
+             "is " +
+                 c.data.format + " (use train.max_steps)");
   }
   if (examples && c.model.mtp_num_layers > 0) {
     loc.fail("model.mtp_num_layers",
              "multi-token prediction across packed or padded examples is not supported; train "
-             "examples (data.format " + c.data.format + ") with mtp_num_layers: 0");
+             "examples (data.format " +
+                 c.data.format + ") with mtp_num_layers: 0");
   }
   if (c.lr_scheduler.min_lr > o.lr) {
     loc.fail("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +

@@ -143,7 +143,8 @@ ExampleFile::ExampleFile(const std::string& prefix) : prefix_(prefix) {
   tokens_ = static_cast<int64_t>(get<uint64_t>(p + 24));
   if (get<uint64_t>(p) != kIndexMagic || get<uint64_t>(p + 8) != kIndexVersion ||
       static_cast<uint64_t>(st.st_size) != kHeaderBytes + kEntryBytes * static_cast<uint64_t>(n_)) {
-    throw RuntimeFailure("example cache '" + index + "' is not a kktrain example index of version " +
+    throw RuntimeFailure("example cache '" + index +
+                         "' is not a kktrain example index of version " +
                          std::to_string(kIndexVersion) + " or is truncated");
   }
   struct stat ts {};
@@ -184,9 +185,9 @@ void ExampleFile::read(int64_t i, int32_t* ids, uint8_t* loss) const {
     const ssize_t r = ::pread(tokens_fd_.get(), reinterpret_cast<char*>(words.data()) + done,
                               bytes - done, static_cast<off_t>(first * 4 + done));
     if (r <= 0) {
-      throw RuntimeFailure("cannot read example " + std::to_string(i) + " of '" + prefix_ +
-                           ".tokens': " + (r == 0 ? "the file is shorter than its index says"
-                                                  : std::strerror(errno)));
+      throw RuntimeFailure(
+          "cannot read example " + std::to_string(i) + " of '" + prefix_ + ".tokens': " +
+          (r == 0 ? "the file is shorter than its index says" : std::strerror(errno)));
     }
     done += static_cast<std::size_t>(r);
   }
@@ -206,9 +207,9 @@ int64_t epoch_position(uint64_t seed, int64_t epoch, int64_t n, int64_t k) {
   do {
     uint64_t l = x >> h, r = x & mask;
     for (uint64_t round = 0; round < 4; ++round) {
-      const uint64_t f = hash3(seed, kPermutationStream ^ (static_cast<uint64_t>(epoch) << 8),
-                               (round << 56) ^ r) &
-                         mask;
+      const uint64_t f =
+          hash3(seed, kPermutationStream ^ (static_cast<uint64_t>(epoch) << 8), (round << 56) ^ r) &
+          mask;
       const uint64_t nl = r;
       r = l ^ f;
       l = nl;
@@ -238,8 +239,8 @@ bool RowPacker::next(std::vector<int64_t>* row) {
   while (static_cast<int64_t>(open_.size()) <= kOpenRows && next_ < n) {
     const int64_t e = example_at(next_++);
     const int64_t len = file_.length(e);
-    auto fit = std::find_if(open_.begin(), open_.end(),
-                            [&](const Open& o) { return o.used + len <= T_; });
+    auto fit =
+        std::find_if(open_.begin(), open_.end(), [&](const Open& o) { return o.used + len <= T_; });
     if (fit == open_.end()) fit = open_.insert(open_.end(), Open{});
     fit->used += len;
     fit->examples.push_back(e);

@@ -299,7 +299,9 @@ std::vector<int32_t> generate_tokens(Decoder& d, const std::vector<int32_t>& pro
     const int32_t next = sample_token(logits, o, i);
     out.push_back(next);
     if (on_token) on_token(next);
-    if (next == o.stop_token || i + 1 == o.max_new_tokens) break;
+    const bool stop =
+        std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end();
+    if (stop || i + 1 == o.max_new_tokens) break;
     logits = d.step(next);
   }
   return out;

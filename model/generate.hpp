@@ -58,7 +58,7 @@ struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy (the first of equal maxima)
   int64_t top_k = 0;         // 0: every token
   uint64_t seed = 0;
-  int64_t stop_token = -1;  // stop after generating it (-1: never)
+  std::vector<int32_t> stop_tokens;  // stop after generating one of them (none: never)
 };
 
 // The token chosen from `logits` at generation step `index`: greedy, or a draw from

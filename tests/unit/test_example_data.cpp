@@ -72,7 +72,8 @@ TEST(ExampleData, PermutationIsABijection) {
   }
   // Epochs differ.
   int same = 0;
-  for (int64_t k = 0; k < 100; ++k) same += epoch_position(5, 0, 100, k) == epoch_position(5, 1, 100, k);
+  for (int64_t k = 0; k < 100; ++k)
+    same += epoch_position(5, 0, 100, k) == epoch_position(5, 1, 100, k);
   EXPECT_LT(same, 20);
 }
 
@@ -99,7 +100,8 @@ TEST(ExampleData, EveryExampleOnceAnEpochWholeInItsRow) {
         for (int64_t r = 0; r < G; ++r) {
           for (int64_t ex : row_examples(b, r)) {
             ++seen[ex];
-            for (std::size_t k = 1; k < example_loss(ex).size(); ++k) loss_tokens += example_loss(ex)[k];
+            for (std::size_t k = 1; k < example_loss(ex).size(); ++k)
+              loss_tokens += example_loss(ex)[k];
           }
         }
         EXPECT_EQ(b.loss_tokens, loss_tokens);
