@@ -11,6 +11,7 @@
 
 #include "apps/chat_data.hpp"
 #include "apps/text_model.hpp"
+#include "apps/tokenize_inputs.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
@@ -155,8 +156,34 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
       }
     }
   };
-  for (const auto& f : data_files(d)) read_file(f, false);
+  const std::vector<std::string> files = data_files(d);
+  // Each a readable regular file: one line naming the key and the first that is not.
+  auto check = [](const std::vector<std::string>& f, const std::string& key) {
+    try {
+      check_inputs(f);
+    } catch (const InputError& e) {
+      throw InputError(key + ": " + e.what());
+    }
+  };
+  check(files, "data.path");
+  if (d.val_path) check({*d.val_path}, "data.val_path");
+  for (const auto& f : files) read_file(f, false);
   if (d.val_path) read_file(*d.val_path, true);
+  if (train.examples() == 0 || train.loss_tokens() == 0) {
+    const std::string what =
+        "data.path '" + files.at(0) + "'" +
+        (files.size() > 1 ? " (and " + std::to_string(files.size() - 1) + " more)" : std::string());
+    if (train.examples() == 0) {
+      throw InputError(what + " gives no training examples: " + std::to_string(ordinal) +
+                       " read, " + std::to_string(sum.dropped) + " dropped (data.truncation: " +
+                       d.truncation + ", data.seq_len " + std::to_string(d.seq_len) + "), " +
+                       std::to_string(val ? val->examples() : 0) + " held out for validation");
+    }
+    throw InputError(what + ": none of its " + std::to_string(train.examples()) +
+                     " training examples has a loss token (data.loss_on: " + d.loss_on +
+                     (d.loss_on == "assistant" ? ": no assistant message" : "") +
+                     "); nothing would be learned");
+  }
   train.finish();
   if (val) val->finish();
   sum.examples = train.examples();

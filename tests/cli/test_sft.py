@@ -15,7 +15,8 @@ usage: test_sft.py KKTRAIN INPUTS_DIR CASE      (tests/cli/sft.cmake, labels "tr
   weights of the uninterrupted one bit for bit, on 1 and 2 ranks.
 - validation: data.val_path's examples give the val_loss rows; held-out examples otherwise.
 - refusals: a bad example line is one error naming FILE:LINE before any step, nothing cached;
-  train.epochs with token data, MTP with examples, a missing data.val_path: one line each.
+  train.epochs with token data, MTP with examples, a missing data.val_path, an empty file, every
+  example dropped, no loss token in any example, a directory: one line each.
 """
 
 import json
@@ -215,8 +216,17 @@ def case_refusals():
               "a bad example: one line naming FILE:LINE" + tt.describe(args, rc, "", err))
         check(not os.path.exists(os.path.join(out, "examples", "manifest.json")),
               "no cache manifest after a failed render")
+        empty = os.path.join(tmp, "empty.jsonl")
+        open(empty, "w").close()
+        no_answer = os.path.join(tmp, "no_answer.jsonl")
+        with open(no_answer, "w") as f:
+            f.write('{"messages": [{"role": "user", "content": "hi"}]}\n')
         for extra, needle in ((["data.format=auto", "data.path=null", "train.epochs=2"],
                                "train.epochs"),
+                              ([f"data.path={empty}"], "gives no training examples: 0 read"),
+                              (["data.seq_len=8", "data.truncation=drop"], "40 dropped"),
+                              ([f"data.path={no_answer}"], "has a loss token"),
+                              ([f"data.path={tmp}"], "data.path: input"),
                               (["model.mtp_num_layers=1"], "model.mtp_num_layers"),
                               ([f"data.val_path={tmp}/missing.jsonl"], "missing.jsonl")):
             args = ["train", tt.config("default.yaml"), *base(tmp, *extra, steps=2),
