@@ -318,6 +318,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kk_parity_") as tmp:
         out = a.keep or os.path.join(tmp, "grads.h5")
         run_kktrain(a.kktrain, a.config, a.overrides, out)
+        left = sorted(set(os.listdir(tmp)) - {"grads.h5"})
+        if left:  # e.g. the scratch cache of examples data, which grads must remove
+            print(f"FAIL: kktrain grads left {left} beside --out")
+            return 1
         return compare(tr.load_dump(out), a.report_only, a.rows)
 
 
