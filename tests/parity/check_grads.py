@@ -2,7 +2,7 @@
 """Parity check of `kktrain grads` against an independent PyTorch reference.
 
 usage: check_grads.py --kktrain BIN [--config CONFIG] [--dump FILE.h5] [--keep FILE.h5]
-                      [--report-only] [key.path=VALUE ...]
+                      [--report-only] [--rows packed|padded] [key.path=VALUE ...]
 
 Runs `BIN grads CONFIG --out FILE.h5 key.path=VALUE ...` (or reads an existing --dump), then
 recomputes loss, MTP loss and every gradient with tests/parity/torch_reference.py and compares:
@@ -16,6 +16,11 @@ fp32 compute is compared with the float64 and float32 references; bf16 compute w
 float64 reference and with a torch.autocast(bfloat16) run, plus a fairness ratio: kktrain's error
 against float64 may not exceed RATIO x torch-autocast's own error against float64. Prints a
 per-tensor table and the worst case; exit status 0 pass, 1 fail, 2 usage / kktrain failure.
+
+Examples data (a dump with /batch/starts) is compared the same way, the reference masking
+attention per example and restarting rotary positions (torch_reference.py). --rows says what the
+batch must be, so that a test sees what it means to test: `packed` (some row holds two or more
+examples), `padded` (every row one example, some rows padded).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -139,7 +144,39 @@ def run_kktrain(binary: str, config: str, overrides: List[str], out: str) -> Non
         sys.exit(2)
 
 
-def compare(d: tr.Dump, report_only: bool = False) -> int:
+def row_examples(d: tr.Dump) -> Tuple[List[int], int]:
+    """(examples per row, padding positions) of a dump with /batch/starts: the positions sharing
+    a start are one example, or the row's padding when all their ids are 0 and no target counts
+    (io/example_data.hpp: the padding after a row's last example shares one start)."""
+    per_row, padding = [], 0
+    for starts, ids, targets in zip(d.starts, d.input_ids, d.targets):
+        n = 0
+        for s in np.unique(starts):
+            at = starts == s
+            if np.all(ids[at] == 0) and np.all(targets[at] < 0):
+                padding += int(np.sum(at))
+            else:
+                n += 1
+        per_row.append(n)
+    return per_row, padding
+
+
+def check_rows(d: tr.Dump, rows: str, chk: Checker) -> None:
+    """--rows: the batch has /batch/starts and the layout `rows` asks for."""
+    if d.starts is None:
+        chk.failures.append(f"--rows {rows}: the file has no /batch/starts")
+        return
+    per_row, padding = row_examples(d)
+    print(f"rows: examples per row {per_row}, {padding} padding positions, "
+          f"{int(np.sum(d.targets >= 0))} loss tokens of {d.targets.size}")
+    if rows == "packed" and max(per_row) < 2:
+        chk.failures.append(f"--rows packed: no row holds two examples ({per_row})")
+    if rows == "padded" and (any(n != 1 for n in per_row) or padding == 0):
+        chk.failures.append(f"--rows padded: not one example a row with padding ({per_row}, "
+                            f"{padding} padding positions)")
+
+
+def compare(d: tr.Dump, report_only: bool = False, rows: Optional[str] = None) -> int:
     bf16_compute = d.compute_dtype == "bfloat16"
     bf16_storage = d.storage_dtype == "bfloat16"
     chk = Checker()
@@ -148,6 +185,8 @@ def compare(d: tr.Dump, report_only: bool = False) -> int:
           f"B,T={tuple(d.input_ids.shape)} storage={d.storage_dtype} compute={d.compute_dtype} "
           f"stream_bf16={int(d.attrs.get('stream_bf16', 0))}")
 
+    if rows:
+        check_rows(d, rows, chk)
     r64 = tr.reference(d, "float64")
     other_mode = "bf16_autocast" if bf16_compute else "float32"
     rot = tr.reference(d, other_mode)
@@ -155,7 +194,7 @@ def compare(d: tr.Dump, report_only: bool = False) -> int:
 
     # ---- losses
     B, T = d.input_ids.shape
-    losses = [("loss", d.loss, r64.loss, rot.loss, B * T)]
+    losses = [("loss", d.loss, r64.loss, rot.loss, int(np.sum(d.targets >= 0)))]
     if d.K > 0 and d.compute_mtp:
         if d.mtp_loss is None:
             chk.failures.append("file has an MTP head but no /mtp_loss")
@@ -267,17 +306,23 @@ def main() -> int:
     ap.add_argument("--dump", help="compare an existing grads file instead of running kktrain")
     ap.add_argument("--keep", help="also keep the grads file here")
     ap.add_argument("--report-only", action="store_true", help="print, never fail")
+    ap.add_argument("--rows", choices=("packed", "padded"),
+                    help="examples data: the batch must be packed / one example a row, padded")
     ap.add_argument("overrides", nargs="*", help="key.path=VALUE overrides for kktrain")
     a = ap.parse_args()
     if a.dump:
-        return compare(tr.load_dump(a.dump), a.report_only)
+        return compare(tr.load_dump(a.dump), a.report_only, a.rows)
     if not a.kktrain:
         ap.error("--kktrain or --dump is required")
     print("kktrain grads " + a.config + " " + " ".join(a.overrides))
     with tempfile.TemporaryDirectory(prefix="kk_parity_") as tmp:
         out = a.keep or os.path.join(tmp, "grads.h5")
         run_kktrain(a.kktrain, a.config, a.overrides, out)
-        return compare(tr.load_dump(out), a.report_only)
+        left = sorted(set(os.listdir(tmp)) - {"grads.h5"})
+        if left:  # e.g. the scratch cache of examples data, which grads must remove
+            print(f"FAIL: kktrain grads left {left} beside --out")
+            return 1
+        return compare(tr.load_dump(out), a.report_only, a.rows)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,12 @@ multi-token-prediction loss and every parameter gradient with autograd, in one o
                  logits upcast to fp32 for the loss (after Gemma 2's final-logit soft-capping
                  cap * tanh(logits / cap), in the logits' dtype, when the dump sets a cap).
 
+Packed rows (a dump with /batch/starts, from examples data): token t of a row belongs to the
+example that begins at starts[b, t]; its attention sees keys [start, t] of its row only (a
+block-diagonal causal mask) and its rotary position is t - start (cos/sin gathered per token).
+Targets < 0 (padding, tokens outside the loss) are ignored. Without /batch/starts every row is
+one sequence.
+
 Plain torch only (no transformers import). Usable as a library (`load_dump`, `reference`) or
 from the command line: `torch_reference.py FILE.h5 [--mode float64]` prints the losses.
 """
@@ -53,6 +59,7 @@ class Dump:
     mtp_loss: Optional[float] = None
     aux_loss: Optional[float] = None  # mixture of experts: the load-balancing loss
     choices: List[np.ndarray] = field(default_factory=list)  # per sparse layer (B*T, K) experts
+    starts: Optional[np.ndarray] = None  # (B, T) int: each token's example start (packed rows)
 
     # hyperparameters
     @property
@@ -121,11 +128,13 @@ def load_dump(path: str) -> Dump:
         if "moe" in f:
             n = len(f["moe"].keys())
             choices = [np.asarray(f[f"moe/choice_layer_{i}"][()]) for i in range(n)]
+        starts = (np.asarray(f["batch/starts"][()], dtype=np.int64) if "batch/starts" in f
+                   else None)
         return Dump(attrs=attrs, params=params, storage=storage, aliases=aliases, grads=grads,
                     input_ids=np.asarray(f["batch/input_ids"][()], dtype=np.int64),
                     targets=np.asarray(f["batch/targets"][()], dtype=np.int64),
                     loss=float(f["loss"][()]), mtp_loss=mtp_loss, aux_loss=aux_loss,
-                    choices=choices)
+                    choices=choices, starts=starts)
 
 
 # ---- building blocks -------------------------------------------------------------------------
@@ -166,16 +175,30 @@ def hf_llama3_rescale(inv_freq: torch.Tensor, scaling: Optional[dict]) -> torch.
     return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
 
 
-def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optional[dict] = None):
+def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optional[dict] = None,
+                positions: Optional[torch.Tensor] = None):
     """cos, sin (T, D): inv_freq and angles in fp32 (HF LlamaRotaryEmbedding; llama3 scaling
-    when given)."""
+    when given). `positions` (B, T) int: per-token positions instead, giving (B, 1, T, D)."""
     inv_freq = hf_inv_freq(D, theta, scaling)  # fp32
-    pos = torch.arange(T, dtype=torch.int64).float()
-    angle = pos[:, None] * inv_freq[None, :]  # (T, D/2) fp32, one rounding (HF: K=1 matmul)
+    pos = torch.arange(T, dtype=torch.int64).float() if positions is None else positions.float()
+    angle = pos[..., None] * inv_freq  # (.., T, D/2) fp32, one rounding (HF: K=1 matmul)
+    if positions is not None:
+        angle = angle[:, None]  # (B, 1, T, D/2): broadcast over heads
     emb = torch.cat((angle, angle), dim=-1)  # (T, D)
     if dtype == torch.float64:
         return emb.double().cos(), emb.double().sin()
     return emb.cos().to(dtype), emb.sin().to(dtype)  # HF: computed in fp32, cast to x.dtype
+
+
+def attention_mask(T: int, starts: Optional[torch.Tensor]) -> torch.Tensor:
+    """True where query t may read key s: causal (s <= t), and with per-token example starts
+    (B, T) also s >= starts[b, t] (block-diagonal). (T, T), or (B, 1, T, T) with starts."""
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if starts is None:
+        return causal
+    key = torch.arange(T)
+    own = key[None, None, :] >= starts[:, :, None]  # (B, T query, T key)
+    return (causal[None] & own)[:, None]
 
 
 def rotate_half(x):
@@ -221,7 +244,7 @@ class Reference:
     def norm(self, x, name):
         return rms_norm(x, self.p(name), self.eps, self.stat)
 
-    def attention(self, n, prefix, cos, sin):
+    def attention(self, n, prefix, cos, sin, mask=None):
         B, T, _ = n.shape
         H, KV, D = self.d.H, self.d.KV, self.D
         q = self.linear(n, prefix + "q_proj.weight").view(B, T, H, D).transpose(1, 2)
@@ -233,8 +256,9 @@ class Reference:
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
         scores = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(D))
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
+        if mask is None:  # every row one sequence
+            mask = attention_mask(T, None)
+        scores = scores.masked_fill(~mask, float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=self.stat).to(q.dtype)
         o = torch.matmul(probs, v)  # (B, H, T, D)
         o = o.transpose(1, 2).reshape(B, T, H * D)
@@ -293,9 +317,9 @@ class Reference:
         prob_per_expert = probs.mean(dim=0)  # (E)
         return E * torch.sum(tokens_per_expert * prob_per_expert.unsqueeze(0))
 
-    def block(self, h, prefix, cos, sin):
+    def block(self, h, prefix, cos, sin, mask=None):
         h = h + self.attention(self.norm(h, prefix + "input_layernorm.weight"), prefix + "self_attn.",
-                               cos, sin)
+                               cos, sin, mask)
         n = self.norm(h, prefix + "post_attention_layernorm.weight")
         if self.d.E > 0:
             # the fp32 combine joins the residual stream with one rounding to the stream dtype
@@ -309,6 +333,7 @@ class Reference:
         if cap is not None:  # Gemma2ForCausalLM: in the logits' dtype (bf16 under autocast)
             logits = torch.tanh(logits / cap) * cap
         logits = logits.to(self.stat)  # HF: logits.float() before the loss
+        targets = torch.where(targets < 0, torch.full_like(targets, IGNORE), targets)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                ignore_index=IGNORE, reduction="mean")
 
@@ -319,9 +344,14 @@ class Reference:
         tgt = torch.from_numpy(d.targets)
         B, T = ids.shape
         h = F.embedding(ids, self.p("model.embed_tokens.weight"))
-        cos, sin = rope_tables(T, self.D, self.theta, h.dtype, self.scaling)
+        starts = None if d.starts is None else torch.from_numpy(d.starts)
+        if starts is not None and d.K > 0 and d.compute_mtp:
+            raise ValueError("packed rows (/batch/starts) with an MTP head: not defined")
+        positions = None if starts is None else torch.arange(T)[None, :] - starts
+        cos, sin = rope_tables(T, self.D, self.theta, h.dtype, self.scaling, positions)
+        mask = attention_mask(T, starts)
         for i in range(d.L):
-            h = self.block(h, f"model.layers.{i}.", cos, sin)
+            h = self.block(h, f"model.layers.{i}.", cos, sin, mask)
         loss = self.head_loss(h, "model.norm.weight", tgt)
         mtp_loss = None
         if d.K > 0 and d.compute_mtp:
@@ -342,7 +372,7 @@ class Reference:
                 hn = self.norm(h_prev, pre + "hnorm.weight")
                 cat = torch.cat([e, hn], dim=-1)
                 h_in = self.linear(cat, pre + "eh_proj.weight")
-                h_out = self.block(h_in, pre, cos, sin)
+                h_out = self.block(h_in, pre, cos, sin, mask)
                 losses.append(self.head_loss(h_out, pre + "norm.weight", tk))
                 h_prev = h_out
             mtp_loss = torch.stack([x.to(self.stat) for x in losses]).mean()
