@@ -515,13 +515,14 @@ TEST_F(ConfigTest, DifferencesNameEachChangedKeyInTheNewOrder) {
       to_yaml(load("train:\n  max_steps: 80\noptimizer:\n  betas: [0.9, 0.95]\n"
                    "peft:\n  target_modules: [q_proj]\ncheckpoint:\n  resume: none\n"));
   const auto d = config_differences(a, b, {"checkpoint.resume", "resolved_precision"});
-  // peft's six keys appear (to_yaml writes peft before optimizer), then the two changed values;
+  // peft's seven keys appear (to_yaml writes peft before optimizer), then the two changed values;
   // the null peft goes last; checkpoint.resume is ignored.
-  ASSERT_EQ(d.size(), 9u) << ::testing::PrintToString(d);
+  ASSERT_EQ(d.size(), 10u) << ::testing::PrintToString(d);
   EXPECT_EQ(d[1], "peft.target_modules: (absent) -> [q_proj]");
-  EXPECT_EQ(d[6], "optimizer.betas: [0.9, 0.999] -> [0.9, 0.95]");
-  EXPECT_EQ(d[7], "train.max_steps: 300 -> 80");
-  EXPECT_EQ(d[8], "peft: null -> (absent)");
+  EXPECT_EQ(d[6], "peft.init_from: (absent) -> null");
+  EXPECT_EQ(d[7], "optimizer.betas: [0.9, 0.999] -> [0.9, 0.95]");
+  EXPECT_EQ(d[8], "train.max_steps: 300 -> 80");
+  EXPECT_EQ(d[9], "peft: null -> (absent)");
   // Ignoring a section ignores the keys under it, not keys that merely share its prefix.
   EXPECT_EQ(config_differences("a: {b: 1, bc: 2}", "a: {b: 3, bc: 4}", {"a.b"}),
             std::vector<std::string>{"a.bc: 2 -> 4"});
