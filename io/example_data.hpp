@@ -14,7 +14,8 @@
 // positions p..p+n-1: ids are its tokens, the target at p+i is token i+1 when that token is a
 // loss target (else -1), the target at p+n-1 is -1, and every position's row start is p (its
 // attention sees only its own example, its rotary position is the offset in it). Positions after
-// the last example are padding: id 0, target -1, their own start.
+// the last example are padding: id 0, target -1, and one start for all of them (the position after
+// the last example).
 //   Packing::one_per_row  one example a row.
 //   Packing::first_fit    examples in the epoch's order, each into the first of the open rows
 //                         where it fits, else a new row; when more than kOpenRows rows are open
