@@ -559,7 +559,9 @@ def case_generate_cli():
         errors = [
             ([small, "--prompt", "hi"], ("--prompt", "vocab_size >= 256", "100")),
             ([model, "--prompt", "hi", "--prompt-ids", "1"], ("one of them",)),
-            ([model], ("--prompt TEXT or --prompt-ids",)),
+            ([model], ("--prompt TEXT, --chat MESSAGE or --prompt-ids",)),
+            ([model, "--chat", "hi"], ("--chat",)),
+            ([model, "--prompt-ids", "1", "--system", "be brief"], ("--system", "--chat")),
             ([model, "--prompt-ids", "1,256"], ("token id 256", "vocab_size 256")),
             ([model, "--prompt-ids", "1,x"], ("--prompt-ids", "'x'")),
             ([model, "--prompt-ids", "1", "--max-new-tokens", "64"], ("max_seq_len 64",)),
