@@ -48,10 +48,10 @@ std::vector<std::string> data_files(const DataConfig& cfg) {
 
 int64_t data_resident_bytes(const DataConfig& cfg, int world) {
   const int64_t windows = cfg.global_batch_size / std::max(world, 1);
-  int64_t bytes = 2 * windows * cfg.seq_len * 4;  // ids and targets of a step, int32
+  int64_t bytes = 2 * windows * cfg.seq_len * 4;             // ids and targets of a step, int32
   if (is_examples(cfg)) bytes += windows * cfg.seq_len * 4;  // and the rows' example starts
-  bytes += int64_t(1) << 20;                      // the check at load: pieces of 2^18 ids
-  bytes += kTokenReadChunkBytes;                  // the bytes of one pread (io/token_file.hpp)
+  bytes += int64_t(1) << 20;      // the check at load: pieces of 2^18 ids
+  bytes += kTokenReadChunkBytes;  // the bytes of one pread (io/token_file.hpp)
   if (cfg.paths.empty()) bytes += kEmbeddedCorpusBytes;
   return bytes;
 }
