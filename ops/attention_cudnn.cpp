@@ -51,10 +51,9 @@ constexpr int64_t kAlign = 256;                // workspace sub-buffer alignment
 constexpr int64_t kMinRuntimeVersion = 90600;  // dq accumulator zeroed by cuDNN itself from 9.6
 constexpr int kMaxEngineConfigs = 16;
 
-void check(cudnnStatus_t status, const char* call) {
+void check(cudnnStatus_t status, const std::string& call) {
   if (status == CUDNN_STATUS_SUCCESS) return;
-  throw RuntimeFailure(std::string("cuDNN attention: ") + call +
-                       " failed: " + cudnnGetErrorString(status));
+  throw RuntimeFailure("cuDNN attention: " + call + " failed: " + cudnnGetErrorString(status));
 }
 
 int64_t align_up(int64_t bytes) {
@@ -80,14 +79,17 @@ class Desc {
 
 void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
          cudnnBackendAttributeType_t type, int64_t count, const void* values) {
-  check(cudnnBackendSetAttribute(d, name, type, count, values), "cudnnBackendSetAttribute");
+  const cudnnStatus_t status = cudnnBackendSetAttribute(d, name, type, count, values);
+  if (status != CUDNN_STATUS_SUCCESS)
+    check(status, "cudnnBackendSetAttribute(attribute " + std::to_string(name) + ")");
 }
 void set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
               cudnnBackendDescriptor_t value) {
   set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
 }
-void finalize(cudnnBackendDescriptor_t d) {
-  check(cudnnBackendFinalize(d), "cudnnBackendFinalize");
+// what: the descriptor, for the message.
+void finalize(cudnnBackendDescriptor_t d, const char* what) {
+  check(cudnnBackendFinalize(d), std::string("cudnnBackendFinalize(") + what + ")");
 }
 
 // The tensors the caller's pointers bind to, and the workspace buffers (unique ids of the graph);
@@ -138,7 +140,7 @@ class Graph {
     set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
     set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
     if (by_value) set(t.get(), CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    finalize(t.get());
+    finalize(t.get(), "tensor");
     return t.get();
   }
   // y = mode(x, b) (b may be null), or y = t ? x : b for binary_select; axis for gen_index.
@@ -149,7 +151,7 @@ class Graph {
     set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
     set(pw.get(), CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (axis >= 0) set(pw.get(), CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    finalize(pw.get());
+    finalize(pw.get(), "pointwise");
     auto& op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get());
     set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
@@ -163,7 +165,7 @@ class Graph {
     auto& mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     set(mm.get(), CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    finalize(mm.get());
+    finalize(mm.get(), "matmul");
     auto& op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
     set_desc(op.get(), CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
     set_desc(op.get(), CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
@@ -178,7 +180,7 @@ class Graph {
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     set(rd.get(), CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
     set(rd.get(), CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    finalize(rd.get());
+    finalize(rd.get(), "reduction");
     auto& op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
     set_desc(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
     set_desc(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
@@ -197,7 +199,7 @@ class Graph {
     set(g.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
         static_cast<int64_t>(ops_.size()), ops_.data());
     set(g.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    finalize(g.get());
+    finalize(g.get(), "operation graph");
     return g.get();
   }
   Desc& make(cudnnBackendDescriptorType_t type) {
@@ -207,7 +209,7 @@ class Graph {
 
  private:
   void add_op(Desc& op) {
-    finalize(op.get());
+    finalize(op.get(), "operation");
     ops_.push_back(op.get());
   }
   std::vector<std::unique_ptr<Desc>> owned_;
@@ -549,7 +551,7 @@ void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<Binding>&
   set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
       static_cast<int64_t>(ptrs.size()), ptrs.data());
   set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &cudnn_workspace);
-  finalize(pack.get());
+  finalize(pack.get(), "variant pack");
   check(cudnnBackendExecute(handle, plan.exec->get(), pack.get()), "cudnnBackendExecute");
 }
 
