@@ -7,6 +7,7 @@
 #   kktrain::json     nlohmann/json (header-only: safetensors headers, Hugging Face config.json)
 #   kktrain::nccl     NCCL + CUDA runtime (only when KKTRAIN_ENABLE_NCCL)
 #   kktrain::onednn   oneDNN for bf16 GEMM on CPUs (only when found / KKTRAIN_ENABLE_ONEDNN)
+#   kktrain::cudnn    cuDNN 9 + CUDA runtime, fused attention (CUDA builds, KKTRAIN_ENABLE_CUDNN)
 # and records what was found for the feature summary printed at the end of configuration.
 
 include_guard(GLOBAL)
@@ -240,6 +241,70 @@ if(KKTRAIN_KOKKOS_HAS_CUDA OR KKTRAIN_KOKKOS_HAS_HIP)
 endif()
 
 # ---------------------------------------------------------------------------------------------
+# cuDNN (optional): fused attention on NVIDIA GPUs through cuDNN 9's backend graph API
+# (ops/attention_cudnn.cpp). CUDA builds only. KKTRAIN_ENABLE_CUDNN: AUTO (default: on when
+# found), ON (found or a configure error), OFF. Found by header and library under CUDNN_ROOT, the
+# CUDA toolkit's root, CUDA_HOME or /usr/local/cuda (the toolkit there carries cuDNN 9's headers
+# and libcudnn.so.9). Not yet called by attention_forward/backward (issue 38).
+# ---------------------------------------------------------------------------------------------
+set(KKTRAIN_ENABLE_CUDNN "AUTO" CACHE STRING "cuDNN fused attention in CUDA builds: AUTO, ON or OFF")
+set_property(CACHE KKTRAIN_ENABLE_CUDNN PROPERTY STRINGS AUTO ON OFF)
+set(KKTRAIN_HAVE_CUDNN OFF)
+set(KKTRAIN_CUDNN "off (host Kokkos build)")
+string(TOUPPER "${KKTRAIN_ENABLE_CUDNN}" _cudnn_want)
+if(NOT _cudnn_want MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_CUDNN=${KKTRAIN_ENABLE_CUDNN}; use AUTO, ON or OFF")
+endif()
+if(_cudnn_want STREQUAL "OFF")
+  set(KKTRAIN_CUDNN "off (KKTRAIN_ENABLE_CUDNN=OFF)")
+elseif(NOT KKTRAIN_KOKKOS_HAS_CUDA)
+  if(_cudnn_want STREQUAL "ON")
+    message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_CUDNN=ON, but this Kokkos has no CUDA backend "
+                        "(cuDNN attention runs on NVIDIA GPUs only); configure with "
+                        "-DKKTRAIN_ENABLE_CUDNN=AUTO or OFF")
+  endif()
+  if(KKTRAIN_KOKKOS_HAS_HIP)
+    set(KKTRAIN_CUDNN "off (HIP build)")
+  endif()
+else()
+  find_package(CUDAToolkit QUIET)
+  set(_cudnn_hint ${CUDNN_ROOT} $ENV{CUDNN_ROOT} ${CUDAToolkit_LIBRARY_ROOT} $ENV{CUDA_HOME}
+      /usr/local/cuda)
+  find_path(KKTRAIN_CUDNN_INCLUDE_DIR cudnn_graph.h HINTS ${_cudnn_hint} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(KKTRAIN_CUDNN_LIBRARY cudnn HINTS ${_cudnn_hint} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib64 lib)
+  set(_cudnn_ver "")
+  if(KKTRAIN_CUDNN_INCLUDE_DIR AND EXISTS "${KKTRAIN_CUDNN_INCLUDE_DIR}/cudnn_version.h")
+    file(STRINGS "${KKTRAIN_CUDNN_INCLUDE_DIR}/cudnn_version.h" _cudnn_ver_lines
+         REGEX "#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ")
+    foreach(_line IN LISTS _cudnn_ver_lines)
+      string(REGEX MATCH "[0-9]+$" _num "${_line}")
+      list(APPEND _cudnn_ver ${_num})
+    endforeach()
+    string(REPLACE ";" "." _cudnn_ver "${_cudnn_ver}")
+  endif()
+  if(KKTRAIN_CUDNN_INCLUDE_DIR AND KKTRAIN_CUDNN_LIBRARY AND TARGET CUDA::cudart
+     AND _cudnn_ver VERSION_GREATER_EQUAL 9.0)
+    set(KKTRAIN_HAVE_CUDNN ON)
+    set(KKTRAIN_CUDNN "${_cudnn_ver} (fused attention, not yet dispatched; ${KKTRAIN_CUDNN_LIBRARY})")
+    add_library(kktrain_cudnn INTERFACE)
+    add_library(kktrain::cudnn ALIAS kktrain_cudnn)
+    target_include_directories(kktrain_cudnn SYSTEM INTERFACE ${KKTRAIN_CUDNN_INCLUDE_DIR})
+    target_link_libraries(kktrain_cudnn INTERFACE ${KKTRAIN_CUDNN_LIBRARY} CUDA::cudart)
+  else()
+    string(CONCAT KKTRAIN_CUDNN "not found (cudnn_graph.h: ${KKTRAIN_CUDNN_INCLUDE_DIR}, "
+                  "libcudnn: ${KKTRAIN_CUDNN_LIBRARY}, version: '${_cudnn_ver}'; need 9.x)")
+    if(_cudnn_want STREQUAL "ON")
+      message(FATAL_ERROR "kktrain: KKTRAIN_ENABLE_CUDNN=ON but no cuDNN 9 was found "
+                          "(cudnn_graph.h: ${KKTRAIN_CUDNN_INCLUDE_DIR}, libcudnn: "
+                          "${KKTRAIN_CUDNN_LIBRARY}, version: '${_cudnn_ver}'); set CUDNN_ROOT or "
+                          "configure with -DKKTRAIN_ENABLE_CUDNN=AUTO or OFF")
+    endif()
+  endif()
+endif()
+
+# ---------------------------------------------------------------------------------------------
 # oneDNN (optional): the bf16 x bf16 GEMM on CPUs with AVX512-BF16 / AMX (ops/gemm_onednn.cpp).
 # Host Kokkos builds only. KKTRAIN_ENABLE_ONEDNN: AUTO (default: on when found), ON (found or a
 # configure error), OFF. Found by header and library, not by find_package(dnnl CONFIG): Debian's
@@ -314,6 +379,7 @@ function(kktrain_feature_summary)
   message(STATUS "  NCCL            : ${KKTRAIN_NCCL}")
   message(STATUS "  oneDNN          : ${KKTRAIN_ONEDNN}")
   message(STATUS "  GPU BLAS        : ${KKTRAIN_GPU_BLAS}")
+  message(STATUS "  cuDNN           : ${KKTRAIN_CUDNN}")
   message(STATUS "  tests           : ${KKTRAIN_ENABLE_TESTS}")
   message(STATUS "  benchmarks      : ${KKTRAIN_ENABLE_BENCH}")
   message(STATUS "  sanitizers      : ${KKTRAIN_SANITIZE}")
