@@ -32,6 +32,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <map>
@@ -410,6 +411,7 @@ void heuristic_configs(Plan& plan, cudnnBackendDescriptor_t op_graph, cudnnBacke
   check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxEngineConfigs, &n, raw.data()),
         "cudnnBackendGetAttribute(ENGINEHEUR_RESULTS)");
+  n = std::min<int64_t>(n, kMaxEngineConfigs);
   for (int64_t i = 0; i < n; ++i) plan.configs.push_back(std::move(configs[i]));
 }
 
