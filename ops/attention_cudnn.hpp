@@ -31,8 +31,10 @@
 // H not a multiple of KV, a cuDNN older than 9.6 at run time, and any shape for which cuDNN's
 // heuristics return no engine that finalizes (probe() answers that, having built the plan).
 //
-// Plans are built once per (B, T, H, KV, D, pass, determinism) and cached for the process; a
-// cudnnHandle is created once per CUDA stream. Every call runs on the stream it is given. Errors
+// Plans are built once per (B, T, H, KV, D, pass, determinism) and cached for the process (built
+// with the handle of the first stream that asks, run with the caller's: one GPU per process); a
+// cudnnHandle is created once per CUDA stream. One mutex guards both caches. Every call runs on
+// the stream it is given. Errors
 // are one-line RuntimeFailure exceptions naming the cuDNN call and cudnnGetErrorString.
 #pragma once
 
