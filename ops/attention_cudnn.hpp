@@ -34,8 +34,8 @@
 // Plans are built once per (B, T, H, KV, D, pass, determinism) and cached for the process (built
 // with the handle of the first stream that asks, run with the caller's: one GPU per process); a
 // cudnnHandle is created once per CUDA stream. One mutex guards both caches. Every call runs on
-// the stream it is given. Errors
-// are one-line RuntimeFailure exceptions naming the cuDNN call and cudnnGetErrorString.
+// the stream it is given. Errors are one-line RuntimeFailure exceptions naming the cuDNN call and
+// cudnnGetErrorString.
 #pragma once
 
 #include <cuda_runtime_api.h>
