@@ -245,7 +245,7 @@ endif()
 # (ops/attention_cudnn.cpp). CUDA builds only. KKTRAIN_ENABLE_CUDNN: AUTO (default: on when
 # found), ON (found or a configure error), OFF. Found by header and library under CUDNN_ROOT, the
 # CUDA toolkit's root, CUDA_HOME or /usr/local/cuda (the toolkit there carries cuDNN 9's headers
-# and libcudnn.so.9). Not yet called by attention_forward/backward (issue 38).
+# and libcudnn.so.9). Not yet called by attention_forward/backward.
 # ---------------------------------------------------------------------------------------------
 set(KKTRAIN_ENABLE_CUDNN "AUTO" CACHE STRING "cuDNN fused attention in CUDA builds: AUTO, ON or OFF")
 set_property(CACHE KKTRAIN_ENABLE_CUDNN PROPERTY STRINGS AUTO ON OFF)

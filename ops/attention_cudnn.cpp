@@ -648,7 +648,7 @@ void backward(void* dq, void* dk, void* dv, const void* dout, const void* out, c
 }  // namespace cudnn_attention
 }  // namespace kktrain
 
-// Wiring and validation, for a session with a GPU (issue 38):
+// Wiring and validation, for a session with a GPU:
 //  1. Configure a CUDA build with cuDNN found (feature summary "cuDNN : ...").
 //  2. A unit test under tests/ (CUDA label) that, for B 2, T 1, 17, 128, 1000, H 8, KV 8 / 2 / 1,
 //     D 64 and 128, runs the team kernel and this file on the same bf16 q, k, v, dout and checks:

@@ -5,7 +5,7 @@
 //
 // NOT WIRED YET: attention_forward / attention_backward (ops/attention.hpp) do not call this file.
 // Wiring needs a GPU to validate it (parity against the team kernel, recompute-bitwise backward);
-// the steps are listed in the report of issue 38 and at the end of ops/attention_cudnn.cpp.
+// the steps are listed at the end of ops/attention_cudnn.cpp.
 //
 // Layouts are those of ops/attention.hpp, element for element, so a caller passes the same
 // device buffers as to the team kernel:
