@@ -44,8 +44,9 @@ foreach(case IN ITEMS lost_updates_sharded lost_updates_warning_sharded)
   set_tests_properties(mpi.${case} PROPERTIES LABELS mpi TIMEOUT 180 SKIP_RETURN_CODE 77)
 endforeach()
 # The training step's host synchronizations (tests/cli/test_host_syncs.py): 2 a step on 1, 2 and 3
-# ranks whatever the micro-batches; the collectives' own waits counted apart (~5 s a case).
-foreach(case IN ITEMS syncs_one_rank syncs_sharded)
+# ranks whatever the micro-batches; the collectives' own waits counted apart (~5 s a case); the
+# kernels a step launches (launches).
+foreach(case IN ITEMS syncs_one_rank syncs_sharded launches)
   add_test(NAME sync.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_host_syncs.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})

@@ -12,7 +12,8 @@ the next step's windows and, on logged steps, the metrics' reductions and the lo
 readback, together). On the MPI path each buffer collective is a host wait of its own (MPI moves
 host memory only inside its calls): those are counted apart, as `collective`, and grow with units
 and micro-batches. A loss read back per micro-batch, or a norm reduced on its own, shows up as a
-third wait and fails these cases.
+third wait and fails these cases. Beside them each row says how many kernels the step launched
+(kernel_launches, case `launches`).
 """
 
 import sys
@@ -86,6 +87,44 @@ def case_syncs_sharded():
                   f"{np} ranks: collective waits {seen} (micro-batches per rank: waits)")
             print(f"{np} ranks: 2 global host synchronizations a step; collective waits by "
                   f"micro-batches per rank: {seen}")
+
+
+def launches(r, where):
+    """Each step row's kernel_launches (this rank's Kokkos kernels during the step)."""
+    rows = r.train_rows()
+    for row in rows:
+        check(isinstance(row.get("kernel_launches"), int) and row["kernel_launches"] > 0,
+              f"step {row.get('step')}: kernel_launches {row.get('kernel_launches')!r}, a "
+              f"positive count expected" + where)
+        check(isinstance(row.get("deep_copies"), int) and row["deep_copies"] >= 0,
+              f"step {row.get('step')}: deep_copies {row.get('deep_copies')!r}" + where)
+    return [row["kernel_launches"] for row in rows]
+
+
+def case_launches():
+    """Kernel launches a step (core/launch_count.hpp): positive, the same for identical steps (2
+    and 3 of 4: the first allocates, the last may write), more with more layers; on 2 ranks the
+    same for identical steps too, and more than on 1 (the sharded path's collectives add
+    kernels)."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_launch_") as tmp:
+        seen = {}
+        # One micro-batch of 2 windows per rank, on 1 and 2 ranks.
+        for np, layers in ((0, 1), (0, 3), (2, 1)):
+            r = tm.mpi_train(np, tmp, f"n{np}l{layers}", tt.DEFAULT, f"model.num_layers={layers}",
+                             f"data.global_batch_size={2 * max(np, 1)}", "train.log_every=1",
+                             steps=4).ok()
+            counts = launches(r, r.where)
+            check(len(counts) == 4, f"{len(counts)} step rows" + r.where)
+            check(counts[1] == counts[2], f"identical steps 2 and 3 launched {counts[1:3]}"
+                  + r.where)
+            seen[(max(np, 1), layers)] = counts[1]
+        check(seen[(1, 3)] > seen[(1, 1)],
+              f"3 layers launched {seen[(1, 3)]} kernels a step, 1 layer {seen[(1, 1)]}")
+        # Not equal: 2 ranks run the same model kernels and their collectives' packing besides.
+        check(seen[(2, 1)] > seen[(1, 1)],
+              f"2 ranks launched {seen[(2, 1)]} kernels a step, 1 rank {seen[(1, 1)]}")
+        print("kernel launches a step (ranks, layers): "
+              + ", ".join(f"{k}: {v}" for k, v in seen.items()))
 
 
 if __name__ == "__main__":
