@@ -17,6 +17,7 @@
 #include "apps/commands.hpp"
 #include "apps/memory_plan.hpp"
 #include "core/errors.hpp"
+#include "core/launch_count.hpp"
 #include "core/log.hpp"
 #include "core/version.hpp"
 #include "io/h5.hpp"
@@ -118,11 +119,13 @@ int dispatch(int argc, char** argv, MpiRuntime& mpi) {
     ctx.threads_warning = oversubscription_warning(threads, inputs);
     const std::string blas = apply_blas_threads(threads);
     std::optional<KokkosSession> kokkos;
+    prepare_launch_counting();  // metrics' kernel_launches, without fences around kernels
     try {
       kokkos.emplace(argv[0], threads.kokkos_threads);
     } catch (const std::exception& e) {
       throw kokkos_start_failure(e.what());
     }
+    start_launch_counting();
     ctx.threads = thread_summary(threads, blas, kokkos->describe());  // train prints it
     return c.run(args, ctx);
   }

@@ -113,12 +113,14 @@ int64_t HostSyncCounts::global() const {
 HostSyncCounts HostSyncCounts::since(const HostSyncCounts& earlier) const {
   HostSyncCounts d;
   for (int c = 0; c < kSyncCauses; ++c) d.by_cause[c] = by_cause[c] - earlier.by_cause[c];
+  d.launches = launches.since(earlier.launches);
   return d;
 }
 
 HostSyncCounts host_sync_counts() {
   HostSyncCounts h;
   for (int c = 0; c < kSyncCauses; ++c) h.by_cause[c] = g_counts[c].load(std::memory_order_relaxed);
+  h.launches = launch_counts();
   return h;
 }
 

@@ -23,11 +23,14 @@
 //   profiling     fences that close a profiled region (only with a Kokkos tool loaded)
 //
 // A step's global synchronizations (metrics `host_syncs`) are the waits of every cause but
-// `collective`, which is reported apart (`host_syncs_by_cause`).
+// `collective`, which is reported apart (`host_syncs_by_cause`). Beside them, a step's kernel
+// launches (`kernel_launches`, `deep_copies`: core/launch_count.hpp).
 #pragma once
 
 #include <array>
 #include <cstdint>
+
+#include "core/launch_count.hpp"
 
 namespace kktrain {
 
@@ -74,9 +77,12 @@ void collective_fence();
 int64_t device_drains();
 void note_device_drained();
 
-// Counts since the process started, by cause.
+// Counts since the process started, by cause, and the kernel launches and deep copies queued
+// (core/launch_count.hpp), so that a step's row says both how often it waited and how much it
+// launched.
 struct HostSyncCounts {
   std::array<int64_t, kSyncCauses> by_cause{};
+  LaunchCounts launches;
   int64_t of(SyncCause c) const { return by_cause[static_cast<int>(c)]; }
   // Global synchronizations: every cause but `collective`.
   int64_t global() const;
