@@ -47,6 +47,8 @@ void add_host_sync_columns(JsonLine& row, const HostSyncCounts& syncs) {
     by.integer(sync_cause_name(static_cast<SyncCause>(c)), syncs.by_cause[c]);
   }
   row.integer("host_syncs", syncs.global()).object("host_syncs_by_cause", by);
+  row.integer("kernel_launches", syncs.launches.kernels)
+      .integer("deep_copies", syncs.launches.deep_copies);
 }
 
 }  // namespace kktrain

@@ -71,7 +71,8 @@ struct StepEnd {
 StepEnd agree_step_end(const StepEndInputs& in, Communicator& comm);
 
 // A metrics row's synchronization columns: host_syncs (the global ones) and host_syncs_by_cause
-// (every cause, `collective` included: the host's waits for buffer collectives).
+// (every cause, `collective` included: the host's waits for buffer collectives), then this rank's
+// kernel_launches and deep_copies (core/launch_count.hpp).
 void add_host_sync_columns(JsonLine& row, const HostSyncCounts& syncs);
 
 }  // namespace kktrain

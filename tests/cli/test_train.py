@@ -39,12 +39,12 @@ TINY_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
 # Cases that run again into one train.output_dir start afresh (resume is tested on its own).
 TINY = TINY_MODEL + ["data.seq_len=32", "data.micro_batch_size=2", "data.global_batch_size=2",
                      "checkpoint.resume=none"]
-# Measurements of how a run ran (time, memory; host synchronizations, which depend on the rank
-# count and the sharding settings, not on the numbers; test_host_syncs.py checks them): never
+# Measurements of how a run ran (time, memory; host synchronizations and kernel launches, which
+# depend on the rank count and the sharding settings, not on the numbers; test_host_syncs.py checks them): never
 # compared bit for bit. (peak_device_bytes is the GPU's used memory on CUDA/HIP builds, whoever
 # else uses that GPU; null on host builds.)
 TIMING_KEYS = ("tokens_per_s", "ms_per_step", "comm_ms", "peak_rss_bytes", "peak_device_bytes",
-               "host_syncs", "host_syncs_by_cause")
+               "host_syncs", "host_syncs_by_cause", "kernel_launches", "deep_copies")
 TRAIN_KEYS = ("step", "loss", "grad_norm", "lr", "tokens_per_s", "ms_per_step")
 
 # The precision warning must name the optimizer, the dtype and both recommended patterns.
@@ -199,8 +199,9 @@ def check_train_row(r, where=""):
 
 
 def check_val_row(r):
-    check(set(r) == {"step", "val_loss", "host_syncs", "host_syncs_by_cause"},
-          f"validation row should be step + val_loss + its host synchronizations: {r}")
+    check(set(r) == {"step", "val_loss", "host_syncs", "host_syncs_by_cause", "kernel_launches",
+                     "deep_copies"},
+          f"validation row should be step + val_loss + its host synchronizations and launches: {r}")
     check(isinstance(r["step"], int), f"validation step {r['step']!r}")
     check(math.isfinite(r["val_loss"]) and r["val_loss"] > 0, f"val_loss {r['val_loss']!r}")
 
