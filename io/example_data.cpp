@@ -46,13 +46,19 @@ void write_all(std::FILE* f, const void* p, std::size_t n, const std::string& pa
 
 }  // namespace
 
+// The two temporaries being written: closed and removed when they go, unless committed (so a
+// failure at any point, a full disk included, leaves nothing behind).
 struct ExampleWriter::Files {
   std::string tokens_tmp, index_tmp;
   std::FILE* tokens = nullptr;
   std::FILE* index = nullptr;
+  bool committed = false;
   ~Files() {
     if (tokens != nullptr) std::fclose(tokens);
     if (index != nullptr) std::fclose(index);
+    if (committed) return;
+    std::remove(tokens_tmp.c_str());
+    std::remove(index_tmp.c_str());
   }
 };
 
@@ -72,15 +78,7 @@ ExampleWriter::ExampleWriter(std::string prefix)
   write_all(files_->index, header.data(), header.size(), files_->index_tmp);
 }
 
-ExampleWriter::~ExampleWriter() {
-  if (files_ && files_->tokens != nullptr) {  // not finished: leave nothing behind
-    std::fclose(files_->tokens);
-    std::fclose(files_->index);
-    files_->tokens = files_->index = nullptr;
-    std::remove(files_->tokens_tmp.c_str());
-    std::remove(files_->index_tmp.c_str());
-  }
-}
+ExampleWriter::~ExampleWriter() = default;
 
 void ExampleWriter::add(const std::vector<int32_t>& ids, const std::vector<uint8_t>& loss) {
   if (ids.size() != loss.size()) throw InternalError("ExampleWriter::add: ids and loss differ");
@@ -122,6 +120,7 @@ void ExampleWriter::finish() {
   fsync_path(files_->index_tmp, false);
   commit_file(files_->tokens_tmp, prefix_ + ".tokens");
   commit_file(files_->index_tmp, prefix_ + ".index");
+  files_->committed = true;
 }
 
 ExampleFile::ExampleFile(const std::string& prefix) : prefix_(prefix) {

@@ -148,6 +148,23 @@ TEST(ExampleData, ValidationRowsInFileOrder) {
   EXPECT_TRUE(row_examples(b, 2).empty());
 }
 
+// A writer that fails (here its final name is taken by a directory, as a full disk fails its
+// writes) or is never finished leaves no temporary behind.
+TEST(ExampleData, AFailedWriterLeavesNothing) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir.path("train.tokens"));
+  EXPECT_THROW(write_examples(dir.path("train"), 5), RuntimeFailure);
+  {
+    ExampleWriter unfinished(dir.path("other"));
+    unfinished.add(example_ids(1), example_loss(1));
+  }
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.dir())) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"train.tokens"});
+}
+
 TEST(ExampleData, ATruncatedCacheIsRefused) {
   ScratchDir dir;
   write_examples(dir.path("train"), 10);
