@@ -4,8 +4,8 @@
 //
 //   mpirun -np 2 build/bench/collectives_bench [--min-bytes 1KiB] [--max-bytes 256MiB]
 //          [--step 4] [--rounds 5] [--warmup 2] [--iters 0] [--target-ms 100] [--threads 1]
-//          [--ring-chunk-bytes 256KiB]
-//          [--json FILE]
+//          [--ring-chunk-bytes 1MiB] [--ring-transport automatic|point_to_point]
+//          [--ring-slot-bytes 256KiB] [--ring-slots 4] [--json FILE]
 //
 // Operations, per size b (bytes per rank): all-gather (b sent, W b received; always MPI's),
 // reduce-scatter fp32 and bf16 (W b sent, b received), all-reduce fp32 (b in place), and the
@@ -51,8 +51,8 @@ namespace {
 const char* const kUsage =
     "usage: mpirun -np W collectives_bench [--min-bytes 1KiB] [--max-bytes 256MiB] [--step 4]\n"
     "         [--rounds 5] [--warmup 2] [--iters 0 (calibrated)] [--target-ms 100] [--threads 1]\n"
-    "         [--ring-chunk-bytes 256KiB]\n"
-    "         [--json FILE]\n"
+    "         [--ring-chunk-bytes 1MiB] [--ring-transport automatic|point_to_point]\n"
+    "         [--ring-slot-bytes 256KiB] [--ring-slots 4] [--json FILE]\n"
     "kktrain's collectives against MPI's, bytes per rank from --min-bytes to --max-bytes\n"
     "(bench/README.md).\n";
 
@@ -68,6 +68,9 @@ struct Options {
   double target_ms = 100.0;
   int threads = 1;  // Kokkos host threads (OpenMP builds)
   std::size_t ring_chunk_bytes = MpiLimits().ring_chunk_bytes;  // kktrain's message size
+  RingTransport ring_transport = RingTransport::automatic;      // kktrain's ring: window or not
+  std::size_t ring_slot_bytes = MpiLimits().ring_slot_bytes;    // its window's slots
+  int ring_slots = MpiLimits().ring_slots;
   std::string json;
 };
 
@@ -118,6 +121,15 @@ Options parse_options(int argc, char** argv) {
         o.threads = static_cast<int>(bench::parse_count(v));
       else if (k == "--ring-chunk-bytes")
         o.ring_chunk_bytes = bench::parse_bytes(v);
+      else if (k == "--ring-transport" && (v == "automatic" || v == "point_to_point"))
+        o.ring_transport =
+            v == "automatic" ? RingTransport::automatic : RingTransport::point_to_point;
+      else if (k == "--ring-transport")
+        throw std::invalid_argument("automatic or point_to_point");
+      else if (k == "--ring-slot-bytes")
+        o.ring_slot_bytes = bench::parse_bytes(v);
+      else if (k == "--ring-slots")
+        o.ring_slots = static_cast<int>(bench::parse_count(v));
       else if (k == "--json")
         o.json = v;
       else
@@ -130,10 +142,11 @@ Options parse_options(int argc, char** argv) {
     throw std::invalid_argument("sizes: --min-bytes a multiple of 4, --max-bytes >= --min-bytes");
   }
   if (o.step < 2 || o.rounds < 1 || o.warmup < 0 || o.iters < 0 || o.iters > kMaxIters ||
-      !(o.target_ms > 0.0) || o.threads < 1) {
+      !(o.target_ms > 0.0) || o.threads < 1 || o.ring_slots < 2 || o.ring_slot_bytes < 4 ||
+      o.ring_chunk_bytes < 4) {
     throw std::invalid_argument(
         "--step >= 2, --rounds >= 1, --warmup >= 0, --iters 0 to 1048576, "
-        "--target-ms > 0, --threads >= 1");
+        "--target-ms > 0, --threads >= 1, --ring-slots >= 2, ring bytes >= 4");
   }
   return o;
 }
@@ -565,6 +578,9 @@ int main(int argc, char** argv) {
   KokkosSession kokkos(argv[0], o.threads);
   MpiLimits limits;
   limits.ring_chunk_bytes = o.ring_chunk_bytes;
+  limits.ring_transport = o.ring_transport;
+  limits.ring_slot_bytes = o.ring_slot_bytes;
+  limits.ring_slots = o.ring_slots;
   auto comm = mpi.make_communicator(limits);
   try {
     return run(*comm, o, kokkos.describe());

@@ -4,9 +4,9 @@ global batch, and what the ranks exchange.
 
 For each rank count, reduce dtype (fp32, bf16), collective mode (blocking, or non-blocking
 reduce-scatters completed while the next unit's backward runs: distributed.nonblocking_collectives)
-and, on 2 ranks, who runs the reductions (distributed.collectives: kktrain's ring over
-point-to-point MPI, or the MPI library's: the before and after of kktrain's ring) it runs a short
-training job, alternating the configurations for several rounds, and reads
+and, on 2 ranks, who runs the reductions (distributed.collectives: kktrain's ring, through a
+shared-memory window on one node, or the MPI library's: the before and after of kktrain's ring)
+it runs a short training job, alternating the configurations for several rounds, and reads
 metrics.jsonl: tokens/s (median over the steps after the first), the payload bytes each rank sent
 per step (comm_bytes: all-gathers in the compute dtype plus reduce-scatters in the reduce dtype,
 counted as a ring algorithm sends them), the fraction of the step spent inside collectives
@@ -123,7 +123,8 @@ def main():
         print(f"{b:>6} {ranks:>5} {red:>9} {mode:>9} {who:>10} {tps:>9.1f} {tps / base:>7.2f}x "
               f"{med(xs, 1) / 1e6:>18.2f} {med(xs, 2):>14.1%} {med(xs, 4):>11.0f} "
               f"{med(xs, 5):>12.0f} {med(xs, 3) / 2**20:>13.1f}", flush=True)
-    print("reductions = distributed.collectives (kktrain: its ring over point-to-point MPI; mpi: "
+    print("reductions = distributed.collectives (kktrain: its ring, through a shared window on one "
+          "node; mpi: "
           "MPI_Reduce_scatter_block); speedup = tokens/s over this build's 1-rank median; comm MB = payload each rank sends "
           "per step (ring volume); host syncs = global host synchronizations a step (nan: a build "
           "without the column); coll. waits = host waits for buffer collectives; peak RSS of the "

@@ -186,6 +186,12 @@ class SingleCommunicator final : public Communicator {
   void alltoallv_impl(const char* send, char* recv, const std::vector<uint64_t>& bytes) override;
 };
 
+// How kktrain's ring reductions move their chunks between ranks (MpiLimits::ring_transport).
+enum class RingTransport {
+  automatic,       // a shared window when every rank shares this node, else point_to_point
+  point_to_point,  // MPI_Isend / MPI_Irecv of each chunk; the library copies it
+};
+
 // Limits of the MPI and NCCL communicators, fixed when one is made (splits inherit them).
 struct MpiLimits {
   // The largest count one MPI call takes: INT_MAX (Open MPI 4.1 has no MPI-4 large-count calls);
@@ -195,6 +201,15 @@ struct MpiLimits {
   // Bytes per message of kktrain's ring reductions (parallel/ring_collectives.hpp): a chunk is
   // summed while it is in cache. Tests lower it so that small reductions run in many chunks.
   std::size_t ring_chunk_bytes = std::size_t{1} << 20;
+  // How the ring's chunks travel (parallel/ring_collectives.hpp): automatic takes a shared-memory
+  // window when every rank of the communicator is on one node, point-to-point messages otherwise;
+  // tests force point_to_point to check that path on one node.
+  RingTransport ring_transport = RingTransport::automatic;
+  // Through a shared window: each rank's window holds ring_slots slots of ring_slot_bytes that its
+  // predecessor fills (measured on 2 ranks, 16 MiB per rank: 256 KiB slots 2.1-2.6 ms, 64 KiB
+  // 3.0, 1 MiB 4.4). At least 2 slots (fewer could deadlock the ring).
+  std::size_t ring_slot_bytes = std::size_t{256} << 10;
+  int ring_slots = 4;
 };
 
 // True when this process was started by an MPI launcher (mpirun/srun/mpiexec).

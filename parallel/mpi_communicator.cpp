@@ -422,7 +422,7 @@ struct AlltoallPlan {
 class MpiCommunicator final : public MpiWorld {
  public:
   explicit MpiCommunicator(MPI_Comm comm, const MpiLimits& limits)
-      : MpiWorld(comm, limits), ring_(comm_, limits.ring_chunk_bytes, limits.max_count) {
+      : MpiWorld(comm, limits), ring_(comm_, limits) {
     MPI_Type_contiguous(2, MPI_BYTE, &bf16_type_);
     MPI_Type_commit(&bf16_type_);
     MPI_Op_create(bf16_sum_op, /*commute=*/1, &bf16_sum_);
@@ -441,10 +441,14 @@ class MpiCommunicator final : public MpiWorld {
   std::string buffer_path() const override { return path_; }
   std::string collectives_summary() const override {
     if (!ring()) return "MPI collectives on " + path_ + " buffers";
-    return "kktrain ring reduce-scatter and all-reduce over MPI point-to-point (" +
-           std::to_string(limits_.ring_chunk_bytes >> 10) +
-           " KiB messages, sums on the host), MPI all-gather and all-to-all, on " + path_ +
-           " buffers";
+    const std::string how =
+        ring_.shared() ? "through a shared-memory window (" + std::to_string(limits_.ring_slots) +
+                             " slots of " + std::to_string(limits_.ring_slot_bytes >> 10) +
+                             " KiB a rank, MPI point-to-point signals"
+                       : "over MPI point-to-point (" +
+                             std::to_string(limits_.ring_chunk_bytes >> 10) + " KiB messages";
+    return "kktrain ring reduce-scatter and all-reduce " + how +
+           ", sums on the host), MPI all-gather and all-to-all, on " + path_ + " buffers";
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     auto c = std::make_unique<MpiCommunicator>(split_comm(color, key), limits_);

@@ -389,7 +389,7 @@ def case_collectives_choice():
     every element of a reduce-scatter is one addition (fp32, or bf16 rounded once), whoever adds:
     the runs are bit-identical, fp32 and bf16 reduce. At 3 ranks the ring's order is fixed by the
     rank count: two runs give the same bits. The start line says which collectives run; auto is
-    kktrain's on host memory."""
+    kktrain's on host memory, through a shared window with every rank on this node."""
     common = ["model.num_layers=2", "train.log_every=1", "train.val_every=0"]
     with tempfile.TemporaryDirectory(prefix="kktrain_mpi_") as tmp:
         for red in ("float32", "bfloat16"):
@@ -398,8 +398,8 @@ def case_collectives_choice():
                              steps=6).ok()
             lib = mpi_train(2, tmp, "mpi", tt.DEFAULT, *o, "distributed.collectives=mpi",
                             steps=6).ok()
-            check("; kktrain ring reduce-scatter and all-reduce over MPI point-to-point" in ring.err,
-                  "start line of distributed.collectives=kktrain" + ring.where)
+            check("; kktrain ring reduce-scatter and all-reduce through a shared-memory window"
+                  in ring.err, "start line of distributed.collectives=kktrain" + ring.where)
             check("; MPI collectives on host buffers)" in lib.err,
                   "start line of distributed.collectives=mpi" + lib.where)
             compare_except(ring, lib, (), f"2 ranks, {red} reduce: kktrain vs MPI collectives")

@@ -7,11 +7,14 @@
 // naming each mismatch; rank 0 prints "ok: N ranks" when every rank passed.
 //
 //   mpi_collectives_check [--max-count L] [--collectives auto|kktrain|mpi]
+//                         [--ring-transport automatic|point_to_point]
 //
 // --max-count L makes the communicator cut every MPI call into pieces of at most L elements
 // (MpiLimits::max_count, INT_MAX otherwise), as one of more than 2^31 elements is (and kktrain's
 // ring into messages of at most L elements). --collectives picks who runs the reductions
 // (distributed.collectives; auto by default, which is kktrain's ring on host memory).
+// --ring-transport point_to_point sends the ring's chunks as messages even though every rank is
+// on this node (MpiLimits::ring_transport; automatic takes the shared window here).
 //
 //   allgather_bytes     blocks of 0, 1, 2, 3, 7, 13, 255 and 4099 bytes: exact, no byte
 //                       written past W blocks, send untouched, (W - 1) * bytes counted.
@@ -32,7 +35,9 @@
 //                       bitwise equal to the documented order, block b summed along the ring from
 //                       its owner's successor, ((x_{b+1} + x_{b+2}) + ...) + x_b; non-blocking
 //                       reduce-scatters, several in flight and waited for in another order, give
-//                       the blocking ones' bits; under auto on host memory the ring runs. Host
+//                       the blocking ones' bits; under auto on host memory the ring runs,
+//                       through the shared window unless --ring-transport point_to_point; all
+//                       of it again on a communicator with 2 slots (messages) of 1 KiB. Host
 //                       scalars: sum within double's order bound and identical on every rank, max
 //                       exact, all_agree false when any single rank says false, barrier.
 #include <mpi.h>
@@ -449,20 +454,26 @@ std::vector<float> result_of(const Started<T>& st) {
   return out;
 }
 
-void check_ring_order(Communicator& comm, Checker& ck, CollectiveImpl impl) {
+void check_ring_order(Communicator& comm, Checker& ck, CollectiveImpl impl, RingTransport how,
+                      const std::string& label) {
   const int r = comm.rank(), w = comm.size();
   const bool ring = comm.collectives_summary().find("kktrain ring") != std::string::npos;
   constexpr bool host_memory = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
   if (w > 1 && impl != CollectiveImpl::mpi && host_memory) {
-    ck.expect(ring, "ring order",
+    ck.expect(ring, "ring order" + label,
               "distributed.collectives " + std::string(collective_impl_name(impl)) +
                   " on host memory runs " + comm.collectives_summary());
+    // every rank of an mpirun here is on this node: automatic takes the shared window
+    const bool window =
+        comm.collectives_summary().find("shared-memory window") != std::string::npos;
+    ck.expect(window == (how == RingTransport::automatic), "ring transport" + label,
+              "runs " + comm.collectives_summary());
   }
   if (w == 1 || !ring) return;
   auto f32 = [](int rank, int b, std::size_t i) { return random_f32(8, rank, b * 100003 + i); };
   auto b16 = [](int rank, int b, std::size_t i) { return random_bf16(9, rank, b * 100003 + i); };
   for (std::size_t count : collective_sizes({37, 5000, 70001})) {
-    const std::string n = " (count " + std::to_string(count) + ")";
+    const std::string n = " (count " + std::to_string(count) + ")" + label;
     // Blocking, then three started together and waited for last to first.
     const bool was = comm.nonblocking();
     comm.set_nonblocking(false);
@@ -513,7 +524,7 @@ void check_ring_order(Communicator& comm, Checker& ck, CollectiveImpl impl) {
     for (int j = 0; j < w; ++j) x[j] = f32(j, 0, i);
     bad += bits_of(got[i]) != bits_of(ring_sum(x, static_cast<int>(k), add_f32));
   }
-  ck.expect(bad == 0, "ring order allreduce", std::to_string(bad) + " elements differ");
+  ck.expect(bad == 0, "ring order allreduce" + label, std::to_string(bad) + " elements differ");
 }
 
 }  // namespace
@@ -553,11 +564,17 @@ const char* take_flag(int* argc, char** argv, const char* flag) {
   return "";
 }
 
-// --max-count L and --collectives X; false for a bad value.
-bool take_options(int* argc, char** argv, CollectiveImpl* impl) {
+// --max-count L, --collectives X and --ring-transport T; false for a bad value.
+bool take_options(int* argc, char** argv, CollectiveImpl* impl, RingTransport* how) {
   const char* l = take_flag(argc, argv, "--max-count");
   const char* c = take_flag(argc, argv, "--collectives");
-  if (l == nullptr || c == nullptr) return false;
+  const char* t = take_flag(argc, argv, "--ring-transport");
+  if (l == nullptr || c == nullptr || t == nullptr) return false;
+  const std::string ts = t;
+  if (ts == "point_to_point")
+    *how = RingTransport::point_to_point;
+  else if (!ts.empty() && ts != "automatic")
+    return false;
   if (*l != '\0') {
     if (std::atoll(l) <= 0) return false;
     lowered_max_count() = static_cast<std::size_t>(std::atoll(l));
@@ -571,10 +588,11 @@ bool take_options(int* argc, char** argv, CollectiveImpl* impl) {
 
 int main(int argc, char** argv) {
   CollectiveImpl impl = CollectiveImpl::automatic;
-  if (!take_options(&argc, argv, &impl)) {
+  RingTransport how = RingTransport::automatic;
+  if (!take_options(&argc, argv, &impl, &how)) {
     std::fprintf(stderr,
                  "usage: mpi_collectives_check [--max-count L] [--collectives auto|kktrain|mpi]"
-                 "  (L >= 1)\n");
+                 " [--ring-transport automatic|point_to_point]  (L >= 1)\n");
     return 2;
   }
   MpiRuntime mpi(&argc, &argv);
@@ -583,6 +601,7 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(argc, argv);
     MpiLimits limits;
     if (lowered_max_count() > 0) limits.max_count = lowered_max_count();
+    limits.ring_transport = how;
     auto comm = mpi.make_communicator(limits);
     comm->set_collectives(impl);
     rank = comm->rank();
@@ -597,7 +616,15 @@ int main(int argc, char** argv) {
       check_reduce_scatter_f32(*comm, ck);
       check_reduce_scatter_bf16(*comm, ck);
       check_allreduce(*comm, ck);
-      check_ring_order(*comm, ck, impl);
+      check_ring_order(*comm, ck, impl, how, "");
+      {  // many chunks a block: 2 slots (or messages) of 1 KiB, reused hundreds of times
+        MpiLimits small = limits;
+        small.ring_slots = 2;
+        small.ring_slot_bytes = small.ring_chunk_bytes = 1024;
+        auto tiny = mpi.make_communicator(small);
+        tiny->set_collectives(impl);
+        check_ring_order(*tiny, ck, impl, how, " [1 KiB chunks]");
+      }
       check_host_vectors(*comm, ck);
       check_alltoall(*comm, ck);
       // With MPI calls cut into pieces (--max-count) the collectives above are what splits;
