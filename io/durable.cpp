@@ -62,6 +62,26 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   commit_file(tmp, path);
 }
 
+void write_new_file_synced(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeFailure("cannot create '" + path + "': " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : EIO;
+      ::close(fd);
+      throw RuntimeFailure("cannot write '" + path + "': " + std::strerror(err));
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) throw RuntimeFailure("cannot sync '" + path + "' to disk: " + std::strerror(err));
+}
+
 namespace {
 
 // The pid of a temporary of `name` (".<name>.tmp.<pid>" or ".<name>.tmp.<pid>.old"), or -1.

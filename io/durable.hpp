@@ -17,6 +17,9 @@ std::string temporary_name(const std::string& final_path);
 void commit_file(const std::string& tmp, const std::string& final_path);
 // A small text file written that way.
 void write_text_atomically(const std::string& path, const std::string& text);
+// A new file (never one that exists) holding `text`, synced to disk; for files inside a temporary
+// directory that is renamed into place whole. RuntimeFailure naming the path and the reason.
+void write_new_file_synced(const std::string& path, const std::string& text);
 
 // What remove_stale_temporaries did: the paths it removed and the bytes their files held, and the
 // temporary it put back in place of the missing final name ("" when none).

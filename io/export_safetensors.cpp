@@ -43,26 +43,6 @@ bool export_file_name(const std::string& n) {
          (starts_with(n, "model") && ends_with(n, ".safetensors"));
 }
 
-void write_small_file(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeFailure("cannot create '" + path + "': " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = w < 0 ? errno : EIO;
-      ::close(fd);
-      throw RuntimeFailure("cannot write '" + path + "': " + std::strerror(err));
-    }
-    done += static_cast<std::size_t>(w);
-  }
-  const bool ok = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) throw RuntimeFailure("cannot sync '" + path + "' to disk: " + std::strerror(err));
-}
-
 // renameat2(RENAME_EXCHANGE): both names stay valid at every moment. false when the file system
 // or kernel cannot (EINVAL, ENOSYS); RuntimeFailure for other errors.
 bool swap_names(const std::string& a, const std::string& b) {
@@ -160,11 +140,13 @@ class SafetensorsSink final : public ExportSink {
       nlohmann::ordered_json index;
       index["metadata"] = {{"total_size", total_bytes_}};
       index["weight_map"] = map;  // sorted by name
-      write_small_file((fs::path(tmp_) / "model.safetensors.index.json").string(),
-                       index.dump(2) + "\n");
+      write_new_file_synced((fs::path(tmp_) / "model.safetensors.index.json").string(),
+                            index.dump(2) + "\n");
     }
-    write_small_file((fs::path(tmp_) / "config.json").string(), hf_config_json(model_, dtype_));
-    for (const auto& f : extra_) write_small_file((fs::path(tmp_) / f.name).string(), f.content);
+    write_new_file_synced((fs::path(tmp_) / "config.json").string(),
+                          hf_config_json(model_, dtype_));
+    for (const auto& f : extra_)
+      write_new_file_synced((fs::path(tmp_) / f.name).string(), f.content);
     fsync_path(tmp_, true);
     put_in_place();
     return total_bytes_;

@@ -125,26 +125,6 @@ std::string adapter_config(const FileAttrs& a, const std::vector<std::string>& t
   return j.dump(2) + "\n";
 }
 
-void write_synced(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeFailure("cannot create '" + path + "': " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = w < 0 ? errno : EIO;
-      ::close(fd);
-      throw RuntimeFailure("cannot write '" + path + "': " + std::strerror(err));
-    }
-    done += static_cast<std::size_t>(w);
-  }
-  const bool ok = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) throw RuntimeFailure("cannot sync '" + path + "' to disk: " + std::strerror(err));
-}
-
 // The complete directory `tmp` takes `out`'s name; a previous one there steps aside first (a
 // kill in between leaves it under tmp + ".old", which remove_stale_temporaries puts back).
 void put_in_place(const std::string& tmp, const std::string& out) {
@@ -276,7 +256,7 @@ int64_t export_peft(const std::string& checkpoint, const std::string& out,
       bytes += static_cast<int64_t>(b.size());
     }
     w.finish();
-    write_synced((fs::path(tmp) / kConfigFile).string(), config);
+    write_new_file_synced((fs::path(tmp) / kConfigFile).string(), config);
     fsync_path(tmp, true);
     put_in_place(tmp, out);
     return bytes;
