@@ -1,14 +1,13 @@
 // The example cache of a run (apps/example_cache.hpp).
 #include "apps/example_cache.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "apps/cache_manifest.hpp"
 #include "apps/chat_data.hpp"
 #include "apps/text_model.hpp"
 #include "apps/tokenize_inputs.hpp"
@@ -32,18 +31,10 @@ namespace {
 constexpr uint64_t kHoldOutStream = 0x56414c53ull;  // "VALS"
 constexpr std::size_t kBlockLines = 2048;
 
-// A file's identity for the manifest: path, size, modification time (ns).
-Json file_entry(const std::string& path, const std::string& key) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw InputError(key + " '" + path + "' cannot be read");
-  return Json::array({path, int64_t(st.st_size),
-                      int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)});
-}
-
 Json make_manifest(const Config& cfg) {
   const DataConfig& d = cfg.data;
   Json inputs = Json::array();
-  for (const auto& f : data_files(d)) inputs.push_back(file_entry(f, "data.path"));
+  for (const auto& f : data_files(d)) inputs.push_back(manifest_file_entry(f, "data.path"));
   Json m = {{"inputs", inputs},
             {"format", d.format},
             {"loss_on", d.loss_on},
@@ -51,29 +42,20 @@ Json make_manifest(const Config& cfg) {
             {"seq_len", d.seq_len},
             {"seed", d.seed},
             {"val_fraction", d.val_fraction}};
-  if (d.val_path) m["val_path"] = file_entry(*d.val_path, "data.val_path");
-  if (d.chat_template) m["chat_template"] = file_entry(*d.chat_template, "data.chat_template");
+  if (d.val_path) m["val_path"] = manifest_file_entry(*d.val_path, "data.val_path");
+  if (d.chat_template)
+    m["chat_template"] = manifest_file_entry(*d.chat_template, "data.chat_template");
   const ModelText t = run_text(cfg);
   if (!t.tokenizer.empty()) {
-    m["tokenizer"] = file_entry(t.tokenizer, "the tokenizer");
+    m["tokenizer"] = manifest_file_entry(t.tokenizer, "the tokenizer");
     const fs::path dir = fs::path(t.tokenizer).parent_path();
     for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
       std::error_code ec;
       const std::string p = (dir / name).string();
-      if (fs::is_regular_file(p, ec)) m[name] = file_entry(p, name);
+      if (fs::is_regular_file(p, ec)) m[name] = manifest_file_entry(p, name);
     }
   }
   return m;
-}
-
-Json read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception&) {
-    return nullptr;
-  }
 }
 
 // The lines of one JSONL file in blocks (line numbers 1-based; whitespace-only lines skipped).
@@ -201,9 +183,7 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
     Json want = make_manifest(cfg);
     Json have = read_manifest(manifest_path);
     if (have.is_object() && have.contains("summary")) {
-      Json same = have;
-      same.erase("summary");
-      if (same == want) {
+      if (manifest_matches(have, want, {"summary"})) {
         log::info("data: the examples cached in " + dir + " at an earlier start are reused");
         return;
       }

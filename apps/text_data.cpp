@@ -1,12 +1,10 @@
 #include "apps/text_data.hpp"
 
-#include <sys/stat.h>
-
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apps/cache_manifest.hpp"
 #include "apps/tokenize_run.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
@@ -21,29 +19,12 @@ using Json = nlohmann::json;
 
 namespace {
 
-// A file's identity for the manifest: path, size, modification time (ns).
-Json file_entry(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw InputError("data.path '" + path + "' cannot be read");
-  return Json::array({path, int64_t(st.st_size),
-                      int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)});
-}
-
 Json make_manifest(const TextTokens& t) {
   Json inputs = Json::array();
-  for (const auto& f : t.files) inputs.push_back(file_entry(f));
-  return {{"tokenizer", file_entry(t.tokenizer)}, {"inputs", inputs}, {"jsonl_key", t.jsonl_key}};
-}
-
-// The manifest at path, or null when absent or unreadable.
-Json read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception&) {
-    return nullptr;
-  }
+  for (const auto& f : t.files) inputs.push_back(manifest_file_entry(f, "data.path"));
+  return {{"tokenizer", manifest_file_entry(t.tokenizer, "the tokenizer")},
+          {"inputs", inputs},
+          {"jsonl_key", t.jsonl_key}};
 }
 
 bool shards_present(const Json& m) {
@@ -60,10 +41,7 @@ void make_shards(const TextTokens& t, const std::string& dir) {
   Json want = make_manifest(t);
   Json have = read_manifest(manifest_path);
   if (shards_present(have)) {
-    Json same = have;
-    same.erase("shards");
-    same.erase("tokens");
-    if (same == want) {
+    if (manifest_matches(have, want, {"shards", "tokens"})) {
       log::info("data: " + std::to_string(have["shards"].size()) + " token shard(s) in " + dir +
                 " made from data.path by " + t.tokenizer + " at an earlier start; reused");
       return;
