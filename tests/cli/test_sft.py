@@ -12,7 +12,7 @@ usage: test_sft.py KKTRAIN INPUTS_DIR CASE      (tests/cli/sft.cmake, labels "tr
   within summation order), and the packed run has fewer rows.
 - epochs_resume: train.epochs sets the steps (each example once an epoch: the loss tokens of an
   epoch's steps add up to the cache's), and a run stopped mid-epoch and resumed ends with the
-  weights of the uninterrupted one bit for bit, on 1 and 2 ranks.
+  weights of the uninterrupted one bit for bit, on 1 and 2 ranks, reusing the example cache.
 - validation: data.val_path's examples give the val_loss rows; held-out examples otherwise.
 - refusals: a bad example line is one error naming FILE:LINE before any step, nothing cached;
   train.epochs with token data, MTP with examples, a missing data.val_path, an empty file, every
@@ -169,6 +169,8 @@ def case_epochs_resume():
             part = run(np_, tmp, out, [o for o in common if o != "checkpoint.resume=none"])
             check(any("resumed from" in ln for ln in part.err.splitlines()), "it resumed" +
                   part.where)
+            check("at an earlier start are reused" in part.err,
+                  "the resumed run reuses the example cache (examples/manifest.json)" + part.where)
             got = [r["loss"] for r in part.train_rows()]
             check(got == [r["loss"] for r in rows],
                   f"{np_} rank(s): resumed losses differ from the uninterrupted run's")
