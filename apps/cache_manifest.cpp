@@ -3,9 +3,8 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
-
 #include "core/errors.hpp"
+#include "core/files.hpp"
 
 namespace kktrain {
 
@@ -19,10 +18,12 @@ Json manifest_file_entry(const std::string& path, const std::string& key) {
 }
 
 Json read_manifest(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
+  // a regular file (core/files.hpp) of at most 64 MiB: a manifest lists a few hundred bytes a
+  // data file; anything else is no manifest (the cache is made again)
+  std::string text;
+  if (read_regular_file(&text, path, std::size_t(64) << 20)) return nullptr;
   try {
-    return Json::parse(in);
+    return Json::parse(text);
   } catch (const Json::exception&) {
     return nullptr;
   }

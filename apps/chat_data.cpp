@@ -1,6 +1,8 @@
 // Examples as the trainer sees them: the contract is in apps/chat_data.hpp.
 #include "apps/chat_data.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +11,7 @@
 
 #include "apps/text_model.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "text/jinja.hpp"
 
 namespace kktrain {
@@ -57,12 +60,17 @@ class EncoderLease {
   std::unique_ptr<text::Encoder> enc_;
 };
 
+// The most a chat template file may hold: real ones are a few KB (Llama 3.1's tool-calling
+// template about 5 KB); read only when it is a regular file (core/files.hpp).
+constexpr std::size_t kMaxTemplateFileBytes = std::size_t(1) << 20;
+
 std::string read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(what + " '" + path + "': cannot be read (missing or not a file)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string text;
+  if (auto why = read_regular_file(&text, path, kMaxTemplateFileBytes)) {
+    throw InputError(what + " '" + path + "' " +
+                     (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
+  }
+  return text;
 }
 
 std::string dir_of(const std::string& path) {
@@ -70,9 +78,10 @@ std::string dir_of(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+// Whether anything is at `path` (a FIFO or a directory too: read_file then says what it is).
 bool file_exists(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return bool(in);
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 // The template of the run (the order of the header), or none.

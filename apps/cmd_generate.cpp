@@ -2,6 +2,8 @@
 // [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]`: continues a prompt with a model
 // file, one token at a time through a KV cache (model/generate.hpp); a text prompt goes through
 // the model's tokenizer and the answer is printed as it is generated (apps/text_model.hpp).
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +20,7 @@
 #include "apps/model_source.hpp"
 #include "apps/text_model.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/data.hpp"
@@ -116,13 +119,17 @@ std::unique_ptr<text::jinja::Template> chat_template(const text::Tokenizer& tok,
       (slash == std::string::npos ? std::string(".") : tok.path().substr(0, slash)) +
       "/chat_template.jinja";
   std::string path = file, source;
-  if (path.empty() && std::ifstream(beside)) path = beside;
+  struct stat st {};
+  if (path.empty() && ::stat(beside.c_str(), &st) == 0) path = beside;  // a FIFO too: refused
   if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw UsageError("generate: --chat-template '" + path + "' cannot be read");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return std::make_unique<text::jinja::Template>(text.str(), "chat template '" + path + "'");
+    // a regular file (core/files.hpp) of at most 1 MiB: real templates are a few KB
+    std::string text;
+    if (auto why = read_regular_file(&text, path, std::size_t(1) << 20)) {
+      throw UsageError(std::string("generate: ") +
+                       (file.empty() ? "chat_template.jinja '" : "--chat-template '") + path +
+                       "' " + (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
+    }
+    return std::make_unique<text::jinja::Template>(text, "chat template '" + path + "'");
   }
   if (tok.config().chat_template.empty()) {
     throw UsageError(

@@ -10,6 +10,7 @@
 #include "apps/chat_data.hpp"
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "io/data.hpp"
 
 namespace kktrain {
@@ -51,10 +52,13 @@ int run_render(const ParsedArgs& args, AppContext& ctx) {
   const ExampleRenderer renderer = ExampleRenderer::open(cfg);
   int64_t shown = 0;
   for (const std::string& file : data_files(cfg.data)) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw InputError("data.path '" + file + "': cannot be read");
+    FileLines in;  // a regular file: a FIFO or a directory is refused, never waited on
+    if (auto why = in.open(file)) {
+      throw InputError("data.path '" + file + "' " +
+                       (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
+    }
     std::string line;
-    for (int64_t no = 1; (count == 0 || shown < count) && std::getline(in, line); ++no) {
+    for (int64_t no = 1; (count == 0 || shown < count) && in.next(&line); ++no) {
       if (blank_line(line)) continue;
       const RenderedExample ex = renderer.render(line, file, no);
       if (ctx.mpi->rank() == 0) std::printf("%s\n", example_json(ex, tokens).dump().c_str());

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+
+#include "core/errors.hpp"
 
 namespace kktrain {
 
@@ -81,6 +84,35 @@ std::optional<std::string> read_regular_file(std::string* out, const std::string
     out->append(buf, static_cast<std::size_t>(r));
     if (out->size() > max_bytes) return too_large();  // it grew after the fstat
   }
+}
+
+std::optional<std::string> FileLines::open(const std::string& path) {
+  FileDescriptor fd;
+  if (auto why = open_regular_file(&fd, path)) return why;
+  const int own = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
+  f_ = own < 0 ? nullptr : ::fdopen(own, "rb");
+  if (!f_) {
+    if (own >= 0) ::close(own);
+    return std::string(std::strerror(errno));
+  }
+  path_ = path;
+  return std::nullopt;
+}
+
+bool FileLines::next(std::string* line) {
+  const ssize_t n = f_ ? ::getline(&buf_, &cap_, f_) : -1;
+  if (n < 0) {
+    if (f_ && std::ferror(f_)) throw RuntimeFailure("cannot read '" + path_ + "'");
+    return false;
+  }
+  line->assign(buf_, static_cast<std::size_t>(n));
+  if (!line->empty() && line->back() == '\n') line->pop_back();
+  return true;
+}
+
+FileLines::~FileLines() {
+  if (f_) std::fclose(f_);
+  std::free(buf_);
 }
 
 std::optional<std::string> unreadable_regular_file(const std::string& path) {

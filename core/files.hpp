@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 
@@ -47,6 +48,26 @@ std::optional<std::string> open_regular_file(FileDescriptor* out, const std::str
 // "is larger than 4 MiB" for a file over max_bytes, refused before it is read).
 std::optional<std::string> read_regular_file(std::string* out, const std::string& path,
                                              std::size_t max_bytes = SIZE_MAX);
+
+// The lines of a regular file, opened through open_regular_file, read one at a time (a JSONL
+// file shown or rendered line by line). A line is returned without its '\n'.
+class FileLines {
+ public:
+  // nullopt when `path` was opened, else the reason (open_regular_file's).
+  std::optional<std::string> open(const std::string& path);
+  // The next line into *line: false at the end. A read error throws RuntimeFailure.
+  bool next(std::string* line);
+  FileLines() = default;
+  ~FileLines();
+  FileLines(const FileLines&) = delete;
+  FileLines& operator=(const FileLines&) = delete;
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  char* buf_ = nullptr;
+  std::size_t cap_ = 0;
+};
 
 // Why `path` cannot be read as a regular file (open_regular_file's reasons), or nullopt when it
 // can. For readers that hand a path to a library (HDF5): checked right before the library opens.
