@@ -7,6 +7,9 @@
 // so memory is bounded by the batch and the output bytes are the same for any thread count. A
 // batch of one document (a text file larger than a batch) is encoded by one encoder whose long
 // segments' pieces are spread over the threads (text::Encoder::set_piece_threads).
+//
+// SIGINT / SIGTERM (apps/signals.hpp, not announced when they arrive): no more documents are
+// handed out, this run's shards are removed, one line says so, and the exit is 128 + the signal.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,6 +27,7 @@
 #include <thread>
 
 #include "apps/commands.hpp"
+#include "apps/signals.hpp"
 #include "apps/tokenize_inputs.hpp"
 #include "apps/tokenize_run.hpp"
 #include "core/errors.hpp"
@@ -77,6 +82,11 @@ int32_t eos_id(const text::Tokenizer& tok, const TokenizeOptions& o, const std::
     throw InputError("--eos '" + o.eos_token + "' is not a token of the tokenizer '" + path + "'");
   }
   if (auto id = tok.eos_id()) return *id;
+  if (const auto it = tok.config().special_tokens.find("eos_token");
+      it != tok.config().special_tokens.end())  // named, but no token
+    throw InputError("eos_token '" + it->second + "' of '" + tok.config().path +
+                     "' is not a token of the vocabulary of '" + path +
+                     "': give --eos TOKEN (the token that ends each document) or --no-eos");
   throw InputError("the tokenizer '" + path +
                    "' names no eos_token (tokenizer_config.json): give --eos TOKEN (the token "
                    "that ends each document) or --no-eos");
@@ -85,9 +95,10 @@ int32_t eos_id(const text::Tokenizer& tok, const TokenizeOptions& o, const std::
 // Encodes docs[i] into ids[i] (then the EOS id) on one worker thread per encoder (at most one per
 // document), documents handed out in turn; `tick` runs on the calling thread every half second
 // meanwhile. The first failure (by document order) is rethrown once every worker has stopped.
+// A stop request (`stop`, when set) hands out no more documents.
 void encode_batch(std::vector<std::vector<int32_t>>* ids, const std::vector<InputDocument>& docs,
                   std::vector<text::Encoder>& encoders, int32_t eos, Progress* progress,
-                  const std::function<void()>& tick) {
+                  const std::function<void()>& tick, const std::function<int()>& stop) {
   ids->assign(docs.size(), {});
   std::vector<std::exception_ptr> errors(docs.size());
   std::atomic<std::size_t> next{0};
@@ -96,6 +107,10 @@ void encode_batch(std::vector<std::vector<int32_t>>* ids, const std::vector<Inpu
   int running = static_cast<int>(std::min(encoders.size(), docs.size()));
   auto work = [&](text::Encoder& enc) {
     for (std::size_t i; (i = next++) < docs.size();) {
+      if (stop && stop() != 0) {
+        next = docs.size();
+        break;
+      }
       try {
         enc.encode(&(*ids)[i], docs[i].text, text::SpecialTokens::add);
         if (eos >= 0) (*ids)[i].push_back(eos);
@@ -164,6 +179,10 @@ class ProgressLine {
   Clock::time_point start_, last_{};
 };
 
+const char* signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
 std::vector<int32_t> parse_ids(const std::string& list) {
   std::vector<int32_t> ids;
   std::size_t at = 0;
@@ -195,7 +214,8 @@ int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
     const auto tok = text::Tokenizer::load(tok_path);
     if (decode) {
       const std::string text = tok->decode(parse_ids(opt.at("--decode")));
-      std::printf("%s\n", text.c_str());
+      std::fwrite(text.data(), 1, text.size(), stdout);  // every byte, a NUL included
+      std::fputc('\n', stdout);
       return 0;
     }
     text::Encoder enc(tok);
@@ -224,8 +244,16 @@ int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
   o.threads = opt.at("--threads").empty()
                   ? 0
                   : static_cast<int>(parse_count("--threads", opt.at("--threads"), 1, 4096));
-  tokenize_to_shards(o, tok_path);
-  return 0;
+  // SIGINT / SIGTERM stop between documents, and this run's shards are removed (a second signal
+  // exits at once: its shards are then temporaries, which the next run with this --out removes).
+  StopSignals signals(false);
+  o.stop_requested = [] { return StopSignals::received(); };
+  const TokenizeSummary s = tokenize_to_shards(o, tok_path);
+  if (s.stopped_by == 0) return 0;
+  log::info(std::string("tokenize: stopped by ") + signal_name(s.stopped_by) +
+            " before the end: removed this run's " + std::to_string(s.files_removed) +
+            " shard file(s), complete or being written; no shard of this run was kept");
+  return 128 + s.stopped_by;
 }
 
 }  // namespace
@@ -244,6 +272,8 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& 
   }
   const auto tok = text::Tokenizer::load(tok_path);
   const int32_t eos = eos_id(*tok, o, tok_path);
+  const std::string removed = removed_temporaries_text(remove_stale_shard_temporaries(o.out));
+  if (!removed.empty()) log::info("--out: " + removed);
   const int cpus = usable_cpus();
   const int threads = o.threads > 0 ? std::min(o.threads, cpus) : cpus;
   if (o.threads > cpus) {
@@ -270,11 +300,21 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& 
   const int64_t max_bytes = o.batch_bytes;
   std::vector<InputDocument> batch;
   std::vector<std::vector<int32_t>> ids;
-  while (reader.next_batch(&batch, max_bytes)) {
-    encode_batch(&ids, batch, batch.size() == 1 && threads > 1 ? solo : encoders, eos, &progress,
-                 [&] { line.tick(); });
+  const auto stopped = [&] { return o.stop_requested ? o.stop_requested() : 0; };
+  while (stopped() == 0 && reader.next_batch(&batch, max_bytes)) {
+    encode_batch(
+        &ids, batch, batch.size() == 1 && threads > 1 ? solo : encoders, eos, &progress,
+        [&] { line.tick(); }, o.stop_requested);
+    if (stopped() != 0) break;  // the batch may be incomplete: none of it is written
     for (const auto& d : ids) writer.add_document(d.data(), static_cast<int64_t>(d.size()));
     line.tick();
+  }
+  if (const int sig = stopped()) {
+    line.end();
+    TokenizeSummary summary;
+    summary.stopped_by = sig;
+    summary.files_removed = writer.discard();
+    return summary;
   }
   if (writer.tokens() == 0) {
     throw InputError("the inputs hold no text (no token to write)");
@@ -319,9 +359,12 @@ Command tokenize_command() {
       "...: llm.c shards (256 int32 header: magic, version, token count; then the ids), uint16\n"
       "ids (magic 20240520, version 1) when the vocabulary fits 16 bits, else uint32 ids (magic\n"
       "20240801, version 7). A document never straddles two shards (one longer than\n"
-      "--shard-tokens gets a shard of its own). Shards appear complete (written under a\n"
-      "temporary name, then renamed); a failure leaves none of this run's shards. Train on them\n"
-      "with data.path: PREFIX_*.bin. The output bytes are the same for any --threads.\n\n"
+      "--shard-tokens gets a shard of its own). Shards appear complete and together (written\n"
+      "under temporary names, renamed at the end); a failure leaves none of this run's shards,\n"
+      "nor does SIGINT or SIGTERM, which stops the run between documents, removes its shards,\n"
+      "says so and exits 130 or 143 (a second signal exits at once, leaving temporaries that\n"
+      "the next run with this PREFIX removes). Train on them with data.path: PREFIX_*.bin. The\n"
+      "output bytes are the same for any --threads.\n\n"
       "options:\n"
       "  --tokenizer PATH    model directory or tokenizer.json (required)\n"
       "  --out PREFIX        shard name prefix (its directory must exist)\n"

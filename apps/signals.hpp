@@ -1,7 +1,8 @@
 // Stop requests from the outside: SIGTERM (cluster preemption, scheduler time limits) and SIGINT
 // (Ctrl-C). The first signal only sets a flag: the training loop sees it at the next step
 // boundary, saves a checkpoint and exits with 128 + the signal number (130 for SIGINT, 143 for
-// SIGTERM). A second signal exits at once with that status, saving nothing.
+// SIGTERM). A second signal exits at once with that status, saving nothing. `kktrain tokenize`
+// installs them unannounced: it stops between documents, removes its shards and says so itself.
 #pragma once
 
 namespace kktrain {

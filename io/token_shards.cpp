@@ -84,12 +84,57 @@ ShardWriter::ShardWriter(ShardPlan plan) : plan_(std::move(plan)) {
   buf_.reserve(kShardBufferBytes);
 }
 
-ShardWriter::~ShardWriter() {
-  fd_.reset();
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());
-  if (!finished_) {
-    for (const auto& f : done_) ::unlink(f.c_str());
+RemovedTemporaries remove_stale_shard_temporaries(const std::string& prefix) {
+  const fs::path p(prefix);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string base = p.filename().string();
+  std::vector<std::string> finals;  // the shard names that have a temporary
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::size_t tmp = name.rfind(".tmp.");
+    if (name.size() < 2 || name[0] != '.' || tmp == std::string::npos) continue;
+    const std::string shard = name.substr(1, tmp - 1);
+    if (is_numbered(shard, base + "_") || is_numbered(shard, base + "_val_")) {
+      finals.push_back((p.has_parent_path() ? dir / shard : fs::path(shard)).string());
+    }
   }
+  std::sort(finals.begin(), finals.end());
+  finals.erase(std::unique(finals.begin(), finals.end()), finals.end());
+  RemovedTemporaries all;
+  for (const auto& f : finals) {
+    RemovedTemporaries r = remove_stale_temporaries(f);
+    all.paths.insert(all.paths.end(), r.paths.begin(), r.paths.end());
+    all.bytes += r.bytes;
+  }
+  return all;
+}
+
+ShardWriter::~ShardWriter() {
+  remove_all();
+}
+
+int64_t ShardWriter::remove_all() {
+  fd_.reset();
+  int64_t n = 0;
+  if (!tmp_.empty()) n += ::unlink(tmp_.c_str()) == 0;
+  tmp_.clear();
+  for (const auto& [tmp, final_name] : done_) {
+    if (!tmp.empty()) {
+      n += ::unlink(tmp.c_str()) == 0;
+    } else if (!finished_) {
+      n += ::unlink(final_name.c_str()) == 0;
+    }
+  }
+  if (!finished_) done_.clear();
+  return n;
+}
+
+int64_t ShardWriter::discard() {
+  const int64_t n = remove_all();
+  finished_ = true;  // nothing left to remove, no more documents
+  discarded_ = true;
+  return n;
 }
 
 void ShardWriter::fail(const std::string& what, int err) {
@@ -144,12 +189,12 @@ void ShardWriter::close_shard() {
   write_at(head, sizeof(head), 0);
   if (::fsync(fd_.get()) != 0) fail("sync", errno);  // the data is on disk: close cannot lose it
   fd_.reset();
-  commit_file(tmp_, final_);
+  done_.emplace_back(tmp_, final_);
   tmp_.clear();
-  done_.push_back(final_);
 }
 
 void ShardWriter::add_document(const int32_t* ids, int64_t n) {
+  if (discarded_) throw InternalError("a document added to a discarded shard writer");
   if (n <= 0) return;
   if (n > kMaxShardTokens) {
     throw InputError("a document of " + std::to_string(n) + " tokens does not fit one shard (" +
@@ -181,9 +226,23 @@ void ShardWriter::add_document(const int32_t* ids, int64_t n) {
 }
 
 std::vector<std::string> ShardWriter::finish() {
+  if (discarded_) throw InternalError("finish() of a discarded shard writer");
   if (fd_.valid()) close_shard();
+  std::vector<std::string> names;
+  for (auto& [tmp, final_name] : done_) {
+    std::error_code ec;
+    fs::rename(tmp, final_name, ec);
+    if (ec) {
+      throw RuntimeFailure("cannot rename '" + tmp + "' to '" + final_name + "': " + ec.message() +
+                           "; no shard of this run was kept");
+    }
+    tmp.clear();
+    names.push_back(final_name);
+  }
+  const fs::path dir = fs::path(plan_.prefix).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
   finished_ = true;
-  return done_;
+  return names;
 }
 
 }  // namespace kktrain

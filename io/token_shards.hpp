@@ -14,15 +14,19 @@
 // tokens each. A document never straddles two shards: one that does not fit in the current shard
 // starts the next, and a document longer than shard_tokens gets a shard of its own (longer than
 // shard_tokens). Each shard is written under a temporary name beside its final one
-// (io/durable.hpp), synced, and renamed when complete; a failure (a full disk) removes the
-// temporary and every shard this writer completed, so a failed run leaves no shard of its own.
+// (io/durable.hpp) and synced when complete; the shards take their final names together when the
+// writer finishes, so a run killed at any moment (SIGKILL included) leaves no shard under a final
+// name, only temporaries (remove_stale_shard_temporaries). A failure (a full disk) or discard()
+// removes every shard of this writer, so a failed or stopped run leaves no shard of its own.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/files.hpp"
+#include "io/durable.hpp"
 #include "io/token_file.hpp"  // the headers' magic and version
 
 namespace kktrain {
@@ -45,6 +49,10 @@ std::string val_shard_name(const std::string& prefix, int64_t index);
 // must not mix with.
 std::vector<std::string> existing_shards(const std::string& prefix);
 
+// Removes the temporaries that killed runs left beside the shards of `prefix` (io/durable.hpp
+// remove_stale_temporaries for each shard name that has one).
+RemovedTemporaries remove_stale_shard_temporaries(const std::string& prefix);
+
 struct ShardPlan {
   std::string prefix;
   ShardIds ids = ShardIds::uint16;
@@ -58,6 +66,9 @@ class ShardWriter {
   explicit ShardWriter(ShardPlan plan);
   // Removes the shard being written and, unless finish() returned, the shards completed.
   ~ShardWriter();
+  // Stops: removes every shard of this writer now (completed or being written); returns how many
+  // files it removed. The writer takes no more documents.
+  int64_t discard();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -65,7 +76,8 @@ class ShardWriter {
   // nothing). InputError when the document alone has more than kMaxShardTokens tokens or an id
   // does not fit; RuntimeFailure naming the file and the system's reason when a write fails.
   void add_document(const int32_t* ids, int64_t n);
-  // Completes the last shard. Returns the final names of every shard written, val first.
+  // Completes the last shard and gives every shard its final name. Returns the final names of
+  // every shard written, val first.
   std::vector<std::string> finish();
 
   int64_t tokens() const { return tokens_; }                   // all shards
@@ -83,12 +95,14 @@ class ShardWriter {
   int64_t shard_n_ = 0;
   bool shard_is_val_ = false;
   std::vector<unsigned char> buf_;
-  std::vector<std::string> done_;  // completed shards (final names)
+  // Completed shards: (temporary, final name), renamed by finish() (the temporary then "").
+  std::vector<std::pair<std::string, std::string>> done_;
   int64_t tokens_ = 0, val_written_ = 0, next_train_ = 0;
-  bool finished_ = false;
+  bool finished_ = false, discarded_ = false;
 
   void open_shard(bool val);
-  void close_shard();  // header, sync, rename
+  void close_shard();    // header, sync (finish() renames)
+  int64_t remove_all();  // this writer's files; how many there were
   void flush();
   void write_at(const unsigned char* p, int64_t n, int64_t at);  // pwrite all, or throw
   [[noreturn]] void fail(const std::string& what, int err);

@@ -19,6 +19,15 @@ of llm.c's format fed with the ids `kktrain tokenize --ids` gives for each docum
   text file and in a .jsonl file (byte offset), an unknown --eos token, no EOS known, a missing
   --out directory, shards of an earlier run, a full disk (tmpfs, root only) after shards were
   completed.
+- signals: SIGINT / SIGTERM while shards are being written: the run stops, removes every shard of
+  its own (and its temporaries), says so in one line, and exits 130 / 143; a second signal exits
+  at once leaving no shard under a final name (temporaries only, which the next run with that
+  --out removes).
+- decode_nul: --decode prints every byte of the text, a NUL included.
+- val_boundary: --val-tokens N when a document ends exactly at N tokens: the val shard holds
+  exactly the documents up to it (the next starts the training shards).
+- shard_boundary: --shard-tokens exactly filled by whole documents: the shard holds them all (the
+  next document starts the next shard).
 """
 
 import glob
@@ -26,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -358,6 +368,158 @@ def case_memory_bounded():
             shutil.rmtree(os.path.dirname(out))
             os.remove(corpus)
         check(rss[64] <= rss[8] + 24, f"peak RSS grows with the corpus: {rss}")
+
+
+def shard_docs(path, u32=False):
+    """The token count in the header of shard `path` and its ids."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<3i", data[:12])[2]
+    return n, list(struct.unpack(f"<{n}{'I' if u32 else 'H'}", data[1024:]))
+
+
+def boundary_docs(tmp):
+    """A tokenizer, five text inputs and each one's ids (EOS included)."""
+    tok_json, eos = byte_level()
+    tok = tokenizer_dir(tmp, "model", tok_json, EOS)
+    texts = DOCS[:5]
+    inputs = write_inputs(tmp, texts, [])[:-1]  # the text files only
+    docs = [ids_of(tok, t) + [eos] for t in texts]
+    check(len({len(d) for d in docs}) > 1, f"document lengths {[len(d) for d in docs]}")
+    return tok, inputs, docs
+
+
+def case_val_boundary():
+    with tempfile.TemporaryDirectory(prefix="kktrain_tok_") as tmp:
+        tok, inputs, docs = boundary_docs(tmp)
+        for k in (1, 2):
+            n = sum(len(d) for d in docs[:k])  # a document ends exactly at n
+            out = os.path.join(tmp, f"val{k}", "c")
+            os.makedirs(os.path.dirname(out))
+            tokenize_ok("--tokenizer", tok, *inputs, "--out", out, "--val-tokens", str(n))
+            got_n, ids = shard_docs(out + "_val_000000.bin")
+            check(got_n == n and ids == sum(docs[:k], []),
+                  f"--val-tokens {n} (documents 0..{k - 1} end there): the val shard holds "
+                  f"{got_n} tokens, expected exactly those {n}")
+            _, train_ids = shard_docs(out + "_000000.bin")
+            check(train_ids == sum(docs[k:], []), f"--val-tokens {n}: training shard "
+                                                  f"{len(train_ids)} tokens")
+            compare(written(out), expected_shards(docs, 10 ** 8, n, False), f"val {n}")
+            print(f"--val-tokens {n}: the val shard holds documents 0..{k - 1} exactly")
+
+
+def case_shard_boundary():
+    with tempfile.TemporaryDirectory(prefix="kktrain_tok_") as tmp:
+        tok, inputs, docs = boundary_docs(tmp)
+        for k in (1, 2, 3):
+            n = sum(len(d) for d in docs[:k])  # shard 0 exactly filled by documents 0..k-1
+            out = os.path.join(tmp, f"shard{k}", "c")
+            os.makedirs(os.path.dirname(out))
+            tokenize_ok("--tokenizer", tok, *inputs, "--out", out, "--shard-tokens", str(n))
+            got_n, ids = shard_docs(out + "_000000.bin")
+            check(got_n == n and ids == sum(docs[:k], []),
+                  f"--shard-tokens {n} (documents 0..{k - 1} fill it exactly): the first shard "
+                  f"holds {got_n} tokens")
+            compare(written(out), expected_shards(docs, n, 0, False), f"shard {n}")
+            print(f"--shard-tokens {n}: shard 0 holds documents 0..{k - 1} exactly")
+
+
+def case_decode_nul():
+    with tempfile.TemporaryDirectory(prefix="kktrain_tok_") as tmp:
+        tok_json, _ = byte_level()
+        tok = tokenizer_dir(tmp, "model", tok_json, EOS)
+        for ids, want in (("104,0,105", b"h\0i\n"), ("0", b"\0\n"), ("0,0,104", b"\0\0h\n"),
+                          ("104,255,0", b"h\xef\xbf\xbd\0\n")):  # a lone 0xff: U+FFFD
+            p = subprocess.run([tt.KKTRAIN, "tokenize", "--tokenizer", tok, "--decode", ids],
+                               capture_output=True, timeout=60)
+            check(p.returncode == 0 and p.stdout == want,
+                  f"--decode {ids}: rc={p.returncode} stdout {p.stdout!r}, expected {want!r}\n"
+                  f"{p.stderr.decode(errors='replace')}")
+            print(f"--decode {ids}: {p.stdout!r}")
+
+
+def big_corpus(tmp, mb):
+    path = os.path.join(tmp, "big.jsonl")
+    line = (json.dumps({"text": " ".join(DOCS)}, ensure_ascii=False) + "\n").encode()
+    with open(path, "wb") as f:
+        f.write(line * (mb * 1000000 // len(line) + 1))
+    return path
+
+
+def ours(d, base):
+    return sorted(n for n in os.listdir(d) if n.startswith(base + "_") or
+                  n.startswith("." + base + "_"))
+
+
+def start_and_wait(args, d, base, files=3, timeout=60):
+    """Starts kktrain tokenize; returns the process once `files` of its shards (final or
+    temporary) exist."""
+    p = subprocess.Popen([tt.KKTRAIN, "tokenize", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while len(ours(d, base)) < files:
+        if p.poll() is not None:
+            out, err = p.communicate()
+            raise tt.Failure(f"tokenize ended (rc={p.returncode}) before {files} shards were "
+                             f"written; make the corpus bigger\n{err}")
+        check(time.time() - t0 < timeout, f"no {files} shards after {timeout} s")
+        time.sleep(0.02)
+    return p
+
+
+def case_signals():
+    with tempfile.TemporaryDirectory(prefix="kktrain_tok_") as tmp:
+        tok_json, _ = byte_level()
+        tok = tokenizer_dir(tmp, "model", tok_json, EOS)
+        corpus = big_corpus(tmp, 48)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            d = os.path.join(tmp, sig.name)
+            os.makedirs(d)
+            out = os.path.join(d, "c")
+            args = ["--tokenizer", tok, corpus, "--out", out, "--shard-tokens", "20000",
+                    "--batch-bytes", "65536", "--val-tokens", "1000"]
+            p = start_and_wait(args, d, "c")
+            seen = ours(d, "c")
+            t0 = time.time()
+            p.send_signal(sig)
+            try:
+                stdout, err = p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise tt.Failure(f"{sig.name}: still running 60 s after the signal")
+            s = time.time() - t0
+            where = (f"\n$ kktrain tokenize {' '.join(args)}\n{sig.name} after {seen}\n"
+                     f"rc={p.returncode} ({s:.2f} s)\n{stdout}{err}")
+            check(p.returncode == 128 + sig, f"{sig.name}: exit {p.returncode}, expected "
+                                             f"{128 + sig}" + where)
+            left = ours(d, "c") + [n for n in os.listdir(d) if ".tmp." in n]
+            check(not left, f"{sig.name}: left {left[:5]} ({len(left)} files)" + where)
+            lines = tt.startup_lines(err)
+            check(len(lines) == 1 and sig.name in lines[0] and "removed" in lines[0],
+                  f"{sig.name}: expected one line saying the run stopped and what it removed" +
+                  where)
+            print(f"{sig.name} ({s:.2f} s after it): {lines[0]}")
+        # A second signal exits at once: never a shard under its final name; the next run with
+        # that --out removes the temporaries (their process is gone).
+        d = os.path.join(tmp, "twice")
+        os.makedirs(d)
+        out = os.path.join(d, "c")
+        args = ["--tokenizer", tok, corpus, "--out", out, "--shard-tokens", "20000",
+                "--batch-bytes", "65536"]
+        p = start_and_wait(args, d, "c")
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGINT)
+        stdout, err = p.communicate(timeout=60)
+        check(p.returncode == 130, f"twice: exit {p.returncode}\n{err}")
+        finals = [n for n in os.listdir(d) if n.startswith("c_")]
+        check(not finals, f"twice: shards under their final names: {finals[:5]}\n{err}")
+        small = os.path.join(tmp, "doc.txt")
+        with open(small, "w") as f:
+            f.write(DOCS[0])
+        line = tokenize_ok("--tokenizer", tok, small, "--out", out)
+        names = sorted(os.listdir(d))
+        check(names == ["c_000000.bin"], f"after the next run: {names[:6]}")
+        print(f"twice: exit 130, no final shard; the next run: {line}")
 
 
 def expect_error(tmp, prefix, rc_want, needles, *args):
