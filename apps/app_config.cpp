@@ -12,6 +12,7 @@
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "io/peft.hpp"
 #include "parallel/agree.hpp"
 
 namespace kktrain {
@@ -21,6 +22,7 @@ Config load_app_config(const ParsedArgs& args, const AppContext& ctx, int world_
   opts.world_size = world_size > 0 ? world_size : ctx.mpi->size();
   opts.checkpoint_dtype = model_file_dtype;
   opts.model_file_architecture = model_file_architecture;
+  opts.peft_adapter = read_peft_adapter_settings;  // a peft section of only init_from
   return load_config(args.positionals.at(0), args.overrides, opts);
 }
 

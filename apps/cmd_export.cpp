@@ -20,6 +20,7 @@
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
+#include "io/durable.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_export.hpp"
 #include "io/model_weights.hpp"
@@ -110,12 +111,14 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   const std::string refusal = checkpoint_root_refusal(
       out, {step_of(step_dir.filename().string()) >= 0 ? step_dir.parent_path().string() : ""});
   if (!refusal.empty()) throw UsageError("--out: " + refusal);
+  // A directory export through a symbolic link writes into its target (the link stays).
+  const std::string target = export_directory_target(out);
   if (format == "peft") {
-    check_output_dir(out, peft_out_refusal(out));
+    check_output_dir(target, peft_out_refusal(out));
   } else if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});
   } else {
-    check_output_dir(out, safetensors_out_refusal(out));
+    check_output_dir(target, safetensors_out_refusal(out));
   }
   const double t0 = now_s();
   const int64_t bytes =
@@ -161,8 +164,11 @@ Command export_command() {
       "adapter_model.safetensors) that PEFT and vLLM load beside the base model, and\n"
       "peft.init_from reads; --dtype defaults to the adapters' own. Refused for a checkpoint\n"
       "without LoRA adapters.\n"
+      "A directory OUT keeps the user's README.md; OUT a symbolic link to a directory is\n"
+      "written into its target (the link stays).\n"
       "OUT may not lie inside a checkpoint root (a later run would prune it); temporaries that\n"
-      "killed exports left beside OUT are removed first.\n";
+      "killed exports left beside OUT are removed first (files, and directories holding only\n"
+      "an export's files).\n";
   s.positionals = {"CHECKPOINT"};
   s.takes_overrides = false;
   s.options = {{"--out", ""},

@@ -75,6 +75,35 @@ std::string run_adapter_path(const Config& cfg) {
   return (std::filesystem::path(cfg.train.output_dir) / "adapter").string();
 }
 
+namespace {
+
+// (what, path) of each entry of directory `dir` (none when it is not one).
+std::vector<std::pair<std::string, std::string>> entries(const std::string& dir,
+                                                         const std::string& what) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    out.emplace_back(what, e.path().string());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> peft_run_outputs(const Config& cfg) {
+  if (cfg.checkpoint.export_format != "peft") return {};
+  return entries(run_adapter_path(cfg), "a file of the run's adapter export directory");
+}
+
+std::vector<std::pair<std::string, std::string>> peft_run_inputs(const Config& cfg,
+                                                                 ModelValues values) {
+  if (!cfg.peft.enabled || !cfg.peft.init_from || values == ModelValues::from_checkpoint) {
+    return {};
+  }
+  return entries(*cfg.peft.init_from, "peft.init_from");
+}
+
 void check_peft_run_end(const Config& cfg) {
   if (cfg.checkpoint.export_format != "peft") return;
   const std::string out = run_adapter_path(cfg);

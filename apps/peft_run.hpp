@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/config.hpp"
 #include "io/peft.hpp"
@@ -30,6 +32,14 @@ void load_peft_init(Transformer& model, const PeftAdapterDir* dir, Communicator&
 
 // <train.output_dir>/adapter: where checkpoint.export_format: peft writes the adapters.
 std::string run_adapter_path(const Config& cfg);
+
+// For apps/run_files.hpp check_run_files, which refuses an input that is a file the run writes:
+// (role, path) of every file of run_adapter_path (checkpoint.export_format: peft; the export
+// replaces the directory), and (key, path) of every file peft.init_from reads (none when the run
+// resumes from a checkpoint, whose adapters it continues).
+std::vector<std::pair<std::string, std::string>> peft_run_outputs(const Config& cfg);
+std::vector<std::pair<std::string, std::string>> peft_run_inputs(const Config& cfg,
+                                                                 ModelValues values);
 
 // What the adapter export at the end of a run needs, checked before its first step (UsageError):
 // with checkpoint.export_format: peft, run_adapter_path replaceable by an export

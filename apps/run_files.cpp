@@ -63,6 +63,7 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
       }
     }
   }
+  for (auto& o : peft_run_outputs(cfg)) outputs.push_back(std::move(o));
   std::set<FileId> skip;  // the checkpoint the run resumes from is read, then left alone
   if (resume_file) {
     if (auto id = id_of(*resume_file)) skip.insert(*id);
@@ -94,6 +95,10 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
       } catch (const Error&) {
       }
     }
+  }
+  for (auto& i : peft_run_inputs(
+           cfg, resume_file ? ModelValues::from_checkpoint : ModelValues::initialized)) {
+    inputs.push_back(std::move(i));
   }
   for (const auto& [what, in] : inputs) {
     const auto in_id = id_of(in);

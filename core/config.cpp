@@ -265,10 +265,29 @@ void read_peft(Section& s, PeftConfig* p) {
   s.accepts("init_from",
             "a PEFT adapter directory (adapter_config.json + adapter_model.safetensors), or null");
   if (p->init_from && p->init_from->empty()) s.fail("init_from", "an empty directory name");
+  p->enabled = p->enabled || p->init_from.has_value();  // an adapter to start from: LoRA
   s.finish();
   if (p->enabled && p->target_modules.empty()) {
     s.fail("target_modules", "PEFT is configured but no target_modules are given");
   }
+}
+
+// A peft section naming an adapter in init_from takes its r, lora_alpha and target_modules for
+// the keys it leaves unset (a key it sets must agree: io/peft.hpp checks the directory later).
+void peft_from_adapter(YAML::Node root, int64_t num_layers, const LoadOptions& opts) {
+  const YAML::Node& croot = root;
+  if (!croot["peft"] || !croot["peft"].IsMap()) return;
+  YAML::Node p = root["peft"];
+  const YAML::Node& cp = p;
+  const bool all_set = cp["dim"] && cp["alpha"] && cp["target_modules"];
+  if (!cp["init_from"] || !cp["init_from"].IsScalar() || cp["init_from"].Scalar().empty() ||
+      all_set) {
+    return;
+  }
+  const PeftAdapterSettings a = opts.peft_adapter(cp["init_from"].Scalar(), num_layers);
+  if (!cp["dim"]) p["dim"] = a.dim;
+  if (!cp["alpha"]) p["alpha"] = a.alpha;
+  if (!cp["target_modules"]) p["target_modules"] = a.target_modules;
 }
 
 void read_optimizer(Section& s, OptimizerConfig* o) {
@@ -747,6 +766,7 @@ Config load_config_text(const std::string& text, const std::string& name,
   }
   {
     Section s = top.sub("peft");
+    if (opts.peft_adapter) peft_from_adapter(root, c.model.num_layers, opts);
     read_peft(s, &c.peft);
     if (!c.peft.enabled) c.resolved["peft"] = YAML::Node(YAML::NodeType::Null);
   }

@@ -261,6 +261,14 @@ struct ModelFileArchitecture {
   std::vector<Value> values;
 };
 
+// The LoRA settings of a PEFT adapter directory (peft.init_from), for the keys a peft section
+// leaves unset (LoadOptions::peft_adapter).
+struct PeftAdapterSettings {
+  int64_t dim = 0;
+  double alpha = 0.0;
+  std::vector<std::string> target_modules;
+};
+
 struct LoadOptions {
   int world_size = 1;
   // Reads the storage dtype of a checkpoint (for model.dtype: auto with model.init_from); set by
@@ -270,6 +278,10 @@ struct LoadOptions {
   // the application layer, which reads model files.
   std::function<std::optional<ModelFileArchitecture>(const std::string& path)>
       model_file_architecture;
+  // peft.init_from's r, lora_alpha and target_modules (`num_layers`: the model's), for a peft
+  // section that leaves dim, alpha or target_modules unset; set by the application layer, which
+  // reads adapter files. Unset: such a section without target_modules is refused.
+  std::function<PeftAdapterSettings(const std::string& dir, int64_t num_layers)> peft_adapter;
 };
 
 // Parses YAML text (no file); `name` is used in error locations.

@@ -99,6 +99,25 @@ long temporary_pid(const std::string& entry, const std::string& name) {
   return std::stol(digits);
 }
 
+// True when `p` is what kktrain makes under a temporary name: owned by this user, a regular file
+// or a directory holding only regular files an export writes (no link, no subdirectory).
+bool made_by_kktrain(const fs::path& p) {
+  struct stat st {};
+  if (::lstat(p.c_str(), &st) != 0 || st.st_uid != ::geteuid()) return false;
+  if (S_ISREG(st.st_mode)) return true;
+  if (!S_ISDIR(st.st_mode)) return false;
+  std::error_code ec;
+  for (fs::directory_iterator it(p, ec), end; it != end; it.increment(ec)) {
+    if (ec) return false;
+    struct stat e {};
+    if (::lstat(it->path().c_str(), &e) != 0 || !S_ISREG(e.st_mode) ||
+        !export_directory_file(it->path().filename().string())) {
+      return false;
+    }
+  }
+  return !ec;
+}
+
 // Bytes of the files at and under `p` (not following symbolic links).
 int64_t bytes_under(const fs::path& p) {
   struct stat st {};
@@ -126,7 +145,8 @@ RemovedTemporaries remove_stale_temporaries(const std::string& final_path) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const long pid = temporary_pid(e.path().filename().string(), name);
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
+        made_by_kktrain(e.path())) {
       stale.push_back(e.path());
     }
   }
@@ -150,6 +170,28 @@ RemovedTemporaries remove_stale_temporaries(const std::string& final_path) {
     removed.bytes += bytes;
   }
   return removed;
+}
+
+bool export_directory_file(const std::string& n) {
+  static const char* const kNames[] = {
+      "config.json",           "model.safetensors.index.json", "tokenizer.json",
+      "tokenizer_config.json", "special_tokens_map.json",      "chat_template.jinja",
+      "tokenizer.model",       "adapter_config.json",          "adapter_model.safetensors"};
+  for (const char* k : kNames) {
+    if (n == k) return true;
+  }
+  const std::string suffix = ".safetensors";
+  return n.size() >= 5 + suffix.size() && n.compare(0, 5, "model") == 0 &&
+         n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string export_directory_target(const std::string& out) {
+  fs::path p(out);
+  if (p.filename().empty()) p = p.parent_path();  // "dir/"
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(p, ec))) return out;
+  const fs::path target = fs::canonical(p, ec);
+  return ec ? out : target.string();
 }
 
 std::string removed_temporaries_text(const RemovedTemporaries& removed) {

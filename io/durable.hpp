@@ -30,15 +30,27 @@ struct RemovedTemporaries {
 };
 // Removes the temporaries that killed processes left beside `final_path`: the entries of its
 // directory named exactly temporary_name's ".<name>.tmp.<pid>" (or that with ".old", the
-// previous safetensors export stepping aside), pid in decimal without sign or leading zero, whose
-// pid is no live process (kill(pid, 0) fails with ESRCH). A live process's temporary (another
-// export writing now, this one's) and every other name are kept. A directory goes with all it
-// holds. Except: when nothing is at `final_path` and such a ".old" is there (the previous
-// export, stepped aside when the process was killed), it is renamed back to `final_path`.
-// Errors are ignored (whatever cannot be removed stays). Caveat: a pid is a process of
-// this host (and PID namespace); the same directory written from another host at this moment
-// may be taken for a dead one's.
+// previous export stepping aside), pid in decimal without sign or leading zero, whose pid is no
+// live process (kill(pid, 0) fails with ESRCH; this process's own is alive), owned by this
+// process's user, and that are what kktrain makes there: a regular file, or a directory holding
+// only regular files named as an export's (export_directory_file). A symbolic link, a
+// directory holding anything else (a user's directory that happens to be named so) and every
+// other name are kept. Except: when nothing is at `final_path` and such a ".old" is there (the
+// previous export, stepped aside when the process was killed), it is renamed back to
+// `final_path`. Errors are ignored (whatever cannot be removed stays). Caveat: a pid is a
+// process of this host (and PID namespace); the same directory written from another host at
+// this moment may be taken for a dead one's.
 RemovedTemporaries remove_stale_temporaries(const std::string& final_path);
+// True for the name of a file kktrain's directory exports write (safetensors: config.json,
+// model*.safetensors, model.safetensors.index.json, the tokenizer's files; PEFT:
+// adapter_config.json, adapter_model.safetensors): what a temporary directory of theirs holds.
+bool export_directory_file(const std::string& name);
+
+// `out`, or the directory its last component leads to when that is a symbolic link (followed to
+// the end; a dangling one is returned as it is, for the callers' checks to refuse): where a
+// directory export writes, so that it replaces the target's files and never the link itself.
+std::string export_directory_target(const std::string& out);
+
 // One line for the log ("removed 2 stale temporaries of killed kktrain processes (8192 bytes): A,
 // B"), or "" when nothing was removed.
 std::string removed_temporaries_text(const RemovedTemporaries& removed);

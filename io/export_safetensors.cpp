@@ -1,5 +1,6 @@
 // The safetensors export sink (io/export_sink.hpp, io/model_export.hpp): a Hugging Face model
-// directory built under a temporary name beside `out` and swapped into place whole.
+// directory built under a temporary name beside `out` and swapped into place whole (`out` a
+// symbolic link to a directory: beside and in place of its target, the link kept).
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/statvfs.h>
@@ -69,8 +70,8 @@ class SafetensorsSink final : public ExportSink {
  public:
   SafetensorsSink(const std::string& out, const ModelConfig& m, DType dtype, int64_t max_shard,
                   std::vector<ExportFile> files)
-      : out_(out),
-        tmp_(temporary_name(out)),
+      : out_(export_directory_target(out)),  // a symbolic link's target: never the link
+        tmp_(temporary_name(out_)),
         model_(m),
         dtype_(dtype),
         max_shard_(max_shard),

@@ -1,6 +1,9 @@
 // LoRA adapters in PEFT's format (io/peft.hpp): the export from a checkpoint and the checked
 // reader of an adapter directory.
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include "io/peft.hpp"
+
+#include <pcre2.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -12,7 +15,6 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 #include "core/errors.hpp"
@@ -34,6 +36,7 @@ namespace {
 
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr const char* kReadme = "README.md";  // PEFT's model card: the user's, kept
 constexpr const char* kPeftPrefix = "base_model.model.";
 const char* const kProjections[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                     "gate_proj", "up_proj", "down_proj"};
@@ -125,6 +128,24 @@ std::string adapter_config(const FileAttrs& a, const std::vector<std::string>& t
   return j.dump(2) + "\n";
 }
 
+// The files of the user's in the previous directory `out` that an export may replace (README.md,
+// PEFT's model card, which kktrain does not write) into the new one `tmp`: hard links (the same
+// file), or copies where the file system links no files.
+void carry_user_files(const std::string& out, const std::string& tmp) {
+  const fs::path from = fs::path(out) / kReadme, to = fs::path(tmp) / kReadme;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(from, ec))) return;
+  if (::link(from.c_str(), to.c_str()) == 0) return;
+  if (fs::is_symlink(fs::symlink_status(from, ec))) {
+    fs::copy_symlink(from, to, ec);
+  } else {
+    fs::copy_file(from, to, ec);
+  }
+  if (ec) {
+    throw RuntimeFailure("cannot keep '" + from.string() + "' in the new export: " + ec.message());
+  }
+}
+
 // The complete directory `tmp` takes `out`'s name; a previous one there steps aside first (a
 // kill in between leaves it under tmp + ".old", which remove_stale_temporaries puts back).
 void put_in_place(const std::string& tmp, const std::string& out) {
@@ -133,6 +154,7 @@ void put_in_place(const std::string& tmp, const std::string& out) {
   if (fs::exists(out, ec)) {
     const std::string refusal = peft_out_refusal(out);  // checked again, just before
     if (!refusal.empty()) throw RuntimeFailure("export: " + refusal);
+    carry_user_files(out, tmp);
     const std::string old = tmp + ".old";
     fs::rename(out, old, ec);
     if (ec) throw RuntimeFailure("cannot move '" + out + "' aside: " + ec.message());
@@ -200,11 +222,17 @@ std::string peft_tensor_name(const std::string& canonical) {
 
 std::string peft_out_refusal(const std::string& out) {
   std::error_code ec;
+  const fs::path link =
+      fs::path(out).filename().empty() ? fs::path(out).parent_path() : fs::path(out);
+  if (fs::is_symlink(fs::symlink_status(link, ec)) && !fs::exists(out, ec)) {
+    return "'" + out + "' is a symbolic link to '" + fs::read_symlink(link, ec).string() +
+           "', which does not exist";
+  }
   if (!fs::exists(out, ec)) return "";
   if (!fs::is_directory(out, ec)) return "'" + out + "' exists and is not a directory";
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string n = e.path().filename().string();
-    if ((n != kConfigFile && n != kWeightsFile && n != "README.md") || !e.is_regular_file(ec)) {
+    if ((n != kConfigFile && n != kWeightsFile && n != kReadme) || !e.is_regular_file(ec)) {
       return "'" + out + "' holds " + n +
              ", which a PEFT adapter export does not write; refusing to replace the directory "
              "(choose a new or empty one)";
@@ -213,8 +241,9 @@ std::string peft_out_refusal(const std::string& out) {
   return "";
 }
 
-int64_t export_peft(const std::string& checkpoint, const std::string& out,
+int64_t export_peft(const std::string& checkpoint, const std::string& out_named,
                     const PeftExportOptions& o) {
+  const std::string out = export_directory_target(out_named);  // a link's target, never the link
   SingleCommunicator one;
   std::unique_ptr<WeightSource> src = open_weights(checkpoint, "export", one);
   const FileAttrs attrs = src->attributes();
@@ -278,6 +307,76 @@ std::string num(double v) {
   return json(v).dump();
 }
 
+// target_modules as the message shows it: JSON, cut after 120 characters.
+std::string shown(const json& targets) {
+  const std::string t = targets.dump();
+  return t.size() > 120 ? t.substr(0, 120) + "..." : t;
+}
+
+// Python's re.fullmatch(pattern, name) for PEFT's target_modules string, through PCRE2 (whose
+// syntax is Python's for what module names need; UTF + UCP as Python's str patterns). Each name
+// is matched with at most kPeftRegexMatchLimit backtracking steps and kPeftRegexHeapKiB of
+// backtracking memory: a pattern that needs more ("(.|.)*[XY]" on a 30-character name needs 2^30)
+// is refused, never run to its end.
+class FullMatch {
+ public:
+  FullMatch(const std::string& pattern, const std::string& where)
+      : pattern_(pattern), where_(where) {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
+    if (!code_) {
+      throw InputError(where + "target_modules " + shown(json(pattern)) +
+                       " is not a regular expression kktrain reads (" + message(err) +
+                       " at offset " + std::to_string(at) + ")");
+    }
+    md_ = pcre2_match_data_create_from_pattern(code_, nullptr);
+    ctx_ = pcre2_match_context_create(nullptr);
+    if (!md_ || !ctx_) {
+      release();
+      throw RuntimeFailure("out of memory matching target_modules");
+    }
+    pcre2_set_match_limit(ctx_, kPeftRegexMatchLimit);
+    pcre2_set_depth_limit(ctx_, kPeftRegexMatchLimit);
+    pcre2_set_heap_limit(ctx_, kPeftRegexHeapKiB);
+  }
+  ~FullMatch() { release(); }
+  FullMatch(const FullMatch&) = delete;
+  FullMatch& operator=(const FullMatch&) = delete;
+
+  bool operator()(const std::string& name) const {
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(name.data()), name.size(), 0,
+                               PCRE2_ANCHORED | PCRE2_ENDANCHORED, md_, ctx_);
+    if (rc >= 0) return true;
+    if (rc == PCRE2_ERROR_NOMATCH) return false;
+    const bool limit =
+        rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT;
+    throw InputError(
+        where_ + "target_modules " + shown(json(pattern_)) + ": matching '" + name + "' " +
+        (limit ? "needs more than kktrain's limit of " + std::to_string(kPeftRegexMatchLimit) +
+                     " backtracking steps (a pattern that backtracks exponentially; "
+                     "list the module names instead)"
+               : "failed (" + message(rc) + ")"));
+  }
+
+ private:
+  static std::string message(int code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    return reinterpret_cast<const char*>(msg);
+  }
+  void release() {
+    pcre2_match_context_free(ctx_);
+    pcre2_match_data_free(md_);
+    pcre2_code_free(code_);
+  }
+  std::string pattern_, where_;
+  pcre2_code* code_ = nullptr;
+  pcre2_match_data* md_ = nullptr;
+  pcre2_match_context* ctx_ = nullptr;
+};
+
 // The modules `targets` (a list by PEFT's name rule, or a string: a full-match regular
 // expression, or "all-linear") selects among `modules`.
 std::set<std::string> selected(const json& targets, const std::vector<std::string>& modules,
@@ -286,15 +385,9 @@ std::set<std::string> selected(const json& targets, const std::vector<std::strin
   if (targets.is_string()) {
     const std::string t = targets.get<std::string>();
     if (t == "all-linear") return {modules.begin(), modules.end()};
-    std::regex re;
-    try {
-      re = std::regex(t);
-    } catch (const std::regex_error& e) {
-      throw InputError(where + "target_modules \"" + t +
-                       "\" is not a regular expression kktrain reads (" + e.what() + ")");
-    }
+    const FullMatch matches(t, where);
     for (const auto& m : modules) {
-      if (std::regex_match(m, re)) out.insert(m);
+      if (matches(m)) out.insert(m);
     }
     return out;
   }
@@ -302,7 +395,7 @@ std::set<std::string> selected(const json& targets, const std::vector<std::strin
     throw InputError(where + "target_modules must be a list of names or a string");
   for (const auto& t : targets) {
     if (!t.is_string())
-      throw InputError(where + "target_modules holds " + t.dump() + ", not a name");
+      throw InputError(where + "target_modules holds " + shown(t) + ", not a name");
   }
   for (const auto& m : modules) {
     for (const auto& t : targets) {
@@ -335,8 +428,8 @@ void check_plain_lora(const json& j, const std::string& where) {
   }
 }
 
-void check_config(const std::string& file, const PeftExpectation& e) {
-  const std::string where = "peft.init_from: '" + file + "': ";
+// adapter_config.json read and checked to be a LoRA config of plain LoRA's keys.
+json read_adapter_config(const std::string& file, const std::string& where) {
   std::string text;
   try {
     text = read_small_file(file);
@@ -353,9 +446,16 @@ void check_config(const std::string& file, const PeftExpectation& e) {
   if (!j.is_object()) throw InputError(where + "not a JSON object");
   if (!j.contains("peft_type") || j["peft_type"] != "LORA") {
     throw InputError(where + "peft_type " +
-                     (j.contains("peft_type") ? j["peft_type"].dump() : "missing") +
+                     (j.contains("peft_type") ? shown(j["peft_type"]) : "missing") +
                      ": LORA expected");
   }
+  check_plain_lora(j, where);
+  return j;
+}
+
+void check_config(const std::string& file, const PeftExpectation& e) {
+  const std::string where = "peft.init_from: '" + file + "': ";
+  json j = read_adapter_config(file, where);
   if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() != e.r) {
     throw InputError(where + "r " + (j.contains("r") ? j["r"].dump() : "missing") +
                      " disagrees with peft.dim " + std::to_string(e.r));
@@ -366,14 +466,13 @@ void check_config(const std::string& file, const PeftExpectation& e) {
                      (j.contains("lora_alpha") ? j["lora_alpha"].dump() : "missing") +
                      " disagrees with peft.alpha " + num(e.alpha));
   }
-  check_plain_lora(j, where);
   if (!j.contains("target_modules")) throw InputError(where + "target_modules missing");
   const std::set<std::string> file_sel = selected(j["target_modules"], e.modules, where);
   std::set<std::string> run_sel;
   for (const auto& [n, s] : e.adapters) run_sel.insert(adapter_module(n));
   for (const auto& m : e.modules) {  // in the model's order: the first disagreement
     if (file_sel.count(m) != run_sel.count(m)) {
-      throw InputError(where + "target_modules " + j["target_modules"].dump() +
+      throw InputError(where + "target_modules " + shown(j["target_modules"]) +
                        (file_sel.count(m)
                             ? " selects " + m + ", which peft.target_modules does not"
                             : " does not select " + m + ", which peft.target_modules adapts"));
@@ -417,15 +516,75 @@ StFile check_tensors(const std::string& file, const PeftExpectation& e) {
   return f;
 }
 
-}  // namespace
-
-PeftAdapterDir::PeftAdapterDir(const std::string& dir, const PeftExpectation& e) : dir_(dir) {
+void require_adapter_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw InputError("peft.init_from: '" + dir +
                      "' is not a directory (a PEFT adapter directory: " + kConfigFile + " and " +
                      kWeightsFile + ")");
   }
+}
+
+// The block projections PEFT could target in a model of `num_layers` layers, by full name.
+std::vector<std::string> projection_modules(int64_t num_layers) {
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    for (const char* p : kProjections) {
+      const bool attn = p[0] == 'q' || p[0] == 'k' || p[0] == 'v' || p[0] == 'o';
+      out.push_back("model.layers." + std::to_string(i) + (attn ? ".self_attn." : ".mlp.") + p);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t num_layers) {
+  require_adapter_dir(dir);
+  const std::string file = (fs::path(dir) / kConfigFile).string();
+  const std::string where = "peft.init_from: '" + file + "': ";
+  const json j = read_adapter_config(file, where);
+  PeftAdapterSettings out;
+  const json r = j.contains("r") ? j["r"] : json();
+  if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > kMaxLoraRank) {
+    throw InputError(where + "r " + (r.is_null() ? "missing" : shown(r)) +
+                     ": the rank must be an integer in [1, " + std::to_string(kMaxLoraRank) + "]");
+  }
+  out.dim = r.get<int64_t>();
+  const json a = j.contains("lora_alpha") ? j["lora_alpha"] : json();
+  if (!a.is_number() || !std::isfinite(a.get<double>()) || a.get<double>() < 0) {
+    throw InputError(where + "lora_alpha " + (a.is_null() ? "missing" : shown(a)) +
+                     ": a finite number >= 0 expected");
+  }
+  out.alpha = a.get<double>();
+  if (!j.contains("target_modules")) throw InputError(where + "target_modules missing");
+  const json& t = j["target_modules"];
+  const std::vector<std::string> modules = projection_modules(num_layers);
+  const std::set<std::string> chosen = selected(t, modules, where);
+  if (t.is_array()) {
+    for (const auto& name : t) {
+      const std::string n = name.get<std::string>();
+      if (n.empty() || n.find_first_of("*?[") != std::string::npos) {
+        throw InputError(where + "target_modules holds " + shown(name) +
+                         ", which names no module (PEFT matches names, not patterns)");
+      }
+      out.target_modules.push_back(n);
+    }
+  } else {
+    for (const auto& m : modules) {  // in the model's order
+      if (chosen.count(m)) out.target_modules.push_back(m);
+    }
+  }
+  if (chosen.empty()) {
+    throw InputError(where + "target_modules " + shown(t) + " selects none of the model's " +
+                     "projections (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, " +
+                     "down_proj of " + std::to_string(num_layers) + " layers)");
+  }
+  return out;
+}
+
+PeftAdapterDir::PeftAdapterDir(const std::string& dir, const PeftExpectation& e) : dir_(dir) {
+  require_adapter_dir(dir);
   check_config((fs::path(dir) / kConfigFile).string(), e);
   reader_ = std::make_unique<StReader>(check_tensors((fs::path(dir) / kWeightsFile).string(), e));
 }

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/dtype.hpp"
 
 namespace kktrain {
@@ -38,7 +39,9 @@ struct PeftExportOptions {
   std::optional<DType> dtype;  // bfloat16 or float32; null: each adapter's own storage dtype
 };
 
-// Writes the PEFT directory `out` (new, or a previous adapter directory, replaced whole) from the
+// Writes the PEFT directory `out` (new, or a previous adapter directory, replaced whole but for
+// the user's README.md, which the new one keeps; `out` a symbolic link to a directory: its
+// target, the link kept) from the
 // kktrain training checkpoint file `checkpoint`: adapter values from its fp32 master where it
 // keeps one, rounded once to nearest even for bf16. Built under a temporary name beside `out`
 // and renamed into place (a kill leaves the previous directory or none; the next export puts a
@@ -47,8 +50,9 @@ struct PeftExportOptions {
 int64_t export_peft(const std::string& checkpoint, const std::string& out,
                     const PeftExportOptions& options);
 
-// Why directory `out` may not be replaced by a PEFT export ("" when it may): it exists and is not
-// a directory, or holds anything but adapter_config.json, adapter_model.safetensors, README.md.
+// Why directory `out` may not be replaced by a PEFT export ("" when it may): a symbolic link that
+// leads nowhere, it exists and is not a directory, or holds anything but adapter_config.json,
+// adapter_model.safetensors, README.md.
 std::string peft_out_refusal(const std::string& out);
 
 // True for a block projection outside the MTP head ("model.layers.3.mlp.up_proj"): what PEFT's
@@ -57,6 +61,27 @@ bool peft_projection_module(const std::string& module);
 
 // PEFT's name of a kktrain adapter ("X.lora_A.weight" -> "base_model.model.X.lora_A.weight").
 std::string peft_tensor_name(const std::string& canonical);
+
+// The largest LoRA rank read (peft.dim's bound). PEFT's target_modules string is matched with at
+// most kPeftRegexMatchLimit backtracking steps per module name and kPeftRegexHeapKiB of
+// backtracking memory: seven real patterns (suffix alternations, layer ranges, a negative
+// look-ahead) need at most 113 steps on names of up to 128 layers, while "(.|.)*[XY]" on a name of
+// 30 characters needs 2^30 (the limit is reached in 2.3 ms).
+constexpr int64_t kMaxLoraRank = int64_t(1) << 16;
+constexpr uint32_t kPeftRegexMatchLimit = 100000;
+constexpr uint32_t kPeftRegexHeapKiB = 16384;
+
+// The LoRA settings of the PEFT adapter directory `dir` for a peft section that names it in
+// init_from and leaves dim, alpha or target_modules unset (core/config.hpp
+// LoadOptions::peft_adapter): r (1 .. kMaxLoraRank), lora_alpha (finite, >= 0), and
+// target_modules as peft.target_modules: a list's names as they are (PEFT's rule for a name, equal
+// or a suffix after '.', is kktrain's for a name without wildcards; a name with them is refused),
+// a regular expression string or "all-linear" as the full names of the projections it selects in
+// a model of `num_layers` layers. adapter_config.json is checked as PeftAdapterDir checks it
+// (plain LoRA), and must select some projection. InputError, one line naming the file and the
+// key, prefixed "peft.init_from: ". The run's model is checked against the directory again once
+// it is built (PeftAdapterDir).
+PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t num_layers);
 
 // What a run's model holds, for reading a PEFT directory into it.
 struct PeftExpectation {
@@ -71,9 +96,9 @@ struct PeftExpectation {
 // A PEFT adapter directory, read and checked against a run: the config's keys (peft_type,
 // r = peft.dim, lora_alpha = peft.alpha, the plain-LoRA keys above, target_modules selecting
 // exactly the run's adapted modules: a list by PEFT's name rule, a string as PEFT's full-match
-// regular expression), the safetensors header (io/safetensors.hpp) holding exactly the run's
-// adapters under PEFT's names with their shapes. InputError, one line naming the file and the
-// key or tensor: prefixed "peft.init_from: ".
+// regular expression, re.fullmatch, within kPeftRegexMatchLimit steps a name), the safetensors
+// header (io/safetensors.hpp) holding exactly the run's adapters under PEFT's names with their
+// shapes. InputError, one line naming the file and the key or tensor: prefixed "peft.init_from: ".
 class PeftAdapterDir {
  public:
   PeftAdapterDir(const std::string& dir, const PeftExpectation& expect);

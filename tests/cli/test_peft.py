@@ -18,6 +18,22 @@ usage: test_peft.py KKTRAIN INPUTS_DIR CASE      (tests/cli/peft.cmake, label "p
 - roundtrip: the PEFT directory of a run -> a new run with peft.init_from: its adapters at step 0
   (`kktrain grads` dump) equal the file's bit for bit; it trains on from them; resuming, the
   checkpoint wins.
+- own_output: peft.init_from naming the run's own adapter output (<output_dir>/adapter with
+  checkpoint.export_format: peft; also through a symbolic link) is refused in one line before
+  anything is read or written, as every other input the run writes is; the directory is unchanged.
+- init_only: a peft section holding only init_from is a LoRA run with the adapter's r,
+  lora_alpha and target_modules (a list, or a regular expression string): its adapters at step 0
+  equal the file's; a missing directory or a hostile adapter_config.json value is one line naming
+  the file and the key (was: a full fine-tune, exit 0, the path never checked).
+- regex: target_modules as a string is PEFT's re.fullmatch on the module name (not a search;
+  alternatives backtracked into); a pattern that backtracks exponentially ("(.|.)*[XY]") or does
+  not compile is one line naming the file and the key, in bounded time.
+- export_readme: a re-export (`kktrain export`, a run's end) keeps the user's README.md; any other
+  file of the user's is refused in one line.
+- export_symlink: --out naming a symbolic link to a directory writes into the target and keeps the
+  link (peft and safetensors); a dangling link is refused in one line.
+- export_stale_dir: a user's directory named like a dead process's temporary beside --out is kept;
+  a dead export's temporary directory (only an export's files) is removed, one line saying so.
 - refusals: rank, alpha, target modules, tensor shape, missing file, truncated safetensors: each one
   line naming the file and the key or tensor, exit 2.
 """
@@ -25,8 +41,10 @@ usage: test_peft.py KKTRAIN INPUTS_DIR CASE      (tests/cli/peft.cmake, label "p
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -377,6 +395,261 @@ def case_refusals():
         check(not os.path.exists(os.path.join(tmp, "r_end", "metrics.jsonl")),
               "the run trained before refusing its end")
         print(f"run end: {line}")
+
+
+def run_bounded(args, timeout=60):
+    """(rc, out, err, where, seconds) of a kktrain run that must end within `timeout` seconds."""
+    t0 = time.time()
+    try:
+        rc, out, err = tt.run(args, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise tt.Failure(f"still running after {timeout} s (killed): $ kktrain {' '.join(args)}")
+    return rc, out, err, tt.describe(args, rc, out, err), time.time() - t0
+
+
+def run_with(conf, model, out_dir, *over, steps=1):
+    return ["train", conf, f"model.init_from={model}", f"train.output_dir={out_dir}",
+            f"train.max_steps={steps}", "checkpoint.resume=none", *over]
+
+
+def case_own_output():
+    with tempfile.TemporaryDirectory(prefix="kktrain_peft_") as tmp:
+        model, conf, cfg = setup(tmp)
+        run = os.path.join(tmp, "run")
+        train(conf, model, run, peft_arg(), "checkpoint.export_format=peft", steps=1)
+        adapter = os.path.join(run, "adapter")
+        before = hf_snapshot(adapter)
+        link = os.path.join(tmp, "link")
+        os.symlink(adapter, link)
+        for what, init in (("the directory", adapter), ("with a trailing /", adapter + "/"),
+                           ("a symbolic link to it", link)):
+            for parg in (peft_arg(extra=f", init_from: {init}"), f"peft={{init_from: {init}}}"):
+                args = run_with(conf, model, run, parg, "checkpoint.export_format=peft", steps=2)
+                rc, o, e = tt.run(args)
+                line = tt.expect_one_error(rc, o, e, "peft.init_from", "adapter",
+                                           "refusing to touch an input",
+                                           where=tt.describe(args, rc, o, e))
+                check(hf_snapshot(adapter) == before, f"{what}: the adapter directory changed")
+                print(f"{what}: {line}")
+        # Another output directory: the same adapter is read, and left alone.
+        run2 = os.path.join(tmp, "run2")
+        train(conf, model, run2, peft_arg(extra=f", init_from: {link}"),
+              "checkpoint.export_format=peft", steps=1)
+        check(hf_snapshot(adapter) == before, "a run into another directory changed the input")
+
+
+def dump_matches_file(got, tensors, what):
+    names = {"base_model.model." + n: n for n in got}
+    check(set(names) == set(tensors), f"{what}: adapters {sorted(got)} vs file {sorted(tensors)}")
+    for pn, n in names.items():
+        check(np.array_equal(got[n].view(np.uint32), tensors[pn][2].view(np.uint32)),
+              f"{what}: {n} at step 0 differs from {pn} in the file")
+
+
+def case_init_only():
+    with tempfile.TemporaryDirectory(prefix="kktrain_peft_") as tmp:
+        model, conf, cfg = setup(tmp)
+        run = os.path.join(tmp, "run")
+        train(conf, model, run, peft_arg(), "checkpoint.export_format=peft", steps=1)
+        adapter = os.path.join(run, "adapter")
+        _, tensors = check_peft_dir(adapter, cfg, model, "BF16")
+        dump = os.path.join(tmp, "g.h5")
+        # A directory that does not exist: one line (was: a full fine-tune, exit 0).
+        for over in (f"peft.init_from={tmp}/does/not/exist", f"peft={{init_from: {tmp}/nope}}"):
+            args = ["grads", conf, "--out", dump, f"model.init_from={model}", over]
+            rc, o, e, where, _ = run_bounded(args)
+            line = tt.expect_one_error(rc, o, e, "peft.init_from", where=where)
+            check("does/not/exist" in line or "nope" in line, "the path is named" + where)
+            print(f"missing: {line}")
+        # The adapter's r, lora_alpha and target_modules (a list; a regular expression string).
+        regex = write_bad(adapter, os.path.join(tmp, "regex"), conf_edit={
+            "target_modules": r".*\.(q_proj|down_proj)|model\.layers\.1\.self_attn\.o_proj"})
+        for what, over in (("peft.init_from=", f"peft.init_from={adapter}"),
+                           ("peft={init_from}", f"peft={{init_from: {adapter}}}"),
+                           ("a regex string", f"peft.init_from={regex}")):
+            got = grads_dump(conf, model, dump, over)
+            dump_matches_file(got, tensors, what)
+            print(f"{what}: {len(got)} adapters equal the file's at step 0")
+        # Trains on as a LoRA run; its adapter export has the same r, alpha and modules.
+        run2 = os.path.join(tmp, "run2")
+        train(conf, model, run2, f"peft.init_from={adapter}", "checkpoint.export_format=peft",
+              steps=2)
+        c2, t2, _ = read_peft(os.path.join(run2, "adapter"))
+        check((c2["r"], c2["lora_alpha"]) == (R, ALPHA) and set(t2) == set(tensors),
+              f"the run's adapters: r {c2['r']} alpha {c2['lora_alpha']} {sorted(t2)}")
+        # Hostile adapter_config.json values: one line naming the file and the key each.
+        acj = "adapter_config.json"
+        bad = [("r0", {"r": 0}, "r"), ("r_text", {"r": "4"}, "r"), ("r_huge", {"r": 10 ** 12}, "r"),
+               ("r_float", {"r": 4.5}, "r"), ("alpha_neg", {"lora_alpha": -1}, "lora_alpha"),
+               ("alpha_text", {"lora_alpha": "8"}, "lora_alpha"),
+               ("targets_number", {"target_modules": 5}, "target_modules"),
+               ("targets_empty", {"target_modules": []}, "target_modules"),
+               ("targets_none", {"target_modules": ["nothing_here"]}, "target_modules"),
+               ("targets_glob", {"target_modules": ["*_proj"]}, "target_modules"),
+               ("targets_regex", {"target_modules": "(.|.)*[XY]"}, "target_modules"),
+               ("dora", {"use_dora": True}, "use_dora"),
+               ("not_lora", {"peft_type": "IA3"}, "peft_type")]
+        for what, edit, key in bad:
+            d = write_bad(adapter, os.path.join(tmp, what), conf_edit=edit)
+            args = ["grads", conf, "--out", dump, f"model.init_from={model}", f"peft.init_from={d}"]
+            rc, o, e, where, s = run_bounded(args)
+            line = tt.expect_one_error(rc, o, e, "peft.init_from", acj, key, where=where)
+            print(f"{what} ({s:.1f} s): {line}")
+        d = write_bad(adapter, os.path.join(tmp, "noconf"), drop=acj)
+        args = ["grads", conf, "--out", dump, f"model.init_from={model}", f"peft.init_from={d}"]
+        rc, o, e, where, _ = run_bounded(args)
+        print("no config:", tt.expect_one_error(rc, o, e, "peft.init_from", acj, where=where))
+        # Settings the config gives must agree with the adapter's.
+        args = ["grads", conf, "--out", dump, f"model.init_from={model}",
+                f"peft={{init_from: {adapter}, dim: 8}}"]
+        rc, o, e, where, _ = run_bounded(args)
+        print("dim 8:", tt.expect_one_error(rc, o, e, "peft.init_from", acj, "peft.dim 8",
+                                            where=where))
+
+
+def case_regex():
+    with tempfile.TemporaryDirectory(prefix="kktrain_peft_") as tmp:
+        model, conf, cfg = setup(tmp)
+        run = os.path.join(tmp, "run")
+        train(conf, model, run, peft_arg(), "checkpoint.export_format=peft", steps=1)
+        adapter = os.path.join(run, "adapter")
+        dump = os.path.join(tmp, "g.h5")
+        o_proj = r"model\.layers\.1\.self_attn\.o_proj"
+        good = [
+            ("fullmatch", r".*\.(q_proj|down_proj)|" + o_proj),
+            # re.fullmatch backtracks into the alternatives: ".*\.q_pro" matches a prefix only
+            ("alternatives", r".*\.q_pro|.*\.q_proj|.*\.down_proj|" + o_proj),
+        ]
+        for k, (what, pattern) in enumerate(good):
+            d = write_bad(adapter, os.path.join(tmp, f"good{k}"),
+                          conf_edit={"target_modules": pattern})
+            grads_dump(conf, model, dump, peft_arg(extra=f", init_from: {d}"))
+            print(f"{what}: {pattern!r} selects the run's modules")
+        acj = "adapter_config.json"
+        bad = [
+            # a search would select every q_proj and down_proj: PEFT's full match selects only
+            # layer 1's o_proj
+            ("not a search", "q_proj|down_proj|" + o_proj, ["does not select",
+                                                          "model.layers.0.self_attn.q_proj"]),
+            ("search prefix", r"model\.layers\.\d+\.self_attn", ["does not select"]),
+            ("exponential", "(.|.)*z", []),
+            ("exponential class", "(.|.)*[XY]", []),
+            ("nested", "((a|a)*)*(.|.)*[XY]", []),
+            ("not compiling", "(q_proj", []),
+            ("huge repeat", "a{99999999}", []),
+        ]
+        for k, (what, pattern, needles) in enumerate(bad):
+            d = write_bad(adapter, os.path.join(tmp, f"bad{k}"),
+                          conf_edit={"target_modules": pattern})
+            args = ["train", conf, f"model.init_from={model}",
+                    f"train.output_dir={tmp}/r_bad{k}", "train.max_steps=1",
+                    peft_arg(extra=f", init_from: {d}")]
+            rc, o, e, where, s = run_bounded(args)
+            line = tt.expect_one_error(rc, o, e, "peft.init_from", acj, "target_modules",
+                                       *needles, where=where)
+            print(f"{what} {pattern!r} ({s:.1f} s): {line}")
+
+
+def exported_run(tmp):
+    model, conf, cfg = setup(tmp)
+    run = os.path.join(tmp, "run")
+    train(conf, model, run, peft_arg(), "checkpoint.export_format=peft", steps=1)
+    out = os.path.join(tmp, "ad")
+    kk(["export", run, "--format", "peft", "--out", out])
+    return model, conf, cfg, run, out
+
+
+def case_export_readme():
+    with tempfile.TemporaryDirectory(prefix="kktrain_peft_") as tmp:
+        model, conf, cfg, run, out = exported_run(tmp)
+        # A re-export keeps the user's README.md (kktrain writes none), by `kktrain export` and
+        # at the end of a run.
+        for d, again in ((out, ["export", run, "--format", "peft", "--out", out]),
+                         (os.path.join(run, "adapter"),
+                          ["train", conf, f"model.init_from={model}", f"train.output_dir={run}",
+                           "train.max_steps=2", peft_arg(), "checkpoint.export_format=peft"])):
+            with open(os.path.join(d, "README.md"), "w") as f:
+                f.write("# my adapter\n")
+            _, _, err, where = kk(again)
+            check(sorted(os.listdir(d)) == ["README.md", "adapter_config.json",
+                                            "adapter_model.safetensors"],
+                  f"{d} holds {sorted(os.listdir(d))}" + where)
+            with open(os.path.join(d, "README.md")) as f:
+                check(f.read() == "# my adapter\n", "README.md changed" + where)
+            check_peft_dir(d, cfg, model, "BF16")
+        # Any other file of the user's: refused in one line, nothing changed.
+        with open(os.path.join(out, "notes.txt"), "w") as f:
+            f.write("mine")
+        before = hf_snapshot(out)
+        rc, o, e, where = kk(["export", run, "--format", "peft", "--out", out], ok=False)
+        tt.expect_one_error(rc, o, e, "--out", "notes.txt", where=where)
+        check(hf_snapshot(out) == before, "a refused export changed --out")
+
+
+def case_export_symlink():
+    with tempfile.TemporaryDirectory(prefix="kktrain_peft_") as tmp:
+        model, conf, cfg, run, out = exported_run(tmp)
+        # --out a symbolic link to a directory: written into the target, the link kept.
+        for fmt, files in (("peft", "adapter_config.json"), ("safetensors", "config.json")):
+            target = os.path.join(tmp, "target_" + fmt)
+            os.mkdir(target)
+            link = os.path.join(tmp, "link_" + fmt)
+            os.symlink(target, link)
+            _, _, err, where = kk(["export", run, "--format", fmt, "--out", link])
+            check(os.path.islink(link) and os.readlink(link) == target,
+                  f"--out {link}: the symbolic link was replaced" + where)
+            check(os.path.isfile(os.path.join(target, files)),
+                  f"the target {target} holds {os.listdir(target)}" + where)
+            kk(["export", run, "--format", fmt, "--out", link])  # again: replaced in the target
+            check(os.path.islink(link) and os.path.isfile(os.path.join(target, files)),
+                  f"--out {link} again" + where)
+            print(f"{fmt}: --out {link} -> {target}: written into the target, the link kept")
+        # A symbolic link that leads nowhere: one line, nothing made.
+        dangling = os.path.join(tmp, "dangling")
+        os.symlink(os.path.join(tmp, "nowhere"), dangling)
+        rc, o, e, where = kk(["export", run, "--format", "peft", "--out", dangling], ok=False)
+        print("dangling:", tt.expect_one_error(rc, o, e, "--out", "nowhere", where=where))
+        check(os.path.islink(dangling) and not os.path.exists(os.path.join(tmp, "nowhere")),
+              "a refused export changed the link" + where)
+
+
+def case_export_stale_dir():
+    with tempfile.TemporaryDirectory(prefix="kktrain_peft_") as tmp:
+        model, conf, cfg, run, out = exported_run(tmp)
+        # Beside --out: a user's directory named like a dead process's temporary is kept (and
+        # what it holds); a dead export's temporary directory (only an export's files) goes.
+        dead = dead_pid()
+        user = os.path.join(tmp, f".ad.tmp.{dead}")
+        os.mkdir(user)
+        with open(os.path.join(user, "notes.txt"), "w") as f:
+            f.write("mine")
+        dead2 = dead_pid()
+        stale = os.path.join(tmp, f".ad.tmp.{dead2}")
+        shutil.copytree(os.path.join(run, "adapter"), stale)
+        # Kept too: a symbolic link so named, a directory holding a subdirectory beside an
+        # export's file.
+        link = os.path.join(tmp, f".ad.tmp.{dead_pid()}")
+        os.symlink(user, link)
+        nested = os.path.join(tmp, f".ad.tmp.{dead_pid()}")
+        os.makedirs(os.path.join(nested, "sub"))
+        shutil.copy(os.path.join(out, "adapter_config.json"), nested)
+        _, _, err, where = kk(["export", run, "--format", "peft", "--out", out])
+        check(os.path.isfile(os.path.join(user, "notes.txt")),
+              f"the user's directory {user} was removed" + where)
+        check(os.path.islink(link) and os.path.isdir(os.path.join(nested, "sub")),
+              f"a symbolic link or a directory with a subdirectory was removed" + where)
+        check(not os.path.exists(stale), f"the dead export's temporary {stale} stayed" + where)
+        lines = [ln for ln in err.splitlines() if "stale" in ln]
+        check(len(lines) == 1 and stale in lines[0] and user not in lines[0],
+              f"the line saying what was removed: {lines}" + where)
+        print(lines[0])
+
+
+def dead_pid():
+    """The PID of a process that has exited (and been reaped)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
 
 
 def hf_snapshot(d):
