@@ -12,6 +12,7 @@
 #include "apps/text_model.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_text.hpp"
 #include "text/jinja.hpp"
 
 namespace kktrain {
@@ -383,6 +384,7 @@ RenderedExample ExampleRenderer::render(std::string_view line, const std::string
   const std::string where = file + ":" + std::to_string(line_no) + ": ";
   Value obj;
   try {
+    check_json_nesting(line, file + ":" + std::to_string(line_no));  // before any recursion
     obj = jinja::parse_json(std::string(line), file + ":" + std::to_string(line_no));
   } catch (const InputError& e) {
     throw InputError(std::string(e.what()) + " (one JSON object per line)");

@@ -61,4 +61,39 @@ std::string json_quoted(const std::string& s) {
   return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+std::optional<std::string> json_nesting_error(std::string_view text, int max_depth) {
+  int depth = 0;
+  std::size_t line = 1, line_start = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+    } else if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character (a quote or backslash does not end the string)
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        const std::string column = "column " + std::to_string(i - line_start + 1);
+        return "JSON nested deeper than " + std::to_string(max_depth) +
+               " levels (arrays and objects) at " +
+               (line == 1 ? column : "line " + std::to_string(line) + ", " + column);
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+void check_json_nesting(std::string_view text, const std::string& what, int max_depth) {
+  if (auto why = json_nesting_error(text, max_depth)) throw InputError(what + ": " + *why);
+}
+
 }  // namespace kktrain

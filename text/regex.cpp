@@ -3,7 +3,10 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "text/unicode.hpp"
 
 namespace kktrain::text {
@@ -45,9 +48,18 @@ std::string pcre2_pattern(const std::string& p) {
   return out;
 }
 
+// The first bytes of s (at most 40, whole characters) as a JSON string: one line, any bytes.
+std::string excerpt(std::string_view s) {
+  size_t n = 0;
+  while (n < s.size() && n < 40) n += size_t(utf8_len(static_cast<unsigned char>(s[n])));
+  const std::string head(s.substr(0, std::min(n, s.size())));
+  return json_quoted(head) + (head.size() < s.size() ? "..." : "");
+}
+
 }  // namespace
 
-Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pattern) {
+Regex::Regex(const std::string& pattern, const std::string& where)
+    : pattern_(pattern), where_(where) {
   int err = 0;
   PCRE2_SIZE at = 0;
   const std::string translated = pcre2_pattern(pattern);
@@ -85,8 +97,9 @@ void RegexMatcher::find_all(std::vector<std::pair<size_t, size_t>>* out, std::st
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      throw RuntimeFailure("regular expression '" + re_->pattern() +
-                           "' failed while matching: " + reinterpret_cast<const char*>(msg));
+      throw InputError(re_->where() + ": regular expression '" + re_->pattern() +
+                       "' failed on a text of " + std::to_string(s.size()) + " bytes starting " +
+                       excerpt(s) + ": " + reinterpret_cast<const char*>(msg));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md_);
     const size_t b = ov[0], e = ov[1];

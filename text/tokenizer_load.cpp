@@ -1,12 +1,17 @@
 // tokenizer.json and tokenizer_config.json -> Tokenizer::Impl. Every problem is one InputError
 // naming the file and the key path ("model.merges[12]") and what is wrong or unsupported.
+// The files are untrusted downloads, so loading is bounded by their size: read only when regular
+// files of at most kMaxTokenizerFileBytes, JSON nested at most kMaxJsonDepth deep, at most
+// kMaxPipelineSteps steps in each part of the pipeline, ids below twice the number of tokens the
+// file holds (plus 1024), and every id encode can emit a token of the vocabulary.
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
+#include "core/json_text.hpp"
 #include "text/tokenizer_impl.hpp"
 
 namespace kktrain::text {
@@ -63,15 +68,55 @@ std::string type_of(const Json& obj, const Where& w) {
   w.fail("'" + what + "' is not supported (kktrain reads " + supported + ")");
 }
 
+// The most a tokenizer.json or tokenizer_config.json may hold: about twice the largest known
+// (Gemma 3's tokenizer.json, 33 MB: loaded in 2.6 s, 210 MB peak RSS). A hostile file of tiny
+// JSON values costs about 27 bytes of memory a byte of file (250 MB of "[]," took 57 s and
+// 6.7 GB), so this bounds one to about 1.7 GB; read only when it is a regular file
+// (core/files.hpp).
+constexpr std::size_t kMaxTokenizerFileBytes = std::size_t(64) << 20;
+
 Json read_json(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError("tokenizer file '" + file + "' cannot be read");
-  try {
-    return Json::parse(in);
-  } catch (const Json::parse_error& e) {
-    throw InputError("tokenizer file '" + file + "' is not valid JSON: " + e.what());
+  std::string text;
+  if (auto why = read_regular_file(&text, file, kMaxTokenizerFileBytes)) {
+    throw InputError("tokenizer file '" + file + "' " +
+                     (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
   }
+  return parse_json_bounded<Json>(text, "tokenizer file '" + file + "'");
 }
+
+// The most steps a normalizer, pre-tokenizer, decoder or post-processor may have (Sequences
+// flattened): every encode runs each one. Real tokenizers have at most a handful.
+constexpr size_t kMaxPipelineSteps = 256;
+
+// Counts one more step of a pipeline part; InputError at the step past the limit.
+void count_step(size_t* steps, const Where& w) {
+  if (++*steps > kMaxPipelineSteps)
+    w.fail("more than " + std::to_string(kMaxPipelineSteps) + " steps (kktrain reads at most " +
+           std::to_string(kMaxPipelineSteps) + ")");
+}
+
+// The ids a file may use: below 2 x (vocabulary entries + added tokens) + 1024. A vocabulary's
+// ids are dense but for a few gaps (tiktoken-derived files leave some before their specials), so
+// the tables indexed by id stay within a small multiple of what the file itself holds.
+struct IdLimit {
+  size_t vocab_entries = 0, added = 0;
+  int64_t end() const { return 2 * int64_t(vocab_entries + added) + 1024; }
+  void check(int64_t id, const Where& w) const {
+    if (id < end()) return;
+    w.fail("id " + std::to_string(id) + " is out of range for a file of " +
+           std::to_string(vocab_entries) + " vocabulary entries and " + std::to_string(added) +
+           " added tokens (ids below 2 x " + std::to_string(vocab_entries + added) +
+           " + 1024 = " + std::to_string(end()) + ")");
+  }
+};
+
+// An id the post-processor adds, as the file writes it and where: checked to be a token once
+// every token is known.
+struct EmittedId {
+  int64_t id;  // -1 for any value outside int64
+  std::string text;
+  Where where;
+};
 
 // One character of a string key (Metaspace's replacement, Strip's content).
 std::string one_char(const Json& v, const Where& w) {
@@ -106,15 +151,18 @@ PrependScheme read_prepend(const Json& obj, const Where& w) {
   return bool_or(obj, "add_prefix_space", true, w) ? PrependScheme::always : PrependScheme::never;
 }
 
-void read_normalizer(Tokenizer::Impl* t, const Json& n, const Where& w) {
+void read_normalizer(Tokenizer::Impl* t, const Json& n, const Where& w, size_t* steps) {
   const std::string type = type_of(n, w);
   NormalizerStep s{};
   if (type == "Sequence") {
     const Json& list = member(n, "normalizers", w);
     if (!list.is_array()) w.at("normalizers").fail("expected a list");
-    for (size_t i = 0; i < list.size(); ++i) read_normalizer(t, list[i], w.at("normalizers").at(i));
+    for (size_t i = 0; i < list.size(); ++i)
+      read_normalizer(t, list[i], w.at("normalizers").at(i), steps);
     return;
-  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+  }
+  count_step(steps, w);
+  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     s.kind = NormalizerStep::Kind::unicode;
     s.form = type == "NFC"    ? NormalForm::nfc
              : type == "NFD"  ? NormalForm::nfd
@@ -151,21 +199,24 @@ SplitBehavior read_behavior(const Json& v, const Where& w) {
 const char* kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w) {
+void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w, size_t* steps) {
   const std::string type = type_of(p, w);
   PreTokenizerStep s{};
   if (type == "Sequence") {
     const Json& list = member(p, "pretokenizers", w);
     if (!list.is_array()) w.at("pretokenizers").fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_pre_tokenizer(t, list[i], w.at("pretokenizers").at(i));
+      read_pre_tokenizer(t, list[i], w.at("pretokenizers").at(i), steps);
     return;
-  } else if (type == "ByteLevel") {
+  }
+  count_step(steps, w);
+  if (type == "ByteLevel") {
     s.kind = PreTokenizerStep::Kind::byte_level;
     s.add_prefix_space = bool_or(p, "add_prefix_space", true, w);
     s.use_regex = bool_or(p, "use_regex", true, w);
     if (s.use_regex) {
-      s.pattern.regex = std::make_unique<Regex>(kGpt2Regex, "ByteLevel");
+      s.pattern.regex = std::make_unique<Regex>(
+          kGpt2Regex, "tokenizer file '" + w.file + "': key '" + w.key + "' (ByteLevel's regex)");
       s.pattern.matcher = int(t->regexes.size());
       t->regexes.push_back(s.pattern.regex.get());
     }
@@ -188,15 +239,18 @@ void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w) {
   t->pre_tokenizers.push_back(std::move(s));
 }
 
-void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w) {
+void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w, size_t* steps) {
   const std::string type = type_of(d, w);
   DecoderStep s{};
   if (type == "Sequence") {
     const Json& list = member(d, "decoders", w);
     if (!list.is_array()) w.at("decoders").fail("expected a list");
-    for (size_t i = 0; i < list.size(); ++i) read_decoder(t, list[i], w.at("decoders").at(i));
+    for (size_t i = 0; i < list.size(); ++i)
+      read_decoder(t, list[i], w.at("decoders").at(i), steps);
     return;
-  } else if (type == "ByteLevel") {
+  }
+  count_step(steps, w);
+  if (type == "ByteLevel") {
     s.kind = DecoderStep::Kind::byte_level;
   } else if (type == "Metaspace") {
     s.kind = DecoderStep::Kind::metaspace;
@@ -224,14 +278,18 @@ void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w) {
   t->decoders.push_back(std::move(s));
 }
 
-void read_post_processor(Tokenizer::Impl* t, const Json& p, const Where& w) {
+void read_post_processor(Tokenizer::Impl* t, const Json& p, const Where& w, size_t* steps,
+                         std::vector<EmittedId>* emitted) {
   const std::string type = type_of(p, w);
   if (type == "Sequence") {
     const Json& list = member(p, "processors", w);
     if (!list.is_array()) w.at("processors").fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_post_processor(t, list[i], w.at("processors").at(i));
-  } else if (type == "ByteLevel") {
+      read_post_processor(t, list[i], w.at("processors").at(i), steps, emitted);
+    return;
+  }
+  count_step(steps, w);
+  if (type == "ByteLevel") {
     // Adjusts offsets only: the ids are unchanged.
   } else if (type == "TemplateProcessing") {
     const Where ws = w.at("single");
@@ -248,7 +306,10 @@ void read_post_processor(Tokenizer::Impl* t, const Json& p, const Where& w) {
         const Json& ids = member(entry, "ids", w.at("special_tokens").at(name));
         if (!ids.is_array()) w.at("special_tokens").at(name).at("ids").fail("expected a list");
         for (size_t k = 0; k < ids.size(); ++k) {
-          const int64_t id = as_int(ids[k], w.at("special_tokens").at(name).at("ids").at(k));
+          const Where wk = w.at("special_tokens").at(name).at("ids").at(k);
+          const bool huge = ids[k].is_number_unsigned() && ids[k].get<uint64_t>() > INT64_MAX;
+          const int64_t id = huge ? -1 : as_int(ids[k], wk);
+          emitted->push_back({id, ids[k].dump(), wk});
           (seen_sequence ? t->suffix_ids : t->prefix_ids).push_back(int32_t(id));
         }
       } else if (const Json* sq =
@@ -271,7 +332,7 @@ std::string_view keep(Tokenizer::Impl* t, std::string s) {
   return t->arena.back();
 }
 
-void read_model(Tokenizer::Impl* t, const Json& m, const Where& w) {
+void read_model(Tokenizer::Impl* t, const Json& m, const Where& w, IdLimit* limit) {
   const std::string type = type_of(m, w);
   if (type != "BPE") unsupported(w.at("type"), type, "BPE models");
   if (const Json* d = optional_member(m, "dropout")) {
@@ -281,10 +342,12 @@ void read_model(Tokenizer::Impl* t, const Json& m, const Where& w) {
   const Json& vocab = member(m, "vocab", w);
   if (!vocab.is_object()) w.at("vocab").fail("expected an object of token: id");
   t->vocab.reserve(vocab.size());
+  limit->vocab_entries = vocab.size();
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const Json& v = it.value();
     const int64_t id = v.is_number_integer() ? v.get<int64_t>() : -1;
     if (id < 0 || id > INT32_MAX) w.at("vocab").at(it.key()).fail("expected an id in [0, 2^31)");
+    limit->check(id, w.at("vocab").at(it.key()));
     t->vocab.emplace(keep(t, it.key()), int32_t(id));
     if (id >= int64_t(t->id_to_token.size())) t->id_to_token.resize(size_t(id) + 1);
     t->id_to_token[size_t(id)] = t->arena.back();
@@ -356,7 +419,7 @@ void add_to_trie(Tokenizer::Impl::Trie* trie, std::string_view s, int token) {
   trie->first[uint8_t(s[0])] = true;
 }
 
-void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w) {
+void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w, const IdLimit& limit) {
   if (!list.is_array()) w.fail("expected a list");
   for (size_t i = 0; i < list.size(); ++i) {
     const Where wi = w.at(i);
@@ -365,6 +428,7 @@ void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w) {
     if (a.content.empty()) wi.at("content").fail("an added token cannot be empty");
     const int64_t id = as_int(member(list[i], "id", wi), wi.at("id"));
     if (id < 0 || id > INT32_MAX) wi.at("id").fail("id out of range");
+    limit.check(id, wi.at("id"));
     a.id = int32_t(id);
     a.special = bool_or(list[i], "special", false, wi);
     a.lstrip = bool_or(list[i], "lstrip", false, wi);
@@ -398,18 +462,26 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   const Json j = read_json(file);
   const Where w{file, ""};
   if (!j.is_object()) w.fail("expected a JSON object");
-  read_model(t, member(j, "model", w), w.at("model"));
-  if (const Json* a = optional_member(j, "added_tokens"))
-    read_added_tokens(t, *a, w.at("added_tokens"));
-  if (const Json* n = optional_member(j, "normalizer")) read_normalizer(t, *n, w.at("normalizer"));
+  const Json* added = optional_member(j, "added_tokens");
+  IdLimit limit;
+  limit.added = added && added->is_array() ? added->size() : 0;
+  read_model(t, member(j, "model", w), w.at("model"), &limit);
+  if (added) read_added_tokens(t, *added, w.at("added_tokens"), limit);
+  size_t steps = 0;
+  if (const Json* n = optional_member(j, "normalizer"))
+    read_normalizer(t, *n, w.at("normalizer"), &steps);
+  steps = 0;
   if (const Json* p = optional_member(j, "pre_tokenizer"))
-    read_pre_tokenizer(t, *p, w.at("pre_tokenizer"));
+    read_pre_tokenizer(t, *p, w.at("pre_tokenizer"), &steps);
+  steps = 0;
   if (const Json* d = optional_member(j, "decoder")) {
     t->has_decoder = true;
-    read_decoder(t, *d, w.at("decoder"));
+    read_decoder(t, *d, w.at("decoder"), &steps);
   }
+  steps = 0;
+  std::vector<EmittedId> emitted;
   if (const Json* p = optional_member(j, "post_processor"))
-    read_post_processor(t, *p, w.at("post_processor"));
+    read_post_processor(t, *p, w.at("post_processor"), &steps, &emitted);
   for (const char* k : {"truncation", "padding"}) {
     if (optional_member(j, k)) w.at(k).fail("must be null (kktrain neither truncates nor pads)");
   }
@@ -427,6 +499,15 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
                                                       : a.content;
     if (a.match.empty()) continue;
     add_to_trie(a.normalized ? &t->normalized_trie : &t->raw_trie, a.match, int(i));
+  }
+  // Every id encode can emit is a token: the model's come from the vocabulary, the added tokens'
+  // are tokens; the post-processor's are checked here.
+  for (const EmittedId& e : emitted) {
+    if (e.id < 0 || e.id >= int64_t(t->id_to_token.size()) ||
+        t->id_to_token[size_t(e.id)].data() == nullptr) {
+      e.where.fail("id " + e.text + " is not a token of the vocabulary (ids 0.." +
+                   std::to_string(int64_t(t->id_to_token.size()) - 1) + ")");
+    }
   }
   t->special.assign(t->id_to_token.size(), 0);
   for (const AddedToken& a : t->added)

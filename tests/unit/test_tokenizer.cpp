@@ -5,85 +5,10 @@
 // tests/cli/test_tokenizer_reference.py.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
-#include "core/errors.hpp"
-#include "tests/unit/scratch_dir.hpp"
-#include "text/tokenizer.hpp"
-#include "text/unicode.hpp"
+#include "tests/unit/tokenizer_test_util.hpp"
 
 namespace kktrain::text {
 namespace {
-
-using Json = nlohmann::json;
-
-// A BPE tokenizer.json: every character of `chars` and every token of `words` in the vocabulary
-// (ids in that order), the given merges, ignore_merges so that a piece in the vocabulary comes out
-// whole (which makes the pre-tokenizer's pieces visible).
-Json bpe(const std::vector<std::string>& chars, const std::vector<std::string>& words,
-         const std::vector<std::string>& merges = {}, bool ignore_merges = true) {
-  Json vocab = Json::object();
-  int id = 0;
-  for (const auto& c : chars) vocab[c] = id++;
-  for (const auto& w : words)
-    if (!vocab.contains(w)) vocab[w] = id++;
-  return {{"version", "1.0"},
-          {"added_tokens", Json::array()},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", nullptr},
-          {"post_processor", nullptr},
-          {"decoder", nullptr},
-          {"model",
-           {{"type", "BPE"},
-            {"vocab", vocab},
-            {"merges", merges},
-            {"ignore_merges", ignore_merges},
-            {"unk_token", nullptr}}}};
-}
-
-std::vector<std::string> letters(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    const int n = utf8_len(uint8_t(s[i]));
-    const std::string c = s.substr(i, size_t(n));
-    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
-    i += size_t(n);
-  }
-  return out;
-}
-
-class TokenizerTest : public ::testing::Test {
- protected:
-  ScratchDir dir_{"kktrain_tok_"};
-  int n_ = 0;
-  std::shared_ptr<const Tokenizer> load(const Json& j, const Json& config = nullptr) {
-    const std::string d = dir_.path("t" + std::to_string(n_++));
-    std::filesystem::create_directory(d);
-    std::ofstream(d + "/tokenizer.json") << j.dump();
-    if (!config.is_null()) std::ofstream(d + "/tokenizer_config.json") << config.dump();
-    return Tokenizer::load(d);
-  }
-  // The token strings text encodes to.
-  static std::vector<std::string> pieces(const std::shared_ptr<const Tokenizer>& t,
-                                         const std::string& text,
-                                         SpecialTokens s = SpecialTokens::add) {
-    Encoder e(t);
-    std::vector<std::string> out;
-    for (int32_t id : e.encode(text, s)) out.emplace_back(t->id_to_token(id));
-    return out;
-  }
-  std::string error_of(const Json& j) {
-    try {
-      load(j);
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "no error";
-  }
-};
-
-using V = std::vector<std::string>;
 
 // The example of SplitDelimiterBehavior's documentation: "the-final--countdown" split on '-'.
 TEST_F(TokenizerTest, SplitBehaviors) {
