@@ -31,6 +31,10 @@
 // dict.items() as dict_items([...]), and filters' results (select, map, unique, items, ...) are
 // one-pass generators: always true, without a length, refused when printed or used twice.
 // The source's newlines are normalized to \n and one final newline dropped, as jinja2 does.
+//
+// A template is code from an untrusted download: what it may cost is bounded (Limits), each
+// overrun one InputError "<template name> line N: ... (the <what> limit)", in bounded time and
+// memory; never a signal, a hang or an allocation without bound.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,37 @@ namespace kktrain::text::jinja {
 
 struct Value;
 struct Callable;  // macros and built-in functions (jinja_impl.hpp)
+
+// What one template may cost. Measured ("cost" of tests/text/render_chat.cpp) on the largest
+// real chat templates: Llama 3.1's tool-calling template (4.6 KB), Qwen3's (4.1 KB),
+// DeepSeek-R1's (2.8 KB), Gemma 3's (1.5 KB) and Llama 3's, each rendering (equal to jinja2's
+// rendering) a long conversation of about 1 MB of JSON: 100 turns of a question, a tool call, an
+// 8 KB tool result and an answer with its reasoning (401 messages; Gemma 3 and Llama 3: 200
+// turns without tools):
+//   steps             246,000 - 362,000 (Llama 3: 362,004)
+//   loop iterations   200 - 902 (Qwen3, DeepSeek-R1: 902)
+//   output            0.95 - 1.15 MB (DeepSeek-R1: 1,147,309 bytes)
+//   evaluation depth  7 - 18 (Qwen3, DeepSeek-R1: 18)
+// The defaults are about 100x those (loop iterations: 1000x, for conversations of many short
+// messages). jinja2's own limit on recursion (Python's, 1000 frames) stops a self-recursive
+// macro after about 200 calls, 70 nested parentheses or 98 nested ifs; the depth limits here are
+// above those and far below what would exhaust a thread's stack.
+struct Limits {
+  std::size_t max_source_bytes = std::size_t(1) << 20;  // the template's text (real: < 20 KB)
+  int max_nesting = 256;      // parser: blocks in blocks, brackets in brackets, operator chains
+  int max_depth = 1000;       // evaluator: nested evaluations (a macro calling itself)
+  int max_value_depth = 256;  // lists and dicts inside each other (also the messages' JSON)
+  std::size_t max_output_bytes = std::size_t(128) << 20;  // a render's output; any one string
+  std::int64_t max_loop_iterations = 1'000'000;           // per render, every loop together
+  std::int64_t max_steps = 50'000'000;  // per render: expressions, statements, values copied
+};
+
+// What one render cost (for measuring templates against Limits).
+struct RenderCost {
+  std::int64_t steps = 0, loop_iterations = 0;
+  std::size_t output_bytes = 0;
+  int max_depth = 0;
+};
 
 // Bytes [begin, end) of a string value, or of the output, that came from message `message`'s
 // `content` string.
@@ -79,6 +114,10 @@ struct Value {
   std::shared_ptr<const std::vector<ContentSpan>> origins;
   std::shared_ptr<Dict> dict;  // dict and ns
   std::shared_ptr<const Callable> fn;
+  // lists and dicts: 1 + the deepest item (a namespace counts 0: it never holds another one),
+  // and whether a namespace is among the items, at any depth
+  int depth = 0;
+  bool holds_ns = false;
 
   static Value none();
   static Value boolean(bool v);
@@ -90,16 +129,20 @@ struct Value {
   static Value undefined(std::string name = "");
 };
 
-// A JSON text as a Value (object keys in file order); InputError naming `what` when malformed.
-Value parse_json(const std::string& text, const std::string& what);
+// A JSON text as a Value (object keys in file order); InputError naming `what` when malformed
+// or nested deeper than max_depth.
+Value parse_json(const std::string& text, const std::string& what,
+                 int max_depth = Limits{}.max_value_depth);
 
 struct Node;
 
-// A parsed template. InputError "<name> line N: ..." for a syntax error or anything outside the
-// supported subset.
+// A parsed template. InputError "<name> line N: ..." for a syntax error, anything outside the
+// supported subset or a source beyond limits.max_source_bytes or limits.max_nesting; a render
+// beyond the other limits is one InputError naming the limit.
 class Template {
  public:
-  Template(const std::string& source, const std::string& name = "chat template");
+  Template(const std::string& source, const std::string& name = "chat template",
+           const Limits& limits = {});
   ~Template();
   // The template rendered with these variables (over the globals above).
   std::string render(const Dict& variables) const;
@@ -107,11 +150,14 @@ class Template {
   // blocks produced, in order.
   std::string render(const Dict& variables,
                      std::vector<std::pair<std::size_t, std::size_t>>* generation_spans,
-                     std::vector<ContentSpan>* content_spans = nullptr) const;
+                     std::vector<ContentSpan>* content_spans = nullptr,
+                     RenderCost* cost = nullptr) const;
   const std::string& name() const { return name_; }
+  const Limits& limits() const { return limits_; }
 
  private:
   std::string name_;
+  Limits limits_;
   std::shared_ptr<const std::vector<std::shared_ptr<Node>>> body_;
 };
 
@@ -127,6 +173,7 @@ struct RenderedChat {
   std::string text;
   std::vector<std::pair<std::size_t, std::size_t>> generation_spans;  // see Template::render
   std::vector<ContentSpan> content_spans;
+  RenderCost cost;
 };
 RenderedChat render_chat(const Template& tmpl, const Value& messages, GenerationPrompt prompt,
                          const std::map<std::string, std::string>& special_tokens);

@@ -1,6 +1,9 @@
 // The chat-template evaluator (text/jinja.hpp): statements and expressions over jinja2's scoping
 // (a for-loop iteration and a macro call are scopes; `set` writes the innermost; namespaces are
-// shared), with the filters, tests and methods of jinja_filters.cpp.
+// shared), with the filters, tests and methods of jinja_filters.cpp, within the render's budget
+// (Limits: every expression and statement is a step and one level of depth, every value copied a
+// step per item or per kBytesPerStep bytes, every for-loop iteration counts, every string and the
+// output are bounded in size).
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -138,6 +141,7 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
     std::vector<Value> out;
     for (auto k : slice_indices(obj.list->size(), ptr[0], ptr[1], ptr[2]))
       out.push_back((*obj.list)[k]);
+    spend_items(out, e.line);
     return Value::make_list(std::move(out), obj.s);
   }
   if (obj.kind == K::string) {
@@ -151,6 +155,14 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
 }
 
 Value Evaluator::eval(const Expr& e, const ScopeP& sc) {
+  const Deeper deeper(this, e.line);
+  Value v = eval_kind(e, sc);
+  spend(1 + static_cast<std::int64_t>(v.kind == K::string ? v.s.size() / kBytesPerStep : 0),
+        e.line);
+  return v;
+}
+
+Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
   switch (e.kind) {
     case EK::literal:
       return e.value;
@@ -256,25 +268,29 @@ void Evaluator::assign(const std::vector<std::string>& targets, const Value& v, 
 }
 
 Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
+  const Deeper deeper(this, n.line);
+  spend(1, n.line);
   switch (n.kind) {
     case Node::Kind::text:
-      out_ += n.text;
+      emit(n.text, n.line);
       return Flow::normal;
     case Node::Kind::print: {
       Value v = eval(*n.expr, sc);
       if (v.kind == K::ns || v.kind == K::callable)
         fail(name_, n.line, "printing a " + type_name(v) + " is not supported");
+      std::string text;
       try {
-        if (v.origins)
-          for (ContentSpan c : *v.origins) {
-            c.begin += out_.size();
-            c.end += out_.size();
-            content_.push_back(c);
-          }
-        out_ += to_str(v);
+        text = to_str(v);
       } catch (const InputError& err) {
         fail(name_, n.line, err.what());
       }
+      if (v.origins)
+        for (ContentSpan c : *v.origins) {
+          c.begin += out_.size();
+          c.end += out_.size();
+          content_.push_back(c);
+        }
+      emit(text, n.line);
       return Flow::normal;
     }
     case Node::Kind::if_:
@@ -283,12 +299,14 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
       return exec_for(n, sc);
     case Node::Kind::set: {
       Value v = eval(*n.expr, sc);
+      check_value_depth(v, n.line);
       if (n.attr.empty()) {
         assign(n.targets, v, sc.get(), n.line);
         return Flow::normal;
       }
       Value ns = sc->get(n.targets[0]);
       if (ns.kind != K::ns) fail(name_, n.line, "can only set attributes of a namespace()");
+      check_not_namespace(v, n.line);
       ns.dict->set(n.attr, v);
       return Flow::normal;
     }
@@ -350,15 +368,18 @@ std::vector<Value> Evaluator::iterate(const Value& v, int line) {
         if (*v.consumed) fail(name_, line, "a generator (a filter's result) used a second time");
         *v.consumed = true;
       }
+      spend_items(*v.list, line);
       return *v.list;
     case K::dict: {
       std::vector<Value> keys;
       for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+      spend_items(keys, line);
       return keys;
     }
     case K::string: {
       std::vector<Value> chars;
       for (auto& cp : code_points(v.s)) chars.push_back(Value::string(cp));
+      spend_items(chars, line);
       return chars;
     }
     default:
@@ -370,6 +391,7 @@ Flow Evaluator::exec_for(const Node& n, const ScopeP& sc) {
   std::vector<Value> all = iterate(eval(*n.expr, sc), n.line);
   std::vector<Value> items;
   for (auto& v : all) {
+    count_iteration(n.line);
     if (!n.cond) {
       items.push_back(v);
       continue;
@@ -382,20 +404,21 @@ Flow Evaluator::exec_for(const Node& n, const ScopeP& sc) {
   bool completed = false;  // jinja2 3.1: `else` runs unless some iteration ran to its end
   const auto len = static_cast<std::int64_t>(items.size());
   for (std::int64_t k = 0; k < len; ++k) {
+    if (n.cond) count_iteration(n.line);  // the body's run; each item's filter probe counted too
     auto it = std::make_shared<Scope>();
     it->parent = sc;
     Dict loop;
-    loop.set("index", Value::integer(k + 1));
-    loop.set("index0", Value::integer(k));
-    loop.set("revindex", Value::integer(len - k));
-    loop.set("revindex0", Value::integer(len - k - 1));
-    loop.set("first", Value::boolean(k == 0));
-    loop.set("last", Value::boolean(k == len - 1));
-    loop.set("length", Value::integer(len));
-    loop.set("depth", Value::integer(1));
-    loop.set("depth0", Value::integer(0));
-    loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined("previtem"));
-    loop.set("nextitem", k + 1 < len ? items[k + 1] : Value::undefined("nextitem"));
+    loop.items = {{"index", Value::integer(k + 1)},
+                  {"index0", Value::integer(k)},
+                  {"revindex", Value::integer(len - k)},
+                  {"revindex0", Value::integer(len - k - 1)},
+                  {"first", Value::boolean(k == 0)},
+                  {"last", Value::boolean(k == len - 1)},
+                  {"length", Value::integer(len)},
+                  {"depth", Value::integer(1)},
+                  {"depth0", Value::integer(0)},
+                  {"previtem", k > 0 ? items[k - 1] : Value::undefined("previtem")},
+                  {"nextitem", k + 1 < len ? items[k + 1] : Value::undefined("nextitem")}};
     it->vars.set("loop", Value::make_dict(std::move(loop)));
     assign(n.targets, items[k], it.get(), n.line);
     const Flow f = exec(n.body, it);
@@ -446,8 +469,24 @@ Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
 
 // ---- the template ----------------------------------------------------------------------------
 
-Template::Template(const std::string& source, const std::string& name)
-    : name_(name), body_(std::make_shared<const Body>(parse_template(source, name))) {}
+namespace {
+
+const std::string& within_size(const std::string& source, const std::string& name,
+                               const Limits& limits) {
+  if (source.size() > limits.max_source_bytes)
+    throw InputError(name + ": " + std::to_string(source.size()) +
+                     " bytes, more than the template size limit (" +
+                     std::to_string(limits.max_source_bytes) + " bytes)");
+  return source;
+}
+
+}  // namespace
+
+Template::Template(const std::string& source, const std::string& name, const Limits& limits)
+    : name_(name),
+      limits_(limits),
+      body_(std::make_shared<const Body>(
+          parse_template(within_size(source, name, limits), name, limits))) {}
 
 Template::~Template() = default;
 
@@ -457,8 +496,8 @@ std::string Template::render(const Dict& variables) const {
 
 std::string Template::render(const Dict& variables,
                              std::vector<std::pair<std::size_t, std::size_t>>* spans,
-                             std::vector<ContentSpan>* content_spans) const {
-  Evaluator ev(name_, spans);
+                             std::vector<ContentSpan>* content_spans, RenderCost* cost) const {
+  Evaluator ev(name_, limits_, spans);
   auto globals = std::make_shared<Scope>();
   globals->vars = ev.globals();
   auto top = std::make_shared<Scope>();
@@ -466,6 +505,7 @@ std::string Template::render(const Dict& variables,
   top->vars = variables;
   ev.exec(*body_, top);
   if (content_spans) *content_spans = ev.take_content_spans();
+  if (cost) *cost = ev.cost();
   return ev.take_output();
 }
 
@@ -502,7 +542,7 @@ RenderedChat render_chat(const Template& tmpl, const Value& messages, Generation
   vars.set("documents", Value::none());
   vars.set("add_generation_prompt", Value::boolean(prompt == GenerationPrompt::yes));
   RenderedChat out;
-  out.text = tmpl.render(vars, &out.generation_spans, &out.content_spans);
+  out.text = tmpl.render(vars, &out.generation_spans, &out.content_spans, &out.cost);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The chat-template evaluator's state (text/jinja_eval.cpp: statements and expressions;
-// text/jinja_filters.cpp: operators, filters, tests, methods and globals).
+// text/jinja_filters.cpp: operators, filters, tests, methods and globals) and its budget
+// (Limits): evaluation depth, steps, loop iterations, the size of strings and of the output.
 #pragma once
 
 #include <string>
@@ -31,18 +32,24 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
                                                  bool left, bool right);
 Value strip_value(const Value& v, const Value* chars, bool left, bool right);  // keeps origins
-// str.replace (count < 0: all)
-std::string replace(const std::string& s, const std::string& from, const std::string& to,
-                    std::int64_t count);
+// str.replace (count < 0: all); false, and *out untouched, when the result would be longer than
+// max_bytes.
+bool replace(const std::string& s, const std::string& from, const std::string& to,
+             std::int64_t count, std::size_t max_bytes, std::string* out);
 // str.split (sep null or None: on runs of Unicode whitespace; maxsplit < 0: no limit)
 std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit);
 Value builtin(const std::string& name, std::function<Value(Args&, int)> f);  // a callable
 std::int64_t py_floordiv(std::int64_t a, std::int64_t b);
 
+// Steps a string costs per byte copied (Value strings are copied with the value).
+constexpr std::size_t kBytesPerStep = 16;
+
 class Evaluator {
  public:
-  Evaluator(const std::string& name, std::vector<std::pair<std::size_t, std::size_t>>* spans)
-      : name_(name), spans_(spans) {}
+  Evaluator(const std::string& name, const Limits& limits,
+            std::vector<std::pair<std::size_t, std::size_t>>* spans)
+      : name_(name), limits_(limits), spans_(spans) {}
+  RenderCost cost() const { return {steps_, loops_, out_.size(), deepest_}; }
   std::vector<ContentSpan> take_content_spans() { return std::move(content_); }
   Dict globals();
   Flow exec(const Body& body, const ScopeP& sc);
@@ -54,6 +61,7 @@ class Evaluator {
   void assign(const std::vector<std::string>& targets, const Value& v, Scope* sc, int line);
   Value make_macro(const Node& n, const ScopeP& defining);
   Value eval(const Expr& e, const ScopeP& sc);
+  Value eval_kind(const Expr& e, const ScopeP& sc);
   Args eval_args(const Expr& e, const ScopeP& sc, std::size_t from);
   Value apply_chain(const Expr& e, const Value& v, const ScopeP& sc);
   Value attr(const Value& obj, const std::string& n, int line);
@@ -73,12 +81,36 @@ class Evaluator {
   Value map(const Value& v, Args& args, int line);
   std::string str_arg(const Value& v, const std::string& what, int line);
 
+  // The budget: each refusal names the line and the limit.
+  void spend(std::int64_t steps, int line);
+  void spend_items(const std::vector<Value>& items, int line);  // a copy of these values
+  void check_size(std::size_t bytes, int line);                 // a string of `bytes`
+  void check_value_depth(const Value& v, int line);
+  void check_not_namespace(const Value& v, int line);  // what a namespace attribute may hold
+  void count_iteration(int line);                      // one more for-loop iteration
+  bool eq(const Value& a, const Value& b, int line);   // equal(a, b), its work spent
+  void emit(const std::string& text, int line);        // text appended to the output
+  // One level of the evaluator's recursion (an expression or statement inside another).
+  class Deeper {
+   public:
+    Deeper(Evaluator* ev, int line);
+    ~Deeper() { --ev_->depth_; }
+    Deeper(const Deeper&) = delete;
+    Deeper& operator=(const Deeper&) = delete;
+
+   private:
+    Evaluator* ev_;
+  };
+
   // Output of body run into a string (block set, macros): content spans printed meanwhile
   // become the string's origins.
   Value capture(const Body& body, const ScopeP& sc);
   void check_markup(const Value& v, const std::string& what, int line);
 
   std::string name_;
+  const Limits& limits_;
+  std::int64_t steps_ = 0, loops_ = 0;
+  int depth_ = 0, deepest_ = 0;
   std::vector<std::pair<std::size_t, std::size_t>>* spans_;
   std::vector<ContentSpan> content_;  // spans printed so far (relative to out_)
   int capturing_ = 0;

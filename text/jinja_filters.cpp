@@ -1,6 +1,7 @@
 // Operators, filters and tests of the chat-template interpreter
 // (text/jinja.hpp lists them), each as jinja2 3.1 and Python define it; anything else is one
 // InputError naming it and the line.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -21,6 +22,7 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
   if (op == "~") {
     const Value sa = a.kind == K::string ? a : Value::string(to_str(a));
     const Value sb = b.kind == K::string ? b : Value::string(to_str(b));
+    check_size(sa.s.size() + sb.s.size(), line);
     Value r = Value::string(sa.s + sb.s);
     r.origins = concat_origins(sa, sb);
     return r;
@@ -30,8 +32,8 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     check_markup(a, "'" + op + "'", line);
     check_markup(b, "'" + op + "'", line);
   }
-  if (op == "==") return Value::boolean(equal(a, b));
-  if (op == "!=") return Value::boolean(!equal(a, b));
+  if (op == "==") return Value::boolean(eq(a, b, line));
+  if (op == "!=") return Value::boolean(!eq(a, b, line));
   if (op == "in" || op == "not in") {
     bool r = false;
     if (b.kind == K::string) {
@@ -40,7 +42,7 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     } else if (b.kind == K::dict) {
       r = a.kind == K::string && b.dict->find(a.s);
     } else if (b.kind == K::list) {
-      for (auto& x : iterate(b, line)) r = r || equal(a, x);
+      for (auto& x : iterate(b, line)) r = r || eq(a, x, line);
     } else if (b.kind != K::undefined) {
       fail(name_, line, "'in' on a " + type_name(b));
     }
@@ -73,6 +75,7 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     }
     if (nums) return Value::number(as_double(a) + as_double(b));
     if (a.kind == K::string && b.kind == K::string) {
+      check_size(a.s.size() + b.s.size(), line);
       Value r = Value::string(a.s + b.s);
       r.origins = concat_origins(a, b);
       return r;
@@ -80,6 +83,7 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     if (a.kind == K::list && b.kind == K::list && a.s == b.s && (a.s.empty() || a.s == "tuple")) {
       auto items = *a.list;
       items.insert(items.end(), b.list->begin(), b.list->end());
+      spend_items(items, line);
       return Value::make_list(std::move(items), a.s);
     }
   } else if (op == "-" && nums) {
@@ -97,8 +101,13 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     const Value* s = a.kind == K::string ? &a : b.kind == K::string ? &b : nullptr;
     const Value* n = s == &a ? &b : &a;
     if (s && n->kind != K::number && is_number(*n)) {
+      const std::int64_t times = std::max<std::int64_t>(0, iv(*n));
+      if (!s->s.empty() &&
+          static_cast<std::uint64_t>(times) > limits_.max_output_bytes / s->s.size())
+        check_size(limits_.max_output_bytes + 1, line);
       std::string out;
-      for (std::int64_t k = 0; k < iv(*n); ++k) out += s->s;
+      out.reserve(s->s.size() * static_cast<std::size_t>(times));
+      for (std::int64_t k = 0; k < times; ++k) out += s->s;
       return Value::string(out);
     }
   } else if (nums && (op == "/" || op == "//" || op == "%")) {
@@ -114,10 +123,13 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
     if (m != 0 && ((m < 0) != (as_double(b) < 0))) m += as_double(b);
     return Value::number(m);
   } else if (op == "**" && nums) {
-    if (ints && iv(b) >= 0) {
+    if (ints && iv(b) >= 0) {  // by squaring: 63 steps at most
       r = 1;
-      for (std::int64_t k = 0; k < iv(b); ++k)
-        if (__builtin_mul_overflow(r, iv(a), &r)) return checked(true, r, line);
+      std::int64_t base = iv(a);
+      for (std::uint64_t e = static_cast<std::uint64_t>(iv(b)); e; e >>= 1) {
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return checked(true, r, line);
+        if (e > 1 && __builtin_mul_overflow(base, base, &base)) return checked(true, r, line);
+      }
       return Value::integer(r);
     }
     return Value::number(std::pow(as_double(a), as_double(b)));
@@ -148,8 +160,8 @@ bool Evaluator::test(const std::string& n, const Value& v, Args& args, int line)
     return v.kind == K::string || v.kind == K::dict || v.kind == K::undefined ||
            (v.kind == K::list && (v.s.empty() || v.s == "tuple" || v.s == "range"));
   if (n == "callable") return v.kind == K::callable;
-  if (n == "equalto" || n == "eq" || n == "==") return equal(v, arg());
-  if (n == "ne" || n == "!=") return !equal(v, arg());
+  if (n == "equalto" || n == "eq" || n == "==") return eq(v, arg(), line);
+  if (n == "ne" || n == "!=") return !eq(v, arg(), line);
   if (n == "in") return truthy(binary("in", v, arg(), line));
   static const std::set<std::string> cmp{"lt", "gt", "le", "ge", "<", ">", "<=", ">="};
   if (cmp.count(n)) {
@@ -291,7 +303,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     const Value* sk = kwarg(args, "sort_keys", 3);
     st.ensure_ascii = ea && truthy(*ea);
     if (indent && indent->kind == K::integer)
-      st.indent = static_cast<int>(std::max<std::int64_t>(0, indent->i));
+      st.indent = static_cast<int>(std::clamp<std::int64_t>(indent->i, 0, 1 << 30));
     else if (indent && indent->kind != K::none)
       fail(name_, line, "tojson indent must be an int");
     st.item_sep = st.indent >= 0 ? "," : ", ";
@@ -303,8 +315,15 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
       fail(name_, line, "tojson separators must be a pair of strings");
     }
     st.sort_keys = sk && truthy(*sk);
+    st.max_bytes = limits_.max_output_bytes;
     std::string out;
-    if (!to_json(v, st, &out)) fail(name_, line, "tojson of a value JSON cannot hold");
+    bool ok = false;
+    try {
+      ok = to_json(v, st, &out);
+    } catch (const InputError& e) {
+      fail(name_, line, e.what());
+    }
+    if (!ok) fail(name_, line, "tojson of a value JSON cannot hold");
     return Value::string(out);
   }
   if (n == "items") {
@@ -314,6 +333,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
         out.push_back(Value::make_list({Value::string(kv.first), kv.second}, "tuple"));
     else if (v.kind != K::undefined)
       fail(name_, line, "items of a " + type_name(v));
+    spend_items(out, line);
     return Value::make_list(std::move(out), "generator");
   }
   if (n == "join") {
@@ -321,18 +341,26 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     const Value* attribute = kwarg(args, "attribute", 1);
     std::string out;
     bool first = true;
+    const std::string separator = sep ? to_str(*sep) : "";
     for (auto& x : iterate(v, line)) {
-      if (!first) out += sep ? to_str(*sep) : "";
+      const std::string piece =
+          (first ? "" : separator) + to_str(attribute ? item(x, *attribute, line) : x);
       first = false;
-      out += to_str(attribute ? item(x, *attribute, line) : x);
+      check_size(out.size() + piece.size(), line);
+      spend(static_cast<std::int64_t>(piece.size() / kBytesPerStep), line);
+      out += piece;
     }
     return Value::string(out);
   }
   if (n == "replace") {
     if (args.pos.size() < 2) fail(name_, line, "replace needs old and new");
     const Value* count = kwarg(args, "count", 2);
-    return Value::string(replace(text(), to_str(args.pos[0]), to_str(args.pos[1]),
-                                 count && count->kind == K::integer ? count->i : -1));
+    std::string out;
+    if (!replace(text(), to_str(args.pos[0]), to_str(args.pos[1]),
+                 count && count->kind == K::integer ? count->i : -1, limits_.max_output_bytes,
+                 &out))
+      check_size(limits_.max_output_bytes + 1, line);
+    return Value::string(out);
   }
   if (n == "selectattr" || n == "rejectattr" || n == "select" || n == "reject")
     return select(n, v, args, line);
@@ -365,7 +393,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
       if (key.kind == K::string)
         for (char& c : key.s) c = low(ascii_only(key.s).empty() ? c : c);
       bool dup = false;
-      for (auto& s : seen) dup = dup || equal(s, key);
+      for (auto& s : seen) dup = dup || eq(s, key, line);
       if (!dup) {
         seen.push_back(key);
         out.push_back(x);
@@ -437,10 +465,17 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     const Value* width = kwarg(args, "width", 0);
     const Value* first = kwarg(args, "first", 1);
     const Value* blank = kwarg(args, "blank", 2);
+    const std::int64_t spaces = std::max<std::int64_t>(0, width ? width->i : 4);  // ' ' * -1: ''
+    check_size(width && width->kind == K::string ? 0 : static_cast<std::uint64_t>(spaces), line);
     std::string pad = width && width->kind == K::string
                           ? width->s
-                          : std::string(width ? static_cast<std::size_t>(width->i) : 4, ' ');
+                          : std::string(static_cast<std::size_t>(spaces), ' ');
     std::string s = text();
+    const std::size_t lines_in = static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')) + 1;
+    if (!pad.empty() &&
+        lines_in >
+            (limits_.max_output_bytes - std::min(s.size(), limits_.max_output_bytes)) / pad.size())
+      check_size(limits_.max_output_bytes + 1, line);
     for (const char c : s)
       if (c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e) ||
           static_cast<unsigned char>(c) >= 0x80)

@@ -36,6 +36,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  int depth = 1;  // 1 + the deepest argument (bounded by Limits::max_nesting)
   std::string name;
   Value value;
   bool negate = false;
@@ -87,8 +88,9 @@ struct Piece {
 // The template as pieces (jinja_lex.cpp); InputError naming the line of a lexical error.
 std::vector<Piece> lex_template(const std::string& source, const std::string& name);
 
-// The template source as a tree; InputError naming the line for syntax outside the subset.
-Body parse_template(const std::string& source, const std::string& name);
+// The template source as a tree; InputError naming the line for syntax outside the subset, a
+// block left open or closed by the wrong tag, and nesting beyond limits.max_nesting.
+Body parse_template(const std::string& source, const std::string& name, const Limits& limits);
 
 // Arguments of a call: positional, then keyword.
 struct Args {
@@ -105,16 +107,19 @@ struct Callable {
 bool truthy(const Value& v);
 std::string to_str(const Value& v);  // str(v) (Undefined: "")
 std::string repr(const Value& v);    // repr(v)
-bool equal(const Value& a, const Value& b);
+// a == b; *work (when given) counts the values compared
+bool equal(const Value& a, const Value& b, std::int64_t* work = nullptr);
 bool is_number(const Value& v);  // bool, int or float
 double as_double(const Value& v);
 // json.dumps(v, ensure_ascii, indent (<0: None), separators, sort_keys); false when v holds
-// something JSON cannot (undefined, a callable, a namespace).
+// something JSON cannot (undefined, a callable, a namespace); InputError when the text would be
+// longer than max_bytes.
 struct JsonStyle {
   bool ensure_ascii = false;
   int indent = -1;
   std::string item_sep, key_sep;
   bool sort_keys = false;
+  std::size_t max_bytes = static_cast<std::size_t>(-1);
 };
 bool to_json(const Value& v, const JsonStyle& style, std::string* out);
 // Unicode code points of UTF-8 text (invalid bytes pass through as single units).

@@ -1,6 +1,7 @@
 // The chat-template lexer (text/jinja_impl.hpp): jinja2's with trim_blocks and lstrip_blocks
 // (whitespace control - and +): the template as text, {{ print }} and {% block %} pieces, the tags
-// cut into tokens (string literals unescaped as Python's unicode-escape does). Newlines are
+// cut into tokens (string literals unescaped as Python's unicode-escape does; an escape that is
+// not a Unicode scalar value, a lone surrogate or beyond U+10FFFF, is refused). Newlines are
 // normalized and a final newline dropped first, as jinja2 does.
 #include <cctype>
 
@@ -238,7 +239,16 @@ class Lexer {
         for (const char h : hex)
           if (!std::isxdigit(static_cast<unsigned char>(h)))
             fail(name_, line, "bad \\" + std::string(1, e) + " escape");
-        put_utf8(static_cast<unsigned>(std::stoul(hex, nullptr, 16)), &s);
+        const unsigned long v = std::stoul(hex, nullptr, 16);
+        const std::string escape = "\\" + std::string(1, e) + hex;
+        if (v > 0x10ffff) fail(name_, line, escape + " is beyond U+10FFFF");
+        // Python keeps a lone surrogate in a str, which then cannot be encoded (transformers'
+        // tokenizer refuses it): refused here, where the template and line are known.
+        if (v >= 0xd800 && v <= 0xdfff)
+          fail(name_, line,
+               "string literal with the lone surrogate " + escape +
+                   ", which is not text (UTF-8 cannot encode it)");
+        put_utf8(static_cast<unsigned>(v), &s);
         p += n;
       } else if (e >= '0' && e <= '7') {
         unsigned v = e - '0';

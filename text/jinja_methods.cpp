@@ -10,6 +10,9 @@ namespace kktrain::text::jinja {
 
 using K = Value::Kind;
 
+// The most items range() makes, as jinja2's sandbox (jinja2.sandbox.MAX_RANGE).
+constexpr std::int64_t kMaxRange = 100000;
+
 bool Evaluator::is_dict_method(const std::string& n) {
   return n == "get" || n == "keys" || n == "values" || n == "items";
 }
@@ -35,6 +38,7 @@ Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
                       : n == "values"
                           ? kv.second
                           : Value::make_list({Value::string(kv.first), kv.second}, "tuple"));
+      spend_items(out, l);
       return Value::make_list(std::move(out), "dict_" + n);
     }
     const std::string& s = self.s;
@@ -61,8 +65,11 @@ Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
     }
     if (n == "replace") {
       if (a.pos.size() < 2) fail(name_, l, "replace needs old and new");
-      return Value::string(replace(s, str_arg(a.pos[0], n, l), str_arg(a.pos[1], n, l),
-                                   a.pos.size() > 2 ? a.pos[2].i : -1));
+      std::string out;
+      if (!replace(s, str_arg(a.pos[0], n, l), str_arg(a.pos[1], n, l),
+                   a.pos.size() > 2 ? a.pos[2].i : -1, limits_.max_output_bytes, &out))
+        check_size(limits_.max_output_bytes + 1, l);
+      return Value::string(out);
     }
     if (non_ascii(s)) fail(name_, l, "str." + n + " on non-ASCII text");
     std::string out = s;
@@ -100,17 +107,23 @@ Dict Evaluator::globals() {
               std::strftime(buf, sizeof buf, str_arg(a.pos[0], "strftime_now", line).c_str(), &tm);
           return Value::string(std::string(buf, n));
         }));
-  g.set("namespace", builtin("namespace", [](Args& a, int) {
+  g.set("namespace", builtin("namespace", [this](Args& a, int line) {
           Value v;
           v.kind = K::ns;
           v.dict = std::make_shared<Dict>();
-          for (auto& kv : a.kw) v.dict->set(kv.first, kv.second);
+          for (auto& kv : a.kw) {
+            check_value_depth(kv.second, line);
+            check_not_namespace(kv.second, line);
+            v.dict->set(kv.first, kv.second);
+          }
           return v;
         }));
-  g.set("dict", builtin("dict", [](Args& a, int) {
+  g.set("dict", builtin("dict", [this](Args& a, int line) {
           Dict d;
           for (auto& kv : a.kw) d.set(kv.first, kv.second);
-          return Value::make_dict(std::move(d));
+          Value v = Value::make_dict(std::move(d));
+          check_value_depth(v, line);
+          return v;
         }));
   g.set("range", builtin("range", [this](Args& a, int line) {
           std::int64_t lo = 0, hi = 0, step = 1;
@@ -122,11 +135,18 @@ Dict Evaluator::globals() {
             lo = a.pos[0].i, hi = a.pos[1].i;
           if (a.pos.size() == 3) step = a.pos[2].i;
           if (a.pos.empty() || a.pos.size() > 3 || step == 0) fail(name_, line, "bad range()");
+          // len(range(lo, hi, step)), in 128 bits: the bounds may be any int64
+          const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
+          const __int128 by = step > 0 ? __int128(step) : -__int128(step);
+          const __int128 count = span <= 0 ? 0 : (span - 1) / by + 1;
+          if (count > kMaxRange)
+            fail(name_, line,
+                 "range() of more than " + std::to_string(kMaxRange) +
+                     " items (the limit of jinja2's sandbox, MAX_RANGE)");
           std::vector<Value> out;
-          for (std::int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) {
-            if (out.size() > 100000) fail(name_, line, "range() too long");
-            out.push_back(Value::integer(k));
-          }
+          for (__int128 k = 0; k < count; ++k)
+            out.push_back(Value::integer(static_cast<std::int64_t>(lo + k * step)));
+          spend_items(out, line);
           return Value::make_list(std::move(out), "range");
         }));
   return g;

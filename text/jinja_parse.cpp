@@ -1,7 +1,12 @@
 // The chat-template parser (text/jinja_impl.hpp): statements over the lexer's pieces, and
 // expressions with jinja2's precedence (conditional < or < and < not < comparisons < + - < ~ <
 // * / // % < ** < unary < filters and tests < postfix). Anything outside the subset is one
-// InputError naming it and its line.
+// InputError naming it and its line; so is a block left open or closed by the wrong end tag
+// (naming the block and the line it opened on) and nesting beyond Limits::max_nesting, counted
+// as the parser's recursion (brackets in brackets, blocks in blocks, elif chains) and as the depth
+// of the expression tree it builds (operator chains: `1 + 1 + ...`), which the evaluator walks
+// recursively.
+#include <algorithm>
 #include <set>
 
 #include "text/jinja_impl.hpp"
@@ -12,9 +17,30 @@ namespace {
 using TK = Token::Kind;
 using EK = Expr::Kind;
 
+[[noreturn]] void too_deep(const std::string& name, int line, int limit) {
+  fail(name, line,
+       "nested deeper than " + std::to_string(limit) +
+           " (the nesting limit: blocks in blocks, brackets in brackets or operator chains)");
+}
+
 class ExprParser {
  public:
-  ExprParser(const std::vector<Token>& toks, const std::string& name) : t_(toks), name_(name) {}
+  ExprParser(const std::vector<Token>& toks, const std::string& name, int max_nesting)
+      : t_(toks), name_(name), max_nesting_(max_nesting) {}
+
+  // One level of the parser's recursion (an expression in brackets, an operator's operand).
+  class Nest {
+   public:
+    explicit Nest(ExprParser* p) : p_(p) {
+      if (++p_->depth_ > p_->max_nesting_) too_deep(p_->name_, p_->peek().line, p_->max_nesting_);
+    }
+    ~Nest() { --p_->depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    ExprParser* p_;
+  };
 
   const Token& peek(std::size_t ahead = 0) const {
     return t_[std::min(pos_ + ahead, t_.size() - 1)];
@@ -39,12 +65,24 @@ class ExprParser {
     if (!at_end()) error("unexpected " + describe());
   }
 
-  static ExprP make(EK kind, int line, std::string name = "", std::vector<ExprP> args = {}) {
+  static ExprP node(EK kind, int line) {
     auto e = std::make_shared<Expr>();
     e->kind = kind;
     e->line = line;
+    return e;
+  }
+  ExprP make(EK kind, int line, std::string name = "", std::vector<ExprP> args = {}) {
+    auto e = node(kind, line);
     e->name = std::move(name);
     e->args = std::move(args);
+    return deepened(e);
+  }
+  // e with its depth from its arguments, refused beyond the limit.
+  ExprP deepened(ExprP e) const {
+    for (const auto& a : e->args)
+      if (a) e->depth = std::max(e->depth, a->depth + 1);
+    for (const auto& kv : e->kwargs) e->depth = std::max(e->depth, kv.second->depth + 1);
+    if (e->depth > max_nesting_) too_deep(name_, e->line, max_nesting_);
     return e;
   }
 
@@ -62,6 +100,7 @@ class ExprParser {
   }
 
   ExprP expr() {
+    const Nest nest(this);
     ExprP e = or_expr();
     while (at_name("if")) {
       const int line = next().line;
@@ -94,6 +133,7 @@ class ExprParser {
   }
   ExprP not_expr() {
     if (at_name("not")) {
+      const Nest nest(this);
       const int line = next().line;
       return make(EK::unary, line, "not", {not_expr()});
     }
@@ -154,6 +194,7 @@ class ExprParser {
   ExprP unary(bool with_filter) {
     ExprP e;
     if (at_op("-") || at_op("+")) {
+      const Nest nest(this);
       const Token& t = next();
       e = make(EK::unary, t.line, t.text, {unary(false)});
     } else {
@@ -218,7 +259,7 @@ class ExprParser {
   }
 
   ExprP literal(Value v, int line) {
-    ExprP e = make(EK::literal, line);
+    ExprP e = node(EK::literal, line);
     e->value = std::move(v);
     return e;
   }
@@ -285,7 +326,7 @@ class ExprParser {
       }
     }
     next();
-    return e;
+    return deepened(e);
   }
 
   ExprP filters(ExprP e) {
@@ -314,6 +355,7 @@ class ExprParser {
                    a.kind == TK::string || a.kind == TK::integer || a.kind == TK::number ||
                    at_op("[") || at_op("{")) {
           e->args.push_back(postfix(primary()));
+          e = deepened(e);
         }
       } else {
         return e;
@@ -324,26 +366,67 @@ class ExprParser {
  private:
   const std::vector<Token>& t_;
   const std::string& name_;
+  const int max_nesting_;
+  int depth_ = 0;
   std::size_t pos_ = 0;
 };
 
+// The tags that end or continue a block, and what they belong to.
+const std::set<std::string>& closing_tags() {
+  static const std::set<std::string> tags{"elif",   "else",     "endif",        "endfor",
+                                          "endset", "endmacro", "endgeneration"};
+  return tags;
+}
+
+// "'endfor' closes no open 'for'" for a closing tag outside any block.
+std::string stray(const std::string& kw) {
+  if (kw == "else") return "'else' outside an 'if' or 'for'";
+  if (kw == "elif") return "'elif' outside an 'if'";
+  return "'" + kw + "' closes no open '" + kw.substr(3) + "'";
+}
+
 class StmtParser {
  public:
-  StmtParser(std::vector<Piece> pieces, const std::string& name)
-      : p_(std::move(pieces)), name_(name) {}
+  StmtParser(std::vector<Piece> pieces, const std::string& name, int last_line, int max_nesting)
+      : p_(std::move(pieces)), name_(name), last_line_(last_line), max_nesting_(max_nesting) {}
 
   Body all() {
     std::string end;
-    Body b = body({}, &end);
-    return b;
+    return body({}, &end);
   }
 
  private:
+  // A block being parsed: its tag, the line it opened on and the tag that closes it.
+  struct Open {
+    std::string tag;
+    int line;
+    std::string closer;
+  };
+  // One block open for as long as it lives (blocks in blocks count toward the nesting limit).
+  class Opened {
+   public:
+    Opened(StmtParser* p, Open o) : p_(p) {
+      if (static_cast<int>(p_->open_.size()) >= p_->max_nesting_)
+        too_deep(p_->name_, o.line, p_->max_nesting_);
+      p_->open_.push_back(std::move(o));
+    }
+    ~Opened() { p_->open_.pop_back(); }
+    Opened(const Opened&) = delete;
+    Opened& operator=(const Opened&) = delete;
+
+   private:
+    StmtParser* p_;
+  };
+
   static std::string keyword(const Piece& p) {
     return p.toks.empty() || p.toks[0].kind != TK::name ? "" : p.toks[0].text;
   }
 
-  // Nodes up to a block whose keyword is in `ends` (left unconsumed; *end names it).
+  ExprParser expr_parser(const Piece& p) const { return ExprParser(p.toks, name_, max_nesting_); }
+
+  // Nodes up to a block whose keyword is in `ends` (left unconsumed; *end names it). A closing
+  // tag that is not in `ends`, or the template's end while a block is open, is an error naming
+  // the innermost open block.
   Body body(const std::set<std::string>& ends, std::string* end) {
     Body out;
     while (i_ < p_.size()) {
@@ -356,7 +439,7 @@ class StmtParser {
         continue;
       }
       if (p.kind == Piece::Kind::print) {
-        ExprParser ep(p.toks, name_);
+        ExprParser ep = expr_parser(p);
         auto n = node(Node::Kind::print, p.line);
         n->expr = ep.tuple_or_expr();
         ep.expect_end();
@@ -369,11 +452,21 @@ class StmtParser {
         *end = kw;
         return out;
       }
+      if (closing_tags().count(kw)) {
+        if (open_.empty()) fail(name_, p.line, stray(kw));
+        const Open& o = open_.back();
+        fail(name_, p.line,
+             "'" + kw + "' inside the '" + o.tag + "' of line " + std::to_string(o.line) +
+                 ", which '" + o.closer + "' must close first");
+      }
       out.push_back(statement(kw));
     }
-    if (!ends.empty())
-      fail(name_, p_.empty() ? 1 : p_.back().line,
-           "unexpected end of template, expected '" + *ends.begin() + "'");
+    if (!open_.empty()) {
+      const Open& o = open_.back();
+      fail(name_, o.line,
+           "'" + o.tag + "' is never closed (the template ends on line " +
+               std::to_string(last_line_) + " without '" + o.closer + "')");
+    }
     return out;
   }
 
@@ -387,7 +480,7 @@ class StmtParser {
   // The block at i_ (keyword kw) and everything up to its end tag.
   NodeP statement(const std::string& kw) {
     const Piece& p = p_[i_++];
-    ExprParser ep(p.toks, name_);
+    ExprParser ep = expr_parser(p);
     if (kw.empty()) ep.error("expected a statement, got " + ep.describe());
     ep.next();
     if (kw == "if") return if_stmt(ep, p.line);
@@ -397,7 +490,8 @@ class StmtParser {
     if (kw == "generation") {
       ep.expect_end();
       auto n = node(Node::Kind::generation, p.line);
-      n->body = closed(n->line, "endgeneration");
+      const Opened open(this, {"generation", p.line, "endgeneration"});
+      n->body = closed("endgeneration");
       return n;
     }
     if (kw == "break" || kw == "continue") {
@@ -409,36 +503,38 @@ class StmtParser {
   }
 
   // The body up to `end` (consumed, and checked to hold nothing more).
-  Body closed(int line, const std::string& end) {
+  Body closed(const std::string& end) {
     std::string got;
     Body b = body({end}, &got);
-    (void)line;
     end_tag();
     return b;
   }
   void end_tag() {
-    ExprParser ep(p_[i_].toks, name_);
+    ExprParser ep = expr_parser(p_[i_]);
     ep.next();
     ep.expect_end();
     ++i_;
   }
 
+  // An if (its elif chain nested as ifs in else_body: each counts toward the nesting limit).
   NodeP if_stmt(ExprParser& ep, int line) {
     auto n = node(Node::Kind::if_, line);
     n->expr = ep.expr();
     ep.expect_end();
+    const Opened open(this, {"if", line, "endif"});
     std::string end;
     n->body = body({"elif", "else", "endif"}, &end);
     if (end == "elif") {
       const Piece& p = p_[i_++];
-      ExprParser e2(p.toks, name_);
+      ExprParser e2 = expr_parser(p);
       e2.next();
-      n->else_body.push_back(if_stmt(e2, p.line));
+      n->else_body.push_back(if_stmt(e2, line));
+      n->else_body.back()->line = p.line;
       return n;  // the nested if consumed the endif
     }
     if (end == "else") {
       end_tag();
-      n->else_body = closed(line, "endif");
+      n->else_body = closed("endif");
       return n;
     }
     end_tag();
@@ -470,12 +566,13 @@ class StmtParser {
     }
     if (ep.at_name("recursive")) ep.error("recursive loops are not supported");
     ep.expect_end();
+    const Opened open(this, {"for", line, "endfor"});
     ++loops_;
     std::string end;
     n->body = body({"else", "endfor"}, &end);
     --loops_;
     end_tag();
-    if (end == "else") n->else_body = closed(line, "endfor");
+    if (end == "else") n->else_body = closed("endfor");
     return n;
   }
 
@@ -491,11 +588,11 @@ class StmtParser {
         ep.error("expected '=', got " + ep.describe());
       n->kind = Node::Kind::set_block;
       if (ep.at_op("|")) {  // {% set x | filter %}: the filters applied to the body
-        auto holder = ExprParser::make(EK::literal, line);
-        n->cond = ep.filters(holder);
+        n->cond = ep.filters(ExprParser::node(EK::literal, line));
       }
       ep.expect_end();
-      n->body = closed(line, "endset");
+      const Opened open(this, {"set", line, "endset"});
+      n->body = closed("endset");
       return n;
     }
     ep.next();
@@ -522,21 +619,35 @@ class StmtParser {
     ep.expect_end();
     const int saved = loops_;
     loops_ = 0;
-    n->body = closed(line, "endmacro");
+    const Opened open(this, {"macro", line, "endmacro"});
+    n->body = closed("endmacro");
     loops_ = saved;
     return n;
   }
 
   std::vector<Piece> p_;
   const std::string& name_;
+  const int last_line_;
+  const int max_nesting_;
   std::size_t i_ = 0;
   int loops_ = 0;
+  std::vector<Open> open_;
 };
+
+// The line the template's last character is on (lines counted as the lexer counts them).
+int last_line(const std::string& source) {
+  int line = 1;
+  for (std::size_t k = 0; k < source.size(); ++k) {
+    if (source[k] == '\r' && k + 1 < source.size() && source[k + 1] == '\n') ++k;
+    if ((source[k] == '\n' || source[k] == '\r') && k + 1 < source.size()) ++line;
+  }
+  return line;
+}
 
 }  // namespace
 
-Body parse_template(const std::string& source, const std::string& name) {
-  return StmtParser(lex_template(source, name), name).all();
+Body parse_template(const std::string& source, const std::string& name, const Limits& limits) {
+  return StmtParser(lex_template(source, name), name, last_line(source), limits.max_nesting).all();
 }
 
 }  // namespace kktrain::text::jinja

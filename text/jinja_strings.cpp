@@ -61,29 +61,38 @@ std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Val
   return {begin, begin + end};
 }
 
-std::string replace(const std::string& s, const std::string& from, const std::string& to,
-                    std::int64_t count) {
+bool replace(const std::string& s, const std::string& from, const std::string& to,
+             std::int64_t count, std::size_t max_bytes, std::string* result) {
   std::string out;
+  // each replacement checked before it is made: the result never grows past max_bytes
+  auto add = [&](const std::string& piece) {
+    if (piece.size() > max_bytes - out.size()) return false;
+    out += piece;
+    return true;
+  };
   if (from.empty()) {
     auto cps = code_points(s);
     std::int64_t n = 0;
     for (auto& cp : cps) {
-      if (count < 0 || n++ < count) out += to;
-      out += cp;
+      if ((count < 0 || n++ < count) && !add(to)) return false;
+      if (!add(cp)) return false;
     }
-    if (count < 0 || n < count) out += to;
-    return out;
+    if ((count < 0 || n < count) && !add(to)) return false;
+    *result = std::move(out);
+    return true;
   }
   std::size_t p = 0;
   std::int64_t n = 0;
   while (count < 0 || n < count) {
     const std::size_t q = s.find(from, p);
     if (q == std::string::npos) break;
-    out += s.substr(p, q - p) + to;
+    if (!add(s.substr(p, q - p)) || !add(to)) return false;
     p = q + from.size();
     ++n;
   }
-  return out + s.substr(p);
+  if (!add(s.substr(p))) return false;
+  *result = std::move(out);
+  return true;
 }
 
 std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit) {

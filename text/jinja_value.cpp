@@ -1,5 +1,6 @@
 // Values of the chat-template interpreter with Python's semantics: truth, str(), repr(),
 // equality, json.dumps, and JSON text in (text/jinja_impl.hpp).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -55,9 +56,21 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
+namespace {
+
+// v's depth and holds_ns from an item of it.
+void contains(Value* v, const Value& item) {
+  v->depth = std::max(v->depth, item.depth + 1);
+  v->holds_ns = v->holds_ns || item.holds_ns || item.kind == Value::Kind::ns;
+}
+
+}  // namespace
+
 Value Value::make_list(std::vector<Value> items, std::string type) {
   Value v;
   v.kind = Kind::list;
+  v.depth = 1;
+  for (const auto& item : items) contains(&v, item);
   v.s = std::move(type);
   if (v.s == "generator") v.consumed = std::make_shared<bool>(false);
   v.list = std::make_shared<const std::vector<Value>>(std::move(items));
@@ -66,6 +79,8 @@ Value Value::make_list(std::vector<Value> items, std::string type) {
 Value Value::make_dict(Dict d) {
   Value v;
   v.kind = Kind::dict;
+  v.depth = 1;
+  for (const auto& kv : d.items) contains(&v, kv.second);
   v.dict = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -222,7 +237,12 @@ void json_string(const std::string& s, bool ensure_ascii, std::string* out) {
 bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out) {
   using K = Value::Kind;
   const auto newline = [&](int d) {
-    if (st.indent >= 0) *out += "\n" + std::string(static_cast<std::size_t>(st.indent) * d, ' ');
+    if (st.indent < 0) return;
+    const std::size_t pad = static_cast<std::size_t>(st.indent) * static_cast<std::size_t>(d);
+    if (pad >= st.max_bytes - std::min(out->size(), st.max_bytes))
+      throw InputError("tojson text longer than " + std::to_string(st.max_bytes) +
+                       " bytes (the output limit)");
+    *out += "\n" + std::string(pad, ' ');
   };
   switch (v.kind) {
     case K::none:
@@ -282,7 +302,12 @@ bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out
   }
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+// j as a Value; false when j is nested deeper than max_depth - depth.
+Value from_json(const nlohmann::ordered_json& j, int depth, int max_depth, bool* too_deep) {
+  if (j.is_structured() && depth >= max_depth) {
+    *too_deep = true;
+    return Value::none();
+  }
   if (j.is_null()) return Value::none();
   if (j.is_boolean()) return Value::boolean(j.get<bool>());
   if (j.is_number_integer()) return Value::integer(j.get<std::int64_t>());
@@ -290,11 +315,12 @@ Value from_json(const nlohmann::ordered_json& j) {
   if (j.is_string()) return Value::string(j.get<std::string>());
   if (j.is_array()) {
     std::vector<Value> items;
-    for (const auto& e : j) items.push_back(from_json(e));
+    for (const auto& e : j) items.push_back(from_json(e, depth + 1, max_depth, too_deep));
     return Value::make_list(std::move(items));
   }
   Dict d;
-  for (const auto& kv : j.items()) d.items.emplace_back(kv.key(), from_json(kv.value()));
+  for (const auto& kv : j.items())
+    d.items.emplace_back(kv.key(), from_json(kv.value(), depth + 1, max_depth, too_deep));
   return Value::make_dict(std::move(d));
 }
 
@@ -359,8 +385,9 @@ double as_double(const Value& v) {
   return v.kind == K::number ? v.f : v.kind == K::integer ? static_cast<double>(v.i) : v.b;
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal(const Value& a, const Value& b, std::int64_t* work) {
   using K = Value::Kind;
+  if (work) ++*work;
   if (is_number(a) && is_number(b)) {
     if (a.kind != K::number && b.kind != K::number)
       return (a.kind == K::integer ? a.i : a.b) == (b.kind == K::integer ? b.i : b.b);
@@ -377,13 +404,13 @@ bool equal(const Value& a, const Value& b) {
     case K::list:
       if (a.list->size() != b.list->size()) return false;
       for (std::size_t k = 0; k < a.list->size(); ++k)
-        if (!equal((*a.list)[k], (*b.list)[k])) return false;
+        if (!equal((*a.list)[k], (*b.list)[k], work)) return false;
       return true;
     case K::dict:
       if (a.dict->items.size() != b.dict->items.size()) return false;
       for (const auto& kv : a.dict->items) {
         const Value* o = b.dict->find(kv.first);
-        if (!o || !equal(kv.second, *o)) return false;
+        if (!o || !equal(kv.second, *o, work)) return false;
       }
       return true;
     default:
@@ -475,12 +502,19 @@ std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std:
   return out;
 }
 
-Value parse_json(const std::string& text, const std::string& what) {
+Value parse_json(const std::string& text, const std::string& what, int max_depth) {
+  nlohmann::ordered_json j;
   try {
-    return from_json(nlohmann::ordered_json::parse(text));
+    j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InputError(what + ": not valid JSON (" + e.what() + ")");
   }
+  bool too_deep = false;
+  Value v = from_json(j, 0, max_depth, &too_deep);
+  if (too_deep)
+    throw InputError(what + ": lists and objects nested deeper than " + std::to_string(max_depth) +
+                     " (the value depth limit)");
+  return v;
 }
 
 }  // namespace kktrain::text::jinja

@@ -102,6 +102,13 @@ CONSTRUCTS = [
     "{% endfor %}|{% set x %}  a {{ 1 }}\n{% endset %}[{{ x }}]{% set y | upper %}b{% endset %}"
     "{{ y }}|{% for m in messages %}{{ loop.previtem is defined }}{{ loop.nextitem is defined }}"
     "{% endfor %}",
+    # `is defined` is true for a name or key holding none (transformers passes tools=None and
+    # documents=None; templates test `tools is defined`), false only for a missing one
+    "{% set x = none %}{% set d = {'k': none} %}{{ x is defined }}{{ x is none }}"
+    "{{ tools is defined }}{{ tools is not none }}{{ documents is defined }}{{ d.k is defined }}"
+    "{{ d['k'] is defined }}{{ d.get('k') is defined }}{{ d.nope is defined }}{{ y is defined }}"
+    "{% if tools is defined and tools is not none %}tools{% else %}no tools{% endif %}"
+    "{% for m in messages %}{{ m.nope is defined }}{% endfor %}",
 ]
 
 # Expressions printed alone ({{ e }}): jinja2's text or, where jinja2 refuses it, an error.
@@ -293,7 +300,36 @@ EXPRESSIONS = [
     "messages | count",
     "messages | selectattr('role') | map(attribute='role') | list",
     "none.x",
-    "[] | first"
+    "[] | first",
+    # negative steps: starts and stops beyond either end clamp as Python's slice.indices does
+    "'abc'[-5::-1]",
+    "'abc'[-4::-1]",
+    "'abc'[-3::-1]",
+    "'abc'[10::-1]",
+    "'abc'[3::-1]",
+    "'abc'[:-5:-1]",
+    "'abc'[:-4:-1]",
+    "'abc'[:-3:-1]",
+    "'abc'[5:0:-1]",
+    "'abc'[-1:-5:-2]",
+    "'abc'[1:-10:-1]",
+    "'abc'[-10:10:-1]",
+    "'abc'[10:-10:-3]",
+    "'abc'[-5:5]",
+    "'abc'[5:-5]",
+    "'héllo'[10:-10:-2]",
+    "'héllo'[-7::-1]",
+    "''[-1::-1]",
+    "[1, 2, 3][-5::-1]",
+    "[1, 2, 3][10:-10:-1]",
+    "[1, 2, 3][-100:100]",
+    "[1, 2, 3][::-2]",
+    "(1, 2, 3)[-4::-1]",
+    "(1, 2, 3)[4:-4:-2]",
+    "messages[-5::-1] | length",
+    "messages[10::-1] | map(attribute='role') | list",
+    "'abc'[-9223372036854775807::-1]",
+    "'abc'[9223372036854775807:-9223372036854775807:-1]",
 ]
 
 # Expressions jinja2 renders and kktrain refuses as outside its subset (printing a generator, a
@@ -329,7 +365,36 @@ ERRORS = [
     ("{% for m in messages %}\n{% frob %}{% endfor %}", "line 2: unknown or unsupported statement 'frob'"),
     ("a\nb\n{{ raise_exception('bad roles') }}", "line 3: raise_exception: bad roles"),
     ("{{ 1 is frob }}", "line 1: unknown test 'frob'"),
-    ("{% if x %}", "expected 'elif'"),
+    ("{% if x %}", "line 1: 'if' is never closed (the template ends on line 1 without 'endif')"),
+    ("{% for m in messages %}\n{{ m.content }}\n",
+     "line 1: 'for' is never closed (the template ends on line 2 without 'endfor')"),
+    ("a\n{% for m in messages %}{% if m %}\nx{% else %}y\n{% endfor %}",
+     "line 4: 'endfor' inside the 'if' of line 2, which 'endif' must close first"),
+    ("{% for m in messages %}{% generation %}{{ m.content }}\n{% endfor %}",
+     "line 2: 'endfor' inside the 'generation' of line 1, which 'endgeneration' must close first"),
+    ("{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}",
+     "line 1: 'for' is never closed (the template ends on line 1 without 'endfor')"),
+    ("\n{% generation %}{{ 1 }}", "line 2: 'generation' is never closed (the template ends on "
+     "line 2 without 'endgeneration')"),
+    ("{% if x %}\n{% elif y %}\n{% else %}\n", "line 1: 'if' is never closed (the template ends "
+     "on line 3 without 'endif')"),
+    ("{% macro m() %}\n{% set x %}\n{% endmacro %}",
+     "line 3: 'endmacro' inside the 'set' of line 2, which 'endset' must close first"),
+    ("{% for x in [] %}{% else %}\n", "line 1: 'for' is never closed (the template ends on line "
+     "1 without 'endfor')"),
+    ("\n{% endfor %}", "line 2: 'endfor' closes no open 'for'"),
+    ("{% else %}", "line 1: 'else' outside an 'if' or 'for'"),
+    ("{% if x %}{% endif %}\n{% endif %}", "line 2: 'endif' closes no open 'if'"),
+    ("a\n{{ 'x\\ud800' }}", "line 2: string literal with the lone surrogate \\ud800", OUTSIDE),
+    ("{{ '\\ud83d\\ude00' }}", "line 1: string literal with the lone surrogate \\ud83d",
+     OUTSIDE),
+    ("\n\n{{ '\\udfff' ~ messages[0].content }}",
+     "line 3: string literal with the lone surrogate \\udfff", OUTSIDE),
+    ("{{ '\\U00110000' }}", "line 1: \\U00110000 is beyond U+10FFFF"),
+    # recursion: one error naming the limit (jinja2: RecursionError)
+    ("{% macro f() %}{{ f() }}{% endmacro %}\n{{ f() }}", "line 1: evaluation nested deeper than"),
+    ("{{ " + "(" * 100000 + "1" + ")" * 100000 + " }}", "line 1: nested deeper than"),
+    ("{% if true %}\n" * 20000 + "{% endif %}" * 20000, "nested deeper than"),
     ("{{ x.y }}", "line 1: 'x' is undefined"),
     ("{{ 'a' + 1 }}", "line 1: unsupported operand types for +: str and int"),
     ("\n{{ messages | tojson(frob=1) | frob2 }}", "line 2: unknown filter 'frob2'"),

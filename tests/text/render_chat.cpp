@@ -2,10 +2,12 @@
 //
 //   render_chat < CASES.json
 //       CASES: a JSON list of {"template": S, "messages": [...], "add_generation_prompt": B,
-//       "special_tokens": {name: S}, "spans": B}; prints one JSON line per case, in order:
-//       {"text": S} (with "spans": also "content_spans": [[message, begin, end], ...] and
-//       "generation_spans": [[begin, end], ...], byte offsets) or {"error": S} (the InputError's
-//       message). Exit 0 unless stdin is not such a list (2).
+//       "special_tokens": {name: S}, "spans": B, "cost": B}; prints one JSON line per case, in
+//       order: {"text": S} (with "spans": also "content_spans": [[message, begin, end], ...] and
+//       "generation_spans": [[begin, end], ...], byte offsets; with "cost": also "cost":
+//       {"steps", "loop_iterations", "output_bytes", "depth"}, what the render cost against
+//       jinja::Limits) or {"error": S} (the InputError's message). Exit 0 unless stdin is not
+//       such a list (2).
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -47,6 +49,11 @@ int main() {
         for (const auto& s : r.generation_spans)
           out["generation_spans"].push_back({s.first, s.second});
       }
+      if (c.value("cost", false))
+        out["cost"] = {{"steps", r.cost.steps},
+                       {"loop_iterations", r.cost.loop_iterations},
+                       {"output_bytes", r.cost.output_bytes},
+                       {"depth", r.cost.max_depth}};
     } catch (const kktrain::InputError& e) {
       out["error"] = e.what();
     }
