@@ -90,11 +90,19 @@ void open_examples(TrainRun& run) {
   const ExampleData& e = *run.examples;
   std::string steps;
   if (t.epochs > 0) {
+    // Every epoch is the same number of steps (io/example_data.hpp): constant time for any count.
     const int64_t epoch_steps = e.steps_for_epochs(t.epochs);
+    if (epoch_steps < 0 && !t.max_steps_set) {
+      throw ConfigError("train.epochs",
+                        std::to_string(t.epochs) + " epochs of " +
+                            std::to_string(e.steps_in_epoch(0)) +
+                            " steps are more steps than an int64 counts; set train.max_steps",
+                        run.cfg.where("train.epochs"));
+    }
     steps = "; " + std::to_string(t.epochs) + " epoch" + (t.epochs == 1 ? "" : "s") + " of " +
-            std::to_string(e.train_examples()) + " examples: " + std::to_string(epoch_steps) +
-            " steps";
-    if (t.max_steps_set && t.max_steps < epoch_steps) {
+            std::to_string(e.train_examples()) + " examples: " +
+            (epoch_steps < 0 ? std::string("over 2^63") : std::to_string(epoch_steps)) + " steps";
+    if (t.max_steps_set && (epoch_steps < 0 || t.max_steps < epoch_steps)) {
       steps += ", cut to train.max_steps " + std::to_string(t.max_steps);
     } else {
       t.max_steps = epoch_steps;

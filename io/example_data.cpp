@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -251,54 +252,69 @@ bool RowPacker::next(std::vector<int64_t>* row) {
   return true;
 }
 
+// The rows of one split, packed once in file order (Packing::first_fit), or one example a row
+// (no memory: row r is example r).
+struct PackedRows {
+  int64_t count = 0;
+  std::vector<uint32_t> begin;     // first_fit: row r holds examples[begin[r], begin[r + 1])
+  std::vector<uint32_t> examples;  // the examples' indices, row after row
+
+  PackedRows(const ExampleFile& file, Packing packing, int64_t T) {
+    if (packing == Packing::one_per_row) {
+      count = file.size();
+      return;
+    }
+    if (file.size() > int64_t(UINT32_MAX)) {
+      throw RuntimeFailure("example cache '" + file.prefix() + "' holds " +
+                           std::to_string(file.size()) + " examples; packing takes at most " +
+                           std::to_string(UINT32_MAX));
+    }
+    RowPacker p(file, packing, T, 0, 0, /*shuffled=*/false);
+    std::vector<int64_t> row;
+    begin.push_back(0);
+    while (p.next(&row)) {
+      for (int64_t e : row) examples.push_back(static_cast<uint32_t>(e));
+      begin.push_back(static_cast<uint32_t>(examples.size()));
+    }
+    count = p.rows_made();
+  }
+  void row(int64_t r, std::vector<int64_t>* out) const {
+    out->clear();
+    if (begin.empty()) {
+      out->push_back(r);
+      return;
+    }
+    for (uint32_t k = begin[static_cast<std::size_t>(r)];
+         k < begin[static_cast<std::size_t>(r) + 1]; ++k) {
+      out->push_back(examples[k]);
+    }
+  }
+};
+
 struct ExampleData::State {
   std::unique_ptr<ExampleFile> train, val;
+  std::unique_ptr<PackedRows> train_rows, val_rows;
   Packing packing = Packing::one_per_row;
   int64_t T = 0, G = 0;
+  int64_t epoch_steps = 0;  // every epoch's: ceil(rows / G)
   uint64_t seed = 0;
   std::string dir;
-  mutable std::vector<int64_t> epoch_rows;  // rows of epochs 0.. (computed as needed)
   // The rows of the last step drawn (every micro-batch of a step reads them).
   mutable int64_t step_cached = -1;
   mutable std::vector<std::vector<int64_t>> step_rows;
   mutable int64_t step_loss_tokens = 0;
-  // A packer positioned after `cursor_rows` rows of epoch `cursor_epoch`.
-  mutable std::unique_ptr<RowPacker> cursor;
-  mutable int64_t cursor_epoch = -1;
-
-  int64_t rows_in_epoch(int64_t e) const {
-    if (packing == Packing::one_per_row) return train->size();
-    while (static_cast<int64_t>(epoch_rows.size()) <= e) {
-      RowPacker p(*train, packing, T, seed, static_cast<int64_t>(epoch_rows.size()), true);
-      std::vector<int64_t> row;
-      while (p.next(&row)) {
-      }
-      epoch_rows.push_back(p.rows_made());
-    }
-    return epoch_rows[static_cast<std::size_t>(e)];
-  }
-  int64_t steps_in_epoch(int64_t e) const { return (rows_in_epoch(e) + G - 1) / G; }
 
   // Fills step_rows with the G rows of `step` (empty rows past the epoch's end).
   void draw_step(int64_t step) const {
     if (step_cached == step) return;
-    int64_t e = 0, s = step;
-    while (s >= steps_in_epoch(e)) s -= steps_in_epoch(e++);
-    const int64_t first = s * G;
-    if (!cursor || cursor_epoch != e || cursor->rows_made() > first) {
-      cursor = std::make_unique<RowPacker>(*train, packing, T, seed, e, true);
-      cursor_epoch = e;
-    }
-    std::vector<int64_t> row;
-    while (cursor->rows_made() < first && cursor->next(&row)) {
-    }
+    const int64_t e = step / epoch_steps, s = step % epoch_steps;
+    const int64_t R = train_rows->count;
     step_rows.assign(static_cast<std::size_t>(G), {});
     step_loss_tokens = 0;
-    for (int64_t k = 0; k < G; ++k) {
-      if (!cursor->next(&step_rows[static_cast<std::size_t>(k)])) break;
-      for (int64_t ex : step_rows[static_cast<std::size_t>(k)]) {
-        step_loss_tokens += train->loss_tokens(ex);
-      }
+    for (int64_t k = 0; k < G && s * G + k < R; ++k) {
+      std::vector<int64_t>& row = step_rows[static_cast<std::size_t>(k)];
+      train_rows->row(epoch_position(seed, e, R, s * G + k), &row);
+      for (int64_t ex : row) step_loss_tokens += train->loss_tokens(ex);
     }
     step_cached = step;
   }
@@ -363,6 +379,9 @@ ExampleData::ExampleData(const std::string& dir, const DataConfig& cfg)
   if (s_->train->size() == 0) {
     throw InputError("data.path: no training examples (every example was dropped or held out)");
   }
+  s_->train_rows = std::make_unique<PackedRows>(*s_->train, s_->packing, s_->T);
+  if (s_->val) s_->val_rows = std::make_unique<PackedRows>(*s_->val, s_->packing, s_->T);
+  s_->epoch_steps = (s_->train_rows->count + s_->G - 1) / s_->G;
 }
 
 ExampleData::~ExampleData() = default;
@@ -374,20 +393,17 @@ int64_t ExampleData::train_examples() const {
 int64_t ExampleData::val_examples() const {
   return s_->val ? s_->val->size() : 0;
 }
-int64_t ExampleData::steps_in_epoch(int64_t epoch) const {
-  return s_->steps_in_epoch(epoch);
+int64_t ExampleData::steps_in_epoch(int64_t /*epoch*/) const {
+  return s_->epoch_steps;
 }
 int64_t ExampleData::steps_for_epochs(int64_t epochs) const {
-  int64_t steps = 0;
-  for (int64_t e = 0; e < epochs; ++e) steps += s_->steps_in_epoch(e);
-  return steps;
+  if (epochs > INT64_MAX / s_->epoch_steps) return -1;
+  return epochs * s_->epoch_steps;
 }
 
 void ExampleData::locate(int64_t step, int64_t* epoch, int64_t* step_in_epoch) const {
-  int64_t e = 0, s = step;
-  while (s >= s_->steps_in_epoch(e)) s -= s_->steps_in_epoch(e++);
-  *epoch = e;
-  *step_in_epoch = s;
+  *epoch = step / s_->epoch_steps;
+  *step_in_epoch = step % s_->epoch_steps;
 }
 
 Batch ExampleData::train_batch(int64_t step, int64_t first, int64_t B) const {
@@ -401,21 +417,16 @@ Batch ExampleData::train_batch(int64_t step, int64_t first, int64_t B) const {
 }
 
 int64_t ExampleData::val_row_count() const {
-  if (!s_->val) return 0;
-  RowPacker p(*s_->val, s_->packing, s_->T, s_->seed, 0, false);
-  std::vector<int64_t> row;
-  while (p.next(&row)) {
-  }
-  return p.rows_made();
+  return s_->val ? s_->val_rows->count : 0;
 }
 
 Batch ExampleData::val_rows(int64_t first, int64_t count, int64_t B) const {
   Batch b = empty_batch(B, s_->T);
   if (!s_->val || count <= 0) return b;
-  RowPacker p(*s_->val, s_->packing, s_->T, s_->seed, 0, false);
   std::vector<int64_t> row;
-  for (int64_t r = 0; r < first + count && p.next(&row); ++r) {
-    if (r >= first) fill_row(&b, r - first, *s_->val, row);
+  for (int64_t r = first; r < first + count && r < s_->val_rows->count; ++r) {
+    s_->val_rows->row(r, &row);
+    fill_row(&b, r - first, *s_->val, row);
   }
   return b;
 }

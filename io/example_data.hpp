@@ -7,7 +7,7 @@
 //   <prefix>.index   a header of 4 uint64 (magic, version, examples, tokens), then per example
 //                    {uint64 first token, uint32 length, uint32 loss tokens}
 // The index is mapped read-only (16 bytes per example in the page cache, which the kernel may
-// drop; no heap memory grows with the number of examples); an example's tokens are read with
+// drop; only packed rows take heap memory per example, see Rows); an example's tokens are read with
 // pread when it is drawn.
 //
 // Rows. A row holds data.seq_len (T) positions. An example of n tokens takes n consecutive
@@ -15,18 +15,21 @@
 // loss target (else -1), the target at p+n-1 is -1, and every position's row start is p (its
 // attention sees only its own example, its rotary position is the offset in it). Positions after
 // the last example are padding: id 0, target -1, and one start for all of them (the position after
-// the last example).
-//   Packing::one_per_row  one example a row.
-//   Packing::first_fit    examples in the epoch's order, each into the first of the open rows
-//                         where it fits, else a new row; when more than kOpenRows rows are open
-//                         the oldest is closed (first fit over a window of kOpenRows rows, so
-//                         memory is bounded); at the epoch's end the open rows close in order.
-// Epochs. Epoch e orders the training examples by a seeded permutation of (data.seed, e) (a
-// Feistel bijection: no per-example memory), makes its rows, and cuts them into steps of
-// data.global_batch_size rows; the last step of an epoch is filled with empty rows. Every
-// example is seen once an epoch. A step's rows are a pure function of (seed, step), so a resume
-// draws exactly the batches an uninterrupted run would, on any rank count; rank r of W takes
-// micro-batch m as rows first = r * (G / W) + m * B, like windows (io/data.hpp).
+// the last example). A split's rows are made once, as the data opens:
+//   Packing::one_per_row  one example a row: row r is example r (no memory).
+//   Packing::first_fit    examples in file order, each into the first of the open rows where it
+//                         fits, else a new row; when more than kOpenRows rows are open the oldest
+//                         is closed (first fit over a window of kOpenRows rows); at the end the
+//                         open rows close in order. The rows are kept (4 bytes an example and 4 a
+//                         row of heap), as TRL packs a dataset once before training.
+// Epochs. Epoch e orders the training rows (R) by a seeded permutation of (data.seed, e) (a
+// Feistel bijection: no per-row memory) and cuts them into steps of data.global_batch_size (G)
+// rows; the last step of an epoch is filled with empty rows. Every example is seen once an epoch,
+// and every epoch is ceil(R / G) steps: the steps of any number of epochs, and the epoch of any
+// step, are a product and a division (constant time whatever the epoch count). A step's rows
+// are a pure function of (seed, step), so a resume draws exactly the batches an uninterrupted
+// run would, on any rank count; rank r of W takes micro-batch m as rows first = r * (G / W) +
+// m * B, like windows (io/data.hpp).
 // The loss of a step is the mean over the loss tokens of all its G rows: every rank counts them
 // from the index (no communication) and Batch::loss_tokens carries the count.
 #pragma once
@@ -129,9 +132,9 @@ class ExampleData {
 
   int64_t train_examples() const;
   int64_t val_examples() const;
-  // Steps of epoch e (ceil(rows / global batch)).
+  // Steps of epoch e (ceil(rows / global batch), the same for every epoch).
   int64_t steps_in_epoch(int64_t epoch) const;
-  // Steps of the first `epochs` epochs.
+  // Steps of the first `epochs` epochs; -1 when they overflow int64.
   int64_t steps_for_epochs(int64_t epochs) const;
   // The epoch and its step that step `step` is.
   void locate(int64_t step, int64_t* epoch, int64_t* step_in_epoch) const;
@@ -140,7 +143,8 @@ class ExampleData {
   // the loss tokens of all the step's rows).
   Batch train_batch(int64_t step, int64_t first, int64_t B) const;
   // Validation rows [first, first + count) of the validation split in file order (packed like
-  // training), padded to B rows with empty ones; loss_tokens 0 (each batch's own mean).
+  // training; rows past the split's are empty), padded to B rows with empty ones; loss_tokens 0
+  // (each batch's own mean).
   Batch val_rows(int64_t first, int64_t count, int64_t B) const;
   // Validation rows in all.
   int64_t val_row_count() const;

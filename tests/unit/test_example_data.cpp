@@ -136,6 +136,27 @@ TEST(ExampleData, SplitAndResumeDrawTheSameRows) {
   }
 }
 
+// Every epoch is the same number of steps: 10^9 epochs are planned in constant time, and a step
+// of a late epoch is drawn without packing the epochs before it.
+TEST(ExampleData, EpochsArePlannedInConstantTime) {
+  ScratchDir dir;
+  write_examples(dir.path("train"), 150);
+  const ExampleData data(dir.dir(), config(true, 32, 8));
+  const int64_t per_epoch = data.steps_in_epoch(0);
+  EXPECT_EQ(data.steps_in_epoch(123456789), per_epoch);
+  EXPECT_EQ(data.steps_for_epochs(1000000000), 1000000000 * per_epoch);
+  EXPECT_EQ(data.steps_for_epochs(INT64_MAX), -1);  // overflow, said as such
+  const int64_t step = 999999999 * per_epoch + 2;
+  int64_t e = -1, s = -1;
+  data.locate(step, &e, &s);
+  EXPECT_EQ(e, 999999999);
+  EXPECT_EQ(s, 2);
+  const Batch b = data.train_batch(step, 0, 8);
+  int64_t examples = 0;
+  for (int64_t r = 0; r < 8; ++r) examples += static_cast<int64_t>(row_examples(b, r).size());
+  EXPECT_GT(examples, 8);  // packed rows
+}
+
 TEST(ExampleData, ValidationRowsInFileOrder) {
   ScratchDir dir;
   write_examples(dir.path("train"), 10);
@@ -146,6 +167,10 @@ TEST(ExampleData, ValidationRowsInFileOrder) {
   EXPECT_EQ(row_examples(b, 0), std::vector<int64_t>{3});
   EXPECT_EQ(row_examples(b, 1), std::vector<int64_t>{4});
   EXPECT_TRUE(row_examples(b, 2).empty());
+  // Rows asked for past the split's end are empty (a rank whose share starts past them).
+  const Batch past = data.val_rows(4, 3, 4);
+  EXPECT_EQ(row_examples(past, 0), std::vector<int64_t>{4});
+  EXPECT_TRUE(row_examples(past, 1).empty());
 }
 
 // A writer that fails (here its final name is taken by a directory, as a full disk fails its
