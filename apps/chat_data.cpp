@@ -31,7 +31,7 @@ struct ExampleRenderer::State {
   std::map<std::string, std::string> special_tokens;
   std::mutex pool_mutex;
   std::vector<std::unique_ptr<text::Encoder>> pool;  // idle encoders
-  std::atomic<int64_t> truncated{0}, dropped{0};
+  std::atomic<int64_t> truncated{0}, dropped{0}, empty{0};
 };
 
 namespace {
@@ -139,12 +139,22 @@ bool all_whitespace(std::string_view s) {
                      [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
 }
 
-// Sets mask[k] for every token k holding some byte of [b, e) (none when b == e).
+// The first token whose bytes end after byte b (tokens' offsets are in order: begins and ends
+// non-decreasing), found by bisection.
+size_t first_ending_after(const std::vector<text::ByteRange>& off, size_t b) {
+  return static_cast<size_t>(
+      std::partition_point(off.begin(), off.end(),
+                           [b](const text::ByteRange& r) { return r.end <= b; }) -
+      off.begin());
+}
+
+// Sets mask[k] for every token k holding some byte of [b, e) (none when b == e): O(log n + the
+// tokens marked).
 void mark_overlap(std::vector<uint8_t>* mask, const std::vector<text::ByteRange>& off, size_t b,
                   size_t e) {
   if (b >= e) return;
-  for (size_t k = 0; k < off.size(); ++k) {
-    if (off[k].begin < e && off[k].end > b) (*mask)[k] = 1;
+  for (size_t k = first_ending_after(off, b); k < off.size() && off[k].begin < e; ++k) {
+    if (off[k].end > b) (*mask)[k] = 1;
   }
 }
 
@@ -169,8 +179,10 @@ void mark_assistant_turn(std::vector<uint8_t>* mask, const State& s, const std::
     mark_overlap(mask, t.off, sp.begin, sp.end);
     end = std::max(end, sp.end);
   }
-  size_t k = 0;
-  while (k < t.ids.size() && t.off[k].begin < end) ++k;
+  size_t k = static_cast<size_t>(
+      std::partition_point(t.off.begin(), t.off.end(),
+                           [end](const text::ByteRange& r) { return r.begin < end; }) -
+      t.off.begin());
   const size_t first = k;
   for (; k < t.ids.size(); ++k) {
     if (s.tokenizer->is_special(t.ids[k])) {
@@ -194,15 +206,18 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
     for (const auto& g : rc.generation_spans) mark_overlap(mask, t.off, g.first, g.second);
     return;
   }
+  // Each message's content spans, grouped in one pass (linear in the turns).
+  std::vector<std::vector<jinja::ContentSpan>> by_message(messages.list->size());
+  for (const auto& sp : rc.content_spans) {
+    if (sp.message < by_message.size()) by_message[sp.message].push_back(sp);
+  }
   for (size_t m = 0; m < messages.list->size(); ++m) {
     const Value& msg = (*messages.list)[m];
     const Value* role = field(msg, "role");
     const Value* content = field(msg, "content");
     if (!role || role->s != "assistant" || !content || content->kind != Value::Kind::string)
       continue;
-    std::vector<jinja::ContentSpan> spans;
-    for (const auto& sp : rc.content_spans)
-      if (sp.message == m) spans.push_back(sp);
+    const std::vector<jinja::ContentSpan>& spans = by_message[m];
     if (spans.empty() && content->s.empty()) continue;  // nothing printed to find it by
     if (spans.empty()) {
       throw InputError(where + "assistant message " + std::to_string(m + 1) +
@@ -382,6 +397,12 @@ ExampleRenderer ExampleRenderer::open(const Config& cfg) {
 RenderedExample ExampleRenderer::render(std::string_view line, const std::string& file,
                                         int64_t line_no) const {
   const std::string where = file + ":" + std::to_string(line_no) + ": ";
+  if (static_cast<int64_t>(line.size()) > kMaxExampleLineBytes) {
+    throw InputError(where + "the line is longer than " +
+                     std::to_string(kMaxExampleLineBytes >> 20) +
+                     " MiB, the limit of an example line (rendering takes tens of times a line's "
+                     "size in memory); split the example or shorten it");
+  }
   Value obj;
   try {
     check_json_nesting(line, file + ":" + std::to_string(line_no));  // before any recursion
@@ -391,8 +412,23 @@ RenderedExample ExampleRenderer::render(std::string_view line, const std::string
   }
   if (obj.kind != Value::Kind::dict) throw InputError(where + "not a JSON object");
   RenderedExample ex = render_object(*s_, obj, where);
+  if (ex.ids.empty()) {
+    if (s_->truncation == Truncation::error) {
+      throw InputError(
+          where + "the example renders to no tokens (" +
+          (s_->tmpl ? "the chat template (" + s_->template_source + ") prints nothing for it"
+                    : std::string("an empty prompt and completion, and the "
+                                  "tokenizer adds no token")) +
+          "; data.truncation: error; truncate or drop would skip it)");
+    }
+    ex.loss_mask.clear();
+    ex.fate = ExampleFate::empty;
+    ++s_->empty;
+    return ex;
+  }
   ex.loss_mask[0] = 0;
   ex.full_tokens = int64_t(ex.ids.size());
+  ex.full_loss_tokens = std::count(ex.loss_mask.begin(), ex.loss_mask.end(), uint8_t(1));
   if (ex.full_tokens <= s_->seq_len) return ex;
   switch (s_->truncation) {
     case Truncation::error:
@@ -426,6 +462,9 @@ int64_t ExampleRenderer::truncated() const {
 }
 int64_t ExampleRenderer::dropped() const {
   return s_->dropped.load();
+}
+int64_t ExampleRenderer::empty() const {
+  return s_->empty.load();
 }
 
 }  // namespace kktrain

@@ -43,14 +43,22 @@
 
 namespace kktrain {
 
-enum class ExampleFate { kept, truncated, dropped };
+// empty: the example renders to no tokens (a template that prints nothing for it; an empty
+// prompt and completion through a tokenizer that adds nothing): skipped and counted unless
+// data.truncation is error.
+enum class ExampleFate { kept, truncated, dropped, empty };
+
+// The longest line of a data file an example may take (longer: one error naming FILE:LINE):
+// rendering, tokenizing and masking a line take about 34 times its size in memory.
+constexpr int64_t kMaxExampleLineBytes = int64_t(16) << 20;
 
 struct RenderedExample {
   std::string text;                // the rendered text (template applied, or prompt+completion)
   std::vector<int32_t> ids;        // its tokens (after truncation), at most data.seq_len
   std::vector<uint8_t> loss_mask;  // 0/1 per id: 1 = this token is a loss target
-  ExampleFate fate = ExampleFate::kept;  // dropped: ids and loss_mask empty
+  ExampleFate fate = ExampleFate::kept;  // dropped, empty: ids and loss_mask empty
   int64_t full_tokens = 0;               // the tokens before truncation
+  int64_t full_loss_tokens = 0;          // the loss tokens before truncation
 };
 
 enum class ExampleFormat { chat, prompt_completion };
@@ -73,17 +81,19 @@ class ExampleRenderer {
   // One JSONL line of `file` (line_no 1-based, for messages) -> the example. InputError
   // "FILE:LINE: ..." for a line that is not a JSON object, no "messages" list (or
   // "prompt"/"completion" strings), a message without a string role or content, a template
-  // error, an assistant message whose tokens cannot be isolated, and (data.truncation: error)
-  // an example longer than data.seq_len. Thread-safe (encoders are pooled per call).
+  // error, an assistant message whose tokens cannot be isolated, a line longer than
+  // kMaxExampleLineBytes, and (data.truncation: error) an example longer than data.seq_len or of
+  // no tokens. Thread-safe (encoders are pooled per call). Linear in the example's size.
   RenderedExample render(std::string_view line, const std::string& file, int64_t line_no) const;
 
   const text::Tokenizer& tokenizer() const;
   // Where the template came from ("data.chat_template 'F'", "chat_template.jinja 'F'",
   // "tokenizer_config.json 'F'"), or "" without one.
   const std::string& template_source() const;
-  // Examples render() truncated / dropped so far (for the run's log).
+  // Examples render() truncated / dropped / found empty so far (for the run's log).
   int64_t truncated() const;
   int64_t dropped() const;
+  int64_t empty() const;
 
   struct State;
 

@@ -35,6 +35,7 @@ Json example_json(const RenderedExample& ex, bool tokens) {
   Json j = {{"text", ex.text}};
   if (ex.fate == ExampleFate::truncated) j["truncated"] = ex.full_tokens;
   if (ex.fate == ExampleFate::dropped) j["dropped"] = ex.full_tokens;
+  if (ex.fate == ExampleFate::empty) j["empty"] = true;
   if (tokens) {
     j["ids"] = ex.ids;
     j["loss_mask"] = ex.loss_mask;
@@ -84,7 +85,8 @@ Command render_command() {
       "  {\"text\": the rendered text}\n"
       "with --tokens also \"ids\" and \"loss_mask\" (1: the token is a loss target). An example\n"
       "longer than data.seq_len carries \"truncated\": or \"dropped\": its full token count\n"
-      "(data.truncation; a dropped one has empty ids).\n\n"
+      "(data.truncation; a dropped one has empty ids); an example of no tokens (a template\n"
+      "that prints nothing for it) carries \"empty\": true (training skips it).\n\n"
       "options:\n"
       "  --count N   examples to print (default 5; 0: all)\n"
       "  --tokens    also print ids and loss_mask\n"

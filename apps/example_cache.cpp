@@ -1,9 +1,12 @@
 // The example cache of a run (apps/example_cache.hpp).
 #include "apps/example_cache.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -12,6 +15,7 @@
 #include "apps/text_model.hpp"
 #include "apps/tokenize_inputs.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
 #include "io/data.hpp"
@@ -30,6 +34,8 @@ namespace {
 
 constexpr uint64_t kHoldOutStream = 0x56414c53ull;  // "VALS"
 constexpr std::size_t kBlockLines = 2048;
+// A block's lines are rendered at once (on every thread), each taking tens of times its size.
+constexpr std::size_t kBlockBytes = std::size_t(32) << 20;
 
 Json make_manifest(const Config& cfg) {
   const DataConfig& d = cfg.data;
@@ -58,29 +64,83 @@ Json make_manifest(const Config& cfg) {
   return m;
 }
 
-// The lines of one JSONL file in blocks (line numbers 1-based; whitespace-only lines skipped).
+// The lines of one JSONL file in blocks of at most kBlockLines lines and about kBlockBytes bytes
+// (line numbers 1-based; whitespace-only lines skipped). A line longer than
+// kMaxExampleLineBytes is one error naming FILE:LINE and the limit, found before it is held in
+// memory.
 class LineBlocks {
  public:
-  explicit LineBlocks(const std::string& path) : path_(path), in_(path, std::ios::binary) {
-    if (!in_) throw InputError("data.path '" + path + "' cannot be read");
+  explicit LineBlocks(const std::string& path) : path_(path) {
+    if (auto why = open_regular_file(&fd_, path)) {
+      throw InputError("data.path '" + path + "' cannot be read: " + *why);
+    }
+    buf_.resize(std::size_t(1) << 20);
   }
   bool next(std::vector<std::pair<int64_t, std::string>>* block) {
     block->clear();
+    std::size_t bytes = 0;
     std::string line;
-    while (block->size() < kBlockLines && std::getline(in_, line)) {
+    while (block->size() < kBlockLines && bytes < kBlockBytes && next_line(&line)) {
       ++line_no_;
       if (blank_line(line)) continue;
+      bytes += line.size();
       block->emplace_back(line_no_, std::move(line));
     }
-    if (in_.bad()) throw RuntimeFailure("cannot read '" + path_ + "'");
     return !block->empty();
   }
 
  private:
+  // The next line (without its \n) into *line; false at the end of the file.
+  bool next_line(std::string* line) {
+    line->clear();
+    for (;;) {
+      if (pos_ == end_) {
+        if (eof_) return !line->empty();
+        fill();
+        continue;
+      }
+      const char* b = buf_.data() + pos_;
+      const void* nl = std::memchr(b, '\n', end_ - pos_);
+      const std::size_t n = nl ? static_cast<const char*>(nl) - b : end_ - pos_;
+      if (line->size() + n > static_cast<std::size_t>(kMaxExampleLineBytes)) {
+        throw InputError(path_ + ":" + std::to_string(line_no_ + 1) + ": the line is longer than " +
+                         std::to_string(kMaxExampleLineBytes >> 20) +
+                         " MiB, the limit of an example line (rendering takes tens of times a "
+                         "line's size in memory); split the example or shorten it");
+      }
+      line->append(b, n);
+      pos_ += n;
+      if (nl) {
+        ++pos_;
+        return true;
+      }
+    }
+  }
+  void fill() {
+    for (;;) {
+      const ssize_t r = ::read(fd_.get(), buf_.data(), buf_.size());
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw RuntimeFailure("cannot read '" + path_ + "': " + std::strerror(errno));
+      pos_ = 0;
+      end_ = static_cast<std::size_t>(r);
+      eof_ = r == 0;
+      return;
+    }
+  }
+
   std::string path_;
-  std::ifstream in_;
+  FileDescriptor fd_;
+  std::vector<char> buf_;
+  std::size_t pos_ = 0, end_ = 0;
+  bool eof_ = false;
   int64_t line_no_ = 0;
 };
+
+// Whether example `e` (after truncation) keeps a loss token.
+bool has_loss_token(const RenderedExample& e) {
+  return std::find(e.loss_mask.begin() + (e.loss_mask.empty() ? 0 : 1), e.loss_mask.end(), 1) !=
+         e.loss_mask.end();
+}
 
 // Renders block[i] into out[i] on `threads` threads (examples handed out in turn); the first
 // error (in line order) is rethrown.
@@ -120,6 +180,7 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
   std::vector<std::pair<int64_t, std::string>> block;
   std::vector<RenderedExample> rendered;
   int64_t ordinal = 0;
+  int64_t cut_off = 0;  // training examples whose every loss token truncation cut off
   auto read_file = [&](const std::string& file, bool is_val) {
     LineBlocks lines(file);
     while (lines.next(&block)) {
@@ -129,11 +190,14 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
             is_val || (!d.val_path && uniform01(d.seed, kHoldOutStream,
                                                 static_cast<uint64_t>(ordinal)) < d.val_fraction);
         ++ordinal;
-        if (e.fate == ExampleFate::dropped) {
-          ++sum.dropped;
+        if (e.fate == ExampleFate::dropped || e.fate == ExampleFate::empty) {
+          ++(e.fate == ExampleFate::empty ? sum.empty : sum.dropped);
           continue;
         }
-        if (e.fate == ExampleFate::truncated) ++sum.truncated;
+        if (e.fate == ExampleFate::truncated) {
+          ++sum.truncated;
+          if (e.full_loss_tokens > 0 && !held_out && !has_loss_token(e)) ++cut_off;
+        }
         (held_out ? *val : train).add(e.ids, e.loss_mask);
       }
     }
@@ -159,7 +223,15 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
       throw InputError(what + " gives no training examples: " + std::to_string(ordinal) +
                        " read, " + std::to_string(sum.dropped) + " dropped (data.truncation: " +
                        d.truncation + ", data.seq_len " + std::to_string(d.seq_len) + "), " +
+                       std::to_string(sum.empty) + " of no tokens, " +
                        std::to_string(val ? val->examples() : 0) + " held out for validation");
+    }
+    if (cut_off > 0) {
+      throw InputError(
+          what + ": none of its " + std::to_string(train.examples()) +
+          " training examples has a loss token within data.seq_len " + std::to_string(d.seq_len) +
+          ": truncation (data.truncation: " + d.truncation + ") cut off every loss token of " +
+          std::to_string(cut_off) + " of them; raise data.seq_len");
     }
     throw InputError(what + ": none of its " + std::to_string(train.examples()) +
                      " training examples has a loss token (data.loss_on: " + d.loss_on +
@@ -191,9 +263,8 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
                 " was made from other inputs, tokenizer, template or settings "
                 "(examples/manifest.json); rendering data.path again");
     }
+    MadeDirectories made(dir);  // removed again (while empty) when rendering fails
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw RuntimeFailure("cannot create '" + dir + "': " + ec.message());
     fs::remove(manifest_path, ec);  // first: a failure below leaves no manifest over a stale cache
     for (const char* f : {"train.tokens", "train.index", "val.tokens", "val.index"}) {
       fs::remove(dir + "/" + f, ec);
@@ -204,11 +275,14 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
               " loss tokens) and " + std::to_string(s.val_examples) + " validation examples; " +
               std::to_string(s.truncated) + " truncated and " + std::to_string(s.dropped) +
               " dropped (data.truncation: " + cfg.data.truncation + ", data.seq_len " +
-              std::to_string(cfg.data.seq_len) + "); cached in " + dir);
+              std::to_string(cfg.data.seq_len) + "), " + std::to_string(s.empty) +
+              " empty (of no tokens: skipped); cached in " + dir);
     want["summary"] = {{"examples", s.examples},   {"val_examples", s.val_examples},
                        {"truncated", s.truncated}, {"dropped", s.dropped},
-                       {"tokens", s.tokens},       {"loss_tokens", s.loss_tokens}};
+                       {"tokens", s.tokens},       {"loss_tokens", s.loss_tokens},
+                       {"empty", s.empty}};
     write_text_atomically(manifest_path, want.dump(1) + "\n");
+    made.keep();
   });
   collectively(comm, [&] {
     if (!read_manifest(manifest_path).is_object()) {

@@ -7,8 +7,9 @@
 // Validation: data.val_path's examples; without it, each example of data.path is held out with
 // probability data.val_fraction, decided by a hash of (data.seed, its ordinal in data.path).
 //
-// examples/manifest.json records what the cache was made from (the inputs' paths, sizes and
-// modification times, the tokenizer's and template's files, and the data settings that change
+// examples/manifest.json records what the cache was made from (the inputs' paths, sizes,
+// modification times and content hashes, apps/cache_manifest.hpp; the tokenizer's and template's
+// files, and the data settings that change
 // the tokens: format, loss_on, truncation, seq_len, seed, val_fraction): a later run of the same
 // output_dir (a resume) reuses the cache while they match, and makes it again otherwise.
 //
@@ -27,6 +28,7 @@ class Communicator;
 // What making the cache found (for the log and tests).
 struct ExampleCacheSummary {
   int64_t examples = 0, val_examples = 0, truncated = 0, dropped = 0;
+  int64_t empty = 0;  // examples of no tokens, skipped (data.truncation truncate or drop)
   int64_t tokens = 0, loss_tokens = 0;
 };
 

@@ -77,10 +77,32 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
       }
     }
   }
+  // The run's caches, cleared whenever what they were made from changes (apps/example_cache.hpp,
+  // apps/text_data.hpp): every file in them.
+  for (const char* cache : {"examples", "tokens"}) {
+    const std::string dir = (out / cache).string();
+    if (!fs::is_directory(dir, ec)) continue;
+    for (auto it = fs::recursive_directory_iterator(dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->is_regular_file(ec)) {
+        outputs.emplace_back("a file in the run's cache directory " + dir, it->path().string());
+      }
+    }
+  }
   std::vector<std::pair<std::string, std::string>> inputs = {{"CONFIG", cfg.source}};
   try {
     for (const auto& f : data_files(cfg.data)) inputs.emplace_back("data.path", f);
   } catch (const InputError&) {  // a glob matching nothing: the data loader says so
+  }
+  if (cfg.data.val_path) inputs.emplace_back("data.val_path", *cfg.data.val_path);
+  if (cfg.data.chat_template) inputs.emplace_back("data.chat_template", *cfg.data.chat_template);
+  if (cfg.model.tokenizer) {
+    inputs.emplace_back("model.tokenizer", *cfg.model.tokenizer);
+    if (fs::is_directory(*cfg.model.tokenizer, ec)) {
+      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+        inputs.emplace_back("model.tokenizer", (fs::path(*cfg.model.tokenizer) / f).string());
+      }
+    }
   }
   if (cfg.model.init_from && !resume_file && fs::is_directory(*cfg.model.init_from, ec) &&
       fs::exists(fs::path(*cfg.model.init_from) / "config.json", ec)) {

@@ -14,11 +14,13 @@ namespace kktrain {
 // UsageError (exit 2) when an input of the run (the CONFIG file, data.path, model.init_from, the
 // checkpoint resumed from) is a file the run would overwrite, rename or remove: metrics.jsonl
 // (kept as metrics.jsonl.N), the export (a file, or every file of the export directory, which is
-// replaced whole), or anything under the checkpoint root other than the checkpoint it resumes
-// from. data.path's files (lists and globs expanded) and every file of a Hugging Face
-// model.init_from directory are inputs. Also refuses an export directory that holds files an
-// export does not write (it would be replaced). `resume_file`: the checkpoint file the run resumes
-// from, if any.
+// replaced whole), anything under the checkpoint root other than the checkpoint it resumes
+// from, or anything in the run's caches <train.output_dir>/examples/ and tokens/ (cleared when
+// their inputs change). data.path's files (lists and globs expanded), data.val_path,
+// data.chat_template, model.tokenizer (and its directory's tokenizer files) and every file of a
+// Hugging Face model.init_from directory are inputs. Also refuses an export directory that holds
+// files an export does not write (it would be replaced). `resume_file`: the checkpoint file the run
+// resumes from, if any.
 void check_run_files(const Config& cfg, const std::optional<std::string>& resume_file);
 
 // Where the run writes its export: <train.output_dir>/export.h5, or the directory

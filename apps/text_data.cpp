@@ -19,12 +19,20 @@ using Json = nlohmann::json;
 
 namespace {
 
+// What the shards are made from: the inputs, the tokenizer.json and the tokenizer_config.json
+// beside it (its eos_token ends every document), each by content (apps/cache_manifest.hpp).
 Json make_manifest(const TextTokens& t) {
   Json inputs = Json::array();
   for (const auto& f : t.files) inputs.push_back(manifest_file_entry(f, "data.path"));
-  return {{"tokenizer", manifest_file_entry(t.tokenizer, "the tokenizer")},
-          {"inputs", inputs},
-          {"jsonl_key", t.jsonl_key}};
+  Json m = {{"tokenizer", manifest_file_entry(t.tokenizer, "the tokenizer")},
+            {"inputs", inputs},
+            {"jsonl_key", t.jsonl_key}};
+  const std::string conf = (fs::path(t.tokenizer).parent_path() / "tokenizer_config.json").string();
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(conf, ec))) {
+    m["tokenizer_config.json"] = manifest_file_entry(conf, "tokenizer_config.json");
+  }
+  return m;
 }
 
 bool shards_present(const Json& m) {
@@ -36,7 +44,16 @@ bool shards_present(const Json& m) {
   return !m["shards"].empty();
 }
 
-void make_shards(const TextTokens& t, const std::string& dir) {
+// The inputs for a message: 'F', or 'F' (and N more).
+std::string inputs_text(const std::vector<std::string>& files) {
+  std::string s = "'" + files.at(0) + "'";
+  if (files.size() > 1) s += " (and " + std::to_string(files.size() - 1) + " more)";
+  return s;
+}
+
+// The shards in `dir` (made, or reused as above); InputError naming data.path when its documents
+// give fewer than `min_tokens` tokens.
+void make_shards(const TextTokens& t, const std::string& dir, int64_t min_tokens) {
   const std::string manifest_path = dir + "/manifest.json";
   Json want = make_manifest(t);
   Json have = read_manifest(manifest_path);
@@ -47,12 +64,12 @@ void make_shards(const TextTokens& t, const std::string& dir) {
       return;
     }
     log::warn("data: the token shards in " + dir +
-              " were made from other inputs or another tokenizer (tokens/manifest.json); "
+              " were made from other inputs or another tokenizer or tokenizer_config.json "
+              "(tokens/manifest.json); "
               "tokenizing data.path again");
   }
+  MadeDirectories made(dir);  // removed again (while empty) when tokenizing fails
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw RuntimeFailure("cannot create '" + dir + "': " + ec.message());
   // Earlier shards go first (a failure below then leaves no stale tokens behind a manifest).
   fs::remove(manifest_path, ec);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -64,9 +81,17 @@ void make_shards(const TextTokens& t, const std::string& dir) {
   o.out = dir + "/data";
   o.jsonl_key = t.jsonl_key;
   const TokenizeSummary s = tokenize_to_shards(o, t.tokenizer);
+  if (s.tokens < min_tokens) {  // named as data.path, not as the shards made from it (removed)
+    for (const auto& f : s.shards) fs::remove(f, ec);
+    throw InputError("data.path " + inputs_text(t.files) + ": " + std::to_string(s.tokens) +
+                     " tokens through the tokenizer (each document ended by its eos_token), "
+                     "fewer than data.seq_len + 1 = " +
+                     std::to_string(min_tokens) + " that one training window needs");
+  }
   want["shards"] = s.shards;
   want["tokens"] = s.tokens;
   write_text_atomically(manifest_path, want.dump(1) + "\n");
+  made.keep();
 }
 
 }  // namespace
@@ -75,7 +100,7 @@ DataConfig tokenized_data(const Config& cfg, const TextTokens& t, Communicator& 
   if (t.files.empty()) return cfg.data;
   const std::string dir = (fs::path(cfg.train.output_dir) / "tokens").string();
   collectively(comm, [&] {
-    if (comm.rank() == 0) make_shards(t, dir);
+    if (comm.rank() == 0) make_shards(t, dir, cfg.data.seq_len + 1);
   });
   return collectively(comm, [&] {
     const Json m = read_manifest(dir + "/manifest.json");

@@ -3,8 +3,11 @@
 // in <train.output_dir>/tokens/ (what `kktrain tokenize` would write for the same files: each
 // document encoded with the tokenizer's special tokens, then tokenizer_config.json's eos_token),
 // and trains on those. tokens/manifest.json records what the shards were made from (the
-// tokenizer and every input's path, size and modification time): a later run of the same
+// tokenizer.json, the tokenizer_config.json beside it and every input, each by path, size,
+// modification time and content hash: apps/cache_manifest.hpp): a later run of the same
 // output_dir (a resume) reuses them while it matches, and makes them again otherwise, saying so.
+// Documents of fewer than data.seq_len + 1 tokens in all are one error naming data.path (the
+// shards made are removed, and so is a tokens/ directory this run made).
 //
 // Rank 0 writes the shards; the other ranks wait for it, then every rank reads them.
 #pragma once

@@ -228,7 +228,7 @@ def case_refusals():
                               ([f"data.path={empty}"], "gives no training examples: 0 read"),
                               (["data.seq_len=8", "data.truncation=drop"], "40 dropped"),
                               ([f"data.path={no_answer}"], "has a loss token"),
-                              ([f"data.path={tmp}"], "data.path: input"),
+                              ([f"data.path={tmp}"], "is a directory"),
                               (["model.mtp_num_layers=1"], "model.mtp_num_layers"),
                               ([f"data.val_path={tmp}/missing.jsonl"], "missing.jsonl")):
             args = ["train", tt.config("default.yaml"), *base(tmp, *extra, steps=2),

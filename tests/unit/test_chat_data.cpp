@@ -1,12 +1,16 @@
 // ExampleRenderer (apps/chat_data.hpp) called from several threads at once on one renderer: the
-// same examples as one thread renders (tests/cli/test_chat_data.py checks what they are).
+// same examples as one thread renders (tests/cli/test_chat_data.py checks what they are); an
+// example of no tokens skipped or refused as data.truncation says. ContentHash
+// (apps/cache_manifest.hpp): XXH64's values, the same for a stream fed in any pieces.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "apps/cache_manifest.hpp"
 #include "apps/chat_data.hpp"
+#include "core/errors.hpp"
 #include "tests/unit/scratch_dir.hpp"
 
 namespace kktrain {
@@ -92,6 +96,70 @@ TEST(ExampleRenderer, ThreadsRenderAsOneThreadDoes) {
       EXPECT_EQ(g[i].loss_mask, want[i].loss_mask);
     }
   }
+}
+
+// A template that prints nothing for a conversation opening with NOTHING: that example is of no
+// tokens (it crashed the renderer: loss_mask[0] of an empty vector).
+TEST(ExampleRenderer, AnExampleOfNoTokensIsSkippedOrRefused) {
+  ScratchDir dir("kktrain_chat_");
+  Config cfg;
+  cfg.model.tokenizer = chatml_tokenizer(dir);
+  cfg.model.vocab_size = 128;
+  cfg.data.format = "chat";
+  cfg.data.seq_len = 60;
+  std::ofstream(dir.path("t.jinja"))
+      << "{% if messages[0].content != 'NOTHING' %}{% for m in messages %}<|im_start|>{{ m.role }}"
+         "\n{{ m.content }}<|im_end|>\n{% endfor %}{% endif %}";
+  cfg.data.chat_template = dir.path("t.jinja");
+  const std::string line =
+      R"({"messages": [{"role": "user", "content": "NOTHING"}, {"role": "assistant", "content": ""}]})";
+  for (const char* loss_on : {"all", "assistant"}) {
+    cfg.data.loss_on = loss_on;
+    cfg.data.truncation = "truncate";
+    const ExampleRenderer r = ExampleRenderer::open(cfg);
+    const RenderedExample ex = r.render(line, "f", 3);
+    EXPECT_EQ(ex.fate, ExampleFate::empty) << loss_on;
+    EXPECT_TRUE(ex.ids.empty() && ex.loss_mask.empty());
+    EXPECT_EQ(r.empty(), 1);
+    cfg.data.truncation = "error";
+    const ExampleRenderer strict = ExampleRenderer::open(cfg);
+    try {
+      strict.render(line, "f", 3);
+      ADD_FAILURE() << "no error";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("f:3: the example renders to no tokens"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(ContentHash, IsXxh64AndTheSameForAnyPieces) {
+  const std::pair<std::string, uint64_t> known[] = {
+      {"", 0xef46db3751d8e999ull},
+      {"a", 0xd24ec4f1a98c6e5bull},
+      {"abc", 0x44bc2cf5ad770999ull},
+      {"Nobody inspects the spammish repetition", 0xfbcea83c8a378bf1ull}};
+  for (const auto& [text, want] : known) {
+    ContentHash h;
+    h.update(text.data(), text.size());
+    EXPECT_EQ(h.digest(), want) << text;
+  }
+  std::string data(1000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = char((i * 131) ^ (i >> 3));
+  ContentHash whole;
+  whole.update(data.data(), data.size());
+  for (size_t piece : {1, 3, 31, 32, 33, 100}) {
+    ContentHash h;
+    for (size_t i = 0; i < data.size(); i += piece) {
+      h.update(data.data() + i, std::min(piece, data.size() - i));
+    }
+    EXPECT_EQ(h.digest(), whole.digest()) << piece;
+  }
+  data[500] ^= 1;  // one bit
+  ContentHash other;
+  other.update(data.data(), data.size());
+  EXPECT_NE(other.digest(), whole.digest());
 }
 
 }  // namespace
