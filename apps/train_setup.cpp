@@ -17,6 +17,7 @@
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
 #include "parallel/agree.hpp"
+#include "parallel/peer_wait.hpp"
 
 namespace kktrain {
 
@@ -125,6 +126,7 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   // Text for a model that does not read text as bytes: refused before anything is read or written.
   const TextTokens text = collectively(comm, [&] { return check_text_data(cfg, run_text(cfg)); });
   set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
+  set_stuck_peer_wait(cfg.distributed.stuck_peer_wait_s);
   run.W = comm.size();
   run.rank0 = comm.rank() == 0;
   // The checkpoint to resume from (checkpoint.resume), if any: it provides every value, so the

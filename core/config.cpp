@@ -394,6 +394,7 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
                                     : CollectiveImpl::automatic;
   }
   d->failed_rank_wait_s = s.get_double("failed_rank_wait_s", 60.0, 0.0, 86400.0);
+  d->stuck_peer_wait_s = s.get_double("stuck_peer_wait_s", 300.0, 1.0, 86400.0);
   d->expert_parallel_size = s.get_int("expert_parallel_size", 1, 1, 1 << 16);
   d->moe_param_dtype = s.get_dtype("moe_param_dtype", std::nullopt, true);
   require_supported(s, "moe_param_dtype", d->moe_param_dtype);

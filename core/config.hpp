@@ -156,6 +156,9 @@ struct DistributedConfig {
   // A rank that fails inside a collective step waits this long for the others to agree, then
   // aborts the job (they are stuck in a collective it will never join).
   double failed_rank_wait_s = 60.0;
+  // A collective that makes no progress this long (a rank stopped: SIGSTOP, a frozen node) ends
+  // the job with one line naming the ranks that stopped answering (parallel/peer_wait.hpp).
+  double stuck_peer_wait_s = 300.0;
   // Experts split over this many ranks (docs/moe.md); it divides the ranks and model.moe's
   // num_experts.
   int64_t expert_parallel_size = 1;

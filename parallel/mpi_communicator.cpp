@@ -8,6 +8,9 @@
 // that widens both operands to fp32, adds, and rounds the sum once to bf16 (nearest even). Device
 // buffers go to the library directly when MPI is CUDA-aware (or memory is host memory); otherwise
 // they are staged through host copies (always for the ring, which adds on the host).
+// The library's collectives are started non-blocking (MPI_Iallgather, ...) and completed through
+// parallel/peer_wait.hpp, so that a waiting rank sleeps instead of spinning and a rank that stops
+// answering ends the job after distributed.stuck_peer_wait_s.
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -29,6 +32,7 @@
 #include "core/strings.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/mpi_world.hpp"
+#include "parallel/peer_wait.hpp"
 #include "parallel/ring_collectives.hpp"
 #ifdef KKTRAIN_HAVE_NCCL
 #include "parallel/nccl_communicator.hpp"
@@ -65,7 +69,9 @@ std::vector<uint64_t> MpiWorld::allgather_u64(const std::vector<uint64_t>& v) {
   std::vector<uint64_t> out(v.size() * static_cast<std::size_t>(size_));
   if (v.size() <= max_count()) {
     const int n = static_cast<int>(v.size());
-    MPI_Allgather(v.data(), n, MPI_UINT64_T, out.data(), n, MPI_UINT64_T, comm_);
+    MPI_Request r;
+    MPI_Iallgather(v.data(), n, MPI_UINT64_T, out.data(), n, MPI_UINT64_T, comm_, &r);
+    wait_one(&r, "an all-gather");
     return out;
   }
   // More values than an int counts: pieces, each gathered into a staging block per rank.
@@ -73,8 +79,10 @@ std::vector<uint64_t> MpiWorld::allgather_u64(const std::vector<uint64_t>& v) {
   for (std::size_t off = 0; off < v.size(); off += max_count()) {
     const std::size_t n = std::min(v.size() - off, max_count());
     piece.resize(n * static_cast<std::size_t>(size_));
-    MPI_Allgather(v.data() + off, static_cast<int>(n), MPI_UINT64_T, piece.data(),
-                  static_cast<int>(n), MPI_UINT64_T, comm_);
+    MPI_Request r;
+    MPI_Iallgather(v.data() + off, static_cast<int>(n), MPI_UINT64_T, piece.data(),
+                   static_cast<int>(n), MPI_UINT64_T, comm_, &r);
+    wait_one(&r, "an all-gather");
     for (int r = 0; r < size_; ++r) {
       std::copy(piece.begin() + r * n, piece.begin() + (r + 1) * n,
                 out.begin() + r * v.size() + off);
@@ -86,21 +94,27 @@ std::vector<uint64_t> MpiWorld::allgather_u64(const std::vector<uint64_t>& v) {
 double MpiWorld::allreduce_sum_host(double v) {
   count_host_sync();
   double out = 0.0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, comm_);
+  MPI_Request r;
+  MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, comm_, &r);
+  wait_one(&r, "an all-reduce");
   return out;
 }
 
 double MpiWorld::allreduce_max_host(double v) {
   count_host_sync();
   double out = 0.0;
-  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_);
+  MPI_Request r;
+  MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm_, &r);
+  wait_one(&r, "an all-reduce");
   return out;
 }
 
 uint64_t MpiWorld::allreduce_sum_u64(uint64_t v) {
   count_host_sync();
   uint64_t out = 0;
-  MPI_Allreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, comm_);  // unsigned: wraps mod 2^64
+  MPI_Request r;
+  MPI_Iallreduce(&v, &out, 1, MPI_UINT64_T, MPI_SUM, comm_, &r);  // unsigned: wraps mod 2^64
+  wait_one(&r, "an all-reduce");
   return out;
 }
 
@@ -108,7 +122,9 @@ void MpiWorld::allreduce_sum_u64(std::vector<uint64_t>& v) {
   count_host_sync();
   for (std::size_t off = 0; off < v.size(); off += max_count()) {
     const int n = static_cast<int>(std::min(v.size() - off, max_count()));
-    MPI_Allreduce(MPI_IN_PLACE, v.data() + off, n, MPI_UINT64_T, MPI_SUM, comm_);
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, v.data() + off, n, MPI_UINT64_T, MPI_SUM, comm_, &r);
+    wait_one(&r, "an all-reduce");
   }
 }
 
@@ -124,24 +140,29 @@ void MpiWorld::allreduce_host(std::vector<double>& sums, std::vector<double>& ma
     MPI_Iallreduce(MPI_IN_PLACE, maxes.data(), static_cast<int>(maxes.size()), MPI_DOUBLE, MPI_MAX,
                    comm_, &req[1]);
   }
-  MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+  wait_all(2, req, "an all-reduce");
 }
 
 void MpiWorld::broadcast_host(std::string& bytes, int root) {
   count_host_sync();
   uint64_t n = bytes.size();
-  MPI_Bcast(&n, 1, MPI_UINT64_T, root, comm_);
+  MPI_Request r;
+  MPI_Ibcast(&n, 1, MPI_UINT64_T, root, comm_, &r);
+  wait_one(&r, "a broadcast");
   bytes.resize(static_cast<std::size_t>(n));
   for (std::size_t off = 0; off < n; off += max_count()) {
     const int c = static_cast<int>(std::min(static_cast<std::size_t>(n) - off, max_count()));
-    MPI_Bcast(&bytes[off], c, MPI_BYTE, root, comm_);
+    MPI_Ibcast(&bytes[off], c, MPI_BYTE, root, comm_, &r);
+    wait_one(&r, "a broadcast");
   }
 }
 
 bool MpiWorld::all_agree(bool ok) {
   count_host_sync();
   int in = ok ? 1 : 0, out = 0;
-  MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, comm_);
+  MPI_Request r;
+  MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_LAND, comm_, &r);
+  wait_one(&r, "an all-reduce");
   return out != 0;
 }
 
@@ -152,6 +173,10 @@ int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
   int in = failed ? rank_ : size_, out = size_;
   MPI_Request req;
   MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, agree_comm_, &req);
+  if (!failed) {  // the ranks that did not fail wait as in any collective
+    wait_one(&req, "an agreement on errors");
+    return out;
+  }
   const double t0 = now_s();
   int done = 0;
   for (int polls = 0;; ++polls) {
@@ -170,7 +195,9 @@ void MpiWorld::abort(int exit_code) {
 
 void MpiWorld::barrier() {
   count_host_sync();
-  MPI_Barrier(comm_);
+  MPI_Request r;
+  MPI_Ibarrier(comm_, &r);
+  wait_one(&r, "a barrier");
 }
 
 bool mpi_is_gpu_aware() {
@@ -465,7 +492,9 @@ class MpiCommunicator final : public MpiWorld {
     // block at the piece's offset through a datatype whose extent is one whole block.
     if (bytes <= max_count()) {
       const int n = static_cast<int>(bytes);
-      MPI_Allgather(s, n, MPI_BYTE, r, n, MPI_BYTE, comm_);
+      MPI_Request q;
+      MPI_Iallgather(s, n, MPI_BYTE, r, n, MPI_BYTE, comm_, &q);
+      wait_one(&q, "an all-gather");
     }
     for (std::size_t off = 0; bytes > max_count() && off < bytes; off += max_count()) {
       const int n = static_cast<int>(std::min(bytes - off, max_count()));
@@ -473,7 +502,9 @@ class MpiCommunicator final : public MpiWorld {
       MPI_Type_contiguous(n, MPI_BYTE, &piece);
       MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(bytes), &strided);
       MPI_Type_commit(&strided);
-      MPI_Allgather(s + off, n, MPI_BYTE, r + off, 1, strided, comm_);
+      MPI_Request q;
+      MPI_Iallgather(s + off, n, MPI_BYTE, r + off, 1, strided, comm_, &q);
+      wait_one(&q, "an all-gather");
       MPI_Type_free(&strided);
       MPI_Type_free(&piece);
     }
@@ -506,7 +537,9 @@ class MpiCommunicator final : public MpiWorld {
     const MPI_Datatype type = dtype == DType::float32 ? MPI_FLOAT : bf16_type_;
     const MPI_Op op = dtype == DType::float32 ? MPI_SUM : bf16_sum_;
     if (count <= max_count()) {
-      MPI_Reduce_scatter_block(s, r, static_cast<int>(count), type, op, comm_);
+      MPI_Request q;
+      MPI_Ireduce_scatter_block(s, r, static_cast<int>(count), type, op, comm_, &q);
+      wait_one(&q, "a reduce-scatter");
     } else {
       // More than an int of elements per rank: pieces of max_count() elements, each gathered
       // from the W blocks into one contiguous send buffer (a reduction needs contiguous data).
@@ -518,7 +551,9 @@ class MpiCommunicator final : public MpiWorld {
         for (int k = 0; k < size_; ++k) {
           copy_bytes(piece + k * piece_bytes, s + (k * count + off) * esize, piece_bytes, host);
         }
-        MPI_Reduce_scatter_block(piece, r + off * esize, static_cast<int>(n), type, op, comm_);
+        MPI_Request q;
+        MPI_Ireduce_scatter_block(piece, r + off * esize, static_cast<int>(n), type, op, comm_, &q);
+        wait_one(&q, "a reduce-scatter");
       }
     }
     st.finish();
@@ -573,7 +608,7 @@ class MpiCommunicator final : public MpiWorld {
     if (p.ring >= 0) {
       ring_.finish(p.ring);
     } else {
-      MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+      wait_one(&p.request, "a non-blocking collective");
     }
     p.busy = false;
     end(t0, p.bytes);
@@ -586,8 +621,12 @@ class MpiCommunicator final : public MpiWorld {
     const char* s = static_cast<const char*>(st.in(send, p.send_total));
     char* r = static_cast<char*>(st.out(recv, p.recv_total));
     if (p.rounds == 1) {  // every count and displacement of every rank fits an int
-      MPI_Alltoallv(s, p.counts(p.send, 0).data(), p.displs(p.send, 0).data(), MPI_BYTE, r,
-                    p.counts(p.recv, 0).data(), p.displs(p.recv, 0).data(), MPI_BYTE, comm_);
+      const std::vector<int> sc = p.counts(p.send, 0), sd = p.displs(p.send, 0);
+      const std::vector<int> rc = p.counts(p.recv, 0), rd = p.displs(p.recv, 0);
+      MPI_Request q;
+      MPI_Ialltoallv(s, sc.data(), sd.data(), MPI_BYTE, r, rc.data(), rd.data(), MPI_BYTE, comm_,
+                     &q);
+      wait_one(&q, "an all-to-all");
     } else {
       // Round k moves bytes [k * piece, (k + 1) * piece) of every block, packed back to back in
       // one send and one receive buffer of at most size() pieces (their offsets fit an int).
@@ -603,8 +642,10 @@ class MpiCommunicator final : public MpiWorld {
         for (int j = 0; j < size_; ++j) {
           copy_bytes(ps + sd[j], s + p.send[j].offset + k * p.piece, sc[j], host);
         }
-        MPI_Alltoallv(ps, sc.data(), sd.data(), MPI_BYTE, pr, rc.data(), rd.data(), MPI_BYTE,
-                      comm_);
+        MPI_Request q;
+        MPI_Ialltoallv(ps, sc.data(), sd.data(), MPI_BYTE, pr, rc.data(), rd.data(), MPI_BYTE,
+                       comm_, &q);
+        wait_one(&q, "an all-to-all");
         for (int i = 0; i < size_; ++i) {
           copy_bytes(r + p.recv[i].offset + k * p.piece, pr + rd[i], rc[i], host);
         }
@@ -632,7 +673,9 @@ class MpiCommunicator final : public MpiWorld {
     float* rf = static_cast<float*>(r);
     for (std::size_t off = 0; off < n; off += max_count()) {
       const int c = static_cast<int>(std::min(n - off, max_count()));
-      MPI_Allreduce(s == r ? MPI_IN_PLACE : sf + off, rf + off, c, MPI_FLOAT, MPI_SUM, comm_);
+      MPI_Request q;
+      MPI_Iallreduce(s == r ? MPI_IN_PLACE : sf + off, rf + off, c, MPI_FLOAT, MPI_SUM, comm_, &q);
+      wait_one(&q, "an all-reduce");
     }
     st.finish();
     end(t0, 2.0 * static_cast<double>(n * sizeof(float)) * (size_ - 1) / size_);
@@ -664,8 +707,10 @@ class MpiCommunicator final : public MpiWorld {
         counts[k] = static_cast<int>(b.len[k]);
         displs[k] = static_cast<int>(b.off[k]);
       }
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r + at, counts.data(), displs.data(),
-                     MPI_FLOAT, comm_);
+      MPI_Request q;
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r + at, counts.data(), displs.data(),
+                      MPI_FLOAT, comm_, &q);
+      wait_one(&q, "an all-gather");
     }
     st.finish();
   }
@@ -739,6 +784,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Initialized(&already);
   if (!already) MPI_Init(argc, argv);
   active_ = true;
+  open_peer_liveness();
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }

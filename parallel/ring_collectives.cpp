@@ -8,6 +8,7 @@
 #include "core/bf16.hpp"
 #include "core/errors.hpp"
 #include "core/kokkos_compat.hpp"
+#include "parallel/peer_wait.hpp"
 
 namespace kktrain {
 
@@ -41,6 +42,10 @@ int mod(int a, int w) {
 // The shared window's signals: "slot filled" to the successor, "slot read" to the predecessor
 // (tags above the message ring's 1..30000).
 constexpr int kSlotReady = 32001, kSlotCredit = 32002;
+
+// Every wait goes through parallel/peer_wait.hpp: a short spin, then sleeps; a peer that stops
+// answering for distributed.stuck_peer_wait_s ends the job.
+constexpr const char* kWhat = "a ring reduction";
 
 // dst (n) = a (n) + b (n), elements of dtype: fp32 sums, or bf16 operands widened to fp32, added
 // and rounded once to bf16 (nearest even). dst may be b.
@@ -134,7 +139,7 @@ struct RingReducer::Op {
     std::vector<MPI_Request>& before = send[(s + 2) % 3];  // step s - 1's sends
     // (out is no send's source: the last step of a direct reduction waits for nothing)
     if (s > 0 && !(last(s) && direct) && c < before.size()) {
-      MPI_Wait(&before[c], MPI_STATUS_IGNORE);
+      wait_one(&before[c], kWhat);
     }
     MPI_Irecv(target(s) + c * chunk * esize, static_cast<int>(elements(len, c)), type, prev, tag,
               comm, &recv[s % 2][c]);
@@ -144,7 +149,7 @@ struct RingReducer::Op {
     std::vector<MPI_Request>& before = send[(s + 2) % 3];  // step s - 1's sends
     // those past this step's chunks, which no receive below waits for
     for (std::size_t c = chunks(b.len[rb(s)]); s > 0 && c < before.size(); ++c) {
-      MPI_Wait(&before[c], MPI_STATUS_IGNORE);
+      wait_one(&before[c], kWhat);
     }
     recv[s % 2].assign(chunks(b.len[rb(s)]), MPI_REQUEST_NULL);
     for (std::size_t c = 0; c < kLookahead; ++c) post_recv(s, c);
@@ -195,13 +200,17 @@ RingReducer::~RingReducer() {
   if (finalized || std::uncaught_exceptions() > 0) return;
   if (win_ != MPI_WIN_NULL) {
     // the successor's credits for the last slots written (sent once it read them)
-    for (; credited_ < written_; ++credited_) {
-      MPI_Recv(nullptr, 0, MPI_BYTE, mod(rank_ + 1, size_), kSlotCredit, comm_, MPI_STATUS_IGNORE);
-    }
+    for (; credited_ < written_; ++credited_) receive_signal(mod(rank_ + 1, size_), kSlotCredit);
     MPI_Win_unlock_all(win_);
     MPI_Win_free(&win_);
   }
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void RingReducer::receive_signal(int from, int tag) {
+  MPI_Request r;
+  MPI_Irecv(nullptr, 0, MPI_BYTE, from, tag, comm_, &r);
+  wait_one(&r, kWhat);
 }
 
 std::unique_ptr<char[]> RingReducer::take(std::size_t bytes) {
@@ -286,16 +295,14 @@ void RingReducer::run(Op& op) {
     for (std::size_t c = 0; c < op.chunks(len); ++c) {
       const std::size_t at = c * op.chunk * es, n = op.elements(len, c);
       op.post_recv(s, c + Op::kLookahead);
-      MPI_Wait(&op.recv[s % 2][c], MPI_STATUS_IGNORE);
+      wait_one(&op.recv[s % 2][c], kWhat);
       add_chunk(dst + at, partial + at, own + at, n, op.dtype);
       if (!last) {
         MPI_Isend(dst + at, static_cast<int>(n), op.type, op.next, op.tag, op.comm, &onward[c]);
       }
     }
   }
-  for (auto& sends : op.send) {
-    MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
-  }
+  for (auto& sends : op.send) wait_all(static_cast<int>(sends.size()), sends.data(), kWhat);
 }
 
 // Through the shared window, chunk by chunk: for chunk c, this rank first writes block r - 1's
@@ -313,7 +320,7 @@ void RingReducer::run_shared(Op& op) {
   signals.reserve(2 * op.chunks(op.b.len[0]) * static_cast<std::size_t>(op.w) + 2);
   auto slot_out = [&]() -> char* {  // the successor's next slot, once its reader is done with it
     if (written_ >= credited_ + slots) {
-      MPI_Recv(nullptr, 0, MPI_BYTE, op.next, kSlotCredit, comm_, MPI_STATUS_IGNORE);
+      receive_signal(op.next, kSlotCredit);
       ++credited_;
       MPI_Win_sync(win_);
     }
@@ -326,7 +333,7 @@ void RingReducer::run_shared(Op& op) {
     ++written_;
   };
   auto slot_in = [&]() -> const char* {  // this rank's next slot, once its writer filled it
-    MPI_Recv(nullptr, 0, MPI_BYTE, op.prev, kSlotReady, comm_, MPI_STATUS_IGNORE);
+    receive_signal(op.prev, kSlotReady);
     MPI_Win_sync(win_);
     return inbox_ + (read_ % slots) * slot_bytes_;
   };
@@ -356,7 +363,7 @@ void RingReducer::run_shared(Op& op) {
       if (!op.last(s)) publish();
     }
   }
-  MPI_Waitall(static_cast<int>(signals.size()), signals.data(), MPI_STATUSES_IGNORE);
+  wait_all(static_cast<int>(signals.size()), signals.data(), kWhat);
 }
 
 void RingReducer::finish(int id) {

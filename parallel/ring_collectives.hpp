@@ -33,6 +33,8 @@
 // reduce-scatter took 2.1-3.0 ms instead of 5.2-7.2. Otherwise (ranks on several nodes, or
 // point_to_point) each chunk is an MPI_Isend / MPI_Irecv pair. The summation order is the same
 // either way, and so are the bits.
+// Every wait (a chunk, a signal, a send) goes through parallel/peer_wait.hpp: a short spin, then
+// sleeps; a peer that stops answering for distributed.stuck_peer_wait_s ends the job.
 //
 // Non-blocking use: start() posts the first step's transfers and returns (through a window it
 // posts nothing: the whole reduction runs in finish()); finish() runs the rest.
@@ -96,6 +98,7 @@ class RingReducer {
   void run(Op& op);                                 // the steps not done yet, to the end
   void run_shared(Op& op);                          // the whole reduction through the window
   void open_window();                               // collective over comm_
+  void receive_signal(int from, int tag);           // an empty message (parallel/peer_wait.hpp)
   std::unique_ptr<char[]> take(std::size_t bytes);  // a scratch block from the pool
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
