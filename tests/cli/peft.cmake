@@ -9,3 +9,6 @@ foreach(case IN ITEMS export merged roundtrip refusals own_output init_only rege
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(peft.${case} PROPERTIES LABELS peft TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()
+# The cleanup of killed exports' temporaries beside an output and the symbolic-link target of a
+# directory export (tests/unit/test_durable.cpp; io/durable.hpp).
+kktrain_add_gtest(test_durable SOURCES unit/test_durable.cpp LIBS kktrain::io)
