@@ -235,7 +235,7 @@ bool is_hf_directory(const std::string& path) {
 
 std::string read_small_file(const std::string& file) {
   std::string text;
-  if (auto why = read_regular_file(&text, file)) {
+  if (auto why = read_regular_file(&text, file, kMaxSmallFileBytes)) {
     throw InputError("'" + file + "': " + (why->rfind("is ", 0) == 0 ? "" : "cannot read: ") +
                      *why);
   }

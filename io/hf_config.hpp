@@ -23,6 +23,7 @@
 // rope_scaling type, final_logit_softcapping (Gemma 2's; null is accepted).
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -46,7 +47,10 @@ bool is_hf_directory(const std::string& path);
 HfArchitecture read_hf_config(const std::string& dir);
 // The same for the text of `file`, already read.
 HfArchitecture parse_hf_config(const std::string& file, const std::string& text);
-// A small regular file's bytes (config.json, an index). InputError naming it.
+// A small regular file's bytes (config.json, an index, adapter_config.json, a tokenizer file
+// copied into an export). InputError naming it; refused unread when over kMaxSmallFileBytes (a
+// tokenizer.json's bound, text/tokenizer_load.cpp; config.json and indexes are KBs).
+constexpr std::size_t kMaxSmallFileBytes = std::size_t(64) << 20;
 std::string read_small_file(const std::string& file);
 
 // Refuses (InputError naming `file` and the dotted key) JSON text in which an object holds a key

@@ -250,6 +250,12 @@ def case_config_keys():
                 os.symlink(p, target)
             expect_refusal(peft_args(f, adapter), target,
                            f"peft.init_from's adapter_config.json: {kind}", word)
+        # a file beside model.init_from larger than any real one: refused unread
+        big = os.path.join(tmp, "big_hf")
+        shutil.copytree(f.hf, big)
+        os.truncate(os.path.join(big, "config.json"), (64 << 20) + 1)  # sparse: no disk used
+        expect_refusal(train_args(f, f"model.init_from={big}"), os.path.join(big, "config.json"),
+                       "model.init_from's config.json: over 64 MiB", "larger than 64 MiB")
         # written paths: a FIFO where a directory is written
         expect_refusal(train_args(f, f"train.output_dir={f.fifo}"), f.fifo,
                        "train.output_dir: a FIFO")
