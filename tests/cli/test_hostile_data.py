@@ -367,12 +367,15 @@ def case_messages():
 
 def case_val_ranks():
     """5 validation rows taken by 1, 2 and 3 ranks a row at a time, and by 1 rank in one batch of
-    5 rows: the same val_loss (the same global batch of 30 rows trains each run alike)."""
+    5 rows: the same val_loss (the same global batch of 30 rows trains each run alike). Every row
+    has loss tokens at seq_len 128 (at 64 two of them had none, and 2 ranks taking the same rows
+    went unnoticed), and their losses differ by 0.1-1%: a row counted twice or left out shows."""
     import test_mpi
     with tempfile.TemporaryDirectory(prefix="kktrain_hdata_") as tmp:
         val = write(os.path.join(tmp, "val.jsonl"), "".join(chat_lines()[:7]))
         over = [a for a in sft_args(tmp, "x", f"data.val_path={val}", "train.val_every=1",
-                                    "data.global_batch_size=30", "model.dtype=float32",
+                                    "data.global_batch_size=30", "data.seq_len=128",
+                                    "model.dtype=float32",
                                     "distributed.mp_policy.param_dtype=float32",
                                     "distributed.mp_policy.output_dtype=null")[2:]
                 if not a.startswith("train.output_dir") and
