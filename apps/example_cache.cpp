@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -153,6 +154,12 @@ void render_block(const ExampleRenderer& r, const std::string& file,
     for (std::size_t i = static_cast<std::size_t>(w); i < block.size(); i += threads) {
       try {
         (*out)[i] = r.render(block[i].second, file, block[i].first);
+      } catch (const std::bad_alloc&) {  // named as the line, not a generic bad_alloc
+        errors[i] = std::make_exception_ptr(RuntimeFailure(
+            file + ":" + std::to_string(block[i].first) + ": out of memory rendering this " +
+            std::to_string(block[i].second.size()) +
+            "-byte example (rendering takes tens of times a line's size; " +
+            std::to_string(threads) + " threads render at once)"));
       } catch (...) {
         errors[i] = std::current_exception();
       }

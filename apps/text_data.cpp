@@ -1,6 +1,7 @@
 #include "apps/text_data.hpp"
 
 #include <filesystem>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -51,6 +52,21 @@ std::string inputs_text(const std::vector<std::string>& files) {
   return s;
 }
 
+// "the largest, 'F', N bytes" of the inputs.
+std::string largest_input(const std::vector<std::string>& files) {
+  std::string name;
+  std::uintmax_t most = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const std::uintmax_t n = fs::file_size(f, ec);
+    if (!ec && (name.empty() || n > most)) {
+      most = n;
+      name = f;
+    }
+  }
+  return "the largest, '" + name + "', " + std::to_string(most) + " bytes";
+}
+
 // The shards in `dir` (made, or reused as above); InputError naming data.path when its documents
 // give fewer than `min_tokens` tokens.
 void make_shards(const TextTokens& t, const std::string& dir, int64_t min_tokens) {
@@ -80,7 +96,15 @@ void make_shards(const TextTokens& t, const std::string& dir, int64_t min_tokens
   o.inputs = t.files;
   o.out = dir + "/data";
   o.jsonl_key = t.jsonl_key;
-  const TokenizeSummary s = tokenize_to_shards(o, t.tokenizer);
+  TokenizeSummary s;
+  try {
+    s = tokenize_to_shards(o, t.tokenizer);
+  } catch (const std::bad_alloc&) {  // named as the input, not a generic bad_alloc
+    throw RuntimeFailure("data.path " + inputs_text(t.files) + " (" + largest_input(t.files) +
+                         "): out of memory tokenizing it (a document, a whole text file or a "
+                         ".jsonl line, takes about 27 times its size while it is encoded: 888 MiB "
+                         "for 32 MiB); split it into smaller documents");
+  }
   if (s.tokens < min_tokens) {  // named as data.path, not as the shards made from it (removed)
     for (const auto& f : s.shards) fs::remove(f, ec);
     throw InputError("data.path " + inputs_text(t.files) + ": " + std::to_string(s.tokens) +

@@ -18,8 +18,9 @@ usage: test_hostile_data.py KKTRAIN INPUTS_DIR CASE   (tests/cli/hostile_data.cm
 - masking_linear: a conversation of 10^5 turns renders with its loss mask in seconds (the mask
   was quadratic in turns: 71 s).
 - messages: seq_len too short for any assistant token says truncation cut them; a 2-byte text
-  file is named as data.path; a JSONL line longer than the limit is one error naming FILE:LINE
-  and the limit; `render` of a directory is one error.
+  file is named as data.path; out of memory tokenizing a document names data.path; a JSONL line
+  longer than the limit is one error naming FILE:LINE and the limit; `render` of a directory is
+  one error.
 - val_ranks: val_loss is the same on 1, 2 and 3 ranks taking a row at a time, and on 1 rank
   taking every row in one batch (validation rows neither overlap nor go missing).
 """
@@ -27,6 +28,7 @@ usage: test_hostile_data.py KKTRAIN INPUTS_DIR CASE   (tests/cli/hostile_data.cm
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -344,6 +346,32 @@ def case_messages():
         one_error(rc, err, "data.path", tiny, where=where)
         check("data_000000" not in err, "names the internal shard" + where)
         check(not os.path.exists(os.path.join(tmp, "tiny")), "an exit-2 run left its directory")
+        # Out of memory tokenizing a 32 MiB document (it takes about 27 times its size) under a
+        # 1.2 GB address-space limit: one line naming data.path, not a generic bad_alloc.
+        doc = write(os.path.join(tmp, "doc.txt"), "hello world the thing " * ((32 << 20) // 22))
+        args = ttm.train_args(tmp, model, "oom", f"data.path={doc}")
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_AS, (1200 << 20, 1200 << 20))
+
+        p = subprocess.run([tt.KKTRAIN, *args], capture_output=True, text=True, timeout=120,
+                           preexec_fn=limit)
+        errors = [ln for ln in p.stderr.splitlines() if "error" in ln]
+        check(p.returncode == 1 and len(errors) == 1 and "out of memory" in p.stderr and
+              doc in p.stderr and "data.path" in p.stderr,
+              "out of memory names data.path" + tt.describe(args, p.returncode, "", p.stderr))
+        # Out of memory rendering a 15 MiB example line (under the line limit) under the same
+        # limit: one line naming FILE:LINE, and no directory left.
+        line = write(os.path.join(tmp, "line.jsonl"), "".join(chat_lines()[:2]) + json.dumps(
+            {"messages": [{"role": "user", "content": "hello world " * ((15 << 20) // 12)},
+                          {"role": "assistant", "content": "ok"}]}) + "\n")
+        args = sft_args(tmp, "oom_line", f"data.path={line}")
+        p = subprocess.run([tt.KKTRAIN, *args], capture_output=True, text=True, timeout=120,
+                           preexec_fn=limit)
+        errors = [ln for ln in p.stderr.splitlines() if "error" in ln]
+        check(p.returncode == 1 and len(errors) == 1 and f"{line}:3: out of memory" in p.stderr,
+              "out of memory names FILE:LINE" + tt.describe(args, p.returncode, "", p.stderr))
+        check(not os.path.exists(os.path.join(tmp, "oom_line")), "the failed run left its directory")
         # A JSONL line over the limit (16 MiB): one error naming FILE:LINE and the limit.
         big = os.path.join(tmp, "big.jsonl")
         with open(big, "w") as f:
