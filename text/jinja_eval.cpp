@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <set>
 
 #include "core/errors.hpp"
@@ -201,6 +202,8 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
       if (!is_number(v)) fail(name_, e.line, "bad operand type for unary " + e.name);
       if (e.name == "+") return v.kind == K::boolean ? Value::integer(v.b) : v;
       if (v.kind == K::number) return Value::number(-v.f);
+      if (v.kind == K::integer && v.i == std::numeric_limits<std::int64_t>::min())
+        fail(name_, e.line, "integer overflow in unary '-' (beyond 64 bits)");
       return Value::integer(-(v.kind == K::integer ? v.i : v.b));
     }
     case EK::binary: {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "core/errors.hpp"
@@ -113,6 +114,10 @@ Value Evaluator::binary(const std::string& op, const Value& a, const Value& b, i
   } else if (nums && (op == "/" || op == "//" || op == "%")) {
     if (as_double(b) == 0) fail(name_, line, "division by zero");
     if (op == "/") return Value::number(as_double(a) / as_double(b));
+    if (ints && iv(b) == -1) {  // x // -1 is -x (-2^63 // -1 traps in C++), x % -1 is 0
+      const bool overflow = __builtin_sub_overflow(std::int64_t(0), iv(a), &r);
+      return op == "//" ? checked(overflow, r, line) : Value::integer(0);
+    }
     if (ints) {
       const std::int64_t q = py_floordiv(iv(a), iv(b));
       return op == "//" ? Value::integer(q) : Value::integer(iv(a) - q * iv(b));
@@ -407,7 +412,11 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     return total;
   }
   if (n == "abs") {
-    if (v.kind == K::integer) return Value::integer(std::llabs(v.i));
+    if (v.kind == K::integer) {
+      if (v.i == std::numeric_limits<std::int64_t>::min())
+        fail(name_, line, "integer overflow in 'abs' (beyond 64 bits)");
+      return Value::integer(std::llabs(v.i));
+    }
     if (v.kind == K::number) return Value::number(std::fabs(v.f));
     if (v.kind == K::boolean) return Value::integer(v.b);
     fail(name_, line, "abs of a " + type_name(v));
@@ -417,8 +426,13 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     const Value d = dflt ? *dflt : Value::integer(0);
     if (v.kind == K::integer) return v;
     if (v.kind == K::boolean) return Value::integer(v.b);
-    if (v.kind == K::number)
-      return std::isfinite(v.f) ? Value::integer(static_cast<std::int64_t>(v.f)) : d;
+    // int(f) for |f| >= 2^63 needs more than 64 bits (and the C++ cast is undefined)
+    auto truncated = [&](double f) {
+      if (std::fabs(f) >= 9223372036854775808.0)
+        fail(name_, line, "filter 'int' of " + repr(Value::number(f)) + " (beyond 64 bits)");
+      return Value::integer(static_cast<std::int64_t>(f));
+    };
+    if (v.kind == K::number) return std::isfinite(v.f) ? truncated(v.f) : d;
     if (v.kind == K::string) {
       std::string s = strip(v.s, nullptr, true, true);
       try {
@@ -426,9 +440,9 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
         const long long x = std::stoll(s, &used, 10);
         if (used == s.size()) return Value::integer(x);
         const double f = std::stod(s, &used);
-        if (used == s.size() && std::isfinite(f))
-          return Value::integer(static_cast<std::int64_t>(f));
-      } catch (const std::exception&) {
+        if (used == s.size() && std::isfinite(f)) return truncated(f);
+      } catch (const std::out_of_range&) {
+      } catch (const std::invalid_argument&) {
       }
     }
     return d;

@@ -128,6 +128,20 @@ TEST(JinjaLimits, PowerBySquaring) {
                     {"hostile.jinja line 1: ", "beyond 64 bits"}));
 }
 
+TEST(JinjaLimits, IntegerEdges) {
+  // -2^63 // -1 traps (SIGFPE) in C++; Python's result needs 65 bits
+  for (const char* e : {"(-9223372036854775807 - 1) // -1", "-(-9223372036854775807 - 1)",
+                        "(-9223372036854775807 - 1) | abs", "1e300 | int", "'-1e19' | int"}) {
+    EXPECT_TRUE(names(error_of(std::string("{{ ") + e + " }}"),
+                      {"hostile.jinja line 1: ", "beyond 64 bits"}))
+        << e;
+  }
+  EXPECT_EQ(Template("{{ (-9223372036854775807 - 1) // 1 }} {{ -7 // 2 }} {{ -7 % 3 }} "
+                     "{{ (-9223372036854775807 - 1) % -1 }} {{ 7 // -1 }} {{ -7 % -1 }}")
+                .render(Dict{}),
+            "-9223372036854775808 -4 2 0 -7 0");
+}
+
 TEST(JinjaLimits, NestedRangeLoops) {
   EXPECT_TRUE(names(error_of("{% for i in range(100000) %}\n{% for j in range(100000) %}"
                              "{% endfor %}{% endfor %}"),
