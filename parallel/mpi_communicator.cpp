@@ -169,12 +169,15 @@ bool MpiWorld::all_agree(bool ok) {
 int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
   count_host_sync();
   // Non-blocking, so that a failing rank can give up when the others never arrive. Tested often
-  // at first (agreements usually complete at once), then with sleeps that yield the CPU.
+  // at first (agreements usually complete at once), then with sleeps that yield the CPU. Ranks
+  // that did not fail end the job after distributed.stuck_peer_wait_s only for a rank known to
+  // be stopped: the step agreed on may be one rank's long work alone (rank 0 rendering or
+  // tokenizing the data, writing an export), which answers no one until it is done.
   int in = failed ? rank_ : size_, out = size_;
   MPI_Request req;
   MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_MIN, agree_comm_, &req);
-  if (!failed) {  // the ranks that did not fail wait as in any collective
-    wait_one(&req, "an agreement on errors");
+  if (!failed) {
+    wait_one(&req, "an agreement on errors", SilentPeer::ends_job_if_stopped);
     return out;
   }
   const double t0 = now_s();
@@ -182,7 +185,8 @@ int MpiWorld::first_failing_rank(bool failed, double failed_wait_s) {
   for (int polls = 0;; ++polls) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (done) return out;
-    if (failed && now_s() - t0 > failed_wait_s) return -1;  // the request is abandoned: we abort
+    if (now_s() - t0 > failed_wait_s) return -1;  // the request is abandoned: we abort
+    if (polls > 1000) answer_peer_pings();        // the others may ask whether this rank answers
     if (polls > 1000)
       std::this_thread::sleep_for(std::chrono::microseconds(polls > 5000 ? 1000 : 50));
   }

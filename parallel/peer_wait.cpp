@@ -1,10 +1,13 @@
 // Bounded, low-CPU waits for other ranks (parallel/peer_wait.hpp).
 #include "parallel/peer_wait.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +19,7 @@ namespace kktrain {
 namespace {
 
 double g_stuck_wait_s = 300.0;
+std::vector<int> g_pids, g_nodes;       // every world rank's process id and node (its lowest rank)
 MPI_Comm g_live = MPI_COMM_NULL;        // "do you answer" messages
 constexpr int kPing = 1, kPong = 2;     // tags on g_live
 constexpr int kSpinTests = 64;          // tests between clock reads while spinning
@@ -102,10 +106,32 @@ std::string rank_list(const std::vector<int>& ranks) {
   std::_Exit(1);
 }
 
-// The wait has seen no progress for stuck_peer_wait() seconds: returns when the requests
-// completed meanwhile, or when another rank is to speak (the caller waits once more); otherwise
-// ends the job.
-bool give_up(int n, MPI_Request* requests, const char* what, bool deferred) {
+// Whether world rank r is on this node and stopped (SIGSTOP, a frozen cgroup: state T in
+// /proc/PID/stat). False when that cannot be told (another node).
+bool stopped_here(int r) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (g_nodes.empty() ||
+      g_nodes[static_cast<std::size_t>(r)] != g_nodes[static_cast<std::size_t>(me)]) {
+    return false;
+  }
+  const std::string path = "/proc/" + std::to_string(g_pids[static_cast<std::size_t>(r)]) + "/stat";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return false;
+  char buf[512];
+  const std::size_t got = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[got] = '\0';
+  const char* close = std::strrchr(buf, ')');  // "PID (COMM) STATE ..."
+  return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
+}
+
+enum class Survey { completed, keep_waiting };
+
+// The wait has seen no progress for stuck_peer_wait() seconds: returns completed when the
+// requests completed meanwhile, keep_waiting when another rank is to speak or (with
+// SilentPeer::ends_job_if_stopped) no silent rank is known to be stopped; otherwise ends the job.
+Survey give_up(int n, MPI_Request* requests, const char* what, bool deferred, SilentPeer rule) {
   char waited[32];
   std::snprintf(waited, sizeof(waited), "%g", g_stuck_wait_s);
   const std::string setting =
@@ -115,9 +141,16 @@ bool give_up(int n, MPI_Request* requests, const char* what, bool deferred) {
   int speaker = 0, me = 0;
   MPI_Comm_rank(g_live, &me);
   const double grace = std::clamp(g_stuck_wait_s / 10.0, 0.5, 5.0);
-  const std::vector<int> silent = silent_ranks(n, requests, grace, &speaker, &completed);
-  if (completed) return false;
-  if (speaker != me && !deferred) return true;
+  std::vector<int> silent = silent_ranks(n, requests, grace, &speaker, &completed);
+  if (completed) return Survey::completed;
+  if (rule == SilentPeer::ends_job_if_stopped) {
+    // a silent rank may be working alone (rank 0 rendering the data): only a stopped one counts
+    silent.erase(
+        std::remove_if(silent.begin(), silent.end(), [](int r) { return !stopped_here(r); }),
+        silent.end());
+    if (silent.empty()) return Survey::keep_waiting;
+  }
+  if (speaker != me && !deferred) return Survey::keep_waiting;
   if (silent.empty()) {
     end_job(setting + ", and every rank answers (the ranks wait in different collectives)");
   }
@@ -135,10 +168,29 @@ double stuck_peer_wait() {
 }
 
 void open_peer_liveness() {
-  if (g_live == MPI_COMM_NULL) MPI_Comm_dup(MPI_COMM_WORLD, &g_live);
+  if (g_live != MPI_COMM_NULL) return;
+  MPI_Comm_dup(MPI_COMM_WORLD, &g_live);
+  int me = 0, world = 1;
+  MPI_Comm_rank(g_live, &me);
+  MPI_Comm_size(g_live, &world);
+  MPI_Comm node;
+  MPI_Comm_split_type(g_live, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
+  int mine[2] = {static_cast<int>(::getpid()), me};
+  MPI_Allreduce(MPI_IN_PLACE, &mine[1], 1, MPI_INT, MPI_MIN, node);  // the node's lowest rank
+  MPI_Comm_free(&node);
+  std::vector<int> all(2 * static_cast<std::size_t>(world));
+  MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, g_live);
+  for (int r = 0; r < world; ++r) {
+    g_pids.push_back(all[2 * static_cast<std::size_t>(r)]);
+    g_nodes.push_back(all[2 * static_cast<std::size_t>(r) + 1]);
+  }
 }
 
-void wait_all(int n, MPI_Request* requests, const char* what) {
+void answer_peer_pings() {
+  if (g_live != MPI_COMM_NULL) answer_pings();
+}
+
+void wait_all(int n, MPI_Request* requests, const char* what, SilentPeer rule) {
   int done = 0;
   for (int i = 0; i < kSpinTests; ++i) {  // the usual wait ends here: no clock read
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
@@ -157,9 +209,9 @@ void wait_all(int n, MPI_Request* requests, const char* what) {
     if (done) return;
     if (g_live != MPI_COMM_NULL) answer_pings();
     if (now_s() - since > g_stuck_wait_s) {
-      deferred = give_up(n, requests, what, deferred);
-      if (!deferred) return;  // completed during the survey
-      since = now_s();        // another rank speaks; if it does not, this one will
+      if (give_up(n, requests, what, deferred, rule) == Survey::completed) return;
+      deferred = true;  // another rank speaks (if it does not, this one will), or all are working
+      since = now_s();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
     sleep_us = std::min(2 * sleep_us, kMaxSleepUs);

@@ -23,14 +23,27 @@ void set_stuck_peer_wait(double seconds);
 double stuck_peer_wait();
 
 // Made once after MPI_Init, collectively over MPI_COMM_WORLD (MpiRuntime): the communicator the
-// "do you answer" messages travel on. Without it a wait that times out names no rank.
+// "do you answer" messages travel on, and every rank's process id and node. Without it a wait
+// that times out names no rank.
 void open_peer_liveness();
+
+// What a wait that timed out does about ranks that did not answer: end the job (a collective's
+// wait: every rank takes part in it), or only when one of them is known to be stopped (on this
+// node, in state T), else wait on (an agreement after a step that one rank may run alone for
+// long: rank 0 rendering the data or writing an export answers no one meanwhile).
+enum class SilentPeer { ends_job, ends_job_if_stopped };
 
 // MPI_Waitall's contract, with the waiting above; `what` names the collective for the message
 // ("a reduce-scatter").
-void wait_all(int n, MPI_Request* requests, const char* what);
-inline void wait_one(MPI_Request* request, const char* what) {
-  wait_all(1, request, what);
+void wait_all(int n, MPI_Request* requests, const char* what,
+              SilentPeer rule = SilentPeer::ends_job);
+inline void wait_one(MPI_Request* request, const char* what,
+                     SilentPeer rule = SilentPeer::ends_job) {
+  wait_all(1, request, what, rule);
 }
+
+// Answers the "do you answer" messages that arrived: for a wait of its own (a failing rank's
+// bounded wait for the others, parallel/agree.hpp).
+void answer_peer_pings();
 
 }  // namespace kktrain

@@ -5,11 +5,14 @@ usage: test_stopped_peer.py KKTRAIN INPUTS_DIR STOPPED_PEER CASE   (tests/cli/st
 
 - collectives: tests/tools/mpi_stopped_peer.cpp on 2 and 3 ranks: the last rank stops itself
   (SIGSTOP) before a reduce-scatter (kktrain's ring through the shared window, and point to
-  point), an all-reduce, an all-gather, an all-to-all, a barrier and a scalar all-reduce that the
-  others wait in. With distributed.stuck_peer_wait_s = 3 the job ends within the wait plus a
+  point), an all-reduce, an all-gather, an all-to-all, a barrier, a scalar all-reduce and the
+  agreement on errors after a step that the others wait in. With distributed.stuck_peer_wait_s = 3 the job ends within the wait plus a
   margin, non-zero, with one error line naming the stopped rank (and no other rank as stopped),
   and each waiting rank used under 30% of a core while it waited (/proc/PID/stat), not the 80%
   of a spinning wait.
+- busy_rank: a rank that works alone for twice the wait while the others wait in the agreement
+  after that step (rank 0 rendering the data) does not end the job: only a rank known to be
+  stopped ends it there.
 - train: `kktrain train` on 2 ranks, rank 1 stopped by the test in the middle of the run
   (whatever collective rank 0 then waits in): the same.
 Every process of the launch is continued and killed at the end, whatever happened.
@@ -148,7 +151,7 @@ def case_collectives():
     runs = [(2, "reduce_scatter", []), (2, "reduce_scatter", ["point_to_point"]),
             (3, "reduce_scatter", []), (3, "reduce_scatter", ["point_to_point"]),
             (2, "allreduce", []), (2, "allgather", []), (3, "alltoall", []),
-            (2, "barrier", []), (3, "scalar", [])]
+            (2, "barrier", []), (3, "scalar", []), (2, "agreement", []), (3, "agreement", [])]
     for np_, coll, extra in runs:
         what = f"{np_} ranks, {coll} {' '.join(extra)}".strip()
         with tempfile.TemporaryDirectory(prefix="kktrain_stopped_") as tmp:
@@ -173,6 +176,25 @@ def case_collectives():
                       f"at {share:.0%} of a core: {line}")
             finally:
                 end_session(p)
+
+
+def case_busy_rank():
+    """A rank that works alone longer than the wait (rank 0 rendering the data while the others
+    wait in the agreement after it) is not taken for a stopped one: the job completes."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_stopped_") as tmp:
+        p, read_err = launch(tm.mpirun(2) + [STOPPED_PEER, str(WAIT_S), "agreement_busy"], tmp)
+        try:
+            try:
+                p.wait(2 * WAIT_S + 60)
+            except subprocess.TimeoutExpired:
+                raise tt.Failure(f"still running after {2 * WAIT_S + 60} s\n{read_err()[-3000:]}")
+            err = read_err()
+            check(p.returncode == 0 and ": error: " not in err,
+                  f"a busy rank ended the job: rc={p.returncode}\n{err[-3000:]}")
+            print(f"2 ranks, rank 1 busy for {2 * WAIT_S + 1:.0f} s in an agreement (wait "
+                  f"{WAIT_S} s): completed")
+        finally:
+            end_session(p)
 
 
 def case_train():

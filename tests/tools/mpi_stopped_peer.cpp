@@ -5,21 +5,26 @@
 // usage: mpi_stopped_peer WAIT_S COLLECTIVE [point_to_point]
 //   COLLECTIVE: reduce_scatter (kktrain's ring; through the shared window unless point_to_point),
 //   allreduce (the ring, then the library's all-gather), allgather, alltoall, barrier, scalar
-//   (the library's). Every rank first runs COLLECTIVE 3 times; then the last rank raises SIGSTOP
-//   on itself, the others run it again and never complete it. Prints "stopping PID" (the last
-//   rank, before it stops) and "waiting PID" (the others) on stderr.
+//   (the library's), agreement (parallel/agree.hpp's collectively: the agreement after a step).
+//   Every rank first runs COLLECTIVE 3 times; then the last rank raises SIGSTOP on itself, the
+//   others run it again and never complete it. Prints "stopping PID" (the last rank, before it
+//   stops) and "waiting PID" (the others) on stderr. agreement_busy: the last rank works alone
+//   (sleeps) for 2 * WAIT_S + 1 s instead of stopping, then joins: every rank exits 0.
 // test_stopped_peer.py (case collectives) runs it under mpirun and checks the exit, the line,
 // the time and the waiting rank's CPU use.
 #include <signal.h>
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "parallel/agree.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/peer_wait.hpp"
 
@@ -50,6 +55,8 @@ void run(Communicator& comm, const std::string& what) {
     comm.barrier();
   } else if (what == "scalar") {
     comm.allreduce_sum_host(1.0);
+  } else if (what == "agreement" || what == "agreement_busy") {
+    collectively(comm, [] {});
   } else {
     std::fprintf(stderr, "unknown collective '%s'\n", what.c_str());
     std::exit(2);
@@ -76,7 +83,9 @@ int main(int argc, char** argv) {
   comm->set_collectives(CollectiveImpl::kktrain);
   const std::string what = argv[2];
   for (int i = 0; i < 3; ++i) run(*comm, what);
-  if (comm->rank() == comm->size() - 1) {
+  if (comm->rank() == comm->size() - 1 && what == "agreement_busy") {
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * std::atof(argv[1]) + 1));
+  } else if (comm->rank() == comm->size() - 1) {
     std::fprintf(stderr, "stopping %d\n", static_cast<int>(::getpid()));
     std::fflush(stderr);
     ::raise(SIGSTOP);
