@@ -187,6 +187,25 @@ def case_cache_content():
         check(rc == 0 and "are reused" not in err and "rendering data.path again" in err,
               "a same-size edit with its mtime restored renders data.path again" +
               tt.describe(args, rc, out, err))
+        # The same for data.val_path and data.chat_template.
+        val = os.path.join(tmp, "v.jsonl")
+        shutil.copy(data, val)
+        tmpl = write(os.path.join(tmp, "t.jinja"), chat_template())
+        args = sft_args(tmp, "ex2", f"data.path={data}", f"data.val_path={val}",
+                        f"data.chat_template={tmpl}")
+        rc, out, err = tt.run(args)
+        check(rc == 0, "with val_path and chat_template" + tt.describe(args, rc, out, err))
+        for path, old, new in ((None, None, None), (val, "Lyons", "Paris"),
+                               (tmpl, "trim", "TRIM")):
+            if path:
+                same_size_edit(path, old, new)
+            rc, out, err = tt.run(args)
+            if path == tmpl:  # an unknown filter now: the template is read again, and refused
+                check(rc == 2 and "TRIM" in err, "the edited template is used" +
+                      tt.describe(args, rc, out, err))
+            else:
+                check(rc == 0 and ("are reused" in err) == (path is None),
+                      f"after an edit of {path}" + tt.describe(args, rc, out, err))
         # The text run's token cache: data.path, then tokenizer_config.json's eos_token.
         model = ttm.hf_model(os.path.join(tmp, "m"), 320, tokenizer=True)
         text = ttm.write_text(os.path.join(tmp, "t.txt"))
@@ -229,6 +248,16 @@ def case_cache_inputs():
                 rc, out, err = tt.run(args)
                 one_error(rc, err, key, data, where=tt.describe(args, rc, out, err))
                 check(os.path.exists(data), "the input is kept")
+            # The chat template, and a hard link from elsewhere.
+            tmpl = write(os.path.join(run, sub, "t.jinja"), chat_template())
+            args = sft_args(tmp, "run", f"data.chat_template={tmpl}")
+            rc, out, err = tt.run(args)
+            one_error(rc, err, "data.chat_template", tmpl, where=tt.describe(args, rc, out, err))
+            hard = os.path.join(tmp, f"hard_{sub}.jsonl")
+            os.link(data, hard)
+            args = sft_args(tmp, "run", f"data.path={hard}")
+            rc, out, err = tt.run(args)
+            one_error(rc, err, "data.path", where=tt.describe(args, rc, out, err))
             # Through a symbolic link from elsewhere.
             link = os.path.join(tmp, f"link_{sub}.jsonl")
             os.symlink(data, link)
@@ -263,6 +292,15 @@ def case_cache_inputs():
 # ---- epochs ----------------------------------------------------------------------------------
 
 
+def without_max_steps(tmp, args):
+    """args with a copy of their CONFIG that sets no train.max_steps (default.yaml does)."""
+    conf = os.path.join(tmp, "no_max_steps.yaml")
+    with open(args[1]) as f:
+        lines = [ln for ln in f if not ln.strip().startswith("max_steps:")]
+    write(conf, "".join(lines))
+    return [args[0], conf] + [a for a in args[2:] if not a.startswith("train.max_steps")]
+
+
 def case_epochs_lazy():
     with tempfile.TemporaryDirectory(prefix="kktrain_hdata_") as tmp:
         many = ["data.packing=true", "train.epochs=1000000000"]
@@ -275,7 +313,7 @@ def case_epochs_lazy():
         check(rc == 0 and "cut to train.max_steps 2" in err,
               "max_steps cuts 10^9 epochs short" + tt.describe(args, rc, out, err))
         # Without max_steps: the first step within 60 s, then SIGTERM ends the run.
-        args = [a for a in sft_args(tmp, "long", *many) if not a.startswith("train.max_steps")]
+        args = without_max_steps(tmp, sft_args(tmp, "long", *many))
         metrics = os.path.join(tmp, "long", "metrics.jsonl")
         p = subprocess.Popen([tt.KKTRAIN, *args], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -295,7 +333,17 @@ def case_epochs_lazy():
                 out, err = p.communicate()
         check(started, f"no step within 60 s of a start with 10^9 epochs (rc {p.returncode})"
               f"\nstderr:\n{err[-2000:]}")
-        check("1000000000 epochs of" in err, "the start names the epochs:\n" + err[-2000:])
+        check("1000000000 epochs of" in err and "cut to" not in err,
+              "the start names the epochs, uncut:\n" + err[-2000:])
+        # More steps than int64 counts: refused without train.max_steps, cut with it.
+        huge = ["data.packing=true", f"train.epochs={2**63 - 1}"]
+        args = without_max_steps(tmp, sft_args(tmp, "huge", *huge))
+        rc, out, err = tt.run(args, timeout=60)
+        one_error(rc, err, "train.epochs", "train.max_steps", where=tt.describe(args, rc, out, err))
+        args = sft_args(tmp, "huge", *huge, steps=1)
+        rc, out, err = tt.run(args, timeout=60)
+        check(rc == 0 and "cut to train.max_steps 1" in err,
+              "max_steps cuts 2^63-1 epochs" + tt.describe(args, rc, out, err))
 
 
 # ---- loss masks in linear time ----------------------------------------------------------------
