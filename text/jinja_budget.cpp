@@ -24,6 +24,11 @@ void Evaluator::spend_items(const std::vector<Value>& items, int line) {
   spend(n, line);
 }
 
+std::vector<std::string> Evaluator::explode(const std::string& s, int line) {
+  spend(static_cast<std::int64_t>(s.size()) * kStepsPerCutByte, line);
+  return code_points(s);
+}
+
 void Evaluator::check_size(std::size_t bytes, int line) {
   if (bytes > limits_.max_output_bytes)
     fail(name_, line,

@@ -83,13 +83,15 @@ Value Evaluator::item(const Value& obj, const Value& key, int line) {
       obj.kind == K::string ||
       (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range"));
   if (indexable && (key.kind == K::integer || key.kind == K::boolean)) {
-    std::vector<std::string> cps;
-    if (obj.kind == K::string) cps = code_points(obj.s);
-    const auto n = static_cast<std::int64_t>(obj.kind == K::list ? obj.list->size() : cps.size());
+    const auto n =
+        static_cast<std::int64_t>(obj.kind == K::list ? obj.list->size() : code_point_count(obj.s));
     std::int64_t k = key.kind == K::integer ? key.i : key.b;
     if (k < 0) k += n;
     if (k < 0 || k >= n) return Value::undefined();
-    return obj.kind == K::list ? (*obj.list)[k] : Value::string(cps[k]);
+    if (obj.kind == K::list) return (*obj.list)[k];
+    std::size_t at = 0;
+    for (; k > 0; --k) at += code_point_len(obj.s, at);
+    return Value::string(obj.s.substr(at, code_point_len(obj.s, at)));
   }
   if (key.kind == K::string) return attr(obj, key.s, line);
   return Value::undefined();
@@ -146,7 +148,7 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
     return Value::make_list(std::move(out), obj.s);
   }
   if (obj.kind == K::string) {
-    const auto cps = code_points(obj.s);
+    const auto cps = explode(obj.s, e.line);
     std::string out;
     for (auto k : slice_indices(cps.size(), ptr[0], ptr[1], ptr[2])) out += cps[k];
     return Value::string(out);
@@ -381,7 +383,7 @@ std::vector<Value> Evaluator::iterate(const Value& v, int line) {
     }
     case K::string: {
       std::vector<Value> chars;
-      for (auto& cp : code_points(v.s)) chars.push_back(Value::string(cp));
+      for (auto& cp : explode(v.s, line)) chars.push_back(Value::string(cp));
       spend_items(chars, line);
       return chars;
     }

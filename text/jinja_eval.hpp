@@ -43,6 +43,7 @@ std::int64_t py_floordiv(std::int64_t a, std::int64_t b);
 
 // Steps a string costs per byte copied (Value strings are copied with the value).
 constexpr std::size_t kBytesPerStep = 16;
+constexpr std::int64_t kStepsPerCutByte = 4;
 
 class Evaluator {
  public:
@@ -84,7 +85,10 @@ class Evaluator {
   // The budget: each refusal names the line and the limit.
   void spend(std::int64_t steps, int line);
   void spend_items(const std::vector<Value>& items, int line);  // a copy of these values
-  void check_size(std::size_t bytes, int line);                 // a string of `bytes`
+  // s cut into code points (code_points), its cost spent first: kStepsPerCutByte a byte, as each
+  // code point becomes a string of its own (about 32 bytes)
+  std::vector<std::string> explode(const std::string& s, int line);
+  void check_size(std::size_t bytes, int line);  // a string of `bytes`
   void check_value_depth(const Value& v, int line);
   void check_not_namespace(const Value& v, int line);  // what a namespace attribute may hold
   void count_iteration(int line);                      // one more for-loop iteration

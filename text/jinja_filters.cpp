@@ -267,7 +267,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     return s;
   }
   if (n == "length" || n == "count") {
-    if (v.kind == K::string) return Value::integer(code_points(v.s).size());
+    if (v.kind == K::string) return Value::integer(code_point_count(v.s));
     if (v.kind == K::list && v.s != "generator") return Value::integer(v.list->size());
     if (v.kind == K::dict) return Value::integer(v.dict->items.size());
     if (v.kind == K::undefined) return Value::integer(0);
@@ -380,7 +380,7 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
   }
   if (n == "reverse") {
     if (v.kind == K::string) {
-      auto cps = code_points(v.s);
+      auto cps = explode(v.s, line);
       std::string out;
       for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
       return Value::string(out);

@@ -124,6 +124,9 @@ struct JsonStyle {
 bool to_json(const Value& v, const JsonStyle& style, std::string* out);
 // Unicode code points of UTF-8 text (invalid bytes pass through as single units).
 std::vector<std::string> code_points(const std::string& s);
+// Without making them: the bytes of the code point at s[k], and how many s holds.
+std::size_t code_point_len(const std::string& s, std::size_t k);
+std::size_t code_point_count(const std::string& s);
 std::string type_name(const Value& v);  // Python's type name
 bool is_py_space(const std::string& cp);
 // The origins of a + b (strings); null when neither has any.

@@ -42,7 +42,6 @@ Value strip_value(const Value& v, const Value* chars, bool left, bool right) {
 
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
                                                  bool left, bool right) {
-  auto cps = code_points(s);
   std::vector<std::string> set;
   if (chars && chars->kind == K::string) set = code_points(chars->s);
   auto drop = [&](const std::string& cp) {
@@ -51,14 +50,20 @@ std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Val
       if (c == cp) return true;
     return false;
   };
-  std::size_t a = 0, b = cps.size();
-  if (left)
-    while (a < b && drop(cps[a])) ++a;
-  if (right)
-    while (b > a && drop(cps[b - 1])) --b;
-  std::size_t begin = 0, end = 0;
-  for (std::size_t k = 0; k < b; ++k) (k < a ? begin : end) += cps[k].size();
-  return {begin, begin + end};
+  // one pass, one code point at a time: the first kept one and the end of the last
+  std::size_t first = std::string::npos, last_end = 0;
+  for (std::size_t k = 0, n; k < s.size(); k += n) {
+    n = code_point_len(s, k);
+    if (drop(s.substr(k, n))) continue;
+    if (first == std::string::npos) first = k;
+    last_end = k + n;
+    if (!right) break;
+  }
+  if (first == std::string::npos) {  // every code point dropped
+    const std::size_t at = left ? s.size() : 0;
+    return {at, at};
+  }
+  return {left ? first : 0, right ? last_end : s.size()};
 }
 
 bool replace(const std::string& s, const std::string& from, const std::string& to,

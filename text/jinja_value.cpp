@@ -422,14 +422,27 @@ bool to_json(const Value& v, const JsonStyle& style, std::string* out) {
   return json_value(v, style, 0, out);
 }
 
+std::size_t code_point_len(const std::string& s, std::size_t k) {
+  const auto c = static_cast<unsigned char>(s[k]);
+  const std::size_t n = c < 0x80         ? 1
+                        : (c >> 5) == 6  ? 2
+                        : (c >> 4) == 14 ? 3
+                        : (c >> 3) == 30 ? 4
+                                         : 1;
+  return k + n > s.size() ? 1 : n;
+}
+
+std::size_t code_point_count(const std::string& s) {
+  std::size_t count = 0;
+  for (std::size_t k = 0; k < s.size(); k += code_point_len(s, k)) ++count;
+  return count;
+}
+
 std::vector<std::string> code_points(const std::string& s) {
   std::vector<std::string> out;
-  for (std::size_t k = 0; k < s.size();) {
-    const auto c = static_cast<unsigned char>(s[k]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (k + n > s.size()) n = 1;
+  for (std::size_t k = 0, n; k < s.size(); k += n) {
+    n = code_point_len(s, k);
     out.push_back(s.substr(k, n));
-    k += n;
   }
   return out;
 }

@@ -234,6 +234,23 @@ TEST(JinjaLimits, StepsOfQuadraticWork) {
   }
 }
 
+TEST(JinjaLimits, LongStringsAreNotCutIntoCodePoints) {
+  // length, an index and strip walk the string; a list of its code points costs steps first
+  // (kStepsPerCutByte a byte, before they are made)
+  EXPECT_EQ(Template("{% set s = 'é' * 1000000 %}{{ s | length }} {{ s[999999] }} "
+                     "{{ (' ' ~ s ~ ' ') | trim | length }} {{ (s ~ 'x').rstrip('x') | length }}")
+                .render(Dict{}),
+            "1000000 é 1000000 1000000");
+  Limits small;
+  small.max_steps = 1000000;
+  for (const char* e :
+       {"s | list | length", "s[::-1] | length", "s | reverse | length", "s[1:] | length"}) {
+    EXPECT_TRUE(names(error_of(std::string("{% set s = 'x' * 300000 %}{{ ") + e + " }}", small),
+                      {"hostile.jinja line 1: ", "(the step limit)"}))
+        << e;
+  }
+}
+
 TEST(JinjaLimits, LoopIterationsCountEveryLoop) {
   Limits small;
   small.max_loop_iterations = 1000;
