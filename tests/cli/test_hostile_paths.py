@@ -237,7 +237,7 @@ def case_config_keys():
             for kind, p, word in f.specials(null=name == "chat_template.jinja"):
                 d, target = f.tokenizer_with(name, p)
                 expect_refusal(render_args(f, f"model.tokenizer={d}"), target,
-                               f"model.tokenizer's {name}: {kind}", word)
+                               f"model.tokenizer's {name}: {kind}", "is a " + word)
         for kind, p, word in f.specials():
             adapter = f.out()
             os.mkdir(adapter)
@@ -249,7 +249,16 @@ def case_config_keys():
             else:
                 os.symlink(p, target)
             expect_refusal(peft_args(f, adapter), target,
-                           f"peft.init_from's adapter_config.json: {kind}", word)
+                           f"peft.init_from's adapter_config.json: {kind}", "is a " + word)
+        # the config.json of a Hugging Face model.init_from
+        for kind, p, word in f.specials():
+            d = f.out()
+            shutil.copytree(f.hf, d)
+            target = os.path.join(d, "config.json")
+            os.remove(target)
+            f.named(p, os.path.relpath(target, tmp))
+            expect_refusal(train_args(f, f"model.init_from={d}"), target,
+                           f"model.init_from's config.json: {kind}", "is a " + word)
         # a file beside model.init_from larger than any real one: refused unread
         big = os.path.join(tmp, "big_hf")
         shutil.copytree(f.hf, big)
