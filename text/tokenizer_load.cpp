@@ -450,6 +450,9 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     dir = path;
     file = path + "/tokenizer.json";
+    const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
+    if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
+      throw InputError("tokenizer file '" + path + "' is a directory, not a file");
     if (::stat(file.c_str(), &st) != 0)
       throw InputError("tokenizer directory '" + path + "' has no tokenizer.json");
   } else if (::stat(path.c_str(), &st) != 0) {
@@ -494,9 +497,6 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   for (size_t i = 0; i < t->added.size(); ++i) {
     AddedToken& a = t->added[i];
     if (a.id >= int32_t(t->id_to_token.size())) t->id_to_token.resize(size_t(a.id) + 1);
-    const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
-    if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
-      throw InputError("tokenizer file '" + path + "' is a directory, not a file");
     t->id_to_token[size_t(a.id)] = keep(t, a.content);
     a.match = a.normalized && !t->normalizers.empty() ? apply_normalizers(*t, a.content, matchers)
                                                       : a.content;
