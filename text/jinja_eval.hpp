@@ -3,6 +3,7 @@
 // (Limits): evaluation depth, steps, loop iterations, the size of strings and of the output.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,9 @@ Value strip_value(const Value& v, const Value* chars, bool left, bool right);  /
 bool replace(const std::string& s, const std::string& from, const std::string& to,
              std::int64_t count, std::size_t max_bytes, std::string* out);
 // str.split (sep null or None: on runs of Unicode whitespace; maxsplit < 0: no limit)
-std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit);
+// false, and *out untouched, when it would make more than max_items pieces
+bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::size_t max_items,
+           std::vector<Value>* out);
 Value builtin(const std::string& name, std::function<Value(Args&, int)> f);  // a callable
 std::int64_t py_floordiv(std::int64_t a, std::int64_t b);
 
@@ -84,6 +87,9 @@ class Evaluator {
 
   // The budget: each refusal names the line and the limit.
   void spend(std::int64_t steps, int line);
+  std::size_t steps_left() const {
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, limits_.max_steps - steps_));
+  }
   void spend_items(const std::vector<Value>& items, int line);  // a copy of these values
   // s cut into code points (code_points), its cost spent first: kStepsPerCutByte a byte, as each
   // code point becomes a string of its own (about 32 bytes)

@@ -61,7 +61,12 @@ Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
       const Value* sep = kwarg(a, "sep", 0);
       const Value* mx = kwarg(a, "maxsplit", 1);
       if (sep && sep->kind == K::string && sep->s.empty()) fail(name_, l, "split: empty separator");
-      return Value::make_list(split(s, sep, mx && mx->kind == K::integer ? mx->i : -1));
+      // at most as many pieces as the steps left (each costs one)
+      std::vector<Value> pieces;
+      if (!split(s, sep, mx && mx->kind == K::integer ? mx->i : -1, steps_left(), &pieces))
+        spend(limits_.max_steps, l);
+      spend_items(pieces, l);
+      return Value::make_list(std::move(pieces));
     }
     if (n == "replace") {
       if (a.pos.size() < 2) fail(name_, l, "replace needs old and new");

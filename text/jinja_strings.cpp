@@ -1,5 +1,7 @@
 // String helpers of the chat-template interpreter with Python's semantics (str.strip, replace,
 // split over Unicode whitespace; ASCII case mapping) and keyword arguments (jinja_eval.hpp).
+#include <set>
+
 #include "text/jinja_eval.hpp"
 
 namespace kktrain::text::jinja {
@@ -42,13 +44,15 @@ Value strip_value(const Value& v, const Value* chars, bool left, bool right) {
 
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
                                                  bool left, bool right) {
-  std::vector<std::string> set;
-  if (chars && chars->kind == K::string) set = code_points(chars->s);
+  std::set<std::string> set;  // the distinct code points of chars (at most 0x110000 + 256)
+  if (chars && chars->kind == K::string)
+    for (std::size_t k = 0, n; k < chars->s.size(); k += n) {
+      n = code_point_len(chars->s, k);
+      set.insert(chars->s.substr(k, n));
+    }
   auto drop = [&](const std::string& cp) {
     if (!chars || chars->kind == K::none) return is_py_space(cp);
-    for (auto& c : set)
-      if (c == cp) return true;
-    return false;
+    return set.count(cp) > 0;
   };
   // one pass, one code point at a time: the first kept one and the end of the last
   std::size_t first = std::string::npos, last_end = 0;
@@ -76,11 +80,11 @@ bool replace(const std::string& s, const std::string& from, const std::string& t
     return true;
   };
   if (from.empty()) {
-    auto cps = code_points(s);
     std::int64_t n = 0;
-    for (auto& cp : cps) {
+    for (std::size_t k = 0, len; k < s.size(); k += len) {
+      len = code_point_len(s, k);
       if ((count < 0 || n++ < count) && !add(to)) return false;
-      if (!add(cp)) return false;
+      if (!add(s.substr(k, len))) return false;
     }
     if ((count < 0 || n < count) && !add(to)) return false;
     *result = std::move(out);
@@ -100,34 +104,41 @@ bool replace(const std::string& s, const std::string& from, const std::string& t
   return true;
 }
 
-std::vector<Value> split(const std::string& s, const Value* sep, std::int64_t maxsplit) {
+bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::size_t max_items,
+           std::vector<Value>* result) {
   std::vector<Value> out;
-  if (!sep || sep->kind == K::none) {
-    auto cps = code_points(s);
+  auto add = [&](std::string piece) {
+    if (out.size() >= max_items) return false;
+    out.push_back(Value::string(std::move(piece)));
+    return true;
+  };
+  if (!sep || sep->kind == K::none) {  // a code point at a time, none stored
+    auto space = [&](std::size_t k) { return is_py_space(s.substr(k, code_point_len(s, k))); };
     std::size_t k = 0;
     while (true) {
-      while (k < cps.size() && is_py_space(cps[k])) ++k;
-      if (k >= cps.size()) break;
-      std::string word;
+      while (k < s.size() && space(k)) k += code_point_len(s, k);
+      if (k >= s.size()) break;
       if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) >= maxsplit) {
-        for (; k < cps.size(); ++k) word += cps[k];  // the rest keeps its trailing whitespace
-        out.push_back(Value::string(word));
+        if (!add(s.substr(k))) return false;  // the rest keeps its trailing whitespace
         break;
       }
-      while (k < cps.size() && !is_py_space(cps[k])) word += cps[k++];
-      out.push_back(Value::string(word));
+      const std::size_t begin = k;
+      while (k < s.size() && !space(k)) k += code_point_len(s, k);
+      if (!add(s.substr(begin, k - begin))) return false;
     }
-    return out;
+    *result = std::move(out);
+    return true;
   }
   std::size_t p = 0;
   while (maxsplit < 0 || static_cast<std::int64_t>(out.size()) < maxsplit) {
     const std::size_t q = s.find(sep->s, p);
     if (q == std::string::npos) break;
-    out.push_back(Value::string(s.substr(p, q - p)));
+    if (!add(s.substr(p, q - p))) return false;
     p = q + sep->s.size();
   }
-  out.push_back(Value::string(s.substr(p)));
-  return out;
+  if (!add(s.substr(p))) return false;
+  *result = std::move(out);
+  return true;
 }
 
 Value builtin(const std::string& name, std::function<Value(Args&, int)> f) {

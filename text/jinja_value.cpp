@@ -186,7 +186,9 @@ void json_string(const std::string& s, bool ensure_ascii, std::string* out) {
     *out += "\\u";
     for (int k = 12; k >= 0; k -= 4) *out += hex[(v >> k) & 15];
   };
-  for (const auto& cp : code_points(s)) {
+  for (std::size_t at = 0, n; at < s.size(); at += n) {  // a code point at a time, none stored
+    n = code_point_len(s, at);
+    const std::string cp = s.substr(at, n);
     const auto c = static_cast<unsigned char>(cp[0]);
     if (cp.size() == 1 && c < 0x80) {
       switch (cp[0]) {

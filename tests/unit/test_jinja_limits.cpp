@@ -241,11 +241,18 @@ TEST(JinjaLimits, LongStringsAreNotCutIntoCodePoints) {
                      "{{ (' ' ~ s ~ ' ') | trim | length }} {{ (s ~ 'x').rstrip('x') | length }}")
                 .render(Dict{}),
             "1000000 é 1000000 1000000");
+  // split, tojson, strip(chars) and replace('') walk it too
+  EXPECT_EQ(
+      Template(
+          "{% set s = 'é ' * 100000 %}{{ s.split() | length }} {{ s.split(' ') | length }} "
+          "{{ s | tojson | length }} {{ s.strip(s) | length }} {{ s.replace('', '') | length }}")
+          .render(Dict{}),
+      "100000 100001 200002 0 200000");
   Limits small;
-  small.max_steps = 1000000;
-  for (const char* e :
-       {"s | list | length", "s[::-1] | length", "s | reverse | length", "s[1:] | length"}) {
-    EXPECT_TRUE(names(error_of(std::string("{% set s = 'x' * 300000 %}{{ ") + e + " }}", small),
+  small.max_steps = 200000;
+  for (const char* e : {"s | list | length", "s[::-1] | length", "s | reverse | length",
+                        "s[1:] | length", "s.split() | length", "s.split(',') | length"}) {
+    EXPECT_TRUE(names(error_of(std::string("{% set s = 'x ,' * 200000 %}{{ ") + e + " }}", small),
                       {"hostile.jinja line 1: ", "(the step limit)"}))
         << e;
   }
