@@ -95,6 +95,12 @@ uint64_t ContentHash::digest() const {
   return h;
 }
 
+std::string ContentHash::hex() const {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(digest()));
+  return hex;
+}
+
 std::string file_content_hash(const std::string& path, const std::string& key) {
   FileDescriptor fd;
   if (auto why = open_regular_file(&fd, path)) {  // "is a directory, not a file", ...
@@ -112,19 +118,22 @@ std::string file_content_hash(const std::string& path, const std::string& key) {
     }
     h.update(buf.data(), static_cast<std::size_t>(r));
   }
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h.digest()));
-  return hex;
+  return h.hex();
 }
 
-Json manifest_file_entry(const std::string& path, const std::string& key) {
+Json manifest_file_stat(const std::string& path, const std::string& key) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     throw InputError(key + " '" + path + "' cannot be read: " + std::strerror(errno));
   }
   return Json::array({path, int64_t(st.st_size),
-                      int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec),
-                      file_content_hash(path, key)});
+                      int64_t(st.st_mtim.tv_sec) * 1000000000 + int64_t(st.st_mtim.tv_nsec)});
+}
+
+Json manifest_file_entry(const std::string& path, const std::string& key) {
+  Json e = manifest_file_stat(path, key);
+  e.push_back(file_content_hash(path, key));
+  return e;
 }
 
 Json read_manifest(const std::string& path) {

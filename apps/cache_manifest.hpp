@@ -23,6 +23,7 @@ class ContentHash {
   ContentHash();
   void update(const void* data, std::size_t n);
   uint64_t digest() const;
+  std::string hex() const;  // digest() as 16 hex digits
 
  private:
   uint64_t lanes_[4];
@@ -40,6 +41,10 @@ std::string file_content_hash(const std::string& path, const std::string& key);
 // file_content_hash's when it cannot be read (`key` names the setting the path came
 // from).
 nlohmann::json manifest_file_entry(const std::string& path, const std::string& key);
+// The same without the hash ([path, size, modification time in ns]), for an input whose reader
+// hashes it while it reads it anyway (append ContentHash::hex() of what it read). InputError
+// "KEY 'PATH' cannot be read: WHY" when stat fails.
+nlohmann::json manifest_file_stat(const std::string& path, const std::string& key);
 // The manifest at `path`, or null when it is absent or not JSON.
 nlohmann::json read_manifest(const std::string& path);
 // Whether `have` (a manifest read back) describes what `want` does, ignoring the keys in

@@ -38,10 +38,13 @@ constexpr std::size_t kBlockLines = 2048;
 // A block's lines are rendered at once (on every thread), each taking tens of times its size.
 constexpr std::size_t kBlockBytes = std::size_t(32) << 20;
 
+// What the cache is made from. The examples' files (data.path's, then data.val_path) are
+// entered without their content hashes, which making the cache appends as it reads them
+// (with_input_hashes); the small files (template, tokenizer) with theirs.
 Json make_manifest(const Config& cfg) {
   const DataConfig& d = cfg.data;
   Json inputs = Json::array();
-  for (const auto& f : data_files(d)) inputs.push_back(manifest_file_entry(f, "data.path"));
+  for (const auto& f : data_files(d)) inputs.push_back(manifest_file_stat(f, "data.path"));
   Json m = {{"inputs", inputs},
             {"format", d.format},
             {"loss_on", d.loss_on},
@@ -49,7 +52,7 @@ Json make_manifest(const Config& cfg) {
             {"seq_len", d.seq_len},
             {"seed", d.seed},
             {"val_fraction", d.val_fraction}};
-  if (d.val_path) m["val_path"] = manifest_file_entry(*d.val_path, "data.val_path");
+  if (d.val_path) m["val_path"] = manifest_file_stat(*d.val_path, "data.val_path");
   if (d.chat_template)
     m["chat_template"] = manifest_file_entry(*d.chat_template, "data.chat_template");
   const ModelText t = run_text(cfg);
@@ -65,12 +68,53 @@ Json make_manifest(const Config& cfg) {
   return m;
 }
 
+// `m` (make_manifest's) with the examples' files' content hashes appended to their entries, in
+// their order (data.path's files, then data.val_path).
+Json with_input_hashes(Json m, const std::vector<std::string>& hashes) {
+  std::size_t k = 0;
+  auto add = [&](Json& entry) {
+    if (k < hashes.size()) entry.push_back(hashes[k++]);
+  };
+  for (Json& e : m["inputs"]) add(e);
+  if (m.contains("val_path")) add(m["val_path"]);
+  return m;
+}
+
+// The examples' files' content hashes as they are now (read for the purpose: a cache whose every
+// other entry matches is about to be reused).
+std::vector<std::string> current_input_hashes(const Json& m) {
+  std::vector<std::string> hashes;
+  for (const Json& e : m["inputs"]) {
+    hashes.push_back(file_content_hash(e[0].get<std::string>(), "data.path"));
+  }
+  if (m.contains("val_path")) {
+    hashes.push_back(file_content_hash(m["val_path"][0].get<std::string>(), "data.val_path"));
+  }
+  return hashes;
+}
+
+// Whether the cache described by `have` (read back) was made from what `want` describes: every
+// entry but the input hashes compared first (no input read when they differ), then the hashes.
+bool cache_matches(const Json& have, const Json& want) {
+  if (!have.is_object() || !have.contains("inputs") || !have["inputs"].is_array()) return false;
+  Json stripped = have;
+  auto strip = [](Json& entry) {
+    if (entry.is_array() && entry.size() == 4) entry.erase(3);
+  };
+  for (Json& e : stripped["inputs"]) strip(e);
+  if (stripped.contains("val_path")) strip(stripped["val_path"]);
+  if (!manifest_matches(stripped, want, {"summary"})) return false;
+  return manifest_matches(have, with_input_hashes(want, current_input_hashes(want)), {"summary"});
+}
+
 // The lines of one JSONL file in blocks of at most kBlockLines lines and about kBlockBytes bytes
 // (line numbers 1-based; whitespace-only lines skipped). A line longer than
 // kMaxExampleLineBytes is one error naming FILE:LINE and the limit, found before it is held in
 // memory.
 class LineBlocks {
  public:
+  // What was read so far (the whole file once next() returned false).
+  const ContentHash& hash() const { return hash_; }
   explicit LineBlocks(const std::string& path) : path_(path) {
     if (auto why = open_regular_file(&fd_, path)) {
       throw InputError("data.path '" + path + "' cannot be read: " + *why);
@@ -124,6 +168,7 @@ class LineBlocks {
       if (r < 0) throw RuntimeFailure("cannot read '" + path_ + "': " + std::strerror(errno));
       pos_ = 0;
       end_ = static_cast<std::size_t>(r);
+      hash_.update(buf_.data(), end_);
       eof_ = r == 0;
       return;
     }
@@ -131,6 +176,7 @@ class LineBlocks {
 
   std::string path_;
   FileDescriptor fd_;
+  ContentHash hash_;
   std::vector<char> buf_;
   std::size_t pos_ = 0, end_ = 0;
   bool eof_ = false;
@@ -208,6 +254,7 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
         (held_out ? *val : train).add(e.ids, e.loss_mask);
       }
     }
+    sum.input_hashes.push_back(lines.hash().hex());
   };
   const std::vector<std::string> files = data_files(d);
   // Each a readable regular file: one line naming the key and the first that is not.
@@ -262,7 +309,7 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
     Json want = make_manifest(cfg);
     Json have = read_manifest(manifest_path);
     if (have.is_object() && have.contains("summary")) {
-      if (manifest_matches(have, want, {"summary"})) {
+      if (cache_matches(have, want)) {
         log::info("data: the examples cached in " + dir + " at an earlier start are reused");
         return;
       }
@@ -284,6 +331,7 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
               " dropped (data.truncation: " + cfg.data.truncation + ", data.seq_len " +
               std::to_string(cfg.data.seq_len) + "), " + std::to_string(s.empty) +
               " empty (of no tokens: skipped); cached in " + dir);
+    want = with_input_hashes(want, s.input_hashes);  // of the bytes rendered
     want["summary"] = {{"examples", s.examples},   {"val_examples", s.val_examples},
                        {"truncated", s.truncated}, {"dropped", s.dropped},
                        {"tokens", s.tokens},       {"loss_tokens", s.loss_tokens},

@@ -8,8 +8,8 @@
 // probability data.val_fraction, decided by a hash of (data.seed, its ordinal in data.path).
 //
 // examples/manifest.json records what the cache was made from (the inputs' paths, sizes,
-// modification times and content hashes, apps/cache_manifest.hpp; the tokenizer's and template's
-// files, and the data settings that change
+// modification times and content hashes, apps/cache_manifest.hpp, each input hashed as it is
+// rendered; the tokenizer's and template's files, and the data settings that change
 // the tokens: format, loss_on, truncation, seq_len, seed, val_fraction): a later run of the same
 // output_dir (a resume) reuses the cache while they match, and makes it again otherwise.
 //
@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/config.hpp"
 
@@ -30,6 +31,9 @@ struct ExampleCacheSummary {
   int64_t examples = 0, val_examples = 0, truncated = 0, dropped = 0;
   int64_t empty = 0;  // examples of no tokens, skipped (data.truncation truncate or drop)
   int64_t tokens = 0, loss_tokens = 0;
+  // The content hashes (ContentHash::hex) of data.path's files, then data.val_path, of the bytes
+  // read while rendering them.
+  std::vector<std::string> input_hashes;
 };
 
 // The cache directory of cfg's examples (made or reused by rank 0, then agreed on by every

@@ -394,13 +394,14 @@ def case_messages():
         one_error(rc, err, "data.path", tiny, where=where)
         check("data_000000" not in err, "names the internal shard" + where)
         check(not os.path.exists(os.path.join(tmp, "tiny")), "an exit-2 run left its directory")
-        # Out of memory tokenizing a 32 MiB document (it takes about 27 times its size) under a
-        # 1.2 GB address-space limit: one line naming data.path, not a generic bad_alloc.
+        # Out of memory tokenizing a 32 MiB document (it takes about 27 times its size: 888 MiB)
+        # under a 700 MiB address-space limit (a run on small data needs under 500 MiB): one line
+        # naming data.path, not a generic bad_alloc.
         doc = write(os.path.join(tmp, "doc.txt"), "hello world the thing " * ((32 << 20) // 22))
         args = ttm.train_args(tmp, model, "oom", f"data.path={doc}")
 
         def limit():
-            resource.setrlimit(resource.RLIMIT_AS, (1200 << 20, 1200 << 20))
+            resource.setrlimit(resource.RLIMIT_AS, (700 << 20, 700 << 20))
 
         p = subprocess.run([tt.KKTRAIN, *args], capture_output=True, text=True, timeout=120,
                            preexec_fn=limit)
@@ -408,8 +409,8 @@ def case_messages():
         check(p.returncode == 1 and len(errors) == 1 and "out of memory" in p.stderr and
               doc in p.stderr and "data.path" in p.stderr,
               "out of memory names data.path" + tt.describe(args, p.returncode, "", p.stderr))
-        # Out of memory rendering a 15 MiB example line (under the line limit) under the same
-        # limit: one line naming FILE:LINE, and no directory left.
+        # Out of memory rendering a 15 MiB example line (under the line limit; it needs about
+        # 600 MiB) under the same limit: one line naming FILE:LINE, and no directory left.
         line = write(os.path.join(tmp, "line.jsonl"), "".join(chat_lines()[:2]) + json.dumps(
             {"messages": [{"role": "user", "content": "hello world " * ((15 << 20) // 12)},
                           {"role": "assistant", "content": "ok"}]}) + "\n")
