@@ -420,7 +420,8 @@ def case_messages():
         errors = [ln for ln in p.stderr.splitlines() if "error" in ln]
         check(p.returncode == 1 and len(errors) == 1 and f"{line}:3: out of memory" in p.stderr,
               "out of memory names FILE:LINE" + tt.describe(args, p.returncode, "", p.stderr))
-        check(not os.path.exists(os.path.join(tmp, "oom_line")), "the failed run left its directory")
+        check(not os.path.exists(os.path.join(tmp, "oom_line")),
+              "the failed run left its directory")
         # A JSONL line over the limit (16 MiB): one error naming FILE:LINE and the limit.
         big = os.path.join(tmp, "big.jsonl")
         with open(big, "w") as f:
