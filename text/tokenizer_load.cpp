@@ -87,12 +87,38 @@ Json read_json(const std::string& file) {
 // The most steps a normalizer, pre-tokenizer, decoder or post-processor may have (Sequences
 // flattened): every encode runs each one. Real tokenizers have at most a handful.
 constexpr size_t kMaxPipelineSteps = 256;
+// The most the normalizer (or the decoder) may make a text grow, as the product of what each step
+// can multiply its length by: Prepend 1 + its bytes, Replace its content's bytes over the
+// pattern's (a regex match has at least one byte), NFC / NFD 4, NFKC / NFKD 18 (U+FDFA
+// decomposes into 18 code points). Llama 2's normalizer can grow a text 12x (Prepend and Replace
+// of "\u2581"), NFKC before those 216x; a chain of doubling Replaces would grow it without end.
+constexpr double kMaxGrowth = 1024;
+
+// The steps of one pipeline part so far and how much they can make a text grow.
+struct Budget {
+  size_t steps = 0;
+  double growth = 1;
+};
 
 // Counts one more step of a pipeline part; InputError at the step past the limit.
-void count_step(size_t* steps, const Where& w) {
-  if (++*steps > kMaxPipelineSteps)
+void count_step(Budget* b, const Where& w) {
+  if (++b->steps > kMaxPipelineSteps)
     w.fail("more than " + std::to_string(kMaxPipelineSteps) + " steps (kktrain reads at most " +
            std::to_string(kMaxPipelineSteps) + ")");
+}
+
+// The step at w multiplies how much a text can grow by `factor`; InputError past kMaxGrowth.
+void grow(Budget* b, double factor, const Where& w) {
+  b->growth *= std::max(1.0, factor);
+  if (b->growth > kMaxGrowth)
+    w.fail("the steps up to this one can make a text more than " + std::to_string(int(kMaxGrowth)) +
+           " times longer (kktrain reads at most that: each Prepend, Replace and Unicode form "
+           "multiplies it)");
+}
+
+// How much a Replace of `p` by `content` can multiply a text's length.
+double replace_growth(const Pattern& p, const std::string& content) {
+  return double(content.size()) / double(p.regex ? 1 : std::max<size_t>(1, p.literal.size()));
 }
 
 // The ids a file may use: below 2 x (vocabulary entries + added tokens) + 1024. A vocabulary's
@@ -151,17 +177,17 @@ PrependScheme read_prepend(const Json& obj, const Where& w) {
   return bool_or(obj, "add_prefix_space", true, w) ? PrependScheme::always : PrependScheme::never;
 }
 
-void read_normalizer(Tokenizer::Impl* t, const Json& n, const Where& w, size_t* steps) {
+void read_normalizer(Tokenizer::Impl* t, const Json& n, const Where& w, Budget* budget) {
   const std::string type = type_of(n, w);
   NormalizerStep s{};
   if (type == "Sequence") {
     const Json& list = member(n, "normalizers", w);
     if (!list.is_array()) w.at("normalizers").fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_normalizer(t, list[i], w.at("normalizers").at(i), steps);
+      read_normalizer(t, list[i], w.at("normalizers").at(i), budget);
     return;
   }
-  count_step(steps, w);
+  count_step(budget, w);
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     s.kind = NormalizerStep::Kind::unicode;
     s.form = type == "NFC"    ? NormalForm::nfc
@@ -182,6 +208,13 @@ void read_normalizer(Tokenizer::Impl* t, const Json& n, const Where& w, size_t* 
   } else {
     unsupported(w.at("type"), type, "NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Sequence");
   }
+  grow(budget,
+       s.kind == NormalizerStep::Kind::unicode
+           ? (s.form == NormalForm::nfc || s.form == NormalForm::nfd ? 4.0 : 18.0)
+       : s.kind == NormalizerStep::Kind::prepend ? 1.0 + double(s.text.size())
+       : s.kind == NormalizerStep::Kind::replace ? replace_growth(s.pattern, s.text)
+                                                 : 1.0,
+       w);
   t->normalizers.push_back(std::move(s));
 }
 
@@ -199,17 +232,17 @@ SplitBehavior read_behavior(const Json& v, const Where& w) {
 const char* kGpt2Regex =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w, size_t* steps) {
+void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w, Budget* budget) {
   const std::string type = type_of(p, w);
   PreTokenizerStep s{};
   if (type == "Sequence") {
     const Json& list = member(p, "pretokenizers", w);
     if (!list.is_array()) w.at("pretokenizers").fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_pre_tokenizer(t, list[i], w.at("pretokenizers").at(i), steps);
+      read_pre_tokenizer(t, list[i], w.at("pretokenizers").at(i), budget);
     return;
   }
-  count_step(steps, w);
+  count_step(budget, w);
   if (type == "ByteLevel") {
     s.kind = PreTokenizerStep::Kind::byte_level;
     s.add_prefix_space = bool_or(p, "add_prefix_space", true, w);
@@ -239,17 +272,17 @@ void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w, size_
   t->pre_tokenizers.push_back(std::move(s));
 }
 
-void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w, size_t* steps) {
+void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w, Budget* budget) {
   const std::string type = type_of(d, w);
   DecoderStep s{};
   if (type == "Sequence") {
     const Json& list = member(d, "decoders", w);
     if (!list.is_array()) w.at("decoders").fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_decoder(t, list[i], w.at("decoders").at(i), steps);
+      read_decoder(t, list[i], w.at("decoders").at(i), budget);
     return;
   }
-  count_step(steps, w);
+  count_step(budget, w);
   if (type == "ByteLevel") {
     s.kind = DecoderStep::Kind::byte_level;
   } else if (type == "Metaspace") {
@@ -275,20 +308,21 @@ void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w, size_t* ste
     unsupported(w.at("type"), type,
                 "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence");
   }
+  if (s.kind == DecoderStep::Kind::replace) grow(budget, replace_growth(s.pattern, s.content), w);
   t->decoders.push_back(std::move(s));
 }
 
-void read_post_processor(Tokenizer::Impl* t, const Json& p, const Where& w, size_t* steps,
+void read_post_processor(Tokenizer::Impl* t, const Json& p, const Where& w, Budget* budget,
                          std::vector<EmittedId>* emitted) {
   const std::string type = type_of(p, w);
   if (type == "Sequence") {
     const Json& list = member(p, "processors", w);
     if (!list.is_array()) w.at("processors").fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_post_processor(t, list[i], w.at("processors").at(i), steps, emitted);
+      read_post_processor(t, list[i], w.at("processors").at(i), budget, emitted);
     return;
   }
-  count_step(steps, w);
+  count_step(budget, w);
   if (type == "ByteLevel") {
     // Adjusts offsets only: the ids are unchanged.
   } else if (type == "TemplateProcessing") {
@@ -419,6 +453,12 @@ void add_to_trie(Tokenizer::Impl::Trie* trie, std::string_view s, int token) {
   trie->first[uint8_t(s[0])] = true;
 }
 
+// The most bytes one added token may hold, and all of them together as matched (after the
+// normalizer, for `normalized` ones): they are found through a byte trie of about 50 bytes a byte.
+// Gemma 3's 6415 added tokens hold 76.8 KB, the longest 93 bytes.
+constexpr size_t kMaxAddedTokenBytes = 4096;
+constexpr size_t kMaxAddedTextBytes = size_t(4) << 20;
+
 void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w, const IdLimit& limit) {
   if (!list.is_array()) w.fail("expected a list");
   for (size_t i = 0; i < list.size(); ++i) {
@@ -426,6 +466,10 @@ void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w, con
     AddedToken a;
     a.content = as_string(member(list[i], "content", wi), wi.at("content"));
     if (a.content.empty()) wi.at("content").fail("an added token cannot be empty");
+    if (a.content.size() > kMaxAddedTokenBytes)
+      wi.at("content").fail("an added token of " + std::to_string(a.content.size()) +
+                            " bytes (kktrain reads added tokens of at most " +
+                            std::to_string(kMaxAddedTokenBytes) + " bytes)");
     const int64_t id = as_int(member(list[i], "id", wi), wi.at("id"));
     if (id < 0 || id > INT32_MAX) wi.at("id").fail("id out of range");
     limit.check(id, wi.at("id"));
@@ -470,21 +514,18 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   limit.added = added && added->is_array() ? added->size() : 0;
   read_model(t, member(j, "model", w), w.at("model"), &limit);
   if (added) read_added_tokens(t, *added, w.at("added_tokens"), limit);
-  size_t steps = 0;
+  Budget normalizer, pre_tokenizer, decoder, post_processor;
   if (const Json* n = optional_member(j, "normalizer"))
-    read_normalizer(t, *n, w.at("normalizer"), &steps);
-  steps = 0;
+    read_normalizer(t, *n, w.at("normalizer"), &normalizer);
   if (const Json* p = optional_member(j, "pre_tokenizer"))
-    read_pre_tokenizer(t, *p, w.at("pre_tokenizer"), &steps);
-  steps = 0;
+    read_pre_tokenizer(t, *p, w.at("pre_tokenizer"), &pre_tokenizer);
   if (const Json* d = optional_member(j, "decoder")) {
     t->has_decoder = true;
-    read_decoder(t, *d, w.at("decoder"), &steps);
+    read_decoder(t, *d, w.at("decoder"), &decoder);
   }
-  steps = 0;
   std::vector<EmittedId> emitted;
   if (const Json* p = optional_member(j, "post_processor"))
-    read_post_processor(t, *p, w.at("post_processor"), &steps, &emitted);
+    read_post_processor(t, *p, w.at("post_processor"), &post_processor, &emitted);
   for (const char* k : {"truncation", "padding"}) {
     if (optional_member(j, k)) w.at(k).fail("must be null (kktrain neither truncates nor pads)");
   }
@@ -494,14 +535,22 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
             [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
   std::vector<RegexMatcher> matchers;
   for (const Regex* r : t->regexes) matchers.emplace_back(*r);
-  for (size_t i = 0; i < t->added.size(); ++i) {
-    AddedToken& a = t->added[i];
+  size_t added_text = 0;  // what the tries will hold, checked before any is built
+  for (AddedToken& a : t->added) {
     if (a.id >= int32_t(t->id_to_token.size())) t->id_to_token.resize(size_t(a.id) + 1);
     t->id_to_token[size_t(a.id)] = keep(t, a.content);
     a.match = a.normalized && !t->normalizers.empty() ? apply_normalizers(*t, a.content, matchers)
                                                       : a.content;
-    if (a.match.empty()) continue;
-    add_to_trie(a.normalized ? &t->normalized_trie : &t->raw_trie, a.match, int(i));
+    added_text += a.match.size();
+    if (added_text > kMaxAddedTextBytes)
+      w.at("added_tokens")
+          .fail("the added tokens come to more than " + std::to_string(kMaxAddedTextBytes >> 20) +
+                " MiB of text to match (kktrain reads at most that)");
+  }
+  for (size_t i = 0; i < t->added.size(); ++i) {
+    const AddedToken& a = t->added[i];
+    if (!a.match.empty())
+      add_to_trie(a.normalized ? &t->normalized_trie : &t->raw_trie, a.match, int(i));
   }
   // Every id encode can emit is a token: the model's come from the vocabulary, the added tokens'
   // are tokens; the post-processor's are checked here.
