@@ -5,11 +5,11 @@ usage: test_stopped_peer.py KKTRAIN INPUTS_DIR STOPPED_PEER CASE   (tests/cli/st
 
 - collectives: tests/tools/mpi_stopped_peer.cpp on 2 and 3 ranks: the last rank stops itself
   (SIGSTOP) before a reduce-scatter (kktrain's ring through the shared window, and point to
-  point), an all-reduce, an all-gather, an all-to-all, a barrier, a scalar all-reduce and the
-  agreement on errors after a step that the others wait in. With distributed.stuck_peer_wait_s = 3 the job ends within the wait plus a
-  margin, non-zero, with one error line naming the stopped rank (and no other rank as stopped),
-  and each waiting rank used under 30% of a core while it waited (/proc/PID/stat), not the 80%
-  of a spinning wait.
+  point), an all-gather, an all-to-all, a scalar all-reduce and the agreement on errors after a
+  step that the others wait in (the tool also runs allreduce and barrier). With
+  distributed.stuck_peer_wait_s = 2 the job ends within the wait plus a margin, non-zero, with
+  one error line naming the stopped rank (and no other rank as stopped), and each waiting rank
+  used under 30% of a core while it waited (/proc/PID/stat), not the 75% of a spinning wait.
 - busy_rank: a rank that works alone for twice the wait while the others wait in the agreement
   after that step (rank 0 rendering the data) does not end the job: only a rank known to be
   stopped ends it there.
@@ -31,7 +31,7 @@ import test_train as tt
 from test_train import check
 
 STOPPED_PEER = ""
-WAIT_S = 3.0  # distributed.stuck_peer_wait_s of these runs
+WAIT_S = 2.0  # distributed.stuck_peer_wait_s of these runs
 MARGIN_S = 20.0  # the job must end within WAIT_S + MARGIN_S of the stop (measured: under 2 s)
 CPU_LIMIT = 0.30  # of one core, while a rank waits for the stopped one
 TICK = os.sysconf("SC_CLK_TCK")
@@ -149,9 +149,8 @@ def launch(cmd, tmp):
 
 def case_collectives():
     runs = [(2, "reduce_scatter", []), (2, "reduce_scatter", ["point_to_point"]),
-            (3, "reduce_scatter", []), (3, "reduce_scatter", ["point_to_point"]),
-            (2, "allreduce", []), (2, "allgather", []), (3, "alltoall", []),
-            (2, "barrier", []), (3, "scalar", []), (2, "agreement", []), (3, "agreement", [])]
+            (3, "reduce_scatter", []), (2, "allgather", []), (3, "alltoall", []),
+            (3, "scalar", []), (2, "agreement", []), (3, "agreement", [])]
     for np_, coll, extra in runs:
         what = f"{np_} ranks, {coll} {' '.join(extra)}".strip()
         with tempfile.TemporaryDirectory(prefix="kktrain_stopped_") as tmp:
