@@ -766,8 +766,8 @@ Config load_config_text(const std::string& text, const std::string& name,
     read_freeze(s, &c.freeze);
   }
   {
-    Section s = top.sub("peft");
     if (opts.peft_adapter) peft_from_adapter(root, c.model.num_layers, opts);
+    Section s = top.sub("peft");
     read_peft(s, &c.peft);
     if (!c.peft.enabled) c.resolved["peft"] = YAML::Node(YAML::NodeType::Null);
   }
