@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_text.hpp"
 #include "core/strings.hpp"
 #include "text/tokenizer.hpp"
 
@@ -39,6 +41,12 @@ void check_utf8(const std::string& s, const std::string& where, int64_t base) {
                    "); the input must be UTF-8 text");
 }
 
+// "64 MiB" for whole MiB, else "N bytes".
+std::string byte_count(int64_t n) {
+  return n % (int64_t(1) << 20) == 0 ? std::to_string(n >> 20) + " MiB"
+                                     : std::to_string(n) + " bytes";
+}
+
 }  // namespace
 
 int64_t check_inputs(const std::vector<std::string>& inputs) {
@@ -57,16 +65,45 @@ struct DocumentReader::Jsonl {
   FILE* file = nullptr;
   int64_t line = 0;    // of the line last read (1-based)
   int64_t offset = 0;  // of the next line in the file
-  char* buf = nullptr;
-  std::size_t cap = 0;
+  std::vector<char> buf = std::vector<char>(std::size_t(1) << 16);  // read ahead of the line
+  std::size_t pos = 0, len = 0;  // buf[pos, len) is read and not yet handed out
   ~Jsonl() {
     if (file) std::fclose(file);
-    std::free(buf);
+  }
+
+  // The next line (its '\n' included when it has one) into *out: false at the end of the file.
+  // A line longer than max_bytes is InputError "FILE:LINE: ...", found once max_bytes of it are
+  // held: never more.
+  bool next_line(std::string* out, int64_t max_bytes) {
+    out->clear();
+    for (;;) {
+      if (pos == len) {
+        pos = 0;
+        len = std::fread(buf.data(), 1, buf.size(), file);
+        if (len == 0) {
+          if (std::ferror(file)) unreadable(path, std::strerror(errno ? errno : EIO));
+          return !out->empty();
+        }
+      }
+      const char* begin = buf.data() + pos;
+      const void* nl = std::memchr(begin, '\n', len - pos);
+      const std::size_t take =
+          nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - begin) + 1 : len - pos;
+      if (static_cast<int64_t>(out->size() + take) > max_bytes) {
+        throw InputError("input '" + path + "':" + std::to_string(line + 1) +
+                         ": the line is longer than " + byte_count(max_bytes) +
+                         ", the limit of a .jsonl document line (split the document)");
+      }
+      out->append(begin, take);
+      pos += take;
+      if (nl) return true;
+    }
   }
 };
 
-DocumentReader::DocumentReader(std::vector<std::string> inputs, std::string jsonl_key)
-    : inputs_(std::move(inputs)), key_(std::move(jsonl_key)) {}
+DocumentReader::DocumentReader(std::vector<std::string> inputs, std::string jsonl_key,
+                               DocumentLimits limits)
+    : inputs_(std::move(inputs)), key_(std::move(jsonl_key)), limits_(limits) {}
 
 DocumentReader::~DocumentReader() = default;
 
@@ -112,22 +149,20 @@ bool DocumentReader::next_document(InputDocument* doc) {
 
 bool DocumentReader::next_jsonl_line(InputDocument* doc) {
   Jsonl& j = *jsonl_;
+  std::string line;
   for (;;) {
     errno = 0;
-    const ssize_t n = ::getline(&j.buf, &j.cap, j.file);
-    if (n < 0) {
-      if (std::ferror(j.file)) unreadable(j.path, std::strerror(errno ? errno : EIO));
-      return false;
-    }
+    if (!j.next_line(&line, limits_.max_jsonl_line_bytes)) return false;
+    const auto n = static_cast<int64_t>(line.size());
     ++j.line;
     const int64_t start = j.offset;
     j.offset += n;
     bytes_read_ += n;
     const std::string where = "input '" + j.path + "':" + std::to_string(j.line);
-    std::string line(j.buf, static_cast<std::size_t>(n));
     check_utf8(line, where, start);
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank
     nlohmann::json row;
+    check_json_nesting(line, where);
     try {
       row = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {

@@ -6,8 +6,9 @@
 //
 // Errors (InputError, one line): an input that is missing, unreadable or not a regular file
 // (check_inputs, before anything is written); invalid UTF-8 ("FILE: invalid UTF-8 at byte N");
-// a .jsonl line that is not a JSON object, lacks the key or whose value is not a string
-// ("FILE:LINE: ...").
+// a .jsonl line that is not a JSON object, nests deeper than 128 arrays and objects, lacks the
+// key, whose value is not a string, or that is longer than DocumentLimits::max_jsonl_line_bytes
+// ("FILE:LINE: ..."; the long line is refused once that much of it is read, never held whole).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +27,17 @@ struct InputDocument {
 // InputError naming the first one that cannot (missing, a directory, unreadable, a FIFO).
 int64_t check_inputs(const std::vector<std::string>& inputs);
 
+// Bounds on what one document may cost before it is encoded.
+struct DocumentLimits {
+  // A .jsonl line (one document and its JSON): 64 MiB. Encoding holds about 30 bytes a byte of
+  // text, so such a line costs about 2 GB; web-text corpora's documents are under 1 MiB.
+  int64_t max_jsonl_line_bytes = int64_t(64) << 20;
+};
+
 class DocumentReader {
  public:
-  DocumentReader(std::vector<std::string> inputs, std::string jsonl_key);
+  DocumentReader(std::vector<std::string> inputs, std::string jsonl_key,
+                 DocumentLimits limits = {});
   ~DocumentReader();
   DocumentReader(const DocumentReader&) = delete;
   DocumentReader& operator=(const DocumentReader&) = delete;
@@ -42,6 +51,7 @@ class DocumentReader {
  private:
   std::vector<std::string> inputs_;
   std::string key_;
+  DocumentLimits limits_;
   std::size_t next_input_ = 0;
   // The .jsonl file being read, its name, line number and the offset of the next line.
   struct Jsonl;

@@ -15,7 +15,8 @@ of llm.c's format fed with the ids `kktrain tokenize --ids` gives for each docum
   65536 uint16; a model trains on the uint32 shard through data.path.
 - byte_fallback: the SentencePiece-style tokenizer's shards and --ids / --decode round trips.
 - errors: each is one line, exit 2 (1 for a full disk), and no shard (nor temporary) left: a
-  missing input, a directory input, a bad .jsonl line, a line without the key, invalid UTF-8 in a
+  missing input, a directory input, a bad .jsonl line, a line without the key, a line nested
+  10^5 deep, a line longer than 64 MiB (refused before it is held whole), invalid UTF-8 in a
   text file and in a .jsonl file (byte offset), an unknown --eos token, no EOS known, a missing
   --out directory, shards of an earlier run, a full disk (tmpfs, root only) after shards were
   completed.
@@ -563,6 +564,13 @@ def case_errors():
         expect_error(tmp, out, 2, (p + "':3", "not a JSON line"), *many, p)
         p = bad("nokey.jsonl", b'{"text": "ok"}\n{"body": "x"}\n')
         expect_error(tmp, out, 2, (p + "':2", "no key 'text'", "--jsonl-key"), *many, p)
+        p = bad("deep.jsonl", b'{"text": "ok"}\n{"text": "x", "y": ' + b"[" * 100000 +
+                b"]" * 100000 + b"}\n")
+        expect_error(tmp, out, 2, (p + "':2", "nested deeper than 128"), *many, p)
+        # refused once 64 MiB of the line are read, never held whole (nor tokenized: 30x its size)
+        p = bad("long.jsonl", b'{"text": "ok"}\n{"text": "' + b"ab " * (22 << 20) + b'"}\n')
+        expect_error(tmp, out, 2, (p + "':2", "longer than 64 MiB", "split the document"), *many, p)
+        os.remove(p)
         p = bad("bad.txt", "héllo".encode() + b"\xff rest")
         expect_error(tmp, out, 2, (p, "invalid UTF-8 at byte 6"), *many, p)
         p = bad("bad.jsonl", b'{"text": "ok"}\n{"text": "ab\xc3("}\n')
