@@ -13,6 +13,7 @@
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_text.hpp"
 #include "core/strings.hpp"
 
 namespace kktrain {
@@ -71,6 +72,7 @@ struct Keys {
 }  // namespace
 
 void refuse_duplicate_keys(const std::string& file, const std::string& text) {
+  check_json_nesting(text, "'" + file + "'");  // before any parse: nothing walks a deep value
   // The keys of each open object, and the dotted path of the value being read.
   std::vector<std::set<std::string>> open;
   std::vector<std::string> path;

@@ -53,7 +53,8 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
 constexpr std::size_t kMaxSmallFileBytes = std::size_t(64) << 20;
 std::string read_small_file(const std::string& file);
 
-// Refuses (InputError naming `file` and the dotted key) JSON text in which an object holds a key
+// Refuses (InputError naming `file`) JSON nested deeper than kMaxJsonDepth (core/json_text.hpp),
+// and (naming the dotted key) JSON text in which an object holds a key
 // twice: JSON parsers disagree on which value wins, so neither is taken. Invalid JSON passes
 // (the parse itself refuses it).
 void refuse_duplicate_keys(const std::string& file, const std::string& text);

@@ -14,6 +14,7 @@
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_text.hpp"
 #include "io/elem_convert.hpp"
 #include "io/model_weights.hpp"
 
@@ -35,6 +36,7 @@ using json = nlohmann::json;
 // The header's JSON, refusing a name given twice in any object (JSON parsers keep the last
 // silently; the format forbids duplicates).
 json parse_json_without_duplicates(const std::string& path, const std::string& text) {
+  if (auto why = json_nesting_error(text)) bad(path, "the header's " + *why);
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   const json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
