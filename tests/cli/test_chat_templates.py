@@ -5,8 +5,12 @@ jinja2 set up as transformers' apply_chat_template (tests/text/render_reference.
   test_chat_templates.py RENDER_CHAT NPM_DIR CASE
 CASE: constructs (hand-written templates exercising every supported construct), expressions
 (each expression printed alone; or refused as outside the subset), errors (each
-refusal one error naming the construct and the line; jinja2 refuses them too), llama3 / gemma3
-(the chat templates of @lenml/tokenizer-*; exit 77 when NPM_DIR lacks them).
+refusal one error naming the construct and the line; jinja2 refuses them too), spans (each
+message's content printed through one string operation: the text equals jinja2's and the content
+spans, which the assistant loss mask is built from, follow the content through concatenation,
+trim, assignment, macros and namespaces, and claim nothing of a transformed content; no npm
+needed), llama3 / gemma3 (the chat templates of @lenml/tokenizer-*; exit 77 when NPM_DIR lacks
+them).
 """
 import json
 import os
@@ -408,6 +412,34 @@ ERRORS = [
     ("{{ 'unterminated }}", "line 1: unterminated string literal"),
 ]
 
+# Each prints every message's content once, trimmed, through one string operation that keeps the
+# content's bytes: the spans must hold each non-blank content whole (check_spans, whole).
+SPANS_KEPT = [
+    "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}",
+    "{% for m in messages %}{{ '<' ~ m.content | trim ~ '>' }}{% endfor %}",
+    "{% for m in messages %}{{ '<' ~ (m.content | trim) ~ '>' }}{% endfor %}",
+    "{% for m in messages %}{{ '<' + m['content'].strip() + '>' }}{% endfor %}",
+    "{% for m in messages %}{{ (' <' ~ m.content | trim ~ ' ') | trim ~ '>' if m.content | trim "
+    "else '-' }}{% endfor %}",
+    "{% for m in messages %}{% set c = m.content | trim %}{% set d = c %}({{ d }}){% endfor %}",
+    "{% macro show(x, pre='#') %}{{ pre ~ x | trim }}{% endmacro %}"
+    "{% for m in messages %}{{ show(m.content) }};{{ show(x='') }}{% endfor %}",
+    "{% set ns = namespace(t='') %}{% for m in messages %}{% set ns.t = ns.t ~ m.role ~ ':' ~ "
+    "m.content | trim ~ '\n' %}{% endfor %}{{ ns.t }}",
+    "{% for i in range(messages | length) %}{{ messages[i]['content'] | trim }}|{% endfor %}",
+    "{% for m in messages %}{{ (m.content | trim if m.role != 'x' else '') ~ '!' }}{% endfor %}",
+    "{% for m in messages %}{{ m.content.lstrip().rstrip() ~ '' }}{% endfor %}",
+    "{% for m in messages %}{{ '%s' | format(m.content | trim) if false else m.content | trim }}"
+    "{% endfor %}",
+]
+# Each transforms the content: no span may claim bytes that are not the message's (check_spans).
+SPANS_TRANSFORMED = [
+    "{% for m in messages %}{{ m.content | replace('l', 'L') }}|{{ m.content[1:] }}|"
+    "{{ m.content[::-1] }}|{{ m.content | tojson }}|{{ m.content | length }}{% endfor %}",
+    "{% for m in messages %}{{ [m.content, m.content] | join('+') }}{{ m.content * 2 }}"
+    "{% endfor %}",
+]
+
 
 def render_kktrain(binary, cases):
     proc = subprocess.run([binary], input=json.dumps(cases).encode(), capture_output=True,
@@ -490,6 +522,9 @@ def main():
     binary, npm_dir, case = sys.argv[1:4]
     if case == "constructs":
         ok = compare(binary, cases_for(CONSTRUCTS, SPECIAL))
+    elif case == "spans":
+        ok = compare(binary, cases_for(SPANS_KEPT, SPECIAL), whole_spans=True)
+        ok = compare(binary, cases_for(SPANS_TRANSFORMED, SPECIAL)) and ok
     elif case == "expressions":
         conv = [{"role": "user", "content": " Hi there "}, {"role": "assistant", "content": "ok"}]
         cases = [{"template": "{{ %s }}" % e, "messages": conv, "add_generation_prompt": False,
