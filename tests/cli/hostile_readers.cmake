@@ -5,7 +5,7 @@
 # safetensors shards one byte off, data.path: []. The 2-rank parts run under mpirun (exit 77, a
 # skip, without it).
 foreach(case IN ITEMS fifo_model corpus_changed_1rank corpus_changed_2ranks
-                      safetensors_exact_size data_path_empty many_files)
+                      safetensors_exact_size data_path_empty many_files deep_json)
   add_test(NAME hostile.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hostile_readers.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})

@@ -17,6 +17,8 @@ usage: test_hostile_readers.py KKTRAIN INPUTS_DIR CASE   (tests/cli/hostile_read
   rank 1.
 - safetensors_exact_size: a shard one byte shorter or longer than its header says is refused by
   `kktrain config` with model.init_from (headers only, no tensor read); the exact size passes.
+- deep_json: config.json, the index and a safetensors header holding JSON nested 10^5 deep under
+  a key kktrain never reads: one error naming the file and the limit of 128 levels.
 - many_files: a corpus of more files than the soft limit on open files trains (the limit is
   raised to the hard one); past the hard limit, one error naming both.
 - data_path_empty: `data.path: []` (in the YAML or as an override) is one error naming
@@ -26,6 +28,7 @@ usage: test_hostile_readers.py KKTRAIN INPUTS_DIR CASE   (tests/cli/hostile_read
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -264,6 +267,38 @@ def case_safetensors_exact_size():
                 line = one_error(rc, o, e, s, path, needle, status=2,
                                  where=f"\n{name}: {exact + delta} bytes, exact {exact}")
                 print(f"{name}, exact {delta:+d}: {line}")
+
+
+def case_deep_json():
+    """JSON nested 10^5 deep in config.json, the safetensors index and a safetensors header, each
+    under a key kktrain never reads: one error naming the file and the depth limit (128)."""
+    deep = b"[" * 100000 + b"]" * 100000
+    with tempfile.TemporaryDirectory(prefix="kktrain_hostile_") as tmp:
+        conf = write(os.path.join(tmp, "c.yaml"), CONFIG)
+        good = os.path.join(tmp, "good")
+        hf_model(good, 2)
+        for name in ("config.json", "model.safetensors.index.json"):
+            d = os.path.join(tmp, name.split(".")[0])
+            shutil.copytree(good, d)
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                text = f.read().rstrip()
+            with open(path, "wb") as f:
+                f.write(text[:-1] + b', "extra": ' + deep + b"}")
+            rc, o, e, s = launch(["config", conf, f"model.init_from={d}"])
+            print(name + ": " + one_error(rc, o, e, s, path, "nested deeper than 128", status=2))
+        d = os.path.join(tmp, "header")
+        shutil.copytree(good, d)
+        path = os.path.join(d, "model-00002-of-00002.safetensors")
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header, data = f.read(n).rstrip(b" "), f.read()
+        header = header[:-1] + b', "__metadata__": {"x": "y"}, "extra": ' + deep + b"}"
+        header += b" " * (-len(header) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(header)) + header + data)
+        rc, o, e, s = launch(["config", conf, f"model.init_from={d}"])
+        print("header: " + one_error(rc, o, e, s, path, "nested deeper than 128", status=2))
 
 
 # ---- data.path -------------------------------------------------------------------------------
