@@ -240,6 +240,25 @@ void Evaluator::check_markup(const Value& v, const std::string& what, int line) 
     fail(name_, line, what + " on a safe (Markup) string is not supported");
 }
 
+namespace {
+
+// Whether s holds a line break str.splitlines() splits on other than \n: \r \v \f \x1c-\x1e and
+// U+0085, U+2028, U+2029 (UTF-8 C2 85, E2 80 A8, E2 80 A9).
+bool other_line_breaks(const std::string& s) {
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    const auto b = static_cast<unsigned char>(s[k]);
+    if (b == '\r' || b == '\v' || b == '\f' || (b >= 0x1c && b <= 0x1e)) return true;
+    if (b == 0xC2 && k + 1 < s.size() && static_cast<unsigned char>(s[k + 1]) == 0x85) return true;
+    if (b == 0xE2 && k + 2 < s.size() && static_cast<unsigned char>(s[k + 1]) == 0x80 &&
+        (static_cast<unsigned char>(s[k + 2]) == 0xA8 ||
+         static_cast<unsigned char>(s[k + 2]) == 0xA9))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int line) {
   static const std::set<std::string> markup_ok{"safe",   "string",  "length", "count",
                                                "tojson", "default", "d"};
@@ -395,8 +414,10 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
     std::vector<Value> seen;
     for (auto& x : iterate(v, line)) {
       Value key = x;
-      if (key.kind == K::string)
-        for (char& c : key.s) c = low(ascii_only(key.s).empty() ? c : c);
+      if (key.kind == K::string) {
+        ascii_only(key.s);  // once: linear in the string's length
+        for (char& c : key.s) c = low(c);
+      }
       bool dup = false;
       for (auto& s : seen) dup = dup || eq(s, key, line);
       if (!dup) {
@@ -490,11 +511,9 @@ Value Evaluator::filter(const std::string& n, const Value& v, Args& args, int li
         lines_in >
             (limits_.max_output_bytes - std::min(s.size(), limits_.max_output_bytes)) / pad.size())
       check_size(limits_.max_output_bytes + 1, line);
-    for (const char c : s)
-      if (c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e) ||
-          static_cast<unsigned char>(c) >= 0x80)
-        if (c != '\n' && (static_cast<unsigned char>(c) < 0x80))
-          fail(name_, line, "indent of text with line separators other than \\n");
+    // jinja2 splits with str.splitlines(); only \n is split here
+    if (other_line_breaks(s))
+      fail(name_, line, "indent of text with line separators other than \\n");
     std::vector<std::string> lines;
     std::size_t p = 0;
     for (std::size_t q; (q = s.find('\n', p)) != std::string::npos; p = q + 1)

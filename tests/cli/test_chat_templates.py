@@ -214,6 +214,7 @@ EXPRESSIONS = [
     "[1.5, 2] | sum",
     "'a\\nb' | indent(2, true)",
     "'a\\n\\nb\\n' | indent(2, blank=true)",
+    "'é\\n\u2027ü\\u00a0\\n' | indent(2)",
     "'abc' | replace('', '-')",
     "'aaa' | replace('a', 'b', 2)",
     "'a b  c'.split()",
@@ -339,6 +340,11 @@ EXPRESSIONS = [
 # Expressions jinja2 renders and kktrain refuses as outside its subset (printing a generator, a
 # range or a function; list ordering; case mapping beyond ASCII; printing non-ASCII repr).
 REFUSED = [
+    # indent splits as str.splitlines: kktrain splits on \n alone and refuses the others
+    "'a\\rb' | indent(2)",
+    "'a\\x85b' | indent(2)",
+    "'a\\u2028b' | indent(2)",
+    "'a\\u2029b' | indent(2)",
     "2 ** 70",
     "9223372036854775807 + 1",
     "'abc'.find",

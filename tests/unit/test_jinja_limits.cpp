@@ -4,6 +4,7 @@
 // limit, in bounded time; never a signal, a hang or an allocation without bound.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "core/errors.hpp"
@@ -296,6 +297,20 @@ TEST(JinjaLimits, DeepMessages) {
   }
   const Value ok = parse_json(repeat("[", 256) + repeat("]", 256), "x");
   EXPECT_EQ(ok.depth, 256);
+}
+
+// unique lower-cases each string once: linear in its length (before: the whole string checked for
+// non-ASCII once per character, O(n^2): 20 s for these three 120 KB strings). A generous bound.
+TEST(JinjaLimits, UniqueIsLinearInTheStringLength) {
+  const Template t(
+      "{% set s = 'aB' * 60000 %}{{ [s, s | lower, s ~ 'x'] | unique | list | length }}",
+      "unique.jinja");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(t.render(Dict{}), "2");
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took.count(), 2.0);
+  EXPECT_TRUE(names(error_of("{{ ['é'] | unique | list }}"),
+                    {"hostile.jinja line 1: ", "filter 'unique' on non-ASCII text"}));
 }
 
 }  // namespace
