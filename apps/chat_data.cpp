@@ -363,17 +363,13 @@ bool blank_line(std::string_view line) {
 ExampleRenderer ExampleRenderer::open(const Config& cfg) {
   auto s = std::make_shared<State>();
   const DataConfig& d = cfg.data;
-  if (d.format != "chat" && d.format != "prompt_completion") {
-    throw InputError("data.format: " + d.format +
+  if (!is_examples(d)) {
+    throw InputError("data.format: " + std::string(data_format_name(d.format)) +
                      " is not examples data (data.format chat or prompt_completion)");
   }
-  s->format = d.format == "chat" ? ExampleFormat::chat : ExampleFormat::prompt_completion;
-  s->loss_on = d.loss_on == "all"          ? LossOn::all
-               : d.loss_on == "completion" ? LossOn::completion
-                                           : LossOn::assistant;
-  s->truncation = d.truncation == "drop"    ? Truncation::drop
-                  : d.truncation == "error" ? Truncation::error
-                                            : Truncation::truncate;
+  s->format = d.format == DataFormat::chat ? ExampleFormat::chat : ExampleFormat::prompt_completion;
+  s->loss_on = d.loss_on;
+  s->truncation = d.truncation;
   s->seq_len = d.seq_len;
   const ModelText t = run_text(cfg);
   if (t.vocab != TextVocab::tokenizer) {
@@ -381,7 +377,7 @@ ExampleRenderer ExampleRenderer::open(const Config& cfg) {
                                 ? " reads text as bytes (kktrain's byte-level vocabulary, without "
                                   "special tokens to end a turn)"
                                 : " has no tokenizer (" + t.why + ")";
-    throw InputError("data.format: " + d.format +
+    throw InputError("data.format: " + std::string(data_format_name(d.format)) +
                      " reads examples through the model's tokenizer and chat template, and " +
                      t.model + has + ": set model.tokenizer: PATH (a tokenizer.json)");
   }

@@ -62,8 +62,7 @@ struct RenderedExample {
 };
 
 enum class ExampleFormat { chat, prompt_completion };
-enum class LossOn { assistant, completion, all };
-enum class Truncation { truncate, drop, error };
+// LossOn and Truncation: data.loss_on and data.truncation (core/config.hpp).
 
 // Whether a line of a data file holds no example (only spaces, tabs, \r or nothing): such lines
 // are skipped, by `kktrain render` and the training data alike; render() refuses them.

@@ -130,9 +130,8 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
 }
 
 std::optional<std::string> resume_source(const Config& cfg) {
-  const std::string& r = cfg.checkpoint.resume;
-  if (r == "none") return std::nullopt;
-  if (r == "auto") {
+  if (cfg.checkpoint.resume == ResumeFrom::none) return std::nullopt;
+  if (cfg.checkpoint.resume == ResumeFrom::latest) {
     const std::string root = checkpoint_root(cfg);
     std::string note;
     auto file = latest_checkpoint(root, &note);
@@ -150,7 +149,7 @@ std::optional<std::string> resume_source(const Config& cfg) {
     }
     return file;
   }
-  return resolve_checkpoint(r, "checkpoint.resume");
+  return resolve_checkpoint(cfg.checkpoint.resume_path, "checkpoint.resume");
 }
 
 namespace {

@@ -46,9 +46,9 @@ Json make_manifest(const Config& cfg) {
   Json inputs = Json::array();
   for (const auto& f : data_files(d)) inputs.push_back(manifest_file_stat(f, "data.path"));
   Json m = {{"inputs", inputs},
-            {"format", d.format},
-            {"loss_on", d.loss_on},
-            {"truncation", d.truncation},
+            {"format", data_format_name(d.format)},
+            {"loss_on", loss_on_name(d.loss_on)},
+            {"truncation", truncation_name(d.truncation)},
             {"seq_len", d.seq_len},
             {"seed", d.seed},
             {"val_fraction", d.val_fraction}};
@@ -275,22 +275,24 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
         (files.size() > 1 ? " (and " + std::to_string(files.size() - 1) + " more)" : std::string());
     if (train.examples() == 0) {
       throw InputError(what + " gives no training examples: " + std::to_string(ordinal) +
-                       " read, " + std::to_string(sum.dropped) + " dropped (data.truncation: " +
-                       d.truncation + ", data.seq_len " + std::to_string(d.seq_len) + "), " +
+                       " read, " + std::to_string(sum.dropped) +
+                       " dropped (data.truncation: " + truncation_name(d.truncation) +
+                       ", data.seq_len " + std::to_string(d.seq_len) + "), " +
                        std::to_string(sum.empty) + " of no tokens, " +
                        std::to_string(val ? val->examples() : 0) + " held out for validation");
     }
     if (cut_off > 0) {
-      throw InputError(
-          what + ": none of its " + std::to_string(train.examples()) +
-          " training examples has a loss token within data.seq_len " + std::to_string(d.seq_len) +
-          ": truncation (data.truncation: " + d.truncation + ") cut off every loss token of " +
-          std::to_string(cut_off) + " of them; raise data.seq_len");
+      throw InputError(what + ": none of its " + std::to_string(train.examples()) +
+                       " training examples has a loss token within data.seq_len " +
+                       std::to_string(d.seq_len) + ": truncation (data.truncation: " +
+                       truncation_name(d.truncation) + ") cut off every loss token of " +
+                       std::to_string(cut_off) + " of them; raise data.seq_len");
     }
-    throw InputError(what + ": none of its " + std::to_string(train.examples()) +
-                     " training examples has a loss token (data.loss_on: " + d.loss_on +
-                     (d.loss_on == "assistant" ? ": no assistant message" : "") +
-                     "); nothing would be learned");
+    throw InputError(
+        what + ": none of its " + std::to_string(train.examples()) +
+        " training examples has a loss token (data.loss_on: " + loss_on_name(d.loss_on) +
+        (d.loss_on == LossOn::assistant ? ": no assistant message" : "") +
+        "); nothing would be learned");
   }
   train.finish();
   if (val) val->finish();
@@ -328,9 +330,9 @@ std::string example_cache(const Config& cfg, Communicator& comm) {
               std::to_string(s.tokens) + " tokens, " + std::to_string(s.loss_tokens) +
               " loss tokens) and " + std::to_string(s.val_examples) + " validation examples; " +
               std::to_string(s.truncated) + " truncated and " + std::to_string(s.dropped) +
-              " dropped (data.truncation: " + cfg.data.truncation + ", data.seq_len " +
-              std::to_string(cfg.data.seq_len) + "), " + std::to_string(s.empty) +
-              " empty (of no tokens: skipped); cached in " + dir);
+              " dropped (data.truncation: " + truncation_name(cfg.data.truncation) +
+              ", data.seq_len " + std::to_string(cfg.data.seq_len) + "), " +
+              std::to_string(s.empty) + " empty (of no tokens: skipped); cached in " + dir);
     want = with_input_hashes(want, s.input_hashes);  // of the bytes rendered
     want["summary"] = {{"examples", s.examples},   {"val_examples", s.val_examples},
                        {"truncated", s.truncated}, {"dropped", s.dropped},

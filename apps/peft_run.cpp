@@ -92,7 +92,7 @@ std::vector<std::pair<std::string, std::string>> entries(const std::string& dir,
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> peft_run_outputs(const Config& cfg) {
-  if (cfg.checkpoint.export_format != "peft") return {};
+  if (cfg.checkpoint.export_format != ExportKind::peft) return {};
   return entries(run_adapter_path(cfg), "a file of the run's adapter export directory");
 }
 
@@ -105,7 +105,7 @@ std::vector<std::pair<std::string, std::string>> peft_run_inputs(const Config& c
 }
 
 void check_peft_run_end(const Config& cfg) {
-  if (cfg.checkpoint.export_format != "peft") return;
+  if (cfg.checkpoint.export_format != ExportKind::peft) return;
   const std::string out = run_adapter_path(cfg);
   const std::string key = "checkpoint.export_format: peft writes " + out + ", but ";
   const std::string refusal = peft_out_refusal(out);
@@ -123,7 +123,7 @@ void check_peft_run_end(const Config& cfg) {
 }
 
 void export_run_adapters(const Config& cfg, const std::string& file) {
-  if (cfg.checkpoint.export_format != "peft") return;
+  if (cfg.checkpoint.export_format != ExportKind::peft) return;
   const std::string out = run_adapter_path(cfg);
   const int64_t bytes = export_peft(file, out, PeftExportOptions{});
   log::info("export: " + out + " (peft, the adapters in their own dtype, " + std::to_string(bytes) +

@@ -39,7 +39,8 @@ std::optional<FileId> id_of(const std::string& path) {
 
 std::string run_export_path(const Config& cfg) {
   const fs::path out(cfg.train.output_dir);
-  return (out / (cfg.checkpoint.export_format == "safetensors" ? "export" : "export.h5")).string();
+  return (out / (cfg.checkpoint.export_format == ExportKind::safetensors ? "export" : "export.h5"))
+      .string();
 }
 
 void check_run_files(const Config& cfg, const std::optional<std::string>& resume_file) {
@@ -51,7 +52,7 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
       {"the run's export", export_path},
   };
   std::error_code ec;
-  if (cfg.checkpoint.export_format == "safetensors") {
+  if (cfg.checkpoint.export_format == ExportKind::safetensors) {
     const std::string refusal = safetensors_out_refusal(export_path);
     if (!refusal.empty()) {
       throw UsageError("checkpoint.export_format: safetensors writes " + export_path + ", but " +
@@ -207,7 +208,8 @@ void check_export_target(const Config& cfg, const std::string& path) {
     throw UsageError(what + "is a symbolic link to '" + fs::read_symlink(path, ec).string() +
                      "', which does not exist" + fix);
   }
-  if (cfg.checkpoint.export_format == "safetensors") return;  // check_run_files refuses others
+  // safetensors: check_run_files refuses others
+  if (cfg.checkpoint.export_format == ExportKind::safetensors) return;
   if (const auto why = unreadable_regular_file(path)) {
     struct stat s {};
     if (::stat(path.c_str(), &s) != 0 || !S_ISREG(s.st_mode)) throw UsageError(what + *why + fix);
@@ -232,7 +234,7 @@ void check_run_end(const Config& cfg, int rank) {
   const std::string root_key =
       cfg.checkpoint.dir ? "checkpoint.dir" : "checkpoint.dir (<train.output_dir>/checkpoints)";
   // 1. Nothing the run writes lies where its saves prune and move, nor the reverse.
-  if (cfg.checkpoint.export_format == "safetensors" &&
+  if (cfg.checkpoint.export_format == ExportKind::safetensors &&
       is_within(resolved(root), resolved(export_path))) {
     throw UsageError(root_key + ": '" + root + "' lies inside the run's export directory '" +
                      export_path +
@@ -247,7 +249,7 @@ void check_run_end(const Config& cfg, int rank) {
   // 2. The export: a target it can replace, a format the model can be written in.
   check_export_target(cfg, export_path);
   check_peft_run_end(cfg);  // checkpoint.export_format: peft: the adapter directory
-  if (cfg.checkpoint.export_format == "safetensors") {
+  if (cfg.checkpoint.export_format == ExportKind::safetensors) {
     try {
       hf_config_json(cfg.model, cfg.checkpoint.export_dtype);
     } catch (const Error& e) {

@@ -135,7 +135,7 @@ DataConfig tokenized_data(const Config& cfg, const TextTokens& t, Communicator& 
     }
     DataConfig d = cfg.data;
     d.paths = m["shards"].get<std::vector<std::string>>();
-    d.format = "llmc";
+    d.format = DataFormat::llmc;
     return d;
   });
 }

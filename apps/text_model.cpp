@@ -50,11 +50,11 @@ std::string vocabulary_text(int64_t v) {
 // corpus ("" in the list).
 std::vector<std::string> text_inputs(const DataConfig& d) {
   if (d.paths.empty()) return {""};
-  if (d.format == "jsonl") return data_files(d);
-  if (d.format != "auto" && d.format != "text") return {};
+  if (d.format == DataFormat::jsonl) return data_files(d);
+  if (d.format != DataFormat::automatic && d.format != DataFormat::text) return {};
   std::vector<std::string> out;
   for (const auto& f : data_files(d)) {
-    if (d.format == "text" || TokenFile(f, "auto").format() == "text") out.push_back(f);
+    if (d.format == DataFormat::text || TokenFile(f, "auto").format() == "text") out.push_back(f);
   }
   return out;
 }
@@ -63,7 +63,7 @@ std::string input_text(const std::vector<std::string>& files, const DataConfig& 
   if (files[0].empty()) return "the embedded default corpus (data.path unset) is byte-level text";
   std::string t = "data.path '" + files[0] + "'";
   if (files.size() > 1) t += " (and " + std::to_string(files.size() - 1) + " more)";
-  return t + " is text (data.format: " + d.format + ")";
+  return t + " is text (data.format: " + data_format_name(d.format) + ")";
 }
 
 // What a recorded config's data section trained on: text (data.format text; auto with the
@@ -203,7 +203,7 @@ ModelText run_text(const Config& cfg) {
 TextTokens check_text_data(const Config& cfg, const ModelText& t) {
   const std::vector<std::string> text = text_inputs(cfg.data);
   if (t.vocab == TextVocab::bytes) {
-    if (cfg.data.format == "jsonl") {
+    if (cfg.data.format == DataFormat::jsonl) {
       throw InputError("data.format: jsonl reads documents through the model's tokenizer, and " +
                        t.model +
                        " has none (it reads text as bytes): set model.tokenizer: PATH, or "
@@ -236,12 +236,12 @@ TextTokens check_text_data(const Config& cfg, const ModelText& t) {
   }
   for (const auto& f : files) {
     const bool jsonl = fs::path(f).extension() == ".jsonl";
-    if (cfg.data.format == "jsonl" && !jsonl) {
+    if (cfg.data.format == DataFormat::jsonl && !jsonl) {
       throw InputError("data.format: jsonl, but data.path '" + f +
                        "' does not end in .jsonl (one JSON document a line): name it .jsonl, or "
                        "set data.format: text (the file is one document)");
     }
-    if (cfg.data.format == "text" && jsonl) {
+    if (cfg.data.format == DataFormat::text && jsonl) {
       throw InputError("data.format: text, but data.path '" + f +
                        "' ends in .jsonl: set data.format: jsonl (one document a line, the "
                        "string at data.jsonl_key) or auto");

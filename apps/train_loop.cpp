@@ -276,17 +276,18 @@ void export_final(const TrainRun& run) {
     const std::string file = resolve_checkpoint(checkpoint_root(cfg), "checkpoint.dir");
     ExportOptions o;
     o.dtype = cfg.checkpoint.export_dtype;
-    o.format = cfg.checkpoint.export_format == "safetensors" ? ExportFormat::safetensors
-                                                             : ExportFormat::hdf5;
+    o.format = cfg.checkpoint.export_format == ExportKind::safetensors ? ExportFormat::safetensors
+                                                                       : ExportFormat::hdf5;
     o.check_source = export_source_check(o);  // the checks of every model reader
     o.extra_files = export_text_files(file);  // the tokenizer's files (safetensors)
     export_checkpoint(file, export_path, o);
     export_run_adapters(cfg, file);  // checkpoint.export_format: peft: <output_dir>/adapter
   });
-  const std::string format = cfg.checkpoint.export_format == "safetensors" ? "safetensors" : "hdf5";
-  log::info("export: " + export_path + " (" + format + ", " +
-            dtype_name(cfg.checkpoint.export_dtype) +
-            (cfg.checkpoint.export_format == "peft" ? ", the adapters merged" : "") + ")");
+  const std::string format =
+      cfg.checkpoint.export_format == ExportKind::safetensors ? "safetensors" : "hdf5";
+  log::info(
+      "export: " + export_path + " (" + format + ", " + dtype_name(cfg.checkpoint.export_dtype) +
+      (cfg.checkpoint.export_format == ExportKind::peft ? ", the adapters merged" : "") + ")");
 }
 
 // A stop signal on any rank since the steps ended (collective).

@@ -168,7 +168,7 @@ void resume_run(TrainRun& run) {
   try {
     run.state = load_training_checkpoint(*run.source, cfg, *run.model, *run.opt, *run.comm);
   } catch (const CollectiveError& e) {
-    if (cfg.checkpoint.resume != "auto" || !e.printed_here()) throw;
+    if (cfg.checkpoint.resume != ResumeFrom::latest || !e.printed_here()) throw;
     throw CollectiveError(std::string(e.what()) + " (found by checkpoint.resume: auto in " +
                               checkpoint_root(cfg) + "; checkpoint.resume=none starts afresh)",
                           e.exit_code());
@@ -212,8 +212,9 @@ void announce_run(TrainRun& run, const AppContext& ctx) {
   run.T = cfg.data.seq_len;
   run.micro_steps = cfg.data.global_batch_size / (run.B * run.W);
   run.tokens_per_step = cfg.data.global_batch_size * run.T;
-  const bool bar = run.rank0 && (cfg.train.progress == "on" ||
-                                 (cfg.train.progress == "auto" && isatty(STDERR_FILENO)));
+  const bool bar =
+      run.rank0 && (cfg.train.progress == ProgressMode::on ||
+                    (cfg.train.progress == ProgressMode::automatic && isatty(STDERR_FILENO)));
   run.progress = bar ? ProgressBar::shown : ProgressBar::hidden;
   const bool val_ok =
       run.examples ? run.examples->val_examples() > 0 : run.data->has_validation_windows(run.T);

@@ -26,6 +26,70 @@ const char* const kAdam = "torch.optim.Adam";
 const char* const kFusedAdam = "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam";
 const char* const kSGD = "torch.optim.SGD";
 
+// The spellings of the fixed-choice keys, in the order the reader's error lists them.
+template <typename E>
+using Choices = std::vector<std::pair<E, const char*>>;
+
+const Choices<LrDecayStyle>& decay_styles() {
+  static const Choices<LrDecayStyle> c = {{LrDecayStyle::constant, "constant"},
+                                          {LrDecayStyle::cosine, "cosine"},
+                                          {LrDecayStyle::linear, "linear"}};
+  return c;
+}
+const Choices<DataFormat>& data_formats() {
+  static const Choices<DataFormat> c = {{DataFormat::automatic, "auto"},
+                                        {DataFormat::text, "text"},
+                                        {DataFormat::jsonl, "jsonl"},
+                                        {DataFormat::chat, "chat"},
+                                        {DataFormat::prompt_completion, "prompt_completion"},
+                                        {DataFormat::uint16, "uint16"},
+                                        {DataFormat::uint32, "uint32"},
+                                        {DataFormat::llmc, "llmc"}};
+  return c;
+}
+const Choices<LossOn>& loss_ons() {
+  static const Choices<LossOn> c = {
+      {LossOn::assistant, "assistant"}, {LossOn::completion, "completion"}, {LossOn::all, "all"}};
+  return c;
+}
+const Choices<Truncation>& truncations() {
+  static const Choices<Truncation> c = {
+      {Truncation::truncate, "truncate"}, {Truncation::drop, "drop"}, {Truncation::error, "error"}};
+  return c;
+}
+const Choices<ProgressMode>& progress_modes() {
+  static const Choices<ProgressMode> c = {
+      {ProgressMode::automatic, "auto"}, {ProgressMode::on, "on"}, {ProgressMode::off, "off"}};
+  return c;
+}
+const Choices<ExportKind>& export_kinds() {
+  static const Choices<ExportKind> c = {{ExportKind::hdf5, "hdf5"},
+                                        {ExportKind::safetensors, "safetensors"},
+                                        {ExportKind::peft, "peft"}};
+  return c;
+}
+
+template <typename E>
+const char* choice_name(const Choices<E>& choices, E value) {
+  for (const auto& [e, name] : choices) {
+    if (e == value) return name;
+  }
+  return "?";
+}
+
+// A fixed-choice key read once into its enum: Section::get_choice refuses any other spelling,
+// listing `choices`.
+template <typename E>
+E get_enum(Section& s, const std::string& key, E def, const Choices<E>& choices) {
+  std::vector<std::string> names;
+  for (const auto& c : choices) names.emplace_back(c.second);
+  const std::string got = s.get_choice(key, choice_name(choices, def), names);
+  for (const auto& [e, name] : choices) {
+    if (got == name) return e;
+  }
+  return def;  // not reached: get_choice accepts only the names
+}
+
 bool parse_optimizer_target(const std::string& t, OptimizerKind* k) {
   static const std::vector<std::pair<std::string, OptimizerKind>> names = {
       {kAdamW, OptimizerKind::adamw},
@@ -346,7 +410,7 @@ void read_optimizer(Section& s, OptimizerConfig* o) {
 }
 
 void read_scheduler(Section& s, SchedulerConfig* c) {
-  c->lr_decay_style = s.get_choice("lr_decay_style", "constant", {"constant", "cosine", "linear"});
+  c->lr_decay_style = get_enum(s, "lr_decay_style", LrDecayStyle::constant, decay_styles());
   c->lr_warmup_steps = s.get_int("lr_warmup_steps", 0, 0, kMaxInt);
   c->lr_decay_steps = s.get_opt_int("lr_decay_steps", std::nullopt, 1, kMaxInt);
   c->min_lr = s.get_double("min_lr", 0.0, 0.0, kInf);
@@ -410,21 +474,27 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
 // The keys of examples data (data.format chat or prompt_completion).
 void read_examples(Section& s, DataConfig* d) {
   const bool examples = is_examples(*d);
-  d->loss_on = s.get_choice("loss_on", "auto", {"auto", "assistant", "completion", "all"});
-  if (d->loss_on == "assistant" && d->format != "chat") {
-    s.fail("loss_on", "assistant needs data.format chat (data.format is " + d->format + ")");
+  const std::string format = data_format_name(d->format);
+  const std::string loss_on =
+      s.get_choice("loss_on", "auto", {"auto", "assistant", "completion", "all"});
+  if (loss_on == "assistant" && d->format != DataFormat::chat) {
+    s.fail("loss_on", "assistant needs data.format chat (data.format is " + format + ")");
   }
-  if (d->loss_on == "completion" && d->format != "prompt_completion") {
+  if (loss_on == "completion" && d->format != DataFormat::prompt_completion) {
     s.fail("loss_on",
-           "completion needs data.format prompt_completion (data.format is " + d->format + ")");
+           "completion needs data.format prompt_completion (data.format is " + format + ")");
   }
-  if (d->loss_on == "auto") {
-    d->loss_on = d->format == "chat"                ? "assistant"
-                 : d->format == "prompt_completion" ? "completion"
-                                                    : "all";
-    s.set_resolved("loss_on", YAML::Node(d->loss_on));
+  if (loss_on == "auto") {
+    d->loss_on = d->format == DataFormat::chat                ? LossOn::assistant
+                 : d->format == DataFormat::prompt_completion ? LossOn::completion
+                                                              : LossOn::all;
+    s.set_resolved("loss_on", YAML::Node(loss_on_name(d->loss_on)));
+  } else {
+    d->loss_on = loss_on == "assistant"    ? LossOn::assistant
+                 : loss_on == "completion" ? LossOn::completion
+                                           : LossOn::all;
   }
-  d->truncation = s.get_choice("truncation", "truncate", {"truncate", "drop", "error"});
+  d->truncation = get_enum(s, "truncation", Truncation::truncate, truncations());
   d->packing = s.get_bool("packing", false);
   d->chat_template = s.get_opt_string("chat_template");
   s.accepts("chat_template", "a Jinja chat template file; null: the tokenizer's");
@@ -434,12 +504,13 @@ void read_examples(Section& s, DataConfig* d) {
             "a JSONL file of validation examples; null: data.val_fraction of data.path's");
   if (d->val_path && d->val_path->empty()) s.fail("val_path", "an empty file name");
   if (examples) return;
-  const bool set = d->truncation != "truncate" || d->packing || d->chat_template || d->val_path;
+  const bool set =
+      d->truncation != Truncation::truncate || d->packing || d->chat_template || d->val_path;
   if (set) {
     log::warn(
         "data.truncation, data.packing, data.chat_template and data.val_path apply to "
         "examples (data.format chat or prompt_completion); data.format is " +
-        d->format + ", so they have no effect");
+        format + ", so they have no effect");
   }
 }
 
@@ -458,9 +529,7 @@ void read_data(Section& s, DataConfig* d, int world_size) {
   for (const auto& p : d->paths) {
     if (p.empty()) s.fail("path", "an empty file name");
   }
-  d->format = s.get_choice(
-      "format", "auto",
-      {"auto", "text", "jsonl", "chat", "prompt_completion", "uint16", "uint32", "llmc"});
+  d->format = get_enum(s, "format", DataFormat::automatic, data_formats());
   d->jsonl_key = s.get_string("jsonl_key", d->jsonl_key);
   if (d->jsonl_key.empty()) s.fail("jsonl_key", "an empty key");
   read_examples(s, d);
@@ -489,7 +558,7 @@ void read_train(Section& s, TrainConfig* t) {
       s.get_double("update_lost_warn_frac", t->update_lost_warn_frac, 0.0, 1.0);
   t->update_lost_warn_steps =
       s.get_int("update_lost_warn_steps", t->update_lost_warn_steps, 0, kMaxInt);
-  t->progress = s.get_choice("progress", "auto", {"auto", "on", "off"});
+  t->progress = get_enum(s, "progress", ProgressMode::automatic, progress_modes());
   s.finish();
   if (t->output_dir.empty()) s.fail("output_dir", "must not be empty");
 }
@@ -501,14 +570,17 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
   }
   c->save_every = s.get_int("save_every", 0, 0, kMaxInt);
   c->keep_last = s.get_int("keep_last", 2, 1, 1 << 20);
-  c->resume = s.get_string("resume", "auto");
+  const std::string resume = s.get_string("resume", "auto");
   s.accepts("resume", "auto, none, or a checkpoint path");
-  if (c->resume == "never") c->resume = "none";  // an older spelling
-  if (c->resume.empty()) s.fail("resume", "must be auto, none, or a checkpoint path");
-  s.set_resolved("resume", YAML::Node(c->resume));
+  if (resume.empty()) s.fail("resume", "must be auto, none, or a checkpoint path");
+  c->resume = resume == "auto"                        ? ResumeFrom::latest
+              : resume == "none" || resume == "never" ? ResumeFrom::none  // never: older spelling
+                                                      : ResumeFrom::path;
+  c->resume_path = c->resume == ResumeFrom::path ? resume : "";
+  s.set_resolved("resume", YAML::Node(resume_name(*c)));
   c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, false);
   require_supported(s, "export_dtype", c->export_dtype);
-  c->export_format = s.get_choice("export_format", "hdf5", {"hdf5", "safetensors", "peft"});
+  c->export_format = get_enum(s, "export_format", ExportKind::hdf5, export_kinds());
   s.finish();
 }
 
@@ -633,7 +705,7 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
               " ranks: the sharded path computes in mp_policy.param_dtype");
   }
   validate_moe(c, opts, loc);
-  if (c.checkpoint.export_format == "peft" && !c.peft.enabled) {
+  if (c.checkpoint.export_format == ExportKind::peft && !c.peft.enabled) {
     loc.fail("checkpoint.export_format",
              "peft exports LoRA adapters; this run has no peft section");
   }
@@ -642,13 +714,13 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
     loc.fail("train.epochs",
              "counts passes over examples (data.format chat or prompt_completion); data.format "
              "is " +
-                 c.data.format + " (use train.max_steps)");
+                 std::string(data_format_name(c.data.format)) + " (use train.max_steps)");
   }
   if (examples && c.model.mtp_num_layers > 0) {
     loc.fail("model.mtp_num_layers",
              "multi-token prediction across packed or padded examples is not supported; train "
              "examples (data.format " +
-                 c.data.format + ") with mtp_num_layers: 0");
+                 std::string(data_format_name(c.data.format)) + ") with mtp_num_layers: 0");
   }
   if (c.lr_scheduler.min_lr > o.lr) {
     loc.fail("lr_scheduler.min_lr", "min_lr " + format_double(c.lr_scheduler.min_lr) +
@@ -657,6 +729,37 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
 }
 
 }  // namespace
+
+const char* lr_decay_style_name(LrDecayStyle s) {
+  return choice_name(decay_styles(), s);
+}
+const char* data_format_name(DataFormat f) {
+  return choice_name(data_formats(), f);
+}
+const char* loss_on_name(LossOn l) {
+  return choice_name(loss_ons(), l);
+}
+const char* truncation_name(Truncation t) {
+  return choice_name(truncations(), t);
+}
+const char* progress_mode_name(ProgressMode p) {
+  return choice_name(progress_modes(), p);
+}
+const char* export_kind_name(ExportKind k) {
+  return choice_name(export_kinds(), k);
+}
+
+std::string resume_name(const CheckpointConfig& c) {
+  switch (c.resume) {
+    case ResumeFrom::latest:
+      return "auto";
+    case ResumeFrom::none:
+      return "none";
+    case ResumeFrom::path:
+      return c.resume_path;
+  }
+  return "?";
+}
 
 const char* optimizer_kind_name(OptimizerKind k) {
   switch (k) {

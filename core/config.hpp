@@ -124,8 +124,12 @@ struct OptimizerConfig {
   bool is_torch_adam() const { return kind == OptimizerKind::adamw || kind == OptimizerKind::adam; }
 };
 
+// lr_scheduler.lr_decay_style: how the learning rate falls after the warmup.
+enum class LrDecayStyle { constant, cosine, linear };
+const char* lr_decay_style_name(LrDecayStyle s);  // as the config spells it
+
 struct SchedulerConfig {
-  std::string lr_decay_style = "constant";  // constant | cosine | linear
+  LrDecayStyle lr_decay_style = LrDecayStyle::constant;
   int64_t lr_warmup_steps = 0;
   std::optional<int64_t> lr_decay_steps;  // null: decay until train.max_steps
   double min_lr = 0.0;
@@ -168,21 +172,33 @@ struct DistributedConfig {
   bool allow_moe_param_dtype_mismatch = false;
 };
 
+// data.format: how data.path's files are read (auto picks text or a token format by each file's
+// name and header: io/token_file.hpp).
+enum class DataFormat { automatic, text, jsonl, chat, prompt_completion, uint16, uint32, llmc };
+const char* data_format_name(DataFormat f);  // as the config spells it ("auto" for automatic)
+// data.loss_on: the tokens of an example the loss counts (the config's auto is resolved when it
+// is read: assistant for chat, completion for prompt_completion, all otherwise).
+enum class LossOn { assistant, completion, all };
+const char* loss_on_name(LossOn l);
+// data.truncation: what happens to an example longer than data.seq_len.
+enum class Truncation { truncate, drop, error };
+const char* truncation_name(Truncation t);
+
 struct DataConfig {
   // data.path: token files or globs, in order (empty: the embedded default corpus). One file or
   // a list; windows never straddle two files.
   std::vector<std::string> paths;
   // auto | text | jsonl | uint16 | uint32 | llmc (llm.c .bin shards); jsonl: documents through
   // the model's tokenizer (apps/text_data.hpp), the string at jsonl_key of each line
-  std::string format = "auto";
+  DataFormat format = DataFormat::automatic;
   std::string jsonl_key = "text";
   // Examples (format chat or prompt_completion; apps/chat_data.hpp): the tokens the loss counts
   // (auto resolves to assistant for chat, completion for prompt_completion, all otherwise), what
   // happens to an example longer than seq_len, whether examples are packed into rows, a template
   // file replacing the tokenizer's chat template, and a validation file (else val_fraction of the
   // examples).
-  std::string loss_on = "auto";         // auto | assistant | completion | all
-  std::string truncation = "truncate";  // truncate | drop | error
+  LossOn loss_on = LossOn::all;  // the config's auto: resolved by format
+  Truncation truncation = Truncation::truncate;
   bool packing = false;
   std::optional<std::string> chat_template;
   std::optional<std::string> val_path;
@@ -195,8 +211,12 @@ struct DataConfig {
 
 // Examples (data.format chat or prompt_completion) rather than a stream of tokens.
 inline bool is_examples(const DataConfig& d) {
-  return d.format == "chat" || d.format == "prompt_completion";
+  return d.format == DataFormat::chat || d.format == DataFormat::prompt_completion;
 }
+
+// train.progress: whether rank 0 draws a progress bar (auto: when stderr is a terminal).
+enum class ProgressMode { automatic, on, off };
+const char* progress_mode_name(ProgressMode p);  // "auto" for automatic
 
 struct TrainConfig {
   int64_t max_steps = 200;
@@ -213,19 +233,27 @@ struct TrainConfig {
   // on every logged step for this many steps (0: never).
   double update_lost_warn_frac = 0.5;
   int64_t update_lost_warn_steps = 100;
-  std::string progress = "auto";  // auto | on | off
+  ProgressMode progress = ProgressMode::automatic;
 };
+
+// checkpoint.resume: the latest checkpoint under the directory if any (auto), none, or one path.
+enum class ResumeFrom { latest, none, path };
+// checkpoint.export_format: hdf5 (export.h5) | safetensors (export/ directory) | peft (LoRA runs:
+// the adapters in PEFT's format in adapter/, io/peft.hpp, beside the merged export.h5).
+enum class ExportKind { hdf5, safetensors, peft };
+const char* export_kind_name(ExportKind k);
 
 struct CheckpointConfig {
   std::optional<std::string> dir;  // null: <train.output_dir>/checkpoints
   int64_t save_every = 0;          // 0: only at the end (and on SIGTERM/SIGINT)
   int64_t keep_last = 2;           // step directories kept
-  std::string resume = "auto";     // auto (latest under dir, if any) | none | <checkpoint path>
+  ResumeFrom resume = ResumeFrom::latest;
+  std::string resume_path;               // ResumeFrom::path: the checkpoint
   DType export_dtype = DType::bfloat16;  // the consolidated export written at the end
-  // hdf5 (export.h5) | safetensors (export/ directory) | peft (LoRA runs: the adapters in PEFT's
-  // format in adapter/, io/peft.hpp, beside the merged export.h5)
-  std::string export_format = "hdf5";
+  ExportKind export_format = ExportKind::hdf5;
 };
+// checkpoint.resume as the config spells it: auto, none or the path.
+std::string resume_name(const CheckpointConfig& c);
 
 struct Config {
   ModelConfig model;

@@ -103,7 +103,7 @@ TokenDataset TokenDataset::load(const DataConfig& cfg, int64_t vocab_size,
   }
   std::string formats;
   for (const auto& path : files) {
-    auto f = std::make_shared<TokenFile>(path, cfg.format);
+    auto f = std::make_shared<TokenFile>(path, data_format_name(cfg.format));
     d.text_ = f->format() == "text";
     if (formats.find(f->format()) == std::string::npos) {
       formats += (formats.empty() ? "" : ", ") + f->format();

@@ -11,11 +11,11 @@ LrSchedule::LrSchedule(const SchedulerConfig& cfg, double base_lr, int64_t max_s
 double LrSchedule::lr(int64_t step) const {
   const int64_t warm = cfg_.lr_warmup_steps;
   if (step < warm) return base_ * static_cast<double>(step + 1) / static_cast<double>(warm);
-  if (cfg_.lr_decay_style == "constant") return base_;
+  if (cfg_.lr_decay_style == LrDecayStyle::constant) return base_;
   const double span = static_cast<double>(std::max<int64_t>(1, decay_steps_ - warm));
   const double progress = std::min(1.0, static_cast<double>(step - warm) / span);
   const double lo = cfg_.min_lr;
-  if (cfg_.lr_decay_style == "linear") return lo + (base_ - lo) * (1.0 - progress);
+  if (cfg_.lr_decay_style == LrDecayStyle::linear) return lo + (base_ - lo) * (1.0 - progress);
   return lo + (base_ - lo) * 0.5 * (1.0 + std::cos(M_PI * progress));  // cosine
 }
 

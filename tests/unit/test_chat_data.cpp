@@ -61,8 +61,8 @@ TEST(ExampleRenderer, ThreadsRenderAsOneThreadDoes) {
   Config cfg;
   cfg.model.tokenizer = chatml_tokenizer(dir);
   cfg.model.vocab_size = 128;
-  cfg.data.format = "chat";
-  cfg.data.loss_on = "assistant";
+  cfg.data.format = DataFormat::chat;
+  cfg.data.loss_on = LossOn::assistant;
   cfg.data.seq_len = 60;
   const ExampleRenderer r = ExampleRenderer::open(cfg);
   std::vector<std::string> lines;
@@ -105,7 +105,7 @@ TEST(ExampleRenderer, AnExampleOfNoTokensIsSkippedOrRefused) {
   Config cfg;
   cfg.model.tokenizer = chatml_tokenizer(dir);
   cfg.model.vocab_size = 128;
-  cfg.data.format = "chat";
+  cfg.data.format = DataFormat::chat;
   cfg.data.seq_len = 60;
   std::ofstream(dir.path("t.jinja"))
       << "{% if messages[0].content != 'NOTHING' %}{% for m in messages %}<|im_start|>{{ m.role }}"
@@ -113,15 +113,15 @@ TEST(ExampleRenderer, AnExampleOfNoTokensIsSkippedOrRefused) {
   cfg.data.chat_template = dir.path("t.jinja");
   const std::string line =
       R"({"messages": [{"role": "user", "content": "NOTHING"}, {"role": "assistant", "content": ""}]})";
-  for (const char* loss_on : {"all", "assistant"}) {
+  for (const LossOn loss_on : {LossOn::all, LossOn::assistant}) {
     cfg.data.loss_on = loss_on;
-    cfg.data.truncation = "truncate";
+    cfg.data.truncation = Truncation::truncate;
     const ExampleRenderer r = ExampleRenderer::open(cfg);
     const RenderedExample ex = r.render(line, "f", 3);
-    EXPECT_EQ(ex.fate, ExampleFate::empty) << loss_on;
+    EXPECT_EQ(ex.fate, ExampleFate::empty) << loss_on_name(loss_on);
     EXPECT_TRUE(ex.ids.empty() && ex.loss_mask.empty());
     EXPECT_EQ(r.empty(), 1);
-    cfg.data.truncation = "error";
+    cfg.data.truncation = Truncation::error;
     const ExampleRenderer strict = ExampleRenderer::open(cfg);
     try {
       strict.render(line, "f", 3);

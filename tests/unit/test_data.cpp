@@ -252,7 +252,7 @@ TEST(TokenDataset, ReadsTextAndBinaryTokenFiles) {
                 TokenDataset::load(data_cfg(p32), 70000).val_tokens(),
             40);
   DataConfig forced = data_cfg(p32);
-  forced.format = "uint16";  // the same bytes read as uint16 tokens: twice as many
+  forced.format = DataFormat::uint16;  // the same bytes read as uint16 tokens: twice as many
   EXPECT_EQ(TokenDataset::load(forced, 70000).train_tokens() +
                 TokenDataset::load(forced, 70000).val_tokens(),
             80);

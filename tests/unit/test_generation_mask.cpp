@@ -90,8 +90,8 @@ RenderedExample render(const ScratchDir& dir, const std::string& tmpl, const Jso
   Config cfg;
   cfg.model.tokenizer = chatml_tokenizer(dir);
   cfg.model.vocab_size = 128;
-  cfg.data.format = "chat";
-  cfg.data.loss_on = "assistant";
+  cfg.data.format = DataFormat::chat;
+  cfg.data.loss_on = LossOn::assistant;
   cfg.data.seq_len = 400;
   std::ofstream(dir.path("t.jinja")) << tmpl;
   cfg.data.chat_template = dir.path("t.jinja");

@@ -354,7 +354,7 @@ TEST(Schedule, WarmupThenCosineOrLinear) {
   SchedulerConfig s;
   s.lr_warmup_steps = 10;
   s.min_lr = 1e-4;
-  s.lr_decay_style = "cosine";
+  s.lr_decay_style = LrDecayStyle::cosine;
   LrSchedule cos(s, 1e-3, 110);
   EXPECT_DOUBLE_EQ(cos.lr(0), 1e-4);                    // (0 + 1) / 10 of the peak
   EXPECT_DOUBLE_EQ(cos.lr(9), 1e-3);                    // end of warmup
@@ -362,13 +362,13 @@ TEST(Schedule, WarmupThenCosineOrLinear) {
   EXPECT_NEAR(cos.lr(60), 1e-4 + 0.9e-3 * 0.5, 1e-15);  // halfway: midpoint
   EXPECT_DOUBLE_EQ(cos.lr(110), 1e-4);
   EXPECT_DOUBLE_EQ(cos.lr(500), 1e-4);  // stays at the floor
-  s.lr_decay_style = "linear";
+  s.lr_decay_style = LrDecayStyle::linear;
   LrSchedule lin(s, 1e-3, 110);
   EXPECT_NEAR(lin.lr(35), 1e-4 + 0.9e-3 * 0.75, 1e-15);
-  s.lr_decay_style = "constant";
+  s.lr_decay_style = LrDecayStyle::constant;
   EXPECT_DOUBLE_EQ(LrSchedule(s, 1e-3, 110).lr(77), 1e-3);
   s.lr_decay_steps = 60;  // decay ends earlier than max_steps
-  s.lr_decay_style = "linear";
+  s.lr_decay_style = LrDecayStyle::linear;
   EXPECT_DOUBLE_EQ(LrSchedule(s, 1e-3, 110).lr(60), 1e-4);
 }
 
