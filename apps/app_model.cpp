@@ -26,8 +26,7 @@
 namespace kktrain {
 
 GradSync grad_sync_of(const Config& cfg) {
-  return cfg.distributed.grad_sync == "last_micro_batch" ? GradSync::last_micro_batch
-                                                         : GradSync::every_micro_batch;
+  return cfg.distributed.grad_sync;
 }
 
 namespace {

@@ -69,6 +69,17 @@ const Choices<ExportKind>& export_kinds() {
   return c;
 }
 
+const Choices<RopeType>& rope_types() {
+  static const Choices<RopeType> c = {{RopeType::standard, "default"},
+                                      {RopeType::llama3, "llama3"}};
+  return c;
+}
+const Choices<GradSync>& grad_syncs() {
+  static const Choices<GradSync> c = {{GradSync::every_micro_batch, "every_micro_batch"},
+                                      {GradSync::last_micro_batch, "last_micro_batch"}};
+  return c;
+}
+
 template <typename E>
 const char* choice_name(const Choices<E>& choices, E value) {
   for (const auto& [e, name] : choices) {
@@ -126,7 +137,7 @@ void require_supported(Section& s, const std::string& key, std::optional<DType> 
 // model.rope_scaling (Hugging Face's rope_scaling): the llama3 factors are required, as Hugging
 // Face requires them; they are read only for llama3.
 void read_rope_scaling(Section& s, RopeScaling* r) {
-  r->rope_type = s.get_choice("rope_type", "default", {"default", "llama3"});
+  r->rope_type = get_enum(s, "rope_type", RopeType::standard, rope_types());
   std::map<std::string, std::string> foreign;
   const char* const kLlama3[] = {"factor", "low_freq_factor", "high_freq_factor",
                                  "original_max_position_embeddings"};
@@ -418,10 +429,10 @@ void read_scheduler(Section& s, SchedulerConfig* c) {
 }
 
 void read_distributed(Section& s, DistributedConfig* d, int world_size) {
-  d->strategy = s.get_string("strategy", "fsdp2");
+  const std::string strategy = s.get_string("strategy", "fsdp2");
   s.accepts("strategy", "fsdp2");
-  if (d->strategy != "fsdp2") {
-    s.fail("strategy", "\"" + d->strategy +
+  if (strategy != "fsdp2") {
+    s.fail("strategy", "\"" + strategy +
                            "\" is not supported; kktrain implements fsdp2 (parameters, gradients "
                            "and optimizer state sharded over all ranks)");
   }
@@ -448,8 +459,7 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   d->autocast_dtype = s.get_dtype("autocast_dtype", std::nullopt, true);
   require_supported(s, "autocast_dtype", d->autocast_dtype);
   d->reshard_after_forward = s.get_bool("reshard_after_forward", true);
-  d->grad_sync =
-      s.get_choice("grad_sync", "every_micro_batch", {"every_micro_batch", "last_micro_batch"});
+  d->grad_sync = get_enum(s, "grad_sync", GradSync::every_micro_batch, grad_syncs());
   d->nonblocking_collectives = s.get_bool("nonblocking_collectives", false);
   {
     const std::string c = s.get_choice("collectives", "auto", {"auto", "kktrain", "mpi"});
@@ -730,6 +740,9 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
 
 }  // namespace
 
+const char* rope_type_name(RopeType t) {
+  return choice_name(rope_types(), t);
+}
 const char* lr_decay_style_name(LrDecayStyle s) {
   return choice_name(decay_styles(), s);
 }

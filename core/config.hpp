@@ -18,19 +18,24 @@
 
 #include "core/collective_impl.hpp"
 #include "core/dtype.hpp"
+#include "core/grad_sync.hpp"
 #include "core/precision.hpp"
 
 namespace kktrain {
 
 // model.rope_scaling: how the rotary inverse frequencies are rescaled for long contexts, as
 // Hugging Face's rope_scaling (ops/rope.hpp computes them).
+// model.rope_scaling.rope_type: no scaling (the config's default) or Llama 3.1 / 3.2's.
+enum class RopeType { standard, llama3 };
+const char* rope_type_name(RopeType t);  // "default" | "llama3"
+
 struct RopeScaling {
-  std::string rope_type = "default";  // default (no scaling) | llama3 (Llama 3.1 / 3.2)
-  double factor = 0.0;                // llama3: low frequencies are divided by it
-  double low_freq_factor = 0.0;       // wavelengths > original / low_freq_factor: divided
-  double high_freq_factor = 0.0;      // wavelengths < original / high_freq_factor: kept
+  RopeType rope_type = RopeType::standard;
+  double factor = 0.0;            // llama3: low frequencies are divided by it
+  double low_freq_factor = 0.0;   // wavelengths > original / low_freq_factor: divided
+  double high_freq_factor = 0.0;  // wavelengths < original / high_freq_factor: kept
   int64_t original_max_position_embeddings = 0;
-  bool llama3() const { return rope_type == "llama3"; }
+  bool llama3() const { return rope_type == RopeType::llama3; }
 };
 
 // model.moe: a sparse MLP (mixture of experts, Mixtral semantics) in every decoder layer instead
@@ -135,8 +140,11 @@ struct SchedulerConfig {
   double min_lr = 0.0;
 };
 
+// distributed.strategy: the only one, FSDP2-style sharding over all ranks.
+enum class DistributedStrategy { fsdp2 };
+
 struct DistributedConfig {
-  std::string strategy = "fsdp2";  // the only one: FSDP2-style sharding over all ranks
+  DistributedStrategy strategy = DistributedStrategy::fsdp2;
   MixedPrecisionPolicy mp_policy;
   std::optional<DType> autocast_dtype;
   // Several ranks: free each layer's gathered weights after its forward and gather them again
@@ -147,7 +155,7 @@ struct DistributedConfig {
   // shards in fp32 (FSDP2's way, gradient memory 1/W per rank), or sum the unsharded gradients
   // and reduce-scatter once on the last micro-batch ("last_micro_batch": one collective per
   // step, the whole gradient in reduce_dtype on every rank).
-  std::string grad_sync = "every_micro_batch";
+  GradSync grad_sync = GradSync::every_micro_batch;
   // Several ranks: start each unit's reduce-scatter non-blocking (MPI_Ireduce_scatter_block) and
   // complete it while the next unit's backward runs, and prefetch the next unit's all-gather
   // (MPI_Iallgather) while a unit computes (parallel/fsdp.hpp), at the cost of two reduce wires

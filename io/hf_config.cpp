@@ -138,7 +138,7 @@ RopeScaling read_rope_scaling(const Keys& k) {
     throw InputError("'" + k.file + "': rope_scaling.rope_type = \"" + type +
                      "\": kktrain implements llama3 rope scaling (and none)");
   }
-  r.rope_type = "llama3";
+  r.rope_type = RopeType::llama3;
   auto field = [&](const char* name) {
     if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0)) {
       throw InputError("'" + k.file + "': rope_scaling." + name +
@@ -382,7 +382,7 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
 
 YAML::Node rope_scaling_node(const RopeScaling& r) {
   YAML::Node rs(YAML::NodeType::Map);
-  rs["rope_type"] = r.rope_type;
+  rs["rope_type"] = rope_type_name(r.rope_type);
   if (r.llama3()) {
     rs["factor"] = r.factor;
     rs["low_freq_factor"] = r.low_freq_factor;

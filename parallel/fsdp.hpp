@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/grad_sync.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/launch.hpp"
 #include "core/param_registry.hpp"
@@ -95,8 +96,8 @@ struct FsdpTensor {
   void* acc = nullptr;                            // the reduce-dtype accumulator (reductions)
 };
 
-// When several micro-batches of a step reach the other ranks (see the file comment).
-enum class GradSync { every_micro_batch, last_micro_batch };
+// GradSync (core/grad_sync.hpp): when several micro-batches of a step reach the other ranks (see
+// the file comment).
 
 // Bytes of the reusable unit buffers a run allocates at its high-water mark (FsdpUnits::plan).
 struct UnitBufferBytes {

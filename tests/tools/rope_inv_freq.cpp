@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   }
   kktrain::RopeScaling s;
   if (argc == 7) {
-    s.rope_type = "llama3";
+    s.rope_type = kktrain::RopeType::llama3;
     s.factor = std::strtod(argv[3], nullptr);
     s.low_freq_factor = std::strtod(argv[4], nullptr);
     s.high_freq_factor = std::strtod(argv[5], nullptr);

@@ -182,7 +182,7 @@ TEST_F(ConfigTest, PolicyDefaultsOnOneRank) {
   EXPECT_EQ(mp.output_dtype, DType::bfloat16);
   EXPECT_TRUE(mp.cast_forward_inputs);
   EXPECT_FALSE(cfg.distributed.autocast_dtype.has_value());
-  EXPECT_EQ(cfg.distributed.strategy, "fsdp2");
+  EXPECT_EQ(cfg.distributed.strategy, DistributedStrategy::fsdp2);
   const auto& p = cfg.precision;
   EXPECT_EQ(p.world_size, 1);
   EXPECT_EQ(p.storage, DType::bfloat16);
@@ -264,7 +264,8 @@ TEST_F(ConfigTest, PolicyTargetSpellingsAndCastForwardInputs) {
               "torch.distributed.fsdp.MixedPrecisionPolicy");
     EXPECT_EQ(cfg.resolved["distributed"]["mp_policy"]["param_dtype"].as<std::string>(), "float32");
   }
-  EXPECT_EQ(load("distributed:\n  strategy: fsdp2\n").distributed.strategy, "fsdp2");
+  EXPECT_EQ(load("distributed:\n  strategy: fsdp2\n").distributed.strategy,
+            DistributedStrategy::fsdp2);
 }
 
 TEST_F(ConfigTest, LoraDtype) {

@@ -43,7 +43,7 @@ ModelConfig model_of(const Case& c) {
   m.seed = 11;
   m.final_logit_softcapping = c.softcap;
   if (c.llama3) {
-    m.rope_scaling.rope_type = "llama3";
+    m.rope_scaling.rope_type = RopeType::llama3;
     m.rope_scaling.factor = 8.0;
     m.rope_scaling.low_freq_factor = 1.0;
     m.rope_scaling.high_freq_factor = 4.0;
