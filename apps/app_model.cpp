@@ -193,17 +193,9 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
   }
 }
 
-TokenLoadOptions token_load_options() {
+TokenLoadOptions token_load_options(const DataConfig& data) {
   TokenLoadOptions o;
-  if (const char* env = std::getenv("KKTRAIN_VALIDATE_AT_LOAD_TOKENS")) {
-    char* end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    if (end == env || *end != '\0' || v < 0) {
-      throw InputError("KKTRAIN_VALIDATE_AT_LOAD_TOKENS: '" + log::one_line(env) +
-                       "' is not a non-negative integer");
-    }
-    o.validate_at_load_tokens = v;
-  }
+  o.validate_at_load_tokens = data.validate_at_load_tokens;
   return o;
 }
 

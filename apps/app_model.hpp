@@ -22,10 +22,10 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm,
 // The same up to the layout of rank `rank` of `world`, without allocating (planning: the audit).
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 
-// How train and grads open token files: KKTRAIN_VALIDATE_AT_LOAD_TOKENS=N (a non-negative integer)
-// checks every id of files up to N tokens when they are opened instead of up to
-// kValidateAtLoadTokens (0: ids only as windows are drawn). InputError for another value.
-TokenLoadOptions token_load_options();
+// How train and grads open token files: data.validate_at_load_tokens N checks every id of files up
+// to N tokens when they are opened (default kValidateAtLoadTokens; 0: ids only as windows are
+// drawn).
+TokenLoadOptions token_load_options(const DataConfig& data);
 
 // distributed.grad_sync as the FSDP units take it.
 GradSync grad_sync_of(const Config& cfg);

@@ -116,7 +116,7 @@ Batch first_batch(const Config& cfg, const std::string& out) {
     return data.train_batch(0, 0, cfg.data.micro_batch_size);
   }
   const TokenDataset data =
-      TokenDataset::load(cfg.data, cfg.model.vocab_size, token_load_options());
+      TokenDataset::load(cfg.data, cfg.model.vocab_size, token_load_options(cfg.data));
   return data.train_batch(0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
 }
 

@@ -54,7 +54,7 @@ Command train_command() {
       "device or the ranks, 2 at most; kernel_launches: the Kokkos kernels this rank launched\n"
       "in the step, deep_copies its Kokkos::deep_copy calls; validation rows carry val_loss).\n"
       "Before allocating, the predicted peak (kktrain audit) is compared with the available\n"
-      "memory (KKTRAIN_MEMORY_AVAILABLE_BYTES overrides it); a run that cannot fit exits 2.\n"
+      "memory (train.memory_available_bytes overrides it); a run that cannot fit exits 2.\n"
       "Steps with a non-finite loss or gradient norm are skipped; train.max_nonfinite_steps in\n"
       "a row stop the run\n"
       "(exit 1). With torch Adam/AdamW and trainable bfloat16 parameters a precision warning\n"

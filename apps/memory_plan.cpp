@@ -108,12 +108,11 @@ PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const Au
   return p;
 }
 
-int64_t available_memory_bytes(std::string* source, int ranks_on_node) {
-  if (const char* env = std::getenv("KKTRAIN_MEMORY_AVAILABLE_BYTES")) {
-    *source = "KKTRAIN_MEMORY_AVAILABLE_BYTES";
-    char* end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    return end != env && *end == '\0' && v >= 0 ? v : -1;
+int64_t available_memory_bytes(std::optional<int64_t> configured, std::string* source,
+                               int ranks_on_node) {
+  if (configured) {
+    *source = "train.memory_available_bytes";
+    return *configured;
   }
 #if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP)
   // The device's free memory, shared by the ranks of this node that Kokkos puts on it (ranks go

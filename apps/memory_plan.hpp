@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/config.hpp"
@@ -23,12 +24,13 @@ constexpr int64_t kBaselineBytes = int64_t(24) << 20;
 // `model` is the planned model of `cfg` (plan_model, for the rank and world of `audit`).
 PeakBreakdown predict_peak(const Config& cfg, const Transformer& model, const AuditReport& audit);
 
-// Bytes this rank may use: KKTRAIN_MEMORY_AVAILABLE_BYTES when set; the device's free memory on
-// CUDA/HIP builds; on host builds the smallest of the node's MemAvailable and the memory cgroup's
-// room (each shared by the ranks_on_node ranks of this node) and the process's RLIMIT_AS /
-// RLIMIT_DATA headroom (apps/memory_limits.hpp); -1 when unknown. `source` names where it came
+// Bytes this rank may use: `configured` (train.memory_available_bytes) when set; the device's free
+// memory on CUDA/HIP builds; on host builds the smallest of the node's MemAvailable and the memory
+// cgroup's room (each shared by the ranks_on_node ranks of this node) and the process's RLIMIT_AS
+// / RLIMIT_DATA headroom (apps/memory_limits.hpp); -1 when unknown. `source` names where it came
 // from.
-int64_t available_memory_bytes(std::string* source, int ranks_on_node);
+int64_t available_memory_bytes(std::optional<int64_t> configured, std::string* source,
+                               int ranks_on_node);
 
 // Peak resident memory of this process so far (bytes): VmHWM of /proc/self/status, the
 // high-water mark of this program's own address space. (getrusage's ru_maxrss also keeps the peak

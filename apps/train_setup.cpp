@@ -66,7 +66,8 @@ PeakBreakdown check_memory(const Config& cfg, Communicator& comm) {
   const AuditReport audit = precision_audit(cfg, planned->params(), {});
   const PeakBreakdown p = predict_peak(cfg, *planned, audit);
   std::string source;
-  const int64_t avail = available_memory_bytes(&source, comm.ranks_on_node());
+  const int64_t avail =
+      available_memory_bytes(cfg.train.memory_available_bytes, &source, comm.ranks_on_node());
   if (avail >= 0 && p.total() > avail) {
     const auto [group, bytes] = p.largest();
     throw ConfigError("", "predicted peak memory " + std::to_string(p.total()) + " bytes (" +
@@ -154,7 +155,7 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
     open_examples(run);
   } else {
     run.data.emplace(collectively(comm, [&] {
-      return TokenDataset::load(data, cfg.model.vocab_size, token_load_options());
+      return TokenDataset::load(data, cfg.model.vocab_size, token_load_options(cfg.data));
     }));
   }
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);

@@ -6,8 +6,11 @@
 // backward dV, dP, dQ, dK, over the causal half).
 //
 //   bench_attention --batch 8 --seq 256 --heads 6 --kv-heads 6 --head-dim 64 --compute bfloat16
-//                   --iters 5 [--materialized 1]
+//                   --iters 5 [--materialized 1] [--kernel tiled_gemm|team] [--tiles QxK]
+// (--kernel and --tiles: kktrain's model.attention and model.attention_tiles; the build's default
+// kernel and tiles otherwise.)
 #include <Kokkos_Core.hpp>
+#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +47,7 @@ int run(const AttentionDims& d, int iters, bool materialized) {
   DView<TC> q = random_view<TC>(nq, 1), k = random_view<TC>(nkv, 2), v = random_view<TC>(nkv, 3);
   DView<TC> dout = random_view<TC>(nq, 4), out("out", nq);
   DView<float> lse("lse", d.B * d.H * d.T), dq("dq", nq), dk("dk", nkv), dv("dv", nkv);
-  const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, attention_kernel(), rc);
+  const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, rc);
   DView<float> scores("s", ws.scores), dprobs("dp", ws.dprobs), acc("acc", ws.out_acc);
   DView<float> mx("m", ws.row_stats), l("l", ws.row_stats), delta("delta", ws.delta);
   DView<TC> probs("p", ws.probs), dscores("ds", ws.dscores);
@@ -84,7 +87,7 @@ int run(const AttentionDims& d, int iters, bool materialized) {
         impl, rc == Rounding::bf16 ? "bfloat16" : "float32", static_cast<long long>(d.T), m,
         flops / m / 1e9);
   };
-  print(attention_kernel_name(attention_kernel()), tiled_s);
+  print(attention_kernel_name(d.options.kernel), tiled_s);
   if (materialized) print("materialized", ref_s);
   return 0;
 }
@@ -97,6 +100,7 @@ int main(int argc, char** argv) {
   int iters = 5;
   bool materialized = true;
   std::string compute = "bfloat16";
+  AttentionOptions options;  // --kernel, --tiles (kktrain's model.attention, attention_tiles)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -116,12 +120,20 @@ int main(int argc, char** argv) {
       materialized = std::atoi(v) != 0;
     else if (k == "--compute")
       compute = v;
+    else if (k == "--kernel" && std::string(v) == "team")
+      options.kernel = AttentionKernel::team;
+    else if (k == "--kernel" && std::string(v) == "tiled_gemm")
+      options.kernel = AttentionKernel::tiled_gemm;
+    else if (k == "--tiles" &&
+             std::sscanf(v, "%" SCNd64 "x%" SCNd64, &options.q_rows, &options.k_cols) == 2)
+      continue;
     else {
       std::fprintf(stderr, "bench_attention: unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  const AttentionDims d{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  AttentionDims d{B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D))};
+  d.options = options;
   return compute == "float32" ? run<float>(d, iters, materialized)
                               : run<bf16>(d, iters, materialized);
 }

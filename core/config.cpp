@@ -3,6 +3,7 @@
 #include "core/config.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -230,6 +231,47 @@ void read_tokenizer(Section& s, ModelConfig* m) {
   }
 }
 
+// ---- Run options that were environment variables (issue 48) -------------------------------
+
+// model.attention (auto | tiled_gemm | team) and model.attention_tiles (null or "QxK").
+void read_attention(Section& s, AttentionConfig* a) {
+  static const std::pair<AttentionChoice, const char*> kChoices[] = {
+      {AttentionChoice::automatic, "auto"},
+      {AttentionChoice::tiled_gemm, "tiled_gemm"},
+      {AttentionChoice::team, "team"}};
+  const std::string kernel = s.get_choice("attention", "auto", {"auto", "tiled_gemm", "team"});
+  for (const auto& [e, name] : kChoices) {
+    if (kernel == name) a->kernel = e;
+  }
+  const char* const key = "attention_tiles";
+  const std::optional<std::string> tiles = s.get_opt_string(key);
+  s.accepts(key, "null (the kernel's defaults) or \"QxK\": query rows x keys per block");
+  if (!tiles) return;
+  long long q = 0, k = 0;
+  char x = 0, extra = 0;
+  if (std::sscanf(tiles->c_str(), "%lld%c%lld%c", &q, &x, &k, &extra) != 3 || x != 'x' || q < 1 ||
+      k < 1) {
+    s.fail(key, "'" + *tiles + "': expected QxK, query rows x keys per block, both >= 1");
+  }
+  a->q_rows = q;
+  a->k_cols = k;
+}
+
+// data.validate_at_load_tokens: a count of tokens, 0 and up.
+void read_validate_at_load(Section& s, DataConfig* d) {
+  d->validate_at_load_tokens =
+      s.get_int("validate_at_load_tokens", d->validate_at_load_tokens, 0, kMaxInt);
+}
+
+// train.memory_available_bytes: null (measured) or a count of bytes, 0 and up.
+void read_memory_available(Section& s, TrainConfig* t) {
+  const char* const key = "memory_available_bytes";
+  t->memory_available_bytes = s.get_opt_int(key, std::nullopt, 0, kMaxInt);
+  s.accepts(key,
+            "null (measured: MemAvailable, cgroup and rlimits, or the device's free memory) "
+            "or bytes >= 0");
+}
+
 void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->vocab_size = s.get_int("vocab_size", m->vocab_size, 1, 1 << 24);
   m->hidden_size = s.get_int("hidden_size", m->hidden_size, 2, 1 << 20);
@@ -273,6 +315,7 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->compute_mtp = s.get_bool("compute_mtp", true);
   m->mtp_loss_weight = s.get_double("mtp_loss_weight", m->mtp_loss_weight, 0.0, kInf);
   read_softcap(s, m);
+  read_attention(s, &m->attention);
   {
     Section e = s.sub("moe");
     read_moe(e, &m->moe, m->intermediate_size);
@@ -549,6 +592,7 @@ void read_data(Section& s, DataConfig* d, int world_size) {
                                    static_cast<int64_t>(1) << 30);
   d->seed = static_cast<uint64_t>(s.get_int("seed", static_cast<int64_t>(d->seed), 0, kMaxInt));
   d->val_fraction = s.get_double("val_fraction", d->val_fraction, 0.0, 0.5);
+  read_validate_at_load(s, d);
   s.finish();
 }
 
@@ -569,6 +613,7 @@ void read_train(Section& s, TrainConfig* t) {
   t->update_lost_warn_steps =
       s.get_int("update_lost_warn_steps", t->update_lost_warn_steps, 0, kMaxInt);
   t->progress = get_enum(s, "progress", ProgressMode::automatic, progress_modes());
+  read_memory_available(s, t);
   s.finish();
   if (t->output_dir.empty()) s.fail("output_dir", "must not be empty");
 }

@@ -50,6 +50,17 @@ struct MoeConfig {
   bool enabled() const { return num_experts > 0; }
 };
 
+// ---- Run options that were environment variables (issue 48): model.attention and
+// model.attention_tiles; data.validate_at_load_tokens and train.memory_available_bytes below.
+// model.attention: the causal attention's kernel (auto: the build's, tiled_gemm on host builds and
+// team on GPU builds; ops/attention.hpp). model.attention_tiles "QxK": query rows per tile x keys
+// per block instead of the kernel's defaults (0: the defaults; null in a config).
+enum class AttentionChoice { automatic, tiled_gemm, team };
+struct AttentionConfig {
+  AttentionChoice kernel = AttentionChoice::automatic;
+  int64_t q_rows = 0, k_cols = 0;
+};
+
 struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t hidden_size = 128;
@@ -80,6 +91,7 @@ struct ModelConfig {
   // before the loss and before sampling (> 0: the cap; 0: off, null in a config).
   double final_logit_softcapping = 0.0;
   MoeConfig moe;
+  AttentionConfig attention;  // model.attention, model.attention_tiles
   int64_t head_dim() const { return hidden_size / num_heads; }
 };
 
@@ -215,6 +227,9 @@ struct DataConfig {
   int64_t global_batch_size = 8;
   uint64_t seed = 42;
   double val_fraction = 0.05;
+  // data.validate_at_load_tokens: token files of at most this many tokens have every id checked
+  // when they are opened, larger ones as windows are drawn (io/data.hpp kValidateAtLoadTokens).
+  int64_t validate_at_load_tokens = int64_t(16) << 20;
 };
 
 // Examples (data.format chat or prompt_completion) rather than a stream of tokens.
@@ -242,6 +257,9 @@ struct TrainConfig {
   double update_lost_warn_frac = 0.5;
   int64_t update_lost_warn_steps = 100;
   ProgressMode progress = ProgressMode::automatic;
+  // train.memory_available_bytes: the memory the predicted peak is checked against instead of
+  // the measured one (null: measured, apps/memory_plan.hpp).
+  std::optional<int64_t> memory_available_bytes;
 };
 
 // checkpoint.resume: the latest checkpoint under the directory if any (auto), none, or one path.

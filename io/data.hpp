@@ -52,7 +52,8 @@ constexpr int64_t kValidateAtLoadTokens = int64_t(16) << 20;
 // How TokenDataset::load opens token files.
 struct TokenLoadOptions {
   // Files of at most this many tokens have every id checked when they are opened; larger ones
-  // only as windows are drawn (kktrain train reads KKTRAIN_VALIDATE_AT_LOAD_TOKENS, docs/cli.md).
+  // only as windows are drawn (kktrain train and grads pass data.validate_at_load_tokens, whose
+  // default is this one).
   int64_t validate_at_load_tokens = kValidateAtLoadTokens;
 };
 

@@ -66,8 +66,8 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
-  const AttentionDims ad{
-      B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D)), d.starts, d.host_starts};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
   TC* xn1 = a.xn1.p<TC>();
   TC* o = a.o.p<TC>();
   TC* xn2 = a.xn2.p<TC>();
@@ -109,8 +109,8 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D;
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
-  const AttentionDims ad{
-      B, T, H, KV, D, 1.0f / std::sqrt(static_cast<float>(D)), d.starts, d.host_starts};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
   auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };

@@ -50,6 +50,7 @@ struct BlockDims {
   // (AttentionDims::starts, host_starts); null: every row is one sequence.
   const int32_t* starts = nullptr;
   const int32_t* host_starts = nullptr;
+  AttentionOptions attention{};  // the attention's kernel and tiles (AttentionDims::options)
   int64_t N() const { return B * T; }
   int64_t Q() const { return (H + 2 * KV) * D; }
 };

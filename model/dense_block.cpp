@@ -96,10 +96,20 @@ BlockDims block_dims(const ModelState& s) {
     d.starts = s.buf->starts.data();
     d.host_starts = s.buf->host_starts.data();
   }
+  d.attention = attention_options(s.cfg);
   return d;
 }
 
 }  // namespace
+
+AttentionOptions attention_options(const ModelConfig& m) {
+  AttentionOptions o;
+  if (m.attention.kernel == AttentionChoice::tiled_gemm) o.kernel = AttentionKernel::tiled_gemm;
+  if (m.attention.kernel == AttentionChoice::team) o.kernel = AttentionKernel::team;
+  o.q_rows = m.attention.q_rows;
+  o.k_cols = m.attention.k_cols;
+  return o;
+}
 
 LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype) {
   const int64_t C = s.cfg.hidden_size, D = s.cfg.head_dim();

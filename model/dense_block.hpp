@@ -16,6 +16,9 @@ namespace kktrain {
 // MLP's parameters). q, k, v and gate, up are registered back to back: their compute copies are
 // single fused matrices.
 LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype);
+// The attention's kernel and tile sizes of model.attention and model.attention_tiles (auto: the
+// build's kernel).
+AttentionOptions attention_options(const ModelConfig& m);
 // The block's parameters in its unit (LoRA adapters included).
 std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p);
 // The block's fused compute groups (q/k/v, gate/up or the sparse MLP's).

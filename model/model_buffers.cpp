@@ -80,8 +80,9 @@ void make_buffers(const ModelState& s, ModelBuffers& b, int64_t B, int64_t T, Bu
   b.qkv = mk.compute("qkv", N * Q);
   b.proj = mk.compute("proj", N * C);
   // The tiled attention's workspace: tiles and row statistics, linear in T (none of it T x T).
-  const AttentionWorkspaceSizes aw = attention_workspace_sizes(AttentionDims{B, T, H, KV, D, 1.0f},
-                                                               attention_kernel(), s.round.compute);
+  AttentionDims ad{B, T, H, KV, D, 1.0f};
+  ad.options = attention_options(s.cfg);
+  const AttentionWorkspaceSizes aw = attention_workspace_sizes(ad, s.round.compute);
   b.att_scores = mk.view<float>("att_scores", aw.scores);
   b.att_dprobs = mk.view<float>("att_dprobs", aw.dprobs);
   b.att_probs = mk.compute("att_probs", aw.probs);

@@ -8,18 +8,13 @@
 // blocks at the tile's last query row. Every sum runs in a fixed order (the GEMM's, then the host
 // loop's), so results are deterministic.
 #include "ops/attention.hpp"
-#include "ops/attention_testing.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cfloat>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "core/bf16.hpp"
-#include "core/errors.hpp"
 #include "ops/attention_impl.hpp"
 #include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
@@ -54,41 +49,6 @@ int64_t gpu_tile(int64_t D) {
     if ((6 * D + 2 * t + 2) * t * static_cast<int64_t>(sizeof(float)) <= kGpuScratchBytes) return t;
   }
   return 8;
-}
-
-int g_kernel = -1;  // -1: not decided yet (the environment, else the build's default)
-int64_t g_q_rows = -1, g_k_cols = -1, g_groups = 0;
-
-// KKTRAIN_ATTENTION=team|tiled_gemm and KKTRAIN_ATTENTION_TILES=QxK (query rows x keys) in the
-// environment override the defaults, so that tests can run either kernel and small tiles through
-// the whole program (kktrain grads against PyTorch).
-void read_environment() {
-  if (g_kernel < 0) {
-    const char* e = std::getenv("KKTRAIN_ATTENTION");
-    const std::string want = e ? e : "";
-    if (want == "team") {
-      g_kernel = static_cast<int>(AttentionKernel::team);
-    } else if (want == "tiled_gemm") {
-      g_kernel = static_cast<int>(AttentionKernel::tiled_gemm);
-    } else if (want.empty()) {
-      g_kernel =
-          static_cast<int>(kHostKernels ? AttentionKernel::tiled_gemm : AttentionKernel::team);
-    } else {
-      throw UsageError("KKTRAIN_ATTENTION='" + want + "': expected team or tiled_gemm");
-    }
-  }
-  if (g_q_rows < 0) {
-    const char* e = std::getenv("KKTRAIN_ATTENTION_TILES");
-    long long q = 0, k = 0;
-    char x = 0, extra = 0;
-    if (e != nullptr &&
-        (std::sscanf(e, "%lld%c%lld%c", &q, &x, &k, &extra) != 3 || x != 'x' || q < 1 || k < 1)) {
-      throw UsageError(std::string("KKTRAIN_ATTENTION_TILES='") + e +
-                       "': expected QxK, query rows x keys per block, both >= 1");
-    }
-    g_q_rows = q;
-    g_k_cols = k;
-  }
 }
 
 // The operand the P~ V (and dV) products read: the rounded copy, or the fp32 values themselves
@@ -366,37 +326,12 @@ void tiled_backward(const ExecSpace& space, float* dq, float* dk, float* dv, con
 
 }  // namespace
 
-AttentionKernel attention_kernel() {
-  read_environment();
-  return static_cast<AttentionKernel>(g_kernel);
-}
-
-namespace test_hooks {
-
-void set_attention_kernel(AttentionKernel k) {
-  read_environment();
-  g_kernel = static_cast<int>(k);
-}
-
-}  // namespace test_hooks
-
 const char* attention_kernel_name(AttentionKernel k) {
   return k == AttentionKernel::team ? "team" : "tiled_gemm";
 }
 
-namespace test_hooks {
-
-void set_attention_tiles(int64_t q_rows, int64_t k_cols, int64_t groups) {
-  read_environment();
-  g_q_rows = q_rows;
-  g_k_cols = k_cols;
-  g_groups = groups;
-}
-
-}  // namespace test_hooks
-
 AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
-  read_environment();
+  const AttentionOptions& o = d.options;
   AttentionTiles t;
   if (k == AttentionKernel::team) {
     t.q_rows = t.k_cols = gpu_tile(d.D);
@@ -404,20 +339,20 @@ AttentionTiles attention_tiles(const AttentionDims& d, AttentionKernel k) {
     t.q_rows = kCpuQueryRows;
     t.k_cols = kCpuKeyCols;
   }
-  if (g_q_rows > 0) t.q_rows = g_q_rows;
-  if (g_k_cols > 0) t.k_cols = g_k_cols;
+  if (o.q_rows > 0) t.q_rows = o.q_rows;
+  if (o.k_cols > 0) t.k_cols = o.k_cols;
   t.q_rows = std::max<int64_t>(1, std::min(t.q_rows, d.T));
   t.k_cols = std::max<int64_t>(1, std::min(t.k_cols, d.T));
   const int64_t per_group = t.q_rows * t.k_cols * static_cast<int64_t>(sizeof(float));
   t.groups = k == AttentionKernel::team
                  ? 1
                  : std::max<int64_t>(1, std::min(d.B * d.KV, kCpuScoreBytes / per_group));
-  if (k != AttentionKernel::team && g_groups > 0) t.groups = std::min(d.B * d.KV, g_groups);
+  if (k != AttentionKernel::team && o.groups > 0) t.groups = std::min(d.B * d.KV, o.groups);
   return t;
 }
 
-AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
-                                                  Rounding operands) {
+AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, Rounding operands) {
+  const AttentionKernel k = d.options.kernel;
   AttentionWorkspaceSizes w;
   w.delta = d.B * d.H * d.T;
   if (k == AttentionKernel::team) return w;  // the team kernel's tiles live in team scratch
@@ -452,7 +387,7 @@ template <class TC>
 void attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
                        const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s) {
   constexpr Rounding rc = rounding_of<TC>();
-  if (attention_kernel() == AttentionKernel::team) {
+  if (d.options.kernel == AttentionKernel::team) {
     team_attention_forward(space, out, lse, q, k, v, d, rc);
   } else {
     tiled_forward(space, out, lse, q, k, v, d, s, rc);
@@ -465,7 +400,7 @@ void attention_backward(const ExecSpace& space, float* dq, float* dk, float* dv,
                         const AttentionDims& d, const AttentionScratch<TC>& s) {
   constexpr Rounding rc = rounding_of<TC>();
   attention_delta(space, s.delta, dout, out, d);
-  if (attention_kernel() == AttentionKernel::team) {
+  if (d.options.kernel == AttentionKernel::team) {
     team_attention_backward(space, dq, dk, dv, dout, lse, s.delta, q, k, v, d, rc);
   } else {
     tiled_backward(space, dq, dk, dv, dout, lse, q, k, v, d, s, rc);

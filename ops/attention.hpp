@@ -23,14 +23,14 @@
 // compute (score -inf: probability 0, and dS 0). Without starts the results are bit for bit those
 // of the plain causal attention (and all-zero starts give the same bits).
 //
-// Two kernels compute this, chosen per build (attention_kernel()):
+// Two kernels compute this (AttentionOptions::kernel; the default is chosen per build):
 //   tiled_gemm  host builds: the tile products are batched GEMMs (ops/gemm.hpp; oneDNN or BLAS),
 //               one call per product for a query tile of every (batch, KV head) group at once
 //               (strided batches), with vectorized row kernels (online softmax, dS) in between.
 //   team        GPU builds: one Kokkos team per (batch, head, query tile) (forward, dQ) or per
 //               (batch, KV head, key tile) (dK, dV), tiles in team scratch memory, no GEMM calls.
-// Both run on every build (KKTRAIN_ATTENTION=team|tiled_gemm in the environment, or
-// test_hooks::set_attention_kernel in ops/attention_testing.hpp), and tests compare them.
+// Both run on every build (AttentionDims::options.kernel: a run's model.attention), and tests
+// compare them.
 // q, k, v, the output and dout are compute-dtype tensors (TC = float or bf16). Both passes launch
 // every kernel and product on the execution-space instance given first.
 #pragma once
@@ -39,8 +39,25 @@
 
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/launch.hpp"
 
 namespace kktrain {
+
+enum class AttentionKernel { tiled_gemm, team };
+// The build's default kernel: tiled_gemm on host builds, team on GPU builds.
+constexpr AttentionKernel kDefaultAttentionKernel =
+    kHostKernels ? AttentionKernel::tiled_gemm : AttentionKernel::team;
+const char* attention_kernel_name(AttentionKernel k);
+
+// How the attention computes, passed in with its dims (a run's model.attention and
+// model.attention_tiles): the kernel, and tile sizes replacing the kernel's defaults where > 0
+// (query rows per tile, keys per block, and (tiled_gemm) the (batch, KV head) groups one batched
+// GEMM call covers). Tests use small tiles so that short sequences cross many tile and block
+// boundaries, and few groups per call so that the groups split into chunks.
+struct AttentionOptions {
+  AttentionKernel kernel = kDefaultAttentionKernel;
+  int64_t q_rows = 0, k_cols = 0, groups = 0;
+};
 
 struct AttentionDims {
   int64_t B, T, H, KV, D;
@@ -53,19 +70,11 @@ struct AttentionDims {
   // skip key blocks before every start of a query tile (without them it computes those blocks
   // and masks them: the same results). The team kernel reads `starts` only.
   const int32_t* host_starts = nullptr;
+  AttentionOptions options{};  // the kernel and tile sizes (defaults: the build's)
 };
 
-enum class AttentionKernel { tiled_gemm, team };
-// The kernel this process runs: tiled_gemm on host builds, team on GPU builds, unless set (or
-// KKTRAIN_ATTENTION names one; any other value is a UsageError).
-AttentionKernel attention_kernel();
-const char* attention_kernel_name(AttentionKernel k);
-
-// Tile sizes: query rows per tile, keys per block, and (tiled_gemm) the (batch, KV head) groups
-// one batched GEMM call covers. attention_tiles() gives the kernel's defaults for these sizes;
-// KKTRAIN_ATTENTION_TILES=QxK replaces them (as test_hooks::set_attention_tiles does: tests use
-// small tiles so that short sequences cross many tile and block boundaries, and few groups per
-// call so that the groups split into chunks).
+// Tile sizes of kernel k for these dims: the kernel's defaults, replaced by d.options' sizes > 0,
+// each clamped to [1, T] (groups to [1, B * KV]).
 struct AttentionTiles {
   int64_t q_rows = 0, k_cols = 0, groups = 0;
 };
@@ -88,9 +97,9 @@ struct AttentionScratch {
 struct AttentionWorkspaceSizes {
   int64_t scores = 0, dprobs = 0, probs = 0, dscores = 0, out_acc = 0, row_stats = 0, delta = 0;
 };
-// operands: whether P and dS are rounded copies (rounding_of<TC>()).
-AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, AttentionKernel k,
-                                                  Rounding operands);
+// For d.options' kernel and tiles; operands: whether P and dS are rounded copies
+// (rounding_of<TC>()).
+AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, Rounding operands);
 
 // out (B*T, H*D) token layout = rnd(softmax(scale q k^T + mask) v), lse (B, H, T) fp32 (the
 // causal mask, block-diagonal with d.starts);

@@ -657,4 +657,5 @@ void backward(void* dq, void* dk, void* dv, const void* dout, const void* out, c
 //     backward bit-equal over two runs (the fastest mode need not be).
 //  3. Then wire attention_forward/attention_backward (TC = bf16, no starts, supported() == yes):
 //     memory plan counts workspace_bytes(); backward converts dq/dk/dv (bf16) where its consumers
-//     expect fp32 sums; attention_kernel() gains a "cudnn" value for --version and the log.
+//     expect fp32 sums; AttentionKernel (model.attention) gains a "cudnn" value for --version and
+//     the log.

@@ -323,25 +323,25 @@ def case_keep_in_fp32_unmatched():
                  "model.keep_in_fp32", "*nomatch*", "matches no parameter")
 
 
-def case_attention_environment():
-    """KKTRAIN_ATTENTION / KKTRAIN_ATTENTION_TILES (docs/cli.md): a bad value is one error line,
-    exit 2, naming the variable, before anything runs; good values are accepted."""
-    for var, value, needle in (("KKTRAIN_ATTENTION", "flash", "expected team or tiled_gemm"),
-                               ("KKTRAIN_ATTENTION_TILES", "64", "expected QxK"),
-                               ("KKTRAIN_ATTENTION_TILES", "0x16", "both >= 1"),
-                               ("KKTRAIN_ATTENTION_TILES", "16x32x2", "expected QxK")):
-        args = ["audit", DEFAULT_CONFIG]
-        p = subprocess.run([KKTRAIN, *args], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, var: value})
-        where = f"{var}={value} kktrain {' '.join(args)}: rc={p.returncode}\n{p.stderr}"
-        lines = p.stderr.splitlines()
-        check(p.returncode == 2 and len(lines) == 1, "expected exit 2 and one line; " + where)
-        check(lines[0].startswith("kktrain: error: " + var + "='" + value + "'") and
-              needle in lines[0], "the line does not name the variable and the rule; " + where)
+def case_attention_options():
+    """model.attention and model.attention_tiles (README): a bad value is one error line, exit 2,
+    naming the key, the value and the choices or the form, before anything runs; good values are
+    accepted (they replaced KKTRAIN_ATTENTION and KKTRAIN_ATTENTION_TILES)."""
+    for key, value, needle in (("attention", "flash", "is not one of: auto, tiled_gemm, team"),
+                               ("attention_tiles", "64", "expected QxK"),
+                               ("attention_tiles", "0x16", "both >= 1"),
+                               ("attention_tiles", "16x32x2", "expected QxK")):
+        expect_error(["audit", DEFAULT_CONFIG, f"model.{key}={value}"], "model." + key, value,
+                     needle)
+    for good in (["model.attention=team", "model.attention_tiles=16x32"],
+                 ["model.attention=tiled_gemm"], ["model.attention=auto"]):
+        rc, _, err = run("audit", DEFAULT_CONFIG, *good)
+        check(rc == 0, f"good attention settings {good} refused: {err}")
+    # The environment is no longer read: the old variables with bad values change nothing.
     p = subprocess.run([KKTRAIN, "audit", DEFAULT_CONFIG], capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "KKTRAIN_ATTENTION": "team",
-                                         "KKTRAIN_ATTENTION_TILES": "16x32"})
-    check(p.returncode == 0, f"good attention settings refused: {p.stderr}")
+                       timeout=120, env={**os.environ, "KKTRAIN_ATTENTION": "flash",
+                                         "KKTRAIN_ATTENTION_TILES": "0x0"})
+    check(p.returncode == 0, f"KKTRAIN_ATTENTION* still read: {p.stderr}")
 
 
 def case_schema_in_readme():

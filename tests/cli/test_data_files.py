@@ -137,12 +137,8 @@ def case_ids_at_draw_two_ranks():
     with tempfile.TemporaryDirectory(prefix="kktrain_data_") as tmp:
         ids = [i % 200 for i in range(5000)] + [300] * 5000
         path = u16_file(os.path.join(tmp, "bad.u16"), ids)
-        os.environ["KKTRAIN_VALIDATE_AT_LOAD_TOKENS"] = "0"
-        try:
-            r = tm.mpi_train(2, tmp, "run", tt.DEFAULT, f"data.path={path}",
-                             "data.global_batch_size=4", steps=5)
-        finally:
-            del os.environ["KKTRAIN_VALIDATE_AT_LOAD_TOKENS"]
+        r = tm.mpi_train(2, tmp, "run", tt.DEFAULT, f"data.path={path}",
+                         "data.global_batch_size=4", "data.validate_at_load_tokens=0", steps=5)
         lines = tm.kktrain_lines(r.err)
         errors = [ln for ln in lines if "error" in ln]
         check(r.rc == 2 and len(errors) == 1, "expected one error line, exit 2" + r.where)

@@ -137,13 +137,12 @@ def case_large_vocab():
 
 def case_out_of_memory():
     with tempfile.TemporaryDirectory() as tmp:
-        for extra, env in ((["model.intermediate_size=4194304"], {}),
-                           (BF16, {"KKTRAIN_MEMORY_AVAILABLE_BYTES": "100000000"})):
+        for extra, named in ((["model.intermediate_size=4194304"], False),
+                             ([*BF16, "train.memory_available_bytes=100000000"], True)):
             args = ["train", tt.config(tt.DEFAULT), *SHAPE, *extra,
                     f"train.output_dir={os.path.join(tmp, 'oom')}"]
             t0 = time.time()
-            p = subprocess.run([tt.KKTRAIN, *args], capture_output=True, text=True, timeout=60,
-                               env={**os.environ, **env})
+            p = subprocess.run([tt.KKTRAIN, *args], capture_output=True, text=True, timeout=60)
             where = tt.describe(args, p.returncode, p.stdout, p.stderr)
             tt.check(time.time() - t0 < 10, "the memory check must come before allocating" + where)
             lines = tt.startup_lines(p.stderr)
@@ -151,8 +150,8 @@ def case_out_of_memory():
             for needle in ("predicted peak memory", "available", "largest: ",
                            "data.micro_batch_size", "model.activation_checkpointing", "ranks"):
                 tt.check(needle in lines[0], f"the line does not say {needle!r}" + where)
-            if env:
-                tt.check("100000000 bytes" in lines[0] and "KKTRAIN_MEMORY_AVAILABLE_BYTES"
+            if named:
+                tt.check("100000000 bytes" in lines[0] and "train.memory_available_bytes"
                          in lines[0], "the override is not named" + where)
 
 

@@ -19,7 +19,6 @@
 #include "core/bf16.hpp"
 #include "dtype_types.hpp"
 #include "ops/attention.hpp"
-#include "ops/attention_testing.hpp"
 
 namespace kktrain {
 namespace {
@@ -167,11 +166,10 @@ Grads materialized(const Shape& s, const Inputs& in) {
 // The tiled attention with kernel and tiles `c` (its token-layout output brought to head layout).
 template <class TC>
 Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
-  const AttentionDims d = s.dims();
+  AttentionDims d = s.dims();
+  d.options = AttentionOptions{c.kernel, c.q_rows, c.k_cols, c.groups};
   constexpr Rounding rc = rounding_of<TC>();
-  test_hooks::set_attention_kernel(c.kernel);
-  test_hooks::set_attention_tiles(c.q_rows, c.k_cols, c.groups);
-  const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, c.kernel, rc);
+  const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, rc);
   DView<float> scores("scores", ws.scores), dprobs("dprobs", ws.dprobs), acc("acc", ws.out_acc);
   DView<float> mx("m", ws.row_stats), l("l", ws.row_stats), delta("delta", ws.delta);
   DView<TC> probs("probs", ws.probs), dscores("dscores", ws.dscores);
@@ -195,9 +193,6 @@ Grads tiled(const Shape& s, const Inputs& in, const Config& c) {
     for (auto* g : {&dq, &dk, &dv}) round_copy(ExecSpace(), g->data(), g->data(), g->extent(0), rc);
   }
   Kokkos::fence();
-  test_hooks::set_attention_tiles(0, 0);
-  test_hooks::set_attention_kernel(kHostKernels ? AttentionKernel::tiled_gemm
-                                                : AttentionKernel::team);
   Grads g{{}, host(lse), host(dq), host(dk), host(dv)};
   const std::vector<double> tok = host(out);  // (B*T, H*D) -> (B, H, T, D)
   g.out.resize(tok.size());
@@ -360,9 +355,10 @@ TYPED_TEST(AttentionCompute, KernelsAreDeterministic) {
 TYPED_TEST(AttentionCompute, WorkspaceIsLinearInT) {
   constexpr Rounding round = rounding_of<TypeParam>();
   for (AttentionKernel k : {AttentionKernel::tiled_gemm, AttentionKernel::team}) {
-    const AttentionDims small{1, 4096, 32, 8, 128, 0.1f}, big{1, 8192, 32, 8, 128, 0.1f};
-    const AttentionWorkspaceSizes a = attention_workspace_sizes(small, k, round);
-    const AttentionWorkspaceSizes b = attention_workspace_sizes(big, k, round);
+    AttentionDims small{1, 4096, 32, 8, 128, 0.1f}, big{1, 8192, 32, 8, 128, 0.1f};
+    small.options.kernel = big.options.kernel = k;
+    const AttentionWorkspaceSizes a = attention_workspace_sizes(small, round);
+    const AttentionWorkspaceSizes b = attention_workspace_sizes(big, round);
     auto total = [](const AttentionWorkspaceSizes& w) {
       return w.scores + w.dprobs + w.probs + w.dscores + w.out_acc + 2 * w.row_stats + w.delta;
     };

@@ -18,7 +18,6 @@
 #include "core/bf16.hpp"
 #include "dtype_types.hpp"
 #include "ops/attention.hpp"
-#include "ops/attention_testing.hpp"
 #include "ops/kernels.hpp"
 
 namespace kktrain {
@@ -158,9 +157,8 @@ enum class Starts : uint8_t { none, given };
 template <class TC>
 Grads tiled(const Inputs& in, const std::vector<int32_t>& starts, Starts use, const Config& c) {
   AttentionDims d = dims();
+  d.options = AttentionOptions{c.kernel, c.q_rows, c.k_cols, c.groups};
   constexpr Rounding rc = rounding_of<TC>();
-  test_hooks::set_attention_kernel(c.kernel);
-  test_hooks::set_attention_tiles(c.q_rows, c.k_cols, c.groups);
   DView<int32_t> dstarts("starts", starts.size());
   Kokkos::deep_copy(dstarts, Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryUnmanaged>(
                                  starts.data(), starts.size()));
@@ -168,7 +166,7 @@ Grads tiled(const Inputs& in, const std::vector<int32_t>& starts, Starts use, co
     d.starts = dstarts.data();
     d.host_starts = starts.data();
   }
-  const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, c.kernel, rc);
+  const AttentionWorkspaceSizes ws = attention_workspace_sizes(d, rc);
   DView<float> scores("scores", ws.scores), dprobs("dprobs", ws.dprobs), acc("acc", ws.out_acc);
   DView<float> mx("m", ws.row_stats), l("l", ws.row_stats), delta("delta", ws.delta);
   DView<TC> probs("probs", ws.probs), dscores("dscores", ws.dscores);
@@ -192,9 +190,6 @@ Grads tiled(const Inputs& in, const std::vector<int32_t>& starts, Starts use, co
     for (auto* g : {&dq, &dk, &dv}) round_copy(ExecSpace(), g->data(), g->data(), g->extent(0), rc);
   }
   Kokkos::fence();
-  test_hooks::set_attention_tiles(0, 0);
-  test_hooks::set_attention_kernel(kHostKernels ? AttentionKernel::tiled_gemm
-                                                : AttentionKernel::team);
   Grads g{{}, host(lse), host(dq), host(dk), host(dv)};
   const std::vector<double> tok = host(out);  // (B*T, H*D) -> (B, H, T, D)
   g.out.resize(tok.size());

@@ -18,7 +18,6 @@
 #include "core/errors.hpp"
 #include "model/param_io.hpp"
 #include "model/transformer.hpp"
-#include "ops/attention_testing.hpp"
 #include "tests/unit/model_test_util.hpp"
 
 namespace kktrain {
@@ -161,14 +160,13 @@ struct KernelCase {
 
 class PackedModel : public ::testing::TestWithParam<KernelCase> {
  protected:
-  void SetUp() override {
-    test_hooks::set_attention_kernel(GetParam().kernel);
-    test_hooks::set_attention_tiles(GetParam().tile, GetParam().tile);
-  }
-  void TearDown() override {
-    test_hooks::set_attention_tiles(0, 0);
-    test_hooks::set_attention_kernel(kHostKernels ? AttentionKernel::tiled_gemm
-                                                  : AttentionKernel::team);
+  // tiny_model() with this case's attention kernel and tiles (model.attention, attention_tiles).
+  ModelConfig model() const {
+    ModelConfig m = tiny_model();
+    m.attention.kernel = GetParam().kernel == AttentionKernel::team ? AttentionChoice::team
+                                                                    : AttentionChoice::tiled_gemm;
+    m.attention.q_rows = m.attention.k_cols = GetParam().tile;
+    return m;
   }
 };
 
@@ -204,14 +202,14 @@ void expect_packed_equals_alone(const ModelConfig& cfg) {
 }
 
 TEST_P(PackedModel, PackedRowEqualsEveryExampleAlone) {
-  expect_packed_equals_alone(tiny_model());
+  expect_packed_equals_alone(model());
 }
 
 // A mixture-of-experts model with activation checkpointing (the blocks recomputed with the same
 // starts): the same agreement. Without the load-balancing loss, whose batch statistics differ
 // between a row of three examples and each alone; dropless routing is per token.
 TEST_P(PackedModel, MoeWithCheckpointingEqualsEveryExampleAlone) {
-  ModelConfig cfg = tiny_model();
+  ModelConfig cfg = model();
   cfg.moe.num_experts = 5;
   cfg.moe.top_k = 2;
   cfg.moe.intermediate_size = 12;
@@ -223,7 +221,7 @@ TEST_P(PackedModel, MoeWithCheckpointingEqualsEveryExampleAlone) {
 
 // Activation checkpointing recomputes each block with the same starts: the same bits.
 TEST_P(PackedModel, CheckpointingGivesTheSameBits) {
-  ModelConfig cfg = tiny_model();
+  ModelConfig cfg = model();
   Transformer plain(cfg, testing_util::precision(DType::float32, DType::float32));
   plain.init_weights();
   cfg.activation_checkpointing = true;
