@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "apps/cache_manifest.hpp"
+#include "apps/cache_protocol.hpp"
 #include "apps/chat_data.hpp"
 #include "apps/text_model.hpp"
 #include "apps/tokenize_inputs.hpp"
@@ -20,9 +21,7 @@
 #include "core/log.hpp"
 #include "core/random.hpp"
 #include "io/data.hpp"
-#include "io/durable.hpp"
 #include "io/example_data.hpp"
-#include "parallel/agree.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/threads.hpp"
 
@@ -303,51 +302,66 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
   return sum;
 }
 
-std::string example_cache(const Config& cfg, Communicator& comm) {
-  const std::string dir = (fs::path(cfg.train.output_dir) / "examples").string();
-  const std::string manifest_path = dir + "/manifest.json";
-  collectively(comm, [&] {
-    if (comm.rank() != 0) return;
-    Json want = make_manifest(cfg);
-    Json have = read_manifest(manifest_path);
-    if (have.is_object() && have.contains("summary")) {
-      if (cache_matches(have, want)) {
-        log::info("data: the examples cached in " + dir + " at an earlier start are reused");
-        return;
-      }
-      log::warn("data: the example cache in " + dir +
-                " was made from other inputs, tokenizer, template or settings "
-                "(examples/manifest.json); rendering data.path again");
-    }
-    MadeDirectories made(dir);  // removed again (while empty) when rendering fails
+namespace {
+
+// The manifest of the cache made: `want` with the inputs' hashes of the bytes rendered, and what
+// making it found.
+Json made_manifest(Json want, const ExampleCacheSummary& s) {
+  want = with_input_hashes(want, s.input_hashes);
+  want["summary"] = {{"examples", s.examples},   {"val_examples", s.val_examples},
+                     {"truncated", s.truncated}, {"dropped", s.dropped},
+                     {"tokens", s.tokens},       {"loss_tokens", s.loss_tokens},
+                     {"empty", s.empty}};
+  return want;
+}
+
+// The line saying what making the cache in `dir` found.
+std::string made_line(const Config& cfg, const ExampleCacheSummary& s, const std::string& dir) {
+  return "data: " + std::to_string(s.examples) + " training examples (" + std::to_string(s.tokens) +
+         " tokens, " + std::to_string(s.loss_tokens) + " loss tokens) and " +
+         std::to_string(s.val_examples) + " validation examples; " + std::to_string(s.truncated) +
+         " truncated and " + std::to_string(s.dropped) +
+         " dropped (data.truncation: " + truncation_name(cfg.data.truncation) + ", data.seq_len " +
+         std::to_string(cfg.data.seq_len) + "), " + std::to_string(s.empty) +
+         " empty (of no tokens: skipped); cached in " + dir;
+}
+
+// The example cache of cfg in `dir` (apps/cache_protocol.hpp).
+CacheSteps example_steps(const Config& cfg, const std::string& dir) {
+  CacheSteps c;
+  c.dir = dir;
+  c.describe = [&cfg] { return make_manifest(cfg); };
+  c.present = [](const Json& have) { return have.is_object() && have.contains("summary"); };
+  c.matches = cache_matches;
+  c.reused = [dir](const Json&) {
+    return "data: the examples cached in " + dir + " at an earlier start are reused";
+  };
+  c.remade = "data: the example cache in " + dir +
+             " was made from other inputs, tokenizer, template or settings "
+             "(examples/manifest.json); rendering data.path again";
+  c.remove_files = [dir] {
     std::error_code ec;
-    fs::remove(manifest_path, ec);  // first: a failure below leaves no manifest over a stale cache
     for (const char* f : {"train.tokens", "train.index", "val.tokens", "val.index"}) {
       fs::remove(dir + "/" + f, ec);
     }
+  };
+  c.build = [&cfg, dir](Json want) {
     const ExampleCacheSummary s = make_example_cache(cfg, dir);
-    log::info("data: " + std::to_string(s.examples) + " training examples (" +
-              std::to_string(s.tokens) + " tokens, " + std::to_string(s.loss_tokens) +
-              " loss tokens) and " + std::to_string(s.val_examples) + " validation examples; " +
-              std::to_string(s.truncated) + " truncated and " + std::to_string(s.dropped) +
-              " dropped (data.truncation: " + truncation_name(cfg.data.truncation) +
-              ", data.seq_len " + std::to_string(cfg.data.seq_len) + "), " +
-              std::to_string(s.empty) + " empty (of no tokens: skipped); cached in " + dir);
-    want = with_input_hashes(want, s.input_hashes);  // of the bytes rendered
-    want["summary"] = {{"examples", s.examples},   {"val_examples", s.val_examples},
-                       {"truncated", s.truncated}, {"dropped", s.dropped},
-                       {"tokens", s.tokens},       {"loss_tokens", s.loss_tokens},
-                       {"empty", s.empty}};
-    write_text_atomically(manifest_path, want.dump(1) + "\n");
-    made.keep();
-  });
-  collectively(comm, [&] {
-    if (!read_manifest(manifest_path).is_object()) {
-      throw RuntimeFailure("data: the example cache in '" + dir +
-                           "' is missing after rendering (is train.output_dir on a file system "
-                           "every rank sees?)");
-    }
-  });
+    log::info(made_line(cfg, s, dir));
+    return made_manifest(std::move(want), s);
+  };
+  c.ready = [](const Json& m) { return m.is_object(); };
+  c.missing = "data: the example cache in '" + dir +
+              "' is missing after rendering (is train.output_dir on a file system "
+              "every rank sees?)";
+  return c;
+}
+
+}  // namespace
+
+std::string example_cache(const Config& cfg, Communicator& comm) {
+  const std::string dir = (fs::path(cfg.train.output_dir) / "examples").string();
+  derive_cache(example_steps(cfg, dir), comm);
   return dir;
 }
 

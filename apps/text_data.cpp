@@ -6,11 +6,10 @@
 #include <sstream>
 
 #include "apps/cache_manifest.hpp"
+#include "apps/cache_protocol.hpp"
 #include "apps/tokenize_run.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
-#include "io/durable.hpp"
-#include "parallel/agree.hpp"
 #include "parallel/communicator.hpp"
 
 namespace kktrain {
@@ -67,55 +66,65 @@ std::string largest_input(const std::vector<std::string>& files) {
   return "the largest, '" + name + "', " + std::to_string(most) + " bytes";
 }
 
-// The shards in `dir` (made, or reused as above); InputError naming data.path when its documents
-// give fewer than `min_tokens` tokens.
-void make_shards(const TextTokens& t, const std::string& dir, int64_t min_tokens) {
-  const std::string manifest_path = dir + "/manifest.json";
-  Json want = make_manifest(t);
-  Json have = read_manifest(manifest_path);
-  if (shards_present(have)) {
-    if (manifest_matches(have, want, {"shards", "tokens"})) {
-      log::info("data: " + std::to_string(have["shards"].size()) + " token shard(s) in " + dir +
-                " made from data.path by " + t.tokenizer + " at an earlier start; reused");
-      return;
-    }
-    log::warn("data: the token shards in " + dir +
-              " were made from other inputs or another tokenizer or tokenizer_config.json "
-              "(tokens/manifest.json); "
-              "tokenizing data.path again");
-  }
-  MadeDirectories made(dir);  // removed again (while empty) when tokenizing fails
-  std::error_code ec;
-  // Earlier shards go first (a failure below then leaves no stale tokens behind a manifest).
-  fs::remove(manifest_path, ec);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("data_", 0) == 0 && e.path().extension() == ".bin") fs::remove(e.path(), ec);
-  }
+// data.path's documents tokenized into shards `dir`/data_*.bin.
+TokenizeSummary tokenize(const TextTokens& t, const std::string& dir) {
   TokenizeOptions o;
   o.inputs = t.files;
   o.out = dir + "/data";
   o.jsonl_key = t.jsonl_key;
-  TokenizeSummary s;
   try {
-    s = tokenize_to_shards(o, t.tokenizer);
+    return tokenize_to_shards(o, t.tokenizer);
   } catch (const std::bad_alloc&) {  // named as the input, not a generic bad_alloc
     throw RuntimeFailure("data.path " + inputs_text(t.files) + " (" + largest_input(t.files) +
                          "): out of memory tokenizing it (a document, a whole text file or a "
                          ".jsonl line, takes about 27 times its size while it is encoded: 888 MiB "
                          "for 32 MiB); split it into smaller documents");
   }
-  if (s.tokens < min_tokens) {  // named as data.path, not as the shards made from it (removed)
-    for (const auto& f : s.shards) fs::remove(f, ec);
-    throw InputError("data.path " + inputs_text(t.files) + ": " + std::to_string(s.tokens) +
-                     " tokens through the tokenizer (each document ended by its eos_token), "
-                     "fewer than data.seq_len + 1 = " +
-                     std::to_string(min_tokens) + " that one training window needs");
-  }
-  want["shards"] = s.shards;
-  want["tokens"] = s.tokens;
-  write_text_atomically(manifest_path, want.dump(1) + "\n");
-  made.keep();
+}
+
+// The shards of `t` in `dir` (apps/cache_protocol.hpp); InputError naming data.path when its
+// documents give fewer than `min_tokens` tokens.
+CacheSteps shard_steps(const TextTokens& t, const std::string& dir, int64_t min_tokens) {
+  CacheSteps c;
+  c.dir = dir;
+  c.describe = [&t] { return make_manifest(t); };
+  c.present = shards_present;
+  c.matches = [](const Json& have, const Json& want) {
+    return manifest_matches(have, want, {"shards", "tokens"});
+  };
+  c.reused = [&t, dir](const Json& have) {
+    return "data: " + std::to_string(have["shards"].size()) + " token shard(s) in " + dir +
+           " made from data.path by " + t.tokenizer + " at an earlier start; reused";
+  };
+  c.remade = "data: the token shards in " + dir +
+             " were made from other inputs or another tokenizer or tokenizer_config.json "
+             "(tokens/manifest.json); "
+             "tokenizing data.path again";
+  c.remove_files = [dir] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("data_", 0) == 0 && e.path().extension() == ".bin") fs::remove(e.path(), ec);
+    }
+  };
+  c.build = [&t, dir, min_tokens](Json want) {
+    const TokenizeSummary s = tokenize(t, dir);
+    if (s.tokens < min_tokens) {  // named as data.path, not as the shards made from it (removed)
+      std::error_code ec;
+      for (const auto& f : s.shards) fs::remove(f, ec);
+      throw InputError("data.path " + inputs_text(t.files) + ": " + std::to_string(s.tokens) +
+                       " tokens through the tokenizer (each document ended by its eos_token), "
+                       "fewer than data.seq_len + 1 = " +
+                       std::to_string(min_tokens) + " that one training window needs");
+    }
+    want["shards"] = s.shards;
+    want["tokens"] = s.tokens;
+    return want;
+  };
+  c.missing = "data: the token shards in '" + dir +
+              "' are missing after tokenizing (is train.output_dir on a file "
+              "system every rank sees?)";
+  return c;
 }
 
 }  // namespace
@@ -123,21 +132,11 @@ void make_shards(const TextTokens& t, const std::string& dir, int64_t min_tokens
 DataConfig tokenized_data(const Config& cfg, const TextTokens& t, Communicator& comm) {
   if (t.files.empty()) return cfg.data;
   const std::string dir = (fs::path(cfg.train.output_dir) / "tokens").string();
-  collectively(comm, [&] {
-    if (comm.rank() == 0) make_shards(t, dir, cfg.data.seq_len + 1);
-  });
-  return collectively(comm, [&] {
-    const Json m = read_manifest(dir + "/manifest.json");
-    if (!shards_present(m)) {
-      throw RuntimeFailure("data: the token shards in '" + dir +
-                           "' are missing after tokenizing (is train.output_dir on a file "
-                           "system every rank sees?)");
-    }
-    DataConfig d = cfg.data;
-    d.paths = m["shards"].get<std::vector<std::string>>();
-    d.format = DataFormat::llmc;
-    return d;
-  });
+  const Json m = derive_cache(shard_steps(t, dir, cfg.data.seq_len + 1), comm);
+  DataConfig d = cfg.data;
+  d.paths = m["shards"].get<std::vector<std::string>>();
+  d.format = DataFormat::llmc;
+  return d;
 }
 
 }  // namespace kktrain
