@@ -165,7 +165,7 @@ struct Tokens {
 };
 
 const Value* field(const Value& dict, const char* key) {
-  return dict.kind == Value::Kind::dict ? dict.dict->find(key) : nullptr;
+  return dict.is_dict() ? dict.find(key) : nullptr;
 }
 
 // The loss tokens of assistant message `m` (0-based index into the messages; `spans` its content
@@ -207,16 +207,16 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
     return;
   }
   // Each message's content spans, grouped in one pass (linear in the turns).
-  std::vector<std::vector<jinja::ContentSpan>> by_message(messages.list->size());
+  const std::vector<Value>& turns = messages.items();
+  std::vector<std::vector<jinja::ContentSpan>> by_message(turns.size());
   for (const auto& sp : rc.content_spans) {
     if (sp.message < by_message.size()) by_message[sp.message].push_back(sp);
   }
-  for (size_t m = 0; m < messages.list->size(); ++m) {
-    const Value& msg = (*messages.list)[m];
+  for (size_t m = 0; m < turns.size(); ++m) {
+    const Value& msg = turns[m];
     const Value* role = field(msg, "role");
     const Value* content = field(msg, "content");
-    if (!role || role->s != "assistant" || !content || content->kind != Value::Kind::string)
-      continue;
+    if (!role || role->s != "assistant" || !content || !content->is_string()) continue;
     const std::vector<jinja::ContentSpan>& spans = by_message[m];
     if (spans.empty() && content->s.empty()) continue;  // nothing printed to find it by
     if (spans.empty()) {
@@ -300,7 +300,7 @@ Value chat_messages(const Value& obj, const std::string& where) {
   for (size_t m = 0; m < messages->list->size(); ++m) {
     const Value& msg = (*messages->list)[m];
     const std::string n = "message " + std::to_string(m + 1);
-    if (msg.kind != Value::Kind::dict) throw InputError(where + n + " is not an object");
+    if (!msg.is_dict()) throw InputError(where + n + " is not an object");
     const Value* role = field(msg, "role");
     if (!role || role->kind != Value::Kind::string)
       throw InputError(where + n + " has no \"role\" string");
@@ -406,7 +406,7 @@ RenderedExample ExampleRenderer::render(std::string_view line, const std::string
   } catch (const InputError& e) {
     throw InputError(std::string(e.what()) + " (one JSON object per line)");
   }
-  if (obj.kind != Value::Kind::dict) throw InputError(where + "not a JSON object");
+  if (!obj.is_dict()) throw InputError(where + "not a JSON object");
   RenderedExample ex = render_object(*s_, obj, where);
   if (ex.ids.empty()) {
     if (s_->truncation == Truncation::error) {

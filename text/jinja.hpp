@@ -12,12 +12,11 @@
 //   expressions  literals (strings with Python escapes, ints, floats, true/false/none in either
 //                case, lists, tuples, dicts), names, attributes, subscripts, slices, calls,
 //                + - * / // % ** ~, comparisons, and/or/not, in/not in, `a if c else b`
-//   tests        defined undefined none string number integer float boolean mapping iterable
-//                sequence callable true false equalto eq == ne != lt gt le ge < > <= >= odd even
-//                divisibleby in
-//   filters      trim length count tojson items default d upper lower title capitalize join
-//                replace selectattr rejectattr select reject map first last list string int
-//                float abs round indent safe unique reverse sum
+//   tests        one table, kTests in text/jinja_ops.cpp (test_names()): defined, none, string,
+//                mapping, sequence, equalto, lt, odd, divisibleby, in, ...
+//   filters      one table, kFilters in text/jinja_filters.cpp (filter_names()), each with its
+//                named parameters and defaults: trim, length, tojson, default, join, map,
+//                selectattr, indent, unique, ...
 //   methods      str: startswith endswith split strip lstrip rstrip upper lower replace title
 //                capitalize; dict: get keys values items
 //   globals      range namespace dict raise_exception strftime_now
@@ -98,14 +97,16 @@ struct Dict {
 // jinja2's Undefined, namespace() objects (shared, mutable) and callables.
 struct Value {
   enum class Kind { undefined, none, boolean, integer, number, string, list, dict, ns, callable };
+  // The Python sequence type a list stands for; a generator is one pass only (filters' results,
+  // reversed iterators).
+  enum class Seq { list, tuple, range, dict_items, dict_keys, dict_values, generator };
   Kind kind = Kind::undefined;
-  bool b = false;
+  bool b = false;  // the bool
   std::int64_t i = 0;
   double f = 0;
-  // the string; for undefined, the name that was looked up; for a list, what Python type it
-  // stands for: "" list, "tuple", "range", "dict_items", "dict_keys", "dict_values", or
-  // "generator" (one pass only: filters' results, reversed iterators)
-  std::string s;
+  std::string s;        // the string; for undefined, the name that was looked up
+  bool safe = false;    // a string marked safe (jinja2's Markup): refused where jinja2 would escape
+  Seq seq = Seq::list;  // for a list
   std::shared_ptr<const std::vector<Value>> list;
   std::shared_ptr<bool> consumed;  // a generator already iterated
   // For a string: the parts of it that are a message's content (render_chat), kept through
@@ -124,9 +125,24 @@ struct Value {
   static Value integer(std::int64_t v);
   static Value number(double v);
   static Value string(std::string v);
-  static Value make_list(std::vector<Value> items, std::string type = "");
+  static Value make_list(std::vector<Value> items, Seq seq = Seq::list);
   static Value make_dict(Dict d);
   static Value undefined(std::string name = "");
+
+  bool is_undefined() const { return kind == Kind::undefined; }
+  bool is_none() const { return kind == Kind::none; }
+  bool is_string() const { return kind == Kind::string; }
+  bool is_list() const { return kind == Kind::list; }
+  bool is_dict() const { return kind == Kind::dict; }
+  bool is_generator() const { return kind == Kind::list && seq == Seq::generator; }
+  // list, tuple or range: what may be indexed, sliced and measured
+  bool is_sequence() const {
+    return kind == Kind::list && (seq == Seq::list || seq == Seq::tuple || seq == Seq::range);
+  }
+  // A list's items (none for anything else).
+  const std::vector<Value>& items() const;
+  // A dict's (or namespace's) value for key; null when absent or not a dict.
+  const Value* find(const std::string& key) const;
 };
 
 // A JSON text as a Value (object keys in file order); InputError naming `what` when malformed

@@ -1,6 +1,7 @@
 // The chat-template evaluator (text/jinja.hpp): statements and expressions over jinja2's scoping
 // (a for-loop iteration and a macro call are scopes; `set` writes the innermost; namespaces are
-// shared), with the filters, tests and methods of jinja_filters.cpp, within the render's budget
+// shared), with the operators and tests of jinja_ops.cpp, the filters of jinja_filters.cpp and the
+// methods of jinja_methods.cpp, within the render's budget
 // (Limits: every expression and statement is a step and one level of depth, every value copied a
 // step per item or per kBytesPerStep bytes, every for-loop iteration counts, every string and the
 // output are bounded in size).
@@ -79,9 +80,7 @@ Value Evaluator::item(const Value& obj, const Value& key, int line) {
     if (v) return *v;
     return obj.kind == K::dict ? attr(obj, key.s, line) : Value::undefined(key.s);
   }
-  const bool indexable =
-      obj.kind == K::string ||
-      (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range"));
+  const bool indexable = obj.kind == K::string || obj.is_sequence();
   if (indexable && (key.kind == K::integer || key.kind == K::boolean)) {
     const auto n =
         static_cast<std::int64_t>(obj.kind == K::list ? obj.list->size() : code_point_count(obj.s));
@@ -140,12 +139,12 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
     ptr[k] = &parts[k];
   }
   if (ptr[2] && ptr[2]->i == 0) fail(name_, e.line, "slice step cannot be zero");
-  if (obj.kind == K::list && (obj.s.empty() || obj.s == "tuple" || obj.s == "range")) {
+  if (obj.is_sequence()) {
     std::vector<Value> out;
     for (auto k : slice_indices(obj.list->size(), ptr[0], ptr[1], ptr[2]))
       out.push_back((*obj.list)[k]);
     spend_items(out, e.line);
-    return Value::make_list(std::move(out), obj.s);
+    return Value::make_list(std::move(out), obj.seq);
   }
   if (obj.kind == K::string) {
     const auto cps = explode(obj.s, e.line);
@@ -189,35 +188,35 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
     case EK::filter: {
       Value subject = eval(*e.args[0], sc);
       Args args = eval_args(e, sc, 1);
-      return filter(e.name, subject, args, e.line);
+      return filter(e.builtin, e.name, subject, args, e.line);
     }
     case EK::test: {
       Value subject = eval(*e.args[0], sc);
       Args args = eval_args(e, sc, 1);
-      const bool r = test(e.name, subject, args, e.line);
+      const bool r = test(e.builtin, e.name, subject, args, e.line);
       return Value::boolean(e.negate ? !r : r);
     }
     case EK::unary: {
       Value v = eval(*e.args[0], sc);
-      if (e.name == "not") return Value::boolean(!truthy(v));
+      if (e.op == Op::not_) return Value::boolean(!truthy(v));
       if (v.kind == K::undefined) undefined_error(v, e.line);
       if (!is_number(v)) fail(name_, e.line, "bad operand type for unary " + e.name);
-      if (e.name == "+") return v.kind == K::boolean ? Value::integer(v.b) : v;
+      if (e.op == Op::pos) return v.kind == K::boolean ? Value::integer(v.b) : v;
       if (v.kind == K::number) return Value::number(-v.f);
       if (v.kind == K::integer && v.i == std::numeric_limits<std::int64_t>::min())
         fail(name_, e.line, "integer overflow in unary '-' (beyond 64 bits)");
       return Value::integer(-(v.kind == K::integer ? v.i : v.b));
     }
     case EK::binary: {
-      if (e.name == "and") {
+      if (e.op == Op::and_) {
         Value a = eval(*e.args[0], sc);
         return truthy(a) ? eval(*e.args[1], sc) : a;
       }
-      if (e.name == "or") {
+      if (e.op == Op::or_) {
         Value a = eval(*e.args[0], sc);
         return truthy(a) ? a : eval(*e.args[1], sc);
       }
-      return binary(e.name, eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
+      return binary(e.op, eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
     }
     case EK::cond:
       if (truthy(eval(*e.args[1], sc))) return eval(*e.args[0], sc);
@@ -225,7 +224,8 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
     case EK::list: {
       std::vector<Value> items;
       for (const auto& a : e.args) items.push_back(eval(*a, sc));
-      return Value::make_list(std::move(items), e.name == "tuple" ? "tuple" : "");
+      return Value::make_list(std::move(items),
+                              e.name == "tuple" ? Value::Seq::tuple : Value::Seq::list);
     }
     case EK::dict: {
       Dict d;
@@ -361,7 +361,7 @@ Value Evaluator::apply_chain(const Expr& e, const Value& v, const ScopeP& sc) {
   if (e.kind == EK::literal) return v;
   Value subject = apply_chain(*e.args[0], v, sc);
   Args args = eval_args(e, sc, 1);
-  return filter(e.name, subject, args, e.line);
+  return filter(e.builtin, e.name, subject, args, e.line);
 }
 
 std::vector<Value> Evaluator::iterate(const Value& v, int line) {
@@ -533,7 +533,7 @@ Value with_origins(const Value& messages) {
     }
     out.push_back(m);
   }
-  return Value::make_list(std::move(out), messages.s);
+  return Value::make_list(std::move(out), messages.seq);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // The chat-template evaluator's state (text/jinja_eval.cpp: statements and expressions;
-// text/jinja_filters.cpp: operators, filters, tests, methods and globals) and its budget
-// (Limits): evaluation depth, steps, loop iterations, the size of strings and of the output.
+// text/jinja_ops.cpp: operators and tests; text/jinja_filters.cpp: filters; text/jinja_methods.cpp:
+// methods and globals) and its budget (Limits): evaluation depth, steps, loop iterations, the size
+// of strings and of the output. BuiltinCall is what a filter or test of the tables sees.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -74,15 +76,17 @@ class Evaluator {
   std::vector<Value> iterate(const Value& v, int line);
   [[noreturn]] void undefined_error(const Value& v, int line);
 
-  // jinja_filters.cpp
-  Value binary(const std::string& op, const Value& a, const Value& b, int line);
-  Value filter(const std::string& n, const Value& v, Args& args, int line);
-  bool test(const std::string& n, const Value& v, Args& args, int line);
+  friend struct BuiltinCall;
+  // jinja_ops.cpp: operators and tests (index: test_index(n))
+  Value binary(Op op, const Value& a, const Value& b, int line);
+  bool test(int index, const std::string& n, const Value& v, Args& args, int line);
+  // jinja_filters.cpp (index: filter_index(n))
+  Value filter(int index, const std::string& n, const Value& v, Args& args, int line);
+  // jinja_methods.cpp
   static bool is_dict_method(const std::string& n);
   static bool is_str_method(const std::string& n);
   Value method(const Value& obj, const std::string& n, int line);
-  Value select(const std::string& n, const Value& v, Args& args, int line);
-  Value map(const Value& v, Args& args, int line);
+  // v's string, else InputError "<what> expects a string" (jinja_filters.cpp)
   std::string str_arg(const Value& v, const std::string& what, int line);
 
   // The budget: each refusal names the line and the limit.
@@ -125,6 +129,36 @@ class Evaluator {
   std::vector<ContentSpan> content_;  // spans printed so far (relative to out_)
   int capturing_ = 0;
   std::string out_;
+};
+
+// One call of a built-in filter or test: what its function (in the tables) sees, and the
+// evaluator's services it may use.
+struct BuiltinCall {
+  Evaluator& ev;
+  const std::string& name;  // as the template spells it ("d" for default)
+  const Value& v;           // the subject
+  Args& args;
+  int line;
+  std::array<const Value*, 4> p{};  // a filter's named parameters, bound (null: absent)
+
+  [[noreturn]] void fail(const std::string& msg) const { jinja::fail(ev.name_, line, msg); }
+  const Limits& limits() const { return ev.limits_; }
+  std::vector<Value> iterate(const Value& x) { return ev.iterate(x, line); }
+  Value item(const Value& obj, const Value& key) { return ev.item(obj, key, line); }
+  bool eq(const Value& a, const Value& b) { return ev.eq(a, b, line); }
+  Value binary(Op op, const Value& a, const Value& b) { return ev.binary(op, a, b, line); }
+  bool test(const std::string& n, const Value& x, Args& a) {
+    return ev.test(test_index(n), n, x, a, line);
+  }
+  Value filter(const std::string& n, const Value& x, Args& a) {
+    return ev.filter(filter_index(n), n, x, a, line);
+  }
+  std::string str_arg(const Value& x, const std::string& what) { return ev.str_arg(x, what, line); }
+  void spend(std::int64_t steps) { ev.spend(steps, line); }
+  void spend_items(const std::vector<Value>& items) { ev.spend_items(items, line); }
+  std::vector<std::string> explode(const std::string& s) { return ev.explode(s, line); }
+  void check_size(std::size_t bytes) { ev.check_size(bytes, line); }
+  void check_markup(const Value& x, const std::string& what) { ev.check_markup(x, what, line); }
 };
 
 }  // namespace kktrain::text::jinja

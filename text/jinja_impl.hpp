@@ -1,5 +1,6 @@
 // Internals of the chat-template interpreter (text/jinja.hpp): the syntax tree the parser
-// (jinja_parse.cpp) builds and the evaluator (jinja_eval.cpp, jinja_filters.cpp) walks, and the
+// (jinja_parse.cpp) builds, operators resolved to Op and filters and tests to their index in the
+// tables, and the evaluator (jinja_eval.cpp, jinja_ops.cpp, jinja_filters.cpp) walks, and the
 // value helpers with Python's semantics (jinja_value.cpp).
 #pragma once
 
@@ -14,6 +15,43 @@ namespace kktrain::text::jinja {
 
 // Throws InputError "<name> line <line>: <msg>".
 [[noreturn]] void fail(const std::string& name, int line, const std::string& msg);
+
+// Operators, resolved from their spelling once, when the template is parsed.
+enum class Op {
+  none,
+  add,       // +
+  sub,       // -
+  mul,       // *
+  div,       // /
+  floordiv,  // //
+  mod,       // %
+  pow,       // **
+  concat,    // ~
+  eq,        // ==
+  ne,        // !=
+  lt,        // <
+  le,        // <=
+  gt,        // >
+  ge,        // >=
+  in,        // in
+  not_in,    // not in
+  and_,      // and
+  or_,       // or
+  not_,      // not (unary)
+  pos,       // + (unary)
+  neg,       // - (unary)
+};
+// The operator spelled `spelling` (unary: as a prefix); Op::none when there is none.
+Op op_of(const std::string& spelling, bool unary);
+const char* op_spelling(Op op);
+
+// Built-in filters and tests (the tables in jinja_filters.cpp and jinja_ops.cpp): the index of
+// `name`, -1 when it is none of them.
+int filter_index(const std::string& name);
+int test_index(const std::string& name);
+// Their names, in table order (for documentation and error messages).
+std::vector<std::string> filter_names();
+std::vector<std::string> test_names();
 
 struct Expr;
 using ExprP = std::shared_ptr<Expr>;
@@ -38,6 +76,8 @@ struct Expr {
   int line = 0;
   int depth = 1;  // 1 + the deepest argument (bounded by Limits::max_nesting)
   std::string name;
+  Op op = Op::none;  // unary and binary
+  int builtin = -1;  // filter and test: its index in the table (-1: unknown, refused when run)
   Value value;
   bool negate = false;
   std::vector<ExprP> args;
@@ -128,6 +168,7 @@ std::vector<std::string> code_points(const std::string& s);
 std::size_t code_point_len(const std::string& s, std::size_t k);
 std::size_t code_point_count(const std::string& s);
 std::string type_name(const Value& v);  // Python's type name
+std::string seq_name(Value::Seq seq);   // "list", "tuple", "range", "dict_items", ...
 bool is_py_space(const std::string& cp);
 // The origins of a + b (strings); null when neither has any.
 std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b);

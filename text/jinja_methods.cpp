@@ -34,12 +34,14 @@ Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
       }
       std::vector<Value> out;
       for (auto& kv : self.dict->items)
-        out.push_back(n == "keys" ? Value::string(kv.first)
-                      : n == "values"
-                          ? kv.second
-                          : Value::make_list({Value::string(kv.first), kv.second}, "tuple"));
+        out.push_back(n == "keys"     ? Value::string(kv.first)
+                      : n == "values" ? kv.second
+                                      : Value::make_list({Value::string(kv.first), kv.second},
+                                                         Value::Seq::tuple));
       spend_items(out, l);
-      return Value::make_list(std::move(out), "dict_" + n);
+      return Value::make_list(std::move(out), n == "keys"     ? Value::Seq::dict_keys
+                                              : n == "values" ? Value::Seq::dict_values
+                                                              : Value::Seq::dict_items);
     }
     const std::string& s = self.s;
     if (n == "startswith" || n == "endswith") {
@@ -152,7 +154,7 @@ Dict Evaluator::globals() {
           for (__int128 k = 0; k < count; ++k)
             out.push_back(Value::integer(static_cast<std::int64_t>(lo + k * step)));
           spend_items(out, line);
-          return Value::make_list(std::move(out), "range");
+          return Value::make_list(std::move(out), Value::Seq::range);
         }));
   return g;
 }

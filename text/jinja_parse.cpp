@@ -75,6 +75,9 @@ class ExprParser {
     auto e = node(kind, line);
     e->name = std::move(name);
     e->args = std::move(args);
+    if (kind == EK::unary || kind == EK::binary) e->op = op_of(e->name, kind == EK::unary);
+    if (kind == EK::filter) e->builtin = filter_index(e->name);
+    if (kind == EK::test) e->builtin = test_index(e->name);
     return deepened(e);
   }
   // e with its depth from its arguments, refused beyond the limit.

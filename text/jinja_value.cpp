@@ -66,13 +66,13 @@ void contains(Value* v, const Value& item) {
 
 }  // namespace
 
-Value Value::make_list(std::vector<Value> items, std::string type) {
+Value Value::make_list(std::vector<Value> items, Seq seq) {
   Value v;
   v.kind = Kind::list;
   v.depth = 1;
   for (const auto& item : items) contains(&v, item);
-  v.s = std::move(type);
-  if (v.s == "generator") v.consumed = std::make_shared<bool>(false);
+  v.seq = seq;
+  if (seq == Seq::generator) v.consumed = std::make_shared<bool>(false);
   v.list = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
@@ -88,6 +88,34 @@ Value Value::undefined(std::string name) {
   Value v;
   v.s = std::move(name);
   return v;
+}
+
+const std::vector<Value>& Value::items() const {
+  static const std::vector<Value> kNone;
+  return kind == Kind::list ? *list : kNone;
+}
+const Value* Value::find(const std::string& key) const {
+  return (kind == Kind::dict || kind == Kind::ns) ? dict->find(key) : nullptr;
+}
+
+std::string seq_name(Value::Seq seq) {
+  switch (seq) {
+    case Value::Seq::list:
+      return "list";
+    case Value::Seq::tuple:
+      return "tuple";
+    case Value::Seq::range:
+      return "range";
+    case Value::Seq::dict_items:
+      return "dict_items";
+    case Value::Seq::dict_keys:
+      return "dict_keys";
+    case Value::Seq::dict_values:
+      return "dict_values";
+    case Value::Seq::generator:
+      break;
+  }
+  return "generator";
 }
 
 void fail(const std::string& name, int line, const std::string& msg) {
@@ -109,7 +137,7 @@ bool truthy(const Value& v) {
     case K::string:
       return !v.s.empty();
     case K::list:
-      return v.s == "generator" || !v.list->empty();
+      return v.is_generator() || !v.list->empty();
     case K::dict:
       return !v.dict->items.empty();
     default:
@@ -268,7 +296,7 @@ bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out
       json_string(v.s, st.ensure_ascii, out);
       return true;
     case K::list: {
-      if (!v.s.empty() && v.s != "tuple") return false;
+      if (v.seq != Value::Seq::list && v.seq != Value::Seq::tuple) return false;
       if (v.list->empty()) return *out += "[]", true;
       *out += '[';
       for (std::size_t k = 0; k < v.list->size(); ++k) {
@@ -354,16 +382,16 @@ std::string repr(const Value& v) {
     case K::number:
       return float_repr(v.f);
     case K::string:
-      if (v.b) throw InputError("printing a safe (Markup) string inside a list or dict");
+      if (v.safe) throw InputError("printing a safe (Markup) string inside a list or dict");
       return str_repr(v.s);
     case K::list: {
-      if (v.s == "range" || v.s == "generator")
-        throw InputError("printing a " + v.s + " is not supported");
-      const bool tuple = v.s == "tuple";
+      if (v.seq == Value::Seq::range || v.seq == Value::Seq::generator)
+        throw InputError(std::string("printing a ") + seq_name(v.seq) + " is not supported");
+      const bool tuple = v.seq == Value::Seq::tuple;
       std::string out = tuple ? "(" : "[";
       for (std::size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
       out += tuple ? (v.list->size() == 1 ? ",)" : ")") : "]";
-      return v.s.empty() || tuple ? out : v.s + "(" + out + ")";
+      return v.seq == Value::Seq::list || tuple ? out : seq_name(v.seq) + ("(" + out + ")");
     }
     case K::dict: {
       std::string out = "{";
@@ -396,7 +424,7 @@ bool equal(const Value& a, const Value& b, std::int64_t* work) {
     return as_double(a) == as_double(b);
   }
   if (a.kind != b.kind) return false;
-  if (a.kind == K::list && (a.s != b.s || a.s == "generator")) return a.list == b.list;
+  if (a.kind == K::list && (a.seq != b.seq || a.is_generator())) return a.list == b.list;
   switch (a.kind) {
     case K::undefined:
     case K::none:
