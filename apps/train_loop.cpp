@@ -24,63 +24,6 @@ namespace kktrain {
 
 namespace {
 
-// The validation loss: the mean token loss over validation windows [0, val_batches x B), the
-// windows of val_batches micro-batches of B. Ranks take micro-batches round-robin (padded with
-// ignored rows, so every rank runs the same number of forwards) and sum losses and tokens.
-// Examples: validation rows [0, min(val_batches x B, rows)) of the validation split in file order,
-// taken the same way; each row's padding and prompt tokens are not counted.
-double validation_loss(Transformer& model, const ExampleData& data, const Config& cfg,
-                       Communicator& comm) {
-  ForwardOptions fo;
-  fo.compute_mtp = false;
-  const int64_t B = cfg.data.micro_batch_size, W = comm.size();
-  const int64_t rows = std::min(cfg.train.val_batches * B, data.val_row_count());
-  const int64_t calls = (rows + W * B - 1) / (W * B);
-  double sum = 0.0, tokens = 0.0;
-  const std::vector<Batch> batches = collectively(comm, [&] {
-    std::vector<Batch> v;
-    for (int64_t j = 0; j < calls; ++j) {
-      const int64_t first = (j * W + comm.rank()) * B;
-      v.push_back(data.val_rows(first, std::min(B, rows - first), B));
-    }
-    return v;
-  });
-  for (const Batch& b : batches) {
-    fo.row_starts = b.starts.data();
-    const ForwardResult r = model.forward(b.ids.data(), b.targets.data(), b.B, b.T, fo);
-    if (r.tokens > 0) sum += r.loss * static_cast<double>(r.tokens);
-    tokens += static_cast<double>(r.tokens);
-  }
-  const double total = comm.allreduce_sum_host(tokens);
-  return comm.allreduce_sum_host(sum) / std::max(total, 1.0);
-}
-
-double validation_loss(Transformer& model, const TokenDataset& data, const Config& cfg,
-                       Communicator& comm) {
-  ForwardOptions fo;
-  fo.compute_mtp = false;
-  const int64_t B = cfg.data.micro_batch_size, W = comm.size();
-  const int64_t windows = cfg.train.val_batches * B;
-  const int64_t calls = (windows + W * B - 1) / (W * B);
-  double sum = 0.0, tokens = 0.0;
-  // Every rank draws its windows first (a bad token id on one rank ends every rank).
-  const std::vector<Batch> batches = collectively(comm, [&] {
-    std::vector<Batch> v;
-    for (int64_t j = 0; j < calls; ++j) {
-      const int64_t first = (j * W + comm.rank()) * B;
-      const int64_t count = std::max<int64_t>(0, std::min<int64_t>(B, windows - first));
-      v.push_back(data.val_windows(count > 0 ? first : 0, count, B, cfg.data.seq_len));
-    }
-    return v;
-  });
-  for (const Batch& b : batches) {
-    const ForwardResult r = model.forward(b.ids.data(), b.targets.data(), b.B, b.T, fo);
-    sum += r.loss * static_cast<double>(r.tokens);
-    tokens += static_cast<double>(r.tokens);
-  }
-  return comm.allreduce_sum_host(sum) / comm.allreduce_sum_host(tokens);
-}
-
 void progress_line(int64_t step, int64_t total, double loss, double tps) {
   const int width = 30;
   const int filled = total > 0 ? static_cast<int>(width * step / total) : width;
@@ -127,13 +70,7 @@ StepScalars accumulate_gradients(TrainRun& run) {
     fo.prepare_backward = true;
     fo.compute_mtp = run.cfg.model.compute_mtp;
     fo.grad_scale = 1.0f / static_cast<float>(run.micro_steps);  // mean over micro-batches
-    if (run.examples) {
-      // The mean over the global batch's loss tokens: each micro-batch's summed loss over that
-      // count, times W (the ranks' reduce-scatter averages).
-      fo.row_starts = b.starts.data();
-      fo.loss_tokens = std::max<int64_t>(b.loss_tokens, 1);
-      fo.grad_scale = static_cast<float>(run.W);
-    }
+    run.data->weigh_loss(b, run.W, fo);  // examples: the mean over the global batch's loss tokens
     fo.sync_grads = m + 1 == run.micro_steps;  // several ranks: reduce-scatter once per step
     fo.loss_sums = &*run.step_sums;            // read back once, with the gradient norm
     const ForwardResult r = run.model->forward(b.ids.data(), b.targets.data(), run.B, run.T, fo);
@@ -141,8 +78,8 @@ StepScalars accumulate_gradients(TrainRun& run) {
     aux_sum += r.aux_loss;
   }
   grad_sum_squares(run.params(), *run.step_sums, StepSlots::kGradSquares);
-  const StepLoss loss = run.examples ? StepLoss::global_shares : StepLoss::micro_batch_means;
-  return reduce_step_scalars(*run.step_sums, run.micro_steps, aux_sum, *run.comm, loss);
+  return reduce_step_scalars(*run.step_sums, run.micro_steps, aux_sum, *run.comm,
+                             run.data->step_loss());
 }
 
 // The optimizer's update of a finite step; a skipped one counts towards
@@ -211,7 +148,7 @@ LoggedRow train_row(TrainRun& run, const StepRecord& s) {
   JsonLine& row = out.row;
   row.integer("step", s.done).num("loss", s.sc.loss).num("grad_norm", s.sc.grad_norm);
   row.num("lr", s.lr);
-  if (s.loss_tokens >= 0) row.integer("loss_tokens", s.loss_tokens);
+  s.data.add_columns(row);
   if (run.model->mtp_depth() > 0 && cfg.model.compute_mtp) row.num("mtp_loss", s.sc.mtp_loss);
   // The load-balancing loss (its weighted gradient is in grad_norm; `loss` stays the LM's).
   if (cfg.model.moe.enabled()) row.num("aux_loss", s.sc.aux_loss);
@@ -338,7 +275,7 @@ StepRecord train_step(TrainRun& run, int64_t step) {
   s.s0 = host_sync_counts();
   // The span of host_syncs, for tools (tests/tools/fence_counter.cpp).
   Kokkos::Profiling::pushRegion("kktrain_step");
-  if (run.examples) s.loss_tokens = run.batches.at(0).loss_tokens;
+  s.data = run.data->report(run.batches);
   s.sc = accumulate_gradients(run);
   s.done = step + 1;
   run.state.step = s.done;
@@ -378,8 +315,7 @@ void maybe_validate(TrainRun& run, const StepRecord& s) {
   double vl = 0.0;
   {
     SyncScope why(SyncCause::validation);
-    vl = run.examples ? validation_loss(*run.model, *run.examples, cfg, *run.comm)
-                      : validation_loss(*run.model, *run.data, cfg, *run.comm);
+    vl = run.data->validation_loss(*run.model, cfg, *run.comm);
   }
   JsonLine row;
   row.integer("step", s.done).num("val_loss", vl);

@@ -21,13 +21,13 @@
 #include "apps/checkpointing.hpp"
 #include "apps/cli.hpp"
 #include "apps/commands.hpp"
+#include "apps/data_source.hpp"
 #include "apps/signals.hpp"
 #include "apps/step_sync.hpp"
 #include "core/config.hpp"
 #include "core/device_sums.hpp"
 #include "core/host_sync.hpp"
 #include "io/data.hpp"
-#include "io/example_data.hpp"
 #include "io/metrics.hpp"
 #include "model/transformer.hpp"
 #include "optim/audit.hpp"
@@ -61,8 +61,7 @@ struct TrainRun {
   PeakBreakdown predicted;            // the planned peak of this rank
   std::unique_ptr<Transformer> model;
   std::unique_ptr<Optimizer> opt;
-  std::optional<TokenDataset> data;     // windows of token files (else examples)
-  std::optional<ExampleData> examples;  // data.format chat or prompt_completion
+  std::unique_ptr<TrainingData> data;  // windows of token files, or examples (apps/data_source.hpp)
   std::optional<LrSchedule> schedule;
   TrainProgress state;  // steps done, updates applied, non-finite steps in a row
   std::string metrics_path;
@@ -88,12 +87,12 @@ struct TrainRun {
 
 // One step, as its named parts see it.
 struct StepRecord {
-  int64_t done = 0;          // the steps done after this one (its index + 1)
-  double t0 = 0.0;           // when it started
-  CommStats c0, m0;          // the communicator's and the experts' collective totals at its start
-  HostSyncCounts s0;         // the host waits at its start
-  StepScalars sc;            // loss, MTP loss, gradient norm, load-balancing loss (over ranks)
-  int64_t loss_tokens = -1;  // examples: the loss tokens of the global batch (-1: windows)
+  int64_t done = 0;     // the steps done after this one (its index + 1)
+  double t0 = 0.0;      // when it started
+  CommStats c0, m0;     // the communicator's and the experts' collective totals at its start
+  HostSyncCounts s0;    // the host waits at its start
+  StepScalars sc;       // loss, MTP loss, gradient norm, load-balancing loss (over ranks)
+  StepDataReport data;  // what its metrics row reports of its data
   StepUpdate update = StepUpdate::applied;
   double lr = 0.0;
   bool log_now = false;        // a logged step (train.log_every, the first and the last)

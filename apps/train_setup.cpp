@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include "apps/app_model.hpp"
-#include "apps/example_cache.hpp"
 #include "apps/memory_plan.hpp"
 #include "apps/run_files.hpp"
 #include "apps/text_model.hpp"
@@ -82,41 +81,6 @@ PeakBreakdown check_memory(const Config& cfg, Communicator& comm) {
   return p;
 }
 
-// Examples: the cache made (or reused) and opened on every rank; train.epochs sets max_steps
-// (capped by a max_steps the config gives).
-void open_examples(TrainRun& run) {
-  Communicator& comm = *run.comm;
-  const std::string dir = example_cache(run.cfg, comm);
-  run.examples.emplace(collectively(comm, [&] { return ExampleData(dir, run.cfg.data); }));
-  TrainConfig& t = run.cfg.train;
-  const ExampleData& e = *run.examples;
-  std::string steps;
-  if (t.epochs > 0) {
-    // Every epoch is the same number of steps (io/example_data.hpp): constant time for any count.
-    const int64_t epoch_steps = e.steps_for_epochs(t.epochs);
-    if (epoch_steps < 0 && !t.max_steps_set) {
-      throw ConfigError("train.epochs",
-                        std::to_string(t.epochs) + " epochs of " +
-                            std::to_string(e.steps_in_epoch(0)) +
-                            " steps are more steps than an int64 counts; set train.max_steps",
-                        run.cfg.where("train.epochs"));
-    }
-    steps = "; " + std::to_string(t.epochs) + " epoch" + (t.epochs == 1 ? "" : "s") + " of " +
-            std::to_string(e.train_examples()) + " examples: " +
-            (epoch_steps < 0 ? std::string("over 2^63") : std::to_string(epoch_steps)) + " steps";
-    if (t.max_steps_set && (epoch_steps < 0 || t.max_steps < epoch_steps)) {
-      steps += ", cut to train.max_steps " + std::to_string(t.max_steps);
-    } else {
-      t.max_steps = epoch_steps;
-    }
-  } else {
-    steps = "; an epoch is " + std::to_string(e.steps_in_epoch(0)) + " steps";
-  }
-  log::info("data: " + std::to_string(e.train_examples()) + " training examples, " +
-            (run.cfg.data.packing ? "packed into rows" : "one a row") + " of " +
-            std::to_string(run.cfg.data.seq_len) + " tokens" + steps);
-}
-
 // run.comm .. run.schedule: the agreed config, the run's inputs and end checked, the memory
 // planned, the model built (initialized unless resumed), its optimizer and the data opened.
 void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
@@ -150,14 +114,10 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   }
   // Optimizer state is created after the model, its init and its freezing, for this rank's shard.
   run.opt = make_optimizer(cfg.optimizer, run.params(), cfg.model.seed);
-  // Every rank opens the data itself; if one cannot, all stop with that rank's message.
-  if (is_examples(cfg.data)) {
-    open_examples(run);
-  } else {
-    run.data.emplace(collectively(comm, [&] {
-      return TokenDataset::load(data, cfg.model.vocab_size, token_load_options(cfg.data));
-    }));
-  }
+  // Every rank opens the data itself; if one cannot, all stop with that rank's message. Examples
+  // with train.epochs settle the steps.
+  run.data = open_training_data(cfg, data, comm);
+  run.cfg.train.max_steps = run.data->max_steps();
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
 }
 
@@ -217,8 +177,7 @@ void announce_run(TrainRun& run, const AppContext& ctx) {
       run.rank0 && (cfg.train.progress == ProgressMode::on ||
                     (cfg.train.progress == ProgressMode::automatic && isatty(STDERR_FILENO)));
   run.progress = bar ? ProgressBar::shown : ProgressBar::hidden;
-  const bool val_ok =
-      run.examples ? run.examples->val_examples() > 0 : run.data->has_validation_windows(run.T);
+  const bool val_ok = run.data->has_validation(run.T);
   run.validation = val_ok ? ValidationData::available : ValidationData::missing;
   if (cfg.train.val_every > 0 && !val_ok) {
     log::warn("data: no validation split long enough for seq_len " + std::to_string(run.T) +
@@ -238,11 +197,11 @@ void announce_run(TrainRun& run, const AppContext& ctx) {
   if (!ctx.threads.empty()) log::info(ctx.threads);
   log::info("training " + std::to_string(params.total_numel()) + " parameters (" +
             std::to_string(trainable) + " trainable) with " + run.opt->name() + " on " +
-            (run.examples ? run.examples->source() : run.data->source()) + "; storage " +
-            storage_text(params, cfg.precision.storage) + ", compute " +
-            dtype_name(cfg.precision.compute) + "; " + std::to_string(cfg.train.max_steps) +
-            " steps of " + std::to_string(run.tokens_per_step) + " tokens" + ranks +
-            "; metrics -> " + run.metrics_path);
+            run.data->source() + "; storage " + storage_text(params, cfg.precision.storage) +
+            ", compute " + dtype_name(cfg.precision.compute) + "; " +
+            std::to_string(cfg.train.max_steps) + " steps of " +
+            std::to_string(run.tokens_per_step) + " tokens" + ranks + "; metrics -> " +
+            run.metrics_path);
 }
 
 // run.saved_step, and the checkpoint root made this run's (collective).
@@ -320,8 +279,7 @@ std::vector<Batch> draw_batches(const TrainRun& run, int64_t step) {
   std::vector<Batch> v;
   for (int64_t m = 0; m < run.micro_steps; ++m) {
     const int64_t first = run.comm->rank() * (run.micro_steps * run.B) + m * run.B;
-    v.push_back(run.examples ? run.examples->train_batch(step, first, run.B)
-                             : run.data->train_batch(step, first, run.B, run.T));
+    v.push_back(run.data->batch(step, first, run.B, run.T));
   }
   return v;
 }
