@@ -29,7 +29,7 @@ namespace {
 int run_train(const ParsedArgs& args, AppContext& ctx) {
   TrainRun run;
   setup_run(run, args, ctx);
-  for (int64_t step = run.state.step; step < run.cfg.train.max_steps; ++step) {
+  for (int64_t step = run.state.step; step < run.data->max_steps(); ++step) {
     const StepRecord s = train_step(run, step);
     log_step(run, s);
     maybe_validate(run, s);

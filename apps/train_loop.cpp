@@ -116,7 +116,7 @@ void end_step(TrainRun& run, StepRecord& s) {
   run.device_peak = std::max(run.device_peak, device_used_bytes());
   StepEndInputs in;
   try {
-    if (s.done < run.cfg.train.max_steps) run.batches = draw_batches(run, s.done);
+    if (s.done < run.data->max_steps()) run.batches = draw_batches(run, s.done);
   } catch (...) {
     in.error = std::current_exception();
   }
@@ -186,7 +186,7 @@ void log_train_step(TrainRun& run, const StepRecord& s) {
   std::snprintf(line, sizeof(line),
                 "step %lld/%lld | loss %.4f | grad_norm %.3f | lr %.2e | %.0f tok/s | "
                 "%.1f ms/step",
-                static_cast<long long>(s.done), static_cast<long long>(cfg.train.max_steps),
+                static_cast<long long>(s.done), static_cast<long long>(run.data->max_steps()),
                 s.sc.loss, s.sc.grad_norm, s.lr, s.tps, s.dt * 1e3);
   end_progress_line(run);
   log::info(line + lost_update_text(logged.lost));
@@ -253,7 +253,7 @@ void done_line(TrainRun& run, double train_peak, double device_max) {
   if (run.first_step > 0) {
     std::snprintf(resumed, sizeof(resumed), " (steps %lld to %lld, resumed)",
                   static_cast<long long>(run.first_step + 1),
-                  static_cast<long long>(run.cfg.train.max_steps));
+                  static_cast<long long>(run.data->max_steps()));
   }
   char line[384];
   std::snprintf(line, sizeof(line),
@@ -283,7 +283,7 @@ StepRecord train_step(TrainRun& run, int64_t step) {
   s.update = finite ? StepUpdate::applied : StepUpdate::skipped;
   s.lr = run.schedule->lr(step);
   const int64_t every = run.cfg.train.log_every;
-  s.log_now = s.done % every == 0 || s.done == 1 || s.done == run.cfg.train.max_steps;
+  s.log_now = s.done % every == 0 || s.done == 1 || s.done == run.data->max_steps();
   apply_update(run, s);
   end_step(run, s);
   s.syncs = host_sync_counts().since(s.s0);
@@ -300,14 +300,14 @@ void log_step(TrainRun& run, const StepRecord& s) {
     log_train_step(run, s);
   }
   if (run.progress == ProgressBar::shown && s.update == StepUpdate::applied) {
-    progress_line(s.done, run.cfg.train.max_steps, s.sc.loss, s.tps);
+    progress_line(s.done, run.data->max_steps(), s.sc.loss, s.tps);
   }
 }
 
 void maybe_validate(TrainRun& run, const StepRecord& s) {
   const Config& cfg = run.cfg;
   const bool due = cfg.train.val_every > 0 &&
-                   (s.done % cfg.train.val_every == 0 || s.done == cfg.train.max_steps);
+                   (s.done % cfg.train.val_every == 0 || s.done == run.data->max_steps());
   if (s.update != StepUpdate::applied || run.validation != ValidationData::available || !due) {
     return;
   }

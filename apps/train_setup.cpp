@@ -117,8 +117,7 @@ void open_run(TrainRun& run, const ParsedArgs& args, AppContext& ctx) {
   // Every rank opens the data itself; if one cannot, all stop with that rank's message. Examples
   // with train.epochs settle the steps.
   run.data = open_training_data(cfg, data, comm);
-  run.cfg.train.max_steps = run.data->max_steps();
-  run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, cfg.train.max_steps);
+  run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, run.data->max_steps());
 }
 
 // Resume (checkpoint.resume): parameters and optimizer state into this rank's shards, and
@@ -199,7 +198,7 @@ void announce_run(TrainRun& run, const AppContext& ctx) {
             std::to_string(trainable) + " trainable) with " + run.opt->name() + " on " +
             run.data->source() + "; storage " + storage_text(params, cfg.precision.storage) +
             ", compute " + dtype_name(cfg.precision.compute) + "; " +
-            std::to_string(cfg.train.max_steps) + " steps of " +
+            std::to_string(run.data->max_steps()) + " steps of " +
             std::to_string(run.tokens_per_step) + " tokens" + ranks + "; metrics -> " +
             run.metrics_path);
 }
@@ -238,13 +237,13 @@ void prepare_steps(TrainRun& run) {
   const Config& cfg = run.cfg;
   // Steps this process runs (a resumed run starts at state.step; one at max_steps runs none).
   run.first_step = run.state.step;
-  run.ran = std::max<int64_t>(0, cfg.train.max_steps - run.first_step);
+  run.ran = std::max<int64_t>(0, run.data->max_steps() - run.first_step);
   if (run.ran == 0) {
     // From here a stop request is one after the last step (announced as such): no step runs.
     // (Set before the line: a scheduler, or a test, that signals on seeing it gets that answer.)
     StopSignals::set_finishing();
     log::info("nothing to train: the checkpoint is at step " + std::to_string(run.first_step) +
-              " and train.max_steps is " + std::to_string(cfg.train.max_steps) +
+              " and train.max_steps is " + std::to_string(run.data->max_steps()) +
               " (raise train.max_steps to train further); writing the export again");
   }
   // Device high-water (GPU builds): used bytes sampled at step ends; -1 on host builds.
