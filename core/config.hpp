@@ -209,14 +209,14 @@ struct DataConfig {
   // a list; windows never straddle two files.
   std::vector<std::string> paths;
   // auto | text | jsonl | uint16 | uint32 | llmc (llm.c .bin shards); jsonl: documents through
-  // the model's tokenizer (apps/text_data.hpp), the string at jsonl_key of each line
+  // the model's tokenizer (apps/dataprep/text_data.hpp), the string at jsonl_key of each line
   DataFormat format = DataFormat::automatic;
   std::string jsonl_key = "text";
-  // Examples (format chat or prompt_completion; apps/chat_data.hpp): the tokens the loss counts
-  // (auto resolves to assistant for chat, completion for prompt_completion, all otherwise), what
-  // happens to an example longer than seq_len, whether examples are packed into rows, a template
-  // file replacing the tokenizer's chat template, and a validation file (else val_fraction of the
-  // examples).
+  // Examples (format chat or prompt_completion; apps/dataprep/example_renderer.hpp): the tokens the
+  // loss counts (auto resolves to assistant for chat, completion for prompt_completion, all
+  // otherwise), what happens to an example longer than seq_len, whether examples are packed into
+  // rows, a template file replacing the tokenizer's chat template, and a validation file (else
+  // val_fraction of the examples).
   LossOn loss_on = LossOn::all;  // the config's auto: resolved by format
   Truncation truncation = Truncation::truncate;
   bool packing = false;
@@ -258,7 +258,7 @@ struct TrainConfig {
   int64_t update_lost_warn_steps = 100;
   ProgressMode progress = ProgressMode::automatic;
   // train.memory_available_bytes: the memory the predicted peak is checked against instead of
-  // the measured one (null: measured, apps/memory_plan.hpp).
+  // the measured one (null: measured, apps/train/memory_plan.hpp).
   std::optional<int64_t> memory_available_bytes;
 };
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "core/errors.hpp"
 
@@ -136,6 +137,44 @@ bool same_file(const std::string& a, const std::string& b) {
   }, sb{};
   if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+void check_output_file(const std::string& opt, const std::string& out,
+                       const std::vector<std::pair<std::string, std::string>>& inputs) {
+  std::error_code ec;
+  const std::filesystem::path p(out);
+  if (out.empty()) throw UsageError(opt + ": an output file name is required");
+  if (std::filesystem::is_directory(p, ec)) {
+    throw UsageError(opt + ": '" + out + "' is a directory; give a file name");
+  }
+  for (const auto& [what, path] : inputs) {
+    if (!path.empty() && same_file(out, path)) {
+      throw UsageError(opt + ": '" + out + "' is the " + what +
+                       "; refusing to write over an input");
+    }
+  }
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw UsageError(opt + ": cannot write '" + out + "': directory '" + dir.string() +
+                     "' does not exist");
+  }
+  const bool exists = std::filesystem::exists(p, ec);
+  if (exists && !std::filesystem::is_regular_file(p, ec)) {
+    throw UsageError(opt + ": '" + out + "' exists and is not a regular file");
+  }
+  if (::access(exists ? out.c_str() : dir.c_str(), W_OK) != 0) {
+    throw UsageError(opt + ": cannot write '" + out + "': " + std::strerror(errno));
+  }
+  // The file is written under a temporary name beside it and renamed over it: the directory must
+  // take a new file (not so in /proc or /sys, whose files can only be written in place).
+  const std::string probe = (dir / (".kktrain-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw UsageError(opt + ": cannot create a file in '" + dir.string() + "' to write '" + out +
+                     "': " + std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace kktrain

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kktrain {
 
@@ -81,5 +83,11 @@ std::optional<uint64_t> make_room_for_open_files(uint64_t count);
 
 // True when a and b name the same existing file (hard links and symlinks included).
 bool same_file(const std::string& a, const std::string& b);
+
+// Checks, before any work, that option `opt` (e.g. "--out") may write the file `out`: not a
+// directory, not one of `inputs` ({what, path}: the config file, the data file, ...), and its
+// directory exists and is writable. UsageError (exit 2) naming the reason otherwise.
+void check_output_file(const std::string& opt, const std::string& out,
+                       const std::vector<std::pair<std::string, std::string>>& inputs);
 
 }  // namespace kktrain

@@ -1,9 +1,9 @@
 // Kernel launches counted per process: every Kokkos parallel_for, parallel_reduce and
 // parallel_scan this process dispatches (the project's own kernels and Kokkos' internal ones, such
 // as a View's initialization), and every deep_copy apart. A step's launches are a metrics column
-// (`kernel_launches`, apps/step_sync.cpp) beside its host synchronizations (core/host_sync.hpp):
-// on a GPU each launch costs a few microseconds of host time whatever its size, so their number
-// says what fusing kernels or replaying a captured step would save.
+// (`kernel_launches`, apps/train/step_sync.cpp) beside its host synchronizations
+// (core/host_sync.hpp): on a GPU each launch costs a few microseconds of host time whatever its
+// size, so their number says what fusing kernels or replaying a captured step would save.
 //
 // How: Kokkos Tools callbacks (begin_parallel_for / _reduce / _scan, begin_deep_copy) that kktrain
 // registers itself after Kokkos::initialize. Kernels are launched from ~40 files with

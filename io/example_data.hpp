@@ -1,5 +1,6 @@
 // Examples for supervised fine-tuning (data.format chat or prompt_completion), tokenized once
-// into a cache (apps/example_cache.hpp writes it as the run starts) and drawn from it in epochs.
+// into a cache (apps/dataprep/example_cache.hpp writes it as the run starts) and drawn from it in
+// epochs.
 //
 // The cache, per split (train, val), two files:
 //   <prefix>.tokens  uint32 little-endian per token: id | (1 << 31) when the token is a loss

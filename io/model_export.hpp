@@ -60,8 +60,9 @@ struct ExportOptions {
   LoraExport lora = LoraExport::merged;
   ExportFormat format = ExportFormat::hdf5;
   int64_t max_shard_bytes = 5'000'000'000;  // safetensors: Hugging Face's default (5 GB)
-  // The checks every model reader applies (apps/model_source.hpp), given the opened checkpoint
-  // (adapters merged or not, as asked) and returning the source to stream from; unset: none.
+  // The checks every model reader applies (apps/train/model_source.hpp), given the opened
+  // checkpoint (adapters merged or not, as asked) and returning the source to stream from; unset:
+  // none.
   std::function<std::unique_ptr<WeightSource>(std::unique_ptr<WeightSource>)> check_source;
   // safetensors: the files written beside the weights, given the checkpoint's root attributes
   // and the exported model; unset: none.

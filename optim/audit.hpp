@@ -30,7 +30,7 @@ struct RankBytes {
   int64_t total() const { return bytes_params + bytes_grads + bytes_moments + bytes_master; }
 };
 
-// The predicted training peak of one rank (apps/memory_plan.hpp fills it; docs/memory.md).
+// The predicted training peak of one rank (apps/train/memory_plan.hpp fills it; docs/memory.md).
 struct PeakBreakdown {
   int64_t parameters = 0, gradients = 0, optimizer_state = 0;  // resident shards (per_rank)
   int64_t compute_weights = 0;  // cast / gathered compute copies (FsdpUnits weight slots)

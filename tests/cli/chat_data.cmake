@@ -1,4 +1,4 @@
-# ---- examples data: `kktrain render` (apps/chat_data.hpp, apps/cmd_render.cpp) ------------------
+# ---- examples data: `kktrain render` (apps/dataprep/example_renderer.hpp, apps/cli/cmd_render.cpp) ------------------
 # Included from tests/CMakeLists.txt. tests/cli/test_chat_data.py checks rendered text (against
 # jinja2), ids and loss masks (against Hugging Face's `tokenizers` under KKTRAIN_NPM_DIR; those
 # cases skip with 77 without it), prompt/completion, truncation, the template's source order and
@@ -12,4 +12,4 @@ foreach(case IN ITEMS reference_llama3 reference_gemma3 reference_llama2 referen
   set_tests_properties(chat.${case} PROPERTIES LABELS chat TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()
 # ExampleRenderer on several threads at once (tests/unit/test_chat_data.cpp).
-kktrain_add_gtest(test_chat_data SOURCES unit/test_chat_data.cpp LIBS kktrain_cli)
+kktrain_add_gtest(test_chat_data SOURCES unit/test_chat_data.cpp LIBS kktrain_dataprep)

@@ -1,4 +1,4 @@
-"""Examples as the trainer sees them: `kktrain render` (apps/cmd_render.cpp, apps/chat_data.hpp).
+"""Examples as the trainer sees them: `kktrain render` (apps/cli/cmd_render.cpp, apps/dataprep/example_renderer.hpp).
 
 usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, label "chat")
 

@@ -1,4 +1,4 @@
-"""Training checkpoints end to end (io/checkpoint.hpp, apps/checkpointing.hpp): resume, rank
+"""Training checkpoints end to end (io/checkpoint.hpp, apps/train/checkpointing.hpp): resume, rank
 counts, kills during a save, SIGTERM/SIGINT. Damaged files, export, init_from and inspect are in
 test_checkpoint_files.py, on the helpers of this file and of test_train.py.
 

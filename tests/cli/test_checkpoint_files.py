@@ -1,6 +1,6 @@
 """The files of training checkpoints: damaged or foreign ones, `kktrain export`, model.init_from,
-`kktrain inspect` (io/checkpoint.hpp, apps/model_export.hpp, apps/app_model.cpp,
-apps/cmd_inspect.cpp), read back with h5py, NumPy and h5dump. On the helpers of
+`kktrain inspect` (io/checkpoint.hpp, apps/model_export.hpp, apps/train/app_model.cpp,
+apps/cli/cmd_inspect.cpp), read back with h5py, NumPy and h5dump. On the helpers of
 test_checkpoint.py and test_train.py.
 
 usage: test_checkpoint_files.py KKTRAIN INPUTS_DIR CASE     (one ctest ckpt.<CASE> each)

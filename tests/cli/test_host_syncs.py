@@ -1,4 +1,4 @@
-"""The training step's host synchronizations (core/host_sync.hpp, apps/step_sync.hpp): every
+"""The training step's host synchronizations (core/host_sync.hpp, apps/train/step_sync.hpp): every
 step row of metrics.jsonl says how many times the host waited for the device or for every rank
 (host_syncs) and why (host_syncs_by_cause); the step waits twice at most, however many layers,
 units and micro-batches it has, on 1, 2 and 3 ranks. On the helpers of test_mpi.py; one ctest

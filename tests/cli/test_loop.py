@@ -1,4 +1,4 @@
-"""End-to-end cases of the training loop of `kktrain train` (apps/cmd_train.cpp): how the global
+"""End-to-end cases of the training loop of `kktrain train` (apps/cli/cmd_train.cpp): how the global
 batch is split into micro-batches, weight-decay exclusion through a tied-parameter alias, the
 logged mtp_loss, the validation mean over train.val_batches, and gradient clipping. Each case runs
 the binary and reads <train.output_dir>/metrics.jsonl only, on the helpers of test_train.py.

@@ -1,5 +1,5 @@
 """Supervised fine-tuning end to end (`kktrain train` on data.format chat; io/example_data.hpp,
-apps/example_cache.hpp): the conversations of inputs/chat_example.jsonl through the chat
+apps/dataprep/example_cache.hpp): the conversations of inputs/chat_example.jsonl through the chat
 tokenizer and template of inputs/chat_tokenizer, on a tiny model.
 
 usage: test_sft.py KKTRAIN INPUTS_DIR CASE      (tests/cli/sft.cmake, labels "train" / "mpi")

@@ -1,4 +1,4 @@
-"""`kktrain tokenize` end to end (apps/cmd_tokenize.cpp, io/token_shards.hpp).
+"""`kktrain tokenize` end to end (apps/cli/cmd_tokenize.cpp, io/token_shards.hpp).
 
 usage: test_tokenize.py KKTRAIN INPUTS_DIR CASE    (tests/cli/tokenize_tests.cmake, label "tokenize")
 

@@ -29,7 +29,7 @@ import sys
 LICENCES = ["Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GPL-2", "MPL-2.0"]
 LICENCE_DIR = "/usr/share/common-licenses"
 # Source files of this repository (C++, Python, CMake, shell), relative to its root.
-SOURCES = ["text/tokenizer.hpp", "core/errors.hpp", "core/strings.hpp", "apps/main.cpp",
+SOURCES = ["text/tokenizer.hpp", "core/errors.hpp", "core/strings.hpp", "apps/cli/main.cpp",
            "tests/text/make_corpus.py", "scripts/setup.sh", "text/CMakeLists.txt"]
 
 MULTILINGUAL = """\

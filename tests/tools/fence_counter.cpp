@@ -8,7 +8,7 @@
 //   KKTRAIN_FENCE_BACKTRACE=1: a backtrace on stderr at each drain inside a step (addr2line -C -f
 //   -e kktrain on its offsets names the waiting code).
 //
-// A step is a profile region named "kktrain_step" (apps/cmd_train.cpp marks each step). Inside
+// A step is a profile region named "kktrain_step" (apps/cli/cmd_train.cpp marks each step). Inside
 // one, `fences` counts every global fence (Kokkos::fence(), and the ones a deep_copy without an
 // execution-space instance does) and `drains` those that follow device work since the previous
 // global fence: a kernel, a deep_copy begun, or a profile region opened (gemm() marks each

@@ -1,15 +1,15 @@
-// ExampleRenderer (apps/chat_data.hpp) called from several threads at once on one renderer: the
-// same examples as one thread renders (tests/cli/test_chat_data.py checks what they are); an
-// example of no tokens skipped or refused as data.truncation says. ContentHash
-// (apps/cache_manifest.hpp): XXH64's values, the same for a stream fed in any pieces.
+// ExampleRenderer (apps/dataprep/example_renderer.hpp) called from several threads at once on one
+// renderer: the same examples as one thread renders (tests/cli/test_chat_data.py checks what they
+// are); an example of no tokens skipped or refused as data.truncation says. ContentHash
+// (apps/dataprep/cache_manifest.hpp): XXH64's values, the same for a stream fed in any pieces.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "apps/cache_manifest.hpp"
-#include "apps/chat_data.hpp"
+#include "apps/dataprep/cache_manifest.hpp"
+#include "apps/dataprep/example_renderer.hpp"
 #include "core/errors.hpp"
 #include "tests/unit/scratch_dir.hpp"
 

@@ -1,8 +1,8 @@
-// ExampleRenderer (apps/chat_data.hpp) with `{% generation %}` blocks in the chat template: the
-// blocks alone decide the loss mask (transformers' assistant mask): every token overlapping the
-// bytes they printed, and nothing else; the content rule (an assistant message's content, then its
-// end of turn up to the first special token) adds nothing, and asks nothing of the template (the
-// content may reach the output through any operation).
+// ExampleRenderer (apps/dataprep/example_renderer.hpp) with `{% generation %}` blocks in the chat
+// template: the blocks alone decide the loss mask (transformers' assistant mask): every token
+// overlapping the bytes they printed, and nothing else; the content rule (an assistant message's
+// content, then its end of turn up to the first special token) adds nothing, and asks nothing of
+// the template (the content may reach the output through any operation).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "apps/chat_data.hpp"
+#include "apps/dataprep/example_renderer.hpp"
 #include "tests/unit/scratch_dir.hpp"
 
 namespace kktrain {

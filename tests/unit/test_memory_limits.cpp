@@ -1,5 +1,5 @@
-// host_memory_limit (apps/memory_limits.hpp) on /proc and cgroup trees written by the test: the
-// smallest of MemAvailable and the memory cgroup's room (each shared by the ranks of the node)
+// host_memory_limit (apps/train/memory_limits.hpp) on /proc and cgroup trees written by the test:
+// the smallest of MemAvailable and the memory cgroup's room (each shared by the ranks of the node)
 // and the process's own rlimits, the cgroup's working set without its inactive page cache, every
 // ancestor's limit, cgroup v1 and v2.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "apps/memory_limits.hpp"
+#include "apps/train/memory_limits.hpp"
 
 namespace kktrain {
 namespace {

@@ -1,0 +1,188 @@
+// `kktrain grads CONFIG --out FILE.h5`: one forward/backward on the first training batch, dumped
+// for independent checking (tests/ recomputes everything in PyTorch from this file). Examples
+// data (data.format chat or prompt_completion): the first micro-batch of rows of step 0, packed
+// or one example a row as data.packing says, rendered into a scratch cache beside --out that is
+// removed afterwards; the rows' example starts go into the dump as /batch/starts.
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "apps/cli/commands.hpp"
+#include "apps/dataprep/example_cache.hpp"
+#include "apps/dataprep/text_model.hpp"
+#include "apps/train/app_model.hpp"
+#include "core/files.hpp"
+#include "core/log.hpp"
+#include "io/data.hpp"
+#include "io/example_data.hpp"
+#include "io/h5.hpp"
+#include "io/hf_config.hpp"
+#include "model/param_io.hpp"
+
+namespace kktrain {
+
+namespace {
+
+void write_grads_file(const std::string& path, const Config& cfg, Transformer& model,
+                      const Batch& batch, const ForwardResult& r) {
+  h5::File f = h5::File::create(path);
+  const ParamRegistry& reg = model.params();
+  for (int i = 0; i < reg.size(); ++i) {
+    const ParamInfo& p = reg.info(i);
+    const auto values = param_to_host(reg, i);
+    f.write_f32("/params/" + p.name, values.data(), p.shape);
+    if (p.trainable) {
+      const auto grads = param_to_host(reg, i, ParamPart::grad);
+      f.write_f32("/grads/" + p.name, grads.data(), p.shape);
+    }
+    for (const auto& a : p.aliases) f.attr_str("/params/" + p.name, "alias", a);
+    f.attr_str("/params/" + p.name, "storage_dtype", dtype_name(p.dtype));
+  }
+  f.write_i32("/batch/input_ids", batch.ids.data(), {batch.B, batch.T});
+  f.write_i32("/batch/targets", batch.targets.data(), {batch.B, batch.T});
+  if (!batch.starts.empty()) f.write_i32("/batch/starts", batch.starts.data(), {batch.B, batch.T});
+  f.write_scalar_f64("/loss", r.loss);
+  if (model.mtp_depth() > 0) f.write_scalar_f64("/mtp_loss", r.mtp_loss);
+  const ModelConfig& m = cfg.model;
+  if (m.moe.enabled()) {
+    f.write_scalar_f64("/aux_loss", r.aux_loss);
+    f.attr_i64("/", "moe_num_experts", m.moe.num_experts);
+    f.attr_i64("/", "moe_top_k", m.moe.top_k);
+    f.attr_i64("/", "moe_intermediate_size", m.moe.intermediate_size);
+    f.attr_i64("/", "moe_norm_topk_prob", m.moe.norm_topk_prob ? 1 : 0);
+    f.attr_i64("/", "moe_shared_expert_intermediate_size", m.moe.shared_expert_intermediate_size);
+    f.attr_f64("/", "moe_aux_loss_coef", m.moe.aux_loss_coef);
+    for (int64_t l = 0; l < m.num_layers; ++l) {  // the experts each token chose
+      f.write_i32("/moe/choice_layer_" + std::to_string(l), model.routing(l).data(),
+                  {batch.B * batch.T, m.moe.top_k});
+    }
+  }
+  f.attr_i64("/", "vocab_size", m.vocab_size);
+  f.attr_i64("/", "hidden_size", m.hidden_size);
+  f.attr_i64("/", "num_layers", m.num_layers);
+  f.attr_i64("/", "num_heads", m.num_heads);
+  f.attr_i64("/", "num_kv_heads", m.num_kv_heads);
+  f.attr_i64("/", "intermediate_size", m.intermediate_size);
+  f.attr_f64("/", "rope_theta", m.rope_theta);
+  f.attr_f64("/", "rms_norm_eps", m.rms_norm_eps);
+  if (m.rope_scaling.llama3()) f.attr_str("/", "rope_scaling", rope_scaling_json(m.rope_scaling));
+  f.attr_i64("/", "tie_word_embeddings", m.tie_word_embeddings ? 1 : 0);
+  f.attr_i64("/", "max_seq_len", m.max_seq_len);
+  f.attr_i64("/", "mtp_num_layers", m.mtp_num_layers);
+  f.attr_i64("/", "compute_mtp", m.compute_mtp ? 1 : 0);
+  f.attr_f64("/", "mtp_loss_weight", m.mtp_loss_weight);
+  if (m.final_logit_softcapping > 0) {
+    f.attr_f64("/", "final_logit_softcapping", m.final_logit_softcapping);
+  }
+  f.attr_str("/", "storage_dtype", dtype_name(cfg.precision.storage));
+  f.attr_str("/", "compute_dtype", dtype_name(cfg.precision.compute));
+  f.attr_i64("/", "stream_bf16", model.roundings().stream == Rounding::bf16 ? 1 : 0);
+}
+
+// A scratch directory beside `out` (a new name, so never an input), removed with its contents
+// when this goes out of scope.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& out) {
+    const std::filesystem::path p(out);
+    const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+    std::string templ = (dir / ".kktrain-grads-examples.XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) {
+      throw RuntimeFailure("cannot create a scratch directory beside '" + out +
+                           "' for the examples: " + std::strerror(errno));
+    }
+    path_ = templ;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The first training batch (micro_batch_size rows of step 0): windows of token files, or rows of
+// examples (with their starts) rendered into a scratch cache beside `out`.
+Batch first_batch(const Config& cfg, const std::string& out) {
+  if (is_examples(cfg.data)) {
+    const ScratchDir scratch(out);
+    make_example_cache(cfg, scratch.path());
+    const ExampleData data(scratch.path(), cfg.data);
+    return data.train_batch(0, 0, cfg.data.micro_batch_size);
+  }
+  const TokenDataset data =
+      TokenDataset::load(cfg.data, cfg.model.vocab_size, token_load_options(cfg.data));
+  return data.train_batch(0, 0, cfg.data.micro_batch_size, cfg.data.seq_len);
+}
+
+int run_grads(const ParsedArgs& args, AppContext& ctx) {
+  if (ctx.mpi->size() > 1) throw UsageError("kktrain grads runs on one rank");
+  const Config cfg = load_app_config(args, ctx);
+  const std::string out = args.options.at("--out");
+  std::vector<std::pair<std::string, std::string>> inputs = {
+      {"config file", args.positionals.at(0)},
+      {"model.init_from file", cfg.model.init_from.value_or("")}};
+  for (const auto& f : data_files(cfg.data)) inputs.emplace_back("data file (data.path)", f);
+  inputs.emplace_back("validation file (data.val_path)", cfg.data.val_path.value_or(""));
+  inputs.emplace_back("chat template (data.chat_template)", cfg.data.chat_template.value_or(""));
+  inputs.emplace_back("tokenizer (model.tokenizer)", cfg.model.tokenizer.value_or(""));
+  check_output_file("--out", out, inputs);
+  if (const TextTokens text = check_text_data(cfg, run_text(cfg)); !text.files.empty()) {
+    throw InputError("data.path '" + text.files[0] + "' is text for a model with a tokenizer (" +
+                     text.tokenizer +
+                     "): kktrain grads reads token files; tokenize it first "
+                     "(kktrain tokenize --tokenizer " +
+                     text.tokenizer + " ... --out PREFIX)");
+  }
+  SingleCommunicator one_rank;
+  auto model = build_model(cfg, one_rank);
+  const Batch batch = first_batch(cfg, out);
+  ForwardOptions fo;
+  fo.prepare_backward = true;
+  fo.compute_mtp = cfg.model.compute_mtp;
+  fo.keep_routing = true;
+  // examples: attention within each token's example, rotary positions from its start; the loss is
+  // this micro-batch's own mean (loss_tokens 0)
+  if (!batch.starts.empty()) fo.row_starts = batch.starts.data();
+  const ForwardResult r =
+      model->forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, fo);
+  model->backward();
+  write_grads_file(out, cfg, *model, batch, r);
+  log::info("grads: loss " + std::to_string(r.loss) + " on " + std::to_string(r.tokens) +
+            " tokens; wrote " + out);
+  return 0;
+}
+
+}  // namespace
+
+Command grads_command() {
+  CommandSpec s;
+  s.name = "grads";
+  s.synopsis = "grads CONFIG --out FILE.h5 [key.path=VALUE ...]";
+  s.summary = "One forward/backward on the first training batch; dump params, grads, loss.";
+  s.details =
+      "Writes FILE.h5 with fp32 copies of every parameter (/params/<name>) and gradient\n"
+      "(/grads/<name>), the batch (/batch/input_ids, /batch/targets, int32 (B, T)), the mean\n"
+      "loss (/loss), and the model hyperparameters plus storage_dtype and compute_dtype as\n"
+      "attributes of the root group. A tied parameter appears once under its owner's name\n"
+      "with an 'alias' attribute.\n"
+      "Examples data (data.format chat or prompt_completion): the batch is the first\n"
+      "micro_batch_size rows of step 0 (packed or one example a row, as data.packing says),\n"
+      "rendered into a scratch directory beside FILE.h5 that is removed afterwards, and\n"
+      "/batch/starts (int32 (B, T)) holds the position in its row where each token's example\n"
+      "begins: attention sees only the token's own example, its rotary position is t - start;\n"
+      "the loss is the mean over the batch's loss tokens (targets -1 do not count).\n";
+  s.positionals = {"CONFIG"};
+  s.takes_overrides = true;
+  s.options = {{"--out", ""}};
+  s.required_options = {"--out"};
+  return Command{s, run_grads, true};
+}
+
+}  // namespace kktrain

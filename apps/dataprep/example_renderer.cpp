@@ -1,0 +1,466 @@
+// Examples as the trainer sees them: the contract is in apps/dataprep/example_renderer.hpp.
+#include "apps/dataprep/example_renderer.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "apps/dataprep/text_model.hpp"
+#include "core/errors.hpp"
+#include "core/files.hpp"
+#include "core/json_text.hpp"
+#include "text/jinja.hpp"
+
+namespace kktrain {
+
+namespace jinja = text::jinja;
+using jinja::Value;
+
+struct ExampleRenderer::State {
+  ExampleFormat format = ExampleFormat::chat;
+  LossOn loss_on = LossOn::assistant;
+  Truncation truncation = Truncation::truncate;
+  int64_t seq_len = 0;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::unique_ptr<jinja::Template> tmpl;  // null: no template (prompt_completion only)
+  std::string template_source;
+  std::map<std::string, std::string> special_tokens;
+  std::mutex pool_mutex;
+  std::vector<std::unique_ptr<text::Encoder>> pool;  // idle encoders
+  std::atomic<int64_t> truncated{0}, dropped{0}, empty{0};
+};
+
+namespace {
+
+using State = ExampleRenderer::State;
+
+// An encoder of the pool for the length of one call.
+class EncoderLease {
+ public:
+  explicit EncoderLease(State& s) : s_(s) {
+    std::lock_guard<std::mutex> lock(s_.pool_mutex);
+    if (s_.pool.empty()) {
+      enc_ = std::make_unique<text::Encoder>(s_.tokenizer);
+    } else {
+      enc_ = std::move(s_.pool.back());
+      s_.pool.pop_back();
+    }
+  }
+  ~EncoderLease() {
+    std::lock_guard<std::mutex> lock(s_.pool_mutex);
+    s_.pool.push_back(std::move(enc_));
+  }
+  text::Encoder& operator*() { return *enc_; }
+
+ private:
+  State& s_;
+  std::unique_ptr<text::Encoder> enc_;
+};
+
+// The most a chat template file may hold: real ones are a few KB (Llama 3.1's tool-calling
+// template about 5 KB); read only when it is a regular file (core/files.hpp).
+constexpr std::size_t kMaxTemplateFileBytes = std::size_t(1) << 20;
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::string text;
+  if (auto why = read_regular_file(&text, path, kMaxTemplateFileBytes)) {
+    throw InputError(what + " '" + path + "' " +
+                     (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
+  }
+  return text;
+}
+
+std::string dir_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Whether anything is at `path` (a FIFO or a directory too: read_file then says what it is).
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The template of the run (the order of the header), or none.
+void load_template(State* s, const Config& cfg) {
+  std::string source, text;
+  const std::string beside = dir_of(s->tokenizer->path()) + "/chat_template.jinja";
+  if (cfg.data.chat_template) {
+    source = "data.chat_template '" + *cfg.data.chat_template + "'";
+    text = read_file(*cfg.data.chat_template, "data.chat_template");
+  } else if (file_exists(beside)) {
+    source = "chat_template.jinja '" + beside + "'";
+    text = read_file(beside, "chat_template.jinja");
+  } else if (!s->tokenizer->config().chat_template.empty()) {
+    source = "tokenizer_config.json '" + s->tokenizer->config().path + "'";
+    text = s->tokenizer->config().chat_template;
+  } else {
+    if (s->format == ExampleFormat::chat) {
+      throw InputError(
+          "data.format: chat renders conversations with the model's chat template, and the "
+          "tokenizer '" +
+          s->tokenizer->path() +
+          "' has none (no chat_template.jinja beside it, no chat_template in "
+          "tokenizer_config.json): set data.chat_template: FILE");
+    }
+    return;
+  }
+  s->template_source = source;
+  s->tmpl = std::make_unique<jinja::Template>(text, source);
+}
+
+// s with its control characters escaped (\n, \t, \r, \xNN): part of a one-line message.
+std::string escaped(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '\n') {
+      o += "\\n";
+    } else if (c == '\t') {
+      o += "\\t";
+    } else if (c == '\r') {
+      o += "\\r";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o;
+}
+
+bool all_whitespace(std::string_view s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; });
+}
+
+// The first token whose bytes end after byte b (tokens' offsets are in order: begins and ends
+// non-decreasing), found by bisection.
+size_t first_ending_after(const std::vector<text::ByteRange>& off, size_t b) {
+  return static_cast<size_t>(
+      std::partition_point(off.begin(), off.end(),
+                           [b](const text::ByteRange& r) { return r.end <= b; }) -
+      off.begin());
+}
+
+// Sets mask[k] for every token k holding some byte of [b, e) (none when b == e): O(log n + the
+// tokens marked).
+void mark_overlap(std::vector<uint8_t>* mask, const std::vector<text::ByteRange>& off, size_t b,
+                  size_t e) {
+  if (b >= e) return;
+  for (size_t k = first_ending_after(off, b); k < off.size() && off[k].begin < e; ++k) {
+    if (off[k].end > b) (*mask)[k] = 1;
+  }
+}
+
+// A tokenized text and where each token came from.
+struct Tokens {
+  std::vector<int32_t> ids;
+  std::vector<text::ByteRange> off;
+};
+
+const Value* field(const Value& dict, const char* key) {
+  return dict.is_dict() ? dict.find(key) : nullptr;
+}
+
+// The loss tokens of assistant message `m` (0-based index into the messages; `spans` its content
+// spans, non-empty): its content's tokens, then its end of turn. Throws InputError (`where`
+// first) when no special token closes it.
+void mark_assistant_turn(std::vector<uint8_t>* mask, const State& s, const std::string& text,
+                         const Tokens& t, const std::vector<jinja::ContentSpan>& spans, size_t m,
+                         const std::string& where) {
+  size_t end = 0;
+  for (const auto& sp : spans) {
+    mark_overlap(mask, t.off, sp.begin, sp.end);
+    end = std::max(end, sp.end);
+  }
+  size_t k = static_cast<size_t>(
+      std::partition_point(t.off.begin(), t.off.end(),
+                           [end](const text::ByteRange& r) { return r.begin < end; }) -
+      t.off.begin());
+  const size_t first = k;
+  for (; k < t.ids.size(); ++k) {
+    if (s.tokenizer->is_special(t.ids[k])) {
+      for (size_t j = first; j <= k; ++j) (*mask)[j] = 1;
+      return;
+    }
+    const auto& o = t.off[k];
+    if (!all_whitespace(std::string_view(text).substr(o.begin, o.end - o.begin))) break;
+  }
+  const std::string after = escaped(text.substr(end, 40));
+  throw InputError(where + "assistant message " + std::to_string(m + 1) +
+                   ": no special token of the tokenizer ends its turn (the chat template (" +
+                   s.template_source + ") follows its content with '" + after +
+                   "'), so its end-of-turn tokens cannot be isolated");
+}
+
+// The loss mask of a rendered conversation (loss_on assistant or completion).
+void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::RenderedChat& rc,
+                    const Value& messages, const Tokens& t, const std::string& where) {
+  if (!rc.generation_spans.empty()) {
+    for (const auto& g : rc.generation_spans) mark_overlap(mask, t.off, g.first, g.second);
+    return;
+  }
+  // Each message's content spans, grouped in one pass (linear in the turns).
+  const std::vector<Value>& turns = messages.items();
+  std::vector<std::vector<jinja::ContentSpan>> by_message(turns.size());
+  for (const auto& sp : rc.content_spans) {
+    if (sp.message < by_message.size()) by_message[sp.message].push_back(sp);
+  }
+  for (size_t m = 0; m < turns.size(); ++m) {
+    const Value& msg = turns[m];
+    const Value* role = field(msg, "role");
+    const Value* content = field(msg, "content");
+    if (!role || role->s != "assistant" || !content || !content->is_string()) continue;
+    const std::vector<jinja::ContentSpan>& spans = by_message[m];
+    if (spans.empty() && content->s.empty()) continue;  // nothing printed to find it by
+    if (spans.empty()) {
+      throw InputError(where + "assistant message " + std::to_string(m + 1) +
+                       ": the chat template (" + s.template_source +
+                       ") does not print its content as it is (only through operations that "
+                       "lose where it came from, or not at all), so its tokens cannot be "
+                       "isolated for data.loss_on: assistant");
+    }
+    mark_assistant_turn(mask, s, rc.text, t, spans, m, where);
+  }
+}
+
+Tokens tokenize(State& s, const std::string& text, text::SpecialTokens special,
+                const std::string& where) {
+  Tokens t;
+  EncoderLease enc(s);
+  try {
+    (*enc).encode_with_offsets(&t.ids, &t.off, text, special);
+  } catch (const InputError& e) {
+    throw InputError(where + "the rendered text: " + e.what());
+  }
+  return t;
+}
+
+// A conversation rendered, tokenized and masked (before truncation).
+RenderedExample render_messages(State& s, const Value& messages, const std::string& where) {
+  RenderedExample ex;
+  jinja::RenderedChat rc;
+  try {
+    rc = jinja::render_chat(*s.tmpl, messages, jinja::GenerationPrompt::no, s.special_tokens);
+  } catch (const InputError& e) {
+    throw InputError(where + e.what());
+  }
+  Tokens t = tokenize(s, rc.text, text::SpecialTokens::none, where);
+  ex.loss_mask.assign(t.ids.size(), 0);
+  if (s.loss_on == LossOn::all) {
+    std::fill(ex.loss_mask.begin(), ex.loss_mask.end(), 1);
+  } else {
+    mark_assistant(&ex.loss_mask, s, rc, messages, t, where);
+  }
+  ex.text = std::move(rc.text);
+  ex.ids = std::move(t.ids);
+  return ex;
+}
+
+// prompt + completion without a template: the tokenizer's special tokens, then its eos token.
+RenderedExample render_plain(State& s, const std::string& prompt, const std::string& completion,
+                             const std::string& where) {
+  RenderedExample ex;
+  ex.text = prompt + completion;
+  Tokens t = tokenize(s, ex.text, text::SpecialTokens::add, where);
+  ex.loss_mask.assign(t.ids.size(), 0);
+  mark_overlap(&ex.loss_mask, t.off, prompt.size(), ex.text.size());
+  if (s.loss_on == LossOn::all) std::fill(ex.loss_mask.begin(), ex.loss_mask.end(), 1);
+  if (const auto eos = s.tokenizer->eos_id()) {
+    t.ids.push_back(*eos);
+    ex.loss_mask.push_back(1);
+    ex.text += std::string(s.tokenizer->id_to_token(*eos));
+  }
+  ex.ids = std::move(t.ids);
+  return ex;
+}
+
+Value message(const std::string& role, const std::string& content) {
+  jinja::Dict d;
+  d.set("role", Value::string(role));
+  d.set("content", Value::string(content));
+  return Value::make_dict(std::move(d));
+}
+
+// The "messages" of a chat line, checked.
+Value chat_messages(const Value& obj, const std::string& where) {
+  const Value* messages = field(obj, "messages");
+  if (!messages || messages->kind != Value::Kind::list) {
+    throw InputError(where +
+                     "no \"messages\" list (data.format: chat reads {\"messages\": "
+                     "[{\"role\": ..., \"content\": ...}, ...]} per line)");
+  }
+  if (messages->list->empty()) throw InputError(where + "\"messages\" is empty");
+  for (size_t m = 0; m < messages->list->size(); ++m) {
+    const Value& msg = (*messages->list)[m];
+    const std::string n = "message " + std::to_string(m + 1);
+    if (!msg.is_dict()) throw InputError(where + n + " is not an object");
+    const Value* role = field(msg, "role");
+    if (!role || role->kind != Value::Kind::string)
+      throw InputError(where + n + " has no \"role\" string");
+    const Value* content = field(msg, "content");
+    if (!content || content->kind != Value::Kind::string)
+      throw InputError(where + n + " (" + role->s + ") has no \"content\" string");
+  }
+  return *messages;
+}
+
+std::string string_field(const Value& obj, const char* key, const std::string& where) {
+  const Value* v = field(obj, key);
+  if (!v || v->kind != Value::Kind::string) {
+    throw InputError(where + "no \"" + key +
+                     "\" string (data.format: prompt_completion reads {\"prompt\": ..., "
+                     "\"completion\": ...} per line)");
+  }
+  return v->s;
+}
+
+// The example before truncation.
+RenderedExample render_object(State& s, const Value& obj, const std::string& where) {
+  if (s.format == ExampleFormat::chat) return render_messages(s, chat_messages(obj, where), where);
+  const std::string prompt = string_field(obj, "prompt", where);
+  const std::string completion = string_field(obj, "completion", where);
+  if (!s.tmpl) return render_plain(s, prompt, completion, where);
+  return render_messages(
+      s, Value::make_list({message("user", prompt), message("assistant", completion)}), where);
+}
+
+// Checks the template on a probe conversation (with a system message, then without one should
+// the template refuse it): it renders, and each assistant turn's tokens can be isolated.
+void probe(State& s) {
+  const std::vector<Value> turns = {
+      message("user", "Hello, who are you?"), message("assistant", "I am the probe's answer."),
+      message("user", "Say it again."), message("assistant", "Again: the probe's answer.")};
+  std::vector<Value> with_system = turns;
+  with_system.insert(with_system.begin(), message("system", "You are a probe."));
+  const std::string where = "checking the chat template on a probe ";
+  try {
+    render_messages(s, Value::make_list(with_system), where + "with a system message: ");
+    return;
+  } catch (const InputError&) {
+  }
+  const Value plain = Value::make_list(turns);
+  try {
+    jinja::render_chat(*s.tmpl, plain, jinja::GenerationPrompt::no, s.special_tokens);
+  } catch (const InputError& e) {
+    throw InputError(where + "conversation: " + e.what());
+  }
+  render_messages(s, plain, where + "conversation: ");
+}
+
+}  // namespace
+
+bool blank_line(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+ExampleRenderer ExampleRenderer::open(const Config& cfg) {
+  auto s = std::make_shared<State>();
+  const DataConfig& d = cfg.data;
+  if (!is_examples(d)) {
+    throw InputError("data.format: " + std::string(data_format_name(d.format)) +
+                     " is not examples data (data.format chat or prompt_completion)");
+  }
+  s->format = d.format == DataFormat::chat ? ExampleFormat::chat : ExampleFormat::prompt_completion;
+  s->loss_on = d.loss_on;
+  s->truncation = d.truncation;
+  s->seq_len = d.seq_len;
+  const ModelText t = run_text(cfg);
+  if (t.vocab != TextVocab::tokenizer) {
+    const std::string has = t.vocab == TextVocab::bytes
+                                ? " reads text as bytes (kktrain's byte-level vocabulary, without "
+                                  "special tokens to end a turn)"
+                                : " has no tokenizer (" + t.why + ")";
+    throw InputError("data.format: " + std::string(data_format_name(d.format)) +
+                     " reads examples through the model's tokenizer and chat template, and " +
+                     t.model + has + ": set model.tokenizer: PATH (a tokenizer.json)");
+  }
+  s->tokenizer = load_model_tokenizer(t);
+  s->special_tokens = s->tokenizer->config().special_tokens;
+  load_template(s.get(), cfg);
+  if (s->tmpl && s->loss_on != LossOn::all) probe(*s);
+  ExampleRenderer r;
+  r.s_ = std::move(s);
+  return r;
+}
+
+RenderedExample ExampleRenderer::render(std::string_view line, const std::string& file,
+                                        int64_t line_no) const {
+  const std::string where = file + ":" + std::to_string(line_no) + ": ";
+  if (static_cast<int64_t>(line.size()) > kMaxExampleLineBytes) {
+    throw InputError(where + "the line is longer than " +
+                     std::to_string(kMaxExampleLineBytes >> 20) +
+                     " MiB, the limit of an example line (rendering takes tens of times a line's "
+                     "size in memory); split the example or shorten it");
+  }
+  Value obj;
+  try {
+    check_json_nesting(line, file + ":" + std::to_string(line_no));  // before any recursion
+    obj = jinja::parse_json(std::string(line), file + ":" + std::to_string(line_no));
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + " (one JSON object per line)");
+  }
+  if (!obj.is_dict()) throw InputError(where + "not a JSON object");
+  RenderedExample ex = render_object(*s_, obj, where);
+  if (ex.ids.empty()) {
+    if (s_->truncation == Truncation::error) {
+      throw InputError(
+          where + "the example renders to no tokens (" +
+          (s_->tmpl ? "the chat template (" + s_->template_source + ") prints nothing for it"
+                    : std::string("an empty prompt and completion, and the "
+                                  "tokenizer adds no token")) +
+          "; data.truncation: error; truncate or drop would skip it)");
+    }
+    ex.loss_mask.clear();
+    ex.fate = ExampleFate::empty;
+    ++s_->empty;
+    return ex;
+  }
+  ex.loss_mask[0] = 0;
+  ex.full_tokens = int64_t(ex.ids.size());
+  ex.full_loss_tokens = std::count(ex.loss_mask.begin(), ex.loss_mask.end(), uint8_t(1));
+  if (ex.full_tokens <= s_->seq_len) return ex;
+  switch (s_->truncation) {
+    case Truncation::error:
+      throw InputError(where + "the example is " + std::to_string(ex.full_tokens) +
+                       " tokens, longer than data.seq_len " + std::to_string(s_->seq_len) +
+                       " (data.truncation: error; truncate or drop would keep going)");
+    case Truncation::drop:
+      ex.ids.clear();
+      ex.loss_mask.clear();
+      ex.fate = ExampleFate::dropped;
+      ++s_->dropped;
+      return ex;
+    case Truncation::truncate:
+      ex.ids.resize(size_t(s_->seq_len));
+      ex.loss_mask.resize(size_t(s_->seq_len));
+      ex.fate = ExampleFate::truncated;
+      ++s_->truncated;
+      return ex;
+  }
+  return ex;
+}
+
+const text::Tokenizer& ExampleRenderer::tokenizer() const {
+  return *s_->tokenizer;
+}
+const std::string& ExampleRenderer::template_source() const {
+  return s_->template_source;
+}
+int64_t ExampleRenderer::truncated() const {
+  return s_->truncated.load();
+}
+int64_t ExampleRenderer::dropped() const {
+  return s_->dropped.load();
+}
+int64_t ExampleRenderer::empty() const {
+  return s_->empty.load();
+}
+
+}  // namespace kktrain

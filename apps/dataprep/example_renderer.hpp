@@ -1,0 +1,103 @@
+// Examples (data.format chat or prompt_completion): one JSONL line turned into the tokens the
+// trainer sees and the loss mask over them (docs/data.md, "Chat and prompt/completion data").
+//
+// chat: {"messages": [{"role": ..., "content": ...}, ...]} (every key of a message passed to
+// the template) rendered with the model's chat template as transformers' apply_chat_template
+// renders it for training (add_generation_prompt false; the tokenizer's special tokens as
+// variables), then tokenized without adding special tokens (the template writes BOS itself).
+// prompt_completion: {"prompt": ..., "completion": ...}: a user turn and an assistant turn
+// through the chat template when the model has one; otherwise prompt + completion tokenized with
+// the tokenizer's special tokens, then its eos token (when it names one).
+//
+// The template, in order (transformers' order for the last two: its chat_template.jinja file
+// takes priority over tokenizer_config.json's key): data.chat_template, chat_template.jinja
+// beside the tokenizer.json, tokenizer_config.json's chat_template.
+//
+// Loss tokens (loss_mask[p] = 1: the prediction of ids[p] from ids[0..p) counts; loss_mask[0]
+// is always 0):
+//   all         every token but the first.
+//   assistant / completion (the completion is the assistant turn; without a template, it is the
+//               completion's tokens and the eos token)
+//               with `{% generation %}` blocks in the template: every token that overlaps the
+//               bytes the blocks produced (transformers' assistant mask). Otherwise, for each
+//               assistant message: every token overlapping the bytes its content printed (the
+//               content spans jinja::render_chat tracks), then its end of turn: the tokens that
+//               follow up to and including the first special token (an added token marked
+//               special: <|eot_id|>, <end_of_turn>, </s>), provided every token before that one
+//               is whitespace. A token that straddles the content's first or last byte counts;
+//               empty content contributes its end of turn only. An assistant message with
+//               non-empty content whose content is not printed as such, or that no special token
+//               closes, is an error, never a silent fallback; open() checks the template on a
+//               probe conversation first.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/config.hpp"
+#include "text/tokenizer.hpp"
+
+namespace kktrain {
+
+// empty: the example renders to no tokens (a template that prints nothing for it; an empty
+// prompt and completion through a tokenizer that adds nothing): skipped and counted unless
+// data.truncation is error.
+enum class ExampleFate { kept, truncated, dropped, empty };
+
+// The longest line of a data file an example may take (longer: one error naming FILE:LINE):
+// rendering, tokenizing and masking a line take about 34 times its size in memory.
+constexpr int64_t kMaxExampleLineBytes = int64_t(16) << 20;
+
+struct RenderedExample {
+  std::string text;                // the rendered text (template applied, or prompt+completion)
+  std::vector<int32_t> ids;        // its tokens (after truncation), at most data.seq_len
+  std::vector<uint8_t> loss_mask;  // 0/1 per id: 1 = this token is a loss target
+  ExampleFate fate = ExampleFate::kept;  // dropped, empty: ids and loss_mask empty
+  int64_t full_tokens = 0;               // the tokens before truncation
+  int64_t full_loss_tokens = 0;          // the loss tokens before truncation
+};
+
+enum class ExampleFormat { chat, prompt_completion };
+// LossOn and Truncation: data.loss_on and data.truncation (core/config.hpp).
+
+// Whether a line of a data file holds no example (only spaces, tabs, \r or nothing): such lines
+// are skipped, by `kktrain render` and the training data alike; render() refuses them.
+bool blank_line(std::string_view line);
+
+class ExampleRenderer {
+ public:
+  // From cfg (data.format, data.loss_on, data.truncation, data.seq_len, data.chat_template and
+  // the run's tokenizer: apps/dataprep/text_model.hpp run_text): loads the tokenizer and the
+  // template and checks the template on a probe conversation. InputError (one line naming the file
+  // or key) for a model without a tokenizer, a missing or unreadable template, chat data without a
+  // template, a template that fails on the probe or whose assistant tokens cannot be isolated.
+  static ExampleRenderer open(const Config& cfg);
+
+  // One JSONL line of `file` (line_no 1-based, for messages) -> the example. InputError
+  // "FILE:LINE: ..." for a line that is not a JSON object, no "messages" list (or
+  // "prompt"/"completion" strings), a message without a string role or content, a template
+  // error, an assistant message whose tokens cannot be isolated, a line longer than
+  // kMaxExampleLineBytes, and (data.truncation: error) an example longer than data.seq_len or of
+  // no tokens. Thread-safe (encoders are pooled per call). Linear in the example's size.
+  RenderedExample render(std::string_view line, const std::string& file, int64_t line_no) const;
+
+  const text::Tokenizer& tokenizer() const;
+  // Where the template came from ("data.chat_template 'F'", "chat_template.jinja 'F'",
+  // "tokenizer_config.json 'F'"), or "" without one.
+  const std::string& template_source() const;
+  // Examples render() truncated / dropped / found empty so far (for the run's log).
+  int64_t truncated() const;
+  int64_t dropped() const;
+  int64_t empty() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace kktrain
