@@ -12,13 +12,20 @@ Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& path) {
+  return load(locate_tokenizer(path));
+}
+
+std::shared_ptr<const Tokenizer> Tokenizer::load(const TokenizerFiles& files) {
   std::shared_ptr<Tokenizer> t(new Tokenizer());
-  load_tokenizer(t->impl_.get(), path);
+  load_tokenizer(t->impl_.get(), files);
   return t;
 }
 
 const std::string& Tokenizer::path() const {
   return impl_->path;
+}
+const TokenizerFiles& Tokenizer::files() const {
+  return impl_->files;
 }
 const TokenizerConfig& Tokenizer::config() const {
   return impl_->config;

@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer_files.hpp"
+
 namespace kktrain::text {
 
 // Whether encode adds the post-processor's special tokens (BOS of TemplateProcessing):
@@ -52,11 +54,14 @@ class Tokenizer {
   // tokenizer_config.json). InputError naming the file and the key for anything missing,
   // malformed or unsupported.
   static std::shared_ptr<const Tokenizer> load(const std::string& path);
+  // Loads the files locate_tokenizer found (the same errors, naming `files.given`).
+  static std::shared_ptr<const Tokenizer> load(const TokenizerFiles& files);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  const std::string& path() const;  // the tokenizer.json read
+  const std::string& path() const;      // the tokenizer.json read
+  const TokenizerFiles& files() const;  // its files (tokenizer_config.json, chat_template.jinja)
   const TokenizerConfig& config() const;
   // Largest id (model vocabulary or added token) + 1.
   int64_t vocab_size() const;

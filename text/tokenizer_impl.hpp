@@ -66,7 +66,8 @@ struct AddedToken {
 };
 
 struct Tokenizer::Impl {
-  std::string path;
+  TokenizerFiles files;
+  std::string path;  // files.json
   TokenizerConfig config;
 
   // Strings (vocabulary and added tokens) live in `arena`; maps hold views into it.
@@ -109,8 +110,8 @@ struct Tokenizer::Impl {
   int64_t vocab_size = 0;
 };
 
-// Loads tokenizer.json (and tokenizer_config.json beside it) into *impl.
-void load_tokenizer(Tokenizer::Impl* impl, const std::string& path);
+// Loads files.json (and files.config) into *impl.
+void load_tokenizer(Tokenizer::Impl* impl, const TokenizerFiles& files);
 // Applies the normalizer steps to s.
 std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
                               std::vector<RegexMatcher>& matchers);

@@ -488,12 +488,11 @@ void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w, con
 std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
                               std::vector<RegexMatcher>& matchers);
 
-void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
+void load_tokenizer(Tokenizer::Impl* t, const TokenizerFiles& files) {
   struct stat st {};
-  std::string file = path, dir;
+  const std::string& path = files.given;
+  const std::string& file = files.json;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    dir = path;
-    file = path + "/tokenizer.json";
     const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
     if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
       throw InputError("tokenizer file '" + path + "' is a directory, not a file");
@@ -501,10 +500,8 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
       throw InputError("tokenizer directory '" + path + "' has no tokenizer.json");
   } else if (::stat(path.c_str(), &st) != 0) {
     throw InputError("tokenizer '" + path + "' does not exist");
-  } else {
-    const size_t slash = path.rfind('/');
-    dir = slash == std::string::npos ? "." : path.substr(0, slash);
   }
+  t->files = files;
   t->path = file;
   const Json j = read_json(file);
   const Where w{file, ""};
@@ -568,8 +565,8 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   build_boundaries(t);
 
   // tokenizer_config.json beside it.
-  const std::string cfg_file = dir + "/tokenizer_config.json";
-  if (::stat(cfg_file.c_str(), &st) == 0) {
+  const std::string& cfg_file = files.config;
+  if (!cfg_file.empty()) {
     const Json c = read_json(cfg_file);
     const Where wc{cfg_file, ""};
     if (!c.is_object()) wc.fail("expected a JSON object");

@@ -3,7 +3,6 @@
 // file, one token at a time through a KV cache (model/generate.hpp); a text prompt goes through
 // the model's tokenizer and the answer is printed as it is generated
 // (apps/dataprep/text_model.hpp).
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <cmath>
@@ -14,10 +13,8 @@
 #include <stdexcept>
 #include <string>
 
-#include <fstream>
-#include <sstream>
-
 #include "apps/cli/commands.hpp"
+#include "apps/dataprep/chat_template_file.hpp"
 #include "apps/dataprep/text_model.hpp"
 #include "apps/train/model_source.hpp"
 #include "core/errors.hpp"
@@ -112,27 +109,13 @@ PromptText text_prompt(const std::string& text, const std::string& model, const 
 }
 
 // The chat template of --chat: --chat-template FILE, else chat_template.jinja beside the
-// tokenizer.json, else tokenizer_config.json's chat_template (transformers' order).
+// tokenizer.json, else tokenizer_config.json's chat_template
+// (apps/dataprep/chat_template_file.hpp).
 std::unique_ptr<text::jinja::Template> chat_template(const text::Tokenizer& tok,
                                                      const std::string& file) {
-  const auto slash = tok.path().find_last_of('/');
-  const std::string beside =
-      (slash == std::string::npos ? std::string(".") : tok.path().substr(0, slash)) +
-      "/chat_template.jinja";
-  std::string path = file, source;
-  struct stat st {};
-  if (path.empty() && ::stat(beside.c_str(), &st) == 0) path = beside;  // a FIFO too: refused
-  if (!path.empty()) {
-    // a regular file (core/files.hpp) of at most 1 MiB: real templates are a few KB
-    std::string text;
-    if (auto why = read_regular_file(&text, path, std::size_t(1) << 20)) {
-      throw UsageError(std::string("generate: ") +
-                       (file.empty() ? "chat_template.jinja '" : "--chat-template '") + path +
-                       "' " + (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
-    }
-    return std::make_unique<text::jinja::Template>(text, "chat template '" + path + "'");
-  }
-  if (tok.config().chat_template.empty()) {
+  const std::optional<ChatTemplateText> t = find_chat_template(
+      tok, "--chat-template", file.empty() ? std::nullopt : std::optional<std::string>(file));
+  if (!t) {
     throw UsageError(
         "generate: --chat renders the message with the model's chat template, and "
         "the tokenizer '" +
@@ -140,8 +123,7 @@ std::unique_ptr<text::jinja::Template> chat_template(const text::Tokenizer& tok,
         "' has none (no chat_template.jinja beside it, no chat_template in "
         "tokenizer_config.json): give --chat-template FILE, or use --prompt");
   }
-  return std::make_unique<text::jinja::Template>(
-      tok.config().chat_template, "tokenizer_config.json '" + tok.config().path + "'");
+  return std::make_unique<text::jinja::Template>(t->text, t->source);
 }
 
 // --chat: [--system message,] the user message rendered with the chat template and the

@@ -109,10 +109,10 @@ class ScratchDir {
 
 // The first training batch (micro_batch_size rows of step 0): windows of token files, or rows of
 // examples (with their starts) rendered into a scratch cache beside `out`.
-Batch first_batch(const Config& cfg, const std::string& out) {
+Batch first_batch(const Config& cfg, const ModelText& text, const std::string& out) {
   if (is_examples(cfg.data)) {
     const ScratchDir scratch(out);
-    make_example_cache(cfg, scratch.path());
+    make_example_cache(cfg, text, scratch.path());
     const ExampleData data(scratch.path(), cfg.data);
     return data.train_batch(0, 0, cfg.data.micro_batch_size);
   }
@@ -133,16 +133,17 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   inputs.emplace_back("chat template (data.chat_template)", cfg.data.chat_template.value_or(""));
   inputs.emplace_back("tokenizer (model.tokenizer)", cfg.model.tokenizer.value_or(""));
   check_output_file("--out", out, inputs);
-  if (const TextTokens text = check_text_data(cfg, run_text(cfg)); !text.files.empty()) {
+  const ModelText model_text = run_text(cfg);
+  if (const TextTokens text = check_text_data(cfg, model_text); !text.files.empty()) {
     throw InputError("data.path '" + text.files[0] + "' is text for a model with a tokenizer (" +
-                     text.tokenizer +
+                     text.tokenizer.json +
                      "): kktrain grads reads token files; tokenize it first "
                      "(kktrain tokenize --tokenizer " +
-                     text.tokenizer + " ... --out PREFIX)");
+                     text.tokenizer.json + " ... --out PREFIX)");
   }
   SingleCommunicator one_rank;
   auto model = build_model(cfg, one_rank);
-  const Batch batch = first_batch(cfg, out);
+  const Batch batch = first_batch(cfg, model_text, out);
   ForwardOptions fo;
   fo.prepare_backward = true;
   fo.compute_mtp = cfg.model.compute_mtp;

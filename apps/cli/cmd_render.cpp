@@ -50,7 +50,7 @@ int run_render(const ParsedArgs& args, AppContext& ctx) {
   if (cfg.data.paths.empty()) {
     throw InputError("kktrain render shows examples of data.path, and data.path is unset");
   }
-  const ExampleRenderer renderer = ExampleRenderer::open(cfg);
+  const ExampleRenderer renderer = ExampleRenderer::open(cfg, run_text(cfg));
   int64_t shown = 0;
   for (const std::string& file : data_files(cfg.data)) {
     FileLines in;  // a regular file: a FIFO or a directory is refused, never waited on

@@ -101,7 +101,7 @@ int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
   // exits at once: its shards are then temporaries, which the next run with this --out removes).
   StopSignals signals(false);
   o.stop_requested = [] { return StopSignals::received(); };
-  const TokenizeSummary s = tokenize_to_shards(o, tok_path);
+  const TokenizeSummary s = tokenize_to_shards(o, text::locate_tokenizer(tok_path));
   if (s.stopped_by == 0) return 0;
   log::info(std::string("tokenize: stopped by ") + signal_name(s.stopped_by) +
             " before the end: removed this run's " + std::to_string(s.files_removed) +

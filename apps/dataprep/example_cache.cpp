@@ -40,7 +40,7 @@ constexpr std::size_t kBlockBytes = std::size_t(32) << 20;
 // What the cache is made from. The examples' files (data.path's, then data.val_path) are
 // entered without their content hashes, which making the cache appends as it reads them
 // (with_input_hashes); the small files (template, tokenizer) with theirs.
-Json make_manifest(const Config& cfg) {
+Json make_manifest(const Config& cfg, const ModelText& t) {
   const DataConfig& d = cfg.data;
   Json inputs = Json::array();
   for (const auto& f : data_files(d)) inputs.push_back(manifest_file_stat(f, "data.path"));
@@ -54,15 +54,14 @@ Json make_manifest(const Config& cfg) {
   if (d.val_path) m["val_path"] = manifest_file_stat(*d.val_path, "data.val_path");
   if (d.chat_template)
     m["chat_template"] = manifest_file_entry(*d.chat_template, "data.chat_template");
-  const ModelText t = run_text(cfg);
-  if (!t.tokenizer.empty()) {
-    m["tokenizer"] = manifest_file_entry(t.tokenizer, "the tokenizer");
-    const fs::path dir = fs::path(t.tokenizer).parent_path();
-    for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
-      std::error_code ec;
-      const std::string p = (dir / name).string();
-      if (fs::is_regular_file(p, ec)) m[name] = manifest_file_entry(p, name);
-    }
+  if (t.tokenizer) {
+    m["tokenizer"] = manifest_file_entry(t.tokenizer->json, "the tokenizer");
+    if (!t.tokenizer->config.empty())
+      m["tokenizer_config.json"] =
+          manifest_file_entry(t.tokenizer->config, "tokenizer_config.json");
+    if (!t.tokenizer->chat_template.empty())
+      m["chat_template.jinja"] =
+          manifest_file_entry(t.tokenizer->chat_template, "chat_template.jinja");
   }
   return m;
 }
@@ -221,9 +220,10 @@ void render_block(const ExampleRenderer& r, const std::string& file,
 
 }  // namespace
 
-ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir) {
+ExampleCacheSummary make_example_cache(const Config& cfg, const ModelText& text,
+                                       const std::string& dir) {
   const DataConfig& d = cfg.data;
-  const ExampleRenderer renderer = ExampleRenderer::open(cfg);
+  const ExampleRenderer renderer = ExampleRenderer::open(cfg, text);
   const int threads = std::max(1, plan_threads(read_thread_inputs()).allowed_cpus);
   ExampleCacheSummary sum;
   ExampleWriter train(dir + "/train");
@@ -327,10 +327,10 @@ std::string made_line(const Config& cfg, const ExampleCacheSummary& s, const std
 }
 
 // The example cache of cfg in `dir` (apps/dataprep/cache_protocol.hpp).
-CacheSteps example_steps(const Config& cfg, const std::string& dir) {
+CacheSteps example_steps(const Config& cfg, const ModelText& text, const std::string& dir) {
   CacheSteps c;
   c.dir = dir;
-  c.describe = [&cfg] { return make_manifest(cfg); };
+  c.describe = [&cfg, &text] { return make_manifest(cfg, text); };
   c.present = [](const Json& have) { return have.is_object() && have.contains("summary"); };
   c.matches = cache_matches;
   c.reused = [dir](const Json&) {
@@ -345,8 +345,8 @@ CacheSteps example_steps(const Config& cfg, const std::string& dir) {
       fs::remove(dir + "/" + f, ec);
     }
   };
-  c.build = [&cfg, dir](Json want) {
-    const ExampleCacheSummary s = make_example_cache(cfg, dir);
+  c.build = [&cfg, &text, dir](Json want) {
+    const ExampleCacheSummary s = make_example_cache(cfg, text, dir);
     log::info(made_line(cfg, s, dir));
     return made_manifest(std::move(want), s);
   };
@@ -359,9 +359,9 @@ CacheSteps example_steps(const Config& cfg, const std::string& dir) {
 
 }  // namespace
 
-std::string example_cache(const Config& cfg, Communicator& comm) {
+std::string example_cache(const Config& cfg, const ModelText& text, Communicator& comm) {
   const std::string dir = (fs::path(cfg.train.output_dir) / "examples").string();
-  derive_cache(example_steps(cfg, dir), comm);
+  derive_cache(example_steps(cfg, text, dir), comm);
   return dir;
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/dataprep/text_model.hpp"
 #include "core/config.hpp"
 
 namespace kktrain {
@@ -39,10 +40,11 @@ struct ExampleCacheSummary {
 // The cache directory of cfg's examples (made or reused by rank 0, then agreed on by every
 // rank). Errors (an example that cannot be rendered, an input that cannot be read, a full disk)
 // are one line on every rank, and leave no cache behind a manifest.
-std::string example_cache(const Config& cfg, Communicator& comm);
+std::string example_cache(const Config& cfg, const ModelText& text, Communicator& comm);
 
 // Renders data.path's (and data.val_path's) examples into `dir` (no manifest, no reuse): the
 // cache builder on its own.
-ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir);
+ExampleCacheSummary make_example_cache(const Config& cfg, const ModelText& text,
+                                       const std::string& dir);
 
 }  // namespace kktrain

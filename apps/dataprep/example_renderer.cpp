@@ -1,14 +1,11 @@
 // Examples as the trainer sees them: the contract is in apps/dataprep/example_renderer.hpp.
 #include "apps/dataprep/example_renderer.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
+#include "apps/dataprep/chat_template_file.hpp"
 #include "apps/dataprep/text_model.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
@@ -61,44 +58,11 @@ class EncoderLease {
   std::unique_ptr<text::Encoder> enc_;
 };
 
-// The most a chat template file may hold: real ones are a few KB (Llama 3.1's tool-calling
-// template about 5 KB); read only when it is a regular file (core/files.hpp).
-constexpr std::size_t kMaxTemplateFileBytes = std::size_t(1) << 20;
-
-std::string read_file(const std::string& path, const std::string& what) {
-  std::string text;
-  if (auto why = read_regular_file(&text, path, kMaxTemplateFileBytes)) {
-    throw InputError(what + " '" + path + "' " +
-                     (why->rfind("is ", 0) == 0 ? *why : "cannot be read: " + *why));
-  }
-  return text;
-}
-
-std::string dir_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// Whether anything is at `path` (a FIFO or a directory too: read_file then says what it is).
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 // The template of the run (the order of the header), or none.
 void load_template(State* s, const Config& cfg) {
-  std::string source, text;
-  const std::string beside = dir_of(s->tokenizer->path()) + "/chat_template.jinja";
-  if (cfg.data.chat_template) {
-    source = "data.chat_template '" + *cfg.data.chat_template + "'";
-    text = read_file(*cfg.data.chat_template, "data.chat_template");
-  } else if (file_exists(beside)) {
-    source = "chat_template.jinja '" + beside + "'";
-    text = read_file(beside, "chat_template.jinja");
-  } else if (!s->tokenizer->config().chat_template.empty()) {
-    source = "tokenizer_config.json '" + s->tokenizer->config().path + "'";
-    text = s->tokenizer->config().chat_template;
-  } else {
+  std::optional<ChatTemplateText> t =
+      find_chat_template(*s->tokenizer, "data.chat_template", cfg.data.chat_template);
+  if (!t) {
     if (s->format == ExampleFormat::chat) {
       throw InputError(
           "data.format: chat renders conversations with the model's chat template, and the "
@@ -109,8 +73,8 @@ void load_template(State* s, const Config& cfg) {
     }
     return;
   }
-  s->template_source = source;
-  s->tmpl = std::make_unique<jinja::Template>(text, source);
+  s->template_source = t->source;
+  s->tmpl = std::make_unique<jinja::Template>(t->text, t->source);
 }
 
 // s with its control characters escaped (\n, \t, \r, \xNN): part of a one-line message.
@@ -360,7 +324,7 @@ bool blank_line(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-ExampleRenderer ExampleRenderer::open(const Config& cfg) {
+ExampleRenderer ExampleRenderer::open(const Config& cfg, const ModelText& t) {
   auto s = std::make_shared<State>();
   const DataConfig& d = cfg.data;
   if (!is_examples(d)) {
@@ -371,7 +335,6 @@ ExampleRenderer ExampleRenderer::open(const Config& cfg) {
   s->loss_on = d.loss_on;
   s->truncation = d.truncation;
   s->seq_len = d.seq_len;
-  const ModelText t = run_text(cfg);
   if (t.vocab != TextVocab::tokenizer) {
     const std::string has = t.vocab == TextVocab::bytes
                                 ? " reads text as bytes (kktrain's byte-level vocabulary, without "

@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "apps/dataprep/text_model.hpp"
 #include "core/config.hpp"
 #include "text/tokenizer.hpp"
 
@@ -70,12 +71,13 @@ bool blank_line(std::string_view line);
 
 class ExampleRenderer {
  public:
-  // From cfg (data.format, data.loss_on, data.truncation, data.seq_len, data.chat_template and
-  // the run's tokenizer: apps/dataprep/text_model.hpp run_text): loads the tokenizer and the
-  // template and checks the template on a probe conversation. InputError (one line naming the file
-  // or key) for a model without a tokenizer, a missing or unreadable template, chat data without a
-  // template, a template that fails on the probe or whose assistant tokens cannot be isolated.
-  static ExampleRenderer open(const Config& cfg);
+  // From cfg (data.format, data.loss_on, data.truncation, data.seq_len, data.chat_template) and
+  // the run's text `t` (apps/dataprep/text_model.hpp run_text, found once): loads the tokenizer and
+  // the template and checks the template on a probe conversation. InputError (one line naming the
+  // file or key) for a model without a tokenizer, a missing or unreadable template, chat data
+  // without a template, a template that fails on the probe or whose assistant tokens cannot be
+  // isolated.
+  static ExampleRenderer open(const Config& cfg, const ModelText& t);
 
   // One JSONL line of `file` (line_no 1-based, for messages) -> the example. InputError
   // "FILE:LINE: ..." for a line that is not a JSON object, no "messages" list (or

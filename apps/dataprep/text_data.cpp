@@ -25,13 +25,11 @@ namespace {
 Json make_manifest(const TextTokens& t) {
   Json inputs = Json::array();
   for (const auto& f : t.files) inputs.push_back(manifest_file_entry(f, "data.path"));
-  Json m = {{"tokenizer", manifest_file_entry(t.tokenizer, "the tokenizer")},
+  Json m = {{"tokenizer", manifest_file_entry(t.tokenizer.json, "the tokenizer")},
             {"inputs", inputs},
             {"jsonl_key", t.jsonl_key}};
-  const std::string conf = (fs::path(t.tokenizer).parent_path() / "tokenizer_config.json").string();
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(conf, ec))) {
-    m["tokenizer_config.json"] = manifest_file_entry(conf, "tokenizer_config.json");
+  if (!t.tokenizer.config.empty()) {
+    m["tokenizer_config.json"] = manifest_file_entry(t.tokenizer.config, "tokenizer_config.json");
   }
   return m;
 }
@@ -95,7 +93,7 @@ CacheSteps shard_steps(const TextTokens& t, const std::string& dir, int64_t min_
   };
   c.reused = [&t, dir](const Json& have) {
     return "data: " + std::to_string(have["shards"].size()) + " token shard(s) in " + dir +
-           " made from data.path by " + t.tokenizer + " at an earlier start; reused";
+           " made from data.path by " + t.tokenizer.json + " at an earlier start; reused";
   };
   c.remade = "data: the token shards in " + dir +
              " were made from other inputs or another tokenizer or tokenizer_config.json "

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "text/tokenizer_files.hpp"
 
 namespace kktrain {
 
@@ -25,7 +26,7 @@ class Communicator;
 // files, or text read as bytes).
 struct TextTokens {
   std::vector<std::string> files;  // data.path's files, in order
-  std::string tokenizer;           // the tokenizer.json
+  text::TokenizerFiles tokenizer;  // found once (text/tokenizer_files.hpp)
   std::string jsonl_key = "text";
 };
 

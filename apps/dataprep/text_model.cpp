@@ -26,12 +26,6 @@ namespace {
 const char* const kCompanions[] = {"tokenizer_config.json", "special_tokens_map.json",
                                    "chat_template.jinja", "tokenizer.model"};
 
-// The tokenizer.json a path names: the file, or the one in a directory.
-std::string tokenizer_file(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) ? (fs::path(path) / "tokenizer.json").string() : path;
-}
-
 // True when `file` holds exactly kktrain's byte-level tokenizer.json.
 bool is_byte_tokenizer(const std::string& file) {
   const std::string own = byte_tokenizer_json();
@@ -91,6 +85,21 @@ TrainedOn recorded_data(const YAML::Node& data) {
   return paths.empty() ? TrainedOn::unknown : TrainedOn::tokens;
 }
 
+// What a run's own data trains on (as recorded_data says of the config the run records): token
+// files (data.format uint16, uint32, llmc; auto with only token files) or text.
+TrainedOn run_data(const DataConfig& d) {
+  switch (d.format) {
+    case DataFormat::uint16:
+    case DataFormat::uint32:
+    case DataFormat::llmc:
+      return TrainedOn::tokens;
+    case DataFormat::automatic:
+      return text_inputs(d).empty() ? TrainedOn::tokens : TrainedOn::text;
+    default:
+      return TrainedOn::text;
+  }
+}
+
 }  // namespace
 
 ModelText model_text(const TextSources& s) {
@@ -99,18 +108,17 @@ ModelText model_text(const TextSources& s) {
   t.vocab_size = s.vocab_size;
   const bool hf = s.init_from && is_hf_directory(*s.init_from);
   if (s.tokenizer) {
-    t.tokenizer = tokenizer_file(*s.tokenizer);
+    t.tokenizer = text::locate_tokenizer(*s.tokenizer);
     t.from = s.tokenizer_key + " '" + *s.tokenizer + "'";
   } else if (hf) {
-    const std::string f = (fs::path(*s.init_from) / "tokenizer.json").string();
-    std::error_code ec;
-    if (fs::exists(f, ec)) {
-      t.tokenizer = f;
-      t.from = "the model's tokenizer.json '" + f + "'";
+    text::TokenizerFiles f = text::locate_tokenizer(*s.init_from);
+    if (f.present()) {
+      t.from = "the model's tokenizer.json '" + f.json + "'";
+      t.tokenizer = std::move(f);
     }
   }
-  if (!t.tokenizer.empty()) {
-    t.vocab = is_byte_tokenizer(t.tokenizer) ? TextVocab::bytes : TextVocab::tokenizer;
+  if (t.tokenizer) {
+    t.vocab = is_byte_tokenizer(t.tokenizer->json) ? TextVocab::bytes : TextVocab::tokenizer;
   } else {
     t.vocab = TextVocab::bytes;
     if (hf && s.vocab_size != 256) {
@@ -124,8 +132,9 @@ ModelText model_text(const TextSources& s) {
   return t;
 }
 
-ModelText model_text(const ModelConfig& m) {
+ModelText model_text(const ModelConfig& m, TrainedOn trained_on) {
   TextSources s;
+  s.trained_on = trained_on;
   s.tokenizer = m.tokenizer;
   s.tokenizer_key = "model.tokenizer";
   s.init_from = m.init_from;
@@ -168,7 +177,7 @@ ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64
   }
   if (s.tokenizer && tokenizer.empty()) {
     std::error_code ec;
-    if (!fs::exists(tokenizer_file(*s.tokenizer), ec)) {
+    if (!text::locate_tokenizer(*s.tokenizer).present()) {
       log::warn(s.model + ": its tokenizer '" + *s.tokenizer + "' is no longer there");
       s.tokenizer.reset();
     }
@@ -177,17 +186,18 @@ ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64
 }
 
 std::shared_ptr<const text::Tokenizer> load_model_tokenizer(const ModelText& t) {
-  auto tok = text::Tokenizer::load(t.tokenizer);
+  auto tok = text::Tokenizer::load(*t.tokenizer);
   if (tok->vocab_size() > t.vocab_size) {
-    throw InputError(t.from + ": '" + t.tokenizer + "' has " + vocabulary_text(tok->vocab_size()) +
-                     ", more than the vocab_size " + std::to_string(t.vocab_size) + " of " +
-                     t.model + " (a tokenizer of another model?)");
+    throw InputError(t.from + ": '" + t.tokenizer->json + "' has " +
+                     vocabulary_text(tok->vocab_size()) + ", more than the vocab_size " +
+                     std::to_string(t.vocab_size) + " of " + t.model +
+                     " (a tokenizer of another model?)");
   }
   return tok;
 }
 
 ModelText run_text(const Config& cfg) {
-  ModelText t = model_text(cfg.model);
+  ModelText t = model_text(cfg.model, run_data(cfg.data));
   const auto& from = cfg.model.init_from;
   if (t.vocab != TextVocab::bytes || !from || cfg.model.tokenizer || is_hf_directory(*from)) {
     return t;
@@ -224,7 +234,7 @@ TextTokens check_text_data(const Config& cfg, const ModelText& t) {
   }
   if (text[0].empty()) {
     throw InputError(input + ", and " + t.model + " reads text through " + t.from + " (" +
-                     t.tokenizer +
+                     t.tokenizer->json +
                      "): set data.path to text (data.format: text or jsonl) or "
                      "token files");
   }
@@ -247,26 +257,37 @@ TextTokens check_text_data(const Config& cfg, const ModelText& t) {
                        "string at data.jsonl_key) or auto");
     }
   }
-  return {files, t.tokenizer, cfg.data.jsonl_key};
+  return {files, *t.tokenizer, cfg.data.jsonl_key};
 }
 
 std::vector<ExportFile> tokenizer_export_files(const ModelText& t, int64_t max_seq_len) {
   std::vector<ExportFile> files;
   if (t.vocab == TextVocab::unknown) return files;
-  if (t.tokenizer.empty()) {
+  if (!t.tokenizer) {
     if (t.vocab_size < 256) return files;  // not byte-level text
     files.push_back({"tokenizer.json", byte_tokenizer_json()});
     files.push_back({"tokenizer_config.json", byte_tokenizer_config_json(max_seq_len)});
     return files;
   }
-  files.push_back({"tokenizer.json", read_small_file(t.tokenizer)});
-  const fs::path dir = fs::path(t.tokenizer).parent_path();
+  files.push_back({"tokenizer.json", read_small_file(t.tokenizer->json)});
   for (const char* name : kCompanions) {
-    const fs::path p = dir / name;
+    const std::string p = t.tokenizer->beside(name);
     std::error_code ec;
-    if (fs::exists(p, ec)) files.push_back({name, read_small_file(p.string())});
+    if (fs::exists(p, ec)) files.push_back({name, read_small_file(p)});
   }
   return files;
+}
+
+std::function<std::vector<ExportFile>(const FileAttrs&, const ModelConfig&)> export_text_files(
+    const ModelText& run) {
+  return [run](const FileAttrs&, const ModelConfig& m) {
+    auto files = tokenizer_export_files(run, m.max_seq_len);
+    if (files.empty()) {
+      log::info("export: " + run.model + " has no tokenizer" +
+                (run.why.empty() ? "" : " (" + run.why + ")") + "; the export holds none");
+    }
+    return files;
+  };
 }
 
 std::function<std::vector<ExportFile>(const FileAttrs&, const ModelConfig&)> export_text_files(

@@ -36,7 +36,7 @@ enum class TextVocab {
 
 struct ModelText {
   TextVocab vocab = TextVocab::bytes;
-  std::string tokenizer;  // the tokenizer.json ("" without one)
+  std::optional<text::TokenizerFiles> tokenizer;  // its files, found once (none: no tokenizer)
   std::string from;   // where it was found: "model.tokenizer", "model.init_from's tokenizer.json"
   std::string model;  // the model, for messages: "model.init_from 'DIR'"
   std::string why;    // TextVocab::unknown: why ("no tokenizer.json in it")
@@ -60,8 +60,8 @@ struct TextSources {
 // The text vocabulary the sources give (reads at most a tokenizer.json's size and, when it is
 // as long as kktrain's byte-level one, its bytes).
 ModelText model_text(const TextSources& s);
-// model_text of a training config's model section.
-ModelText model_text(const ModelConfig& m);
+// model_text of a training config's model section, for a run whose data is `trained_on`.
+ModelText model_text(const ModelConfig& m, TrainedOn trained_on);
 // model_text of a model file opened by generate or export: `path` as given, `attrs` its root
 // attributes (a kktrain checkpoint records its run's config), `tokenizer` an override ("": none).
 ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64_t vocab_size,
@@ -71,7 +71,8 @@ ModelText model_file_text(const std::string& path, const FileAttrs& attrs, int64
 // InputError naming the tokenizer, both sizes and the model otherwise.
 std::shared_ptr<const text::Tokenizer> load_model_tokenizer(const ModelText& t);
 
-// The text vocabulary of a training run's model: model_text(cfg.model), and when that is
+// The text vocabulary of a training run's model: model_text(cfg.model) for the run's data (token
+// files: a model without a tokenizer is then not byte-level either), and when that is
 // byte-level because model.init_from is a kktrain file, and the run reads text, that file's
 // (model_file_text of its attributes: a checkpoint of a run trained from a Hugging Face
 // directory, or on token files, is not byte-level).
@@ -96,5 +97,9 @@ std::vector<ExportFile> tokenizer_export_files(const ModelText& t, int64_t max_s
 // model (model_file_text of its attributes).
 std::function<std::vector<ExportFile>(const FileAttrs&, const ModelConfig&)> export_text_files(
     const std::string& checkpoint);
+// ... of a training run's own final export: tokenizer_export_files of the run's text, found at its
+// start (run_text), not looked up again from the checkpoint's recorded config.
+std::function<std::vector<ExportFile>(const FileAttrs&, const ModelConfig&)> export_text_files(
+    const ModelText& run);
 
 }  // namespace kktrain

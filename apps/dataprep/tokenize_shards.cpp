@@ -165,7 +165,9 @@ class ProgressLine {
 
 }  // namespace
 
-TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& tok_path) {
+TokenizeSummary tokenize_to_shards(const TokenizeOptions& o,
+                                   const text::TokenizerFiles& tokenizer) {
+  const std::string& tok_path = tokenizer.given;
   // Everything that can be checked is checked before anything is written.
   const int64_t total_bytes = check_inputs(o.inputs);
   std::vector<std::pair<std::string, std::string>> named;
@@ -177,7 +179,7 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& 
                      " shard file(s) of an earlier run with this prefix): remove them or give "
                      "another --out");
   }
-  const auto tok = text::Tokenizer::load(tok_path);
+  const auto tok = text::Tokenizer::load(tokenizer);
   const int32_t eos = eos_id(*tok, o, tok_path);
   const std::string removed = removed_temporaries_text(remove_stale_shard_temporaries(o.out));
   if (!removed.empty()) log::info("--out: " + removed);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "text/tokenizer_files.hpp"
+
 namespace kktrain {
 
 // Text read per batch by default (--batch-bytes).
@@ -42,6 +44,6 @@ struct TokenizeSummary {
 // token): InputError / UsageError naming it. Temporaries that killed runs left beside the shards
 // of o.out are removed first (one line says so). A failure later, or a stop request
 // (o.stop_requested), leaves no shard of this call: stopped, it returns with stopped_by set.
-TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& tok_path);
+TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const text::TokenizerFiles& tokenizer);
 
 }  // namespace kktrain

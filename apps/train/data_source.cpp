@@ -155,8 +155,9 @@ int64_t example_steps(const Config& cfg, const ExampleData& e, std::string* step
 }
 
 // Examples: the cache made (or reused) and opened on every rank, their steps settled and said.
-std::unique_ptr<TrainingData> open_examples(const Config& cfg, Communicator& comm) {
-  const std::string dir = example_cache(cfg, comm);
+std::unique_ptr<TrainingData> open_examples(const Config& cfg, const ModelText& text,
+                                            Communicator& comm) {
+  const std::string dir = example_cache(cfg, text, comm);
   ExampleData e = collectively(comm, [&] { return ExampleData(dir, cfg.data); });
   std::string steps;
   const int64_t max_steps = example_steps(cfg, e, &steps);
@@ -169,8 +170,8 @@ std::unique_ptr<TrainingData> open_examples(const Config& cfg, Communicator& com
 }  // namespace
 
 std::unique_ptr<TrainingData> open_training_data(const Config& cfg, const DataConfig& tokens,
-                                                 Communicator& comm) {
-  if (is_examples(cfg.data)) return open_examples(cfg, comm);
+                                                 const ModelText& text, Communicator& comm) {
+  if (is_examples(cfg.data)) return open_examples(cfg, text, comm);
   TokenDataset d = collectively(comm, [&] {
     return TokenDataset::load(tokens, cfg.model.vocab_size, token_load_options(cfg.data));
   });

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/dataprep/text_model.hpp"
 #include "apps/train/step_sync.hpp"
 #include "core/config.hpp"
 #include "io/data.hpp"
@@ -74,9 +75,10 @@ class TrainingData {
 
 // The source of cfg's data, opened on every rank (collective; an error on one rank ends every
 // rank with its message). `tokens`: the token files of a run on windows (cfg.data, or the shards
-// tokenized_data made of its text). Examples: their cache made (or reused) first, and the line
-// saying what an epoch is logged.
+// tokenized_data made of its text); `text`: the run's tokenizer and vocabulary, found once
+// (run_text). Examples: their cache made (or reused) first, and the line saying what an epoch is
+// logged.
 std::unique_ptr<TrainingData> open_training_data(const Config& cfg, const DataConfig& tokens,
-                                                 Communicator& comm);
+                                                 const ModelText& text, Communicator& comm);
 
 }  // namespace kktrain

@@ -20,6 +20,7 @@
 #include "io/durable.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_export.hpp"
+#include "text/tokenizer_files.hpp"
 
 namespace kktrain {
 
@@ -100,8 +101,10 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
   if (cfg.model.tokenizer) {
     inputs.emplace_back("model.tokenizer", *cfg.model.tokenizer);
     if (fs::is_directory(*cfg.model.tokenizer, ec)) {
-      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
-        inputs.emplace_back("model.tokenizer", (fs::path(*cfg.model.tokenizer) / f).string());
+      const text::TokenizerFiles files = text::locate_tokenizer(*cfg.model.tokenizer);
+      inputs.emplace_back("model.tokenizer", files.json);
+      for (const char* f : {"tokenizer_config.json", "chat_template.jinja"}) {
+        inputs.emplace_back("model.tokenizer", files.beside(f));  // present or not: no output there
       }
     }
   }

@@ -215,8 +215,8 @@ void export_final(const TrainRun& run) {
     o.dtype = cfg.checkpoint.export_dtype;
     o.format = cfg.checkpoint.export_format == ExportKind::safetensors ? ExportFormat::safetensors
                                                                        : ExportFormat::hdf5;
-    o.check_source = export_source_check(o);  // the checks of every model reader
-    o.extra_files = export_text_files(file);  // the tokenizer's files (safetensors)
+    o.check_source = export_source_check(o);      // the checks of every model reader
+    o.extra_files = export_text_files(run.text);  // the tokenizer's files (safetensors)
     export_checkpoint(file, export_path, o);
     export_run_adapters(cfg, file);  // checkpoint.export_format: peft: <output_dir>/adapter
   });

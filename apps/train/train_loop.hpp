@@ -59,7 +59,9 @@ enum class LoopControl { go_on, stop };
 struct TrainRun {
   std::unique_ptr<Communicator> comm;
   Config cfg;  // agreed over the ranks
-  int W = 1;   // ranks
+  ModelText
+      text;   // the model's tokenizer and vocabulary, found once (apps/dataprep/text_model.hpp)
+  int W = 1;  // ranks
   bool rank0 = true;
   std::optional<std::string> source;  // the checkpoint resumed from
   PeakBreakdown predicted;            // the planned peak of this rank

@@ -89,7 +89,11 @@ void open_run(TrainRun& run, std::unique_ptr<Communicator> comm_in, Config cfg_i
   run.cfg = std::move(cfg_in);
   const Config& cfg = run.cfg;
   // Text for a model that does not read text as bytes: refused before anything is read or written.
-  const TextTokens text = collectively(comm, [&] { return check_text_data(cfg, run_text(cfg)); });
+  // The model's tokenizer and vocabulary are found once, here, and passed down.
+  const TextTokens text = collectively(comm, [&] {
+    run.text = run_text(cfg);
+    return check_text_data(cfg, run.text);
+  });
   set_failed_rank_wait(cfg.distributed.failed_rank_wait_s);
   set_stuck_peer_wait(cfg.distributed.stuck_peer_wait_s);
   run.W = comm.size();
@@ -116,7 +120,7 @@ void open_run(TrainRun& run, std::unique_ptr<Communicator> comm_in, Config cfg_i
   run.opt = make_optimizer(cfg.optimizer, run.params(), cfg.model.seed);
   // Every rank opens the data itself; if one cannot, all stop with that rank's message. Examples
   // with train.epochs settle the steps.
-  run.data = open_training_data(cfg, data, comm);
+  run.data = open_training_data(cfg, data, run.text, comm);
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, run.data->max_steps());
 }
 

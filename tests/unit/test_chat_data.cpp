@@ -64,7 +64,7 @@ TEST(ExampleRenderer, ThreadsRenderAsOneThreadDoes) {
   cfg.data.format = DataFormat::chat;
   cfg.data.loss_on = LossOn::assistant;
   cfg.data.seq_len = 60;
-  const ExampleRenderer r = ExampleRenderer::open(cfg);
+  const ExampleRenderer r = ExampleRenderer::open(cfg, run_text(cfg));
   std::vector<std::string> lines;
   for (int i = 0; i < 64; ++i) {
     const std::string answer(size_t(i), char('a' + i % 26));
@@ -116,13 +116,13 @@ TEST(ExampleRenderer, AnExampleOfNoTokensIsSkippedOrRefused) {
   for (const LossOn loss_on : {LossOn::all, LossOn::assistant}) {
     cfg.data.loss_on = loss_on;
     cfg.data.truncation = Truncation::truncate;
-    const ExampleRenderer r = ExampleRenderer::open(cfg);
+    const ExampleRenderer r = ExampleRenderer::open(cfg, run_text(cfg));
     const RenderedExample ex = r.render(line, "f", 3);
     EXPECT_EQ(ex.fate, ExampleFate::empty) << loss_on_name(loss_on);
     EXPECT_TRUE(ex.ids.empty() && ex.loss_mask.empty());
     EXPECT_EQ(r.empty(), 1);
     cfg.data.truncation = Truncation::error;
-    const ExampleRenderer strict = ExampleRenderer::open(cfg);
+    const ExampleRenderer strict = ExampleRenderer::open(cfg, run_text(cfg));
     try {
       strict.render(line, "f", 3);
       ADD_FAILURE() << "no error";

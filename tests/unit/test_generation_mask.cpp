@@ -95,7 +95,7 @@ RenderedExample render(const ScratchDir& dir, const std::string& tmpl, const Jso
   cfg.data.seq_len = 400;
   std::ofstream(dir.path("t.jinja")) << tmpl;
   cfg.data.chat_template = dir.path("t.jinja");
-  const ExampleRenderer r = ExampleRenderer::open(cfg);
+  const ExampleRenderer r = ExampleRenderer::open(cfg, run_text(cfg));
   return r.render(Json{{"messages", messages}}.dump(), "f", 1);
 }
 
