@@ -807,6 +807,13 @@ const char* export_kind_name(ExportKind k) {
   return choice_name(export_kinds(), k);
 }
 
+std::optional<ExportKind> parse_export_kind(const std::string& name) {
+  for (const auto& [k, n] : export_kinds()) {
+    if (name == n) return k;
+  }
+  return std::nullopt;
+}
+
 std::string resume_name(const CheckpointConfig& c) {
   switch (c.resume) {
     case ResumeFrom::latest:

@@ -268,6 +268,8 @@ enum class ResumeFrom { latest, none, path };
 // the adapters in PEFT's format in adapter/, io/peft.hpp, beside the merged export.h5).
 enum class ExportKind { hdf5, safetensors, peft };
 const char* export_kind_name(ExportKind k);
+// The kind a name spells (as export_kind_name writes it), if any: `kktrain export --format`.
+std::optional<ExportKind> parse_export_kind(const std::string& name);
 
 struct CheckpointConfig {
   std::optional<std::string> dir;  // null: <train.output_dir>/checkpoints

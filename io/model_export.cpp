@@ -204,4 +204,10 @@ int64_t export_checkpoint(const std::string& checkpoint, const std::string& out,
   }
 }
 
+std::optional<LoraExport> parse_lora_export(const std::string& name) {
+  if (name == "merged") return LoraExport::merged;
+  if (name == "separate") return LoraExport::separate;
+  return std::nullopt;
+}
+
 }  // namespace kktrain

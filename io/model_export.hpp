@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ struct ExportFile {
 };
 
 enum class LoraExport { merged, separate };
+// The choice a name spells ("merged", "separate"), if any: `kktrain export --lora`.
+std::optional<LoraExport> parse_lora_export(const std::string& name);
 enum class ExportFormat { hdf5, safetensors };
 
 struct ExportOptions {

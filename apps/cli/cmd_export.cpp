@@ -91,18 +91,21 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (!d.empty() && (!parse_dtype(d, &dtype) || dtype == DType::float16)) {
     throw UsageError("export: --dtype must be bfloat16 or float32, got '" + d + "'");
   }
-  const std::string& l = args.options.at("--lora");
-  if (l != "merged" && l != "separate") {
-    throw UsageError("export: --lora must be merged or separate, got '" + l + "'");
+  const std::optional<LoraExport> lora = parse_lora_export(args.options.at("--lora"));
+  if (!lora) {
+    throw UsageError("export: --lora must be merged or separate, got '" +
+                     args.options.at("--lora") + "'");
   }
-  const std::string& format = args.options.at("--format");
-  if (format != "hdf5" && format != "safetensors" && format != "peft") {
-    throw UsageError("export: --format must be hdf5, safetensors or peft, got '" + format + "'");
+  const std::optional<ExportKind> kind = parse_export_kind(args.options.at("--format"));
+  if (!kind) {
+    throw UsageError("export: --format must be hdf5, safetensors or peft, got '" +
+                     args.options.at("--format") + "'");
   }
+  const std::string format = export_kind_name(*kind);
   ExportOptions o;
   o.dtype = dtype;
-  o.lora = l == "merged" ? LoraExport::merged : LoraExport::separate;
-  o.format = format == "hdf5" ? ExportFormat::hdf5 : ExportFormat::safetensors;
+  o.lora = *lora;
+  o.format = *kind == ExportKind::hdf5 ? ExportFormat::hdf5 : ExportFormat::safetensors;
   o.max_shard_bytes = parse_size(args.options.at("--max-shard-size"));
   o.check_source = export_source_check(o);
   o.extra_files = export_text_files(file);
@@ -114,7 +117,7 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   if (!refusal.empty()) throw UsageError("--out: " + refusal);
   // A directory export through a symbolic link writes into its target (the link stays).
   const std::string target = export_directory_target(out);
-  if (format == "peft") {
+  if (*kind == ExportKind::peft) {
     check_output_dir(target, peft_out_refusal(out));
   } else if (o.format == ExportFormat::hdf5) {
     check_output_file("--out", out, {{"checkpoint being exported", file}});
@@ -123,7 +126,7 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   }
   const double t0 = now_s();
   const int64_t bytes =
-      format == "peft"
+      *kind == ExportKind::peft
           ? export_peft(file, out,
                         PeftExportOptions{d.empty() ? std::nullopt : std::optional(dtype)})
           : export_checkpoint(file, out, o);
@@ -132,7 +135,8 @@ int run_export(const ParsedArgs& args, AppContext& ctx) {
   char tail[96];
   std::snprintf(tail, sizeof(tail), " bytes of weights in %.2f s, peak RSS %.1f MiB)", now_s() - t0,
                 peak_rss_bytes() / double(1 << 20));
-  const std::string dt = d.empty() && format == "peft" ? "the adapters' dtype" : dtype_name(dtype);
+  const std::string dt =
+      d.empty() && *kind == ExportKind::peft ? "the adapters' dtype" : dtype_name(dtype);
   log::info("export: " + file + " -> " + out + " (" + format + ", " + dt + ", " +
             std::to_string(bytes) + tail);
   return 0;
