@@ -206,6 +206,43 @@ void throw_if_allocation_failure(const std::runtime_error& e, int64_t positions)
                        " (fewer --max-new-tokens need a smaller cache)");
 }
 
+// The sampling options of the command line (--max-new-tokens, --temperature, --top-k, --seed).
+SamplingOptions sampling_options(const ParsedArgs& args) {
+  SamplingOptions o;
+  o.max_new_tokens = parse_int("--max-new-tokens", args.options.at("--max-new-tokens"), 0);
+  o.temperature = parse_number("--temperature", args.options.at("--temperature"));
+  o.top_k = parse_int("--top-k", args.options.at("--top-k"), 0);
+  o.seed = static_cast<uint64_t>(parse_int("--seed", args.options.at("--seed"), 0));
+  return o;
+}
+
+// The decoder of `opened`'s weights as the file stores them (bf16 stays bf16; fp32 masters and
+// float16 files are fp32), with a KV cache of `positions`; *dtype is the weights' dtype.
+std::unique_ptr<Decoder> load_decoder(std::unique_ptr<WeightSource> opened, const ModelConfig& cfg,
+                                      int64_t positions, DType* dtype) {
+  *dtype = opened->stored_dtype("model.embed_tokens.weight") == DType::bfloat16 ? DType::bfloat16
+                                                                                : DType::float32;
+  const DType d = *dtype;
+  const auto src =
+      with_finite_check(std::move(opened), "generate", [d](const std::string&) { return d; });
+  try {
+    return std::make_unique<Decoder>(
+        cfg, d,
+        [&](const std::string& name) {
+          const auto shape = src->shape(name);
+          if (!shape) {
+            throw InputError("generate: '" + src->path() + "' has no tensor " + name +
+                             " (the model needs it)");
+          }
+          return src->read_rows_f32(name, 0, shape->empty() ? 1 : (*shape)[0]);
+        },
+        std::max<int64_t>(1, positions));
+  } catch (const std::runtime_error& e) {
+    throw_if_allocation_failure(e, positions);
+    throw;
+  }
+}
+
 int run_generate(const ParsedArgs& args, AppContext& ctx) {
   if (ctx.mpi->size() > 1) throw UsageError("kktrain generate runs on one rank");
   const std::string& chat = args.options.at("--chat");
@@ -220,11 +257,7 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
       (!args.options.at("--system").empty() || !args.options.at("--chat-template").empty())) {
     throw UsageError("generate: --system and --chat-template go with --chat");
   }
-  SamplingOptions o;
-  o.max_new_tokens = parse_int("--max-new-tokens", args.options.at("--max-new-tokens"), 0);
-  o.temperature = parse_number("--temperature", args.options.at("--temperature"));
-  o.top_k = parse_int("--top-k", args.options.at("--top-k"), 0);
-  o.seed = static_cast<uint64_t>(parse_int("--seed", args.options.at("--seed"), 0));
+  SamplingOptions o = sampling_options(args);
 
   // The same loader and checks as model.init_from (apps/train/model_source.hpp): the architecture
   // within the config's bounds, every tensor the model's and of its shape, values finite.
@@ -250,30 +283,9 @@ int run_generate(const ParsedArgs& args, AppContext& ctx) {
                      std::to_string(o.max_new_tokens) + " new ones exceed the model's " +
                      "max_seq_len " + std::to_string(cfg.max_seq_len));
   }
-  // Weights as the file stores them: bf16 stays bf16; fp32 masters and float16 files are fp32.
-  const DType dtype = opened->stored_dtype("model.embed_tokens.weight") == DType::bfloat16
-                          ? DType::bfloat16
-                          : DType::float32;
-  const auto src =
-      with_finite_check(std::move(opened), "generate", [&](const std::string&) { return dtype; });
   const double t_load = now_s();
-  std::unique_ptr<Decoder> decoder;
-  try {
-    decoder = std::make_unique<Decoder>(
-        cfg, dtype,
-        [&](const std::string& name) {
-          const auto shape = src->shape(name);
-          if (!shape) {
-            throw InputError("generate: '" + src->path() + "' has no tensor " + name +
-                             " (the model needs it)");
-          }
-          return src->read_rows_f32(name, 0, shape->empty() ? 1 : (*shape)[0]);
-        },
-        std::max<int64_t>(1, positions));
-  } catch (const std::runtime_error& e) {
-    throw_if_allocation_failure(e, positions);
-    throw;
-  }
+  DType dtype = DType::float32;
+  const std::unique_ptr<Decoder> decoder = load_decoder(std::move(opened), cfg, positions, &dtype);
   Decoder& dec = *decoder;
   const double t0 = now_s();
   TextPrinter printer(pt.tokenizer);

@@ -44,11 +44,25 @@ std::string run_export_path(const Config& cfg) {
       .string();
 }
 
-void check_run_files(const Config& cfg, const std::optional<std::string>& resume_file) {
-  // What the run writes, renames or removes: every file it may touch, by identity.
+namespace {
+
+using NamedPaths = std::vector<std::pair<std::string, std::string>>;  // {what, path}
+
+// Every regular file below `dir` (if it is a directory), named `what`.
+void add_files_below(NamedPaths* out, const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) out->emplace_back(what, it->path().string());
+  }
+}
+
+// What the run writes, renames or removes: every file it may touch.
+NamedPaths run_outputs(const Config& cfg) {
   const fs::path out(cfg.train.output_dir);
   const std::string export_path = run_export_path(cfg);
-  std::vector<std::pair<std::string, std::string>> outputs = {
+  NamedPaths outputs = {
       {"the run's metrics file", (out / "metrics.jsonl").string()},
       {"the run's export", export_path},
   };
@@ -66,67 +80,75 @@ void check_run_files(const Config& cfg, const std::optional<std::string>& resume
     }
   }
   for (auto& o : peft_run_outputs(cfg)) outputs.push_back(std::move(o));
-  std::set<FileId> skip;  // the checkpoint the run resumes from is read, then left alone
-  if (resume_file) {
-    if (auto id = id_of(*resume_file)) skip.insert(*id);
-  }
   const std::string root = checkpoint_root(cfg);
-  if (fs::is_directory(root, ec)) {
-    for (auto it = fs::recursive_directory_iterator(root, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_regular_file(ec)) {
-        outputs.emplace_back("a file under the checkpoint root " + root, it->path().string());
-      }
-    }
-  }
+  add_files_below(&outputs, root, "a file under the checkpoint root " + root);
   // The run's caches, cleared whenever what they were made from changes
   // (apps/dataprep/example_cache.hpp, apps/dataprep/text_data.hpp): every file in them.
   for (const char* cache : {"examples", "tokens"}) {
     const std::string dir = (out / cache).string();
-    if (!fs::is_directory(dir, ec)) continue;
-    for (auto it = fs::recursive_directory_iterator(dir, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_regular_file(ec)) {
-        outputs.emplace_back("a file in the run's cache directory " + dir, it->path().string());
+    add_files_below(&outputs, dir, "a file in the run's cache directory " + dir);
+  }
+  return outputs;
+}
+
+// The model's inputs: model.tokenizer (its files, present or not: no output may go there) and
+// model.init_from (a Hugging Face directory's files, or the checkpoint file it names).
+void add_model_inputs(NamedPaths* inputs, const Config& cfg,
+                      const std::optional<std::string>& resume_file) {
+  std::error_code ec;
+  if (cfg.model.tokenizer) {
+    inputs->emplace_back("model.tokenizer", *cfg.model.tokenizer);
+    if (fs::is_directory(*cfg.model.tokenizer, ec)) {
+      const text::TokenizerFiles files = text::locate_tokenizer(*cfg.model.tokenizer);
+      inputs->emplace_back("model.tokenizer", files.json);
+      for (const char* f : {"tokenizer_config.json", "chat_template.jinja"}) {
+        inputs->emplace_back("model.tokenizer", files.beside(f));
       }
     }
   }
-  std::vector<std::pair<std::string, std::string>> inputs = {{"CONFIG", cfg.source}};
+  if (!cfg.model.init_from || resume_file) return;
+  const std::string& from = *cfg.model.init_from;
+  if (fs::is_directory(from, ec) && fs::exists(fs::path(from) / "config.json", ec)) {
+    for (const auto& e : fs::directory_iterator(from, ec)) {
+      inputs->emplace_back("model.init_from", e.path().string());  // a Hugging Face directory
+    }
+    return;
+  }
+  inputs->emplace_back("model.init_from", from);
+  if (fs::is_directory(from, ec)) {
+    try {
+      inputs->back().second = resolve_checkpoint(from, "model.init_from");
+    } catch (const Error&) {
+    }
+  }
+}
+
+// What the run reads: the config, the data, the template, the model's files, the adapters.
+NamedPaths run_inputs(const Config& cfg, const std::optional<std::string>& resume_file) {
+  NamedPaths inputs = {{"CONFIG", cfg.source}};
   try {
     for (const auto& f : data_files(cfg.data)) inputs.emplace_back("data.path", f);
   } catch (const InputError&) {  // a glob matching nothing: the data loader says so
   }
   if (cfg.data.val_path) inputs.emplace_back("data.val_path", *cfg.data.val_path);
   if (cfg.data.chat_template) inputs.emplace_back("data.chat_template", *cfg.data.chat_template);
-  if (cfg.model.tokenizer) {
-    inputs.emplace_back("model.tokenizer", *cfg.model.tokenizer);
-    if (fs::is_directory(*cfg.model.tokenizer, ec)) {
-      const text::TokenizerFiles files = text::locate_tokenizer(*cfg.model.tokenizer);
-      inputs.emplace_back("model.tokenizer", files.json);
-      for (const char* f : {"tokenizer_config.json", "chat_template.jinja"}) {
-        inputs.emplace_back("model.tokenizer", files.beside(f));  // present or not: no output there
-      }
-    }
-  }
-  if (cfg.model.init_from && !resume_file && fs::is_directory(*cfg.model.init_from, ec) &&
-      fs::exists(fs::path(*cfg.model.init_from) / "config.json", ec)) {
-    for (const auto& e : fs::directory_iterator(*cfg.model.init_from, ec)) {
-      inputs.emplace_back("model.init_from", e.path().string());  // a Hugging Face directory
-    }
-  } else if (cfg.model.init_from && !resume_file) {
-    inputs.emplace_back("model.init_from", *cfg.model.init_from);
-    if (fs::is_directory(*cfg.model.init_from, ec)) {
-      try {
-        inputs.back().second = resolve_checkpoint(*cfg.model.init_from, "model.init_from");
-      } catch (const Error&) {
-      }
-    }
-  }
+  add_model_inputs(&inputs, cfg, resume_file);
   for (auto& i : peft_run_inputs(
            cfg, resume_file ? ModelValues::from_checkpoint : ModelValues::initialized)) {
     inputs.push_back(std::move(i));
   }
-  for (const auto& [what, in] : inputs) {
+  return inputs;
+}
+
+}  // namespace
+
+void check_run_files(const Config& cfg, const std::optional<std::string>& resume_file) {
+  const NamedPaths outputs = run_outputs(cfg);
+  std::set<FileId> skip;  // the checkpoint the run resumes from is read, then left alone
+  if (resume_file) {
+    if (auto id = id_of(*resume_file)) skip.insert(*id);
+  }
+  for (const auto& [what, in] : run_inputs(cfg, resume_file)) {
     const auto in_id = id_of(in);
     if (!in_id || skip.count(*in_id)) continue;
     for (const auto& [role, path] : outputs) {
