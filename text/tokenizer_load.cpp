@@ -264,41 +264,10 @@ void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w, con
   }
 }
 
-}  // namespace
-
-void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
-  struct stat st {};
-  std::string file = path, dir;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    dir = path;
-    file = path + "/tokenizer.json";
-    const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
-    if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
-      throw InputError("tokenizer file '" + path + "' is a directory, not a file");
-    if (::stat(file.c_str(), &st) != 0)
-      throw InputError("tokenizer directory '" + path + "' has no tokenizer.json");
-  } else if (::stat(path.c_str(), &st) != 0) {
-    throw InputError("tokenizer '" + path + "' does not exist");
-  } else {
-    const size_t slash = path.rfind('/');
-    dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  }
-  t->path = file;
-  const Json j = read_json(file);
-  const Where w{file, ""};
-  if (!j.is_object()) w.fail("expected a JSON object");
-  const Json* added = optional_member(j, "added_tokens");
-  IdLimit limit;
-  limit.added = added && added->is_array() ? added->size() : 0;
-  read_model(t, member(j, "model", w), w.at("model"), &limit);
-  if (added) read_added_tokens(t, *added, w.at("added_tokens"), limit);
-  std::vector<EmittedId> emitted;
-  read_pipeline(t, j, w, &emitted);
-  for (const char* k : {"truncation", "padding"}) {
-    if (optional_member(j, k)) w.at(k).fail("must be null (kktrain neither truncates nor pads)");
-  }
-
-  // Added tokens: ids, specials, and the tries they are matched with.
+// After the model, the added tokens and the pipeline are read: the added tokens by id, their
+// matches (normalized ones through the normalizer) in the tries, every id the post-processor
+// emits checked to be a token, the special flags and the vocabulary size.
+void index_tokens(Tokenizer::Impl* t, const Where& w, const std::vector<EmittedId>& emitted) {
   std::sort(t->added.begin(), t->added.end(),
             [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
   std::vector<RegexMatcher> matchers;
@@ -337,6 +306,43 @@ void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
   for (const AddedToken& a : t->added)
     if (a.special) t->special[size_t(a.id)] = 1;
   t->vocab_size = int64_t(t->id_to_token.size());
+}
+
+}  // namespace
+
+void load_tokenizer(Tokenizer::Impl* t, const std::string& path) {
+  struct stat st {};
+  std::string file = path, dir;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    dir = path;
+    file = path + "/tokenizer.json";
+    const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
+    if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
+      throw InputError("tokenizer file '" + path + "' is a directory, not a file");
+    if (::stat(file.c_str(), &st) != 0)
+      throw InputError("tokenizer directory '" + path + "' has no tokenizer.json");
+  } else if (::stat(path.c_str(), &st) != 0) {
+    throw InputError("tokenizer '" + path + "' does not exist");
+  } else {
+    const size_t slash = path.rfind('/');
+    dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  }
+  t->path = file;
+  const Json j = read_json(file);
+  const Where w{file, ""};
+  if (!j.is_object()) w.fail("expected a JSON object");
+  const Json* added = optional_member(j, "added_tokens");
+  IdLimit limit;
+  limit.added = added && added->is_array() ? added->size() : 0;
+  read_model(t, member(j, "model", w), w.at("model"), &limit);
+  if (added) read_added_tokens(t, *added, w.at("added_tokens"), limit);
+  std::vector<EmittedId> emitted;
+  read_pipeline(t, j, w, &emitted);
+  for (const char* k : {"truncation", "padding"}) {
+    if (optional_member(j, k)) w.at(k).fail("must be null (kktrain neither truncates nor pads)");
+  }
+
+  index_tokens(t, w, emitted);
   build_boundaries(t);
 
   // tokenizer_config.json beside it.
