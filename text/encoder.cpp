@@ -289,8 +289,32 @@ Encoder& Encoder::operator=(Encoder&&) noexcept = default;
 
 namespace {
 
+// Where each of the ids of a piece of `size` bytes ends in it when they all spell their text
+// (no byte-fallback or unk token): their strings laid end to end (with lazy, one piece byte a
+// character of the byte-level alphabet). Appends the ends and returns how many ids, or 0 (and
+// appends nothing) when some id does not spell its text or they do not end at the piece's end.
+size_t spelled_ends(const Tokenizer::Impl& t, size_t size, bool lazy, const int32_t* ids, size_t n,
+                    std::vector<size_t>* ends) {
+  const size_t before = ends->size();
+  size_t end = 0, k = 0;
+  for (; k < n && end < size; ++k) {
+    if (!t.spells[size_t(ids[k])]) break;
+    const std::string_view s = t.id_to_token[size_t(ids[k])];
+    if (lazy) {
+      for (const char c : s) end += (uint8_t(c) & 0xC0) != 0x80;
+    } else {
+      end += s.size();
+    }
+    ends->push_back(end);
+  }
+  if (end == size) return k;
+  ends->resize(before);
+  return 0;
+}
+
 // The bytes of the original text that the ids of st.pt.pieces (ids from out[first]) came from,
-// appended to *offsets: each token's piece bytes (bpe_token_ends) through the arena's alignment.
+// appended to *offsets: each token's piece bytes (spelled_ends, else bpe_token_ends) through the
+// arena's alignment.
 void piece_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t, Encoder::State& st,
                    bool lazy, const std::vector<int32_t>& out, size_t first) {
   const std::vector<ByteRange>& align = st.pt.align;
@@ -298,17 +322,22 @@ void piece_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t, En
   for (const Piece& p : st.pt.pieces) {
     if (p.end == p.begin) continue;
     const std::string_view piece = st.pt.view(p);
-    if (lazy) map_bytes(&st.mapped, piece);
-    const std::string_view text = lazy ? std::string_view(st.mapped) : piece;
     st.ends.clear();
-    k += bpe_token_ends(t, text, out.data() + k, out.size() - k, &st.ends);
-    size_t prev = 0, mapped = 0;  // piece bytes done; with lazy, mapped bytes done
-    for (size_t e : st.ends) {
-      if (lazy) {  // one piece byte a character of the alphabet
-        size_t raw = prev;
+    size_t used = spelled_ends(t, piece.size(), lazy, out.data() + k, out.size() - k, &st.ends);
+    if (used == 0) {
+      if (lazy) map_bytes(&st.mapped, piece);
+      const std::string_view text = lazy ? std::string_view(st.mapped) : piece;
+      used = bpe_token_ends(t, text, out.data() + k, out.size() - k, &st.ends);
+      size_t raw = 0, mapped = 0;  // with lazy: one piece byte a character of the alphabet
+      for (size_t& e : st.ends) {
+        if (!lazy) break;
         while (mapped < e) mapped += size_t(utf8_len(uint8_t(text[mapped]))), ++raw;
         e = raw;
       }
+    }
+    k += used;
+    size_t prev = 0;
+    for (const size_t e : st.ends) {
       const ByteRange* a = align.data() + p.begin + prev;
       const size_t at = p.begin + prev < p.end ? a->begin : a[-1].end;  // a token of no byte
       offsets->push_back(e > prev ? covering(a, e - prev) : ByteRange{at, at});

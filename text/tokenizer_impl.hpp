@@ -45,6 +45,9 @@ struct Tokenizer::Impl {
   bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
   std::optional<int32_t> unk_id;
   std::array<int32_t, 256> byte_ids{};  // <0xXX> token ids (byte_fallback), -1 if absent
+  // By id: 1 when the token's string is the text it covers (0 for byte-fallback and unk tokens):
+  // such tokens of a piece lie end to end over it (encode_with_offsets).
+  std::vector<uint8_t> spells;
 
   // Where a long piece may be cut without changing its BPE (see bpe_boundary): code points
   // that are tokens by themselves, and a bit per hashed (last code point of a merge's left

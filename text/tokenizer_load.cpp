@@ -306,6 +306,10 @@ void index_tokens(Tokenizer::Impl* t, const Where& w, const std::vector<EmittedI
   for (const AddedToken& a : t->added)
     if (a.special) t->special[size_t(a.id)] = 1;
   t->vocab_size = int64_t(t->id_to_token.size());
+  t->spells.assign(t->id_to_token.size(), 1);
+  if (t->unk_id) t->spells[size_t(*t->unk_id)] = 0;
+  for (const int32_t id : t->byte_ids)
+    if (id >= 0) t->spells[size_t(id)] = 0;
 }
 
 }  // namespace

@@ -11,9 +11,10 @@
 //   tokenize_ids --offsets TOKENIZER FILE...
 //       as above, each line also holding "offsets": [[begin, end], ...], the bytes of the file
 //       each id came from (Encoder::encode_with_offsets).
-//   tokenize_ids --bench [--threads N] [--repeat R] TOKENIZER FILE...
-//       encodes every file R times (default 3) on N threads (default 1; documents dealt
-//       round-robin, one Encoder per thread kept across repeats) and prints one JSON line
+//   tokenize_ids --bench [--offsets] [--threads N] [--repeat R] TOKENIZER FILE...
+//       encodes (with --offsets: encode_with_offsets) every file R times (default 3) on N threads
+//       (default 1; documents dealt round-robin, one Encoder per thread kept across repeats) and
+//       prints one JSON line
 //       {"threads", "bytes", "documents", "ids", "load_s", "seconds": [one per repeat]}: the
 //       encoding alone is timed, from the threads' start to the last one's end.
 #include <chrono>
@@ -124,10 +125,16 @@ int bench(const Options& o) {
     for (int w = 0; w < o.threads; ++w) {
       pool.emplace_back([&, w] {
         std::vector<int32_t> ids;
+        std::vector<kktrain::text::ByteRange> offsets;
         counts[size_t(w)] = 0;
         for (size_t i = size_t(w); i < texts.size(); i += size_t(o.threads)) {
           ids.clear();
-          encoders[size_t(w)].encode(&ids, texts[i], SpecialTokens::add);
+          offsets.clear();
+          if (o.offsets) {
+            encoders[size_t(w)].encode_with_offsets(&ids, &offsets, texts[i], SpecialTokens::add);
+          } else {
+            encoders[size_t(w)].encode(&ids, texts[i], SpecialTokens::add);
+          }
           counts[size_t(w)] += int64_t(ids.size());
         }
       });
@@ -173,7 +180,7 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
-                 "usage: tokenize_ids [--offsets | --bench [--threads N] [--repeat R]] TOKENIZER "
+                 "usage: tokenize_ids [--offsets] [--bench [--threads N] [--repeat R]] TOKENIZER "
                  "FILE...\n");
     return 2;
   }
