@@ -104,6 +104,54 @@ void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_
   }
 }
 
+size_t bpe_token_ends(const Tokenizer::Impl& t, std::string_view piece, const int32_t* ids,
+                      size_t n, std::vector<size_t>* ends) {
+  if (n == 0 || piece.empty()) return 0;
+  if (t.ignore_merges && t.vocab.count(piece)) {  // the piece is one token (compute_piece)
+    ends->push_back(piece.size());
+    return 1;
+  }
+  // bpe_piece's first symbols: (bytes of the token's string, where it ends in the piece).
+  std::vector<std::pair<size_t, size_t>> sym;
+  bool unk_pending = false;  // the last symbol is an unk that a fused run may extend
+  const size_t unk_len = t.unk_id ? t.id_to_token[size_t(*t.unk_id)].size() : 0;
+  for (size_t i = 0; i < piece.size();) {
+    const CodePoint c = decode_at(piece, i);
+    const std::string_view lookup = piece.substr(i, size_t(c.len));
+    i += size_t(c.len);
+    if (t.vocab.count(lookup)) {
+      sym.emplace_back(lookup.size(), i);
+      unk_pending = false;
+      continue;
+    }
+    if (t.byte_fallback) {
+      bool all = true;
+      for (const char b : lookup) all = all && t.byte_ids[uint8_t(b)] >= 0;
+      if (all) {
+        for (size_t k = 0; k < lookup.size(); ++k)
+          sym.emplace_back(t.id_to_token[size_t(t.byte_ids[uint8_t(lookup[k])])].size(),
+                           i - lookup.size() + k + 1);
+        unk_pending = false;
+        continue;
+      }
+    }
+    if (unk_pending && t.fuse_unk) {
+      sym.back().second = i;
+    } else {
+      sym.emplace_back(unk_len, i);
+    }
+    unk_pending = true;
+  }
+  size_t s = 0, k = 0;
+  for (; k < n && s < sym.size(); ++k) {  // each id takes the symbols its string spells
+    const size_t want = t.id_to_token[size_t(ids[k])].size();
+    size_t got = 0;
+    while (s < sym.size() && (got < want || got == 0)) got += sym[s++].first;
+    ends->push_back(sym[s - 1].second);
+  }
+  return k;
+}
+
 namespace {
 constexpr unsigned kJoinBits = 22;  // 4 Mi bits: 512 KiB
 uint64_t join_hash(char32_t a, char32_t b) {

@@ -1,16 +1,32 @@
-// The decoder steps over token strings, as the Rust library's Decoder::decode_chain of each.
-#include <algorithm>
+// The decoders (text/decoders.hpp).
+#include "text/decoders.hpp"
 
-#include "core/errors.hpp"
-#include "text/tokenizer_impl.hpp"
+#include <cctype>
+#include <cstdio>
 
 namespace kktrain::text {
 
-namespace {
+std::unique_ptr<Decoder> Decoder::from_json(const std::string& type, const Json& j, const Where& w,
+                                            Regexes* regexes) {
+  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
+  if (type == "Metaspace") return MetaspaceDecoder::from_json(j, w);
+  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
+  if (type == "Fuse") return std::make_unique<FuseDecoder>();
+  if (type == "Strip") return StripDecoder::from_json(j, w);
+  if (type == "Replace") return ReplaceDecoder::from_json(j, w, regexes);
+  return nullptr;
+}
 
-std::vector<std::string> byte_level(const std::vector<std::string>& tokens) {
+void decode_tokens(const std::vector<std::unique_ptr<Decoder>>& steps, const Regexes& regexes,
+                   std::vector<std::string>* tokens) {
+  LazyMatchers matchers(regexes);
+  for (const auto& step : steps) step->decode_chain(tokens, matchers);
+}
+
+// ---- ByteLevel -------------------------------------------------------------------------------
+void ByteLevelDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers&) const {
   std::string bytes;
-  for (const std::string& tok : tokens) {
+  for (const std::string& tok : *tokens) {
     std::string mapped;
     bool all = true;
     for (size_t i = 0; i < tok.size() && all;) {
@@ -24,10 +40,35 @@ std::vector<std::string> byte_level(const std::vector<std::string>& tokens) {
     }
     bytes += all ? mapped : tok;  // a token outside the alphabet stays as its bytes
   }
-  return {utf8_lossy(bytes)};
+  *tokens = {utf8_lossy(bytes)};
 }
 
-std::vector<std::string> byte_fallback(const std::vector<std::string>& tokens) {
+// ---- Metaspace -------------------------------------------------------------------------------
+std::unique_ptr<MetaspaceDecoder> MetaspaceDecoder::from_json(const Json& j, const Where& w) {
+  auto d = std::make_unique<MetaspaceDecoder>();
+  d->replacement_ = one_char(member(j, "replacement", w), w.at("replacement"));
+  d->prepend_ = read_prepend(j, w);
+  return d;
+}
+
+void MetaspaceDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers&) const {
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    std::string& s = (*tokens)[i];
+    std::string o;
+    for (size_t k = 0; k < s.size();) {
+      if (s.compare(k, replacement_.size(), replacement_) == 0) {
+        if (!(i == 0 && prepend_ != PrependScheme::never)) o.push_back(' ');
+        k += replacement_.size();
+      } else {
+        o.push_back(s[k++]);
+      }
+    }
+    s = std::move(o);
+  }
+}
+
+// ---- ByteFallback ----------------------------------------------------------------------------
+void ByteFallbackDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers&) const {
   std::vector<std::string> out;
   std::string pending;  // consecutive <0xXX> bytes
   auto flush = [&] {
@@ -39,7 +80,7 @@ std::vector<std::string> byte_fallback(const std::vector<std::string>& tokens) {
     }
     pending.clear();
   };
-  for (const std::string& tok : tokens) {
+  for (const std::string& tok : *tokens) {
     unsigned v = 0;
     const bool is_byte = tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>' &&
                          std::isxdigit(uint8_t(tok[3])) && std::isxdigit(uint8_t(tok[4])) &&
@@ -52,192 +93,69 @@ std::vector<std::string> byte_fallback(const std::vector<std::string>& tokens) {
     }
   }
   flush();
-  return out;
+  *tokens = std::move(out);
 }
 
-}  // namespace
+// ---- Fuse ------------------------------------------------------------------------------------
+void FuseDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers&) const {
+  std::string all;
+  for (const std::string& s : *tokens) all += s;
+  *tokens = {all};
+}
 
-void apply_decoders(const Tokenizer::Impl& t, std::vector<std::string>* tokens) {
-  std::vector<RegexMatcher> matchers;
-  for (const DecoderStep& d : t.decoders) {
-    switch (d.kind) {
-      case DecoderStep::Kind::byte_level:
-        *tokens = byte_level(*tokens);
-        break;
-      case DecoderStep::Kind::byte_fallback:
-        *tokens = byte_fallback(*tokens);
-        break;
-      case DecoderStep::Kind::fuse: {
-        std::string all;
-        for (const std::string& s : *tokens) all += s;
-        *tokens = {all};
-        break;
-      }
-      case DecoderStep::Kind::metaspace:
-        for (size_t i = 0; i < tokens->size(); ++i) {
-          std::string& s = (*tokens)[i];
-          std::string o;
-          for (size_t k = 0; k < s.size();) {
-            if (s.compare(k, d.replacement.size(), d.replacement) == 0) {
-              if (!(i == 0 && d.prepend != PrependScheme::never)) o.push_back(' ');
-              k += d.replacement.size();
-            } else {
-              o.push_back(s[k++]);
-            }
-          }
-          s = std::move(o);
-        }
-        break;
-      case DecoderStep::Kind::strip:
-        for (std::string& s : *tokens) {
-          std::vector<std::pair<size_t, char32_t>> cps;  // (byte offset, code point)
-          for (size_t k = 0; k < s.size();) {
-            const CodePoint c = decode_at(s, k);
-            cps.emplace_back(k, c.cp);
-            k += size_t(c.len);
-          }
-          size_t start = 0, stop = cps.size();
-          for (size_t k = 0;
-               k < size_t(d.strip_start) && k < cps.size() && cps[k].second == d.strip_char; ++k)
-            start = k + 1;
-          for (size_t k = 0; k < size_t(d.strip_stop) && k < cps.size(); ++k) {
-            const size_t idx = cps.size() - k - 1;
-            if (cps[idx].second != d.strip_char) break;
-            stop = idx;
-          }
-          if (stop < start) stop = start;
-          const size_t b = start < cps.size() ? cps[start].first : s.size();
-          const size_t e = stop < cps.size() ? cps[stop].first : s.size();
-          s = s.substr(b, e - b);
-        }
-        break;
-      case DecoderStep::Kind::replace:
-        for (std::string& s : *tokens) {
-          if (d.pattern.regex) {
-            if (matchers.empty())
-              for (const Regex* r : t.regexes) matchers.emplace_back(*r);
-            std::vector<std::pair<size_t, size_t>> m;
-            matchers[size_t(d.pattern.matcher)].find_all(&m, s);
-            std::string o;
-            size_t prev = 0;
-            for (const auto& [b, e] : m) {
-              o.append(s, prev, b - prev);
-              o += d.content;
-              prev = e;
-            }
-            o.append(s, prev, std::string::npos);
-            s = std::move(o);
-          } else if (!d.pattern.literal.empty()) {
-            std::string o;
-            size_t prev = 0;
-            for (size_t at = s.find(d.pattern.literal); at != std::string::npos;
-                 at = s.find(d.pattern.literal, prev)) {
-              o.append(s, prev, at - prev);
-              o += d.content;
-              prev = at + d.pattern.literal.size();
-            }
-            o.append(s, prev, std::string::npos);
-            s = std::move(o);
-          }
-        }
-        break;
+// ---- Strip -----------------------------------------------------------------------------------
+std::unique_ptr<StripDecoder> StripDecoder::from_json(const Json& j, const Where& w) {
+  auto d = std::make_unique<StripDecoder>();
+  const std::string c = one_char(member(j, "content", w), w.at("content"));
+  d->strip_char_ = decode_at(c, 0).cp;
+  d->start_ = int(as_int(member(j, "start", w), w.at("start")));
+  d->stop_ = int(as_int(member(j, "stop", w), w.at("stop")));
+  if (d->start_ < 0 || d->stop_ < 0) w.fail("start and stop must be >= 0");
+  return d;
+}
+
+void StripDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers&) const {
+  for (std::string& s : *tokens) {
+    std::vector<std::pair<size_t, char32_t>> cps;  // (byte offset, code point)
+    for (size_t k = 0; k < s.size();) {
+      const CodePoint c = decode_at(s, k);
+      cps.emplace_back(k, c.cp);
+      k += size_t(c.len);
     }
-  }
-}
-
-}  // namespace kktrain::text
-
-namespace kktrain::text {
-
-namespace {
-
-// A literal or regex Replace of one string.
-std::string replace_in(const Pattern& p, const std::string& content, const std::string& s,
-                       std::vector<RegexMatcher>& matchers) {
-  std::vector<std::pair<size_t, size_t>> m;
-  if (p.regex) {
-    matchers[size_t(p.matcher)].find_all(&m, s);
-  } else if (!p.literal.empty()) {
-    for (size_t at = s.find(p.literal); at != std::string::npos;
-         at = s.find(p.literal, at + p.literal.size()))
-      m.emplace_back(at, at + p.literal.size());
-  }
-  std::string o;
-  size_t prev = 0;
-  for (const auto& [b, e] : m) {
-    o.append(s, prev, b - prev);
-    o += content;
-    prev = e;
-  }
-  o.append(s, prev, std::string::npos);
-  return o;
-}
-
-}  // namespace
-
-std::string token_source_bytes(const Tokenizer::Impl& t, int32_t id,
-                               std::vector<RegexMatcher>& matchers) {
-  const std::string_view tok = t.id_to_token[size_t(id)];
-  const auto added = std::lower_bound(t.added.begin(), t.added.end(), id,
-                                      [](const AddedToken& a, int32_t v) { return a.id < v; });
-  if (added != t.added.end() && added->id == id) return added->content;
-  if (t.byte_fallback) {
-    for (int b = 0; b < 256; ++b) {
-      if (t.byte_ids[size_t(b)] == id) return std::string(1, char(b));
+    size_t start = 0, stop = cps.size();
+    for (size_t k = 0; k < size_t(start_) && k < cps.size() && cps[k].second == strip_char_; ++k)
+      start = k + 1;
+    for (size_t k = 0; k < size_t(stop_) && k < cps.size(); ++k) {
+      const size_t idx = cps.size() - k - 1;
+      if (cps[idx].second != strip_char_) break;
+      stop = idx;
     }
+    if (stop < start) stop = start;
+    const size_t b = start < cps.size() ? cps[start].first : s.size();
+    const size_t e = stop < cps.size() ? cps[stop].first : s.size();
+    s = s.substr(b, e - b);
   }
-  if (matchers.empty())
-    for (const Regex* r : t.regexes) matchers.emplace_back(*r);
-  std::string s(tok);
-  for (const DecoderStep& d : t.decoders) {
-    switch (d.kind) {
-      case DecoderStep::Kind::byte_level: {
-        std::string mapped;
-        bool all = true;
-        for (size_t i = 0; i < s.size() && all;) {
-          const CodePoint c = decode_at(s, i);
-          const int b = unicode_to_byte(c.cp);
-          if (b < 0) all = false;
-          mapped.push_back(char(b));
-          i += size_t(c.len);
-        }
-        if (all) s = mapped;
-        break;
-      }
-      case DecoderStep::Kind::metaspace:
-        s = replace_in(Pattern{d.replacement, nullptr, -1}, " ", s, matchers);
-        break;
-      case DecoderStep::Kind::replace:
-        s = replace_in(d.pattern, d.content, s, matchers);
-        break;
-      default:  // byte_fallback (done above), fuse, strip: joins and trims, not one token's bytes
-        break;
-    }
-  }
-  return s;
 }
 
-void segment_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t,
-                     std::vector<RegexMatcher>& matchers, const std::vector<int32_t>& out,
-                     size_t first, std::string_view seg, size_t at) {
-  std::string spelled;
-  std::vector<size_t> ends;
-  for (size_t k = first; k < out.size(); ++k) {
-    spelled += token_source_bytes(t, out[k], matchers);
-    ends.push_back(spelled.size());
-  }
-  size_t skip = 0;
-  if (spelled.size() == seg.size() + 1 && spelled[0] == ' ') skip = 1;
-  if (std::string_view(spelled).substr(skip) != seg) {
-    throw InputError("the tokens of '" + t.path +
-                     "' do not spell the text they came from (its normalizer changes it), so "
-                     "they cannot be mapped back to the text's bytes");
-  }
-  size_t prev = 0;
-  for (size_t e : ends) {
-    const size_t b = prev > skip ? prev - skip : 0, en = e > skip ? e - skip : 0;
-    offsets->push_back({at + b, at + en});
-    prev = e;
+// ---- Replace ---------------------------------------------------------------------------------
+std::unique_ptr<ReplaceDecoder> ReplaceDecoder::from_json(const Json& j, const Where& w,
+                                                          Regexes* regexes) {
+  auto d = std::make_unique<ReplaceDecoder>();
+  d->pattern_ = Pattern::from_json(member(j, "pattern", w), w.at("pattern"), regexes);
+  d->content_ = as_string(member(j, "content", w), w.at("content"));
+  return d;
+}
+
+void ReplaceDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers& matchers) const {
+  Matches m;
+  for (std::string& s : *tokens) {
+    if (pattern_.regex) {
+      pattern_.find(&m, s, matchers.get());
+    } else {
+      std::vector<RegexMatcher> none;
+      pattern_.find(&m, s, none);
+    }
+    if (!m.empty()) s = replace_all(s, m, content_);
   }
 }
 

@@ -3,7 +3,10 @@
 //      single_word), 2. normalize each other segment, 3. split out added tokens matched in the
 //   normalized text, 4. pre-tokenize each remaining segment into pieces, 5. BPE each piece,
 //   6. the post-processor's special tokens around the sequence.
-// (Encoder; the Tokenizer itself is text/tokenizer.cpp.)
+// With offsets, steps 2 and 4 also carry each byte's range of the original text (the components'
+// alignments) and each token gets the range of the piece bytes its BPE symbols cover.
+// (Encoder; the Tokenizer itself is text/tokenizer.cpp; the components text/normalizers.hpp and
+// text/pre_tokenizers.hpp.)
 #include <algorithm>
 #include <deque>
 #include <exception>
@@ -16,157 +19,9 @@
 
 namespace kktrain::text {
 
-// ---------------------------------------------------------------------------------------------
-// Pieces and splitting
-// ---------------------------------------------------------------------------------------------
-namespace {
-
-// A piece of text on its way through the pipeline: bytes [begin, end) of the encoder's arena;
-// `origin`: it starts at the start of the original text (Metaspace's prepend_scheme "first").
-struct Piece {
-  size_t begin, end;
-  bool origin;
-};
-
-struct Range {
-  size_t begin, end;
-  bool match;
-};
-
-using Matches = std::vector<std::pair<size_t, size_t>>;
-
-// Successive non-overlapping matches of a pattern in s.
-void find_matches(Matches* out, const Pattern& p, std::string_view s,
-                  std::vector<RegexMatcher>& matchers) {
-  out->clear();
-  if (p.regex) {
-    matchers[size_t(p.matcher)].find_all(out, s);
-    return;
-  }
-  if (p.literal.empty()) return;
-  for (size_t at = s.find(p.literal); at != std::string_view::npos;
-       at = s.find(p.literal, at + p.literal.size())) {
-    out->emplace_back(at, at + p.literal.size());
-  }
-}
-
-// *r = the matches as ranges covering [0, n) (a match flag each; `invert` flips it).
-void cover(std::vector<Range>* r, const Matches& m, size_t n, bool invert) {
-  r->clear();
-  size_t prev = 0;
-  for (const auto& [b, e] : m) {
-    if (prev < b) r->push_back({prev, b, invert});
-    r->push_back({b, e, !invert});
-    prev = e;
-  }
-  if (prev < n) r->push_back({prev, n, invert});
-}
-
-// Rust's NormalizedString::split with a SplitDelimiterBehavior, in place: the ranges to keep.
-void apply_behavior(std::vector<Range>* ranges, SplitBehavior b) {
-  std::vector<Range>& v = *ranges;
-  const size_t n = v.size();
-  size_t w = 0;
-  bool prev_match = false;
-  switch (b) {
-    case SplitBehavior::isolated:
-      return;
-    case SplitBehavior::removed:
-      for (size_t i = 0; i < n; ++i)
-        if (!v[i].match) v[w++] = v[i];
-      break;
-    case SplitBehavior::merged_with_previous:
-    case SplitBehavior::contiguous:
-      for (size_t i = 0; i < n; ++i) {
-        const Range r = v[i];
-        const bool merge =
-            b == SplitBehavior::contiguous ? r.match == prev_match : r.match && !prev_match;
-        if (merge && w > 0) {
-          v[w - 1].end = r.end;
-        } else {
-          v[w++] = r;
-        }
-        prev_match = r.match;
-      }
-      break;
-    case SplitBehavior::merged_with_next: {
-      w = n;  // written backwards into [w, n)
-      for (size_t i = n; i-- > 0;) {
-        const Range r = v[i];
-        if (r.match && !prev_match && w < n) {
-          v[w].begin = r.begin;
-        } else {
-          v[--w] = r;
-        }
-        prev_match = r.match;
-      }
-      v.erase(v.begin(), v.begin() + std::ptrdiff_t(w));
-      return;
-    }
-  }
-  v.resize(w);
-}
-
-// Splits p into *out by ranges relative to p's start (empty ones dropped).
-void emit(std::vector<Piece>* out, const Piece& p, const std::vector<Range>& ranges) {
-  for (const Range& r : ranges) {
-    if (r.end > r.begin)
-      out->push_back({p.begin + r.begin, p.begin + r.end, p.origin && r.begin == 0});
-  }
-}
-
-std::string replace_all(std::string_view s, const Matches& m, std::string_view with) {
-  std::string out;
-  size_t prev = 0;
-  for (const auto& [b, e] : m) {
-    out.append(s.substr(prev, b - prev));
-    out.append(with);
-    prev = e;
-  }
-  out.append(s.substr(prev));
-  return out;
-}
-
-}  // namespace
-
-std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
-                              std::vector<RegexMatcher>& matchers) {
-  Matches m;
-  for (const NormalizerStep& n : t.normalizers) {
-    switch (n.kind) {
-      case NormalizerStep::Kind::unicode:
-        s = normalize(s, n.form);
-        break;
-      case NormalizerStep::Kind::prepend:
-        if (!s.empty()) s = n.text + s;
-        break;
-      case NormalizerStep::Kind::replace:
-        find_matches(&m, n.pattern, s, matchers);
-        if (!m.empty()) s = replace_all(s, m, n.text);
-        break;
-      case NormalizerStep::Kind::strip: {
-        size_t b = 0, e = s.size();
-        if (n.left) {
-          while (b < e) {
-            const CodePoint c = decode_at(s, b);
-            if (!is_whitespace(c.cp)) break;
-            b += size_t(c.len);
-          }
-        }
-        if (n.right) {
-          while (e > b) {
-            size_t k = e - 1;
-            while (k > b && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
-            if (!is_whitespace(decode_at(s, k).cp)) break;
-            e = k;
-          }
-        }
-        s = s.substr(b, e - b);
-        break;
-      }
-    }
-  }
-  return s;
+void normalize_text(const Tokenizer::Impl& t, NormalizedString* s,
+                    std::vector<RegexMatcher>& matchers) {
+  for (const auto& n : t.normalizers) n->run(s, matchers);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,11 +33,9 @@ struct Encoder::State {
   // ... and of pieces up to kLongPieceBytes (lines, under tokenizers that do not split at
   // spaces), keyed by their bytes; cleared when it holds kLongPieces.
   std::unordered_map<std::string, std::vector<int32_t>> long_cache;
-  std::string arena;  // the text of the segment being pre-tokenized, and what steps made of it
-  std::string mapped;
-  Matches matches;
-  std::vector<Range> ranges;
-  std::vector<Piece> pieces, next;
+  PreTokenizedString pt;     // the segment being pre-tokenized, and what steps made of it
+  std::string mapped;        // a piece in the byte-level alphabet (lazy_byte_level)
+  std::vector<size_t> ends;  // piece_offsets' scratch
   // set_piece_threads: the other threads' states (their caches) and the size that uses them.
   std::vector<std::unique_ptr<State>> helpers;
   size_t parallel_bytes = 0;
@@ -267,22 +120,13 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
   if (start < s.size()) out->push_back({start, s.size(), -1});
 }
 
-// Whether the last pre-tokenizer step is ByteLevel: then its pieces stay raw bytes in the
-// arena and are mapped to the byte-level alphabet only when BPE'd (a cache miss).
 constexpr size_t kLongPieceBytes = 256;  // longer pieces are not cached
 constexpr size_t kLongPieces = size_t(1) << 15;
-
-bool lazy_byte_level(const Tokenizer::Impl& t) {
-  return !t.pre_tokenizers.empty() &&
-         t.pre_tokenizers.back().kind == PreTokenizerStep::Kind::byte_level;
-}
 
 void map_bytes(std::string* out, std::string_view raw) {
   out->clear();
   for (const char c : raw) *out += byte_to_unicode(uint8_t(c));
 }
-
-void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st);
 
 // The ids of one piece by BPE (arena bytes, raw when the byte-level mapping is lazy), appended.
 void compute_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
@@ -363,8 +207,8 @@ std::vector<std::vector<std::string_view>> piece_parts(const Tokenizer::Impl& t,
                                                        size_t total, size_t threads) {
   const size_t target = (total + threads - 1) / threads;
   std::vector<std::string_view> units;
-  for (const Piece& p : st.pieces) {
-    std::string_view v = std::string_view(st.arena).substr(p.begin, p.end - p.begin);
+  for (const Piece& p : st.pt.pieces) {
+    std::string_view v = st.pt.view(p);
     while (v.size() > target && !t.merge_join_bits.empty() && !lazy) {
       size_t i = target;  // the first boundary at or after `target`
       while (i < v.size() && (uint8_t(v[i]) & 0xC0) == 0x80) ++i;
@@ -396,15 +240,14 @@ std::vector<std::vector<std::string_view>> piece_parts(const Tokenizer::Impl& t,
   return parts;
 }
 
-// model_piece over st.pieces, appended in order; on the helpers' threads too for a long segment.
+// model_piece over st.pt.pieces, appended in order; on the helpers' threads too for a long segment.
 void model_pieces(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
                   bool lazy) {
   size_t total = 0;
-  for (const Piece& p : st.pieces) total += p.end - p.begin;
+  for (const Piece& p : st.pt.pieces) total += p.end - p.begin;
   if (st.helpers.empty() || total < st.parallel_bytes) {
-    for (const Piece& p : st.pieces) {
-      if (p.end > p.begin)
-        model_piece(out, t, st, std::string_view(st.arena).substr(p.begin, p.end - p.begin), lazy);
+    for (const Piece& p : st.pt.pieces) {
+      if (p.end > p.begin) model_piece(out, t, st, st.pt.view(p), lazy);
     }
     return;
   }
@@ -446,27 +289,90 @@ Encoder& Encoder::operator=(Encoder&&) noexcept = default;
 
 namespace {
 
-// Appends the ids of `seg`, a stretch of raw text between added tokens (`origin`: it starts the
-// text).
-void encode_text_segment(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::State& st,
-                         std::string_view seg, bool origin, bool lazy, std::vector<Segment>* norm) {
-  std::string normalized;
-  if (!t.normalizers.empty()) {
-    normalized = apply_normalizers(t, std::string(seg), st.matchers);
-    seg = normalized;
+// Where each of the ids of a piece of `size` bytes ends in it when they all spell their text
+// (no byte-fallback or unk token): their strings laid end to end (with lazy, one piece byte a
+// character of the byte-level alphabet). Appends the ends and returns how many ids, or 0 (and
+// appends nothing) when some id does not spell its text or they do not end at the piece's end.
+size_t spelled_ends(const Tokenizer::Impl& t, size_t size, bool lazy, const int32_t* ids, size_t n,
+                    std::vector<size_t>* ends) {
+  const size_t before = ends->size();
+  size_t end = 0, k = 0;
+  for (; k < n && end < size; ++k) {
+    if (!t.spells[size_t(ids[k])]) break;
+    const std::string_view s = t.id_to_token[size_t(ids[k])];
+    if (lazy) {
+      for (const char c : s) end += (uint8_t(c) & 0xC0) != 0x80;
+    } else {
+      end += s.size();
+    }
+    ends->push_back(end);
+  }
+  if (end == size) return k;
+  ends->resize(before);
+  return 0;
+}
+
+// The bytes of the original text that the ids of st.pt.pieces (ids from out[first]) came from,
+// appended to *offsets: each token's piece bytes (spelled_ends, else bpe_token_ends) through the
+// arena's alignment.
+void piece_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t, Encoder::State& st,
+                   bool lazy, const std::vector<int32_t>& out, size_t first) {
+  const std::vector<ByteRange>& align = st.pt.align;
+  size_t k = first;
+  for (const Piece& p : st.pt.pieces) {
+    if (p.end == p.begin) continue;
+    const std::string_view piece = st.pt.view(p);
+    st.ends.clear();
+    size_t used = spelled_ends(t, piece.size(), lazy, out.data() + k, out.size() - k, &st.ends);
+    if (used == 0) {
+      if (lazy) map_bytes(&st.mapped, piece);
+      const std::string_view text = lazy ? std::string_view(st.mapped) : piece;
+      used = bpe_token_ends(t, text, out.data() + k, out.size() - k, &st.ends);
+      size_t raw = 0, mapped = 0;  // with lazy: one piece byte a character of the alphabet
+      for (size_t& e : st.ends) {
+        if (!lazy) break;
+        while (mapped < e) mapped += size_t(utf8_len(uint8_t(text[mapped]))), ++raw;
+        e = raw;
+      }
+    }
+    k += used;
+    size_t prev = 0;
+    for (const size_t e : st.ends) {
+      const ByteRange* a = align.data() + p.begin + prev;
+      const size_t at = p.begin + prev < p.end ? a->begin : a[-1].end;  // a token of no byte
+      offsets->push_back(e > prev ? covering(a, e - prev) : ByteRange{at, at});
+      prev = e;
+    }
+  }
+}
+
+// Appends the ids of `seg`, a stretch of raw text between added tokens that starts at byte `at`
+// of the text (`origin`: at 0), and with offsets, the bytes each came from.
+void encode_text_segment(std::vector<int32_t>* out, std::vector<ByteRange>* offsets,
+                         const Tokenizer::Impl& t, Encoder::State& st, std::string_view seg,
+                         size_t at, bool lazy, std::vector<Segment>* norm) {
+  const bool track = offsets != nullptr;
+  const bool copy = track || !t.normalizers.empty();
+  NormalizedString n(copy ? seg : std::string_view(), at, track);
+  if (copy) {
+    normalize_text(t, &n, st.matchers);
+    seg = n.text;
   }
   if (seg.empty()) return;
   split_added(norm, t, t.normalized_trie, seg);
-  for (const Segment& n : *norm) {
-    if (n.token >= 0) {
-      out->push_back(t.added[size_t(n.token)].id);
+  st.pt.tracked = track;
+  for (const Segment& s : *norm) {
+    if (s.token >= 0) {
+      out->push_back(t.added[size_t(s.token)].id);
+      if (track) offsets->push_back(covering(n.align.data() + s.begin, s.end - s.begin));
       continue;
     }
-    st.arena.assign(seg.substr(n.begin, n.end - n.begin));
-    st.pieces.clear();
-    st.pieces.push_back({0, st.arena.size(), origin && n.begin == 0});
-    pre_tokenize(t, st);
+    st.pt.reset(seg.substr(s.begin, s.end - s.begin), track ? n.align.data() + s.begin : nullptr,
+                at == 0 && s.begin == 0);
+    pre_tokenize(t.pre_tokenizers, &st.pt, st.matchers);
+    const size_t first = out->size();
     model_pieces(out, t, st, lazy);
+    if (track) piece_offsets(offsets, t, st, lazy, *out, first);
   }
 }
 
@@ -493,121 +399,21 @@ void Encoder::encode_impl(std::vector<int32_t>* out, std::vector<ByteRange>* off
   if (special == SpecialTokens::add)
     out->insert(out->end(), t.prefix_ids.begin(), t.prefix_ids.end());
   if (offsets) offsets->resize(out->size(), ByteRange{0, 0});
-  const bool lazy = lazy_byte_level(t);
+  const bool lazy = t.lazy_byte_level;
   std::vector<Segment> raw, norm;
   split_added(&raw, t, t.raw_trie, text);
   for (const Segment& r : raw) {
-    const size_t first = out->size();
     if (r.token >= 0) {
       out->push_back(t.added[size_t(r.token)].id);
       if (offsets) offsets->push_back({r.begin, r.end});
       continue;
     }
-    encode_text_segment(out, t, st, text.substr(r.begin, r.end - r.begin), r.begin == 0, lazy,
+    encode_text_segment(out, offsets, t, st, text.substr(r.begin, r.end - r.begin), r.begin, lazy,
                         &norm);
-    if (offsets)
-      segment_offsets(offsets, t, st.matchers, *out, first, text.substr(r.begin, r.end - r.begin),
-                      r.begin);
   }
   if (special == SpecialTokens::add)
     out->insert(out->end(), t.suffix_ids.begin(), t.suffix_ids.end());
   if (offsets) offsets->resize(out->size(), ByteRange{text.size(), text.size()});
 }
-
-namespace {
-
-// Appends `prefix` + arena[p] to the arena as a new piece.
-Piece prepended(Encoder::State& st, const Piece& p, std::string_view prefix) {
-  const size_t b = st.arena.size();
-  st.arena.append(prefix);
-  st.arena.append(st.arena, p.begin, p.end - p.begin);
-  return {b, st.arena.size(), p.origin};
-}
-
-void pre_tokenize(const Tokenizer::Impl& t, Encoder::State& st) {
-  const size_t steps = t.pre_tokenizers.size();
-  for (size_t k = 0; k < steps; ++k) {
-    const PreTokenizerStep& step = t.pre_tokenizers[k];
-    st.next.clear();
-    for (Piece p : st.pieces) {
-      switch (step.kind) {
-        case PreTokenizerStep::Kind::byte_level: {
-          if (step.add_prefix_space && (p.end == p.begin || st.arena[p.begin] != ' '))
-            p = prepended(st, p, " ");
-          const size_t first = st.next.size();
-          if (step.use_regex) {
-            find_matches(&st.matches, step.pattern,
-                         std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
-            cover(&st.ranges, st.matches, p.end - p.begin, false);
-            emit(&st.next, p, st.ranges);
-          } else {
-            st.next.push_back(p);
-          }
-          if (k + 1 < steps) {  // a later step reads the mapped text
-            for (size_t q = first; q < st.next.size(); ++q) {
-              Piece& x = st.next[q];
-              map_bytes(&st.mapped, std::string_view(st.arena).substr(x.begin, x.end - x.begin));
-              x.begin = st.arena.size();
-              st.arena += st.mapped;
-              x.end = st.arena.size();
-            }
-          }
-          break;
-        }
-        case PreTokenizerStep::Kind::split:
-          find_matches(&st.matches, step.pattern,
-                       std::string_view(st.arena).substr(p.begin, p.end - p.begin), st.matchers);
-          cover(&st.ranges, st.matches, p.end - p.begin, step.invert);
-          apply_behavior(&st.ranges, step.behavior);
-          emit(&st.next, p, st.ranges);
-          break;
-        case PreTokenizerStep::Kind::metaspace: {
-          std::string text = st.arena.substr(p.begin, p.end - p.begin);
-          Matches m;
-          for (size_t at = text.find(' '); at != std::string::npos; at = text.find(' ', at + 1))
-            m.emplace_back(at, at + 1);
-          if (!m.empty()) text = replace_all(text, m, step.replacement);
-          const bool starts = text.compare(0, step.replacement.size(), step.replacement) == 0;
-          if (!starts && (step.prepend == PrependScheme::always ||
-                          (step.prepend == PrependScheme::first && p.origin))) {
-            text.insert(0, step.replacement);
-          }
-          Piece q{st.arena.size(), 0, p.origin};
-          st.arena += text;
-          q.end = st.arena.size();
-          if (!step.split) {
-            st.next.push_back(q);
-            break;
-          }
-          m.clear();
-          for (size_t at = text.find(step.replacement); at != std::string::npos;
-               at = text.find(step.replacement, at + step.replacement.size()))
-            m.emplace_back(at, at + step.replacement.size());
-          cover(&st.ranges, m, text.size(), false);
-          apply_behavior(&st.ranges, SplitBehavior::merged_with_next);
-          emit(&st.next, q, st.ranges);
-          break;
-        }
-        case PreTokenizerStep::Kind::digits: {
-          Matches m;
-          const std::string_view text = std::string_view(st.arena).substr(p.begin, p.end - p.begin);
-          for (size_t i = 0; i < text.size();) {
-            const CodePoint c = decode_at(text, i);
-            if (is_numeric(c.cp)) m.emplace_back(i, i + size_t(c.len));
-            i += size_t(c.len);
-          }
-          cover(&st.ranges, m, text.size(), false);
-          apply_behavior(&st.ranges, step.individual_digits ? SplitBehavior::isolated
-                                                            : SplitBehavior::contiguous);
-          emit(&st.next, p, st.ranges);
-          break;
-        }
-      }
-    }
-    std::swap(st.pieces, st.next);
-  }
-}
-
-}  // namespace
 
 }  // namespace kktrain::text

@@ -84,7 +84,7 @@ std::string Tokenizer::decode(const int32_t* ids, int64_t n, SkipSpecial skip) c
     for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
     return out;
   }
-  apply_decoders(*impl_, &tokens);
+  decode_tokens(impl_->decoders, impl_->regexes, &tokens);
   std::string out;
   for (const std::string& t : tokens) out += t;
   return utf8_lossy(out);

@@ -14,6 +14,10 @@
 //   decoder         null, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence
 //   added_tokens    split out of the raw text first (leftmost-longest; lstrip, rstrip,
 //                   single_word; `normalized` ones are matched in the normalized text)
+// Each normalizer, pre-tokenizer, decoder and post-processor is one small type (its load, its
+// run: text/normalizers.hpp, pre_tokenizers.hpp, decoders.hpp, post_processors.hpp); the
+// normalizers and pre-tokenizers carry where each byte came from (alignments) for
+// encode_with_offsets.
 // Regular expressions run on PCRE2 in UTF + UCP mode; normalization forms come from utf8proc.
 //
 // A Tokenizer is immutable once loaded and shared between threads; each thread encodes through
@@ -112,12 +116,18 @@ class Encoder {
     encode(&ids, text, special);
     return ids;
   }
-  // As encode, also appending to *offsets (kept as long as *out) the bytes [begin, end) of
-  // `text` each id came from: an added token its match (with the whitespace lstrip/rstrip took),
-  // a model token the bytes its decoded form spells (a byte-fallback token its one byte). The
-  // ranges of one stretch between added tokens lie end to end; a prefix space the tokenizer adds
-  // covers no byte; the post-processor's special tokens cover none ([0, 0) before, [n, n)
-  // after). InputError when the tokens cannot be mapped back (a normalizer changed the text).
+  // As encode (the same ids), also appending to *offsets (kept as long as *out) the bytes
+  // [begin, end) of `text` each id came from, carried through the normalizer and the
+  // pre-tokenizer as the Rust library's alignments (its encode(...).offsets, in bytes): an added
+  // token its match (with the whitespace lstrip/rstrip took), a model token the original bytes of
+  // the piece bytes its BPE symbols cover (a byte-fallback token its one byte, an unk its
+  // characters). Where no normalizer changes the text, the ranges of one stretch between added
+  // tokens lie end to end. What a normalizer replaced has the range of the replaced text (Replace:
+  // the match's last character; NFC / NFKC: the whole run of characters it composed or
+  // decomposed), what it removed (Strip) belongs to no token, and what Prepend, Metaspace or a
+  // ByteLevel prefix space put in front covers no byte (an empty range where it stands); begins
+  // and ends never decrease. The post-processor's special tokens cover none ([0, 0) before,
+  // [n, n) after).
   void encode_with_offsets(std::vector<int32_t>* out, std::vector<ByteRange>* offsets,
                            std::string_view text, SpecialTokens special);
   const Tokenizer& tokenizer() const { return *tokenizer_; }

@@ -1,5 +1,7 @@
-// The inside of a loaded Tokenizer: the pipeline of tokenizer.json as flat lists of steps
-// (Sequences are flattened when loaded), the BPE tables and the added tokens. Private to text/.
+// The inside of a loaded Tokenizer: the pipeline of tokenizer.json as flat lists of components
+// (one small type each: text/normalizers.hpp, pre_tokenizers.hpp, decoders.hpp,
+// post_processors.hpp; Sequences are flattened when loaded), the BPE tables and the added
+// tokens. Private to text/.
 #pragma once
 
 #include <array>
@@ -12,51 +14,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/decoders.hpp"
+#include "text/normalizers.hpp"
+#include "text/post_processors.hpp"
+#include "text/pre_tokenizers.hpp"
 #include "text/regex.hpp"
 #include "text/tokenizer.hpp"
 #include "text/unicode.hpp"
 
 namespace kktrain::text {
-
-// A Split / Replace pattern: a literal string or a regular expression.
-struct Pattern {
-  std::string literal;           // when !regex
-  std::unique_ptr<Regex> regex;  // when set
-  int matcher = -1;              // index of the encoder's RegexMatcher for `regex`
-};
-
-struct NormalizerStep {
-  enum class Kind { unicode, prepend, replace, strip } kind;
-  NormalForm form = NormalForm::nfc;  // unicode
-  std::string text;                   // prepend: what; replace: content
-  Pattern pattern;                    // replace
-  bool left = false, right = false;   // strip
-};
-
-enum class SplitBehavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
-enum class PrependScheme { always, first, never };
-
-struct PreTokenizerStep {
-  enum class Kind { byte_level, split, metaspace, digits } kind;
-  bool add_prefix_space = false, use_regex = true;  // byte_level
-  Pattern pattern;                                  // split (byte_level with use_regex: GPT-2's)
-  SplitBehavior behavior = SplitBehavior::isolated;
-  bool invert = false;
-  std::string replacement;  // metaspace (one character, UTF-8)
-  PrependScheme prepend = PrependScheme::always;
-  bool split = true;               // metaspace
-  bool individual_digits = false;  // digits
-};
-
-struct DecoderStep {
-  enum class Kind { byte_level, metaspace, byte_fallback, fuse, strip, replace } kind;
-  std::string replacement;  // metaspace
-  PrependScheme prepend = PrependScheme::always;
-  char32_t strip_char = U' ';
-  int strip_start = 0, strip_stop = 0;
-  Pattern pattern;  // replace
-  std::string content;
-};
 
 struct AddedToken {
   std::string content;
@@ -80,17 +46,24 @@ struct Tokenizer::Impl {
   bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
   std::optional<int32_t> unk_id;
   std::array<int32_t, 256> byte_ids{};  // <0xXX> token ids (byte_fallback), -1 if absent
+  // By id: 1 when the token's string is the text it covers (0 for byte-fallback and unk tokens):
+  // such tokens of a piece lie end to end over it (encode_with_offsets).
+  std::vector<uint8_t> spells;
 
   // Where a long piece may be cut without changing its BPE (see bpe_boundary): code points
   // that are tokens by themselves, and a bit per hashed (last code point of a merge's left
   // side, first code point of its right side). Empty when pieces are not cut (ignore_merges).
   std::vector<uint64_t> single_char_bits, merge_join_bits;
 
-  std::vector<NormalizerStep> normalizers;
-  std::vector<PreTokenizerStep> pre_tokenizers;
-  std::vector<DecoderStep> decoders;
+  std::vector<std::unique_ptr<Normalizer>> normalizers;
+  std::vector<std::unique_ptr<PreTokenizer>> pre_tokenizers;
+  // The last pre-tokenizer is ByteLevel: its pieces stay raw bytes in the arena and are mapped to
+  // the byte-level alphabet only when BPE'd (a cache miss).
+  bool lazy_byte_level = false;
+  std::vector<std::unique_ptr<Decoder>> decoders;
   bool has_decoder = false;
-  // TemplateProcessing's single template: ids before and after the sequence.
+  std::vector<std::unique_ptr<PostProcessor>> post_processors;
+  // What the post-processors put before and after the sequence (gathered when loaded).
   std::vector<int32_t> prefix_ids, suffix_ids;
 
   std::vector<AddedToken> added;  // sorted by id
@@ -105,16 +78,16 @@ struct Tokenizer::Impl {
     bool empty() const { return token.size() == 1; }
   };
   Trie raw_trie, normalized_trie;
-  std::vector<const Regex*> regexes;  // every Regex, by matcher index
+  Regexes regexes;  // every Regex, by matcher index
 
   int64_t vocab_size = 0;
 };
 
 // Loads files.json (and files.config) into *impl.
 void load_tokenizer(Tokenizer::Impl* impl, const TokenizerFiles& files);
-// Applies the normalizer steps to s.
-std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
-                              std::vector<RegexMatcher>& matchers);
+// Runs the normalizers over *s.
+void normalize_text(const Tokenizer::Impl& t, NormalizedString* s,
+                    std::vector<RegexMatcher>& matchers);
 // BPE of one piece (its characters in the vocabulary's alphabet), ids appended (bpe.cpp).
 void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_view piece);
 // Whether BPE can never merge across the boundary between code points a and b: both are
@@ -123,20 +96,12 @@ void bpe_piece(std::vector<int32_t>* out, const Tokenizer::Impl& t, std::string_
 // a cut, and the merges on either side happen in the same order relative to each other).
 bool bpe_boundary(const Tokenizer::Impl& t, char32_t a, char32_t b);
 void build_boundaries(Tokenizer::Impl* t);
-// The bytes token `id` stands for in the text it was encoded from: an added token its content, a
-// byte-fallback token <0xXX> its byte, any other the decoder steps that map one token alone
-// (ByteLevel, Metaspace's replacement as a space, Replace; not Fuse, Strip or the UTF-8 repair).
-std::string token_source_bytes(const Tokenizer::Impl& t, int32_t id,
-                               std::vector<RegexMatcher>& matchers);
-// The byte ranges of ids [first, out.size()), the ids of `seg` (which starts at byte `at` of the
-// text), appended to *offsets: each id's bytes (token_source_bytes) laid end to end from the
-// segment's start. A leading space that is not in `seg` (a prefix space the pre-tokenizer or
-// Metaspace added) is given to no byte. InputError when the ids' bytes do not spell `seg` (a
-// normalizer changed the text): the ids cannot be mapped back to the text's bytes.
-void segment_offsets(std::vector<ByteRange>* offsets, const Tokenizer::Impl& t,
-                     std::vector<RegexMatcher>& matchers, const std::vector<int32_t>& out,
-                     size_t first, std::string_view seg, size_t at);
-// Decoder steps over token strings (in place), as the Rust library's decode_chain.
-void apply_decoders(const Tokenizer::Impl& t, std::vector<std::string>* tokens);
+// Where each of the ids of `piece` ends in it: the ids BPE gave it (a prefix of ids[0, n); the
+// piece's characters in the vocabulary's alphabet) are matched to the symbols bpe_piece starts
+// from (a character, a byte of byte fallback, an unknown character or a fused run of them), each
+// token taking as many as its string spells. Appends one end (a byte offset in `piece`) per id
+// and returns how many ids the piece has.
+size_t bpe_token_ends(const Tokenizer::Impl& t, std::string_view piece, const int32_t* ids,
+                      size_t n, std::vector<size_t>* ends);
 
 }  // namespace kktrain::text

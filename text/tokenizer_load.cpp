@@ -7,66 +7,15 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/json_text.hpp"
 #include "text/tokenizer_impl.hpp"
+#include "text/tokenizer_json.hpp"
 
 namespace kktrain::text {
 namespace {
-
-using Json = nlohmann::json;
-
-// The file being read and a key path, for messages.
-struct Where {
-  const std::string& file;
-  std::string key;
-  Where at(const std::string& k) const { return {file, key.empty() ? k : key + "." + k}; }
-  Where at(size_t i) const { return {file, key + "[" + std::to_string(i) + "]"}; }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw InputError("tokenizer file '" + file +
-                     "': " + (key.empty() ? "" : "key '" + key + "': ") + what);
-  }
-};
-
-const char* type_name(const Json& v) {
-  return v.type_name();
-}
-
-const Json& member(const Json& obj, const char* k, const Where& w) {
-  if (!obj.is_object()) w.fail(std::string("expected an object, found ") + type_name(obj));
-  const auto it = obj.find(k);
-  if (it == obj.end()) w.at(k).fail("missing");
-  return *it;
-}
-const Json* optional_member(const Json& obj, const char* k) {
-  const auto it = obj.find(k);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-std::string as_string(const Json& v, const Where& w) {
-  if (!v.is_string()) w.fail(std::string("expected a string, found ") + type_name(v));
-  return v.get<std::string>();
-}
-bool as_bool(const Json& v, const Where& w) {
-  if (!v.is_boolean()) w.fail(std::string("expected true or false, found ") + type_name(v));
-  return v.get<bool>();
-}
-int64_t as_int(const Json& v, const Where& w) {
-  if (!v.is_number_integer()) w.fail(std::string("expected an integer, found ") + type_name(v));
-  return v.get<int64_t>();
-}
-bool bool_or(const Json& obj, const char* k, bool dflt, const Where& w) {
-  const Json* v = optional_member(obj, k);
-  return v ? as_bool(*v, w.at(k)) : dflt;
-}
-std::string type_of(const Json& obj, const Where& w) {
-  return as_string(member(obj, "type", w), w.at("type"));
-}
-[[noreturn]] void unsupported(const Where& w, const std::string& what, const char* supported) {
-  w.fail("'" + what + "' is not supported (kktrain reads " + supported + ")");
-}
 
 // The most a tokenizer.json or tokenizer_config.json may hold: about twice the largest known
 // (Gemma 3's tokenizer.json, 33 MB: loaded in 2.6 s, 210 MB peak RSS). A hostile file of tiny
@@ -116,11 +65,6 @@ void grow(Budget* b, double factor, const Where& w) {
            "multiplies it)");
 }
 
-// How much a Replace of `p` by `content` can multiply a text's length.
-double replace_growth(const Pattern& p, const std::string& content) {
-  return double(content.size()) / double(p.regex ? 1 : std::max<size_t>(1, p.literal.size()));
-}
-
 // The ids a file may use: below 2 x (vocabulary entries + added tokens) + 1024. A vocabulary's
 // ids are dense but for a few gaps (tiktoken-derived files leave some before their specials), so
 // the tables indexed by id stay within a small multiple of what the file itself holds.
@@ -136,228 +80,65 @@ struct IdLimit {
   }
 };
 
-// An id the post-processor adds, as the file writes it and where: checked to be a token once
-// every token is known.
-struct EmittedId {
-  int64_t id;  // -1 for any value outside int64
-  std::string text;
-  Where where;
-};
-
-// One character of a string key (Metaspace's replacement, Strip's content).
-std::string one_char(const Json& v, const Where& w) {
-  std::string s = as_string(v, w);
-  if (s.empty() || first_invalid_utf8(s) >= 0 || size_t(utf8_len(uint8_t(s[0]))) != s.size()) {
-    w.fail("expected one character, found '" + s + "'");
-  }
-  return s;
-}
-
-void read_pattern(Pattern* p, const Json& v, const Where& w, Tokenizer::Impl* t) {
-  if (const Json* s = v.is_object() ? optional_member(v, "String") : nullptr) {
-    p->literal = as_string(*s, w.at("String"));
-  } else if (const Json* r = v.is_object() ? optional_member(v, "Regex") : nullptr) {
-    p->regex = std::make_unique<Regex>(
-        as_string(*r, w.at("Regex")), "tokenizer file '" + w.file + "': key '" + w.key + ".Regex'");
-    p->matcher = int(t->regexes.size());
-    t->regexes.push_back(p->regex.get());
-  } else {
-    w.fail("expected {\"String\": ...} or {\"Regex\": ...}");
-  }
-}
-
-PrependScheme read_prepend(const Json& obj, const Where& w) {
-  if (const Json* v = optional_member(obj, "prepend_scheme")) {
-    const std::string s = as_string(*v, w.at("prepend_scheme"));
-    if (s == "always") return PrependScheme::always;
-    if (s == "first") return PrependScheme::first;
-    if (s == "never") return PrependScheme::never;
-    w.at("prepend_scheme").fail("expected always, first or never, found '" + s + "'");
-  }
-  return bool_or(obj, "add_prefix_space", true, w) ? PrependScheme::always : PrependScheme::never;
-}
-
-void read_normalizer(Tokenizer::Impl* t, const Json& n, const Where& w, Budget* budget) {
-  const std::string type = type_of(n, w);
-  NormalizerStep s{};
+// One part of the pipeline at w: a Sequence's steps (under `list_key`) in order, flattened, or
+// one step, counted against the part's budget and read by read_one(type, j, w).
+template <class ReadOne>
+void read_steps(const Json& j, const Where& w, const char* list_key, Budget* budget,
+                const ReadOne& read_one) {
+  const std::string type = type_of(j, w);
   if (type == "Sequence") {
-    const Json& list = member(n, "normalizers", w);
-    if (!list.is_array()) w.at("normalizers").fail("expected a list");
+    const Json& list = member(j, list_key, w);
+    if (!list.is_array()) w.at(list_key).fail("expected a list");
     for (size_t i = 0; i < list.size(); ++i)
-      read_normalizer(t, list[i], w.at("normalizers").at(i), budget);
+      read_steps(list[i], w.at(list_key).at(i), list_key, budget, read_one);
     return;
   }
   count_step(budget, w);
-  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    s.kind = NormalizerStep::Kind::unicode;
-    s.form = type == "NFC"    ? NormalForm::nfc
-             : type == "NFD"  ? NormalForm::nfd
-             : type == "NFKC" ? NormalForm::nfkc
-                              : NormalForm::nfkd;
-  } else if (type == "Prepend") {
-    s.kind = NormalizerStep::Kind::prepend;
-    s.text = as_string(member(n, "prepend", w), w.at("prepend"));
-  } else if (type == "Replace") {
-    s.kind = NormalizerStep::Kind::replace;
-    read_pattern(&s.pattern, member(n, "pattern", w), w.at("pattern"), t);
-    s.text = as_string(member(n, "content", w), w.at("content"));
-  } else if (type == "Strip") {
-    s.kind = NormalizerStep::Kind::strip;
-    s.left = bool_or(n, "strip_left", true, w);
-    s.right = bool_or(n, "strip_right", true, w);
-  } else {
-    unsupported(w.at("type"), type, "NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Sequence");
-  }
-  grow(budget,
-       s.kind == NormalizerStep::Kind::unicode
-           ? (s.form == NormalForm::nfc || s.form == NormalForm::nfd ? 4.0 : 18.0)
-       : s.kind == NormalizerStep::Kind::prepend ? 1.0 + double(s.text.size())
-       : s.kind == NormalizerStep::Kind::replace ? replace_growth(s.pattern, s.text)
-                                                 : 1.0,
-       w);
-  t->normalizers.push_back(std::move(s));
+  read_one(type, j, w);
 }
 
-SplitBehavior read_behavior(const Json& v, const Where& w) {
-  const std::string b = as_string(v, w);
-  if (b == "Removed") return SplitBehavior::removed;
-  if (b == "Isolated") return SplitBehavior::isolated;
-  if (b == "MergedWithPrevious") return SplitBehavior::merged_with_previous;
-  if (b == "MergedWithNext") return SplitBehavior::merged_with_next;
-  if (b == "Contiguous") return SplitBehavior::contiguous;
-  unsupported(w, b, "Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
-}
-
-// GPT-2's pre-tokenizer regex (the ByteLevel pre-tokenizer's own when use_regex is true).
-const char* kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-void read_pre_tokenizer(Tokenizer::Impl* t, const Json& p, const Where& w, Budget* budget) {
-  const std::string type = type_of(p, w);
-  PreTokenizerStep s{};
-  if (type == "Sequence") {
-    const Json& list = member(p, "pretokenizers", w);
-    if (!list.is_array()) w.at("pretokenizers").fail("expected a list");
-    for (size_t i = 0; i < list.size(); ++i)
-      read_pre_tokenizer(t, list[i], w.at("pretokenizers").at(i), budget);
-    return;
+// The components of the pipeline's four parts, each part's steps bounded (count and growth).
+void read_pipeline(Tokenizer::Impl* t, const Json& j, const Where& w,
+                   std::vector<EmittedId>* emitted) {
+  Budget normalizer, pre_tokenizer, decoder, post_processor;
+  if (const Json* n = optional_member(j, "normalizer")) {
+    read_steps(*n, w.at("normalizer"), "normalizers", &normalizer,
+               [&](const std::string& type, const Json& s, const Where& ws) {
+                 auto step = Normalizer::from_json(type, s, ws, &t->regexes);
+                 if (!step) unsupported(ws.at("type"), type, Normalizer::kSupported);
+                 grow(&normalizer, step->growth(), ws);
+                 t->normalizers.push_back(std::move(step));
+               });
   }
-  count_step(budget, w);
-  if (type == "ByteLevel") {
-    s.kind = PreTokenizerStep::Kind::byte_level;
-    s.add_prefix_space = bool_or(p, "add_prefix_space", true, w);
-    s.use_regex = bool_or(p, "use_regex", true, w);
-    if (s.use_regex) {
-      s.pattern.regex = std::make_unique<Regex>(
-          kGpt2Regex, "tokenizer file '" + w.file + "': key '" + w.key + "' (ByteLevel's regex)");
-      s.pattern.matcher = int(t->regexes.size());
-      t->regexes.push_back(s.pattern.regex.get());
-    }
-  } else if (type == "Split") {
-    s.kind = PreTokenizerStep::Kind::split;
-    read_pattern(&s.pattern, member(p, "pattern", w), w.at("pattern"), t);
-    s.behavior = read_behavior(member(p, "behavior", w), w.at("behavior"));
-    s.invert = bool_or(p, "invert", false, w);
-  } else if (type == "Metaspace") {
-    s.kind = PreTokenizerStep::Kind::metaspace;
-    s.replacement = one_char(member(p, "replacement", w), w.at("replacement"));
-    s.prepend = read_prepend(p, w);
-    s.split = bool_or(p, "split", true, w);
-  } else if (type == "Digits") {
-    s.kind = PreTokenizerStep::Kind::digits;
-    s.individual_digits = bool_or(p, "individual_digits", false, w);
-  } else {
-    unsupported(w.at("type"), type, "ByteLevel, Split, Metaspace, Digits, Sequence");
+  if (const Json* p = optional_member(j, "pre_tokenizer")) {
+    read_steps(*p, w.at("pre_tokenizer"), "pretokenizers", &pre_tokenizer,
+               [&](const std::string& type, const Json& s, const Where& ws) {
+                 auto step = PreTokenizer::from_json(type, s, ws, &t->regexes);
+                 if (!step) unsupported(ws.at("type"), type, PreTokenizer::kSupported);
+                 t->pre_tokenizers.push_back(std::move(step));
+               });
   }
-  t->pre_tokenizers.push_back(std::move(s));
-}
-
-void read_decoder(Tokenizer::Impl* t, const Json& d, const Where& w, Budget* budget) {
-  const std::string type = type_of(d, w);
-  DecoderStep s{};
-  if (type == "Sequence") {
-    const Json& list = member(d, "decoders", w);
-    if (!list.is_array()) w.at("decoders").fail("expected a list");
-    for (size_t i = 0; i < list.size(); ++i)
-      read_decoder(t, list[i], w.at("decoders").at(i), budget);
-    return;
+  for (size_t k = 0; k < t->pre_tokenizers.size(); ++k)
+    t->pre_tokenizers[k]->set_last(k + 1 == t->pre_tokenizers.size());
+  t->lazy_byte_level = !t->pre_tokenizers.empty() && t->pre_tokenizers.back()->leaves_raw_bytes();
+  if (const Json* d = optional_member(j, "decoder")) {
+    t->has_decoder = true;
+    read_steps(*d, w.at("decoder"), "decoders", &decoder,
+               [&](const std::string& type, const Json& s, const Where& ws) {
+                 auto step = Decoder::from_json(type, s, ws, &t->regexes);
+                 if (!step) unsupported(ws.at("type"), type, Decoder::kSupported);
+                 grow(&decoder, step->growth(), ws);
+                 t->decoders.push_back(std::move(step));
+               });
   }
-  count_step(budget, w);
-  if (type == "ByteLevel") {
-    s.kind = DecoderStep::Kind::byte_level;
-  } else if (type == "Metaspace") {
-    s.kind = DecoderStep::Kind::metaspace;
-    s.replacement = one_char(member(d, "replacement", w), w.at("replacement"));
-    s.prepend = read_prepend(d, w);
-  } else if (type == "ByteFallback") {
-    s.kind = DecoderStep::Kind::byte_fallback;
-  } else if (type == "Fuse") {
-    s.kind = DecoderStep::Kind::fuse;
-  } else if (type == "Strip") {
-    s.kind = DecoderStep::Kind::strip;
-    const std::string c = one_char(member(d, "content", w), w.at("content"));
-    s.strip_char = decode_at(c, 0).cp;
-    s.strip_start = int(as_int(member(d, "start", w), w.at("start")));
-    s.strip_stop = int(as_int(member(d, "stop", w), w.at("stop")));
-    if (s.strip_start < 0 || s.strip_stop < 0) w.fail("start and stop must be >= 0");
-  } else if (type == "Replace") {
-    s.kind = DecoderStep::Kind::replace;
-    read_pattern(&s.pattern, member(d, "pattern", w), w.at("pattern"), t);
-    s.content = as_string(member(d, "content", w), w.at("content"));
-  } else {
-    unsupported(w.at("type"), type,
-                "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence");
-  }
-  if (s.kind == DecoderStep::Kind::replace) grow(budget, replace_growth(s.pattern, s.content), w);
-  t->decoders.push_back(std::move(s));
-}
-
-void read_post_processor(Tokenizer::Impl* t, const Json& p, const Where& w, Budget* budget,
-                         std::vector<EmittedId>* emitted) {
-  const std::string type = type_of(p, w);
-  if (type == "Sequence") {
-    const Json& list = member(p, "processors", w);
-    if (!list.is_array()) w.at("processors").fail("expected a list");
-    for (size_t i = 0; i < list.size(); ++i)
-      read_post_processor(t, list[i], w.at("processors").at(i), budget, emitted);
-    return;
-  }
-  count_step(budget, w);
-  if (type == "ByteLevel") {
-    // Adjusts offsets only: the ids are unchanged.
-  } else if (type == "TemplateProcessing") {
-    const Where ws = w.at("single");
-    const Json& single = member(p, "single", w);
-    if (!single.is_array()) ws.fail("expected a list");
-    const Json& specials = member(p, "special_tokens", w);
-    bool seen_sequence = false;
-    for (size_t i = 0; i < single.size(); ++i) {
-      const Where wi = ws.at(i);
-      if (const Json* st =
-              single[i].is_object() ? optional_member(single[i], "SpecialToken") : nullptr) {
-        const std::string name = as_string(member(*st, "id", wi.at("SpecialToken")), wi);
-        const Json& entry = member(specials, name.c_str(), w.at("special_tokens"));
-        const Json& ids = member(entry, "ids", w.at("special_tokens").at(name));
-        if (!ids.is_array()) w.at("special_tokens").at(name).at("ids").fail("expected a list");
-        for (size_t k = 0; k < ids.size(); ++k) {
-          const Where wk = w.at("special_tokens").at(name).at("ids").at(k);
-          const bool huge = ids[k].is_number_unsigned() && ids[k].get<uint64_t>() > INT64_MAX;
-          const int64_t id = huge ? -1 : as_int(ids[k], wk);
-          emitted->push_back({id, ids[k].dump(), wk});
-          (seen_sequence ? t->suffix_ids : t->prefix_ids).push_back(int32_t(id));
-        }
-      } else if (const Json* sq =
-                     single[i].is_object() ? optional_member(single[i], "Sequence") : nullptr) {
-        if (as_string(member(*sq, "id", wi.at("Sequence")), wi) != "A" || seen_sequence)
-          wi.fail("the single template must hold sequence A once");
-        seen_sequence = true;
-      } else {
-        wi.fail("expected {\"SpecialToken\": ...} or {\"Sequence\": ...}");
-      }
-    }
-    if (!seen_sequence) ws.fail("the single template must hold sequence A");
-  } else {
-    unsupported(w.at("type"), type, "TemplateProcessing, ByteLevel, Sequence");
+  if (const Json* p = optional_member(j, "post_processor")) {
+    read_steps(*p, w.at("post_processor"), "processors", &post_processor,
+               [&](const std::string& type, const Json& s, const Where& ws) {
+                 auto step = PostProcessor::from_json(type, s, ws, emitted);
+                 if (!step) unsupported(ws.at("type"), type, PostProcessor::kSupported);
+                 step->special_ids(&t->prefix_ids, &t->suffix_ids);
+                 t->post_processors.push_back(std::move(step));
+               });
   }
 }
 
@@ -483,51 +264,10 @@ void read_added_tokens(Tokenizer::Impl* t, const Json& list, const Where& w, con
   }
 }
 
-}  // namespace
-
-std::string apply_normalizers(const Tokenizer::Impl& t, std::string s,
-                              std::vector<RegexMatcher>& matchers);
-
-void load_tokenizer(Tokenizer::Impl* t, const TokenizerFiles& files) {
-  struct stat st {};
-  const std::string& path = files.given;
-  const std::string& file = files.json;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
-    if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
-      throw InputError("tokenizer file '" + path + "' is a directory, not a file");
-    if (::stat(file.c_str(), &st) != 0)
-      throw InputError("tokenizer directory '" + path + "' has no tokenizer.json");
-  } else if (::stat(path.c_str(), &st) != 0) {
-    throw InputError("tokenizer '" + path + "' does not exist");
-  }
-  t->files = files;
-  t->path = file;
-  const Json j = read_json(file);
-  const Where w{file, ""};
-  if (!j.is_object()) w.fail("expected a JSON object");
-  const Json* added = optional_member(j, "added_tokens");
-  IdLimit limit;
-  limit.added = added && added->is_array() ? added->size() : 0;
-  read_model(t, member(j, "model", w), w.at("model"), &limit);
-  if (added) read_added_tokens(t, *added, w.at("added_tokens"), limit);
-  Budget normalizer, pre_tokenizer, decoder, post_processor;
-  if (const Json* n = optional_member(j, "normalizer"))
-    read_normalizer(t, *n, w.at("normalizer"), &normalizer);
-  if (const Json* p = optional_member(j, "pre_tokenizer"))
-    read_pre_tokenizer(t, *p, w.at("pre_tokenizer"), &pre_tokenizer);
-  if (const Json* d = optional_member(j, "decoder")) {
-    t->has_decoder = true;
-    read_decoder(t, *d, w.at("decoder"), &decoder);
-  }
-  std::vector<EmittedId> emitted;
-  if (const Json* p = optional_member(j, "post_processor"))
-    read_post_processor(t, *p, w.at("post_processor"), &post_processor, &emitted);
-  for (const char* k : {"truncation", "padding"}) {
-    if (optional_member(j, k)) w.at(k).fail("must be null (kktrain neither truncates nor pads)");
-  }
-
-  // Added tokens: ids, specials, and the tries they are matched with.
+// After the model, the added tokens and the pipeline are read: the added tokens by id, their
+// matches (normalized ones through the normalizer) in the tries, every id the post-processor
+// emits checked to be a token, the special flags and the vocabulary size.
+void index_tokens(Tokenizer::Impl* t, const Where& w, const std::vector<EmittedId>& emitted) {
   std::sort(t->added.begin(), t->added.end(),
             [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
   std::vector<RegexMatcher> matchers;
@@ -536,8 +276,12 @@ void load_tokenizer(Tokenizer::Impl* t, const TokenizerFiles& files) {
   for (AddedToken& a : t->added) {
     if (a.id >= int32_t(t->id_to_token.size())) t->id_to_token.resize(size_t(a.id) + 1);
     t->id_to_token[size_t(a.id)] = keep(t, a.content);
-    a.match = a.normalized && !t->normalizers.empty() ? apply_normalizers(*t, a.content, matchers)
-                                                      : a.content;
+    a.match = a.content;
+    if (a.normalized && !t->normalizers.empty()) {
+      NormalizedString n(a.content, 0, false);
+      normalize_text(*t, &n, matchers);
+      a.match = std::move(n.text);
+    }
     added_text += a.match.size();
     if (added_text > kMaxAddedTextBytes)
       w.at("added_tokens")
@@ -562,6 +306,44 @@ void load_tokenizer(Tokenizer::Impl* t, const TokenizerFiles& files) {
   for (const AddedToken& a : t->added)
     if (a.special) t->special[size_t(a.id)] = 1;
   t->vocab_size = int64_t(t->id_to_token.size());
+  t->spells.assign(t->id_to_token.size(), 1);
+  if (t->unk_id) t->spells[size_t(*t->unk_id)] = 0;
+  for (const int32_t id : t->byte_ids)
+    if (id >= 0) t->spells[size_t(id)] = 0;
+}
+
+}  // namespace
+
+void load_tokenizer(Tokenizer::Impl* t, const TokenizerFiles& files) {
+  struct stat st {};
+  const std::string& path = files.given;
+  const std::string& file = files.json;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    const bool named_file = path.size() >= 14 && path.rfind("tokenizer.json") == path.size() - 14;
+    if (::stat(file.c_str(), &st) != 0 && named_file)  // a directory where the file should be
+      throw InputError("tokenizer file '" + path + "' is a directory, not a file");
+    if (::stat(file.c_str(), &st) != 0)
+      throw InputError("tokenizer directory '" + path + "' has no tokenizer.json");
+  } else if (::stat(path.c_str(), &st) != 0) {
+    throw InputError("tokenizer '" + path + "' does not exist");
+  }
+  t->files = files;
+  t->path = file;
+  const Json j = read_json(file);
+  const Where w{file, ""};
+  if (!j.is_object()) w.fail("expected a JSON object");
+  const Json* added = optional_member(j, "added_tokens");
+  IdLimit limit;
+  limit.added = added && added->is_array() ? added->size() : 0;
+  read_model(t, member(j, "model", w), w.at("model"), &limit);
+  if (added) read_added_tokens(t, *added, w.at("added_tokens"), limit);
+  std::vector<EmittedId> emitted;
+  read_pipeline(t, j, w, &emitted);
+  for (const char* k : {"truncation", "padding"}) {
+    if (optional_member(j, k)) w.at(k).fail("must be null (kktrain neither truncates nor pads)");
+  }
+
+  index_tokens(t, w, emitted);
   build_boundaries(t);
 
   // tokenizer_config.json beside it.

@@ -179,6 +179,10 @@ bool is_alphanumeric(char32_t cp) {
   }
 }
 
+bool is_starter(char32_t cp) {
+  return utf8proc_get_property(utf8proc_int32_t(cp))->combining_class == 0;
+}
+
 std::string normalize(std::string_view s, NormalForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {

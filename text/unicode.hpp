@@ -40,6 +40,10 @@ bool is_whitespace(char32_t cp);    // White_Space property
 bool is_numeric(char32_t cp);       // general categories Nd, Nl, No
 bool is_alphanumeric(char32_t cp);  // Alphabetic or numeric
 
+// Whether cp's canonical combining class is 0 (a starter: normalization does not move a mark
+// across it, so text can be normalized in pieces that each begin with one).
+bool is_starter(char32_t cp);
+
 enum class NormalForm { nfc, nfd, nfkc, nfkd };
 // s in the normal form (utf8proc). InputError for text utf8proc refuses (not well-formed).
 std::string normalize(std::string_view s, NormalForm form);

@@ -5,7 +5,7 @@
 # every refusal. Label "chat".
 foreach(case IN ITEMS reference_llama3 reference_gemma3 reference_llama2 reference_handwritten
                       prompt_completion
-                      truncation template_order errors)
+                      truncation template_order errors normalized_masks)
   add_test(NAME chat.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_chat_data.py
                    $<TARGET_FILE:kktrain> ${KKTRAIN_NPM_DIR} ${case})

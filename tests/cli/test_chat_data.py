@@ -23,9 +23,14 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
 - errors: one line, exit 2, each naming what and where: a line that is not JSON, no "messages",
   a message without role, without content, a template printing assistant content through a
   filter (no isolatable span) and one closing turns with no special token (both at open, before
-  any example), text a tokenizer's normalizer changes (NFC of a decomposed é: its tokens cannot
-  be mapped back to the text's bytes), a missing data.chat_template file, chat data for a tokenizer without template
+  any example), a missing data.chat_template file, chat data for a tokenizer without template
   and for a model without tokenizer (byte-level).
+- normalized_masks: assistant-only loss through tokenizers whose normalizer changes the text: NFC
+  (a byte-level tokenizer, a decomposed é) and a Llama 2 style one (Prepend + Replace) with NFKC
+  before it (ligatures, a circled digit, a decomposed é). This was the error "do not spell the text
+  they came from ... cannot be mapped back" (the offsets came from decoding each token again,
+  which cannot undo NFC or NFKC); the offsets now come through the normalizer's alignments, so
+  the loss tokens are exactly the content's, as normalized, and the end of turn.
 """
 
 import json
@@ -33,6 +38,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -338,20 +344,41 @@ def case_errors():
         missing = os.path.join(tmp, "missing.jinja")
         err = render(tmp, data, d, f"data.chat_template={missing}", rc_want=2)
         check("data.chat_template" in err and missing in err, err)
-        nfc = tiny(tmp, "nfc", CHATML)
-        with open(os.path.join(nfc, "tokenizer.json")) as f:
-            tok = json.load(f)
-        tok["normalizer"] = {"type": "NFC"}
-        write(os.path.join(nfc, "tokenizer.json"), json.dumps(tok))
-        composed = write_jsonl(os.path.join(tmp, "nfc.jsonl"), [
-            {"messages": [{"role": "user", "content": "cafe\u0301"}]}])
-        err = render(tmp, composed, nfc, rc_want=2)
-        check(f"{composed}:1:" in err and "cannot be mapped back" in err, err)
         err = render(tmp, data, None, rc_want=2)
         check("reads text as bytes" in err and "model.tokenizer" in err, err)
         bare = tiny(tmp, "bare")
         err = render(tmp, data, bare, rc_want=2)
         check("chat template" in err and bare in err and "data.chat_template" in err, err)
+
+
+def case_normalized_masks():
+    """See the module's docstring: the examples render, and each assistant message's loss tokens
+    decode to its content as the normalizer writes it followed by <|im_end|>; no other token
+    counts."""
+    convs = [
+        [{"role": "user", "content": "cafe\u0301?"},
+         {"role": "assistant", "content": "cafe\u0301 au lait"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "\ufb01x it"},
+         {"role": "assistant", "content": "\ufb01ne, \u2460 cafe\u0301"},
+         {"role": "user", "content": "more"}, {"role": "assistant", "content": "the end."}],
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = write_jsonl(os.path.join(tmp, "chat.jsonl"), [{"messages": c} for c in convs])
+        for kind, form in (("byte_level", "NFC"), ("sentencepiece", "NFKC")):
+            d = tiny(tmp, f"{kind}_{form}", CHATML, kind=kind)
+            with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+                tok = json.load(f)
+            tok["normalizer"] = ({"type": form} if tok["normalizer"] is None else
+                                 {"type": "Sequence", "normalizers": [
+                                     {"type": form}, *tok["normalizer"]["normalizers"]]})
+            write(os.path.join(d, "tokenizer.json"), json.dumps(tok, ensure_ascii=False))
+            got = render(tmp, data, d)
+            check(len(got) == len(convs), f"{kind}: {len(got)} examples")
+            for c, ex in zip(convs, got):
+                want = [unicodedata.normalize(form, m["content"]) + "<|im_end|>"
+                        for m in c if m["role"] == "assistant"]
+                have = [decode(d, run) for run in masked_runs(ex)]
+                check(have == want, f"{kind} {form}: loss tokens decode to {have!r}, want {want!r}")
 
 
 def main():

@@ -21,3 +21,13 @@ foreach(tok IN ITEMS llama3 llama2 gemma3)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endforeach()
+# Byte offsets through normalizers that change the text (Llama 2's Prepend + Replace, NFKC before
+# them, Gemma 3's Replace) against the Rust library's offsets: tests/cli/test_tokenizer_offsets.py.
+foreach(case IN ITEMS llama2 nfkc gemma3)
+  add_test(NAME text.reference_offsets_${case}
+           COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_tokenizer_offsets.py
+                   $<TARGET_FILE:tokenize_ids> ${KKTRAIN_NPM_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/tokenizer_offsets offsets_${case})
+  set_tests_properties(text.reference_offsets_${case} PROPERTIES LABELS text TIMEOUT 120
+                       SKIP_RETURN_CODE 77)
+endforeach()

@@ -8,9 +8,13 @@
 //       special tokens), or {"file": F, "error": "..."} when loading, reading, encoding or
 //       decoding fails (a load failure gives that line for every file). Exit 0 unless the
 //       command line is wrong (2).
-//   tokenize_ids --bench [--threads N] [--repeat R] TOKENIZER FILE...
-//       encodes every file R times (default 3) on N threads (default 1; documents dealt
-//       round-robin, one Encoder per thread kept across repeats) and prints one JSON line
+//   tokenize_ids --offsets TOKENIZER FILE...
+//       as above, each line also holding "offsets": [[begin, end], ...], the bytes of the file
+//       each id came from (Encoder::encode_with_offsets).
+//   tokenize_ids --bench [--offsets] [--threads N] [--repeat R] TOKENIZER FILE...
+//       encodes (with --offsets: encode_with_offsets) every file R times (default 3) on N threads
+//       (default 1; documents dealt round-robin, one Encoder per thread kept across repeats) and
+//       prints one JSON line
 //       {"threads", "bytes", "documents", "ids", "load_s", "seconds": [one per repeat]}: the
 //       encoding alone is timed, from the threads' start to the last one's end.
 #include <chrono>
@@ -38,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   bool bench = false;
+  bool offsets = false;
   int threads = 1;
   int repeat = 3;
   std::string tokenizer;
@@ -55,13 +60,22 @@ std::string read_file(const std::string& path) {
 }
 
 // One document's JSON line (ids and both decodes) or the error that stopped it.
-nlohmann::json document_line(const std::string& path, Encoder* encoder) {
+nlohmann::json document_line(const std::string& path, Encoder* encoder, bool with_offsets) {
   nlohmann::json line = {{"file", path}};
   try {
     const std::string text = read_file(path);
     const int64_t bad = kktrain::text::first_invalid_utf8(text);
     if (bad >= 0) throw std::runtime_error("invalid UTF-8 at byte " + std::to_string(bad));
-    const std::vector<int32_t> ids = encoder->encode(text, SpecialTokens::add);
+    std::vector<int32_t> ids;
+    std::vector<kktrain::text::ByteRange> offsets;
+    if (with_offsets) {
+      encoder->encode_with_offsets(&ids, &offsets, text, SpecialTokens::add);
+      nlohmann::json o = nlohmann::json::array();
+      for (const auto& r : offsets) o.push_back({r.begin, r.end});
+      line["offsets"] = o;
+    } else {
+      ids = encoder->encode(text, SpecialTokens::add);
+    }
     const Tokenizer& t = encoder->tokenizer();
     line["ids"] = ids;
     line["decoded"] = t.decode(ids, SkipSpecial::no);
@@ -83,7 +97,7 @@ int reference(const Options& o) {
     return 0;
   }
   Encoder encoder(tokenizer);
-  for (const auto& f : o.files) std::cout << document_line(f, &encoder).dump() << "\n";
+  for (const auto& f : o.files) std::cout << document_line(f, &encoder, o.offsets).dump() << "\n";
   return 0;
 }
 
@@ -111,10 +125,16 @@ int bench(const Options& o) {
     for (int w = 0; w < o.threads; ++w) {
       pool.emplace_back([&, w] {
         std::vector<int32_t> ids;
+        std::vector<kktrain::text::ByteRange> offsets;
         counts[size_t(w)] = 0;
         for (size_t i = size_t(w); i < texts.size(); i += size_t(o.threads)) {
           ids.clear();
-          encoders[size_t(w)].encode(&ids, texts[i], SpecialTokens::add);
+          offsets.clear();
+          if (o.offsets) {
+            encoders[size_t(w)].encode_with_offsets(&ids, &offsets, texts[i], SpecialTokens::add);
+          } else {
+            encoders[size_t(w)].encode(&ids, texts[i], SpecialTokens::add);
+          }
           counts[size_t(w)] += int64_t(ids.size());
         }
       });
@@ -138,6 +158,8 @@ bool parse(int argc, char** argv, Options* o) {
     const std::string a = argv[i];
     if (a == "--bench") {
       o->bench = true;
+    } else if (a == "--offsets") {
+      o->offsets = true;
     } else if ((a == "--threads" || a == "--repeat") && i + 1 < argc) {
       (a == "--threads" ? o->threads : o->repeat) = std::atoi(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -158,7 +180,8 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
-                 "usage: tokenize_ids [--bench [--threads N] [--repeat R]] TOKENIZER FILE...\n");
+                 "usage: tokenize_ids [--offsets] [--bench [--threads N] [--repeat R]] TOKENIZER "
+                 "FILE...\n");
     return 2;
   }
   try {

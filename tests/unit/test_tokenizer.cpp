@@ -305,6 +305,85 @@ TEST_F(TokenizerTest, OneErrorLineNamingKeyAndFile) {
   EXPECT_THROW(e.encode("a\xff", SpecialTokens::add), InputError);
 }
 
+using Spans = std::vector<std::pair<size_t, size_t>>;
+
+// The bytes of `text` each id of encode_with_offsets came from (no special tokens), checking
+// that the ids are encode's.
+Spans offsets_of(const std::shared_ptr<const Tokenizer>& t, const std::string& text) {
+  Encoder e(t);
+  std::vector<int32_t> ids;
+  std::vector<ByteRange> off;
+  e.encode_with_offsets(&ids, &off, text, SpecialTokens::none);
+  EXPECT_EQ(ids, e.encode(text, SpecialTokens::none)) << text;
+  Spans got;
+  for (const auto& o : off) got.emplace_back(o.begin, o.end);
+  return got;
+}
+
+// Offsets through normalizers that change the text, as the Rust library's alignments give them
+// (in bytes; its encode(...).offsets, checked by hand with the tokenizers npm package): a
+// replaced match's new text has the range of the match's last character, stripped and removed
+// bytes belong to no token, a character NFKC turns into several gives each of them its range.
+// Where kktrain is finer by design: the whole of a sequence NFC composes into one character (the
+// Rust library gives it the first character's range), a byte-fallback token its one byte, and
+// what Prepend and Metaspace put in front no byte. These used to be an InputError ("do not
+// spell the text they came from").
+TEST_F(TokenizerTest, OffsetsThroughNormalizers) {
+  Json j = bpe(letters("caf\u00e9 ok"), {});
+  j["normalizer"] = {{"type", "NFC"}};
+  EXPECT_EQ(offsets_of(load(j), "cafe\u0301 ok"),
+            (Spans{{0, 1}, {1, 2}, {2, 3}, {3, 6}, {6, 7}, {7, 8}, {8, 9}}));
+  // Text NFC leaves alone keeps its bytes one by one.
+  EXPECT_EQ(offsets_of(load(j), "caf\u00e9"), (Spans{{0, 1}, {1, 2}, {2, 3}, {3, 5}}));
+  j = bpe({"f", "i", "x", "1"}, {});
+  j["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_EQ(offsets_of(load(j), "\ufb01x\u2460"), (Spans{{0, 3}, {0, 3}, {3, 4}, {4, 7}}));
+  j = bpe({"c", "X", "d"}, {});
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "ab"}}}, {"content", "X"}};
+  EXPECT_EQ(offsets_of(load(j), "cabd"), (Spans{{0, 1}, {2, 3}, {3, 4}}));
+  j = bpe({"a", "_", "b", " "}, {});
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "__"}};
+  EXPECT_EQ(offsets_of(load(j), "a b"), (Spans{{0, 1}, {1, 2}, {1, 2}, {2, 3}}));
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}};
+  EXPECT_EQ(offsets_of(load(j), "a  \n b"), (Spans{{0, 1}, {4, 5}, {5, 6}}));
+  j["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+  EXPECT_EQ(offsets_of(load(j), "  ab  "), (Spans{{2, 3}, {3, 4}}));
+  // Llama 2's normalizer with NFKC before it: the prepended U+2581 covers no byte, each space's
+  // U+2581 the space, a byte-fallback token its byte.
+  j = bpe({"\u2581", "h", "i", "f"}, {"\u2581h", "\u2581hi", "\u2581f"},
+          {"\u2581 h", "\u2581h i", "\u2581 f"}, false);
+  add_byte_fallback(&j, 100);
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "NFKC"}},
+        {{"type", "Prepend"}, {"prepend", "\u2581"}},
+        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
+  EXPECT_EQ(offsets_of(load(j), "\ufb01 hi \u20ac"),
+            (Spans{{0, 3}, {0, 3}, {3, 6}, {6, 7}, {7, 8}, {8, 9}, {9, 10}}));
+  EXPECT_EQ(offsets_of(load(j), "\u20ac"), (Spans{{0, 0}, {0, 1}, {1, 2}, {2, 3}}));
+  // Metaspace without a decoder to undo it.
+  j = bpe(letters("a b"), {"\u2581a", "\u2581b"});
+  j["pre_tokenizer"] = {{"type", "Metaspace"},
+                        {"replacement", "\u2581"},
+                        {"prepend_scheme", "always"},
+                        {"split", true}};
+  EXPECT_EQ(offsets_of(load(j), "a b"), (Spans{{0, 1}, {1, 3}}));
+  // An added token found in the normalized text: the original bytes of its match.
+  j = bpe(letters("ab-c_"), {});
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "-"}}}, {"content", "_"}};
+  Json a = added(50, "b_c", false, false, false);
+  a["normalized"] = true;
+  j["added_tokens"] = Json::array({a, added(51, "a-", false, false, false)});
+  EXPECT_EQ(offsets_of(load(j), "ab-ca-b"), (Spans{{0, 1}, {1, 4}, {4, 6}, {6, 7}}));
+  // Unknown characters: an unk covers its character, a fused run of them.
+  j = bpe({"a", "<unk>"}, {});
+  j["model"]["unk_token"] = "<unk>";
+  EXPECT_EQ(offsets_of(load(j), "ab\u00e9a"), (Spans{{0, 1}, {1, 2}, {2, 4}, {4, 5}}));
+  j["model"]["fuse_unk"] = true;
+  EXPECT_EQ(offsets_of(load(j), "ab\u00e9a"), (Spans{{0, 1}, {1, 4}, {4, 5}}));
+}
+
 TEST(Utf8, WellFormednessAndLossyConversion) {
   EXPECT_EQ(first_invalid_utf8("plain ascii text, longer than eight bytes"), -1);
   EXPECT_EQ(first_invalid_utf8("\u00e9\u20ac\U0001F600"), -1);
