@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <new>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "apps/dataprep/cache_manifest.hpp"
 #include "apps/dataprep/cache_protocol.hpp"
@@ -17,6 +16,7 @@
 #include "apps/dataprep/text_model.hpp"
 #include "apps/dataprep/tokenize_inputs.hpp"
 #include "core/errors.hpp"
+#include "core/fan_out.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
@@ -189,34 +189,22 @@ bool has_loss_token(const RenderedExample& e) {
 }
 
 // Renders block[i] into out[i] on `threads` threads (examples handed out in turn); the first
-// error (in line order) is rethrown.
+// error (in line order) is rethrown (core/fan_out.hpp).
 void render_block(const ExampleRenderer& r, const std::string& file,
                   const std::vector<std::pair<int64_t, std::string>>& block,
                   std::vector<RenderedExample>* out, int threads) {
   out->assign(block.size(), RenderedExample{});
-  std::vector<std::exception_ptr> errors(block.size());
-  auto work = [&](int w) {
-    for (std::size_t i = static_cast<std::size_t>(w); i < block.size(); i += threads) {
-      try {
-        (*out)[i] = r.render(block[i].second, file, block[i].first);
-      } catch (const std::bad_alloc&) {  // named as the line, not a generic bad_alloc
-        errors[i] = std::make_exception_ptr(RuntimeFailure(
-            file + ":" + std::to_string(block[i].first) + ": out of memory rendering this " +
-            std::to_string(block[i].second.size()) +
-            "-byte example (rendering takes tens of times a line's size; " +
-            std::to_string(threads) + " threads render at once)"));
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
+  fan_out(block.size(), threads, [&](int, std::size_t i) {
+    try {
+      (*out)[i] = r.render(block[i].second, file, block[i].first);
+    } catch (const std::bad_alloc&) {  // named as the line, not a generic bad_alloc
+      throw RuntimeFailure(file + ":" + std::to_string(block[i].first) +
+                           ": out of memory rendering this " +
+                           std::to_string(block[i].second.size()) +
+                           "-byte example (rendering takes tens of times a line's size; " +
+                           std::to_string(threads) + " threads render at once)");
     }
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-  work(0);
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  });
 }
 
 }  // namespace

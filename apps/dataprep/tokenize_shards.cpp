@@ -16,15 +16,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <exception>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "apps/dataprep/tokenize_inputs.hpp"
 #include "core/errors.hpp"
+#include "core/fan_out.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
 #include "io/token_shards.hpp"
@@ -79,51 +76,33 @@ int32_t eos_id(const text::Tokenizer& tok, const TokenizeOptions& o, const std::
 // Encodes docs[i] into ids[i] (then the EOS id) on one worker thread per encoder (at most one per
 // document), documents handed out in turn; `tick` runs on the calling thread every half second
 // meanwhile. The first failure (by document order) is rethrown once every worker has stopped.
-// A stop request (`stop`, when set) hands out no more documents.
+// A stop request (`stop`, when set) hands out no more documents (core/fan_out.hpp).
 void encode_batch(std::vector<std::vector<int32_t>>* ids, const std::vector<InputDocument>& docs,
                   std::vector<text::Encoder>& encoders, int32_t eos, Progress* progress,
                   const std::function<void()>& tick, const std::function<int()>& stop) {
   ids->assign(docs.size(), {});
-  std::vector<std::exception_ptr> errors(docs.size());
-  std::atomic<std::size_t> next{0};
-  std::mutex m;
-  std::condition_variable done;
-  int running = static_cast<int>(std::min(encoders.size(), docs.size()));
-  auto work = [&](text::Encoder& enc) {
-    for (std::size_t i; (i = next++) < docs.size();) {
-      if (stop && stop() != 0) {
-        next = docs.size();
-        break;
-      }
-      try {
-        enc.encode(&(*ids)[i], docs[i].text, text::SpecialTokens::add);
-        if (eos >= 0) (*ids)[i].push_back(eos);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        next = docs.size();  // hand out no more documents
-      }
-      progress->bytes += static_cast<int64_t>(docs[i].text.size());
-      progress->documents += 1;
-      progress->tokens += static_cast<int64_t>((*ids)[i].size());
-    }
-    std::lock_guard<std::mutex> lock(m);
-    --running;
-    done.notify_one();
-  };
-  std::vector<std::thread> pool;
-  for (int w = 0, n = running; w < n; ++w) pool.emplace_back(work, std::ref(encoders[w]));
-  {
-    std::unique_lock<std::mutex> lock(m);
-    while (!done.wait_for(lock, std::chrono::milliseconds(500), [&] { return running == 0; })) {
-      lock.unlock();
-      tick();
-      lock.lock();
-    }
-  }
-  for (auto& t : pool) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  FanOutHooks hooks;
+  hooks.tick = tick;
+  if (stop) hooks.stop = [&] { return stop() != 0; };
+  fan_out(
+      docs.size(), static_cast<int>(encoders.size()),
+      [&](int w, std::size_t i) {
+        auto count = [&] {  // a document whose encoding fails counts as read too
+          progress->bytes += static_cast<int64_t>(docs[i].text.size());
+          progress->documents += 1;
+          progress->tokens += static_cast<int64_t>((*ids)[i].size());
+        };
+        try {
+          encoders[static_cast<std::size_t>(w)].encode(&(*ids)[i], docs[i].text,
+                                                       text::SpecialTokens::add);
+          if (eos >= 0) (*ids)[i].push_back(eos);
+        } catch (...) {
+          count();
+          throw;
+        }
+        count();
+      },
+      hooks);
 }
 
 // The progress line, updated in place on a terminal: at most every half second.
