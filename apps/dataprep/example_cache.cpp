@@ -221,7 +221,11 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
   std::vector<RenderedExample> rendered;
   int64_t ordinal = 0;
   int64_t cut_off = 0;  // training examples whose every loss token truncation cut off
-  auto read_file = [&](const std::string& file, bool is_val) {
+  // Which data a file holds: training examples (of which data.val_fraction may be held out), or
+  // validation examples only (data.val_path).
+  enum class Holds { training, validation };
+  auto read_file = [&](const std::string& file, Holds holds) {
+    const bool is_val = holds == Holds::validation;
     LineBlocks lines(file);
     while (lines.next(&block)) {
       render_block(renderer, file, block, &rendered, threads);
@@ -254,8 +258,8 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const std::string& dir
   };
   check(files, "data.path");
   if (d.val_path) check({*d.val_path}, "data.val_path");
-  for (const auto& f : files) read_file(f, false);
-  if (d.val_path) read_file(*d.val_path, true);
+  for (const auto& f : files) read_file(f, Holds::training);
+  if (d.val_path) read_file(*d.val_path, Holds::validation);
   if (train.examples() == 0 || train.loss_tokens() == 0) {
     const std::string what =
         "data.path '" + files.at(0) + "'" +

@@ -105,15 +105,18 @@ void encode_batch(std::vector<std::vector<int32_t>>* ids, const std::vector<Inpu
       hooks);
 }
 
+// When ProgressLine::tick shows the line: at most every half second, or now (the last line).
+enum class Show { when_due, now };
+
 // The progress line, updated in place on a terminal: at most every half second.
 class ProgressLine {
  public:
   ProgressLine(const Progress& p, int64_t total_bytes)
       : p_(p), total_(total_bytes), tty_(::isatty(2) == 1), start_(Clock::now()) {}
-  void tick(bool force = false) {
+  void tick(Show show = Show::when_due) {
     if (!tty_) return;
     const auto now = Clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(500)) return;
+    if (show == Show::when_due && now - last_ < std::chrono::milliseconds(500)) return;
     last_ = now;
     const double s = seconds(), mb = p_.bytes / 1e6;
     const double rate = s > 0 ? mb / s : 0;
@@ -212,7 +215,7 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o, const std::string& 
   TokenizeSummary summary;
   summary.shards = writer.finish();
   const auto& shards = summary.shards;
-  line.tick(true);
+  line.tick(Show::now);
   line.end();
   const double s = line.seconds();
   log::info(
