@@ -11,6 +11,7 @@
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_reader.hpp"
 #include "core/json_text.hpp"
 #include "text/tokenizer_impl.hpp"
 
@@ -19,54 +20,18 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The file being read and a key path, for messages.
-struct Where {
-  const std::string& file;
-  std::string key;
-  Where at(const std::string& k) const { return {file, key.empty() ? k : key + "." + k}; }
-  Where at(size_t i) const { return {file, key + "[" + std::to_string(i) + "]"}; }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw InputError("tokenizer file '" + file +
-                     "': " + (key.empty() ? "" : "key '" + key + "': ") + what);
-  }
-};
-
-const char* type_name(const Json& v) {
-  return v.type_name();
-}
-
-const Json& member(const Json& obj, const char* k, const Where& w) {
-  if (!obj.is_object()) w.fail(std::string("expected an object, found ") + type_name(obj));
-  const auto it = obj.find(k);
-  if (it == obj.end()) w.at(k).fail("missing");
-  return *it;
-}
-const Json* optional_member(const Json& obj, const char* k) {
-  const auto it = obj.find(k);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-std::string as_string(const Json& v, const Where& w) {
-  if (!v.is_string()) w.fail(std::string("expected a string, found ") + type_name(v));
-  return v.get<std::string>();
-}
-bool as_bool(const Json& v, const Where& w) {
-  if (!v.is_boolean()) w.fail(std::string("expected true or false, found ") + type_name(v));
-  return v.get<bool>();
-}
-int64_t as_int(const Json& v, const Where& w) {
-  if (!v.is_number_integer()) w.fail(std::string("expected an integer, found ") + type_name(v));
-  return v.get<int64_t>();
-}
-bool bool_or(const Json& obj, const char* k, bool dflt, const Where& w) {
-  const Json* v = optional_member(obj, k);
-  return v ? as_bool(*v, w.at(k)) : dflt;
-}
-std::string type_of(const Json& obj, const Where& w) {
-  return as_string(member(obj, "type", w), w.at("type"));
-}
-[[noreturn]] void unsupported(const Where& w, const std::string& what, const char* supported) {
-  w.fail("'" + what + "' is not supported (kktrain reads " + supported + ")");
-}
+// The file being read and a key path, for messages (core/json_reader.hpp).
+constexpr char kTokenizerFile[] = "tokenizer file ";
+using Where = json_reader::JsonWhere<kTokenizerFile>;
+using json_reader::as_bool;
+using json_reader::as_int;
+using json_reader::as_string;
+using json_reader::bool_or;
+using json_reader::member;
+using json_reader::optional_member;
+using json_reader::type_name;
+using json_reader::type_of;
+using json_reader::unsupported;
 
 // The most a tokenizer.json or tokenizer_config.json may hold: about twice the largest known
 // (Gemma 3's tokenizer.json, 33 MB: loaded in 2.6 s, 210 MB peak RSS). A hostile file of tiny
