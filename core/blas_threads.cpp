@@ -2,23 +2,16 @@
 // the libraries already loaded (Debian: libblas.so.3 pulls in libopenblas.so.0), so there is no
 // link-time dependency on OpenBLAS. Single-threaded callers only (the host training loop).
 //
-// Why kBlasWorkPerThread is 64 Mi multiply-adds (OpenBLAS 0.3.21 pthreads, 2-core KVM guest):
-// OpenBLAS splits all but tiny products (these attention ones included) evenly among its threads
-// and waits for the last. Alone, a second thread gains 1.2-2x on the default model's products;
-// beside one busy process, whichever thread shares a core with it is descheduled for a time slice,
-// and the product waits (us per call, 1 -> 2 threads):
-//   attention 128x128x32     alone 46 -> 38     beside a busy process 42 -> 1824
-//   gate/up   1024x688x128   alone 6358 -> 4012 beside a busy process 6214 -> 7298
-// End to end, the default training (40 steps, wall s, medians of 3) by the work each thread needs:
-//   every product on 2 threads (OpenBLAS' default)  alone  9.5  beside a busy process 39.0  4.1x
-//   16 Mi per thread (attention on 1 thread)         alone  9.8  beside a busy process 19.9  2.0x
-//   32 Mi per thread                                 alone 12.4  beside a busy process 20.8  1.7x
-//   64 Mi per thread (every product on 1 thread)     alone 13.1  beside a busy process 12.5  1.0x
-//   OPENBLAS_NUM_THREADS=1                           alone 12.0  beside a busy process 12.8  1.1x
-// 64 Mi multiply-adds is ~5 ms of one core here, longer than a time slice: larger products (a
-// 2048x1024x1024 projection) still split, small ones no longer gamble on the scheduler. The price
-// is the second core's gain when alone (1.3-1.5x on the default job); OPENBLAS_NUM_THREADS=N
-// hands every product back to OpenBLAS' own choice.
+// Why kBlasWorkPerThread is 64 Mi multiply-adds (OpenBLAS 0.3.21 pthreads): OpenBLAS splits all
+// but tiny products (small attention ones included) evenly among its threads and waits for the
+// last. Alone, a second thread gains on the default model's products; beside one busy process,
+// whichever thread shares a core with it is descheduled for a time slice, and the product waits,
+// so that a small product split over two threads costs many times its single-thread time, and
+// the default training run slows the more the smaller the products that are split. 64 Mi
+// multiply-adds on one core is longer than a time slice: larger products (a 2048x1024x1024
+// projection) still split, small ones no longer gamble on the scheduler. The price is the second
+// core's gain when alone; OPENBLAS_NUM_THREADS=N hands every product back to OpenBLAS' own
+// choice. The measurements: bench/README.md, "BLAS threads per product".
 #include "core/blas_threads.hpp"
 
 #include <dlfcn.h>

@@ -14,10 +14,11 @@
 
 namespace kktrain {
 
-// Multiply-adds each BLAS thread must get for a product to be split: 64 Mi, about 5 ms of one
-// core's sgemm here. OpenBLAS splits a product statically and waits for its slowest thread, so
-// when another process shares a core, every split product risks a scheduler time slice (a few
-// ms); below this size the risk costs more than the second core gains (numbers: the .cpp).
+// Multiply-adds each BLAS thread must get for a product to be split: 64 Mi, longer than a
+// scheduler time slice of one core's sgemm. OpenBLAS splits a product statically and waits for its
+// slowest thread, so when another process shares a core, every split product risks a time slice;
+// below this size the risk costs more than the second core gains (the reasons: the .cpp; the
+// numbers: bench/README.md, "BLAS threads per product").
 constexpr int64_t kBlasWorkPerThread = int64_t{1} << 26;
 
 // Threads worth using for one (m x k) @ (k x n) product under `limit`: one per

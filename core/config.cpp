@@ -289,9 +289,11 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->tie_word_embeddings = s.get_bool("tie_word_embeddings", m->tie_word_embeddings);
 
   // Storage dtype: both spellings accept the same values; resolution happens in load_config.
-  spec->dtype = s.get_dtype("dtype", std::nullopt, true, true, &spec->dtype_auto);
+  spec->dtype = s.get_dtype("dtype", std::nullopt, DTypeNull::accepted, DTypeAuto::accepted,
+                            &spec->dtype_auto);
   spec->dtype_present = spec->dtype_auto || spec->dtype.has_value();
-  spec->torch_dtype = s.get_dtype("torch_dtype", std::nullopt, true, true, &spec->torch_dtype_auto);
+  spec->torch_dtype = s.get_dtype("torch_dtype", std::nullopt, DTypeNull::accepted,
+                                  DTypeAuto::accepted, &spec->torch_dtype_auto);
   spec->torch_dtype_present = spec->torch_dtype_auto || spec->torch_dtype.has_value();
   if (spec->torch_dtype_present) {
     log::warn(std::string("model.torch_dtype is deprecated; use model.dtype") +
@@ -345,8 +347,8 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
 }
 
 void read_freeze(Section& s, FreezeConfig* f) {
-  f->freeze_modules = s.get_string_list("freeze_modules", true);
-  f->unfreeze_modules = s.get_string_list("unfreeze_modules", true);
+  f->freeze_modules = s.get_string_list("freeze_modules", GlobMaps::accepted);
+  f->unfreeze_modules = s.get_string_list("unfreeze_modules", GlobMaps::accepted);
   f->freeze_parameters = s.get_string_list("freeze_parameters");
   f->unfreeze_parameters = s.get_string_list("unfreeze_parameters");
   s.finish();
@@ -372,12 +374,12 @@ void read_peft(Section& s, PeftConfig* p) {
                            "\"; accepted: nemo_automodel.components._peft.lora.PeftConfig, "
                            "PeftConfig, lora");
   }
-  p->target_modules = s.get_string_list("target_modules", true);
+  p->target_modules = s.get_string_list("target_modules", GlobMaps::accepted);
   p->dim = s.get_int("dim", p->dim, 1, 1 << 16);
   p->alpha = s.get_double("alpha", p->alpha, 0.0, kInf);
   p->dropout = s.get_double("dropout", p->dropout, 0.0, 1.0);
   if (p->dropout != 0.0) s.fail("dropout", "LoRA dropout is not implemented; use 0.0");
-  p->lora_dtype = s.get_dtype("lora_dtype", std::nullopt, true);
+  p->lora_dtype = s.get_dtype("lora_dtype", std::nullopt, DTypeNull::accepted);
   require_supported(s, "lora_dtype", p->lora_dtype);
   p->init_from = s.get_opt_string("init_from");
   s.accepts("init_from",
@@ -448,8 +450,8 @@ void read_optimizer(Section& s, OptimizerConfig* o) {
     o->bias_correction = s.get_bool("bias_correction", true);
     o->master_weights = s.get_bool("master_weights", false);
     o->store_param_remainders = s.get_bool("store_param_remainders", false);
-    o->exp_avg_dtype = *s.get_dtype("exp_avg_dtype", DType::float32, false);
-    o->exp_avg_sq_dtype = *s.get_dtype("exp_avg_sq_dtype", DType::float32, false);
+    o->exp_avg_dtype = *s.get_dtype("exp_avg_dtype", DType::float32, DTypeNull::refused);
+    o->exp_avg_sq_dtype = *s.get_dtype("exp_avg_sq_dtype", DType::float32, DTypeNull::refused);
     require_supported(s, "exp_avg_dtype", o->exp_avg_dtype);
     require_supported(s, "exp_avg_sq_dtype", o->exp_avg_sq_dtype);
   } else {
@@ -490,16 +492,16 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
     }
     mp.set_resolved("_target_", YAML::Node(kPolicy));
     auto& p = d->mp_policy;
-    p.param_dtype = mp.get_dtype("param_dtype", DType::bfloat16, true);
-    p.reduce_dtype = mp.get_dtype("reduce_dtype", DType::float32, true);
-    p.output_dtype = mp.get_dtype("output_dtype", DType::bfloat16, true);
+    p.param_dtype = mp.get_dtype("param_dtype", DType::bfloat16, DTypeNull::accepted);
+    p.reduce_dtype = mp.get_dtype("reduce_dtype", DType::float32, DTypeNull::accepted);
+    p.output_dtype = mp.get_dtype("output_dtype", DType::bfloat16, DTypeNull::accepted);
     p.cast_forward_inputs = mp.get_bool("cast_forward_inputs", true);
     require_supported(mp, "param_dtype", p.param_dtype);
     require_supported(mp, "reduce_dtype", p.reduce_dtype);
     require_supported(mp, "output_dtype", p.output_dtype);
     mp.finish();
   }
-  d->autocast_dtype = s.get_dtype("autocast_dtype", std::nullopt, true);
+  d->autocast_dtype = s.get_dtype("autocast_dtype", std::nullopt, DTypeNull::accepted);
   require_supported(s, "autocast_dtype", d->autocast_dtype);
   d->reshard_after_forward = s.get_bool("reshard_after_forward", true);
   d->grad_sync = get_enum(s, "grad_sync", GradSync::every_micro_batch, grad_syncs());
@@ -513,7 +515,7 @@ void read_distributed(Section& s, DistributedConfig* d, int world_size) {
   d->failed_rank_wait_s = s.get_double("failed_rank_wait_s", 60.0, 0.0, 86400.0);
   d->stuck_peer_wait_s = s.get_double("stuck_peer_wait_s", 300.0, 1.0, 86400.0);
   d->expert_parallel_size = s.get_int("expert_parallel_size", 1, 1, 1 << 16);
-  d->moe_param_dtype = s.get_dtype("moe_param_dtype", std::nullopt, true);
+  d->moe_param_dtype = s.get_dtype("moe_param_dtype", std::nullopt, DTypeNull::accepted);
   require_supported(s, "moe_param_dtype", d->moe_param_dtype);
   d->allow_moe_param_dtype_mismatch = s.get_bool("allow_moe_param_dtype_mismatch", false);
   s.finish();
@@ -633,7 +635,7 @@ void read_checkpoint(Section& s, CheckpointConfig* c) {
                                                       : ResumeFrom::path;
   c->resume_path = c->resume == ResumeFrom::path ? resume : "";
   s.set_resolved("resume", YAML::Node(resume_name(*c)));
-  c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, false);
+  c->export_dtype = *s.get_dtype("export_dtype", DType::bfloat16, DTypeNull::refused);
   require_supported(s, "export_dtype", c->export_dtype);
   c->export_format = get_enum(s, "export_format", ExportKind::hdf5, export_kinds());
   s.finish();

@@ -373,7 +373,8 @@ std::string Section::get_choice(const std::string& key, const std::string& def,
   return s;
 }
 
-std::vector<std::string> Section::get_string_list(const std::string& key, bool allow_glob_maps) {
+std::vector<std::string> Section::get_string_list(const std::string& key, GlobMaps glob_maps) {
+  const bool allow_glob_maps = glob_maps == GlobMaps::accepted;
   known(key);
   if (g_recorder) {
     g_recorder->record({key_path(key), "list of strings", "[]",
@@ -443,7 +444,8 @@ std::vector<double> Section::get_double_list(const std::string& key, const std::
 }
 
 std::optional<DType> Section::get_dtype(const std::string& key, std::optional<DType> def,
-                                        bool allow_null, bool allow_auto, bool* is_auto) {
+                                        DTypeNull null, DTypeAuto auto_, bool* is_auto) {
+  const bool allow_null = null == DTypeNull::accepted, allow_auto = auto_ == DTypeAuto::accepted;
   known(key);
   if (g_recorder) {
     // float16 spellings parse but are refused (kktrain computes in float32 and bfloat16 only).

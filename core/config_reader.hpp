@@ -61,6 +61,12 @@ class SchemaRecorder {
   void record(SchemaEntry e);
 };
 
+// Whether Section::get_string_list accepts {glob: PATTERN} mappings as items.
+enum class GlobMaps { refused, accepted };
+// Whether Section::get_dtype accepts null (no dtype) and "auto".
+enum class DTypeNull { refused, accepted };
+enum class DTypeAuto { refused, accepted };
+
 class Section {
  public:
   // `node` may be undefined or null (an absent section: every key takes its default).
@@ -88,16 +94,19 @@ class Section {
   std::string get_choice(const std::string& key, const std::string& def,
                          const std::vector<std::string>& choices);
   // A list of strings; a single string is accepted as a one-element list. Items may also be
-  // mappings {glob: "..."} when `allow_glob_maps` (ModuleSelector(glob=...) spelling).
-  std::vector<std::string> get_string_list(const std::string& key, bool allow_glob_maps = false);
+  // mappings {glob: "..."} when `glob_maps` is GlobMaps::accepted (ModuleSelector(glob=...)
+  // spelling).
+  std::vector<std::string> get_string_list(const std::string& key,
+                                           GlobMaps glob_maps = GlobMaps::refused);
   // A list of exactly n numbers (betas).
   std::vector<double> get_double_list(const std::string& key, const std::vector<double>& def,
                                       double min, double max);
 
-  // A dtype string. Returns nullopt for null (when allow_null) and the string "auto" is returned
-  // through *is_auto (when allow_auto). The resolved tree records the canonical spelling.
-  std::optional<DType> get_dtype(const std::string& key, std::optional<DType> def, bool allow_null,
-                                 bool allow_auto = false, bool* is_auto = nullptr);
+  // A dtype string. Returns nullopt for null (when DTypeNull::accepted) and the string "auto" is
+  // returned through *is_auto (when DTypeAuto::accepted). The resolved tree records the canonical
+  // spelling.
+  std::optional<DType> get_dtype(const std::string& key, std::optional<DType> def, DTypeNull null,
+                                 DTypeAuto auto_ = DTypeAuto::refused, bool* is_auto = nullptr);
 
   // For the schema: what a key read as a plain string accepts (checked by the caller).
   void accepts(const std::string& key, const std::string& text) const;

@@ -253,15 +253,15 @@ std::string save_checkpoint_dir(const std::string& root, int64_t step, int64_t k
   collectively(comm, [&] { write(tmp_file); });
   collectively(comm, [&] {
     if (!rank0) return;
-    fsync_path(tmp_file, false);
-    fsync_path(tmp_dir.string(), true);
+    fsync_path(tmp_file, FsyncTarget::file);
+    fsync_path(tmp_dir.string(), FsyncTarget::directory);
     std::error_code ec;
     fs::rename(tmp_dir, final_dir, ec);
     if (ec) {
       throw RuntimeFailure("checkpoint: cannot rename '" + tmp_dir.string() + "' to '" +
                            final_dir.string() + "': " + ec.message());
     }
-    fsync_path(root, true);
+    fsync_path(root, FsyncTarget::directory);
     clear_latest_name(root);
     write_text_atomically((fs::path(root) / "latest").string(), name + "\n");
     prune_steps(root, keep_last, step);  // only now may older checkpoints go
@@ -350,7 +350,7 @@ std::string set_aside_checkpoints(const std::string& root, int64_t keep_through_
                            aside.string() + "': " + ec.message());
     }
   }
-  fsync_path(root, true);
+  fsync_path(root, FsyncTarget::directory);
   const std::size_t n = moving.size();
   return std::to_string(n) + " step director" + (n == 1 ? "y" : "ies") + " (steps " +
          std::to_string(moving.front()) + " to " + std::to_string(moving.back()) +

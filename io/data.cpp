@@ -133,7 +133,8 @@ int64_t TokenDataset::val_tokens() const {
   return n;
 }
 
-int64_t TokenDataset::starts(bool val, int64_t T) const {
+int64_t TokenDataset::starts(Split split, int64_t T) const {
+  const bool val = split == Split::val;
   int64_t n = 0;
   for (const auto& p : parts_) n += std::max<int64_t>(0, (val ? p.n_val : p.n_train) - T);
   return n;
@@ -155,8 +156,9 @@ void TokenDataset::read_checked(const Part& p, int64_t begin, int64_t n, int32_t
   }
 }
 
-Batch TokenDataset::window_batch(bool val, uint64_t stream, uint64_t key, int64_t first,
+Batch TokenDataset::window_batch(Split split, uint64_t stream, uint64_t key, int64_t first,
                                  int64_t count, int64_t B, int64_t T) const {
+  const bool val = split == Split::val;
   Batch b;
   b.B = B;
   b.T = T;
@@ -185,20 +187,20 @@ Batch TokenDataset::window_batch(bool val, uint64_t stream, uint64_t key, int64_
 }
 
 Batch TokenDataset::train_batch(int64_t step, int64_t first, int64_t B, int64_t T) const {
-  if (starts(false, T) == 0) {
+  if (starts(Split::train, T) == 0) {
     throw InputError("data: " + source_ + " has no training window of seq_len " +
                      std::to_string(T) + " + 1 tokens");
   }
-  return window_batch(false, name_stream("train"), mix64(static_cast<uint64_t>(step)), first, B, B,
-                      T);
+  return window_batch(Split::train, name_stream("train"), mix64(static_cast<uint64_t>(step)), first,
+                      B, B, T);
 }
 
 Batch TokenDataset::val_windows(int64_t first, int64_t count, int64_t B, int64_t T) const {
-  if (starts(true, T) == 0) {
+  if (starts(Split::val, T) == 0) {
     throw InputError("data: " + source_ + " has no validation split long enough for seq_len " +
                      std::to_string(T) + " (raise data.val_fraction)");
   }
-  return window_batch(true, name_stream("val"), 0, first, count, B, T);
+  return window_batch(Split::val, name_stream("val"), 0, first, count, B, T);
 }
 
 }  // namespace kktrain

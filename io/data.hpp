@@ -99,7 +99,7 @@ class TokenDataset {
   int64_t val_tokens() const;
   bool has_validation() const { return val_tokens() > 0; }
   // True when some file's validation split holds a window of T + 1 tokens.
-  bool has_validation_windows(int64_t T) const { return starts(true, T) > 0; }
+  bool has_validation_windows(int64_t T) const { return starts(Split::val, T) > 0; }
   const std::string& source() const { return source_; }
 
  private:
@@ -108,11 +108,13 @@ class TokenDataset {
     std::shared_ptr<const TokenFile> file;
     int64_t n_train = 0, n_val = 0;  // tokens [0, n_train) train, [n_train, n_train + n_val) val
   };
+  // Which split of each file a window is drawn from.
+  enum class Split { train, val };
   // Window starts of T + 1 tokens over all files' train (or validation) splits.
-  int64_t starts(bool val, int64_t T) const;
+  int64_t starts(Split split, int64_t T) const;
   // Rows [0, count) are windows first.. of the split keyed by (stream, key); rows [count, B)
   // repeat row 0's tokens with ignored targets.
-  Batch window_batch(bool val, uint64_t stream, uint64_t key, int64_t first, int64_t count,
+  Batch window_batch(Split split, uint64_t stream, uint64_t key, int64_t first, int64_t count,
                      int64_t B, int64_t T) const;
   // tokens [begin, begin + n) of part p into out, each id checked against vocab_.
   void read_checked(const Part& p, int64_t begin, int64_t n, int32_t* out) const;

@@ -16,8 +16,9 @@ namespace kktrain {
 
 namespace fs = std::filesystem;
 
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+void fsync_path(const std::string& path, FsyncTarget target) {
+  const int fd =
+      ::open(path.c_str(), target == FsyncTarget::directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0) {
     throw RuntimeFailure("cannot open '" + path + "' to sync it: " + std::strerror(errno));
   }
@@ -42,7 +43,7 @@ void commit_file(const std::string& tmp, const std::string& final_path) {
     throw RuntimeFailure("cannot rename '" + tmp + "' to '" + final_path + "': " + ec.message());
   }
   const fs::path dir = fs::path(final_path).parent_path();
-  fsync_path(dir.empty() ? "." : dir.string(), true);
+  fsync_path(dir.empty() ? "." : dir.string(), FsyncTarget::directory);
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) {
@@ -58,7 +59,7 @@ void write_text_atomically(const std::string& path, const std::string& text) {
       throw RuntimeFailure("cannot write '" + tmp + "': " + std::strerror(err));
     }
   }
-  fsync_path(tmp, false);
+  fsync_path(tmp, FsyncTarget::file);
   commit_file(tmp, path);
 }
 

@@ -9,8 +9,11 @@
 
 namespace kktrain {
 
+// What fsync_path opens: a file, or a directory (O_DIRECTORY: its entries, after a rename).
+enum class FsyncTarget { file, directory };
+
 // fsync of a file or a directory; RuntimeFailure naming it and the system's reason.
-void fsync_path(const std::string& path, bool directory);
+void fsync_path(const std::string& path, FsyncTarget target);
 // The temporary name a new `final_path` is written under: ".<name>.tmp.<pid>" beside it.
 std::string temporary_name(const std::string& final_path);
 // Renames `tmp` (complete and synced) over `final_path` and syncs the directory.

@@ -117,8 +117,8 @@ void ExampleWriter::finish() {
     *f = nullptr;
     if (!ok) throw RuntimeFailure("cannot write '" + prefix_ + "': " + std::strerror(errno));
   }
-  fsync_path(files_->tokens_tmp, false);
-  fsync_path(files_->index_tmp, false);
+  fsync_path(files_->tokens_tmp, FsyncTarget::file);
+  fsync_path(files_->index_tmp, FsyncTarget::file);
   commit_file(files_->tokens_tmp, prefix_ + ".tokens");
   commit_file(files_->index_tmp, prefix_ + ".index");
   files_->committed = true;

@@ -148,7 +148,7 @@ class SafetensorsSink final : public ExportSink {
                           hf_config_json(model_, dtype_));
     for (const auto& f : extra_)
       write_new_file_synced((fs::path(tmp_) / f.name).string(), f.content);
-    fsync_path(tmp_, true);
+    fsync_path(tmp_, FsyncTarget::directory);
     put_in_place();
     return total_bytes_;
   }
@@ -182,10 +182,10 @@ class SafetensorsSink final : public ExportSink {
           throw RuntimeFailure("cannot rename '" + tmp_ + "' to '" + out_ + "': " + ec.message());
         fs::rename(old, tmp_, ec);
       }
-      fsync_path(parent.string(), true);
+      fsync_path(parent.string(), FsyncTarget::directory);
       fs::remove_all(tmp_, ec);  // the previous export
     }
-    fsync_path(parent.string(), true);
+    fsync_path(parent.string(), FsyncTarget::directory);
   }
 
   std::string out_, tmp_;

@@ -166,7 +166,8 @@ void File::create_dataset(const std::string& name, Elem e, const std::vector<int
 }
 
 void File::rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
-                   int64_t row_len, void* buf, bool write) const {
+                   int64_t row_len, void* buf, RowsIo dir) const {
+  const bool write = dir == RowsIo::write;
   Handle ds(H5Dopen2(h_.id(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.valid()) throw InputError("HDF5 file '" + path_ + "' has no dataset '" + name + "'");
   // The dataset as (total rows, row_len); this rank's rows as one hyperslab.
@@ -196,12 +197,12 @@ void File::rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t r
 
 void File::write_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
                       int64_t row_len, const void* data) {
-  rows_io(name, e, row_begin, rows, row_len, const_cast<void*>(data), true);
+  rows_io(name, e, row_begin, rows, row_len, const_cast<void*>(data), RowsIo::write);
 }
 
 void File::read_rows(const std::string& name, Elem e, int64_t row_begin, int64_t rows,
                      int64_t row_len, void* out) const {
-  rows_io(name, e, row_begin, rows, row_len, out, false);
+  rows_io(name, e, row_begin, rows, row_len, out, RowsIo::read);
 }
 
 int64_t File::raw_offset(const std::string& name) const {

@@ -137,8 +137,10 @@ class File {
 
  private:
   File(Handle h, std::string path) : h_(std::move(h)), path_(std::move(path)) {}
+  // Which way rows_io moves the rows: from buf into the file, or from the file into buf.
+  enum class RowsIo { write, read };
   void rows_io(const std::string& name, Elem e, int64_t row_begin, int64_t rows, int64_t row_len,
-               void* buf, bool write) const;
+               void* buf, RowsIo dir) const;
   void write(const std::string& name, hid_t type, const void* data,
              const std::vector<int64_t>& shape);
   Handle open_obj(const std::string& obj) const;

@@ -13,6 +13,7 @@
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_reader.hpp"
 #include "core/json_text.hpp"
 #include "core/strings.hpp"
 
@@ -26,14 +27,18 @@ namespace fs = std::filesystem;
 // Which numbers a key takes.
 enum class Bound { positive, nonnegative };
 
+// A key path of config.json for messages: "'<file>': <key> = <value>: <what>"
+// (core/json_reader.hpp).
+constexpr char kConfigJson[] = "";
+using Where = json_reader::JsonWhere<kConfigJson>;
+
 // One key of config.json, read with the file's name in every error.
 struct Keys {
   const json& j;
   std::string file;
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    const std::string value = j.contains(key) ? " = " + j[key].dump() : "";
-    throw InputError("'" + file + "': " + key + value + ": " + what);
+    Where{file, key}.fail_valued(j.contains(key) ? &j[key] : nullptr, what);
   }
   bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
   int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t min) const {
@@ -139,11 +144,11 @@ RopeScaling read_rope_scaling(const Keys& k) {
                      "\": kktrain implements llama3 rope scaling (and none)");
   }
   r.rope_type = RopeType::llama3;
+  const Where w{k.file, "rope_scaling"};
   auto field = [&](const char* name) {
     if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0)) {
-      throw InputError("'" + k.file + "': rope_scaling." + name +
-                       (s.contains(name) ? " = " + s[name].dump() : std::string()) +
-                       ": llama3 rope scaling needs it as a positive number");
+      w.at(name).fail_valued(s.contains(name) ? &s[name] : nullptr,
+                             "llama3 rope scaling needs it as a positive number");
     }
     return s[name].get<double>();
   };
@@ -152,8 +157,8 @@ RopeScaling read_rope_scaling(const Keys& k) {
   r.high_freq_factor = field("high_freq_factor");
   const double orig = field("original_max_position_embeddings");
   if (orig != std::floor(orig)) {
-    throw InputError("'" + k.file + "': rope_scaling.original_max_position_embeddings = " +
-                     s["original_max_position_embeddings"].dump() + ": not an integer");
+    w.at("original_max_position_embeddings")
+        .fail_valued(&s["original_max_position_embeddings"], "not an integer");
   }
   r.original_max_position_embeddings = static_cast<int64_t>(orig);
   if (r.high_freq_factor <= r.low_freq_factor) {
@@ -202,10 +207,9 @@ void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_posi
       const int64_t w = absent ? 4096 : k.integer("sliding_window", std::nullopt, 1);
       if (w < max_positions) {
         if (absent) {
-          throw InputError("'" + k.file + "': sliding_window: absent, which for " + arch +
-                           " means 4096 < max_position_embeddings " +
-                           std::to_string(max_positions) +
-                           ": kktrain's attention has no sliding window");
+          k.fail("sliding_window",
+                 "absent, which for " + arch + " means 4096 < max_position_embeddings " +
+                     std::to_string(max_positions) + ": kktrain's attention has no sliding window");
         }
         k.fail("sliding_window",
                "kktrain's attention has no sliding window (it is shorter than "

@@ -160,13 +160,13 @@ void put_in_place(const std::string& tmp, const std::string& out) {
     if (ec) throw RuntimeFailure("cannot move '" + out + "' aside: " + ec.message());
     fs::rename(tmp, out, ec);
     if (ec) throw RuntimeFailure("cannot rename '" + tmp + "' to '" + out + "': " + ec.message());
-    fsync_path(parent.string(), true);
+    fsync_path(parent.string(), FsyncTarget::directory);
     fs::remove_all(old, ec);
   } else {
     fs::rename(tmp, out, ec);
     if (ec) throw RuntimeFailure("cannot rename '" + tmp + "' to '" + out + "': " + ec.message());
   }
-  fsync_path(parent.string(), true);
+  fsync_path(parent.string(), FsyncTarget::directory);
 }
 
 // One adapter's whole tensor as fp32 (adapters are small: r rows or r columns).
@@ -286,7 +286,7 @@ int64_t export_peft(const std::string& checkpoint, const std::string& out_named,
     }
     w.finish();
     write_new_file_synced((fs::path(tmp) / kConfigFile).string(), config);
-    fsync_path(tmp, true);
+    fsync_path(tmp, FsyncTarget::directory);
     put_in_place(tmp, out);
     return bytes;
   } catch (const Error& e) {

@@ -66,7 +66,8 @@ std::string peft_tensor_name(const std::string& canonical);
 // most kPeftRegexMatchLimit backtracking steps per module name and kPeftRegexHeapKiB of
 // backtracking memory: seven real patterns (suffix alternations, layer ranges, a negative
 // look-ahead) need at most 113 steps on names of up to 128 layers, while "(.|.)*[XY]" on a name of
-// 30 characters needs 2^30 (the limit is reached in 2.3 ms).
+// 30 characters needs 2^30, which the limit cuts short (bench/README.md, "PEFT target_modules
+// patterns").
 constexpr int64_t kMaxLoraRank = int64_t(1) << 16;
 constexpr uint32_t kPeftRegexMatchLimit = 100000;
 constexpr uint32_t kPeftRegexHeapKiB = 16384;

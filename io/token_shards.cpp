@@ -240,7 +240,7 @@ std::vector<std::string> ShardWriter::finish() {
     names.push_back(final_name);
   }
   const fs::path dir = fs::path(plan_.prefix).parent_path();
-  fsync_path(dir.empty() ? "." : dir.string(), true);
+  fsync_path(dir.empty() ? "." : dir.string(), FsyncTarget::directory);
   finished_ = true;
   return names;
 }

@@ -20,8 +20,12 @@ std::vector<std::string> modules_of(const ParamInfo& p) {
   return m;
 }
 
-void apply_selectors(ParamRegistry& params, const std::vector<std::string>& globs, bool trainable,
+// What a selector makes the parameters it selects.
+enum class Make { frozen, trainable };
+
+void apply_selectors(ParamRegistry& params, const std::vector<std::string>& globs, Make make,
                      const char* key) {
+  const bool trainable = make == Make::trainable;
   for (const auto& g : globs) {
     bool matched = false;
     for (int i = 0; i < params.size(); ++i) {
@@ -58,8 +62,9 @@ void refuse_expert_under_expert_parallelism(const ParamInfo& p, const std::strin
                     where);
 }
 
-void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, bool trainable,
+void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, Make make,
                  const char* key, const std::string& where, int expert_parallel) {
+  const bool trainable = make == Make::trainable;
   std::vector<std::string> all;
   for (const auto& p : params.all()) {
     all.push_back(p.name);
@@ -82,10 +87,12 @@ void apply_exact(ParamRegistry& params, const std::vector<std::string>& names, b
 
 void apply_freeze(ParamRegistry& params, const FreezeConfig& cfg, const std::string& where,
                   int expert_parallel) {
-  apply_selectors(params, cfg.freeze_modules, false, "freeze_modules");
-  apply_selectors(params, cfg.unfreeze_modules, true, "unfreeze_modules");
-  apply_exact(params, cfg.unfreeze_parameters, true, "unfreeze_parameters", where, expert_parallel);
-  apply_exact(params, cfg.freeze_parameters, false, "freeze_parameters", where, expert_parallel);
+  apply_selectors(params, cfg.freeze_modules, Make::frozen, "freeze_modules");
+  apply_selectors(params, cfg.unfreeze_modules, Make::trainable, "unfreeze_modules");
+  apply_exact(params, cfg.unfreeze_parameters, Make::trainable, "unfreeze_parameters", where,
+              expert_parallel);
+  apply_exact(params, cfg.freeze_parameters, Make::frozen, "freeze_parameters", where,
+              expert_parallel);
 }
 
 }  // namespace kktrain

@@ -11,8 +11,12 @@ namespace kktrain {
 
 namespace {
 
+// Which exchange a byte matrix is for: the dispatch to the experts' ranks, or the return from them.
+enum class Leg { dispatch, back };
+
 // bytes[i * P + j]: what peer i sends peer j (rows for j's experts); transposed for the return.
-std::vector<uint64_t> byte_matrix(const MoePlan& plan, uint64_t row_bytes, bool back) {
+std::vector<uint64_t> byte_matrix(const MoePlan& plan, uint64_t row_bytes, Leg leg) {
+  const bool back = leg == Leg::back;
   const int P = plan.peers;
   const int64_t El = plan.experts_per_rank, E = El * P;
   std::vector<uint64_t> b(static_cast<std::size_t>(P) * P, 0);
@@ -78,7 +82,7 @@ void moe_dispatch(const ExecSpace& space, T* out, const T* sorted, const MoePlan
   collective_fence();  // the sorted rows are written by kernels before the library reads them
   ep.alltoallv_bytes(bytes_of_rows(const_cast<T*>(sorted), sent_rows, C),
                      bytes_of_rows(peer_major, plan.recv_rows, C),
-                     byte_matrix(plan, static_cast<uint64_t>(C) * sizeof(T), false));
+                     byte_matrix(plan, static_cast<uint64_t>(C) * sizeof(T), Leg::dispatch));
   const int32_t* perm = plan.perm.data();
   Kokkos::parallel_for(
       "moe_dispatch_permute", RangePolicy(space, 0, plan.recv_rows * C),
@@ -104,7 +108,7 @@ void moe_return(const ExecSpace& space, T* sorted, const T* in, const MoePlan& p
   collective_fence();
   ep.alltoallv_bytes(bytes_of_rows(peer_major, plan.recv_rows, C),
                      bytes_of_rows(sorted, back_rows, C),
-                     byte_matrix(plan, static_cast<uint64_t>(C) * sizeof(T), true));
+                     byte_matrix(plan, static_cast<uint64_t>(C) * sizeof(T), Leg::back));
 }
 
 template void moe_dispatch<float>(const ExecSpace&, float*, const float*, const MoePlan&,

@@ -78,8 +78,10 @@ void gather_as_f32(const ExecSpace& space, float* out, const S* src, int64_t ld,
         out[e] = load_f32(src, transposed ? j * ld + i : i * ld + j);
       });
 }
+// `trans` 'T': read transposed, as op(X) = X^T ('N': as stored).
 void gather(const ExecSpace& space, float* out, const Window& w, int64_t rows, int64_t cols,
-            bool transposed) {
+            char trans) {
+  const bool transposed = trans == 'T';
   if (w.dtype == DType::float32) {
     gather_as_f32(space, out, static_cast<const float*>(w.data), w.ld, rows, cols, transposed);
   } else {
@@ -120,10 +122,10 @@ Operand panel(const ExecSpace& space, const GemmIn& X, char trans, int64_t r0, i
   }
   float* s = scratch(role, nr * nc);
   if (whole_rows) {  // a contiguous block: widened as stored, transposed by the product
-    gather(space, s, w, s_rows, s_cols, false);
+    gather(space, s, w, s_rows, s_cols, 'N');
     return Operand{s, trans, s_rows, s_cols};
   }
-  gather(space, s, w, nr, nc, trans == 'T');
+  gather(space, s, w, nr, nc, trans);
   return Operand{s, 'N', nr, nc};
 }
 
@@ -163,7 +165,7 @@ void converted_whole(const ExecSpace& space, char transA, char transB, float alp
   const Window cw{C.data, C.dtype, n};
   if (C.dtype != DType::float32) {
     c = scratch(kRoleC, m * n);
-    if (beta != 0.0f) gather(space, c, cw, m, n, false);
+    if (beta != 0.0f) gather(space, c, cw, m, n, 'N');
   }
   kk_gemm(space, a.trans, b.trans, alpha, a.data, a.rows, a.cols, b.data, b.rows, b.cols, beta, c,
           m, n);
@@ -204,7 +206,7 @@ int64_t converted_gemm(const ExecSpace& space, char transA, char transB, float a
       const Window cw{element_at(C.data, C.dtype, i0 * n + j0), C.dtype, n};
       const bool in_place = C.dtype == DType::float32 && nj == n;
       float* c = in_place ? static_cast<float*>(C.data) + i0 * n : scratch(kRoleC, mi * nj);
-      if (!in_place && beta != 0.0f) gather(space, c, cw, mi, nj, false);
+      if (!in_place && beta != 0.0f) gather(space, c, cw, mi, nj, 'N');
       kk_gemm(space, a.trans, b.trans, alpha, a.data, a.rows, a.cols, b.data, b.rows, b.cols, beta,
               c, mi, nj);
       ++panels;

@@ -132,17 +132,18 @@ Entry make_entry(const Key& key) {
   // Logical shapes A (m, k), B (k, n), C (m, n); row-major storage of A or A^T, B or B^T. A batch
   // adds a leading dimension with the operand's batch stride.
   using dims = dnnl::memory::dims;
-  const auto md = [bt](dnnl::memory::dim r, dnnl::memory::dim c, dt type, bool trans,
+  // `trans` as BLAS spells it: 'N' row-major as stored, otherwise transposed.
+  const auto md = [bt](dnnl::memory::dim r, dnnl::memory::dim c, dt type, char trans,
                        dnnl::memory::dim stride) {
-    const dims strides = trans ? dims{1, r} : dims{c, 1};
+    const dims strides = trans != 'N' ? dims{1, r} : dims{c, 1};
     if (bt == 1) return dnnl::memory::desc({r, c}, type, strides);
     return dnnl::memory::desc({bt, r, c}, type, dims{stride, strides[0], strides[1]});
   };
   const dt ab = key.ab_dtype == DType::bfloat16 ? dt::bf16 : dt::f32;
-  const dnnl::memory::desc a_md = md(m, k, ab, key.ta != 'N', key.sa);
-  const dnnl::memory::desc b_md = md(k, n, ab, key.tb != 'N', key.sb);
+  const dnnl::memory::desc a_md = md(m, k, ab, key.ta, key.sa);
+  const dnnl::memory::desc b_md = md(k, n, ab, key.tb, key.sb);
   const dnnl::memory::desc c_md =
-      md(m, n, key.c_dtype == DType::bfloat16 ? dt::bf16 : dt::f32, false, key.sc);
+      md(m, n, key.c_dtype == DType::bfloat16 ? dt::bf16 : dt::f32, 'N', key.sc);
   dnnl::primitive_attr attr;
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
   if (key.beta != 0.0f) {

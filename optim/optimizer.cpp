@@ -230,10 +230,12 @@ void plan_group(StateGroup& g, const ParamRegistry& reg, const std::vector<FlatA
 }
 
 // The counting entry of group g (Optimizer::rounding_counts): how its parameters take updates,
-// its moment arrays, its elements on all ranks.
+// its moment arrays, its elements on all ranks. `master`: the group's master copy (none: its
+// bf16 parameters take updates by rounding).
 GroupRoundingCounts rounding_entry(const StateGroup& g, const ParamRegistry& reg, bool stochastic,
-                                   bool master,
+                                   MasterKind master_kind,
                                    std::vector<std::pair<std::string, DType>> moments) {
+  const bool master = master_kind != MasterKind::none;
   GroupRoundingCounts c;
   c.dtype = g.dtype;
   c.rounding = g.dtype != DType::bfloat16 ? ParamRounding::float32
@@ -316,7 +318,7 @@ class TorchAdam final : public AdamBase {
     for (std::size_t k = 0; k < groups_.size(); ++k) {
       plan_group(groups_[k], reg, {flat(gm_[k]), flat(gv_[k])}, launch);
       rounding_.push_back(
-          rounding_entry(groups_[k], reg, c.stochastic_rounding, false,
+          rounding_entry(groups_[k], reg, c.stochastic_rounding, MasterKind::none,
                          {{"exp_avg", gm_[k].dtype}, {"exp_avg_sq", gv_[k].dtype}}));
     }
   }
@@ -399,7 +401,7 @@ class FusedAdam final : public AdamBase {
                   kind == MasterKind::remainder ? rem : FlatArray{}},
                  launch);
       rounding_.push_back(
-          rounding_entry(g, reg, c.stochastic_rounding, kind != MasterKind::none,
+          rounding_entry(g, reg, c.stochastic_rounding, kind,
                          {{"exp_avg", gm_[k].dtype}, {"exp_avg_sq", gv_[k].dtype}}));
     }
   }
@@ -521,7 +523,7 @@ class Sgd final : public Optimizer {
       plan_group(g, reg, {flat(gbuf_[k])}, launch);
       std::vector<std::pair<std::string, DType>> moments;
       if (plan.has_state) moments.emplace_back("momentum_buffer", gbuf_[k].dtype);
-      rounding_.push_back(rounding_entry(g, reg, c.stochastic_rounding, false, moments));
+      rounding_.push_back(rounding_entry(g, reg, c.stochastic_rounding, MasterKind::none, moments));
     }
   }
   const char* name() const override { return optimizer_kind_name(cfg_.kind); }

@@ -206,9 +206,9 @@ struct MpiLimits {
   // tests force point_to_point to check that path on one node.
   RingTransport ring_transport = RingTransport::automatic;
   // Through a shared window: each rank's window holds ring_slots slots of ring_slot_bytes that its
-  // predecessor fills. Measured on 2 ranks, fp32, 16 MiB per rank (collectives_bench
-  // --ring-slot-bytes, load average 3): 256 KiB slots 2.5-4.0 ms, 64 KiB 3.7, 1 MiB 5.0; 2 or 4
-  // slots within the noise. At least 2 slots (fewer could deadlock the ring).
+  // predecessor fills. 256 KiB slots were the fastest of 64 KiB, 256 KiB and 1 MiB, and 2 or 4
+  // slots within the noise of each other (bench/README.md, "Through a shared-memory window"). At
+  // least 2 slots (fewer could deadlock the ring).
   std::size_t ring_slot_bytes = std::size_t{256} << 10;
   int ring_slots = 4;
 };

@@ -423,7 +423,7 @@ void FsdpUnits::reduce_gradients(int unit, bool sync) {
     reduce_scatter(u, grads, /*with_acc=*/false, /*first=*/!u.accumulated, /*last=*/sync);
     u.accumulated = !sync;
   } else if (sync) {
-    reduce_scatter(u, grads, /*with_acc=*/u.accumulated, true, true);
+    reduce_scatter(u, grads, /*with_acc=*/u.accumulated, /*first=*/true, /*last=*/true);
     u.accumulated = false;
   } else {
     accumulate(u, grads);

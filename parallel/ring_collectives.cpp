@@ -61,9 +61,9 @@ void add_chunk(char* dst, const char* a, const char* b, std::size_t n, DType dty
   } else {
     // Two bf16 values a 32-bit word (element 2j in the low half): each half is widened by a mask
     // or a shift in its own lane, so the loop runs in 32-bit lanes without widening or narrowing
-    // shuffles (128K elements in cache: 9.2 us against 12.6 one element a lane). Each sum is
-    // rounded as bf16_round_bits32 does, the NaN test as s != s and the low half's mask left to
-    // the shift: the same bits in fewer operations a lane (8.4 us -> 6.4 us for 128K elements).
+    // shuffles (faster than one element a lane). Each sum is rounded as bf16_round_bits32 does,
+    // the NaN test as s != s and the low half's mask left to the shift: the same bits in fewer
+    // operations a lane (the timings: bench/README.md, "The ring's bf16 additions").
     // An odd last element alone.
     const std::size_t words = n / 2;
     Kokkos::parallel_for(
@@ -120,9 +120,9 @@ struct RingReducer::Op {
   int w = 1, r = 0, prev = 0, next = 0;
   MPI_Comm comm = MPI_COMM_NULL;
 
-  // Receives posted ahead of the chunk being summed. Measured on 2 ranks (1 MiB messages): one
-  // ahead took 4.7 / 21.7 ms for 16 / 64 MiB per rank, none 3.8 / 18.6 ms (the library then
-  // copies a chunk only when it is needed, right before its sum).
+  // Receives posted ahead of the chunk being summed: none measured faster than one ahead (the
+  // library then copies a chunk only when it is needed, right before its sum; bench/README.md,
+  // "Collectives: kktrain's own against MPI's").
   static constexpr std::size_t kLookahead = 0;
   int rb(int s) const { return mod(r - s - 2, w); }
   bool last(int s) const { return s + 2 == w; }

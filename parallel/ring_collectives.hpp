@@ -28,13 +28,13 @@
 // next slot or `out`; empty point-to-point messages say "slot filled" (ready) and "slot read"
 // (credit). Chunks run in order (chunk c of every step before chunk c + 1), so two or more slots
 // never deadlock. Why: Open
-// MPI's single-copy path (CMA) moved 4 GB/s between two ranks of the 2-core VM, about what a
-// rank's own memory copy and add take together; through the window a 16 MiB-per-rank
-// reduce-scatter took 2.1-3.0 ms instead of 5.2-7.2. Otherwise (ranks on several nodes, or
-// point_to_point) each chunk is an MPI_Isend / MPI_Irecv pair. The summation order is the same
-// either way, and so are the bits.
-// Every wait (a chunk, a signal, a send) goes through parallel/peer_wait.hpp: a short spin, then
-// sleeps; a peer that stops answering for distributed.stuck_peer_wait_s ends the job.
+// MPI's single-copy path (CMA) between two ranks of one node takes about as long as a rank's own
+// memory copy and add together, a transfer the window does not make, and the reduce-scatter
+// through the window measured faster (bench/README.md, "Through a shared-memory window"). Otherwise
+// (ranks on several nodes, or point_to_point) each chunk is an MPI_Isend / MPI_Irecv pair. The
+// summation order is the same either way, and so are the bits. Every wait (a chunk, a signal, a
+// send) goes through parallel/peer_wait.hpp: a short spin, then sleeps; a peer that stops answering
+// for distributed.stuck_peer_wait_s ends the job.
 //
 // Non-blocking use: start() posts the first step's transfers and returns (through a window it
 // posts nothing: the whole reduction runs in finish()); finish() runs the rest.

@@ -168,9 +168,8 @@ ThreadPlan plan_threads(const ThreadInputs& in) {
   p.oversubscribed_by_user = p.oversubscribed && busy > p.per_process;
   if (p.oversubscribed_by_user && in.local_ranks > 1) {
     // Several ranks on the node: the settings are clamped to the share. Threads beyond it starve
-    // the other ranks and every other process even when they wait by sleeping (measured with 2
-    // ranks x 2 OpenMP threads bound to 1 CPU each: a process beside them went 13-21 s without
-    // the CPU; with 1 thread each, 0.13 s at most).
+    // the other ranks and every other process even when they wait by sleeping (bench/README.md,
+    // "Threads per process").
     p.clamped_from = busy;
     p.kokkos_threads = std::min(p.kokkos_threads, p.per_process);
     p.blas_threads = std::min(p.blas_threads, p.per_process);

@@ -2,8 +2,8 @@
 //
 // OpenBLAS (pthreads) starts one thread per online core in every process, and a host-parallel
 // Kokkos backend (OpenMP, Threads) does the same. With several ranks on a node, or any other busy
-// process, that oversubscribes the cores and throughput collapses (measured here: 5x slower beside
-// one busy process on 2 cores). So each computing command plans its thread counts once at startup:
+// process, that oversubscribes the cores and throughput collapses (bench/README.md, "Threads per
+// process"). So each computing command plans its thread counts once at startup:
 //
 //   - the launcher bound this rank (affinity mask narrower than the online CPUs): use the mask;
 //   - otherwise share the allowed CPUs among this node's ranks: max(1, allowed / local ranks);
@@ -80,8 +80,9 @@ std::string apply_blas_threads(const ThreadPlan& plan);
 
 // Oversubscribed cores: a thread that waits by spinning (OpenMP workers between parallel regions,
 // OpenBLAS workers between products, an MPI rank polling for a collective) takes a core another
-// rank's compute thread, or any other process, needs. Measured with 2 ranks x 2 OpenMP threads
-// on 2 cores: a test driver polled 7 s late. These variables make every one of them wait by
+// rank's compute thread, or any other process, needs (a test driver beside 2 ranks x 2 OpenMP
+// threads polled seconds late: bench/README.md, "Threads per process"). These variables make
+// every one of them wait by
 // sleeping; each is read when its library initializes, so they must be in the environment before
 // the process starts (OpenMP and OpenBLAS read theirs while the program is loaded):
 //   OMP_WAIT_POLICY=passive         libgomp (Kokkos' OpenMP backend, oneDNN) sleeps at once

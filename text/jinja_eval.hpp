@@ -29,12 +29,14 @@ bool non_ascii(const std::string& s);
 char up(char c);  // ASCII case mapping
 char low(char c);
 bool alpha(char c);
+// Which ends str.strip (both), lstrip (left) and rstrip (right) strip.
+enum class StripEnds { both, left, right };
 // str.strip / lstrip / rstrip (chars: null or None for Unicode whitespace)
-std::string strip(const std::string& s, const Value* chars, bool left, bool right);
+std::string strip(const std::string& s, const Value* chars, StripEnds ends);
 // the bytes [first, second) that strip keeps
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
-                                                 bool left, bool right);
-Value strip_value(const Value& v, const Value* chars, bool left, bool right);  // keeps origins
+                                                 StripEnds ends);
+Value strip_value(const Value& v, const Value* chars, StripEnds ends);  // keeps origins
 // str.replace (count < 0: all); false, and *out untouched, when the result would be longer than
 // max_bytes.
 bool replace(const std::string& s, const std::string& from, const std::string& to,

@@ -47,7 +47,7 @@ std::string ascii_only(BuiltinCall& c, std::string s) {
 
 Value trim(BuiltinCall& c) {
   const Value s = c.v.kind == K::string ? c.v : Value::string(text(c));
-  return strip_value(s, c.p[0], true, true);
+  return strip_value(s, c.p[0], StripEnds::both);
 }
 
 Value string_(BuiltinCall& c) {
@@ -182,8 +182,14 @@ Value attribute_of(BuiltinCall& c, Value x, const std::string& attribute) {
   return x;
 }
 
-// select (keep), reject (!keep); by_attr: selectattr, rejectattr
-Value select(BuiltinCall& c, bool by_attr, bool keep) {
+// What select and its kin test: the item itself (select, reject) or an attribute of it
+// (selectattr, rejectattr).
+enum class Subject { item, attribute };
+// Which items they keep: those passing the test (select, selectattr) or those failing it.
+enum class Keep { passing, failing };
+
+Value select(BuiltinCall& c, Subject what, Keep which) {
+  const bool by_attr = what == Subject::attribute, keep = which == Keep::passing;
   Args& args = c.args;
   std::size_t k = 0;
   std::string attribute;
@@ -204,16 +210,16 @@ Value select(BuiltinCall& c, bool by_attr, bool keep) {
   return Value::make_list(std::move(out), Value::Seq::generator);
 }
 Value select(BuiltinCall& c) {
-  return select(c, false, true);
+  return select(c, Subject::item, Keep::passing);
 }
 Value reject(BuiltinCall& c) {
-  return select(c, false, false);
+  return select(c, Subject::item, Keep::failing);
 }
 Value selectattr(BuiltinCall& c) {
-  return select(c, true, true);
+  return select(c, Subject::attribute, Keep::passing);
 }
 Value rejectattr(BuiltinCall& c) {
-  return select(c, true, false);
+  return select(c, Subject::attribute, Keep::failing);
 }
 
 Value map(BuiltinCall& c) {
@@ -316,7 +322,7 @@ Value int_(BuiltinCall& c) {
   };
   if (v.kind == K::number) return std::isfinite(v.f) ? truncated(v.f) : d;
   if (v.kind == K::string) {
-    std::string s = strip(v.s, nullptr, true, true);
+    std::string s = strip(v.s, nullptr, StripEnds::both);
     try {
       std::size_t used = 0;
       const long long x = std::stoll(s, &used, 10);
@@ -334,7 +340,7 @@ Value float_(BuiltinCall& c) {
   const Value& v = c.v;
   if (is_number(v)) return Value::number(as_double(v));
   if (v.kind == K::string) {
-    std::string s = strip(v.s, nullptr, true, true);
+    std::string s = strip(v.s, nullptr, StripEnds::both);
     try {
       std::size_t used = 0;
       const double f = std::stod(s, &used);

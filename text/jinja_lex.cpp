@@ -29,6 +29,10 @@ bool ws(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
+// Whether the end of a tag takes trim_blocks' one newline after it (block and comment tags; a
+// print tag does not).
+enum class TrimBlocks { applies, not_here };
+
 class Lexer {
  public:
   Lexer(const std::string& src, const std::string& name) : src_(src), name_(name) {}
@@ -77,7 +81,8 @@ class Lexer {
   }
 
   // After an end marker at pos_ (its length n): - eats all whitespace, trim_blocks one newline.
-  void finish_tag(std::size_t n, char sign, bool trim) {
+  void finish_tag(std::size_t n, char sign, TrimBlocks trim_blocks) {
+    const bool trim = trim_blocks == TrimBlocks::applies;
     std::size_t p = pos_ + n;
     if (sign == '-') {
       while (p < src_.size()) {
@@ -98,7 +103,7 @@ class Lexer {
     if (end == std::string::npos) fail(name_, line, "unterminated comment");
     char sign = end > pos_ && (src_[end - 1] == '-' || src_[end - 1] == '+') ? src_[end - 1] : 0;
     advance_to(end);
-    finish_tag(2, sign, true);
+    finish_tag(2, sign, TrimBlocks::applies);
   }
 
   void tag(Piece::Kind kind) {
@@ -116,7 +121,8 @@ class Lexer {
           if (sign == '+' && close == '}') break;
           piece.toks.push_back({Token::Kind::end, "", {}, line_});
           out_.push_back(std::move(piece));
-          finish_tag(at + 2 - pos_, sign, close == '%');
+          finish_tag(at + 2 - pos_, sign,
+                     close == '%' ? TrimBlocks::applies : TrimBlocks::not_here);
           return;
         }
       }

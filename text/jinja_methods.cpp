@@ -58,7 +58,10 @@ Value Evaluator::method(const Value& obj, const std::string& n, int /*line*/) {
       return Value::boolean(false);
     }
     if (n == "strip" || n == "lstrip" || n == "rstrip")
-      return strip_value(self, a.pos.empty() ? nullptr : &a.pos[0], n != "rstrip", n != "lstrip");
+      return strip_value(self, a.pos.empty() ? nullptr : &a.pos[0],
+                         n == "lstrip"   ? StripEnds::left
+                         : n == "rstrip" ? StripEnds::right
+                                         : StripEnds::both);
     if (n == "split") {
       const Value* sep = kwarg(a, "sep", 0);
       const Value* mx = kwarg(a, "maxsplit", 1);

@@ -78,9 +78,11 @@ bool arithmetic(BuiltinCall& c, Op op, const Value& a, const Value& b, Value* ou
   if (!is_number(a) || !is_number(b)) return false;
   const bool ints = a.kind != K::number && b.kind != K::number;
   std::int64_t r = 0;
+  auto overflowed = [&] {
+    c.fail(std::string("integer overflow in '") + op_spelling(op) + "' (beyond 64 bits)");
+  };
   auto checked = [&](bool overflow) {
-    if (overflow)
-      c.fail(std::string("integer overflow in '") + op_spelling(op) + "' (beyond 64 bits)");
+    if (overflow) overflowed();
     *out = Value::integer(r);
     return true;
   };
@@ -119,8 +121,8 @@ bool arithmetic(BuiltinCall& c, Op op, const Value& a, const Value& b, Value* ou
         r = 1;
         std::int64_t base = iv(a);
         for (std::uint64_t e = static_cast<std::uint64_t>(iv(b)); e; e >>= 1) {
-          if ((e & 1) && __builtin_mul_overflow(r, base, &r)) return checked(true);
-          if (e > 1 && __builtin_mul_overflow(base, base, &base)) return checked(true);
+          if ((e & 1) && __builtin_mul_overflow(r, base, &r)) overflowed();
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) overflowed();
         }
         return *out = Value::integer(r), true;
       }

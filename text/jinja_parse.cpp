@@ -23,6 +23,10 @@ using EK = Expr::Kind;
            " (the nesting limit: blocks in blocks, brackets in brackets or operator chains)");
 }
 
+// Whether a unary operand takes the filters that follow it, or leaves them to the expression it
+// is part of (`-x|abs` filters `-x`: the operand of the minus leaves them).
+enum class Filters { taken, left };
+
 class ExprParser {
  public:
   ExprParser(const std::vector<Token>& toks, const std::string& name, int max_nesting)
@@ -187,23 +191,23 @@ class ExprParser {
     return e;
   }
   ExprP pow() {
-    ExprP e = unary(true);
+    ExprP e = unary(Filters::taken);
     while (at_op("**")) {
       const int line = next().line;
-      e = make(EK::binary, line, "**", {e, unary(true)});
+      e = make(EK::binary, line, "**", {e, unary(Filters::taken)});
     }
     return e;
   }
-  ExprP unary(bool with_filter) {
+  ExprP unary(Filters filters_after) {
     ExprP e;
     if (at_op("-") || at_op("+")) {
       const Nest nest(this);
       const Token& t = next();
-      e = make(EK::unary, t.line, t.text, {unary(false)});
+      e = make(EK::unary, t.line, t.text, {unary(Filters::left)});
     } else {
       e = postfix(primary());
     }
-    return with_filter ? filters(e) : e;
+    return filters_after == Filters::taken ? filters(e) : e;
   }
 
   ExprP primary() {

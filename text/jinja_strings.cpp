@@ -30,20 +30,21 @@ bool alpha(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-std::string strip(const std::string& s, const Value* chars, bool left, bool right) {
-  const auto r = strip_bounds(s, chars, left, right);
+std::string strip(const std::string& s, const Value* chars, StripEnds ends) {
+  const auto r = strip_bounds(s, chars, ends);
   return s.substr(r.first, r.second - r.first);
 }
 
-Value strip_value(const Value& v, const Value* chars, bool left, bool right) {
-  const auto r = strip_bounds(v.s, chars, left, right);
+Value strip_value(const Value& v, const Value* chars, StripEnds ends) {
+  const auto r = strip_bounds(v.s, chars, ends);
   Value out = Value::string(v.s.substr(r.first, r.second - r.first));
   out.origins = sub_origins(v, r.first, r.second);
   return out;
 }
 
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
-                                                 bool left, bool right) {
+                                                 StripEnds ends) {
+  const bool left = ends != StripEnds::right, right = ends != StripEnds::left;
   std::set<std::string> set;  // the distinct code points of chars (at most 0x110000 + 256)
   if (chars && chars->kind == K::string)
     for (std::size_t k = 0, n; k < chars->s.size(); k += n) {

@@ -99,7 +99,7 @@ int run_tokenize(const ParsedArgs& args, AppContext& ctx) {
                   : static_cast<int>(parse_count("--threads", opt.at("--threads"), 1, 4096));
   // SIGINT / SIGTERM stop between documents, and this run's shards are removed (a second signal
   // exits at once: its shards are then temporaries, which the next run with this --out removes).
-  StopSignals signals(false);
+  StopSignals signals(Announce::no);
   o.stop_requested = [] { return StopSignals::received(); };
   const TokenizeSummary s = tokenize_to_shards(o, text::locate_tokenizer(tok_path));
   if (s.stopped_by == 0) return 0;

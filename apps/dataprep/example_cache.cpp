@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <new>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "apps/dataprep/cache_manifest.hpp"
 #include "apps/dataprep/cache_protocol.hpp"
@@ -17,6 +16,7 @@
 #include "apps/dataprep/text_model.hpp"
 #include "apps/dataprep/tokenize_inputs.hpp"
 #include "core/errors.hpp"
+#include "core/fan_out.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
 #include "core/random.hpp"
@@ -188,34 +188,22 @@ bool has_loss_token(const RenderedExample& e) {
 }
 
 // Renders block[i] into out[i] on `threads` threads (examples handed out in turn); the first
-// error (in line order) is rethrown.
+// error (in line order) is rethrown (core/fan_out.hpp).
 void render_block(const ExampleRenderer& r, const std::string& file,
                   const std::vector<std::pair<int64_t, std::string>>& block,
                   std::vector<RenderedExample>* out, int threads) {
   out->assign(block.size(), RenderedExample{});
-  std::vector<std::exception_ptr> errors(block.size());
-  auto work = [&](int w) {
-    for (std::size_t i = static_cast<std::size_t>(w); i < block.size(); i += threads) {
-      try {
-        (*out)[i] = r.render(block[i].second, file, block[i].first);
-      } catch (const std::bad_alloc&) {  // named as the line, not a generic bad_alloc
-        errors[i] = std::make_exception_ptr(RuntimeFailure(
-            file + ":" + std::to_string(block[i].first) + ": out of memory rendering this " +
-            std::to_string(block[i].second.size()) +
-            "-byte example (rendering takes tens of times a line's size; " +
-            std::to_string(threads) + " threads render at once)"));
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
+  fan_out(block.size(), threads, [&](int, std::size_t i) {
+    try {
+      (*out)[i] = r.render(block[i].second, file, block[i].first);
+    } catch (const std::bad_alloc&) {  // named as the line, not a generic bad_alloc
+      throw RuntimeFailure(file + ":" + std::to_string(block[i].first) +
+                           ": out of memory rendering this " +
+                           std::to_string(block[i].second.size()) +
+                           "-byte example (rendering takes tens of times a line's size; " +
+                           std::to_string(threads) + " threads render at once)");
     }
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-  work(0);
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  });
 }
 
 }  // namespace
@@ -233,7 +221,11 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const ModelText& text,
   std::vector<RenderedExample> rendered;
   int64_t ordinal = 0;
   int64_t cut_off = 0;  // training examples whose every loss token truncation cut off
-  auto read_file = [&](const std::string& file, bool is_val) {
+  // Which data a file holds: training examples (of which data.val_fraction may be held out), or
+  // validation examples only (data.val_path).
+  enum class Holds { training, validation };
+  auto read_file = [&](const std::string& file, Holds holds) {
+    const bool is_val = holds == Holds::validation;
     LineBlocks lines(file);
     while (lines.next(&block)) {
       render_block(renderer, file, block, &rendered, threads);
@@ -266,8 +258,8 @@ ExampleCacheSummary make_example_cache(const Config& cfg, const ModelText& text,
   };
   check(files, "data.path");
   if (d.val_path) check({*d.val_path}, "data.val_path");
-  for (const auto& f : files) read_file(f, false);
-  if (d.val_path) read_file(*d.val_path, true);
+  for (const auto& f : files) read_file(f, Holds::training);
+  if (d.val_path) read_file(*d.val_path, Holds::validation);
   if (train.examples() == 0 || train.loss_tokens() == 0) {
     const std::string what =
         "data.path '" + files.at(0) + "'" +

@@ -16,15 +16,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <exception>
 #include <functional>
-#include <mutex>
-#include <thread>
 
 #include "apps/dataprep/tokenize_inputs.hpp"
 #include "core/errors.hpp"
+#include "core/fan_out.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
 #include "io/token_shards.hpp"
@@ -79,62 +76,47 @@ int32_t eos_id(const text::Tokenizer& tok, const TokenizeOptions& o, const std::
 // Encodes docs[i] into ids[i] (then the EOS id) on one worker thread per encoder (at most one per
 // document), documents handed out in turn; `tick` runs on the calling thread every half second
 // meanwhile. The first failure (by document order) is rethrown once every worker has stopped.
-// A stop request (`stop`, when set) hands out no more documents.
+// A stop request (`stop`, when set) hands out no more documents (core/fan_out.hpp).
 void encode_batch(std::vector<std::vector<int32_t>>* ids, const std::vector<InputDocument>& docs,
                   std::vector<text::Encoder>& encoders, int32_t eos, Progress* progress,
                   const std::function<void()>& tick, const std::function<int()>& stop) {
   ids->assign(docs.size(), {});
-  std::vector<std::exception_ptr> errors(docs.size());
-  std::atomic<std::size_t> next{0};
-  std::mutex m;
-  std::condition_variable done;
-  int running = static_cast<int>(std::min(encoders.size(), docs.size()));
-  auto work = [&](text::Encoder& enc) {
-    for (std::size_t i; (i = next++) < docs.size();) {
-      if (stop && stop() != 0) {
-        next = docs.size();
-        break;
-      }
-      try {
-        enc.encode(&(*ids)[i], docs[i].text, text::SpecialTokens::add);
-        if (eos >= 0) (*ids)[i].push_back(eos);
-      } catch (...) {
-        errors[i] = std::current_exception();
-        next = docs.size();  // hand out no more documents
-      }
-      progress->bytes += static_cast<int64_t>(docs[i].text.size());
-      progress->documents += 1;
-      progress->tokens += static_cast<int64_t>((*ids)[i].size());
-    }
-    std::lock_guard<std::mutex> lock(m);
-    --running;
-    done.notify_one();
-  };
-  std::vector<std::thread> pool;
-  for (int w = 0, n = running; w < n; ++w) pool.emplace_back(work, std::ref(encoders[w]));
-  {
-    std::unique_lock<std::mutex> lock(m);
-    while (!done.wait_for(lock, std::chrono::milliseconds(500), [&] { return running == 0; })) {
-      lock.unlock();
-      tick();
-      lock.lock();
-    }
-  }
-  for (auto& t : pool) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  FanOutHooks hooks;
+  hooks.tick = tick;
+  if (stop) hooks.stop = [&] { return stop() != 0; };
+  fan_out(
+      docs.size(), static_cast<int>(encoders.size()),
+      [&](int w, std::size_t i) {
+        auto count = [&] {  // a document whose encoding fails counts as read too
+          progress->bytes += static_cast<int64_t>(docs[i].text.size());
+          progress->documents += 1;
+          progress->tokens += static_cast<int64_t>((*ids)[i].size());
+        };
+        try {
+          encoders[static_cast<std::size_t>(w)].encode(&(*ids)[i], docs[i].text,
+                                                       text::SpecialTokens::add);
+          if (eos >= 0) (*ids)[i].push_back(eos);
+        } catch (...) {
+          count();
+          throw;
+        }
+        count();
+      },
+      hooks);
 }
+
+// When ProgressLine::tick shows the line: at most every half second, or now (the last line).
+enum class Show { when_due, now };
 
 // The progress line, updated in place on a terminal: at most every half second.
 class ProgressLine {
  public:
   ProgressLine(const Progress& p, int64_t total_bytes)
       : p_(p), total_(total_bytes), tty_(::isatty(2) == 1), start_(Clock::now()) {}
-  void tick(bool force = false) {
+  void tick(Show show = Show::when_due) {
     if (!tty_) return;
     const auto now = Clock::now();
-    if (!force && now - last_ < std::chrono::milliseconds(500)) return;
+    if (show == Show::when_due && now - last_ < std::chrono::milliseconds(500)) return;
     last_ = now;
     const double s = seconds(), mb = p_.bytes / 1e6;
     const double rate = s > 0 ? mb / s : 0;
@@ -235,7 +217,7 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o,
   TokenizeSummary summary;
   summary.shards = writer.finish();
   const auto& shards = summary.shards;
-  line.tick(true);
+  line.tick(Show::now);
   line.end();
   const double s = line.seconds();
   log::info(

@@ -32,8 +32,8 @@ void on_signal(int sig) {
 
 }  // namespace
 
-StopSignals::StopSignals(bool announce) {
-  g_announce = announce;
+StopSignals::StopSignals(Announce announce) {
+  g_announce = announce == Announce::yes;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

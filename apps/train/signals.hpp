@@ -7,10 +7,14 @@
 
 namespace kktrain {
 
+// Whether the first signal is announced on stderr (the training run's rank 0), or left to the
+// caller to report (kktrain tokenize, and the other ranks).
+enum class Announce { yes, no };
+
 class StopSignals {
  public:
-  // Installs the handlers; `announce`: say so on stderr when the first signal arrives (rank 0).
-  explicit StopSignals(bool announce);
+  // Installs the handlers; Announce::yes: say so on stderr when the first signal arrives.
+  explicit StopSignals(Announce announce);
   ~StopSignals();  // restores the previous ones
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

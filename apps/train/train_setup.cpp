@@ -274,7 +274,7 @@ void setup_run(TrainRun& run, std::unique_ptr<Communicator> comm, Config cfg,
   open_metrics(run);
   announce_run(run, threads);
   // From here SIGTERM / SIGINT end the loop at a step's end, after its checkpoint (rank 0 says so).
-  run.signals.emplace(run.rank0);
+  run.signals.emplace(run.rank0 ? Announce::yes : Announce::no);
   claim_checkpoint_root(run);
   prepare_steps(run);
 }
