@@ -9,7 +9,6 @@
 #include <cmath>
 #include <ctime>
 #include <limits>
-#include <set>
 
 #include "core/errors.hpp"
 #include "text/jinja_eval.hpp"
@@ -27,58 +26,14 @@ Value Scope::get(const std::string& n) const {
   return Value::undefined(n);
 }
 
-namespace {
-
-// Python's methods of str, list and dict that jinja2 would find (getattr comes before the item
-// for `x.name`); those kktrain lacks are refused rather than read as a missing key.
-bool python_method(const Value& obj, const std::string& n) {
-  static const std::set<std::string> str{
-      "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
-      "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
-      "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
-      "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
-      "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
-      "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
-      "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
-      "swapcase",     "title",       "translate", "upper",      "zfill"};
-  static const std::set<std::string> list{"append", "clear", "copy",   "count",   "extend", "index",
-                                          "insert", "pop",   "remove", "reverse", "sort"};
-  static const std::set<std::string> dict{"clear",      "copy",   "fromkeys", "get",
-                                          "items",      "keys",   "pop",      "popitem",
-                                          "setdefault", "update", "values"};
-  if (obj.kind == K::string) return str.count(n) > 0;
-  if (obj.kind == K::list) return list.count(n) > 0;
-  if (obj.kind == K::dict) return dict.count(n) > 0;
-  return false;
-}
-
-}  // namespace
-
-Value Evaluator::attr(const Value& obj, const std::string& n, int line) {
-  if (obj.kind == K::undefined) undefined_error(obj, line);
-  if (obj.kind == K::dict && !is_dict_method(n) && python_method(obj, n))
-    fail(name_, line, "method 'dict." + n + "' is not supported");
-  if (obj.kind == K::dict || obj.kind == K::ns) {
-    if (obj.kind == K::dict && is_dict_method(n)) return method(obj, n, line);
-    const Value* v = obj.dict->find(n);
-    return v ? *v : Value::undefined(n);
-  }
-  if (obj.kind == K::string && is_str_method(n)) {
-    check_markup(obj, "method '" + n + "'", line);
-    return method(obj, n, line);
-  }
-  if (python_method(obj, n))
-    fail(name_, line, "method '" + type_name(obj) + "." + n + "' is not supported");
-  return Value::undefined(n);
-}
-
 Value Evaluator::item(const Value& obj, const Value& key, int line) {
   if (obj.kind == K::undefined) undefined_error(obj, line);
   if (obj.kind == K::dict || obj.kind == K::ns) {
     if (key.kind != K::string) return Value::undefined();
     const Value* v = obj.dict->find(key.s);
     if (v) return *v;
-    return obj.kind == K::dict ? attr(obj, key.s, line) : Value::undefined(key.s);
+    return obj.kind == K::dict ? attr(obj, key.s, method_index(key.s), line)
+                               : Value::undefined(key.s);
   }
   const bool indexable = obj.kind == K::string || obj.is_sequence();
   if (indexable && (key.kind == K::integer || key.kind == K::boolean)) {
@@ -92,7 +47,7 @@ Value Evaluator::item(const Value& obj, const Value& key, int line) {
     for (; k > 0; --k) at += code_point_len(obj.s, at);
     return Value::string(obj.s.substr(at, code_point_len(obj.s, at)));
   }
-  if (key.kind == K::string) return attr(obj, key.s, line);
+  if (key.kind == K::string) return attr(obj, key.s, method_index(key.s), line);
   return Value::undefined();
 }
 
@@ -171,7 +126,7 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
     case EK::name:
       return sc->get(e.name);
     case EK::attr:
-      return attr(eval(*e.args[0], sc), e.name, e.line);
+      return attr(eval(*e.args[0], sc), e.name, e.builtin, e.line);
     case EK::item:
       return item(eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
     case EK::slice:
@@ -221,11 +176,12 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
     case EK::cond:
       if (truthy(eval(*e.args[1], sc))) return eval(*e.args[0], sc);
       return e.args[2] ? eval(*e.args[2], sc) : Value::undefined();
-    case EK::list: {
+    case EK::list:
+    case EK::tuple: {
       std::vector<Value> items;
       for (const auto& a : e.args) items.push_back(eval(*a, sc));
       return Value::make_list(std::move(items),
-                              e.name == "tuple" ? Value::Seq::tuple : Value::Seq::list);
+                              e.kind == EK::tuple ? Value::Seq::tuple : Value::Seq::list);
     }
     case EK::dict: {
       Dict d;
