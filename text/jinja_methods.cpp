@@ -23,7 +23,7 @@ namespace {
 Value dict_get(BuiltinCall& c) {
   if (c.args.pos.empty()) c.fail("get needs a key");
   const Value& key = c.args.pos[0];
-  const Value* v = key.kind == K::string ? c.v.dict->find(key.s) : nullptr;
+  const Value* v = key.kind() == K::string ? c.v.dict().find(key.str()) : nullptr;
   return v ? *v : c.args.pos.size() > 1 ? c.args.pos[1] : Value::none();
 }
 
@@ -31,7 +31,7 @@ Value dict_get(BuiltinCall& c) {
 template <Value::Seq view>
 Value dict_view(BuiltinCall& c) {
   std::vector<Value> out;
-  for (auto& kv : c.v.dict->items)
+  for (auto& kv : c.v.dict().items)
     out.push_back(view == Value::Seq::dict_keys ? Value::string(kv.first)
                   : view == Value::Seq::dict_values
                       ? kv.second
@@ -44,9 +44,9 @@ Value dict_view(BuiltinCall& c) {
 template <bool at_start>
 Value affix(BuiltinCall& c) {
   if (c.args.pos.empty()) c.fail(c.name + " needs an argument");
-  const std::string& s = c.v.s;
+  const std::string& s = c.v.str();
   const Value& arg = c.args.pos[0];
-  std::vector<Value> opts = arg.kind == K::list ? *arg.list : std::vector<Value>{arg};
+  std::vector<Value> opts = arg.kind() == K::list ? arg.items() : std::vector<Value>{arg};
   for (auto& o : opts) {
     const std::string p = c.str_arg(o, c.name);
     if (at_start ? s.compare(0, p.size(), p) == 0 && s.size() >= p.size()
@@ -64,10 +64,11 @@ Value strip_method(BuiltinCall& c) {
 Value split_method(BuiltinCall& c) {
   const Value* sep = kwarg(c.args, "sep", 0);
   const Value* mx = kwarg(c.args, "maxsplit", 1);
-  if (sep && sep->kind == K::string && sep->s.empty()) c.fail("split: empty separator");
+  if (sep && sep->kind() == K::string && sep->str().empty()) c.fail("split: empty separator");
   // at most as many pieces as the steps left (each costs one)
   std::vector<Value> pieces;
-  if (!split(c.v.s, sep, mx && mx->kind == K::integer ? mx->i : -1, c.steps_left(), &pieces))
+  if (!split(c.v.str(), sep, mx && mx->kind() == K::integer ? mx->as_int() : -1, c.steps_left(),
+             &pieces))
     c.spend(c.limits().max_steps);
   c.spend_items(pieces);
   return Value::make_list(std::move(pieces));
@@ -78,8 +79,8 @@ Value replace_method(BuiltinCall& c) {
   if (pos.size() < 2) c.fail("replace needs old and new");
   std::string out;
   const std::size_t max = c.limits().max_output_bytes;
-  if (!replace(c.v.s, c.str_arg(pos[0], c.name), c.str_arg(pos[1], c.name),
-               pos.size() > 2 ? pos[2].i : -1, max, &out))
+  if (!replace(c.v.str(), c.str_arg(pos[0], c.name), c.str_arg(pos[1], c.name),
+               pos.size() > 2 ? pos[2].as_int() : -1, max, &out))
     c.check_size(max + 1);
   return Value::string(out);
 }
@@ -87,8 +88,8 @@ Value replace_method(BuiltinCall& c) {
 // upper, lower, capitalize, title: ASCII case mapping, each character by `map(c, k, prev_alpha)`
 template <char (*map)(char, std::size_t, bool)>
 Value case_method(BuiltinCall& c) {
-  if (non_ascii(c.v.s)) c.fail("str." + c.name + " on non-ASCII text");
-  std::string out = c.v.s;
+  if (non_ascii(c.v.str())) c.fail("str." + c.name + " on non-ASCII text");
+  std::string out = c.v.str();
   bool prev_alpha = false;
   for (std::size_t k = 0; k < out.size(); ++k) {
     const bool is_a = alpha(out[k]);
@@ -218,15 +219,13 @@ Value strftime_now(BuiltinCall& c) {
 }
 
 Value namespace_(BuiltinCall& c) {
-  Value v;
-  v.kind = K::ns;
-  v.dict = std::make_shared<Dict>();
+  Dict attributes;
   for (auto& kv : c.args.kw) {
     c.check_value_depth(kv.second);
     c.check_not_namespace(kv.second);
-    v.dict->set(kv.first, kv.second);
+    attributes.set(kv.first, kv.second);
   }
-  return v;
+  return Value::make_namespace(std::move(attributes));
 }
 
 Value dict_(BuiltinCall& c) {
@@ -241,12 +240,12 @@ Value range(BuiltinCall& c) {
   const auto& pos = c.args.pos;
   std::int64_t lo = 0, hi = 0, step = 1;
   for (auto& p : pos)
-    if (p.kind != K::integer) c.fail("range expects ints");
+    if (p.kind() != K::integer) c.fail("range expects ints");
   if (pos.size() == 1)
-    hi = pos[0].i;
+    hi = pos[0].as_int();
   else if (pos.size() >= 2)
-    lo = pos[0].i, hi = pos[1].i;
-  if (pos.size() == 3) step = pos[2].i;
+    lo = pos[0].as_int(), hi = pos[1].as_int();
+  if (pos.size() == 3) step = pos[2].as_int();
   if (pos.empty() || pos.size() > 3 || step == 0) c.fail("bad range()");
   // len(range(lo, hi, step)), in 128 bits: the bounds may be any int64
   const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
@@ -297,14 +296,14 @@ std::vector<std::string> method_names() {
 }
 
 Value Evaluator::attr(const Value& obj, const std::string& n, int index, int line) {
-  if (obj.kind == K::undefined) undefined_error(obj, line);
+  if (obj.kind() == K::undefined) undefined_error(obj, line);
   const MethodDef* m = index >= 0 ? &methods()[static_cast<std::size_t>(index)] : nullptr;
-  if (m && !(m->on & on_bit(obj.kind))) m = nullptr;  // not a method of obj's type
-  if (obj.kind == K::dict && m && !m->fn)
+  if (m && !(m->on & on_bit(obj.kind()))) m = nullptr;  // not a method of obj's type
+  if (obj.kind() == K::dict && m && !m->fn)
     fail(name_, line, "method 'dict." + n + "' is not supported");
-  if (obj.kind == K::dict || obj.kind == K::ns) {
+  if (obj.kind() == K::dict || obj.kind() == K::ns) {
     if (m) return method(obj, index, line);
-    const Value* v = obj.dict->find(n);
+    const Value* v = obj.dict().find(n);
     return v ? *v : Value::undefined(n);
   }
   if (m && m->fn) {
