@@ -1,7 +1,8 @@
 // The chat-template evaluator's state (text/jinja_eval.cpp: statements and expressions;
 // text/jinja_ops.cpp: operators and tests; text/jinja_filters.cpp: filters; text/jinja_methods.cpp:
 // methods and globals) and its budget (Limits): evaluation depth, steps, loop iterations, the size
-// of strings and of the output. BuiltinCall is what a filter or test of the tables sees.
+// of strings and of the output. BuiltinCall is what a filter, test, method or global of the tables
+// sees.
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // Internals of the chat-template interpreter (text/jinja.hpp): the syntax tree the parser
-// (jinja_parse.cpp) builds, operators resolved to Op and filters and tests to their index in the
-// tables, and the evaluator (jinja_eval.cpp, jinja_ops.cpp, jinja_filters.cpp) walks, and the
-// value helpers with Python's semantics (jinja_value.cpp).
+// (jinja_parse.cpp) builds, operators resolved to Op and filters, tests and methods to their
+// index in the tables, and the evaluator (jinja_eval.cpp, jinja_ops.cpp, jinja_filters.cpp,
+// jinja_methods.cpp) walks, and the value helpers with Python's semantics (jinja_value.cpp).
 #pragma once
 
 #include <functional>
