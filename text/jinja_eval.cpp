@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <limits>
 
 #include "core/errors.hpp"
 #include "text/jinja_eval.hpp"
@@ -153,17 +152,8 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
       const bool r = test(e.builtin, e.name, subject, args, e.line);
       return Value::boolean(e.negate ? !r : r);
     }
-    case EK::unary: {
-      Value v = eval(*e.args[0], sc);
-      if (e.op == Op::not_) return Value::boolean(!truthy(v));
-      if (v.kind() == K::undefined) undefined_error(v, e.line);
-      if (!is_number(v)) fail(name_, e.line, "bad operand type for unary " + e.name);
-      if (e.op == Op::pos) return v.kind() == K::boolean ? Value::integer(v.as_bool()) : v;
-      if (v.kind() == K::number) return Value::number(-v.as_float());
-      if (v.kind() == K::integer && v.as_int() == std::numeric_limits<std::int64_t>::min())
-        fail(name_, e.line, "integer overflow in unary '-' (beyond 64 bits)");
-      return Value::integer(-(v.kind() == K::integer ? v.as_int() : v.as_bool()));
-    }
+    case EK::unary:
+      return unary(e.op, e.name, eval(*e.args[0], sc), e.line);
     case EK::binary: {
       if (e.op == Op::and_) {
         Value a = eval(*e.args[0], sc);

@@ -83,6 +83,7 @@ class Evaluator {
   friend struct BuiltinCall;
   // jinja_ops.cpp: operators and tests (index: test_index(n))
   Value binary(Op op, const Value& a, const Value& b, int line);
+  Value unary(Op op, const std::string& spelling, const Value& v, int line);
   bool test(int index, const std::string& n, const Value& v, Args& args, int line);
   // jinja_filters.cpp (index: filter_index(n))
   Value filter(int index, const std::string& n, const Value& v, Args& args, int line);

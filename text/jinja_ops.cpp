@@ -155,6 +155,17 @@ Value concat_strings(BuiltinCall& c, const Value& a, const Value& b) {
 
 }  // namespace
 
+Value Evaluator::unary(Op op, const std::string& spelling, const Value& v, int line) {
+  if (op == Op::not_) return Value::boolean(!truthy(v));
+  if (v.kind() == K::undefined) undefined_error(v, line);
+  if (!is_number(v)) fail(name_, line, "bad operand type for unary " + spelling);
+  if (op == Op::pos) return v.kind() == K::boolean ? Value::integer(v.as_bool()) : v;
+  if (v.kind() == K::number) return Value::number(-v.as_float());
+  if (v.kind() == K::integer && v.as_int() == std::numeric_limits<std::int64_t>::min())
+    fail(name_, line, "integer overflow in unary '-' (beyond 64 bits)");
+  return Value::integer(-(v.kind() == K::integer ? v.as_int() : v.as_bool()));
+}
+
 Value Evaluator::binary(Op op, const Value& a, const Value& b, int line) {
   static const std::string kNoName;
   Args none;
