@@ -45,7 +45,7 @@
 
 namespace kktrain::text::jinja {
 
-struct Value;
+class Value;
 struct Callable;  // macros and built-in functions (jinja_impl.hpp)
 
 // What one template may cost. Measured ("cost" of tests/text/render_chat.cpp) on the largest
@@ -94,55 +94,113 @@ struct Dict {
 };
 
 // A JSON-like value with Python's semantics (None, bool, int, float, str, list, dict), plus
-// jinja2's Undefined, namespace() objects (shared, mutable) and callables.
-struct Value {
+// jinja2's Undefined, namespace() objects (shared, mutable) and callables. A plain value type:
+// made by the named constructors, read through kind()/is_*() and the typed accessors (each
+// meaningful for its kind only, as the comments say); copying it copies the string and shares
+// the list, dict, namespace and callable.
+class Value {
+ public:
   enum class Kind { undefined, none, boolean, integer, number, string, list, dict, ns, callable };
   // The Python sequence type a list stands for; a generator is one pass only (filters' results,
   // reversed iterators).
   enum class Seq { list, tuple, range, dict_items, dict_keys, dict_values, generator };
-  Kind kind = Kind::undefined;
-  bool b = false;  // the bool
-  std::int64_t i = 0;
-  double f = 0;
-  std::string s;        // the string; for undefined, the name that was looked up
-  bool safe = false;    // a string marked safe (jinja2's Markup): refused where jinja2 would escape
-  Seq seq = Seq::list;  // for a list
-  std::shared_ptr<const std::vector<Value>> list;
-  std::shared_ptr<bool> consumed;  // a generator already iterated
-  // For a string: the parts of it that are a message's content (render_chat), kept through
-  // + and ~ between strings, trim/strip, `set`, block set and macro output; any other operation
-  // makes a string without them.
-  std::shared_ptr<const std::vector<ContentSpan>> origins;
-  std::shared_ptr<Dict> dict;  // dict and ns
-  std::shared_ptr<const Callable> fn;
-  // lists and dicts: 1 + the deepest item (a namespace counts 0: it never holds another one),
-  // and whether a namespace is among the items, at any depth
-  int depth = 0;
-  bool holds_ns = false;
+  using Origins = std::shared_ptr<const std::vector<ContentSpan>>;
 
+  Value() = default;  // Undefined, without a name
   static Value none();
   static Value boolean(bool v);
   static Value integer(std::int64_t v);
   static Value number(double v);
-  static Value string(std::string v);
+  static Value string(std::string v, Origins origins = nullptr);
   static Value make_list(std::vector<Value> items, Seq seq = Seq::list);
   static Value make_dict(Dict d);
+  static Value make_namespace(Dict attributes);
+  static Value function(std::shared_ptr<const Callable> fn);
   static Value undefined(std::string name = "");
+  // This string with other origins (see origins()); marked safe (jinja2's Markup).
+  Value with_origins(Origins origins) const {
+    Value v = *this;
+    v.origins_ = std::move(origins);
+    return v;
+  }
+  Value as_safe() const {
+    Value v = *this;
+    v.safe_ = true;
+    return v;
+  }
 
-  bool is_undefined() const { return kind == Kind::undefined; }
-  bool is_none() const { return kind == Kind::none; }
-  bool is_string() const { return kind == Kind::string; }
-  bool is_list() const { return kind == Kind::list; }
-  bool is_dict() const { return kind == Kind::dict; }
-  bool is_generator() const { return kind == Kind::list && seq == Seq::generator; }
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::undefined; }
+  bool is_none() const { return kind_ == Kind::none; }
+  bool is_bool() const { return kind_ == Kind::boolean; }
+  bool is_int() const { return kind_ == Kind::integer; }
+  bool is_float() const { return kind_ == Kind::number; }
+  bool is_string() const { return kind_ == Kind::string; }
+  bool is_list() const { return kind_ == Kind::list; }
+  bool is_dict() const { return kind_ == Kind::dict; }
+  bool is_namespace() const { return kind_ == Kind::ns; }
+  bool is_callable() const { return kind_ == Kind::callable; }
+  bool is_generator() const { return kind_ == Kind::list && seq_ == Seq::generator; }
   // list, tuple or range: what may be indexed, sliced and measured
   bool is_sequence() const {
-    return kind == Kind::list && (seq == Seq::list || seq == Seq::tuple || seq == Seq::range);
+    return kind_ == Kind::list && (seq_ == Seq::list || seq_ == Seq::tuple || seq_ == Seq::range);
   }
+
+  bool as_bool() const { return b_; }            // a bool's value
+  std::int64_t as_int() const { return i_; }     // an int's
+  double as_float() const { return f_; }         // a float's
+  const std::string& str() const { return s_; }  // a string's
+  const std::string& undefined_name() const {
+    return s_;
+  }                                       // the name an Undefined was looked up by
+  bool is_safe() const { return safe_; }  // a string marked safe: refused where jinja2 would escape
+  // For a string: the parts of it that are a message's content (render_chat), kept through
+  // + and ~ between strings, trim/strip, `set`, block set and macro output; any other operation
+  // makes a string without them.
+  const Origins& origins() const { return origins_; }
+  Seq seq() const { return seq_; }  // a list's sequence type
   // A list's items (none for anything else).
-  const std::vector<Value>& items() const;
+  const std::vector<Value>& items() const { return kind_ == Kind::list ? *list_ : no_items(); }
+  // A dict's or namespace's entries (only for those).
+  const Dict& dict() const { return *dict_; }
   // A dict's (or namespace's) value for key; null when absent or not a dict.
   const Value* find(const std::string& key) const;
+  // A namespace's attribute set (shared: every copy of the namespace sees it).
+  void set_attribute(const std::string& key, Value v) const;
+  const Callable& fn() const { return *fn_; }  // a callable's function
+  // A generator taken for iteration: false when it was taken before (by any copy of it).
+  bool consume() const {
+    if (*consumed_) return false;
+    *consumed_ = true;
+    return true;
+  }
+  // The same list, namespace or callable object (Python's `is`).
+  bool same_object(const Value& o) const {
+    return list_ == o.list_ && dict_ == o.dict_ && fn_ == o.fn_;
+  }
+  // lists and dicts: 1 + the deepest item (a namespace counts 0: it never holds another one),
+  // and whether a namespace is among the items, at any depth
+  int depth() const { return depth_; }
+  bool holds_ns() const { return holds_ns_; }
+
+ private:
+  static const std::vector<Value>& no_items();
+  void contain(const Value& item);  // depth and holds_ns from an item
+
+  Kind kind_ = Kind::undefined;
+  bool b_ = false;
+  std::int64_t i_ = 0;
+  double f_ = 0;
+  std::string s_;        // the string; for undefined, the name that was looked up
+  bool safe_ = false;    // a string marked safe (jinja2's Markup)
+  Seq seq_ = Seq::list;  // for a list
+  std::shared_ptr<const std::vector<Value>> list_;
+  std::shared_ptr<bool> consumed_;  // a generator already iterated
+  Origins origins_;
+  std::shared_ptr<Dict> dict_;  // dict and ns
+  std::shared_ptr<const Callable> fn_;
+  int depth_ = 0;
+  bool holds_ns_ = false;
 };
 
 // A JSON text as a Value (object keys in file order); InputError naming `what` when malformed

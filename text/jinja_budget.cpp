@@ -20,7 +20,7 @@ void Evaluator::spend(std::int64_t steps, int line) {
 
 void Evaluator::spend_items(const std::vector<Value>& items, int line) {
   std::int64_t n = 0;
-  for (const auto& v : items) n += 1 + static_cast<std::int64_t>(v.s.size() / kBytesPerStep);
+  for (const auto& v : items) n += 1 + static_cast<std::int64_t>(v.str().size() / kBytesPerStep);
   spend(n, line);
 }
 
@@ -46,7 +46,7 @@ void Evaluator::emit(const std::string& text, int line) {
 }
 
 void Evaluator::check_value_depth(const Value& v, int line) {
-  if (v.depth > limits_.max_value_depth)
+  if (v.depth() > limits_.max_value_depth)
     fail(name_, line,
          "a list or dict nested deeper than " + std::to_string(limits_.max_value_depth) +
              " (the value depth limit)");
@@ -77,7 +77,7 @@ void Evaluator::count_iteration(int line) {
 void Evaluator::check_not_namespace(const Value& v, int line) {
   // A namespace reachable from a namespace could chain them without end, which freeing would
   // walk recursively; chat templates keep strings, numbers and lists in theirs.
-  if (v.kind == K::ns || v.holds_ns)
+  if (v.kind() == K::ns || v.holds_ns())
     fail(name_, line, "a namespace inside a namespace is not supported");
 }
 

@@ -8,8 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <limits>
-#include <set>
 
 #include "core/errors.hpp"
 #include "text/jinja_eval.hpp"
@@ -27,77 +25,35 @@ Value Scope::get(const std::string& n) const {
   return Value::undefined(n);
 }
 
-namespace {
-
-// Python's methods of str, list and dict that jinja2 would find (getattr comes before the item
-// for `x.name`); those kktrain lacks are refused rather than read as a missing key.
-bool python_method(const Value& obj, const std::string& n) {
-  static const std::set<std::string> str{
-      "capitalize",   "casefold",    "center",    "count",      "encode",       "endswith",
-      "expandtabs",   "find",        "format",    "format_map", "index",        "isalnum",
-      "isalpha",      "isascii",     "isdecimal", "isdigit",    "isidentifier", "islower",
-      "isnumeric",    "isprintable", "isspace",   "istitle",    "isupper",      "join",
-      "ljust",        "lower",       "lstrip",    "maketrans",  "partition",    "removeprefix",
-      "removesuffix", "replace",     "rfind",     "rindex",     "rjust",        "rpartition",
-      "rsplit",       "rstrip",      "split",     "splitlines", "startswith",   "strip",
-      "swapcase",     "title",       "translate", "upper",      "zfill"};
-  static const std::set<std::string> list{"append", "clear", "copy",   "count",   "extend", "index",
-                                          "insert", "pop",   "remove", "reverse", "sort"};
-  static const std::set<std::string> dict{"clear",      "copy",   "fromkeys", "get",
-                                          "items",      "keys",   "pop",      "popitem",
-                                          "setdefault", "update", "values"};
-  if (obj.kind == K::string) return str.count(n) > 0;
-  if (obj.kind == K::list) return list.count(n) > 0;
-  if (obj.kind == K::dict) return dict.count(n) > 0;
-  return false;
-}
-
-}  // namespace
-
-Value Evaluator::attr(const Value& obj, const std::string& n, int line) {
-  if (obj.kind == K::undefined) undefined_error(obj, line);
-  if (obj.kind == K::dict && !is_dict_method(n) && python_method(obj, n))
-    fail(name_, line, "method 'dict." + n + "' is not supported");
-  if (obj.kind == K::dict || obj.kind == K::ns) {
-    if (obj.kind == K::dict && is_dict_method(n)) return method(obj, n, line);
-    const Value* v = obj.dict->find(n);
-    return v ? *v : Value::undefined(n);
-  }
-  if (obj.kind == K::string && is_str_method(n)) {
-    check_markup(obj, "method '" + n + "'", line);
-    return method(obj, n, line);
-  }
-  if (python_method(obj, n))
-    fail(name_, line, "method '" + type_name(obj) + "." + n + "' is not supported");
-  return Value::undefined(n);
-}
-
 Value Evaluator::item(const Value& obj, const Value& key, int line) {
-  if (obj.kind == K::undefined) undefined_error(obj, line);
-  if (obj.kind == K::dict || obj.kind == K::ns) {
-    if (key.kind != K::string) return Value::undefined();
-    const Value* v = obj.dict->find(key.s);
+  if (obj.kind() == K::undefined) undefined_error(obj, line);
+  if (obj.kind() == K::dict || obj.kind() == K::ns) {
+    if (key.kind() != K::string) return Value::undefined();
+    const Value* v = obj.dict().find(key.str());
     if (v) return *v;
-    return obj.kind == K::dict ? attr(obj, key.s, line) : Value::undefined(key.s);
+    return obj.kind() == K::dict ? attr(obj, key.str(), method_index(key.str()), line)
+                                 : Value::undefined(key.str());
   }
-  const bool indexable = obj.kind == K::string || obj.is_sequence();
-  if (indexable && (key.kind == K::integer || key.kind == K::boolean)) {
-    const auto n =
-        static_cast<std::int64_t>(obj.kind == K::list ? obj.list->size() : code_point_count(obj.s));
-    std::int64_t k = key.kind == K::integer ? key.i : key.b;
+  const bool indexable = obj.kind() == K::string || obj.is_sequence();
+  if (indexable && (key.kind() == K::integer || key.kind() == K::boolean)) {
+    const auto n = static_cast<std::int64_t>(obj.kind() == K::list ? obj.items().size()
+                                                                   : code_point_count(obj.str()));
+    std::int64_t k = key.kind() == K::integer ? key.as_int() : key.as_bool();
     if (k < 0) k += n;
     if (k < 0 || k >= n) return Value::undefined();
-    if (obj.kind == K::list) return (*obj.list)[k];
+    if (obj.kind() == K::list) return obj.items()[k];
     std::size_t at = 0;
-    for (; k > 0; --k) at += code_point_len(obj.s, at);
-    return Value::string(obj.s.substr(at, code_point_len(obj.s, at)));
+    for (; k > 0; --k) at += code_point_len(obj.str(), at);
+    return Value::string(obj.str().substr(at, code_point_len(obj.str(), at)));
   }
-  if (key.kind == K::string) return attr(obj, key.s, line);
+  if (key.kind() == K::string) return attr(obj, key.str(), method_index(key.str()), line);
   return Value::undefined();
 }
 
 void Evaluator::undefined_error(const Value& v, int line) {
-  fail(name_, line, v.s.empty() ? "an undefined value was used" : "'" + v.s + "' is undefined");
+  fail(name_, line,
+       v.undefined_name().empty() ? "an undefined value was used"
+                                  : "'" + v.undefined_name() + "' is undefined");
 }
 
 namespace {
@@ -105,11 +61,11 @@ namespace {
 // Python's slice indices over a sequence of n.
 std::vector<std::int64_t> slice_indices(std::int64_t n, const Value* a, const Value* b,
                                         const Value* c) {
-  const std::int64_t step = c ? c->i : 1;
+  const std::int64_t step = c ? c->as_int() : 1;
   std::int64_t lo, hi;
   auto adjust = [&](const Value* v, std::int64_t dflt, std::int64_t min, std::int64_t max) {
     if (!v) return dflt;
-    std::int64_t x = v->i;
+    std::int64_t x = v->as_int();
     if (x < 0) x += n;
     return std::max(min, std::min(max, x));
   };
@@ -134,32 +90,32 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
   for (int k = 0; k < 3; ++k) {
     if (!e.args[k + 1]) continue;
     parts[k] = eval(*e.args[k + 1], sc);
-    if (parts[k].kind == K::none) continue;
-    if (parts[k].kind != K::integer) fail(name_, e.line, "slice indices must be integers");
+    if (parts[k].kind() == K::none) continue;
+    if (parts[k].kind() != K::integer) fail(name_, e.line, "slice indices must be integers");
     ptr[k] = &parts[k];
   }
-  if (ptr[2] && ptr[2]->i == 0) fail(name_, e.line, "slice step cannot be zero");
+  if (ptr[2] && ptr[2]->as_int() == 0) fail(name_, e.line, "slice step cannot be zero");
   if (obj.is_sequence()) {
     std::vector<Value> out;
-    for (auto k : slice_indices(obj.list->size(), ptr[0], ptr[1], ptr[2]))
-      out.push_back((*obj.list)[k]);
+    for (auto k : slice_indices(obj.items().size(), ptr[0], ptr[1], ptr[2]))
+      out.push_back(obj.items()[k]);
     spend_items(out, e.line);
-    return Value::make_list(std::move(out), obj.seq);
+    return Value::make_list(std::move(out), obj.seq());
   }
-  if (obj.kind == K::string) {
-    const auto cps = explode(obj.s, e.line);
+  if (obj.kind() == K::string) {
+    const auto cps = explode(obj.str(), e.line);
     std::string out;
     for (auto k : slice_indices(cps.size(), ptr[0], ptr[1], ptr[2])) out += cps[k];
     return Value::string(out);
   }
-  if (obj.kind == K::undefined) undefined_error(obj, e.line);
+  if (obj.kind() == K::undefined) undefined_error(obj, e.line);
   fail(name_, e.line, "cannot slice a " + type_name(obj));
 }
 
 Value Evaluator::eval(const Expr& e, const ScopeP& sc) {
   const Deeper deeper(this, e.line);
   Value v = eval_kind(e, sc);
-  spend(1 + static_cast<std::int64_t>(v.kind == K::string ? v.s.size() / kBytesPerStep : 0),
+  spend(1 + static_cast<std::int64_t>(v.kind() == K::string ? v.str().size() / kBytesPerStep : 0),
         e.line);
   return v;
 }
@@ -171,19 +127,19 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
     case EK::name:
       return sc->get(e.name);
     case EK::attr:
-      return attr(eval(*e.args[0], sc), e.name, e.line);
+      return attr(eval(*e.args[0], sc), e.name, e.builtin, e.line);
     case EK::item:
       return item(eval(*e.args[0], sc), eval(*e.args[1], sc), e.line);
     case EK::slice:
       return slice(e, sc);
     case EK::call: {
       Value f = eval(*e.args[0], sc);
-      if (f.kind != K::callable) {
-        if (f.kind == K::undefined) undefined_error(f, e.line);
+      if (f.kind() != K::callable) {
+        if (f.kind() == K::undefined) undefined_error(f, e.line);
         fail(name_, e.line, "a " + type_name(f) + " is not callable");
       }
       Args args = eval_args(e, sc, 1);
-      return f.fn->call(args, e.line);
+      return f.fn().call(args, e.line);
     }
     case EK::filter: {
       Value subject = eval(*e.args[0], sc);
@@ -196,17 +152,8 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
       const bool r = test(e.builtin, e.name, subject, args, e.line);
       return Value::boolean(e.negate ? !r : r);
     }
-    case EK::unary: {
-      Value v = eval(*e.args[0], sc);
-      if (e.op == Op::not_) return Value::boolean(!truthy(v));
-      if (v.kind == K::undefined) undefined_error(v, e.line);
-      if (!is_number(v)) fail(name_, e.line, "bad operand type for unary " + e.name);
-      if (e.op == Op::pos) return v.kind == K::boolean ? Value::integer(v.b) : v;
-      if (v.kind == K::number) return Value::number(-v.f);
-      if (v.kind == K::integer && v.i == std::numeric_limits<std::int64_t>::min())
-        fail(name_, e.line, "integer overflow in unary '-' (beyond 64 bits)");
-      return Value::integer(-(v.kind == K::integer ? v.i : v.b));
-    }
+    case EK::unary:
+      return unary(e.op, e.name, eval(*e.args[0], sc), e.line);
     case EK::binary: {
       if (e.op == Op::and_) {
         Value a = eval(*e.args[0], sc);
@@ -221,19 +168,20 @@ Value Evaluator::eval_kind(const Expr& e, const ScopeP& sc) {
     case EK::cond:
       if (truthy(eval(*e.args[1], sc))) return eval(*e.args[0], sc);
       return e.args[2] ? eval(*e.args[2], sc) : Value::undefined();
-    case EK::list: {
+    case EK::list:
+    case EK::tuple: {
       std::vector<Value> items;
       for (const auto& a : e.args) items.push_back(eval(*a, sc));
       return Value::make_list(std::move(items),
-                              e.name == "tuple" ? Value::Seq::tuple : Value::Seq::list);
+                              e.kind == EK::tuple ? Value::Seq::tuple : Value::Seq::list);
     }
     case EK::dict: {
       Dict d;
       for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
         Value key = eval(*e.args[k], sc);
-        if (key.kind != K::string)
+        if (key.kind() != K::string)
           fail(name_, e.line, "dict keys other than strings are not supported");
-        d.set(key.s, eval(*e.args[k + 1], sc));
+        d.set(key.str(), eval(*e.args[k + 1], sc));
       }
       return Value::make_dict(std::move(d));
     }
@@ -281,7 +229,7 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
       return Flow::normal;
     case Node::Kind::print: {
       Value v = eval(*n.expr, sc);
-      if (v.kind == K::ns || v.kind == K::callable)
+      if (v.kind() == K::ns || v.kind() == K::callable)
         fail(name_, n.line, "printing a " + type_name(v) + " is not supported");
       std::string text;
       try {
@@ -289,8 +237,8 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
       } catch (const InputError& err) {
         fail(name_, n.line, err.what());
       }
-      if (v.origins)
-        for (ContentSpan c : *v.origins) {
+      if (v.origins())
+        for (ContentSpan c : *v.origins()) {
           c.begin += out_.size();
           c.end += out_.size();
           content_.push_back(c);
@@ -310,9 +258,9 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
         return Flow::normal;
       }
       Value ns = sc->get(n.targets[0]);
-      if (ns.kind != K::ns) fail(name_, n.line, "can only set attributes of a namespace()");
+      if (ns.kind() != K::ns) fail(name_, n.line, "can only set attributes of a namespace()");
       check_not_namespace(v, n.line);
-      ns.dict->set(n.attr, v);
+      ns.set_attribute(n.attr, v);
       return Flow::normal;
     }
     case Node::Kind::set_block: {
@@ -350,8 +298,8 @@ Value Evaluator::capture(const Body& body, const ScopeP& sc) {
   saved.swap(out_);
   Value v = Value::string(saved);
   if (content_.size() > mark) {
-    v.origins =
-        std::make_shared<const std::vector<ContentSpan>>(content_.begin() + mark, content_.end());
+    v = v.with_origins(
+        std::make_shared<const std::vector<ContentSpan>>(content_.begin() + mark, content_.end()));
     content_.resize(mark);
   }
   return v;
@@ -365,25 +313,23 @@ Value Evaluator::apply_chain(const Expr& e, const Value& v, const ScopeP& sc) {
 }
 
 std::vector<Value> Evaluator::iterate(const Value& v, int line) {
-  switch (v.kind) {
+  switch (v.kind()) {
     case K::undefined:
       return {};
     case K::list:
-      if (v.consumed) {
-        if (*v.consumed) fail(name_, line, "a generator (a filter's result) used a second time");
-        *v.consumed = true;
-      }
-      spend_items(*v.list, line);
-      return *v.list;
+      if (v.is_generator() && !v.consume())
+        fail(name_, line, "a generator (a filter's result) used a second time");
+      spend_items(v.items(), line);
+      return v.items();
     case K::dict: {
       std::vector<Value> keys;
-      for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+      for (const auto& kv : v.dict().items) keys.push_back(Value::string(kv.first));
       spend_items(keys, line);
       return keys;
     }
     case K::string: {
       std::vector<Value> chars;
-      for (auto& cp : explode(v.s, line)) chars.push_back(Value::string(cp));
+      for (auto& cp : explode(v.str(), line)) chars.push_back(Value::string(cp));
       spend_items(chars, line);
       return chars;
     }
@@ -454,7 +400,7 @@ Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
       Value v = k < args.pos.size() ? args.pos[k] : Value::undefined(node->params[k]);
       for (auto& kv : args.kw)
         if (kv.first == node->params[k]) v = kv.second;
-      if (v.kind == K::undefined && k >= args.pos.size() && node->defaults[k])
+      if (v.kind() == K::undefined && k >= args.pos.size() && node->defaults[k])
         v = eval(*node->defaults[k], sc);
       sc->vars.set(node->params[k], v);
     }
@@ -466,10 +412,7 @@ Value Evaluator::make_macro(const Node& n, const ScopeP& defining) {
     }
     return capture(node->body, sc);
   };
-  Value v;
-  v.kind = K::callable;
-  v.fn = fn;
-  return v;
+  return Value::function(fn);
 }
 
 // ---- the template ----------------------------------------------------------------------------
@@ -518,22 +461,21 @@ namespace {
 
 // messages with each message's `content` string marked as coming from it (Value::origins)
 Value with_origins(const Value& messages) {
-  if (messages.kind != Value::Kind::list) return messages;
+  if (messages.kind() != Value::Kind::list) return messages;
   std::vector<Value> out;
-  for (std::size_t k = 0; k < messages.list->size(); ++k) {
-    Value m = (*messages.list)[k];
-    const Value* content = m.kind == Value::Kind::dict ? m.dict->find("content") : nullptr;
-    if (content && content->kind == Value::Kind::string) {
-      Value c = *content;
-      c.origins = std::make_shared<const std::vector<ContentSpan>>(
-          std::vector<ContentSpan>{{k, 0, c.s.size()}});
-      Dict d = *m.dict;
+  for (std::size_t k = 0; k < messages.items().size(); ++k) {
+    Value m = messages.items()[k];
+    const Value* content = m.kind() == Value::Kind::dict ? m.dict().find("content") : nullptr;
+    if (content && content->kind() == Value::Kind::string) {
+      const Value c = content->with_origins(std::make_shared<const std::vector<ContentSpan>>(
+          std::vector<ContentSpan>{{k, 0, content->str().size()}}));
+      Dict d = m.dict();
       d.set("content", c);
       m = Value::make_dict(std::move(d));
     }
     out.push_back(m);
   }
-  return Value::make_list(std::move(out), messages.seq);
+  return Value::make_list(std::move(out), messages.seq());
 }
 
 }  // namespace

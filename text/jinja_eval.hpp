@@ -1,7 +1,8 @@
 // The chat-template evaluator's state (text/jinja_eval.cpp: statements and expressions;
 // text/jinja_ops.cpp: operators and tests; text/jinja_filters.cpp: filters; text/jinja_methods.cpp:
 // methods and globals) and its budget (Limits): evaluation depth, steps, loop iterations, the size
-// of strings and of the output. BuiltinCall is what a filter or test of the tables sees.
+// of strings and of the output. BuiltinCall is what a filter, test, method or global of the tables
+// sees.
 #pragma once
 
 #include <algorithm>
@@ -72,7 +73,8 @@ class Evaluator {
   Value eval_kind(const Expr& e, const ScopeP& sc);
   Args eval_args(const Expr& e, const ScopeP& sc, std::size_t from);
   Value apply_chain(const Expr& e, const Value& v, const ScopeP& sc);
-  Value attr(const Value& obj, const std::string& n, int line);
+  // obj.n; method: method_index(n), resolved by the parser (jinja_methods.cpp)
+  Value attr(const Value& obj, const std::string& n, int method, int line);
   Value item(const Value& obj, const Value& key, int line);
   Value slice(const Expr& e, const ScopeP& sc);
   std::vector<Value> iterate(const Value& v, int line);
@@ -81,13 +83,12 @@ class Evaluator {
   friend struct BuiltinCall;
   // jinja_ops.cpp: operators and tests (index: test_index(n))
   Value binary(Op op, const Value& a, const Value& b, int line);
+  Value unary(Op op, const std::string& spelling, const Value& v, int line);
   bool test(int index, const std::string& n, const Value& v, Args& args, int line);
   // jinja_filters.cpp (index: filter_index(n))
   Value filter(int index, const std::string& n, const Value& v, Args& args, int line);
-  // jinja_methods.cpp
-  static bool is_dict_method(const std::string& n);
-  static bool is_str_method(const std::string& n);
-  Value method(const Value& obj, const std::string& n, int line);
+  // jinja_methods.cpp: obj's method kMethods[index], bound to obj (a callable)
+  Value method(const Value& obj, int index, int line);
   // v's string, else InputError "<what> expects a string" (jinja_filters.cpp)
   std::string str_arg(const Value& v, const std::string& what, int line);
 
@@ -133,8 +134,8 @@ class Evaluator {
   std::string out_;
 };
 
-// One call of a built-in filter or test: what its function (in the tables) sees, and the
-// evaluator's services it may use.
+// One call of a built-in filter, test, method (v: the object) or global: what its function (in the
+// tables) sees, and the evaluator's services it may use.
 struct BuiltinCall {
   Evaluator& ev;
   const std::string& name;  // as the template spells it ("d" for default)
@@ -157,6 +158,9 @@ struct BuiltinCall {
   }
   std::string str_arg(const Value& x, const std::string& what) { return ev.str_arg(x, what, line); }
   void spend(std::int64_t steps) { ev.spend(steps, line); }
+  std::size_t steps_left() const { return ev.steps_left(); }
+  void check_value_depth(const Value& x) { ev.check_value_depth(x, line); }
+  void check_not_namespace(const Value& x) { ev.check_not_namespace(x, line); }
   void spend_items(const std::vector<Value>& items) { ev.spend_items(items, line); }
   std::vector<std::string> explode(const std::string& s) { return ev.explode(s, line); }
   void check_size(std::size_t bytes) { ev.check_size(bytes, line); }

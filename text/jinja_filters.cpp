@@ -17,12 +17,12 @@ namespace kktrain::text::jinja {
 using K = Value::Kind;
 
 std::string Evaluator::str_arg(const Value& v, const std::string& what, int line) {
-  if (v.kind != K::string) fail(name_, line, what + " expects a string, got " + type_name(v));
-  return v.s;
+  if (v.kind() != K::string) fail(name_, line, what + " expects a string, got " + type_name(v));
+  return v.str();
 }
 
 void Evaluator::check_markup(const Value& v, const std::string& what, int line) {
-  if (v.kind == K::string && v.safe)
+  if (v.kind() == K::string && v.is_safe())
     fail(name_, line, what + " on a safe (Markup) string is not supported");
 }
 
@@ -30,7 +30,7 @@ namespace {
 
 // str(subject), refused for what Python would print as an object address.
 std::string text(BuiltinCall& c) {
-  if (c.v.kind == K::ns || c.v.kind == K::callable)
+  if (c.v.kind() == K::ns || c.v.kind() == K::callable)
     c.fail("filter '" + c.name + "' on a " + type_name(c.v));
   try {
     return to_str(c.v);
@@ -46,26 +46,24 @@ std::string ascii_only(BuiltinCall& c, std::string s) {
 }
 
 Value trim(BuiltinCall& c) {
-  const Value s = c.v.kind == K::string ? c.v : Value::string(text(c));
+  const Value s = c.v.kind() == K::string ? c.v : Value::string(text(c));
   return strip_value(s, c.p[0], StripEnds::both);
 }
 
 Value string_(BuiltinCall& c) {
-  return c.v.kind == K::string ? c.v : Value::string(text(c));
+  return c.v.kind() == K::string ? c.v : Value::string(text(c));
 }
 
 Value safe(BuiltinCall& c) {  // a Markup string, refused where jinja2 would escape it
-  Value s = string_(c);
-  s.safe = true;
-  return s;
+  return string_(c).as_safe();
 }
 
 Value length(BuiltinCall& c) {
   const Value& v = c.v;
-  if (v.kind == K::string) return Value::integer(code_point_count(v.s));
-  if (v.kind == K::list && !v.is_generator()) return Value::integer(v.list->size());
-  if (v.kind == K::dict) return Value::integer(v.dict->items.size());
-  if (v.kind == K::undefined) return Value::integer(0);
+  if (v.kind() == K::string) return Value::integer(code_point_count(v.str()));
+  if (v.kind() == K::list && !v.is_generator()) return Value::integer(v.items().size());
+  if (v.kind() == K::dict) return Value::integer(v.dict().items.size());
+  if (v.kind() == K::undefined) return Value::integer(0);
   c.fail("length of a " + type_name(v));
 }
 
@@ -100,7 +98,7 @@ Value title(BuiltinCall& c) {  // jinja2: each item after a run of [-\s({\[<] ca
 }
 
 Value default_(BuiltinCall& c) {
-  const bool use = c.v.kind == K::undefined || (truthy(*c.p[1]) && !truthy(c.v));
+  const bool use = c.v.kind() == K::undefined || (truthy(*c.p[1]) && !truthy(c.v));
   return use ? *c.p[0] : c.v;
 }
 
@@ -109,16 +107,16 @@ Value tojson(BuiltinCall& c) {
   const Value& indent = *c.p[1];
   const Value& seps = *c.p[2];
   st.ensure_ascii = truthy(*c.p[0]);
-  if (indent.kind == K::integer)
-    st.indent = static_cast<int>(std::clamp<std::int64_t>(indent.i, 0, 1 << 30));
-  else if (indent.kind != K::none)
+  if (indent.kind() == K::integer)
+    st.indent = static_cast<int>(std::clamp<std::int64_t>(indent.as_int(), 0, 1 << 30));
+  else if (indent.kind() != K::none)
     c.fail("tojson indent must be an int");
   st.item_sep = st.indent >= 0 ? "," : ", ";
   st.key_sep = ": ";
-  if (seps.kind == K::list && seps.items().size() == 2) {
+  if (seps.kind() == K::list && seps.items().size() == 2) {
     st.item_sep = c.str_arg(seps.items()[0], "tojson separators");
     st.key_sep = c.str_arg(seps.items()[1], "tojson separators");
-  } else if (seps.kind != K::none) {
+  } else if (seps.kind() != K::none) {
     c.fail("tojson separators must be a pair of strings");
   }
   st.sort_keys = truthy(*c.p[3]);
@@ -136,10 +134,10 @@ Value tojson(BuiltinCall& c) {
 
 Value items(BuiltinCall& c) {
   std::vector<Value> out;
-  if (c.v.kind == K::dict)
-    for (auto& kv : c.v.dict->items)
+  if (c.v.kind() == K::dict)
+    for (auto& kv : c.v.dict().items)
       out.push_back(Value::make_list({Value::string(kv.first), kv.second}, Value::Seq::tuple));
-  else if (c.v.kind != K::undefined)
+  else if (c.v.kind() != K::undefined)
     c.fail("items of a " + type_name(c.v));
   c.spend_items(out);
   return Value::make_list(std::move(out), Value::Seq::generator);
@@ -167,7 +165,7 @@ Value replace_(BuiltinCall& c) {
   std::string out;
   const std::size_t max = c.limits().max_output_bytes;
   if (!replace(text(c), to_str(c.args.pos[0]), to_str(c.args.pos[1]),
-               count.kind == K::integer ? count.i : -1, max, &out))
+               count.kind() == K::integer ? count.as_int() : -1, max, &out))
     c.check_size(max + 1);
   return Value::string(out);
 }
@@ -230,7 +228,7 @@ Value map(BuiltinCall& c) {
     const Value* dflt = kwarg(args, "default", 99);
     for (auto& x : c.iterate(c.v)) {
       Value r = c.item(x, *attribute);
-      out.push_back(r.kind == K::undefined && dflt ? *dflt : r);
+      out.push_back(r.kind() == K::undefined && dflt ? *dflt : r);
     }
     return Value::make_list(std::move(out), Value::Seq::generator);
   }
@@ -259,8 +257,8 @@ Value last(BuiltinCall& c) {
 }
 
 Value reverse(BuiltinCall& c) {
-  if (c.v.kind == K::string) {
-    auto cps = c.explode(c.v.s);
+  if (c.v.kind() == K::string) {
+    auto cps = c.explode(c.v.str());
     std::string out;
     for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
     return Value::string(out);
@@ -277,9 +275,10 @@ Value unique(BuiltinCall& c) {
   std::vector<Value> seen;
   for (auto& x : c.iterate(c.v)) {
     Value key = x;
-    if (key.kind == K::string) {
-      key.s = ascii_only(c, std::move(key.s));  // one pass over the string
-      for (char& ch : key.s) ch = low(ch);
+    if (key.kind() == K::string) {
+      std::string lowered = ascii_only(c, x.str());  // one pass over the string
+      for (char& ch : lowered) ch = low(ch);
+      key = Value::string(std::move(lowered));
     }
     bool dup = false;
     for (auto& s : seen) dup = dup || c.eq(s, key);
@@ -299,30 +298,30 @@ Value sum(BuiltinCall& c) {
 
 Value abs_(BuiltinCall& c) {
   const Value& v = c.v;
-  if (v.kind == K::integer) {
-    if (v.i == std::numeric_limits<std::int64_t>::min())
+  if (v.kind() == K::integer) {
+    if (v.as_int() == std::numeric_limits<std::int64_t>::min())
       c.fail("integer overflow in 'abs' (beyond 64 bits)");
-    return Value::integer(std::llabs(v.i));
+    return Value::integer(std::llabs(v.as_int()));
   }
-  if (v.kind == K::number) return Value::number(std::fabs(v.f));
-  if (v.kind == K::boolean) return Value::integer(v.b);
+  if (v.kind() == K::number) return Value::number(std::fabs(v.as_float()));
+  if (v.kind() == K::boolean) return Value::integer(v.as_bool());
   c.fail("abs of a " + type_name(v));
 }
 
 Value int_(BuiltinCall& c) {
   const Value& v = c.v;
   const Value& d = *c.p[0];
-  if (v.kind == K::integer) return v;
-  if (v.kind == K::boolean) return Value::integer(v.b);
+  if (v.kind() == K::integer) return v;
+  if (v.kind() == K::boolean) return Value::integer(v.as_bool());
   // int(f) for |f| >= 2^63 needs more than 64 bits (and the C++ cast is undefined)
   auto truncated = [&](double f) {
     if (std::fabs(f) >= 9223372036854775808.0)
       c.fail("filter 'int' of " + repr(Value::number(f)) + " (beyond 64 bits)");
     return Value::integer(static_cast<std::int64_t>(f));
   };
-  if (v.kind == K::number) return std::isfinite(v.f) ? truncated(v.f) : d;
-  if (v.kind == K::string) {
-    std::string s = strip(v.s, nullptr, StripEnds::both);
+  if (v.kind() == K::number) return std::isfinite(v.as_float()) ? truncated(v.as_float()) : d;
+  if (v.kind() == K::string) {
+    std::string s = strip(v.str(), nullptr, StripEnds::both);
     try {
       std::size_t used = 0;
       const long long x = std::stoll(s, &used, 10);
@@ -339,8 +338,8 @@ Value int_(BuiltinCall& c) {
 Value float_(BuiltinCall& c) {
   const Value& v = c.v;
   if (is_number(v)) return Value::number(as_double(v));
-  if (v.kind == K::string) {
-    std::string s = strip(v.s, nullptr, StripEnds::both);
+  if (v.kind() == K::string) {
+    std::string s = strip(v.str(), nullptr, StripEnds::both);
     try {
       std::size_t used = 0;
       const double f = std::stod(s, &used);
@@ -355,15 +354,16 @@ Value round_(BuiltinCall& c) {
   const Value& v = c.v;
   const Value& prec = *c.p[0];
   const Value& how = *c.p[1];
-  if (!(how.kind == K::string && how.s == "common"))
+  if (!(how.kind() == K::string && how.str() == "common"))
     c.fail("round: only method 'common' is supported");
-  const std::int64_t p = prec.kind == K::integer ? prec.i : 0;
-  if (v.kind == K::integer || v.kind == K::boolean)
-    return v.kind == K::integer ? v : Value::integer(v.b);
-  if (v.kind != K::number) c.fail("round of a " + type_name(v));
-  if (p == 0) return Value::number(std::nearbyint(v.f));
+  const std::int64_t p = prec.kind() == K::integer ? prec.as_int() : 0;
+  if (v.kind() == K::integer || v.kind() == K::boolean)
+    return v.kind() == K::integer ? v : Value::integer(v.as_bool());
+  if (v.kind() != K::number) c.fail("round of a " + type_name(v));
+  if (p == 0) return Value::number(std::nearbyint(v.as_float()));
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::min<std::int64_t>(p, 300)), v.f);
+  std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(std::min<std::int64_t>(p, 300)),
+                v.as_float());
   return Value::number(std::stod(buf));
 }
 
@@ -384,10 +384,11 @@ bool other_line_breaks(const std::string& s) {
 
 Value indent(BuiltinCall& c) {
   const Value& width = *c.p[0];
-  const std::int64_t spaces = std::max<std::int64_t>(0, width.i);  // ' ' * -1: ''
-  const bool pad_text = width.kind == K::string;
+  const std::int64_t spaces = std::max<std::int64_t>(0, width.as_int());  // ' ' * -1: ''
+  const bool pad_text = width.kind() == K::string;
   c.check_size(pad_text ? 0 : static_cast<std::uint64_t>(spaces));
-  const std::string pad = pad_text ? width.s : std::string(static_cast<std::size_t>(spaces), ' ');
+  const std::string pad =
+      pad_text ? width.str() : std::string(static_cast<std::size_t>(spaces), ' ');
   const std::string s = text(c);
   const std::size_t max = c.limits().max_output_bytes;
   const std::size_t lines_in = static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')) + 1;

@@ -1,7 +1,7 @@
 // Internals of the chat-template interpreter (text/jinja.hpp): the syntax tree the parser
-// (jinja_parse.cpp) builds, operators resolved to Op and filters and tests to their index in the
-// tables, and the evaluator (jinja_eval.cpp, jinja_ops.cpp, jinja_filters.cpp) walks, and the
-// value helpers with Python's semantics (jinja_value.cpp).
+// (jinja_parse.cpp) builds, operators resolved to Op and filters, tests and methods to their
+// index in the tables, and the evaluator (jinja_eval.cpp, jinja_ops.cpp, jinja_filters.cpp,
+// jinja_methods.cpp) walks, and the value helpers with Python's semantics (jinja_value.cpp).
 #pragma once
 
 #include <functional>
@@ -49,9 +49,13 @@ const char* op_spelling(Op op);
 // `name`, -1 when it is none of them.
 int filter_index(const std::string& name);
 int test_index(const std::string& name);
-// Their names, in table order (for documentation and error messages).
+// Python's methods of str, list and dict (the table in jinja_methods.cpp, those kktrain refuses
+// included): the index of `name`, -1 when it is none of them.
+int method_index(const std::string& name);
+// Their names, in table order (for documentation and error messages; methods: those supported).
 std::vector<std::string> filter_names();
 std::vector<std::string> test_names();
+std::vector<std::string> method_names();
 
 struct Expr;
 using ExprP = std::shared_ptr<Expr>;
@@ -60,7 +64,7 @@ struct Expr {
   enum class Kind {
     literal,  // value
     name,     // name
-    attr,     // args[0].name
+    attr,     // args[0].name (builtin: the method `name` names, if any)
     item,     // args[0][args[1]]
     slice,    // args[0][args[1]:args[2]:args[3]] (null parts absent)
     call,     // args[0](args[1..], kwargs)
@@ -69,7 +73,8 @@ struct Expr {
     unary,    // name ("-", "+", "not") args[0]
     binary,   // args[0] name args[1]: + - * / // % ** ~ == != < <= > >= in "not in" and or
     cond,     // args[0] if args[1] else args[2] (null: undefined)
-    list,     // [args...] (and tuples)
+    list,     // [args...]
+    tuple,    // (args...) and bare a, b
     dict,     // {args[0]: args[1], ...}
   };
   Kind kind;
@@ -77,7 +82,8 @@ struct Expr {
   int depth = 1;  // 1 + the deepest argument (bounded by Limits::max_nesting)
   std::string name;
   Op op = Op::none;  // unary and binary
-  int builtin = -1;  // filter and test: its index in the table (-1: unknown, refused when run)
+  int builtin = -1;  // filter, test and attr: its index in the table (filters, tests, methods;
+                     // -1: none, a filter or test refused when run, an attr looked up as a key)
   Value value;
   bool negate = false;
   std::vector<ExprP> args;

@@ -50,33 +50,33 @@ namespace {
 int compare(BuiltinCall& c, Op op, const Value& a, const Value& b) {
   if (is_number(a) && is_number(b))
     return as_double(a) < as_double(b) ? -1 : as_double(a) > as_double(b) ? 1 : 0;
-  if (a.kind == K::string && b.kind == K::string) return a.s.compare(b.s);
+  if (a.kind() == K::string && b.kind() == K::string) return a.str().compare(b.str());
   c.fail(std::string("'") + op_spelling(op) + "' between " + type_name(a) + " and " + type_name(b));
 }
 
 bool contains(BuiltinCall& c, const Value& a, const Value& b) {
-  if (b.kind == K::string) {
-    if (a.kind != K::string) c.fail("'in <string>' requires a string");
-    return b.s.find(a.s) != std::string::npos;
+  if (b.kind() == K::string) {
+    if (a.kind() != K::string) c.fail("'in <string>' requires a string");
+    return b.str().find(a.str()) != std::string::npos;
   }
-  if (b.kind == K::dict) return a.kind == K::string && b.dict->find(a.s);
-  if (b.kind == K::list) {
+  if (b.kind() == K::dict) return a.kind() == K::string && b.dict().find(a.str());
+  if (b.kind() == K::list) {
     bool r = false;
     for (auto& x : c.iterate(b)) r = r || c.eq(a, x);
     return r;
   }
-  if (b.kind != K::undefined) c.fail("'in' on a " + type_name(b));
+  if (b.kind() != K::undefined) c.fail("'in' on a " + type_name(b));
   return false;
 }
 
 std::int64_t iv(const Value& v) {
-  return v.kind == K::integer ? v.i : std::int64_t(v.b);
+  return v.kind() == K::integer ? v.as_int() : std::int64_t(v.as_bool());
 }
 
 // + - * / // % ** of numbers (ints: 64 bits, an overflow refused); null when not numbers.
 bool arithmetic(BuiltinCall& c, Op op, const Value& a, const Value& b, Value* out) {
   if (!is_number(a) || !is_number(b)) return false;
-  const bool ints = a.kind != K::number && b.kind != K::number;
+  const bool ints = a.kind() != K::number && b.kind() != K::number;
   std::int64_t r = 0;
   auto overflowed = [&] {
     c.fail(std::string("integer overflow in '") + op_spelling(op) + "' (beyond 64 bits)");
@@ -134,35 +134,45 @@ bool arithmetic(BuiltinCall& c, Op op, const Value& a, const Value& b, Value* ou
 
 // str * int (either order); null when not that.
 bool repeat(BuiltinCall& c, const Value& a, const Value& b, Value* out) {
-  const Value* s = a.kind == K::string ? &a : b.kind == K::string ? &b : nullptr;
+  const Value* s = a.kind() == K::string ? &a : b.kind() == K::string ? &b : nullptr;
   const Value* n = s == &a ? &b : &a;
-  if (!s || n->kind == K::number || !is_number(*n)) return false;
+  if (!s || n->kind() == K::number || !is_number(*n)) return false;
   const std::int64_t times = std::max<std::int64_t>(0, iv(*n));
   const std::size_t max = c.limits().max_output_bytes;
-  if (!s->s.empty() && static_cast<std::uint64_t>(times) > max / s->s.size()) c.check_size(max + 1);
+  if (!s->str().empty() && static_cast<std::uint64_t>(times) > max / s->str().size())
+    c.check_size(max + 1);
   std::string text;
-  text.reserve(s->s.size() * static_cast<std::size_t>(times));
-  for (std::int64_t k = 0; k < times; ++k) text += s->s;
+  text.reserve(s->str().size() * static_cast<std::size_t>(times));
+  for (std::int64_t k = 0; k < times; ++k) text += s->str();
   *out = Value::string(text);
   return true;
 }
 
 Value concat_strings(BuiltinCall& c, const Value& a, const Value& b) {
-  c.check_size(a.s.size() + b.s.size());
-  Value r = Value::string(a.s + b.s);
-  r.origins = concat_origins(a, b);
-  return r;
+  c.check_size(a.str().size() + b.str().size());
+  return Value::string(a.str() + b.str(), concat_origins(a, b));
 }
 
 }  // namespace
+
+Value Evaluator::unary(Op op, const std::string& spelling, const Value& v, int line) {
+  if (op == Op::not_) return Value::boolean(!truthy(v));
+  if (v.kind() == K::undefined) undefined_error(v, line);
+  if (!is_number(v)) fail(name_, line, "bad operand type for unary " + spelling);
+  if (op == Op::pos) return v.kind() == K::boolean ? Value::integer(v.as_bool()) : v;
+  if (v.kind() == K::number) return Value::number(-v.as_float());
+  if (v.kind() == K::integer && v.as_int() == std::numeric_limits<std::int64_t>::min())
+    fail(name_, line, "integer overflow in unary '-' (beyond 64 bits)");
+  return Value::integer(-(v.kind() == K::integer ? v.as_int() : v.as_bool()));
+}
 
 Value Evaluator::binary(Op op, const Value& a, const Value& b, int line) {
   static const std::string kNoName;
   Args none;
   BuiltinCall c{*this, kNoName, a, none, line};
   if (op == Op::concat)
-    return concat_strings(c, a.kind == K::string ? a : Value::string(to_str(a)),
-                          b.kind == K::string ? b : Value::string(to_str(b)));
+    return concat_strings(c, a.kind() == K::string ? a : Value::string(to_str(a)),
+                          b.kind() == K::string ? b : Value::string(to_str(b)));
   if (op != Op::eq && op != Op::ne && op != Op::in && op != Op::not_in) {
     const std::string what = std::string("'") + op_spelling(op) + "'";
     check_markup(a, what, line);
@@ -180,8 +190,8 @@ Value Evaluator::binary(Op op, const Value& a, const Value& b, int line) {
     default:
       break;
   }
-  if (a.kind == K::undefined) undefined_error(a, line);
-  if (b.kind == K::undefined) undefined_error(b, line);
+  if (a.kind() == K::undefined) undefined_error(a, line);
+  if (b.kind() == K::undefined) undefined_error(b, line);
   switch (op) {
     case Op::lt:
       return Value::boolean(compare(c, op, a, b) < 0);
@@ -196,13 +206,14 @@ Value Evaluator::binary(Op op, const Value& a, const Value& b, int line) {
   }
   Value r;
   if (arithmetic(c, op, a, b, &r)) return r;
-  if (op == Op::add && a.kind == K::string && b.kind == K::string) return concat_strings(c, a, b);
-  if (op == Op::add && a.kind == K::list && b.kind == K::list && a.seq == b.seq &&
-      (a.seq == Value::Seq::list || a.seq == Value::Seq::tuple)) {
-    auto items = *a.list;
-    items.insert(items.end(), b.list->begin(), b.list->end());
+  if (op == Op::add && a.kind() == K::string && b.kind() == K::string)
+    return concat_strings(c, a, b);
+  if (op == Op::add && a.kind() == K::list && b.kind() == K::list && a.seq() == b.seq() &&
+      (a.seq() == Value::Seq::list || a.seq() == Value::Seq::tuple)) {
+    auto items = a.items();
+    items.insert(items.end(), b.items().begin(), b.items().end());
     spend_items(items, line);
-    return Value::make_list(std::move(items), a.seq);
+    return Value::make_list(std::move(items), a.seq());
   }
   if (op == Op::mul && repeat(c, a, b, &r)) return r;
   fail(name_, line,
@@ -220,12 +231,12 @@ bool compared(BuiltinCall& c, Op op) {
   return truthy(c.binary(op, c.v, arg(c)));
 }
 std::int64_t int_subject(BuiltinCall& c) {
-  if (c.v.kind != K::integer && c.v.kind != K::boolean)
+  if (c.v.kind() != K::integer && c.v.kind() != K::boolean)
     c.fail("test '" + c.name + "' on a " + type_name(c.v));
   return iv(c.v);
 }
 bool is_kind(const Value& v, K k) {
-  return v.kind == k;
+  return v.kind() == k;
 }
 
 struct TestDef {
@@ -241,8 +252,8 @@ const TestDef kTests[] = {
     {"integer", [](BuiltinCall& c) { return is_kind(c.v, K::integer); }},
     {"float", [](BuiltinCall& c) { return is_kind(c.v, K::number); }},
     {"boolean", [](BuiltinCall& c) { return is_kind(c.v, K::boolean); }},
-    {"true", [](BuiltinCall& c) { return is_kind(c.v, K::boolean) && c.v.b; }},
-    {"false", [](BuiltinCall& c) { return is_kind(c.v, K::boolean) && !c.v.b; }},
+    {"true", [](BuiltinCall& c) { return is_kind(c.v, K::boolean) && c.v.as_bool(); }},
+    {"false", [](BuiltinCall& c) { return is_kind(c.v, K::boolean) && !c.v.as_bool(); }},
     {"mapping", [](BuiltinCall& c) { return c.v.is_dict(); }},
     {"iterable",
      [](BuiltinCall& c) {
@@ -273,8 +284,8 @@ const TestDef kTests[] = {
      [](BuiltinCall& c) {
        const std::int64_t x = int_subject(c);
        const Value& d = arg(c);
-       if (d.kind != K::integer || d.i == 0) c.fail("divisibleby needs a non-zero int");
-       return x % d.i == 0;
+       if (d.kind() != K::integer || d.as_int() == 0) c.fail("divisibleby needs a non-zero int");
+       return x % d.as_int() == 0;
      }},
 };
 

@@ -82,6 +82,7 @@ class ExprParser {
     if (kind == EK::unary || kind == EK::binary) e->op = op_of(e->name, kind == EK::unary);
     if (kind == EK::filter) e->builtin = filter_index(e->name);
     if (kind == EK::test) e->builtin = test_index(e->name);
+    if (kind == EK::attr) e->builtin = method_index(e->name);
     return deepened(e);
   }
   // e with its depth from its arguments, refused beyond the limit.
@@ -103,7 +104,7 @@ class ExprParser {
       if (at_end() || at_op("=") || at_op(")") || at_name("in")) break;
       items.push_back(expr());
     }
-    return make(EK::list, first->line, "tuple", items);
+    return make(EK::tuple, first->line, "", items);
   }
 
   ExprP expr() {
@@ -232,7 +233,7 @@ class ExprParser {
       next();
       if (at_op(")")) {
         next();
-        return make(EK::list, t.line, "tuple");
+        return make(EK::tuple, t.line);
       }
       ExprP e = tuple_or_expr();
       expect_op(")");
@@ -247,7 +248,7 @@ class ExprParser {
         items.push_back(expr());
       }
       next();
-      return make(EK::list, t.line, "list", items);
+      return make(EK::list, t.line, "", items);
     }
     if (at_op("{")) {
       next();

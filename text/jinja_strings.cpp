@@ -36,23 +36,22 @@ std::string strip(const std::string& s, const Value* chars, StripEnds ends) {
 }
 
 Value strip_value(const Value& v, const Value* chars, StripEnds ends) {
-  const auto r = strip_bounds(v.s, chars, ends);
-  Value out = Value::string(v.s.substr(r.first, r.second - r.first));
-  out.origins = sub_origins(v, r.first, r.second);
-  return out;
+  const auto r = strip_bounds(v.str(), chars, ends);
+  return Value::string(v.str().substr(r.first, r.second - r.first),
+                       sub_origins(v, r.first, r.second));
 }
 
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
                                                  StripEnds ends) {
   const bool left = ends != StripEnds::right, right = ends != StripEnds::left;
   std::set<std::string> set;  // the distinct code points of chars (at most 0x110000 + 256)
-  if (chars && chars->kind == K::string)
-    for (std::size_t k = 0, n; k < chars->s.size(); k += n) {
-      n = code_point_len(chars->s, k);
-      set.insert(chars->s.substr(k, n));
+  if (chars && chars->kind() == K::string)
+    for (std::size_t k = 0, n; k < chars->str().size(); k += n) {
+      n = code_point_len(chars->str(), k);
+      set.insert(chars->str().substr(k, n));
     }
   auto drop = [&](const std::string& cp) {
-    if (!chars || chars->kind == K::none) return is_py_space(cp);
+    if (!chars || chars->kind() == K::none) return is_py_space(cp);
     return set.count(cp) > 0;
   };
   // one pass, one code point at a time: the first kept one and the end of the last
@@ -113,7 +112,7 @@ bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::s
     out.push_back(Value::string(std::move(piece)));
     return true;
   };
-  if (!sep || sep->kind == K::none) {  // a code point at a time, none stored
+  if (!sep || sep->kind() == K::none) {  // a code point at a time, none stored
     auto space = [&](std::size_t k) { return is_py_space(s.substr(k, code_point_len(s, k))); };
     std::size_t k = 0;
     while (true) {
@@ -132,10 +131,10 @@ bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::s
   }
   std::size_t p = 0;
   while (maxsplit < 0 || static_cast<std::int64_t>(out.size()) < maxsplit) {
-    const std::size_t q = s.find(sep->s, p);
+    const std::size_t q = s.find(sep->str(), p);
     if (q == std::string::npos) break;
     if (!add(s.substr(p, q - p))) return false;
-    p = q + sep->s.size();
+    p = q + sep->str().size();
   }
   if (!add(s.substr(p))) return false;
   *result = std::move(out);
@@ -146,10 +145,7 @@ Value builtin(const std::string& name, std::function<Value(Args&, int)> f) {
   auto c = std::make_shared<Callable>();
   c->name = name;
   c->call = std::move(f);
-  Value v;
-  v.kind = K::callable;
-  v.fn = c;
-  return v;
+  return Value::function(std::move(c));
 }
 
 std::int64_t py_floordiv(std::int64_t a, std::int64_t b) {

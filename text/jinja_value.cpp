@@ -29,73 +29,83 @@ void Dict::set(const std::string& key, Value v) {
 
 Value Value::none() {
   Value v;
-  v.kind = Kind::none;
+  v.kind_ = Kind::none;
   return v;
 }
 Value Value::boolean(bool x) {
   Value v;
-  v.kind = Kind::boolean;
-  v.b = x;
+  v.kind_ = Kind::boolean;
+  v.b_ = x;
   return v;
 }
 Value Value::integer(std::int64_t x) {
   Value v;
-  v.kind = Kind::integer;
-  v.i = x;
+  v.kind_ = Kind::integer;
+  v.i_ = x;
   return v;
 }
 Value Value::number(double x) {
   Value v;
-  v.kind = Kind::number;
-  v.f = x;
+  v.kind_ = Kind::number;
+  v.f_ = x;
   return v;
 }
-Value Value::string(std::string x) {
+Value Value::string(std::string x, Origins origins) {
   Value v;
-  v.kind = Kind::string;
-  v.s = std::move(x);
+  v.kind_ = Kind::string;
+  v.s_ = std::move(x);
+  v.origins_ = std::move(origins);
   return v;
 }
-namespace {
-
-// v's depth and holds_ns from an item of it.
-void contains(Value* v, const Value& item) {
-  v->depth = std::max(v->depth, item.depth + 1);
-  v->holds_ns = v->holds_ns || item.holds_ns || item.kind == Value::Kind::ns;
+void Value::contain(const Value& item) {
+  depth_ = std::max(depth_, item.depth_ + 1);
+  holds_ns_ = holds_ns_ || item.holds_ns_ || item.kind_ == Kind::ns;
 }
-
-}  // namespace
-
 Value Value::make_list(std::vector<Value> items, Seq seq) {
   Value v;
-  v.kind = Kind::list;
-  v.depth = 1;
-  for (const auto& item : items) contains(&v, item);
-  v.seq = seq;
-  if (seq == Seq::generator) v.consumed = std::make_shared<bool>(false);
-  v.list = std::make_shared<const std::vector<Value>>(std::move(items));
+  v.kind_ = Kind::list;
+  v.depth_ = 1;
+  for (const auto& item : items) v.contain(item);
+  v.seq_ = seq;
+  if (seq == Seq::generator) v.consumed_ = std::make_shared<bool>(false);
+  v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
 Value Value::make_dict(Dict d) {
   Value v;
-  v.kind = Kind::dict;
-  v.depth = 1;
-  for (const auto& kv : d.items) contains(&v, kv.second);
-  v.dict = std::make_shared<Dict>(std::move(d));
+  v.kind_ = Kind::dict;
+  v.depth_ = 1;
+  for (const auto& kv : d.items) v.contain(kv.second);
+  v.dict_ = std::make_shared<Dict>(std::move(d));
+  return v;
+}
+Value Value::make_namespace(Dict attributes) {
+  Value v;
+  v.kind_ = Kind::ns;
+  v.dict_ = std::make_shared<Dict>(std::move(attributes));
+  return v;
+}
+Value Value::function(std::shared_ptr<const Callable> fn) {
+  Value v;
+  v.kind_ = Kind::callable;
+  v.fn_ = std::move(fn);
   return v;
 }
 Value Value::undefined(std::string name) {
   Value v;
-  v.s = std::move(name);
+  v.s_ = std::move(name);
   return v;
 }
 
-const std::vector<Value>& Value::items() const {
+const std::vector<Value>& Value::no_items() {
   static const std::vector<Value> kNone;
-  return kind == Kind::list ? *list : kNone;
+  return kNone;
 }
 const Value* Value::find(const std::string& key) const {
-  return (kind == Kind::dict || kind == Kind::ns) ? dict->find(key) : nullptr;
+  return (kind_ == Kind::dict || kind_ == Kind::ns) ? dict_->find(key) : nullptr;
+}
+void Value::set_attribute(const std::string& key, Value v) const {
+  dict_->set(key, std::move(v));
 }
 
 std::string seq_name(Value::Seq seq) {
@@ -124,22 +134,22 @@ void fail(const std::string& name, int line, const std::string& msg) {
 
 bool truthy(const Value& v) {
   using K = Value::Kind;
-  switch (v.kind) {
+  switch (v.kind()) {
     case K::undefined:
     case K::none:
       return false;
     case K::boolean:
-      return v.b;
+      return v.as_bool();
     case K::integer:
-      return v.i != 0;
+      return v.as_int() != 0;
     case K::number:
-      return v.f != 0;
+      return v.as_float() != 0;
     case K::string:
-      return !v.s.empty();
+      return !v.str().empty();
     case K::list:
-      return v.is_generator() || !v.list->empty();
+      return v.is_generator() || !v.items().empty();
     case K::dict:
-      return !v.dict->items.empty();
+      return !v.dict().items.empty();
     default:
       return true;
   }
@@ -274,44 +284,44 @@ bool json_value(const Value& v, const JsonStyle& st, int depth, std::string* out
                        " bytes (the output limit)");
     *out += "\n" + std::string(pad, ' ');
   };
-  switch (v.kind) {
+  switch (v.kind()) {
     case K::none:
       *out += "null";
       return true;
     case K::boolean:
-      *out += v.b ? "true" : "false";
+      *out += v.as_bool() ? "true" : "false";
       return true;
     case K::integer:
-      *out += std::to_string(v.i);
+      *out += std::to_string(v.as_int());
       return true;
     case K::number:
-      if (std::isnan(v.f))
+      if (std::isnan(v.as_float()))
         *out += "NaN";
-      else if (std::isinf(v.f))
-        *out += v.f > 0 ? "Infinity" : "-Infinity";
+      else if (std::isinf(v.as_float()))
+        *out += v.as_float() > 0 ? "Infinity" : "-Infinity";
       else
-        *out += float_repr(v.f);
+        *out += float_repr(v.as_float());
       return true;
     case K::string:
-      json_string(v.s, st.ensure_ascii, out);
+      json_string(v.str(), st.ensure_ascii, out);
       return true;
     case K::list: {
-      if (v.seq != Value::Seq::list && v.seq != Value::Seq::tuple) return false;
-      if (v.list->empty()) return *out += "[]", true;
+      if (v.seq() != Value::Seq::list && v.seq() != Value::Seq::tuple) return false;
+      if (v.items().empty()) return *out += "[]", true;
       *out += '[';
-      for (std::size_t k = 0; k < v.list->size(); ++k) {
+      for (std::size_t k = 0; k < v.items().size(); ++k) {
         if (k) *out += st.item_sep;
         newline(depth + 1);
-        if (!json_value((*v.list)[k], st, depth + 1, out)) return false;
+        if (!json_value(v.items()[k], st, depth + 1, out)) return false;
       }
       newline(depth);
       *out += ']';
       return true;
     }
     case K::dict: {
-      if (v.dict->items.empty()) return *out += "{}", true;
+      if (v.dict().items.empty()) return *out += "{}", true;
       std::vector<const std::pair<std::string, Value>*> items;
-      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      for (const auto& kv : v.dict().items) items.push_back(&kv);
       if (st.sort_keys)
         std::stable_sort(items.begin(), items.end(),
                          [](auto* a, auto* b) { return a->first < b->first; });
@@ -358,11 +368,11 @@ Value from_json(const nlohmann::ordered_json& j, int depth, int max_depth, bool*
 
 std::string to_str(const Value& v) {
   using K = Value::Kind;
-  switch (v.kind) {
+  switch (v.kind()) {
     case K::undefined:
       return "";
     case K::string:
-      return v.s;
+      return v.str();
     default:
       return repr(v);
   }
@@ -370,34 +380,35 @@ std::string to_str(const Value& v) {
 
 std::string repr(const Value& v) {
   using K = Value::Kind;
-  switch (v.kind) {
+  switch (v.kind()) {
     case K::undefined:
       return "Undefined";
     case K::none:
       return "None";
     case K::boolean:
-      return v.b ? "True" : "False";
+      return v.as_bool() ? "True" : "False";
     case K::integer:
-      return std::to_string(v.i);
+      return std::to_string(v.as_int());
     case K::number:
-      return float_repr(v.f);
+      return float_repr(v.as_float());
     case K::string:
-      if (v.safe) throw InputError("printing a safe (Markup) string inside a list or dict");
-      return str_repr(v.s);
+      if (v.is_safe()) throw InputError("printing a safe (Markup) string inside a list or dict");
+      return str_repr(v.str());
     case K::list: {
-      if (v.seq == Value::Seq::range || v.seq == Value::Seq::generator)
-        throw InputError(std::string("printing a ") + seq_name(v.seq) + " is not supported");
-      const bool tuple = v.seq == Value::Seq::tuple;
+      if (v.seq() == Value::Seq::range || v.seq() == Value::Seq::generator)
+        throw InputError(std::string("printing a ") + seq_name(v.seq()) + " is not supported");
+      const bool tuple = v.seq() == Value::Seq::tuple;
       std::string out = tuple ? "(" : "[";
-      for (std::size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-      out += tuple ? (v.list->size() == 1 ? ",)" : ")") : "]";
-      return v.seq == Value::Seq::list || tuple ? out : seq_name(v.seq) + ("(" + out + ")");
+      for (std::size_t k = 0; k < v.items().size(); ++k)
+        out += (k ? ", " : "") + repr(v.items()[k]);
+      out += tuple ? (v.items().size() == 1 ? ",)" : ")") : "]";
+      return v.seq() == Value::Seq::list || tuple ? out : seq_name(v.seq()) + ("(" + out + ")");
     }
     case K::dict: {
       std::string out = "{";
-      for (std::size_t k = 0; k < v.dict->items.size(); ++k)
-        out += (k ? ", " : "") + str_repr(v.dict->items[k].first) + ": " +
-               repr(v.dict->items[k].second);
+      for (std::size_t k = 0; k < v.dict().items.size(); ++k)
+        out += (k ? ", " : "") + str_repr(v.dict().items[k].first) + ": " +
+               repr(v.dict().items[k].second);
       return out + "}";
     }
     default:
@@ -407,44 +418,47 @@ std::string repr(const Value& v) {
 
 bool is_number(const Value& v) {
   using K = Value::Kind;
-  return v.kind == K::boolean || v.kind == K::integer || v.kind == K::number;
+  return v.kind() == K::boolean || v.kind() == K::integer || v.kind() == K::number;
 }
 
 double as_double(const Value& v) {
   using K = Value::Kind;
-  return v.kind == K::number ? v.f : v.kind == K::integer ? static_cast<double>(v.i) : v.b;
+  return v.kind() == K::number    ? v.as_float()
+         : v.kind() == K::integer ? static_cast<double>(v.as_int())
+                                  : v.as_bool();
 }
 
 bool equal(const Value& a, const Value& b, std::int64_t* work) {
   using K = Value::Kind;
   if (work) ++*work;
   if (is_number(a) && is_number(b)) {
-    if (a.kind != K::number && b.kind != K::number)
-      return (a.kind == K::integer ? a.i : a.b) == (b.kind == K::integer ? b.i : b.b);
+    if (a.kind() != K::number && b.kind() != K::number)
+      return (a.kind() == K::integer ? a.as_int() : a.as_bool()) ==
+             (b.kind() == K::integer ? b.as_int() : b.as_bool());
     return as_double(a) == as_double(b);
   }
-  if (a.kind != b.kind) return false;
-  if (a.kind == K::list && (a.seq != b.seq || a.is_generator())) return a.list == b.list;
-  switch (a.kind) {
+  if (a.kind() != b.kind()) return false;
+  if (a.kind() == K::list && (a.seq() != b.seq() || a.is_generator())) return a.same_object(b);
+  switch (a.kind()) {
     case K::undefined:
     case K::none:
       return true;
     case K::string:
-      return a.s == b.s;
+      return a.str() == b.str();
     case K::list:
-      if (a.list->size() != b.list->size()) return false;
-      for (std::size_t k = 0; k < a.list->size(); ++k)
-        if (!equal((*a.list)[k], (*b.list)[k], work)) return false;
+      if (a.items().size() != b.items().size()) return false;
+      for (std::size_t k = 0; k < a.items().size(); ++k)
+        if (!equal(a.items()[k], b.items()[k], work)) return false;
       return true;
     case K::dict:
-      if (a.dict->items.size() != b.dict->items.size()) return false;
-      for (const auto& kv : a.dict->items) {
-        const Value* o = b.dict->find(kv.first);
+      if (a.dict().items.size() != b.dict().items.size()) return false;
+      for (const auto& kv : a.dict().items) {
+        const Value* o = b.dict().find(kv.first);
         if (!o || !equal(kv.second, *o, work)) return false;
       }
       return true;
     default:
-      return a.dict == b.dict && a.fn == b.fn;
+      return a.same_object(b);
   }
 }
 
@@ -495,7 +509,7 @@ bool is_py_space(const std::string& cp) {
 
 std::string type_name(const Value& v) {
   using K = Value::Kind;
-  switch (v.kind) {
+  switch (v.kind()) {
     case K::undefined:
       return "Undefined";
     case K::none:
@@ -520,13 +534,13 @@ std::string type_name(const Value& v) {
 }
 
 std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b) {
-  if (!a.origins && !b.origins) return nullptr;
+  if (!a.origins() && !b.origins()) return nullptr;
   auto out = std::make_shared<std::vector<ContentSpan>>();
-  if (a.origins) *out = *a.origins;
-  if (b.origins)
-    for (ContentSpan c : *b.origins) {
-      c.begin += a.s.size();
-      c.end += a.s.size();
+  if (a.origins()) *out = *a.origins();
+  if (b.origins())
+    for (ContentSpan c : *b.origins()) {
+      c.begin += a.str().size();
+      c.end += a.str().size();
       out->push_back(c);
     }
   return out;
@@ -534,9 +548,9 @@ std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, c
 
 std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
                                                             std::size_t end) {
-  if (!v.origins) return nullptr;
+  if (!v.origins()) return nullptr;
   auto out = std::make_shared<std::vector<ContentSpan>>();
-  for (ContentSpan c : *v.origins) {
+  for (ContentSpan c : *v.origins()) {
     if (c.end < begin || c.begin > end) continue;
     c.begin = std::max(c.begin, begin) - begin;
     c.end = std::min(c.end, end) - begin;

@@ -180,9 +180,9 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
     const Value& msg = turns[m];
     const Value* role = field(msg, "role");
     const Value* content = field(msg, "content");
-    if (!role || role->s != "assistant" || !content || !content->is_string()) continue;
+    if (!role || role->str() != "assistant" || !content || !content->is_string()) continue;
     const std::vector<jinja::ContentSpan>& spans = by_message[m];
-    if (spans.empty() && content->s.empty()) continue;  // nothing printed to find it by
+    if (spans.empty() && content->str().empty()) continue;  // nothing printed to find it by
     if (spans.empty()) {
       throw InputError(where + "assistant message " + std::to_string(m + 1) +
                        ": the chat template (" + s.template_source +
@@ -255,34 +255,34 @@ Value message(const std::string& role, const std::string& content) {
 // The "messages" of a chat line, checked.
 Value chat_messages(const Value& obj, const std::string& where) {
   const Value* messages = field(obj, "messages");
-  if (!messages || messages->kind != Value::Kind::list) {
+  if (!messages || messages->kind() != Value::Kind::list) {
     throw InputError(where +
                      "no \"messages\" list (data.format: chat reads {\"messages\": "
                      "[{\"role\": ..., \"content\": ...}, ...]} per line)");
   }
-  if (messages->list->empty()) throw InputError(where + "\"messages\" is empty");
-  for (size_t m = 0; m < messages->list->size(); ++m) {
-    const Value& msg = (*messages->list)[m];
+  if (messages->items().empty()) throw InputError(where + "\"messages\" is empty");
+  for (size_t m = 0; m < messages->items().size(); ++m) {
+    const Value& msg = messages->items()[m];
     const std::string n = "message " + std::to_string(m + 1);
     if (!msg.is_dict()) throw InputError(where + n + " is not an object");
     const Value* role = field(msg, "role");
-    if (!role || role->kind != Value::Kind::string)
+    if (!role || role->kind() != Value::Kind::string)
       throw InputError(where + n + " has no \"role\" string");
     const Value* content = field(msg, "content");
-    if (!content || content->kind != Value::Kind::string)
-      throw InputError(where + n + " (" + role->s + ") has no \"content\" string");
+    if (!content || content->kind() != Value::Kind::string)
+      throw InputError(where + n + " (" + role->str() + ") has no \"content\" string");
   }
   return *messages;
 }
 
 std::string string_field(const Value& obj, const char* key, const std::string& where) {
   const Value* v = field(obj, key);
-  if (!v || v->kind != Value::Kind::string) {
+  if (!v || v->kind() != Value::Kind::string) {
     throw InputError(where + "no \"" + key +
                      "\" string (data.format: prompt_completion reads {\"prompt\": ..., "
                      "\"completion\": ...} per line)");
   }
-  return v->s;
+  return v->str();
 }
 
 // The example before truncation.

@@ -296,7 +296,7 @@ TEST(JinjaLimits, DeepMessages) {
         names(e.what(), {"data.jsonl:7: ", "nested deeper than 256 (the value depth limit)"}));
   }
   const Value ok = parse_json(repeat("[", 256) + repeat("]", 256), "x");
-  EXPECT_EQ(ok.depth, 256);
+  EXPECT_EQ(ok.depth(), 256);
 }
 
 // unique lower-cases each string once: linear in its length (before: the whole string checked for
