@@ -10,7 +10,8 @@
 // forward of a linear layer, by default). bf16 products write a bf16 C. Each row is the median of
 // `reps` timed calls after one warm-up call (which also builds oneDNN's primitive). Every product
 // gets `threads` threads (OpenBLAS and oneDNN's OpenMP alike). --scratch-elems replaces the
-// converted path's scratch budget (GemmLimits; e.g. 1000000000: whole operands, no panels).
+// converted path's scratch budget (GemmOptions::limits; e.g. 1000000000: whole operands, no
+// panels).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -22,7 +23,6 @@
 #include "bench/bench_util.hpp"
 #include "core/blas_threads.hpp"
 #include "ops/gemm.hpp"
-#include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "ops/gemm_onednn.hpp"
 #endif
@@ -55,15 +55,15 @@ std::vector<Shape> parse_shapes(const std::string& text) {
 }
 
 // Median seconds of one product (after one warm-up call), checking which backend ran.
-double time_product(char ta, char tb, const GemmIn& A, const GemmIn& B, const GemmOut& C,
-                    GemmBackend expect, int reps) {
+double time_product(const GemmOptions& options, char ta, char tb, const GemmIn& A, const GemmIn& B,
+                    const GemmOut& C, GemmBackend expect, int reps) {
   const auto calls = [expect] { return gemm_counters().calls[static_cast<int>(expect)]; };
   const int64_t before = calls();
-  gemm(ExecSpace(), ta, tb, 1.0f, A, B, 0.0f, C);
+  gemm(ExecSpace(), options, ta, tb, 1.0f, A, B, 0.0f, C);
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
     const double t0 = now();
-    gemm(ExecSpace(), ta, tb, 1.0f, A, B, 0.0f, C);
+    gemm(ExecSpace(), options, ta, tb, 1.0f, A, B, 0.0f, C);
     Kokkos::fence();
     times.push_back(now() - t0);
   }
@@ -79,7 +79,7 @@ double time_product(char ta, char tb, const GemmIn& A, const GemmIn& B, const Ge
 
 int main(int argc, char** argv) {
   int threads = 1, reps = 7;
-  GemmLimits limits;
+  GemmOptions native;  // the production options, with --scratch-elems' budget
   std::string layout = "NT", shapes_text = "2048x1024x1024,2048x384x1152,2048x1024x384";
   // This program's options are read before Kokkos sees the command line (Kokkos 3.4 takes a bare
   // `--threads` for itself and refuses `--threads 1`); Kokkos gets the rest.
@@ -102,10 +102,12 @@ int main(int argc, char** argv) {
     if (key == "--layout") layout = value;
     if (key == "--shapes") shapes_text = value;
     if (key == "--scratch-elems" && std::atoll(value) > 0) {
-      limits.converted_scratch_elems = std::atoll(value);
+      native.limits.converted_scratch_elems = std::atoll(value);
     }
   }
-  test_hooks::set_gemm_limits(limits);
+  GemmOptions kk = native, widened = native;  // fp32 on the host BLAS; bf16 widened to fp32
+  kk.fp32 = Fp32Backend::kokkos_kernels;
+  widened.bf16 = Bf16Products::widened;
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
   if (kokkos_argc > 1) {
@@ -120,10 +122,11 @@ int main(int argc, char** argv) {
   set_blas_thread_limit(threads, false);  // every product on `threads` threads
   std::printf("threads %d, layout %s, reps %d; %s\n", threads, layout.c_str(), reps,
               gemm_backends_summary().c_str());
-  const bool native =
-      gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16) != GemmBackend::converted;
+  const GemmBackend bf16_native =
+      gemm_backend_for(native, DType::bfloat16, DType::bfloat16, DType::bfloat16);
+  const bool has_native = bf16_native != GemmBackend::converted;
 #if defined(KKTRAIN_HAVE_ONEDNN)
-  if (native) {
+  if (has_native) {
     const std::string impl =
         onednn::implementation(ta, tb, 1.0f, DType::bfloat16, 0.0f, 64, 64, 64);
     std::printf("oneDNN implementation: %s\n", impl.c_str());
@@ -156,30 +159,26 @@ int main(int argc, char** argv) {
                   flops / sec / 1e9, fp32_sec / sec);
       std::fflush(stdout);
     };
-    test_hooks::set_gemm_reference(
-        true);  // fp32 on kokkos-kernels (the host BLAS) whatever the default
-    const double t32 = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
+    const double t32 = time_product(kk, ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
                                     gout(c32.data(), s.m, s.n), GemmBackend::kokkos_kernels, reps);
     row("fp32 kk (BLAS)", t32, t32);
-    test_hooks::set_gemm_reference(false);
-    const GemmBackend f32 = gemm_backend_for(DType::float32, DType::float32, DType::float32);
+    const GemmBackend f32 =
+        gemm_backend_for(native, DType::float32, DType::float32, DType::float32);
     if (f32 != GemmBackend::kokkos_kernels) {  // the default fp32 backend, when it is another
-      const double t = time_product(ta, tb, gin(a32.data(), ar, ac), gin(b32.data(), br, bc),
-                                    gout(c32.data(), s.m, s.n), f32, reps);
+      const double t = time_product(native, ta, tb, gin(a32.data(), ar, ac),
+                                    gin(b32.data(), br, bc), gout(c32.data(), s.m, s.n), f32, reps);
       row((std::string("fp32 ") + gemm_backend_name(f32)).c_str(), t, t32);
     }
-    if (native) {
-      test_hooks::set_gemm_reference(false);
-      const GemmBackend be = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16);
-      const double t = time_product(ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
-                                    gout(c16.data(), s.m, s.n), be, reps);
-      row((std::string("bf16 ") + gemm_backend_name(be)).c_str(), t, t32);
+    if (has_native) {
+      const double t =
+          time_product(native, ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
+                       gout(c16.data(), s.m, s.n), bf16_native, reps);
+      row((std::string("bf16 ") + gemm_backend_name(bf16_native)).c_str(), t, t32);
     }
-    test_hooks::set_gemm_reference(true);
-    const double tc = time_product(ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
-                                   gout(c16.data(), s.m, s.n), GemmBackend::converted, reps);
+    const double tc =
+        time_product(widened, ta, tb, gin(a16.data(), ar, ac), gin(b16.data(), br, bc),
+                     gout(c16.data(), s.m, s.n), GemmBackend::converted, reps);
     row("bf16 converted", tc, t32);
-    test_hooks::set_gemm_reference(false);
   }
   return 0;
 }

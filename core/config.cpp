@@ -75,6 +75,17 @@ const Choices<RopeType>& rope_types() {
                                       {RopeType::llama3, "llama3"}};
   return c;
 }
+const Choices<GemmChoice>& gemm_choices() {
+  static const Choices<GemmChoice> c = {{GemmChoice::automatic, "auto"},
+                                        {GemmChoice::widened, "widened"}};
+  return c;
+}
+const Choices<GemmFp32Choice>& gemm_fp32_choices() {
+  static const Choices<GemmFp32Choice> c = {{GemmFp32Choice::automatic, "auto"},
+                                            {GemmFp32Choice::kokkos_kernels, "kokkos-kernels"},
+                                            {GemmFp32Choice::onednn, "onednn"}};
+  return c;
+}
 const Choices<GradSync>& grad_syncs() {
   static const Choices<GradSync> c = {{GradSync::every_micro_batch, "every_micro_batch"},
                                       {GradSync::last_micro_batch, "last_micro_batch"}};
@@ -318,6 +329,8 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->mtp_loss_weight = s.get_double("mtp_loss_weight", m->mtp_loss_weight, 0.0, kInf);
   read_softcap(s, m);
   read_attention(s, &m->attention);
+  m->gemm.bf16 = get_enum(s, "gemm", GemmChoice::automatic, gemm_choices());
+  m->gemm.fp32 = get_enum(s, "gemm_fp32", GemmFp32Choice::automatic, gemm_fp32_choices());
   {
     Section e = s.sub("moe");
     read_moe(e, &m->moe, m->intermediate_size);

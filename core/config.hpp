@@ -60,6 +60,17 @@ struct AttentionConfig {
   AttentionChoice kernel = AttentionChoice::automatic;
   int64_t q_rows = 0, k_cols = 0;
 };
+// model.gemm: how bf16 matrix products run (auto: the build's native bf16 backend where there is
+// one; widened: every bf16 product widened to fp32 first, ops/gemm.hpp's reference path, for
+// comparisons). model.gemm_fp32: the backend of fp32 products (auto: Kokkos Kernels, or oneDNN
+// where OpenBLAS runs a generic pre-AVX kernel; kokkos-kernels; onednn). Were KKTRAIN_GEMM and
+// KKTRAIN_GEMM_FP32.
+enum class GemmChoice { automatic, widened };
+enum class GemmFp32Choice { automatic, kokkos_kernels, onednn };
+struct GemmConfig {
+  GemmChoice bf16 = GemmChoice::automatic;
+  GemmFp32Choice fp32 = GemmFp32Choice::automatic;
+};
 
 struct ModelConfig {
   int64_t vocab_size = 256;
@@ -92,6 +103,7 @@ struct ModelConfig {
   double final_logit_softcapping = 0.0;
   MoeConfig moe;
   AttentionConfig attention;  // model.attention, model.attention_tiles
+  GemmConfig gemm;            // model.gemm, model.gemm_fp32
   int64_t head_dim() const { return hidden_size / num_heads; }
 };
 

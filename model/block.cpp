@@ -14,18 +14,19 @@ namespace {
 
 // The projection's adapter added to y, its input x; sizes of the projection.
 template <class TC>
-void adapter_forward(const ExecSpace& space, const BlockWeights& w, const BlockScratch<TC>& s,
-                     int proj, TC* y, int64_t ld, int64_t col, const TC* x, int64_t N, int64_t in,
-                     int64_t out) {
-  lora_forward(space, y, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_y);
+void adapter_forward(const ExecSpace& space, const GemmOptions& gemm, const BlockWeights& w,
+                     const BlockScratch<TC>& s, int proj, TC* y, int64_t ld, int64_t col,
+                     const TC* x, int64_t N, int64_t in, int64_t out) {
+  lora_forward(space, gemm, y, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_y);
 }
 
 template <class TC>
-void adapter_backward(const ExecSpace& space, const BlockWeights& w, const BlockScratch<TC>& s,
-                      BlockGrads& grads, int proj, float* dx, const TC* dy, int64_t ld, int64_t col,
-                      const TC* x, int64_t N, int64_t in, int64_t out) {
-  lora_backward(space, dx, dy, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_dt, s.lora_y,
-                s.dw, grads, kLoraA0 + proj, kLoraB0 + proj);
+void adapter_backward(const ExecSpace& space, const GemmOptions& gemm, const BlockWeights& w,
+                      const BlockScratch<TC>& s, BlockGrads& grads, int proj, float* dx,
+                      const TC* dy, int64_t ld, int64_t col, const TC* x, int64_t N, int64_t in,
+                      int64_t out) {
+  lora_backward(space, gemm, dx, dy, ld, col, x, w.lora[proj], N, in, out, s.lora_t, s.lora_dt,
+                s.lora_y, s.dw, grads, kLoraA0 + proj, kLoraB0 + proj);
 }
 
 // The dense SwiGLU MLP's backward: s.dxn (N, C) = the norm output's gradient from dres (N, C),
@@ -42,20 +43,20 @@ void dense_mlp_backward(const ExecSpace& space, const float* dres, const BlockAc
   const TC* act = a.a.p<TC>();
   const TC* dc = compute_copy(space, s.dc, dres, N * C);
   if (trainable(kDown)) {
-    matmul_backward_weight(space, dw, dc, act, N, F, C);
+    matmul_backward_weight(space, d.gemm, dw, dc, act, N, F, C);
     accumulate(kDown, dw);
   }
-  matmul_backward_input(space, s.da, dc, w.down, N, F, C, Into::overwrite);  // (N, F)
-  adapter_backward(space, w, s, grads, kDown, s.da, dc, C, 0, act, N, F, C);
+  matmul_backward_input(space, d.gemm, s.da, dc, w.down, N, F, C, Into::overwrite);  // (N, F)
+  adapter_backward(space, d.gemm, w, s, grads, kDown, s.da, dc, C, 0, act, N, F, C);
   swiglu_backward(space, s.dgu, s.da, a.gu.p<TC>(), N, F);  // (N, 2F); rounds da on load
   if (trainable(kGate) || trainable(kUp)) {
-    matmul_backward_weight(space, dw, s.dgu, xn2, N, C, 2 * F);  // (2F, C)
+    matmul_backward_weight(space, d.gemm, dw, s.dgu, xn2, N, C, 2 * F);  // (2F, C)
     accumulate(kGate, dw);
     accumulate(kUp, dw + F * C);
   }
-  matmul_backward_input(space, s.dxn, s.dgu, w.gate_up, N, C, 2 * F, Into::overwrite);
-  adapter_backward(space, w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F);
-  adapter_backward(space, w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F);
+  matmul_backward_input(space, d.gemm, s.dxn, s.dgu, w.gate_up, N, C, 2 * F, Into::overwrite);
+  adapter_backward(space, d.gemm, w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F);
+  adapter_backward(space, d.gemm, w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F);
 }
 
 }  // namespace
@@ -75,16 +76,16 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   TC* act = d.moe.enabled() ? nullptr : a.a.p<TC>();
 
   rmsnorm_forward(space, xn1, nullptr, a.rstd1.data(), inp, w.ln1, N, C, d.eps, rs);
-  matmul_forward(space, s.qkv, xn1, w.qkv, N, C, Q);  // (N, Q): q, k, v fused
-  adapter_forward(space, w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D);
-  adapter_forward(space, w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D);
-  adapter_forward(space, w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D);
+  matmul_forward(space, d.gemm, s.qkv, xn1, w.qkv, N, C, Q);  // (N, Q): q, k, v fused
+  adapter_forward(space, d.gemm, w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D);
+  adapter_forward(space, d.gemm, w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D);
+  adapter_forward(space, d.gemm, w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D);
   rope_forward(space, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H,
                KV, D, d.starts);
   attention_forward(space, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
                     s.att);  // (N, H*D) token layout
-  matmul_forward(space, s.proj, o, w.o, N, H * D, C);
-  adapter_forward(space, w, s, kO, s.proj, C, 0, o, N, H * D, C);
+  matmul_forward(space, d.gemm, s.proj, o, w.o, N, H * D, C);
+  adapter_forward(space, d.gemm, w, s, kO, s.proj, C, 0, o, N, H * D, C);
   add_forward(space, a.x1.data(), inp, s.proj, N * C, rs);
 
   rmsnorm_forward(space, xn2, nullptr, a.rstd2.data(), a.x1.data(), w.ln2, N, C, d.eps, rs);
@@ -93,12 +94,12 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
     add_forward(space, out, a.x1.data(), s.moe.y, N * C, rs);
     return;
   }
-  matmul_forward(space, gu, xn2, w.gate_up, N, C, 2 * F);  // (N, 2F): gate, up fused
-  adapter_forward(space, w, s, kGate, gu, 2 * F, 0, xn2, N, C, F);
-  adapter_forward(space, w, s, kUp, gu, 2 * F, F, xn2, N, C, F);
+  matmul_forward(space, d.gemm, gu, xn2, w.gate_up, N, C, 2 * F);  // (N, 2F): gate, up fused
+  adapter_forward(space, d.gemm, w, s, kGate, gu, 2 * F, 0, xn2, N, C, F);
+  adapter_forward(space, d.gemm, w, s, kUp, gu, 2 * F, F, xn2, N, C, F);
   swiglu_forward(space, act, gu, N, F);
-  matmul_forward(space, s.proj, act, w.down, N, F, C);
-  adapter_forward(space, w, s, kDown, s.proj, C, 0, act, N, F, C);
+  matmul_forward(space, d.gemm, s.proj, act, w.down, N, F, C);
+  adapter_forward(space, d.gemm, w, s, kDown, s.proj, C, 0, act, N, F, C);
   add_forward(space, out, a.x1.data(), s.proj, N * C, rs);
 }
 
@@ -133,26 +134,27 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   // ---- attention: dres now holds d(x1); its compute-dtype copy is the o_proj output gradient.
   const TC* dc = compute_copy(space, s.dc, dres, N * C);
   if (trainable(kO)) {
-    matmul_backward_weight(space, dw, dc, o, N, H * D, C);
+    matmul_backward_weight(space, d.gemm, dw, dc, o, N, H * D, C);
     accumulate(kO, dw);
   }
-  matmul_backward_input(space, s.dtok, dc, w.o, N, H * D, C, Into::overwrite);  // (N, H*D)
-  adapter_backward(space, w, s, grads, kO, s.dtok, dc, C, 0, o, N, H * D, C);
+  matmul_backward_input(space, d.gemm, s.dtok, dc, w.o, N, H * D, C, Into::overwrite);  // (N, H*D)
+  adapter_backward(space, d.gemm, w, s, grads, kO, s.dtok, dc, C, 0, o, N, H * D, C);
   tokens_to_heads(space, s.dheads, s.dtok, B, H, T, D, rounding_of<TC>());  // (B, H, T, D)
   attention_backward(space, s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
                      a.v.p<TC>(), ad, s.att);
   // (N, Q); dq, dk, dv rounded to the compute dtype on load
   rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, d.starts);
   if (trainable(kQ) || trainable(kK) || trainable(kV)) {
-    matmul_backward_weight(space, dw, s.dqkv, xn1, N, C, Q);  // (Q, C)
+    matmul_backward_weight(space, d.gemm, dw, s.dqkv, xn1, N, C, Q);  // (Q, C)
     accumulate(kQ, dw);
     accumulate(kK, dw + H * D * C);
     accumulate(kV, dw + (H + KV) * D * C);
   }
-  matmul_backward_input(space, s.dxn, s.dqkv, w.qkv, N, C, Q, Into::overwrite);
-  adapter_backward(space, w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C, H * D);
-  adapter_backward(space, w, s, grads, kK, s.dxn, s.dqkv, Q, H * D, xn1, N, C, KV * D);
-  adapter_backward(space, w, s, grads, kV, s.dxn, s.dqkv, Q, (H + KV) * D, xn1, N, C, KV * D);
+  matmul_backward_input(space, d.gemm, s.dxn, s.dqkv, w.qkv, N, C, Q, Into::overwrite);
+  adapter_backward(space, d.gemm, w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C, H * D);
+  adapter_backward(space, d.gemm, w, s, grads, kK, s.dxn, s.dqkv, Q, H * D, xn1, N, C, KV * D);
+  adapter_backward(space, d.gemm, w, s, grads, kV, s.dxn, s.dqkv, Q, (H + KV) * D, xn1, N, C,
+                   KV * D);
   rmsnorm_backward(space, dres, dw, s.norm_partial, s.dxn, inp, w.ln1, a.rstd1.data(), N, C, rs,
                    rounding_of<TC>());
   grads.accumulate(kLn1, dw);

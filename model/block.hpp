@@ -21,6 +21,7 @@
 #include "core/kokkos_compat.hpp"
 #include "model/moe.hpp"
 #include "ops/attention.hpp"
+#include "ops/gemm.hpp"
 #include "ops/tbuf.hpp"
 
 namespace kktrain {
@@ -51,6 +52,7 @@ struct BlockDims {
   const int32_t* starts = nullptr;
   const int32_t* host_starts = nullptr;
   AttentionOptions attention{};  // the attention's kernel and tiles (AttentionDims::options)
+  GemmOptions gemm{};            // how the block's products run (model.gemm, model.gemm_fp32)
   int64_t N() const { return B * T; }
   int64_t Q() const { return (H + 2 * KV) * D; }
 };
@@ -142,14 +144,16 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
 // t = rnd(x A^T), delta = rnd(t B^T), y = rnd(y + rnd(delta * scale)) (PEFT under autocast).
 // t (N, r) and delta (N, out) are scratch. No-op without an adapter.
 template <class TC>
-void lora_forward(const ExecSpace& space, TC* y, int64_t ld, int64_t col, const TC* x,
-                  const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* delta);
+void lora_forward(const ExecSpace& space, const GemmOptions& gemm, TC* y, int64_t ld, int64_t col,
+                  const TC* x, const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t,
+                  TC* delta);
 // From the projection's output gradient dy (rows ld wide, at column col): the adapter's weight
 // gradients to grads (weights wa, wb), and dx (N, in) += the input gradient through the adapter
 // (fp32, unrounded). t, dt (N, r), g (N, out) and dw (out * r or r * in) are scratch.
 template <class TC>
-void lora_backward(const ExecSpace& space, float* dx, const TC* dy, int64_t ld, int64_t col,
-                   const TC* x, const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t,
-                   TC* dt, TC* g, float* dw, BlockGrads& grads, int wa, int wb);
+void lora_backward(const ExecSpace& space, const GemmOptions& gemm, float* dx, const TC* dy,
+                   int64_t ld, int64_t col, const TC* x, const LoraWeights& l, int64_t N,
+                   int64_t in, int64_t out, TC* t, TC* dt, TC* g, float* dw, BlockGrads& grads,
+                   int wa, int wb);
 
 }  // namespace kktrain

@@ -97,6 +97,8 @@ BlockDims block_dims(const ModelState& s) {
     d.host_starts = s.buf->host_starts.data();
   }
   d.attention = attention_options(s.cfg);
+  d.attention.gemm = s.gemm;
+  d.gemm = s.gemm;
   return d;
 }
 
@@ -108,6 +110,14 @@ AttentionOptions attention_options(const ModelConfig& m) {
   if (m.attention.kernel == AttentionChoice::team) o.kernel = AttentionKernel::team;
   o.q_rows = m.attention.q_rows;
   o.k_cols = m.attention.k_cols;
+  return o;
+}
+
+GemmOptions gemm_options(const ModelConfig& m) {
+  GemmOptions o;
+  if (m.gemm.bf16 == GemmChoice::widened) o.bf16 = Bf16Products::widened;
+  if (m.gemm.fp32 == GemmFp32Choice::kokkos_kernels) o.fp32 = Fp32Backend::kokkos_kernels;
+  if (m.gemm.fp32 == GemmFp32Choice::onednn) o.fp32 = Fp32Backend::onednn;
   return o;
 }
 

@@ -19,6 +19,9 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
 // The attention's kernel and tile sizes of model.attention and model.attention_tiles (auto: the
 // build's kernel).
 AttentionOptions attention_options(const ModelConfig& m);
+// How the model's matrix products run: model.gemm (auto: native bf16 products; widened) and
+// model.gemm_fp32 (auto, kokkos-kernels, onednn), with the production limits.
+GemmOptions gemm_options(const ModelConfig& m);
 // The block's parameters in its unit (LoRA adapters included).
 std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p);
 // The block's fused compute groups (q/k/v, gate/up or the sparse MLP's).

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "core/random.hpp"
+#include "model/dense_block.hpp"
 #include "ops/gemm.hpp"
 #include "ops/kernels.hpp"
 #include "ops/rope.hpp"
@@ -96,6 +97,7 @@ void cache_put(const ExecSpace& space, float* cache, const float* x, int64_t KV,
 struct Decoder::Impl {
   ExecSpace space;  // the instance every kernel of the decoder runs on (the default one)
   ModelConfig cfg;
+  GemmOptions gemm;  // model.gemm, model.gemm_fp32
   int64_t C, H, KV, D, F, V, Q;
   Matrix embed, lm_head;
   DView<float> final_norm;
@@ -122,6 +124,7 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   Impl& m = *impl_;
   const ExecSpace& space = m.space;
   m.cfg = cfg;
+  m.gemm = gemm_options(cfg);
   m.C = cfg.hidden_size;
   m.H = cfg.num_heads;
   m.KV = cfg.num_kv_heads;
@@ -221,36 +224,37 @@ std::vector<float> Decoder::step(int32_t token) {
     rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1,
                            C, eps, Rounding::fp32);
     // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
-    matmul_forward(space, m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
-    matmul_forward(space, m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
-    matmul_forward(space, m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D);
+    matmul_forward(space, m.gemm, m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
+    matmul_forward(space, m.gemm, m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
+    matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C,
+                   KV * D);
     rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
                         m.cos.data() + p * half, m.sin.data() + p * half, 1, 1, H, KV, D);
     cache_put(space, kc, m.k.data(), KV, T, D, p);
     cache_put(space, vc, m.v.data(), KV, T, D, p);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
     for (int64_t g = 0; g < KV; ++g) {
-      gemm(space, 'N', 'T', scale, gin(m.q.data() + g * G * D, G, D), gin(kc + g * T * D, P, D),
-           0.0f, gout(m.att.data() + g * G * P, G, P));
+      gemm(space, m.gemm, 'N', 'T', scale, gin(m.q.data() + g * G * D, G, D),
+           gin(kc + g * T * D, P, D), 0.0f, gout(m.att.data() + g * G * P, G, P));
     }
     softmax_rows(space, m.att.data(), H, P);
     for (int64_t g = 0; g < KV; ++g) {
-      gemm(space, 'N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P), gin(vc + g * T * D, P, D),
-           0.0f, gout(m.o.data() + g * G * D, G, D));
+      gemm(space, m.gemm, 'N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P),
+           gin(vc + g * T * D, P, D), 0.0f, gout(m.o.data() + g * G * D, G, D));
     }
-    matmul_forward(space, m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
+    matmul_forward(space, m.gemm, m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
     add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
     rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1,
                            C, eps, Rounding::fp32);
-    matmul_forward(space, m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
-    matmul_forward(space, m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
+    matmul_forward(space, m.gemm, m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
+    matmul_forward(space, m.gemm, m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
     swiglu_forward<float>(space, m.a.data(), m.gu.data(), 1, F);
-    matmul_forward(space, m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
+    matmul_forward(space, m.gemm, m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
     add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
   }
   rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(),
                          m.final_norm.data(), 1, C, eps, Rounding::fp32);
-  matmul_forward(space, m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
+  matmul_forward(space, m.gemm, m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
   logit_softcap_forward(space, m.logits.data(), m.V,
                         LogitSoftcap{static_cast<float>(m.cfg.final_logit_softcapping)});
   std::vector<float> out(m.V);

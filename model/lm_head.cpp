@@ -47,7 +47,7 @@ void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float 
     // logits (rows, V) = xf rows (rows, C) @ lm_head (V, C)^T, rounded on the store when bf16;
     // then soft-capped in place (model.final_logit_softcapping): cap * tanh(l / cap) in fp32,
     // rounded once on the store to the compute dtype. The kept copy and the loss see those.
-    matmul_forward(s.space, logits, h.xf + n0 * C, s.w(s.lm_head), rows, C, V);
+    matmul_forward(s.space, s.gemm, logits, h.xf + n0 * C, s.w(s.lm_head), rows, C, V);
     logit_softcap_forward(s.space, logits, rows * V, softcap);
     if (h.keep != nullptr) round_copy(s.space, h.keep + n0 * V, logits, rows * V, Rounding::fp32);
     if (loss == HeadLoss::none) continue;
@@ -59,10 +59,10 @@ void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float 
     // logits: the loss kernel applies the cap's chain rule). dW (V, C) (+)= dlogits^T @ xf rows:
     // fp32, the chunks summed in order, rounded once by accumulate() below.
     if (head_grad) {
-      gemm(s.space, 'T', 'N', 1.0f, gin(logits, rows, V), gin(h.xf + n0 * C, rows, C),
+      gemm(s.space, s.gemm, 'T', 'N', 1.0f, gin(logits, rows, V), gin(h.xf + n0 * C, rows, C),
            n0 == 0 ? 0.0f : 1.0f, gout(s.buf->dw.data(), V, C));
     }
-    matmul_backward_input(s.space, h.dxf + n0 * C, logits, s.w(s.lm_head), rows, C, V,
+    matmul_backward_input(s.space, s.gemm, h.dxf + n0 * C, logits, s.w(s.lm_head), rows, C, V,
                           Into::overwrite);  // (rows, C)
   }
   if (head_grad) accumulate(s, s.lm_head, s.buf->dw.data(), s.round.compute);

@@ -85,40 +85,43 @@ void make_lora_buffers(BufferMaker& mk, LoraBuffers& b, const ModelState& s, int
 }
 
 template <class TC>
-void lora_forward(const ExecSpace& space, TC* y, int64_t ld, int64_t col, const TC* x,
-                  const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t, TC* delta) {
+void lora_forward(const ExecSpace& space, const GemmOptions& gemm, TC* y, int64_t ld, int64_t col,
+                  const TC* x, const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t,
+                  TC* delta) {
   if (!l.present()) return;
-  matmul_forward(space, t, x, l.a, N, in, l.r);       // t (N, r)
-  matmul_forward(space, delta, t, l.b, N, l.r, out);  // delta (N, out)
+  matmul_forward(space, gemm, t, x, l.a, N, in, l.r);       // t (N, r)
+  matmul_forward(space, gemm, delta, t, l.b, N, l.r, out);  // delta (N, out)
   add_scaled_slice(space, y, ld, col, delta, N, out, l.scale);
 }
 
 template <class TC>
-void lora_backward(const ExecSpace& space, float* dx, const TC* dy, int64_t ld, int64_t col,
-                   const TC* x, const LoraWeights& l, int64_t N, int64_t in, int64_t out, TC* t,
-                   TC* dt, TC* g, float* dw, BlockGrads& grads, int wa, int wb) {
+void lora_backward(const ExecSpace& space, const GemmOptions& gemm, float* dx, const TC* dy,
+                   int64_t ld, int64_t col, const TC* x, const LoraWeights& l, int64_t N,
+                   int64_t in, int64_t out, TC* t, TC* dt, TC* g, float* dw, BlockGrads& grads,
+                   int wa, int wb) {
   if (!l.present()) return;
   // Recompute t = rnd(x A^T) rather than keeping it: (N, r) is cheap to redo.
-  matmul_forward(space, t, x, l.a, N, in, l.r);
+  matmul_forward(space, gemm, t, x, l.a, N, in, l.r);
   scaled_slice(space, g, dy, ld, col, N, out, l.scale);  // g = d(delta) (N, out)
   if (grads.trainable(wb)) {
-    matmul_backward_weight(space, dw, g, t, N, l.r, out);  // (out, r)
+    matmul_backward_weight(space, gemm, dw, g, t, N, l.r, out);  // (out, r)
     grads.accumulate(wb, dw);
   }
-  matmul_backward_input(space, dt, g, l.b, N, l.r, out, Into::overwrite);  // (N, r)
+  matmul_backward_input(space, gemm, dt, g, l.b, N, l.r, out, Into::overwrite);  // (N, r)
   if (grads.trainable(wa)) {
-    matmul_backward_weight(space, dw, dt, x, N, in, l.r);  // (r, in)
+    matmul_backward_weight(space, gemm, dw, dt, x, N, in, l.r);  // (r, in)
     grads.accumulate(wa, dw);
   }
-  matmul_backward_input(space, dx, dt, l.a, N, in, l.r, Into::accumulate);
+  matmul_backward_input(space, gemm, dx, dt, l.a, N, in, l.r, Into::accumulate);
 }
 
-#define KKTRAIN_INST_LORA(TC)                                                                    \
-  template void lora_forward<TC>(const ExecSpace&, TC*, int64_t, int64_t, const TC*,             \
-                                 const LoraWeights&, int64_t, int64_t, int64_t, TC*, TC*);       \
-  template void lora_backward<TC>(const ExecSpace&, float*, const TC*, int64_t, int64_t,         \
-                                  const TC*, const LoraWeights&, int64_t, int64_t, int64_t, TC*, \
-                                  TC*, TC*, float*, BlockGrads&, int, int);
+#define KKTRAIN_INST_LORA(TC)                                                                   \
+  template void lora_forward<TC>(const ExecSpace&, const GemmOptions&, TC*, int64_t, int64_t,   \
+                                 const TC*, const LoraWeights&, int64_t, int64_t, int64_t, TC*, \
+                                 TC*);                                                          \
+  template void lora_backward<TC>(const ExecSpace&, const GemmOptions&, float*, const TC*,      \
+                                  int64_t, int64_t, const TC*, const LoraWeights&, int64_t,     \
+                                  int64_t, int64_t, TC*, TC*, TC*, float*, BlockGrads&, int, int);
 KKTRAIN_INST_LORA(float)
 KKTRAIN_INST_LORA(bf16)
 #undef KKTRAIN_INST_LORA

@@ -11,7 +11,7 @@
 namespace kktrain {
 
 ModelState::ModelState(const ModelConfig& c, const ResolvedPrecision& p, const PeftConfig& f)
-    : cfg(c), prec(p), peft(f), buf(std::make_unique<ModelBuffers>()) {}
+    : cfg(c), prec(p), peft(f), gemm(gemm_options(c)), buf(std::make_unique<ModelBuffers>()) {}
 ModelState::~ModelState() = default;
 
 TBuf BufferMaker::compute(const char* name, int64_t n) {

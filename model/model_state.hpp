@@ -77,7 +77,8 @@ struct ModelState {
   ResolvedPrecision prec;
   PeftConfig peft;
   Roundings round;
-  ExecSpace space;  // the instance compute kernels run on
+  ExecSpace space;   // the instance compute kernels run on
+  GemmOptions gemm;  // how every matrix product runs (model.gemm, model.gemm_fp32)
 
   // Parameters by role (lm_head == embed when tied).
   ParamRegistry params;

@@ -187,8 +187,8 @@ void moe_forward(const ExecSpace& space, float* y, const TC* h, MoeActs& a, cons
                  const MoeScratch<TC>& s, const MoeDims& d) {
   const int64_t N = d.N, C = d.C, E = d.E, K = d.K, F = d.F, Fs = d.Fs, NK = d.NK();
   // Router, fp32 whatever the compute dtype.
-  round_copy(space, a.xf.data(), h, N * C, Rounding::fp32);         // (N, C) exact widening
-  matmul_forward(space, s.logits, a.xf.data(), w.router, N, C, E);  // (N, E)
+  round_copy(space, a.xf.data(), h, N * C, Rounding::fp32);                 // (N, C) exact widening
+  matmul_forward(space, d.gemm, s.logits, a.xf.data(), w.router, N, C, E);  // (N, E)
   route(space, a.probs.data(), a.choice.data(), a.weight.data(), s.logits, N, E, K, d.norm_topk);
   expert_stats(space, a.counts.data(), a.prob_sums.data(), a.choice.data(), a.probs.data(), N, E,
                K);
@@ -210,17 +210,17 @@ void moe_forward(const ExecSpace& space, float* y, const TC* h, MoeActs& a, cons
   TC* hh = a.h.p<TC>();
   TC* act = a.act.p<TC>();
   TC* ye = d.ep ? s.ye_local : a.ye.p<TC>();
-  gemm_grouped(space, *sizes, 'N', 'T', 1.0f, gin(x, R, C), gin(w.w13, 2 * F, C), 0.0f,
+  gemm_grouped(space, d.gemm, *sizes, 'N', 'T', 1.0f, gin(x, R, C), gin(w.w13, 2 * F, C), 0.0f,
                gout(hh, R, 2 * F));  // (R, 2F)
   swiglu_forward(space, act, hh, R, F);
-  gemm_grouped(space, *sizes, 'N', 'T', 1.0f, gin(act, R, F), gin(w.w2, C, F), 0.0f,
+  gemm_grouped(space, d.gemm, *sizes, 'N', 'T', 1.0f, gin(act, R, F), gin(w.w2, C, F), 0.0f,
                gout(ye, R, C));  // (R, C)
   if (d.ep) moe_return(space, a.ye.p<TC>(), static_cast<const TC*>(ye), a.plan, *d.ep, C, s.peer);
   const TC* sy = nullptr;
   if (Fs > 0) {
-    matmul_forward(space, a.sgu.p<TC>(), h, w.shared_gate_up, N, C, 2 * Fs);
+    matmul_forward(space, d.gemm, a.sgu.p<TC>(), h, w.shared_gate_up, N, C, 2 * Fs);
     swiglu_forward(space, a.sa.p<TC>(), a.sgu.p<TC>(), N, Fs);
-    matmul_forward(space, s.sy, a.sa.p<TC>(), w.shared_down, N, Fs, C);
+    matmul_forward(space, d.gemm, s.sy, a.sa.p<TC>(), w.shared_down, N, Fs, C);
     sy = s.sy;
   }
   combine(space, y, sy, a.ye.p<TC>(), a.weight.data(), a.slot.data(), N, K, C);
@@ -242,17 +242,17 @@ void experts_backward(const ExecSpace& space, TC* dx, const TC* dye, const TC* x
     for (int k = 0; k < 3; ++k) any_expert = any_expert || grads.trainable(expert(e, k));
   }
   if (any_expert) {
-    gemm_grouped(space, sizes, 'T', 'N', 1.0f, gin(dye, R, C), gin(act, R, F), 0.0f,
+    gemm_grouped(space, d.gemm, sizes, 'T', 'N', 1.0f, gin(dye, R, C), gin(act, R, F), 0.0f,
                  gout(dw, C, F));  // (El, C, F)
     for (int64_t e = 0; e < El; ++e) {
       if (grads.trainable(expert(e, 2))) grads.accumulate(expert(e, 2), dw + e * C * F);
     }
   }
-  gemm_grouped(space, sizes, 'N', 'N', 1.0f, gin(dye, R, C), gin(w.w2, C, F), 0.0f,
+  gemm_grouped(space, d.gemm, sizes, 'N', 'N', 1.0f, gin(dye, R, C), gin(w.w2, C, F), 0.0f,
                gout(s.da, R, F));                         // (R, F)
   swiglu_backward(space, s.dh, s.da, a.h.p<TC>(), R, F);  // (R, 2F)
   if (any_expert) {
-    gemm_grouped(space, sizes, 'T', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(x, R, C), 0.0f,
+    gemm_grouped(space, d.gemm, sizes, 'T', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(x, R, C), 0.0f,
                  gout(dw, 2 * F, C));  // (El, 2F, C)
     for (int64_t e = 0; e < El; ++e) {
       if (grads.trainable(expert(e, 0))) grads.accumulate(expert(e, 0), dw + e * 2 * F * C);
@@ -261,8 +261,8 @@ void experts_backward(const ExecSpace& space, TC* dx, const TC* dye, const TC* x
       }
     }
   }
-  gemm_grouped(space, sizes, 'N', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(w.w13, 2 * F, C), 0.0f,
-               gout(dx, R, C));  // (R, C), rounded to the compute dtype on the store
+  gemm_grouped(space, d.gemm, sizes, 'N', 'N', 1.0f, gin(s.dh, R, 2 * F), gin(w.w13, 2 * F, C),
+               0.0f, gout(dx, R, C));  // (R, C), rounded to the compute dtype on the store
 }
 
 }  // namespace
@@ -291,26 +291,28 @@ void moe_backward(const ExecSpace& space, float* dh, const float* dy, const TC* 
     const TC* dc = compute_copy(space, s.dc, dy, N * C);
     const TC* sa = a.sa.p<TC>();
     if (grads.trainable(kMoeSharedDown)) {
-      matmul_backward_weight(space, dw, dc, sa, N, Fs, C);
+      matmul_backward_weight(space, d.gemm, dw, dc, sa, N, Fs, C);
       grads.accumulate(kMoeSharedDown, dw);
     }
-    matmul_backward_input(space, s.sda, dc, w.shared_down, N, Fs, C, Into::overwrite);  // (N, Fs)
-    swiglu_backward(space, s.sdgu, s.sda, a.sgu.p<TC>(), N, Fs);                        // (N, 2Fs)
+    matmul_backward_input(space, d.gemm, s.sda, dc, w.shared_down, N, Fs, C,
+                          Into::overwrite);                       // (N, Fs)
+    swiglu_backward(space, s.sdgu, s.sda, a.sgu.p<TC>(), N, Fs);  // (N, 2Fs)
     if (grads.trainable(kMoeSharedGate) || grads.trainable(kMoeSharedUp)) {
-      matmul_backward_weight(space, dw, s.sdgu, h, N, C, 2 * Fs);
+      matmul_backward_weight(space, d.gemm, dw, s.sdgu, h, N, C, 2 * Fs);
       if (grads.trainable(kMoeSharedGate)) grads.accumulate(kMoeSharedGate, dw);
       if (grads.trainable(kMoeSharedUp)) grads.accumulate(kMoeSharedUp, dw + Fs * C);
     }
-    matmul_backward_input(space, dh, s.sdgu, w.shared_gate_up, N, C, 2 * Fs, Into::accumulate);
+    matmul_backward_input(space, d.gemm, dh, s.sdgu, w.shared_gate_up, N, C, 2 * Fs,
+                          Into::accumulate);
   }
   // The router, fp32.
   route_backward(space, s.dlogits, s.dweight, a.probs.data(), a.choice.data(), d.aux_grad, N, E, K,
                  d.norm_topk);
   if (grads.trainable(kMoeRouter)) {
-    matmul_backward_weight(space, dw, s.dlogits, a.xf.data(), N, C, E);  // (E, C)
+    matmul_backward_weight(space, d.gemm, dw, s.dlogits, a.xf.data(), N, C, E);  // (E, C)
     grads.accumulate(kMoeRouter, dw);
   }
-  matmul_backward_input(space, dh, s.dlogits, w.router, N, C, E, Into::accumulate);
+  matmul_backward_input(space, d.gemm, dh, s.dlogits, w.router, N, C, E, Into::accumulate);
 }
 
 #define KKTRAIN_INST_MOE(TC)                                                                      \

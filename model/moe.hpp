@@ -24,6 +24,7 @@
 #include "core/dtype.hpp"
 #include "core/kokkos_compat.hpp"
 #include "model/moe_exchange.hpp"
+#include "ops/gemm.hpp"
 #include "ops/tbuf.hpp"
 
 namespace kktrain {
@@ -44,6 +45,7 @@ struct MoeDims {
   // (E) device, fp32: d(total loss)/d p[n, e] from the load-balancing loss (the same for every
   // token; null: no auxiliary loss in this backward).
   const float* aux_grad = nullptr;
+  GemmOptions gemm{};  // how the router's and the experts' products run (model.gemm, gemm_fp32)
   bool enabled() const { return E > 0; }
   int64_t NK() const { return N * K; }
 };

@@ -128,7 +128,7 @@ void mtp_forward(ModelState& s, const ForwardOptions& opts, Pass pass, ForwardRe
     rmsnorm_forward(s.space, x.hn.p<TC>(), nullptr, m.rstd_h.data(), h_prev, s.wf(P.hnorm), N, C,
                     eps, s.round.stream);
     concat2(s.space, m.cat.p<TC>(), x.en.p<TC>(), x.hn.p<TC>(), N, C);  // (N, 2C)
-    matmul_forward(s.space, m.h_in.data(), m.cat.p<TC>(), s.w(P.eh_proj), N, 2 * C, C);
+    matmul_forward(s.space, s.gemm, m.h_in.data(), m.cat.p<TC>(), s.w(P.eh_proj), N, 2 * C, C);
     if (s.round.compute == Rounding::bf16) {
       round_copy(s.space, m.h_in.data(), m.h_in.data(), N * C, Rounding::bf16);
     }
@@ -175,10 +175,11 @@ void mtp_backward(ModelState& s, float* dres) {
     run_block_backward<TC>(s, P.block, x.dh.data(), m.h_in.data(), x.block[d]);  // dh = d(h_in)
     const TC* dc = compute_copy(s.space, b.dc.p<TC>(), x.dh.data(), N * C);
     if (s.params.info(P.eh_proj).trainable) {
-      matmul_backward_weight(s.space, dw, dc, m.cat.p<TC>(), N, 2 * C, C);
+      matmul_backward_weight(s.space, s.gemm, dw, dc, m.cat.p<TC>(), N, 2 * C, C);
       accumulate(s, P.eh_proj, dw, s.round.compute);
     }
-    matmul_backward_input(s.space, x.dcat.data(), dc, s.w(P.eh_proj), N, 2 * C, C, Into::overwrite);
+    matmul_backward_input(s.space, s.gemm, x.dcat.data(), dc, s.w(P.eh_proj), N, 2 * C, C,
+                          Into::overwrite);
     if (s.round.compute == Rounding::bf16) {
       round_copy(s.space, x.dcat.data(), x.dcat.data(), N * 2 * C, Rounding::bf16);
     }

@@ -129,6 +129,7 @@ MoeDims sparse_mlp_dims(const ModelState& s, int64_t N) {
   d.aux_grad = s.moe.aux_grad.extent(0) > 0 ? s.moe.aux_grad.data() : nullptr;
   d.ep = s.moe.ep > 1 ? s.moe.ep_comm.get() : nullptr;
   d.expert0 = s.moe.expert0;
+  d.gemm = s.gemm;
   return d;
 }
 

@@ -267,11 +267,12 @@ void tiled_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, con
           const Step st{c0, nc, g, i0, nr, k0, std::min(tl.k_cols, kend - k0), k_first};
           const int64_t kw = st.kw;
           // S (nr, kw) = scale q_tile k_block^T, fp32
-          gemm_batched(space, nc, 'N', 'T', d.scale, qt, gin(k + (c0 * T + k0) * D, kw, D, T * D),
-                       0.0f, gout(s.scores, nr, kw));
+          gemm_batched(space, d.options.gemm, nc, 'N', 'T', d.scale, qt,
+                       gin(k + (c0 * T + k0) * D, kw, D, T * D), 0.0f, gout(s.scores, nr, kw));
           softmax_block(space, s, st, d, rc);
           // acc (nr, D) (+)= rnd(P~) (nr, kw) v_block (kw, D), fp32
-          gemm_batched(space, nc, 'N', 'N', 1.0f, gin(operand(s.probs, s.scores), nr, kw),
+          gemm_batched(space, d.options.gemm, nc, 'N', 'N', 1.0f,
+                       gin(operand(s.probs, s.scores), nr, kw),
                        gin(v + (c0 * T + k0) * D, kw, D, T * D), k0 == k_first ? 0.0f : 1.0f,
                        gout(s.out_acc, nr, D));
         }
@@ -303,20 +304,21 @@ void tiled_backward(const ExecSpace& space, float* dq, float* dk, float* dv, con
           const int64_t kw = st.kw, koff = (c0 * T + k0) * D;
           const GemmIn kb = gin(k + koff, kw, D, T * D);
           // S (nr, kw) = scale q_tile k_block^T; dP (nr, kw) = dout_tile v_block^T
-          gemm_batched(space, nc, 'N', 'T', d.scale, qt, kb, 0.0f, gout(s.scores, nr, kw));
-          gemm_batched(space, nc, 'N', 'T', 1.0f, dot, gin(v + koff, kw, D, T * D), 0.0f,
-                       gout(s.dprobs, nr, kw));
+          gemm_batched(space, d.options.gemm, nc, 'N', 'T', d.scale, qt, kb, 0.0f,
+                       gout(s.scores, nr, kw));
+          gemm_batched(space, d.options.gemm, nc, 'N', 'T', 1.0f, dot, gin(v + koff, kw, D, T * D),
+                       0.0f, gout(s.dprobs, nr, kw));
           dscores_block(space, s, lse, st, d, rc);
           const TC* p = operand(s.probs, s.scores);
           const TC* ds = operand(s.dscores, s.dprobs);
           // dv_block (kw, D) += rnd(P)^T (kw, nr) dout_tile (nr, D)
-          gemm_batched(space, nc, 'T', 'N', 1.0f, gin(p, nr, kw), dot, 1.0f,
+          gemm_batched(space, d.options.gemm, nc, 'T', 'N', 1.0f, gin(p, nr, kw), dot, 1.0f,
                        gout(dv + koff, kw, D, T * D));
           // dq_tile (nr, D) (+)= scale dS (nr, kw) k_block (kw, D)
-          gemm_batched(space, nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb,
+          gemm_batched(space, d.options.gemm, nc, 'N', 'N', d.scale, gin(ds, nr, kw), kb,
                        k0 == k_first ? 0.0f : 1.0f, gout(dq + qoff, nr, D, qstride));
           // dk_block (kw, D) += scale dS^T (kw, nr) q_tile (nr, D)
-          gemm_batched(space, nc, 'T', 'N', d.scale, gin(ds, nr, kw), qt, 1.0f,
+          gemm_batched(space, d.options.gemm, nc, 'T', 'N', d.scale, gin(ds, nr, kw), qt, 1.0f,
                        gout(dk + koff, kw, D, T * D));
         }
       }

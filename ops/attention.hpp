@@ -40,6 +40,7 @@
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/launch.hpp"
+#include "ops/gemm.hpp"
 
 namespace kktrain {
 
@@ -57,6 +58,7 @@ const char* attention_kernel_name(AttentionKernel k);
 struct AttentionOptions {
   AttentionKernel kernel = kDefaultAttentionKernel;
   int64_t q_rows = 0, k_cols = 0, groups = 0;
+  GemmOptions gemm{};  // how the tiled_gemm kernel's tile products run
 };
 
 struct AttentionDims {

@@ -3,15 +3,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
 #include "core/blas_threads.hpp"
 #include "core/errors.hpp"
 #include "ops/gemm_converted.hpp"
-#include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "ops/gemm_onednn.hpp"
 #endif
@@ -25,40 +22,31 @@ namespace {
 
 GemmCounters g_counters;
 
-// -1: not decided yet (read KKTRAIN_GEMM on first use); 0/1 after.
-int g_reference = -1;
-GemmLimits g_limits;
-
-bool reference_only() {
-  if (g_reference < 0) {
-    const char* e = std::getenv("KKTRAIN_GEMM");
-    g_reference = e != nullptr && std::strcmp(e, "reference") == 0 ? 1 : 0;
-  }
-  return g_reference == 1;
+bool widened(const GemmOptions& o) {
+  return o.bf16 == Bf16Products::widened;
 }
 
 // fp32 products: kokkos-kernels (the host BLAS, cuBLAS, rocBLAS), except on a host where the BLAS
 // runs a generic pre-AVX kernel on a CPU with AVX2 or better (Debian's OpenBLAS 0.3.21 on cores
 // it does not know: "Prescott", about a fifth of the CPU's fp32 rate) and oneDNN has a JIT fp32
-// matmul: there oneDNN. KKTRAIN_GEMM_FP32=kokkos-kernels or =onednn decides explicitly;
-// KKTRAIN_GEMM=reference keeps fp32 on kokkos-kernels.
-GemmBackend fp32_backend() {
+// matmul: there oneDNN. Fp32Backend::kokkos_kernels or ::onednn decides explicitly;
+// Bf16Products::widened keeps fp32 on kokkos-kernels.
+GemmBackend fp32_backend(const GemmOptions& o) {
 #if defined(KKTRAIN_HAVE_ONEDNN)
-  static const GemmBackend chosen = [] {
-    const char* e = std::getenv("KKTRAIN_GEMM_FP32");
-    const std::string want = e ? e : "";
-    if (want == "kokkos-kernels") return GemmBackend::kokkos_kernels;
-    if (want == "onednn") {
-      return onednn::fp32_available() ? GemmBackend::onednn : GemmBackend::kokkos_kernels;
-    }
+  if (widened(o) || o.fp32 == Fp32Backend::kokkos_kernels) return GemmBackend::kokkos_kernels;
+  if (o.fp32 == Fp32Backend::onednn) {
+    return onednn::fp32_available() ? GemmBackend::onednn : GemmBackend::kokkos_kernels;
+  }
+  // The machine's facts (the BLAS core, the CPU's ISA), looked up once.
+  static const GemmBackend automatic = [] {
     const std::string core = blas_core_name();
     const bool generic = core == "Prescott" || core == "Core2" || core == "Penryn" ||
                          core == "Dunnington" || core == "Nehalem" || core == "Katmai";
     return generic && onednn::fp32_available() ? GemmBackend::onednn : GemmBackend::kokkos_kernels;
   }();
-  if (reference_only()) return GemmBackend::kokkos_kernels;
-  return chosen;
+  return automatic;
 #else
+  (void)o;
   return GemmBackend::kokkos_kernels;
 #endif
 }
@@ -109,18 +97,14 @@ int index_of(GemmBackend b) {
   return static_cast<int>(b);
 }
 
-// The largest dimension the libraries with 32-bit int arguments take (GemmLimits::int_dim).
-int64_t int_limit() {
-  return g_limits.int_dim;
-}
-
 }  // namespace
 
 // Runs a product whose dimensions do not fit a 32-bit int in pieces that do (false: no need).
-static bool gemm_in_int_pieces(const ExecSpace& space, int64_t batch, char transA, char transB,
-                               float alpha, const GemmIn& A, const GemmIn& B, float beta,
-                               const GemmOut& C, int64_t m, int64_t n, int64_t k, GemmBackend be) {
-  const int64_t lim = int_limit();
+static bool gemm_in_int_pieces(const ExecSpace& space, const GemmOptions& options, int64_t batch,
+                               char transA, char transB, float alpha, const GemmIn& A,
+                               const GemmIn& B, float beta, const GemmOut& C, int64_t m, int64_t n,
+                               int64_t k, GemmBackend be) {
+  const int64_t lim = options.limits.int_dim;
   if (m <= lim && n <= lim && k <= lim && batch <= lim) return false;
   // Rows of C (and of A when it is not transposed) split into pieces; other dimensions cannot
   // be (a library takes each of them whole).
@@ -145,7 +129,7 @@ static bool gemm_in_int_pieces(const ExecSpace& space, int64_t batch, char trans
       GemmOut c = Ci;
       c.data = static_cast<char*>(Ci.data) + r0 * Ci.cols * dtype_size(Ci.dtype);
       c.rows = rows;
-      gemm_batched(space, 1, transA, transB, alpha, a, Bi, beta, c);
+      gemm_batched(space, options, 1, transA, transB, alpha, a, Bi, beta, c);
     }
   }
   return true;
@@ -167,34 +151,18 @@ const char* gemm_backend_name(GemmBackend b) {
   return "?";
 }
 
-GemmBackend gemm_backend_for(DType a, DType b, DType c) {
-  if (a == DType::float32 && b == DType::float32 && c == DType::float32) return fp32_backend();
-  if (a == DType::bfloat16 && b == DType::bfloat16 && !reference_only()) {
+GemmBackend gemm_backend_for(const GemmOptions& options, DType a, DType b, DType c) {
+  if (a == DType::float32 && b == DType::float32 && c == DType::float32) {
+    return fp32_backend(options);
+  }
+  if (a == DType::bfloat16 && b == DType::bfloat16 && !widened(options)) {
     return native_bf16_backend();
   }
   return GemmBackend::converted;
 }
 
-const GemmLimits& gemm_limits() {
-  return g_limits;
-}
-
-namespace test_hooks {
-
-void set_gemm_reference(bool on) {
-  g_reference = on ? 1 : 0;
-}
-
-GemmLimits set_gemm_limits(const GemmLimits& limits) {
-  const GemmLimits before = g_limits;
-  g_limits = limits;
-  return before;
-}
-
-}  // namespace test_hooks
-
-std::string gemm_backends_summary() {
-  const GemmBackend f32 = fp32_backend();
+std::string gemm_backends_summary(const GemmOptions& options) {
+  const GemmBackend f32 = fp32_backend(options);
   std::string s = std::string("fp32: ") + gemm_backend_name(f32);
   if (std::is_same<MemSpace, HostSpace>::value) {
     const std::string core = blas_core_name();
@@ -205,19 +173,20 @@ std::string gemm_backends_summary() {
       s += " (" + blas + (core.empty() ? "" : " " + core) + ")";
     }
   }
-  const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
+  const GemmBackend bf =
+      gemm_backend_for(options, DType::bfloat16, DType::bfloat16, DType::float32);
   s += std::string("; bf16: ") + gemm_backend_name(bf);
 #if defined(KKTRAIN_HAVE_ONEDNN)
   if (bf == GemmBackend::onednn) {
     s += " (" + onednn::isa_name() + ", oneDNN " + onednn::version() + ")";
-  } else if (reference_only()) {
-    s += " (KKTRAIN_GEMM=reference)";
+  } else if (widened(options)) {
+    s += " (model.gemm: widened)";
   } else {
     s += " (oneDNN " + onednn::version() + ": no native bf16 on " + onednn::isa_name() + ")";
   }
 #else
   if (bf == GemmBackend::converted) {
-    s += reference_only() ? " (KKTRAIN_GEMM=reference)"
+    s += widened(options) ? " (model.gemm: widened)"
 #if defined(KOKKOS_ENABLE_HIP)
                           : " (built without rocBLAS: Kokkos Kernels' GEMM on fp32 copies)";
 #elif defined(KOKKOS_ENABLE_CUDA)
@@ -234,9 +203,9 @@ GemmCounters gemm_counters() {
   return g_counters;
 }
 
-void gemm(const ExecSpace& space, char transA, char transB, float alpha, const GemmIn& A,
-          const GemmIn& B, float beta, const GemmOut& C) {
-  gemm_batched(space, 1, transA, transB, alpha, A, B, beta, C);
+void gemm(const ExecSpace& space, const GemmOptions& options, char transA, char transB, float alpha,
+          const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
+  gemm_batched(space, options, 1, transA, transB, alpha, A, B, beta, C);
 }
 
 // While a Kokkos Tools library is loaded (bench/kernel_timer.cpp), each product is a profile
@@ -269,8 +238,9 @@ class GemmRegion {
   bool active_ = false;
 };
 
-void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char transB, float alpha,
-                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
+void gemm_batched(const ExecSpace& space, const GemmOptions& options, int64_t batch, char transA,
+                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+                  const GemmOut& C) {
   const int64_t m = transA == 'N' ? A.rows : A.cols, k = transA == 'N' ? A.cols : A.rows;
   const int64_t kb = transB == 'N' ? B.rows : B.cols, n = transB == 'N' ? B.cols : B.rows;
   if (k != kb || C.rows != m || C.cols != n || (transA != 'N' && transA != 'T') ||
@@ -286,7 +256,7 @@ void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char trans
       throw InternalError(std::string("gemm: unsupported dtype ") + dtype_name(d));
     }
   }
-  GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
+  GemmBackend be = gemm_backend_for(options, A.dtype, B.dtype, C.dtype);
   if (batch == 0) return;
   const GemmRegion region(batch, transA, transB, A, B, C, m, n, k, beta);
   if (m == 0 || n == 0 || k == 0 || alpha == 0.0f) {  // nothing to multiply
@@ -319,8 +289,8 @@ void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char trans
   }
 #endif
   // Dimensions past a 32-bit int (oneDNN, which ran above if it could, takes 64-bit ones).
-  if (be != GemmBackend::onednn &&
-      gemm_in_int_pieces(space, batch, transA, transB, alpha, A, B, beta, C, m, n, k, be)) {
+  if (be != GemmBackend::onednn && gemm_in_int_pieces(space, options, batch, transA, transB, alpha,
+                                                      A, B, beta, C, m, n, k, be)) {
     return;
   }
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
@@ -332,8 +302,8 @@ void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char trans
   g_counters.flops[index_of(be)] += 2.0 * static_cast<double>(batch) * m * n * k;
   if (be == GemmBackend::kokkos_kernels || be == GemmBackend::converted) {
     for (int64_t i = 0; i < batch; ++i) {
-      const int64_t panels = converted_gemm(space, transA, transB, alpha, matrix(A, i),
-                                            matrix(B, i), beta, matrix(C, i), m, n);
+      const int64_t panels = converted_gemm(space, options.limits, transA, transB, alpha,
+                                            matrix(A, i), matrix(B, i), beta, matrix(C, i), m, n);
       g_counters.converted_in_panels += panels > 1;
     }
   }
@@ -354,9 +324,9 @@ X rows_of(const X& x, int64_t row, int64_t rows) {
 
 }  // namespace
 
-void gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, char transA,
-                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
-                  const GemmOut& C) {
+void gemm_grouped(const ExecSpace& space, const GemmOptions& options,
+                  const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C) {
   const bool vary_m = transA == 'N';
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -370,7 +340,7 @@ void gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, cha
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
   // One launch for every group where the vendor library has a grouped call for these dtypes (not
   // a bf16 C += A B, which cuBLAS rounds twice: gemm_batched above).
-  const GemmBackend be = gemm_backend_for(A.dtype, B.dtype, C.dtype);
+  const GemmBackend be = gemm_backend_for(options, A.dtype, B.dtype, C.dtype);
   const bool rounds_twice = C.dtype == DType::bfloat16 && beta != 0.0f;
   if ((be == GemmBackend::cublas || be == GemmBackend::kokkos_kernels) && !rounds_twice &&
       vendor_gpu::gemm_grouped(space, sizes, transA, transB, alpha, A, B, beta, C)) {
@@ -393,17 +363,17 @@ void gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, cha
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t size = sizes[g];
     if (!vary_m && (!split_k || size == 0)) {
-      gemm(space, transA, transB, alpha, rows_of(A, row, size), rows_of(B, row, size), beta,
-           matrix(C, g));
+      gemm(space, options, transA, transB, alpha, rows_of(A, row, size), rows_of(B, row, size),
+           beta, matrix(C, g));
     }
     for (int64_t done = 0; done < size && (vary_m || split_k);) {
       int64_t piece = 1;
       while (piece * 2 <= size - done) piece *= 2;
       if (vary_m) {
-        gemm(space, transA, transB, alpha, rows_of(A, row + done, piece), matrix(B, g), beta,
-             rows_of(C, row + done, piece));
+        gemm(space, options, transA, transB, alpha, rows_of(A, row + done, piece), matrix(B, g),
+             beta, rows_of(C, row + done, piece));
       } else {
-        gemm(space, transA, transB, alpha, rows_of(A, row + done, piece),
+        gemm(space, options, transA, transB, alpha, rows_of(A, row + done, piece),
              rows_of(B, row + done, piece), done == 0 ? beta : 1.0f, matrix(C, g));
       }
       done += piece;

@@ -12,15 +12,17 @@
 //   onednn          bf16 x bf16 on CPUs with AVX512-BF16 or AMX (oneDNN matmul; build option
 //                   KKTRAIN_ENABLE_ONEDNN, run-time ISA check); also fp32 products where the host
 //                   BLAS runs a generic pre-AVX kernel on an AVX2-or-better CPU (Debian's OpenBLAS
-//                   0.3.21 on cores it does not know), or when KKTRAIN_GEMM_FP32=onednn.
+//                   0.3.21 on cores it does not know), or when GemmOptions::fp32 asks for it.
 //   cublas/rocblas  bf16 x bf16 on CUDA/HIP builds: GemmEx with fp32 accumulation.
 //   converted       anything else (bf16 without a native backend, mixed fp32/bf16 operands):
 //                   bf16 operands widened to fp32 scratch, then kokkos-kernels. The same math as
 //                   a native bf16 GEMM up to the order of the fp32 sums.
 //
-// KKTRAIN_GEMM=reference in the environment disables the native bf16 backends (every bf16
-// product takes the converted path): parity checks and benchmarks compare the two this way
-// (test_hooks::set_gemm_reference in ops/gemm_testing.hpp does the same from inside a test).
+// Every product takes its GemmOptions (the model's come from model.gemm and model.gemm_fp32):
+// Bf16Products::widened disables the native bf16 backends (every bf16 product takes the
+// converted path), which parity checks and benchmarks compare against; Fp32Backend picks the fp32
+// backend; GemmLimits are the production limits unless a test lowers them. Nothing here is a
+// process-wide switch.
 #pragma once
 
 #include <cstdint>
@@ -63,12 +65,40 @@ GemmOut gout(T* p, int64_t rows, int64_t cols, int64_t batch_stride = 0) {
   return GemmOut{p, dtype_of<T>::value, rows, cols, batch_stride};
 }
 
+// The limits gemm() works within: production values by default; tests lower them
+// (GemmOptions::limits) so that small products take the paths large ones do.
+struct GemmLimits {
+  // The largest dimension the libraries with 32-bit int arguments take (BLAS's LP64 interface
+  // behind Kokkos Kernels, cuBLAS, rocBLAS): larger products run in row pieces or are refused.
+  int64_t int_dim = 0x7fffffff;
+  // The fp32 elements each of the converted backend's three scratch buffers (widened op(A),
+  // op(B), result) holds at most (16 MiB): larger products run in panels
+  // (ops/gemm_converted.hpp).
+  int64_t converted_scratch_elems = int64_t(4) << 20;
+};
+// How bf16 x bf16 products run: native (the build's and CPU's bf16 backend where there is one,
+// else converted) or widened (always converted: operands widened to fp32, then the fp32 product;
+// the reference the native backends are compared against).
+enum class Bf16Products { native, widened };
+// The backend of all-fp32 products: automatic (kokkos-kernels, except oneDNN where the host BLAS
+// runs a generic pre-AVX kernel on an AVX2-or-better CPU and oneDNN has a JIT fp32 matmul),
+// kokkos_kernels, or onednn (kokkos-kernels where the build or CPU has no oneDNN fp32 matmul).
+// Under Bf16Products::widened fp32 products stay on kokkos-kernels.
+enum class Fp32Backend { automatic, kokkos_kernels, onednn };
+// Everything a product's path depends on besides its operands (defaults: production).
+struct GemmOptions {
+  Bf16Products bf16 = Bf16Products::native;
+  Fp32Backend fp32 = Fp32Backend::automatic;
+  GemmLimits limits{};
+};
+
 // Every product runs on the execution-space instance given first (cuBLAS/rocBLAS: the instance's
 // stream; Kokkos Kernels: the instance where its release takes one, else the default instance;
-// oneDNN: the host), ordered after the work queued on it before; nothing waits for it.
+// oneDNN: the host), ordered after the work queued on it before; nothing waits for it. Its path
+// follows the options given second.
 // Throws InternalError on shape or dtype mismatches (a programming error, not user input).
-void gemm(const ExecSpace& space, char transA, char transB, float alpha, const GemmIn& A,
-          const GemmIn& B, float beta, const GemmOut& C);
+void gemm(const ExecSpace& space, const GemmOptions& options, char transA, char transB, float alpha,
+          const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
 
 // `batch` independent products of one shape, C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
 // matrix i of each operand starts stride() elements after matrix i - 1 (A_i at A.data + i *
@@ -76,8 +106,9 @@ void gemm(const ExecSpace& space, char transA, char transB, float alpha, const G
 // the whole batch where the backend has one: a oneDNN matmul with a strided batch dimension,
 // cublas/rocblas strided-batched GemmEx (fp32 and bf16) on GPUs; host BLAS runs the products one
 // after another, each with its planned threads.
-void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char transB, float alpha,
-                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
+void gemm_batched(const ExecSpace& space, const GemmOptions& options, int64_t batch, char transA,
+                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
+                  const GemmOut& C);
 
 // Grouped products (the experts of a sparse MLP, model/moe.hpp): one per group g < sizes.size(),
 // each with its own size along one dimension, operands packed group after group:
@@ -91,32 +122,20 @@ void gemm_batched(const ExecSpace& space, int64_t batch, char transA, char trans
 // where the backend has one (cuBLAS's grouped batched GemmEx, where it takes the dtypes); other
 // backends run the groups one after another through gemm(), each in pieces of power-of-two rows
 // (so a host library that builds a kernel per shape sees few shapes however the sizes vary).
-void gemm_grouped(const ExecSpace& space, const std::vector<int64_t>& sizes, char transA,
-                  char transB, float alpha, const GemmIn& A, const GemmIn& B, float beta,
-                  const GemmOut& C);
+void gemm_grouped(const ExecSpace& space, const GemmOptions& options,
+                  const std::vector<int64_t>& sizes, char transA, char transB, float alpha,
+                  const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C);
 
 enum class GemmBackend { kokkos_kernels, onednn, cublas, rocblas, converted };
 const char* gemm_backend_name(GemmBackend b);
-// The backend gemm() uses for these operand dtypes in this process. (A bf16 product whose layout
-// oneDNN can only run with a reference implementation is converted instead; gemm_counters()
-// counts the backend that actually ran.)
-GemmBackend gemm_backend_for(DType a, DType b, DType c);
-// The limits gemm() works within, the same for the whole process: production values by default;
-// tests lower them (ops/gemm_testing.hpp) so that small products take the paths large ones do.
-struct GemmLimits {
-  // The largest dimension the libraries with 32-bit int arguments take (BLAS's LP64 interface
-  // behind Kokkos Kernels, cuBLAS, rocBLAS): larger products run in row pieces or are refused.
-  int64_t int_dim = 0x7fffffff;
-  // The fp32 elements each of the converted backend's three scratch buffers (widened op(A),
-  // op(B), result) holds at most (16 MiB): larger products run in panels
-  // (ops/gemm_converted.hpp).
-  int64_t converted_scratch_elems = int64_t(4) << 20;
-};
-const GemmLimits& gemm_limits();
-int64_t converted_scratch_budget_elems();  // gemm_limits().converted_scratch_elems
+// The backend gemm() uses for these operand dtypes under these options in this process. (A bf16
+// product whose layout oneDNN can only run with a reference implementation is converted instead;
+// gemm_counters() counts the backend that actually ran.)
+GemmBackend gemm_backend_for(const GemmOptions& options, DType a, DType b, DType c);
 // One line for --version and the build summary, e.g.
-// "fp32: kokkos-kernels (BLAS); bf16: onednn (avx512_core_amx)".
-std::string gemm_backends_summary();
+// "fp32: kokkos-kernels (BLAS); bf16: onednn (avx512_core_amx)": the backends products take
+// under these options (default: a run's with model.gemm and model.gemm_fp32 at auto).
+std::string gemm_backends_summary(const GemmOptions& options = {});
 
 // Calls and floating-point operations per backend since the start of the process (benchmarks
 // and tests read them to show which path ran).
@@ -132,24 +151,25 @@ GemmCounters gemm_counters();
 
 // out (N, O) = inp (N, I) @ weight (O, I)^T
 template <class TO, class TI, class TW>
-void matmul_forward(const ExecSpace& space, TO out, const TI& inp, const TW& weight, int64_t N,
-                    int64_t I, int64_t O) {
-  gemm(space, 'N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
+void matmul_forward(const ExecSpace& space, const GemmOptions& options, TO out, const TI& inp,
+                    const TW& weight, int64_t N, int64_t I, int64_t O) {
+  gemm(space, options, 'N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
 }
 // Whether a product's result replaces what its output holds or is added to it.
 enum class Into : uint8_t { overwrite, accumulate };
 // dinp (N, I) = (or +=, Into::accumulate) dout (N, O) @ weight (O, I)
 template <class TO, class TI, class TW>
-void matmul_backward_input(const ExecSpace& space, TO dinp, const TI& dout, const TW& weight,
-                           int64_t N, int64_t I, int64_t O, Into into) {
-  gemm(space, 'N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I),
+void matmul_backward_input(const ExecSpace& space, const GemmOptions& options, TO dinp,
+                           const TI& dout, const TW& weight, int64_t N, int64_t I, int64_t O,
+                           Into into) {
+  gemm(space, options, 'N', 'N', 1.0f, gin(dout, N, O), gin(weight, O, I),
        into == Into::accumulate ? 1.0f : 0.0f, gout(dinp, N, I));
 }
 // dweight (O, I) = dout^T (O, N) @ inp (N, I)           -- written, not accumulated
 template <class TO, class TI, class TX>
-void matmul_backward_weight(const ExecSpace& space, TO dweight, const TI& dout, const TX& inp,
-                            int64_t N, int64_t I, int64_t O) {
-  gemm(space, 'T', 'N', 1.0f, gin(dout, N, O), gin(inp, N, I), 0.0f, gout(dweight, O, I));
+void matmul_backward_weight(const ExecSpace& space, const GemmOptions& options, TO dweight,
+                            const TI& dout, const TX& inp, int64_t N, int64_t I, int64_t O) {
+  gemm(space, options, 'T', 'N', 1.0f, gin(dout, N, O), gin(inp, N, I), 0.0f, gout(dweight, O, I));
 }
 
 }  // namespace kktrain

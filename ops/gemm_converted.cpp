@@ -137,9 +137,8 @@ Operand panel(const ExecSpace& space, const GemmIn& X, char trans, int64_t r0, i
 struct Panels {
   int64_t mp, np;
 };
-Panels panel_sizes(char transA, char transB, const GemmIn& A, const GemmIn& B, const GemmOut& C,
-                   int64_t m, int64_t n, int64_t k) {
-  const int64_t budget = converted_scratch_budget_elems();
+Panels panel_sizes(int64_t budget, char transA, char transB, const GemmIn& A, const GemmIn& B,
+                   const GemmOut& C, int64_t m, int64_t n, int64_t k) {
   Panels p{m, n};
   for (Panels last{0, 0}; last.mp != p.mp || last.np != p.np;) {
     last = p;
@@ -176,16 +175,12 @@ void converted_whole(const ExecSpace& space, char transA, char transB, float alp
 
 }  // namespace
 
-int64_t converted_scratch_budget_elems() {
-  return gemm_limits().converted_scratch_elems;
-}
-
-int64_t converted_gemm(const ExecSpace& space, char transA, char transB, float alpha,
-                       const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C, int64_t m,
-                       int64_t n) {
+int64_t converted_gemm(const ExecSpace& space, const GemmLimits& limits, char transA, char transB,
+                       float alpha, const GemmIn& A, const GemmIn& B, float beta, const GemmOut& C,
+                       int64_t m, int64_t n) {
   if (m == 0 || n == 0) return 0;
   const int64_t k = transA == 'N' ? A.cols : A.rows;
-  const Panels p = panel_sizes(transA, transB, A, B, C, m, n, k);
+  const Panels p = panel_sizes(limits.converted_scratch_elems, transA, transB, A, B, C, m, n, k);
   if (p.mp == m && p.np == n) {
     converted_whole(space, transA, transB, alpha, A, B, beta, C, m, n);
     return 1;

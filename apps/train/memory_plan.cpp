@@ -13,6 +13,7 @@
 #include "core/kokkos_compat.hpp"
 #include "core/upload_staging.hpp"
 #include "io/data.hpp"
+#include "model/dense_block.hpp"
 #include "ops/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -46,10 +47,11 @@ int64_t kept_activations(const std::vector<BufferSpec>& plan) {
 // fp32 scratch buffers that grow to the largest operand of their role, up to the panel budget.
 int64_t gemm_scratch_bytes(const Config& cfg, Rounding compute, int64_t B, int64_t T) {
   if (compute == Rounding::fp32) return 0;
-  const bool converted =
-      gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16) ==
-          GemmBackend::converted ||
-      gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32) == GemmBackend::converted;
+  const GemmOptions gemm = gemm_options(cfg.model);
+  const bool converted = gemm_backend_for(gemm, DType::bfloat16, DType::bfloat16,
+                                          DType::bfloat16) == GemmBackend::converted ||
+                         gemm_backend_for(gemm, DType::bfloat16, DType::bfloat16, DType::float32) ==
+                             GemmBackend::converted;
   if (!converted) return 0;
   const ModelConfig& m = cfg.model;
   const int64_t N = B * T, C = m.hidden_size, F = m.intermediate_size, V = m.vocab_size;
@@ -65,7 +67,7 @@ int64_t gemm_scratch_bytes(const Config& cfg, Rounding compute, int64_t B, int64
   }
   // Each of the three scratch buffers holds at most the panel budget (larger products run in
   // panels).
-  const int64_t cap = converted_scratch_budget_elems();
+  const int64_t cap = gemm.limits.converted_scratch_elems;
   return 4 * (std::min(std::max(act, weight), cap) * 2 + std::min(act, cap));
 }
 

@@ -344,6 +344,25 @@ def case_attention_options():
     check(p.returncode == 0, f"KKTRAIN_ATTENTION* still read: {p.stderr}")
 
 
+def case_gemm_options():
+    """model.gemm and model.gemm_fp32 (README): a bad value is one error line, exit 2, naming the
+    key, the value and the choices; good values are accepted. They replaced KKTRAIN_GEMM and
+    KKTRAIN_GEMM_FP32, which are no longer read: a bad value there changes nothing."""
+    for key, value, needle in (("gemm", "reference", "is not one of: auto, widened"),
+                               ("gemm_fp32", "blas", "is not one of: auto, kokkos-kernels, onednn")):
+        expect_error(["audit", DEFAULT_CONFIG, f"model.{key}={value}"], "model." + key, value,
+                     needle)
+    for good in (["model.gemm=widened", "model.gemm_fp32=kokkos-kernels"],
+                 ["model.gemm=auto", "model.gemm_fp32=onednn"], ["model.gemm_fp32=auto"]):
+        rc, _, err = run("audit", DEFAULT_CONFIG, *good)
+        check(rc == 0, f"good gemm settings {good} refused: {err}")
+    p = subprocess.run([KKTRAIN, "--version"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "KKTRAIN_GEMM": "reference",
+                            "KKTRAIN_GEMM_FP32": "nonsense"})
+    check(p.returncode == 0 and "KKTRAIN_GEMM" not in p.stdout and "widened" not in p.stdout,
+          f"KKTRAIN_GEMM* still read: {p.stdout} {p.stderr}")
+
+
 def case_schema_in_readme():
     """README's configuration reference is `kktrain config --schema`, and every key of the
     shipped configs is in it."""

@@ -65,8 +65,8 @@ template <class TC>
 void probs(Buffers<TC>& s, const TC* q, const TC* k, const AttentionDims& d, int64_t g) {
   const int64_t G = d.H / d.KV, GT = G * d.T, T = d.T, D = d.D;
   float* att = s.att.data() + g * GT * T;
-  gemm(ExecSpace(), 'N', 'T', d.scale, gin(q + g * GT * D, GT, D), gin(k + g * T * D, T, D), 0.0f,
-       gout(att, GT, T));
+  gemm(ExecSpace(), d.options.gemm, 'N', 'T', d.scale, gin(q + g * GT * D, GT, D),
+       gin(k + g * T * D, T, D), 0.0f, gout(att, GT, T));
   causal_softmax_forward(att, G, T);
 }
 
@@ -78,7 +78,7 @@ void forward(TC* out, Buffers<TC>& s, const TC* q, const TC* k, const TC* v, con
   for (int64_t g = 0; g < d.B * d.KV; ++g) {
     probs(s, q, k, d, g);
     const TC* p = compute_copy(ExecSpace(), s.pc.data(), s.att.data() + g * GT * T, GT * T);
-    gemm(ExecSpace(), 'N', 'N', 1.0f, gin(p, GT, T), gin(v + g * T * D, T, D), 0.0f,
+    gemm(ExecSpace(), d.options.gemm, 'N', 'N', 1.0f, gin(p, GT, T), gin(v + g * T * D, T, D), 0.0f,
          gout(out + g * GT * D, GT, D));
   }
   if constexpr (std::is_same<TC, float>::value) {
@@ -95,18 +95,18 @@ void backward(float* dq, float* dk, float* dv, Buffers<TC>& s, const TC* dout, c
     float* att = s.att.data() + g * GT * T;
     const TC* go = dout + g * GT * D;
     const TC* p = compute_copy(ExecSpace(), s.pc.data(), att, GT * T);
-    gemm(ExecSpace(), 'T', 'N', 1.0f, gin(p, GT, T), gin(go, GT, D), 0.0f,
+    gemm(ExecSpace(), d.options.gemm, 'T', 'N', 1.0f, gin(p, GT, T), gin(go, GT, D), 0.0f,
          gout(dv + g * T * D, T, D));
-    gemm(ExecSpace(), 'N', 'T', 1.0f, gin(go, GT, D), gin(v + g * T * D, T, D), 0.0f,
-         gout(s.dp.data(), GT, T));
+    gemm(ExecSpace(), d.options.gemm, 'N', 'T', 1.0f, gin(go, GT, D), gin(v + g * T * D, T, D),
+         0.0f, gout(s.dp.data(), GT, T));
     if (rc == Rounding::bf16)
       round_copy(ExecSpace(), s.dp.data(), s.dp.data(), GT * T, Rounding::bf16);
     causal_softmax_backward(s.dp.data(), att, G, T);
     const TC* ds = compute_copy(ExecSpace(), s.pc.data(), s.dp.data(), GT * T);
-    gemm(ExecSpace(), 'N', 'N', d.scale, gin(ds, GT, T), gin(k + g * T * D, T, D), 0.0f,
-         gout(dq + g * GT * D, GT, D));
-    gemm(ExecSpace(), 'T', 'N', d.scale, gin(ds, GT, T), gin(q + g * GT * D, GT, D), 0.0f,
-         gout(dk + g * T * D, T, D));
+    gemm(ExecSpace(), d.options.gemm, 'N', 'N', d.scale, gin(ds, GT, T), gin(k + g * T * D, T, D),
+         0.0f, gout(dq + g * GT * D, GT, D));
+    gemm(ExecSpace(), d.options.gemm, 'T', 'N', d.scale, gin(ds, GT, T), gin(q + g * GT * D, GT, D),
+         0.0f, gout(dk + g * T * D, T, D));
   }
   if (rc == Rounding::bf16) {
     round_copy(ExecSpace(), dq, dq, d.B * d.H * T * D, Rounding::bf16);

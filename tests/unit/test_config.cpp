@@ -426,6 +426,21 @@ TEST_F(ConfigTest, SgdOptions) {
   EXPECT_TRUE(cfg.optimizer.nesterov);
 }
 
+// model.gemm and model.gemm_fp32 (were KKTRAIN_GEMM and KKTRAIN_GEMM_FP32): parsed once into
+// their enums; the defaults are auto.
+TEST_F(ConfigTest, GemmChoices) {
+  const Config def = load("");
+  EXPECT_EQ(def.model.gemm.bf16, GemmChoice::automatic);
+  EXPECT_EQ(def.model.gemm.fp32, GemmFp32Choice::automatic);
+  const Config w = load("model:\n  gemm: widened\n  gemm_fp32: onednn\n");
+  EXPECT_EQ(w.model.gemm.bf16, GemmChoice::widened);
+  EXPECT_EQ(w.model.gemm.fp32, GemmFp32Choice::onednn);
+  EXPECT_EQ(load("", {"model.gemm_fp32=kokkos-kernels"}).model.gemm.fp32,
+            GemmFp32Choice::kokkos_kernels);
+  EXPECT_EQ(load("", {"model.gemm=auto", "model.gemm_fp32=auto"}).model.gemm.bf16,
+            GemmChoice::automatic);
+}
+
 // ---- (e) overrides --------------------------------------------------------------------------
 
 TEST_F(ConfigTest, OverridesParseValuesAsYaml) {

@@ -140,6 +140,10 @@ const ErrorCase kCases[] = {
     {"jsonl_key_empty", "data:\n  jsonl_key: @\"\"\n", "data.jsonl_key", "an empty key"},
     {"jsonl_key_list", "data:\n  jsonl_key: @[a]\n", "data.jsonl_key", "expected"},
     {"choice_progress", "train:\n  progress: @maybe\n", "train.progress", "is not one of"},
+    {"choice_gemm", "model:\n  gemm: @reference\n", "model.gemm",
+     "\"reference\" is not one of: auto, widened"},
+    {"choice_gemm_fp32", "model:\n  gemm_fp32: @blas\n", "model.gemm_fp32",
+     "\"blas\" is not one of: auto, kokkos-kernels, onednn"},
     // String lists.
     {"list_nested", "model:\n  keep_in_fp32: @[[a]]\n", "model.keep_in_fp32",
      "expected a list of strings, got an item a list", nullptr, "glob"},

@@ -1,7 +1,8 @@
 // gemm() (ops/gemm.hpp) against a double-precision reference, on every backend this build and
 // CPU offer: kokkos-kernels (fp32), onednn (bf16 x bf16, when built and the CPU has native bf16)
-// and converted (mixed operands, and bf16 under KKTRAIN_GEMM=reference /
-// test_hooks::set_gemm_reference).
+// and converted (mixed operands, and bf16 under GemmOptions::bf16 = Bf16Products::widened, the
+// model.gemm: widened of a run). Every product takes its options as an argument: no test changes
+// a process-wide setting.
 //
 // Inputs are bf16-exact values for every dtype, so each product a*b is exact in fp32 and the
 // double reference is the exact sum (its own error, ~k 2^-53, is negligible). Tolerance from the
@@ -15,8 +16,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,7 +24,6 @@
 #include "core/errors.hpp"
 #include "dtype_types.hpp"
 #include "ops/gemm.hpp"
-#include "ops/gemm_testing.hpp"
 #if defined(KKTRAIN_HAVE_ONEDNN)
 #include "ops/gemm_onednn.hpp"
 #endif
@@ -37,6 +35,15 @@ struct Shape {
   int64_t m, n, k;
 };
 const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 65, 17}, {128, 96, 200}};
+
+// The production options (a run's with model.gemm and model.gemm_fp32 at auto), and the same with
+// every bf16 product widened (model.gemm: widened).
+const GemmOptions kNative{};
+GemmOptions widened_options() {
+  GemmOptions o;
+  o.bf16 = Bf16Products::widened;
+  return o;
+}
 
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM) && defined(KOKKOS_ENABLE_CUDA)
 constexpr GemmBackend kVendorBackend = GemmBackend::cublas;
@@ -116,7 +123,8 @@ struct Result {
 // Runs one case through gemm() (gemm_batched() when batch > 1) and checks every element; returns
 // C for cross-backend checks. pad > 0: every matrix of the batch is followed by pad rows (of
 // A, B and C) that the product must leave alone (strided batches).
-Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1, int64_t pad = 0) {
+Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1, int64_t pad = 0,
+                     const GemmOptions& options = kNative) {
   SCOPED_TRACE(cs.name() + " batch " + std::to_string(batch) + " pad " + std::to_string(pad));
   std::mt19937 rng(seed);
   const int64_t m = cs.s.m, n = cs.s.n, k = cs.s.k;
@@ -126,10 +134,10 @@ Result run_and_check(const Case& cs, uint32_t seed, int64_t batch = 1, int64_t p
   Matrix C(cs.c, batch * (m + pad), n, rng);
   const std::vector<double> c0 = C.ref;
   if (batch == 1 && pad == 0) {
-    gemm(ExecSpace(), cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
+    gemm(ExecSpace(), options, cs.ta, cs.tb, cs.alpha, A.in(), B.in(), cs.beta, C.out());
   } else {
-    gemm_batched(ExecSpace(), batch, cs.ta, cs.tb, cs.alpha, A.in(batch, pad), B.in(batch, pad),
-                 cs.beta, C.out(batch, pad));
+    gemm_batched(ExecSpace(), options, batch, cs.ta, cs.tb, cs.alpha, A.in(batch, pad),
+                 B.in(batch, pad), cs.beta, C.out(batch, pad));
   }
   C.load();
   int64_t gaps_written = 0;  // the padding rows of C are untouched
@@ -197,23 +205,14 @@ std::vector<Case> all_cases(DType a, DType b, DType c) {
 }
 
 bool native_bf16() {
-  return gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32) !=
+  return gemm_backend_for(kNative, DType::bfloat16, DType::bfloat16, DType::float32) !=
          GemmBackend::converted;
 }
 
-// Every test: products on one thread (the plan's per-product rule, as kktrain sets it), and the
-// native bf16 backends allowed unless the environment says reference (GemmEnv checks that).
+// Every test: products on one thread (the plan's per-product rule, as kktrain sets it).
 class Gemm : public ::testing::Test {
  protected:
-  void SetUp() override {
-    set_blas_thread_limit(1, true);
-    test_hooks::set_gemm_reference(env_reference());
-  }
-  void TearDown() override { test_hooks::set_gemm_reference(env_reference()); }
-  static bool env_reference() {
-    const char* e = std::getenv("KKTRAIN_GEMM");
-    return e != nullptr && std::strcmp(e, "reference") == 0;
-  }
+  void SetUp() override { set_blas_thread_limit(1, true); }
 };
 
 struct DtypeCase {
@@ -257,23 +256,22 @@ TEST_P(GemmDtypes, BatchedProductsMatchTheReferencePerMatrix) {
 // limit is lowered to 5 (GemmLimits::int_dim) so that small products take that path.
 TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
   const DtypeCase d = GetParam();
-  GemmLimits five;
-  five.int_dim = 5;
-  const test_hooks::ScopedGemmLimits lowered(five);
+  GemmOptions five;
+  five.limits.int_dim = 5;
   uint32_t seed = 900;
   for (const Shape& s : {Shape{13, 4, 3}, Shape{6, 5, 5}, Shape{11, 1, 2}}) {
     for (char tb : {'N', 'T'}) {
       for (int64_t batch : {1, 3}) {
-        run_and_check(Case{'N', tb, d.a, d.b, d.c, 0.5f, 1.0f, s}, seed++, batch);
+        run_and_check(Case{'N', tb, d.a, d.b, d.c, 0.5f, 1.0f, s}, seed++, batch, 0, five);
       }
     }
   }
-  const bool native = gemm_backend_for(d.a, d.b, d.c) == GemmBackend::onednn;
+  const bool native = gemm_backend_for(five, d.a, d.b, d.c) == GemmBackend::onednn;
   if (!native) {  // oneDNN takes 64-bit dimensions: nothing to refuse there
     std::mt19937 rng(7);
     Matrix A(d.a, 2, 3, rng), B(d.b, 3, 7, rng), C(d.c, 2, 7, rng);
     try {
-      gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+      gemm(ExecSpace(), five, 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
       ADD_FAILURE() << "a product with 7 > 5 result columns was not refused";
     } catch (const RuntimeFailure& e) {
       EXPECT_NE(std::string(e.what()).find("n (columns of the result) exceeds 5"),
@@ -291,16 +289,14 @@ TEST_P(GemmDtypes, DimensionsPastIntRunInRowPiecesOrAreRefused) {
 // of the elements differing by an ulp or so, all within the bound.)
 TEST_P(GemmDtypes, ConvertedProductsInPanelsMatchTheReference) {
   const DtypeCase d = GetParam();
-  test_hooks::set_gemm_reference(true);  // bf16 x bf16 too goes the converted way
+  GemmOptions small = widened_options();  // bf16 x bf16 too goes the converted way
+  small.limits.converted_scratch_elems = 300;
   const bool widens = d.a != DType::float32 || d.b != DType::float32 || d.c != DType::float32;
   uint32_t seed = 1300;
   int64_t in_panels = 0;
   {
-    GemmLimits small;
-    small.converted_scratch_elems = 300;
-    const test_hooks::ScopedGemmLimits lowered(small);
     const int64_t before = gemm_counters().converted_in_panels;
-    for (const Case& cs : all_cases(d.a, d.b, d.c)) run_and_check(cs, seed++);
+    for (const Case& cs : all_cases(d.a, d.b, d.c)) run_and_check(cs, seed++, 1, 0, small);
     in_panels = gemm_counters().converted_in_panels - before;
   }
   if (widens) {
@@ -331,10 +327,8 @@ TYPED_TEST(GemmResult, NativeAndConvertedBf16AgreeWithinTheBound) {
   const DType c = dtype_of<TypeParam>::value;
   uint32_t seed = 100;
   for (const Case& cs : all_cases(DType::bfloat16, DType::bfloat16, c)) {
-    test_hooks::set_gemm_reference(false);
     const Result native = run_and_check(cs, seed);
-    test_hooks::set_gemm_reference(true);
-    const Result converted = run_and_check(cs, seed++);
+    const Result converted = run_and_check(cs, seed++, 1, 0, widened_options());
     // Each lies within the bound of the reference, so they differ by at most the width of the
     // allowed interval (2 tol for an fp32 C; for a bf16 C, the bf16 values the bound spans).
     // Bitwise equality is not expected: the two sum the k products in different orders.
@@ -354,37 +348,49 @@ TEST_F(Gemm, BackendChoice) {
   const std::string core = blas_core_name();
   const bool generic = core == "Prescott" || core == "Core2" || core == "Penryn" ||
                        core == "Dunnington" || core == "Nehalem" || core == "Katmai";
-  GemmBackend want_f32 = GemmBackend::kokkos_kernels;
+  GemmBackend want_f32 = GemmBackend::kokkos_kernels, onednn_f32 = GemmBackend::kokkos_kernels;
 #if defined(KKTRAIN_HAVE_ONEDNN)
-  const char* forced = std::getenv("KKTRAIN_GEMM_FP32");
-  if (forced == nullptr && std::getenv("KKTRAIN_GEMM") == nullptr && generic &&
-      onednn::fp32_available()) {
-    want_f32 = GemmBackend::onednn;
-  }
+  if (onednn::fp32_available()) onednn_f32 = GemmBackend::onednn;
+  if (generic) want_f32 = onednn_f32;
 #endif
+  const auto for_dtypes = [](const GemmOptions& o, DType a, DType b, DType c) {
+    return gemm_backend_for(o, a, b, c);
+  };
+  const DType f32 = DType::float32, b16 = DType::bfloat16;
   std::printf("OpenBLAS core '%s', fp32 backend %s\n", core.c_str(),
-              gemm_backend_name(gemm_backend_for(DType::float32, DType::float32, DType::float32)));
+              gemm_backend_name(for_dtypes(kNative, f32, f32, f32)));
   (void)generic;
-  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32), want_f32);
-  EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::float32, DType::float32),
-            GemmBackend::converted);
-  EXPECT_EQ(gemm_backend_for(DType::float32, DType::bfloat16, DType::bfloat16),
-            GemmBackend::converted);
-  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::bfloat16),
-            GemmBackend::converted);
-  test_hooks::set_gemm_reference(true);
-  EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32),
-            GemmBackend::converted);
-  EXPECT_EQ(gemm_backend_for(DType::float32, DType::float32, DType::float32),
-            GemmBackend::kokkos_kernels);
-  test_hooks::set_gemm_reference(false);
-  std::printf("gemm backends: %s\n", gemm_backends_summary().c_str());
+  EXPECT_EQ(for_dtypes(kNative, f32, f32, f32), want_f32);
+  EXPECT_EQ(for_dtypes(kNative, b16, f32, f32), GemmBackend::converted);
+  EXPECT_EQ(for_dtypes(kNative, f32, b16, b16), GemmBackend::converted);
+  EXPECT_EQ(for_dtypes(kNative, f32, f32, b16), GemmBackend::converted);
+  // Fp32Backend decides explicitly (onednn: kokkos-kernels where oneDNN has no fp32 matmul).
+  GemmOptions kk, dnn;
+  kk.fp32 = Fp32Backend::kokkos_kernels;
+  dnn.fp32 = Fp32Backend::onednn;
+  EXPECT_EQ(for_dtypes(kk, f32, f32, f32), GemmBackend::kokkos_kernels);
+  EXPECT_EQ(for_dtypes(dnn, f32, f32, f32), onednn_f32);
+  // Widened: every bf16 product converted, fp32 on kokkos-kernels whatever Fp32Backend says.
+  GemmOptions wide = widened_options();
+  EXPECT_EQ(for_dtypes(wide, b16, b16, f32), GemmBackend::converted);
+  EXPECT_EQ(for_dtypes(wide, b16, b16, b16), GemmBackend::converted);
+  EXPECT_EQ(for_dtypes(wide, f32, f32, f32), GemmBackend::kokkos_kernels);
+  wide.fp32 = Fp32Backend::onednn;
+  EXPECT_EQ(for_dtypes(wide, f32, f32, f32), GemmBackend::kokkos_kernels);
+  // --version's line says which it describes; the defaults' names no option.
+  std::printf("gemm backends: %s\n", gemm_backends_summary(kNative).c_str());
+  EXPECT_EQ(gemm_backends_summary(kNative).find("model.gemm"), std::string::npos);
+  EXPECT_EQ(gemm_backends_summary(), gemm_backends_summary(kNative));
+  const std::string wide_summary = gemm_backends_summary(widened_options());
+  EXPECT_NE(wide_summary.find("bf16: converted (model.gemm: widened)"), std::string::npos)
+      << wide_summary;
+  EXPECT_NE(wide_summary.find("fp32: kokkos-kernels"), std::string::npos) << wide_summary;
 #if defined(KKTRAIN_HAVE_ONEDNN)
   if (!onednn::available()) {
     GTEST_SKIP() << "oneDNN built, but this CPU (" << onednn::isa_name() << ") has no native bf16";
   }
   for (DType c : {DType::float32, DType::bfloat16}) {
-    EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, c), GemmBackend::onednn);
+    EXPECT_EQ(for_dtypes(kNative, b16, b16, c), GemmBackend::onednn);
   }
   EXPECT_NE(gemm_backends_summary().find("bf16: onednn (avx512_core"), std::string::npos);
   // The model's layouts (NT forward, NN backward-input, TN backward-weight) and TT all run JIT
@@ -399,11 +405,10 @@ TEST_F(Gemm, BackendChoice) {
   }
 #elif defined(KKTRAIN_HAVE_VENDOR_GEMM)
   for (DType c : {DType::float32, DType::bfloat16}) {
-    EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, c), kVendorBackend);
+    EXPECT_EQ(for_dtypes(kNative, b16, b16, c), kVendorBackend);
   }
 #else
-  EXPECT_EQ(gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32),
-            GemmBackend::converted);
+  EXPECT_EQ(for_dtypes(kNative, b16, b16, f32), GemmBackend::converted);
 #endif
 }
 
@@ -415,24 +420,23 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   const auto calls = [](GemmBackend b) { return gemm_counters().calls[static_cast<int>(b)]; };
   const auto flops = [](GemmBackend b) { return gemm_counters().flops[static_cast<int>(b)]; };
 
-  const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::float32);
-  const GemmBackend f32 = gemm_backend_for(DType::float32, DType::float32, DType::float32);
+  const GemmBackend bf =
+      gemm_backend_for(kNative, DType::bfloat16, DType::bfloat16, DType::float32);
+  const GemmBackend f32 = gemm_backend_for(kNative, DType::float32, DType::float32, DType::float32);
   const int64_t kk = calls(f32), conv = calls(GemmBackend::converted);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A32.in(), B32.in(), 0.0f, C.out());
   EXPECT_EQ(calls(f32), kk + 1);
   const int64_t nat = calls(bf);
   const double nat_flops = flops(bf);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B32.in(), 0.0f, C.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A16.in(), B32.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + 1);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(bf), nat + (bf == GemmBackend::converted ? 2 : 1));
   EXPECT_EQ(flops(bf) - nat_flops, (bf == GemmBackend::converted ? 2 : 1) * 2.0 * 8 * 6 * 4);
-  test_hooks::set_gemm_reference(true);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
+  gemm(ExecSpace(), widened_options(), 'N', 'N', 1.0f, A16.in(), B16.in(), 0.0f, C.out());
   EXPECT_EQ(calls(GemmBackend::converted), conv + (bf == GemmBackend::converted ? 3 : 2));
   // A batch is one call of its backend, with the whole batch's flops (fp32 batches run the
   // vendor BLAS's strided-batched call where the build has one: Kokkos Kernels has none).
-  test_hooks::set_gemm_reference(false);
 #if defined(KKTRAIN_HAVE_VENDOR_GEMM)
   const GemmBackend f32_batch = kVendorBackend;
 #else
@@ -442,7 +446,7 @@ TEST_F(Gemm, CountersFollowTheBackendThatRan) {
   const double f32_flops = flops(f32_batch);
   Matrix Ab(DType::float32, 2 * 4, 3, rng), Bb(DType::float32, 2 * 3, 5, rng);
   Matrix Cb(DType::float32, 2 * 4, 5, rng);
-  gemm_batched(ExecSpace(), 2, 'N', 'N', 1.0f, Ab.in(2), Bb.in(2), 0.0f, Cb.out(2));
+  gemm_batched(ExecSpace(), kNative, 2, 'N', 'N', 1.0f, Ab.in(2), Bb.in(2), 0.0f, Cb.out(2));
   EXPECT_EQ(calls(f32_batch), f32_calls + 1);
   EXPECT_EQ(flops(f32_batch) - f32_flops, 2 * 2.0 * 4 * 5 * 3);
 }
@@ -460,21 +464,21 @@ TYPED_TEST(GemmOperandsResult, EdgeCases) {
   std::mt19937 rng(9);
   Matrix A(ab, 3, 0, rng), B(ab, 0, 4, rng), C(c, 3, 4, rng);
   const std::vector<double> c0 = C.ref;
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A.in(), B.in(), 0.5f, C.out());
   C.load();
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.5 * c0[i]);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
   C.load();
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(C.at(i), 0.0);
 
   Matrix A0(ab, 0, 5, rng), B0(ab, 5, 4, rng), C0(c, 0, 4, rng);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A0.in(), B0.in(), 1.0f,
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A0.in(), B0.in(), 1.0f,
        C0.out());  // nothing to do, must not fail
 
   Matrix A1(ab, 2, 3, rng), B1(ab, 3, 2, rng), C1(c, 2, 2, rng);
   C1.ref.assign(4, NAN);
   C1.store();
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A1.in(), B1.in(), 0.0f, C1.out());
   C1.load();
   for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(C1.at(i))) << i;
 }
@@ -503,7 +507,7 @@ TYPED_TEST(GemmOperandsResult, GroupedProductsMatchTheReferencePerGroup) {
     if (vary_m) bin.rows = B.rows / groups;
     GemmOut cout = C.out();
     if (!vary_m) cout.rows = p;
-    gemm_grouped(ExecSpace(), sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
+    gemm_grouped(ExecSpace(), kNative, sizes, t[0], t[1], 0.5f, A.in(), bin, 0.5f, cout);
     C.load();
     int bad = 0;
     int64_t row = 0;
@@ -544,21 +548,21 @@ TYPED_TEST(GemmOperandsResult, GroupedProductsMatchTheReferencePerGroup) {
 
 TEST_F(Gemm, GroupedSizesNotSummingToTheRowsAreAnInternalError) {
   std::vector<float> a(6), b(6), cc(6);
-  EXPECT_THROW(gemm_grouped(ExecSpace(), {1, 1}, 'N', 'T', 1.0f, gin(a.data(), 3, 2),
+  EXPECT_THROW(gemm_grouped(ExecSpace(), kNative, {1, 1}, 'N', 'T', 1.0f, gin(a.data(), 3, 2),
                             gin(b.data(), 1, 2), 0.0f, gout(cc.data(), 3, 1)),
                InternalError);  // sizes sum to 2, operands hold 3 rows
 }
 
 TEST_F(Gemm, ShapeMismatchIsAnInternalError) {
   std::vector<float> a(6), b(6), c(4);
-  EXPECT_THROW(gemm_batched(ExecSpace(), -1, 'N', 'N', 1.0f, gin(a.data(), 2, 3),
+  EXPECT_THROW(gemm_batched(ExecSpace(), kNative, -1, 'N', 'N', 1.0f, gin(a.data(), 2, 3),
                             gin(b.data(), 3, 2), 0.0f, gout(c.data(), 2, 2)),
                InternalError);
-  EXPECT_THROW(gemm(ExecSpace(), 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 2, 3), 0.0f,
-                    gout(c.data(), 2, 2)),
+  EXPECT_THROW(gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 2, 3),
+                    0.0f, gout(c.data(), 2, 2)),
                InternalError);
-  EXPECT_THROW(gemm(ExecSpace(), 'X', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
-                    gout(c.data(), 2, 2)),
+  EXPECT_THROW(gemm(ExecSpace(), kNative, 'X', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2),
+                    0.0f, gout(c.data(), 2, 2)),
                InternalError);
 }
 
@@ -569,11 +573,12 @@ TEST_F(Gemm, OnednnReusesPrimitivesAndFollowsTheThreadPlan) {
   std::mt19937 rng(3);
   Matrix A(DType::bfloat16, 40, 24, rng), B(DType::bfloat16, 24, 56, rng);
   Matrix C(DType::bfloat16, 40, 56, rng);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
   const int64_t cached = onednn::cached_primitives();
-  for (int i = 0; i < 5; ++i) gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
+  for (int i = 0; i < 5; ++i)
+    gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A.in(), B.in(), 0.0f, C.out());
   EXPECT_EQ(onednn::cached_primitives(), cached);
-  gemm(ExecSpace(), 'N', 'N', 1.0f, A.in(), B.in(), 1.0f,
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, A.in(), B.in(), 1.0f,
        C.out());  // beta is part of the primitive
   EXPECT_EQ(onednn::cached_primitives(), cached + 1);
   // The plan's limit (1 here) is OpenMP's count when oneDNN runs.
@@ -584,27 +589,24 @@ TEST_F(Gemm, OnednnReusesPrimitivesAndFollowsTheThreadPlan) {
 }
 #endif
 
-// Run by ctest twice: as is, and with KKTRAIN_GEMM=reference in the environment (gemm.env_reference
-// in tests/CMakeLists.txt), where every bf16 product must take the converted path.
-TEST(GemmEnv, ReferenceEnvironmentForcesConverted) {
-  const char* e = std::getenv("KKTRAIN_GEMM");
-  const bool reference = e != nullptr && std::strcmp(e, "reference") == 0;
-  const GemmBackend bf = gemm_backend_for(DType::bfloat16, DType::bfloat16, DType::bfloat16);
-  if (reference) {
-    EXPECT_EQ(bf, GemmBackend::converted);
-    EXPECT_NE(gemm_backends_summary().find("KKTRAIN_GEMM=reference"), std::string::npos);
-    DView<bf16> a("a", 6), b("b", 6), c("c", 4);
-    Kokkos::deep_copy(a, bf16(1.0f));
-    Kokkos::deep_copy(b, bf16(2.0f));
-    const int64_t before = gemm_counters().calls[static_cast<int>(GemmBackend::converted)];
-    gemm(ExecSpace(), 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
-         gout(c.data(), 2, 2));
-    EXPECT_EQ(gemm_counters().calls[static_cast<int>(GemmBackend::converted)], before + 1);
-    const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), c);
-    EXPECT_EQ(h(0).to_float(), 6.0f);
-  } else {
-    EXPECT_EQ(gemm_backends_summary().find("KKTRAIN_GEMM=reference"), std::string::npos);
-  }
+// Bf16Products::widened: a bf16 product runs on the converted path (counted there) and gives the
+// exact result; the options are the call's only (the next default call is native again).
+TEST_F(Gemm, WidenedOptionsSendBf16ProductsToConverted) {
+  DView<bf16> a("a", 6), b("b", 6), c("c", 4);
+  Kokkos::deep_copy(a, bf16(1.0f));
+  Kokkos::deep_copy(b, bf16(2.0f));
+  const auto calls = [](GemmBackend be) { return gemm_counters().calls[static_cast<int>(be)]; };
+  const GemmBackend native =
+      gemm_backend_for(kNative, DType::bfloat16, DType::bfloat16, DType::bfloat16);
+  const int64_t conv = calls(GemmBackend::converted), nat = calls(native);
+  gemm(ExecSpace(), widened_options(), 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2),
+       0.0f, gout(c.data(), 2, 2));
+  EXPECT_EQ(calls(GemmBackend::converted), conv + 1);
+  const auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), c);
+  EXPECT_EQ(h(0).to_float(), 6.0f);
+  gemm(ExecSpace(), kNative, 'N', 'N', 1.0f, gin(a.data(), 2, 3), gin(b.data(), 3, 2), 0.0f,
+       gout(c.data(), 2, 2));
+  EXPECT_EQ(calls(native), (native == GemmBackend::converted ? conv + 2 : nat + 1));
 }
 
 }  // namespace
