@@ -18,7 +18,8 @@
 //     after the items' (which come first).
 // `stop` runs on the worker threads, concurrently: it must be thread-safe. Neither it nor a
 // thrown exception leaves a thread running: fan_out returns or throws only after joining all.
-// Users: apps/dataprep/tokenize_shards.cpp (documents through encoders), example_cache.cpp
+// Users: apps/dataprep/tokenize_shards.cpp (documents through encoders), text/encoder.cpp (a
+// long segment's pieces over the encoder's helper states), example_cache.cpp
 // (chat examples rendered).
 #pragma once
 

@@ -9,11 +9,10 @@
 // text/pre_tokenizers.hpp.)
 #include <algorithm>
 #include <deque>
-#include <exception>
 #include <queue>
-#include <thread>
 
 #include "core/errors.hpp"
+#include "core/fan_out.hpp"
 #include "text/piece_cache.hpp"
 #include "text/tokenizer_impl.hpp"
 
@@ -253,21 +252,12 @@ void model_pieces(std::vector<int32_t>* out, const Tokenizer::Impl& t, Encoder::
   }
   const auto parts = piece_parts(t, st, lazy, total, st.helpers.size() + 1);
   std::vector<std::vector<int32_t>> ids(parts.size());
-  std::vector<std::exception_ptr> errors(parts.size());
-  auto run = [&](size_t k) {
-    Encoder::State& s = k == 0 ? st : *st.helpers[k - 1];
-    try {
-      for (const std::string_view u : parts[k]) model_piece(&ids[k], t, s, u, lazy);
-    } catch (...) {
-      errors[k] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t k = 1; k < parts.size(); ++k) pool.emplace_back(run, k);
-  run(0);
-  for (auto& th : pool) th.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  // Worker w encodes with its own state (this thread's for w = 0, a helper's otherwise): the
+  // caches are per thread, the ids of a part the same whichever state encodes it.
+  fan_out(parts.size(), int(parts.size()), [&](int w, size_t k) {
+    Encoder::State& s = w == 0 ? st : *st.helpers[size_t(w) - 1];
+    for (const std::string_view u : parts[k]) model_piece(&ids[k], t, s, u, lazy);
+  });
   for (const auto& v : ids) out->insert(out->end(), v.begin(), v.end());
 }
 

@@ -7,8 +7,13 @@ namespace kktrain::text {
 
 namespace {
 
-// *r = the matches as ranges covering [0, n) (a match flag each; `invert` flips it).
-void cover(std::vector<SplitRange>* r, const Matches& m, size_t n, bool invert) {
+// Which ranges count as the split's matches: the pattern's matches, or (Split's `invert`) the
+// text between them.
+enum class Matched { pattern, between };
+
+// *r = the matches as ranges covering [0, n), each flagged as a match or not (per `matched`).
+void cover(std::vector<SplitRange>* r, const Matches& m, size_t n, Matched matched) {
+  const bool invert = matched == Matched::between;
   r->clear();
   size_t prev = 0;
   for (const auto& [b, e] : m) {
@@ -157,7 +162,7 @@ void ByteLevelPreTokenizer::split(PreTokenizedString* s, const Piece& piece,
   const size_t first = s->next.size();
   if (use_regex_) {
     regex_.find(&s->matches, s->view(p), matchers);
-    cover(&s->ranges, s->matches, p.end - p.begin, false);
+    cover(&s->ranges, s->matches, p.end - p.begin, Matched::pattern);
     emit(&s->next, p, s->ranges);
   } else {
     s->next.push_back(p);
@@ -191,7 +196,7 @@ std::unique_ptr<SplitPreTokenizer> SplitPreTokenizer::from_json(const Json& j, c
 void SplitPreTokenizer::split(PreTokenizedString* s, const Piece& p,
                               std::vector<RegexMatcher>& matchers) const {
   pattern_.find(&s->matches, s->view(p), matchers);
-  cover(&s->ranges, s->matches, p.end - p.begin, invert_);
+  cover(&s->ranges, s->matches, p.end - p.begin, invert_ ? Matched::between : Matched::pattern);
   apply_behavior(&s->ranges, behavior_);
   emit(&s->next, p, s->ranges);
 }
@@ -236,7 +241,7 @@ void MetaspacePreTokenizer::split(PreTokenizedString* s, const Piece& p,
   m.clear();
   for (size_t at = text.find(rep); at != std::string::npos; at = text.find(rep, at + rep.size()))
     m.emplace_back(at, at + rep.size());
-  cover(&s->ranges, m, text.size(), false);
+  cover(&s->ranges, m, text.size(), Matched::pattern);
   apply_behavior(&s->ranges, SplitBehavior::merged_with_next);
   emit(&s->next, q, s->ranges);
 }
@@ -257,7 +262,7 @@ void DigitsPreTokenizer::split(PreTokenizedString* s, const Piece& p,
     if (is_numeric(c.cp)) m.emplace_back(i, i + size_t(c.len));
     i += size_t(c.len);
   }
-  cover(&s->ranges, m, text.size(), false);
+  cover(&s->ranges, m, text.size(), Matched::pattern);
   apply_behavior(&s->ranges,
                  individual_digits_ ? SplitBehavior::isolated : SplitBehavior::contiguous);
   emit(&s->next, p, s->ranges);
