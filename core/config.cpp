@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/config_choices.hpp"
 #include "core/config_model_file.hpp"
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
@@ -26,92 +27,6 @@ const char* const kAdamW = "torch.optim.AdamW";
 const char* const kAdam = "torch.optim.Adam";
 const char* const kFusedAdam = "transformer_engine.pytorch.optimizers.fused_adam.FusedAdam";
 const char* const kSGD = "torch.optim.SGD";
-
-// The spellings of the fixed-choice keys, in the order the reader's error lists them.
-template <typename E>
-using Choices = std::vector<std::pair<E, const char*>>;
-
-const Choices<LrDecayStyle>& decay_styles() {
-  static const Choices<LrDecayStyle> c = {{LrDecayStyle::constant, "constant"},
-                                          {LrDecayStyle::cosine, "cosine"},
-                                          {LrDecayStyle::linear, "linear"}};
-  return c;
-}
-const Choices<DataFormat>& data_formats() {
-  static const Choices<DataFormat> c = {{DataFormat::automatic, "auto"},
-                                        {DataFormat::text, "text"},
-                                        {DataFormat::jsonl, "jsonl"},
-                                        {DataFormat::chat, "chat"},
-                                        {DataFormat::prompt_completion, "prompt_completion"},
-                                        {DataFormat::uint16, "uint16"},
-                                        {DataFormat::uint32, "uint32"},
-                                        {DataFormat::llmc, "llmc"}};
-  return c;
-}
-const Choices<LossOn>& loss_ons() {
-  static const Choices<LossOn> c = {
-      {LossOn::assistant, "assistant"}, {LossOn::completion, "completion"}, {LossOn::all, "all"}};
-  return c;
-}
-const Choices<Truncation>& truncations() {
-  static const Choices<Truncation> c = {
-      {Truncation::truncate, "truncate"}, {Truncation::drop, "drop"}, {Truncation::error, "error"}};
-  return c;
-}
-const Choices<ProgressMode>& progress_modes() {
-  static const Choices<ProgressMode> c = {
-      {ProgressMode::automatic, "auto"}, {ProgressMode::on, "on"}, {ProgressMode::off, "off"}};
-  return c;
-}
-const Choices<ExportKind>& export_kinds() {
-  static const Choices<ExportKind> c = {{ExportKind::hdf5, "hdf5"},
-                                        {ExportKind::safetensors, "safetensors"},
-                                        {ExportKind::peft, "peft"}};
-  return c;
-}
-
-const Choices<RopeType>& rope_types() {
-  static const Choices<RopeType> c = {{RopeType::standard, "default"},
-                                      {RopeType::llama3, "llama3"}};
-  return c;
-}
-const Choices<GemmChoice>& gemm_choices() {
-  static const Choices<GemmChoice> c = {{GemmChoice::automatic, "auto"},
-                                        {GemmChoice::widened, "widened"}};
-  return c;
-}
-const Choices<GemmFp32Choice>& gemm_fp32_choices() {
-  static const Choices<GemmFp32Choice> c = {{GemmFp32Choice::automatic, "auto"},
-                                            {GemmFp32Choice::kokkos_kernels, "kokkos-kernels"},
-                                            {GemmFp32Choice::onednn, "onednn"}};
-  return c;
-}
-const Choices<GradSync>& grad_syncs() {
-  static const Choices<GradSync> c = {{GradSync::every_micro_batch, "every_micro_batch"},
-                                      {GradSync::last_micro_batch, "last_micro_batch"}};
-  return c;
-}
-
-template <typename E>
-const char* choice_name(const Choices<E>& choices, E value) {
-  for (const auto& [e, name] : choices) {
-    if (e == value) return name;
-  }
-  return "?";
-}
-
-// A fixed-choice key read once into its enum: Section::get_choice refuses any other spelling,
-// listing `choices`.
-template <typename E>
-E get_enum(Section& s, const std::string& key, E def, const Choices<E>& choices) {
-  std::vector<std::string> names;
-  for (const auto& c : choices) names.emplace_back(c.second);
-  const std::string got = s.get_choice(key, choice_name(choices, def), names);
-  for (const auto& [e, name] : choices) {
-    if (got == name) return e;
-  }
-  return def;  // not reached: get_choice accepts only the names
-}
 
 bool parse_optimizer_target(const std::string& t, OptimizerKind* k) {
   static const std::vector<std::pair<std::string, OptimizerKind>> names = {
@@ -246,14 +161,7 @@ void read_tokenizer(Section& s, ModelConfig* m) {
 
 // model.attention (auto | tiled_gemm | team) and model.attention_tiles (null or "QxK").
 void read_attention(Section& s, AttentionConfig* a) {
-  static const std::pair<AttentionChoice, const char*> kChoices[] = {
-      {AttentionChoice::automatic, "auto"},
-      {AttentionChoice::tiled_gemm, "tiled_gemm"},
-      {AttentionChoice::team, "team"}};
-  const std::string kernel = s.get_choice("attention", "auto", {"auto", "tiled_gemm", "team"});
-  for (const auto& [e, name] : kChoices) {
-    if (kernel == name) a->kernel = e;
-  }
+  a->kernel = get_enum(s, "attention", AttentionChoice::automatic, attention_choices());
   const char* const key = "attention_tiles";
   const std::optional<std::string> tiles = s.get_opt_string(key);
   s.accepts(key, "null (the kernel's defaults) or \"QxK\": query rows x keys per block");
@@ -799,35 +707,6 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
 }
 
 }  // namespace
-
-const char* rope_type_name(RopeType t) {
-  return choice_name(rope_types(), t);
-}
-const char* lr_decay_style_name(LrDecayStyle s) {
-  return choice_name(decay_styles(), s);
-}
-const char* data_format_name(DataFormat f) {
-  return choice_name(data_formats(), f);
-}
-const char* loss_on_name(LossOn l) {
-  return choice_name(loss_ons(), l);
-}
-const char* truncation_name(Truncation t) {
-  return choice_name(truncations(), t);
-}
-const char* progress_mode_name(ProgressMode p) {
-  return choice_name(progress_modes(), p);
-}
-const char* export_kind_name(ExportKind k) {
-  return choice_name(export_kinds(), k);
-}
-
-std::optional<ExportKind> parse_export_kind(const std::string& name) {
-  for (const auto& [k, n] : export_kinds()) {
-    if (name == n) return k;
-  }
-  return std::nullopt;
-}
 
 std::string resume_name(const CheckpointConfig& c) {
   switch (c.resume) {

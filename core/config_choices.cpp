@@ -1,0 +1,103 @@
+// The spellings of the config's fixed-choice keys (core/config_choices.hpp) and the *_name /
+// parse_* functions of core/config.hpp built from them.
+#include "core/config_choices.hpp"
+
+namespace kktrain {
+
+const Choices<LrDecayStyle>& decay_styles() {
+  static const Choices<LrDecayStyle> c = {{LrDecayStyle::constant, "constant"},
+                                          {LrDecayStyle::cosine, "cosine"},
+                                          {LrDecayStyle::linear, "linear"}};
+  return c;
+}
+const Choices<DataFormat>& data_formats() {
+  static const Choices<DataFormat> c = {{DataFormat::automatic, "auto"},
+                                        {DataFormat::text, "text"},
+                                        {DataFormat::jsonl, "jsonl"},
+                                        {DataFormat::chat, "chat"},
+                                        {DataFormat::prompt_completion, "prompt_completion"},
+                                        {DataFormat::uint16, "uint16"},
+                                        {DataFormat::uint32, "uint32"},
+                                        {DataFormat::llmc, "llmc"}};
+  return c;
+}
+const Choices<LossOn>& loss_ons() {
+  static const Choices<LossOn> c = {
+      {LossOn::assistant, "assistant"}, {LossOn::completion, "completion"}, {LossOn::all, "all"}};
+  return c;
+}
+const Choices<Truncation>& truncations() {
+  static const Choices<Truncation> c = {
+      {Truncation::truncate, "truncate"}, {Truncation::drop, "drop"}, {Truncation::error, "error"}};
+  return c;
+}
+const Choices<ProgressMode>& progress_modes() {
+  static const Choices<ProgressMode> c = {
+      {ProgressMode::automatic, "auto"}, {ProgressMode::on, "on"}, {ProgressMode::off, "off"}};
+  return c;
+}
+const Choices<ExportKind>& export_kinds() {
+  static const Choices<ExportKind> c = {{ExportKind::hdf5, "hdf5"},
+                                        {ExportKind::safetensors, "safetensors"},
+                                        {ExportKind::peft, "peft"}};
+  return c;
+}
+
+const Choices<RopeType>& rope_types() {
+  static const Choices<RopeType> c = {{RopeType::standard, "default"},
+                                      {RopeType::llama3, "llama3"}};
+  return c;
+}
+const Choices<GemmChoice>& gemm_choices() {
+  static const Choices<GemmChoice> c = {{GemmChoice::automatic, "auto"},
+                                        {GemmChoice::widened, "widened"}};
+  return c;
+}
+const Choices<GemmFp32Choice>& gemm_fp32_choices() {
+  static const Choices<GemmFp32Choice> c = {{GemmFp32Choice::automatic, "auto"},
+                                            {GemmFp32Choice::kokkos_kernels, "kokkos-kernels"},
+                                            {GemmFp32Choice::onednn, "onednn"}};
+  return c;
+}
+const Choices<GradSync>& grad_syncs() {
+  static const Choices<GradSync> c = {{GradSync::every_micro_batch, "every_micro_batch"},
+                                      {GradSync::last_micro_batch, "last_micro_batch"}};
+  return c;
+}
+const Choices<AttentionChoice>& attention_choices() {
+  static const Choices<AttentionChoice> c = {{AttentionChoice::automatic, "auto"},
+                                             {AttentionChoice::tiled_gemm, "tiled_gemm"},
+                                             {AttentionChoice::team, "team"}};
+  return c;
+}
+
+const char* rope_type_name(RopeType t) {
+  return choice_name(rope_types(), t);
+}
+const char* lr_decay_style_name(LrDecayStyle s) {
+  return choice_name(decay_styles(), s);
+}
+const char* data_format_name(DataFormat f) {
+  return choice_name(data_formats(), f);
+}
+const char* loss_on_name(LossOn l) {
+  return choice_name(loss_ons(), l);
+}
+const char* truncation_name(Truncation t) {
+  return choice_name(truncations(), t);
+}
+const char* progress_mode_name(ProgressMode p) {
+  return choice_name(progress_modes(), p);
+}
+const char* export_kind_name(ExportKind k) {
+  return choice_name(export_kinds(), k);
+}
+
+std::optional<ExportKind> parse_export_kind(const std::string& name) {
+  for (const auto& [k, n] : export_kinds()) {
+    if (name == n) return k;
+  }
+  return std::nullopt;
+}
+
+}  // namespace kktrain
