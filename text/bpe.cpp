@@ -179,8 +179,7 @@ void build_boundaries(Tokenizer::Impl* t) {
   for (const auto& [pair, rank_id] : t->merges) {
     const std::string_view a = t->id_to_token[size_t(pair >> 32)];
     const std::string_view b = t->id_to_token[size_t(uint32_t(pair))];
-    size_t k = a.size() - 1;
-    while (k > 0 && (uint8_t(a[k]) & 0xC0) == 0x80) --k;
+    const size_t k = char_start(a, a.size() - 1);
     set_bit(&t->merge_join_bits, join_hash(decode_at(a, k).cp, decode_at(b, 0).cp));
   }
 }

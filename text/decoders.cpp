@@ -141,21 +141,20 @@ void StripDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers&)
 std::unique_ptr<ReplaceDecoder> ReplaceDecoder::from_json(const Json& j, const Where& w,
                                                           Regexes* regexes) {
   auto d = std::make_unique<ReplaceDecoder>();
-  d->pattern_ = Pattern::from_json(member(j, "pattern", w), w.at("pattern"), regexes);
-  d->content_ = as_string(member(j, "content", w), w.at("content"));
+  d->rule_ = Replacement::from_json(j, w, regexes);
   return d;
 }
 
 void ReplaceDecoder::decode_chain(std::vector<std::string>* tokens, LazyMatchers& matchers) const {
   Matches m;
   for (std::string& s : *tokens) {
-    if (pattern_.regex) {
-      pattern_.find(&m, s, matchers.get());
+    if (rule_.pattern.regex) {
+      rule_.pattern.find(&m, s, matchers.get());
     } else {
       std::vector<RegexMatcher> none;
-      pattern_.find(&m, s, none);
+      rule_.pattern.find(&m, s, none);
     }
-    if (!m.empty()) s = replace_all(s, m, content_);
+    if (!m.empty()) s = replace_all(s, m, rule_.content);
   }
 }
 

@@ -93,11 +93,10 @@ class ReplaceDecoder final : public Decoder {
  public:
   static std::unique_ptr<ReplaceDecoder> from_json(const Json& j, const Where& w, Regexes* regexes);
   void decode_chain(std::vector<std::string>* tokens, LazyMatchers& matchers) const override;
-  double growth() const override { return pattern_.growth(content_); }
+  double growth() const override { return rule_.growth(); }
 
  private:
-  Pattern pattern_;
-  std::string content_;
+  Replacement rule_;
 };
 
 }  // namespace kktrain::text

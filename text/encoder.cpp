@@ -78,7 +78,7 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
         best_end = j + 1;
       }
     }
-    if (best < 0 || (uint8_t(s[i]) & 0xC0) == 0x80) {
+    if (best < 0 || is_continuation(uint8_t(s[i]))) {
       ++i;
       continue;
     }
@@ -87,8 +87,7 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
     if (a.single_word) {
       bool word_before = false, word_after = false;
       if (b > 0) {
-        size_t k = b - 1;
-        while (k > 0 && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+        const size_t k = char_start(s, b - 1);
         word_before = word_char(decode_at(s, k).cp);
       }
       if (e < s.size()) word_after = word_char(decode_at(s, e).cp);
@@ -99,8 +98,7 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
     }
     if (a.lstrip) {
       while (b > start) {
-        size_t k = b - 1;
-        while (k > start && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+        const size_t k = char_start(s, b - 1, start);
         if (!is_whitespace(decode_at(s, k).cp)) break;
         b = k;
       }
@@ -209,10 +207,8 @@ std::vector<std::vector<std::string_view>> piece_parts(const Tokenizer::Impl& t,
   for (const Piece& p : st.pt.pieces) {
     std::string_view v = st.pt.view(p);
     while (v.size() > target && !t.merge_join_bits.empty() && !lazy) {
-      size_t i = target;  // the first boundary at or after `target`
-      while (i < v.size() && (uint8_t(v[i]) & 0xC0) == 0x80) ++i;
-      size_t k = i - 1;
-      while (k > 0 && (uint8_t(v[k]) & 0xC0) == 0x80) --k;
+      size_t i = next_char_start(v, target);  // the first boundary at or after `target`
+      const size_t k = char_start(v, i - 1);
       char32_t prev = decode_at(v, k).cp;
       while (i < v.size()) {
         const CodePoint c = decode_at(v, i);
@@ -343,7 +339,8 @@ void encode_text_segment(std::vector<int32_t>* out, std::vector<ByteRange>* offs
                          size_t at, bool lazy, std::vector<Segment>* norm) {
   const bool track = offsets != nullptr;
   const bool copy = track || !t.normalizers.empty();
-  NormalizedString n(copy ? seg : std::string_view(), at, track);
+  NormalizedString n(copy ? seg : std::string_view(), at,
+                     track ? Alignment::tracked : Alignment::untracked);
   if (copy) {
     normalize_text(t, &n, st.matchers);
     seg = n.text;

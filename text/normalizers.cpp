@@ -17,9 +17,9 @@ ByteRange covering(const ByteRange* a, size_t n) {
   return r;
 }
 
-NormalizedString::NormalizedString(std::string_view s, size_t at, bool track)
-    : text(s), tracked(track) {
-  if (!track) return;
+NormalizedString::NormalizedString(std::string_view s, size_t at, Alignment alignment)
+    : text(s), tracked(alignment == Alignment::tracked) {
+  if (!tracked) return;
   align.resize(s.size());
   for (size_t i = 0; i < s.size(); ++i) align[i] = {at + i, at + i + 1};
 }
@@ -121,14 +121,13 @@ void PrependNormalizer::run(NormalizedString* s, std::vector<RegexMatcher>&) con
 std::unique_ptr<ReplaceNormalizer> ReplaceNormalizer::from_json(const Json& j, const Where& w,
                                                                 Regexes* regexes) {
   auto n = std::make_unique<ReplaceNormalizer>();
-  n->pattern_ = Pattern::from_json(member(j, "pattern", w), w.at("pattern"), regexes);
-  n->content_ = as_string(member(j, "content", w), w.at("content"));
+  n->rule_ = Replacement::from_json(j, w, regexes);
   return n;
 }
 
 void ReplaceNormalizer::run(NormalizedString* s, std::vector<RegexMatcher>& matchers) const {
   Matches m;
-  pattern_.find(&m, s->text, matchers);
+  rule_.pattern.find(&m, s->text, matchers);
   if (m.empty()) return;
   if (s->tracked) {
     std::vector<ByteRange> align;
@@ -137,15 +136,14 @@ void ReplaceNormalizer::run(NormalizedString* s, std::vector<RegexMatcher>& matc
     for (const auto& [b, e] : m) {
       align.insert(align.end(), s->align.begin() + std::ptrdiff_t(prev),
                    s->align.begin() + std::ptrdiff_t(b));
-      size_t last = e - 1;  // the match's last character
-      while (last > b && (uint8_t(s->text[last]) & 0xC0) == 0x80) --last;
-      align.insert(align.end(), content_.size(), covering(s->align.data() + last, e - last));
+      const size_t last = char_start(s->text, e - 1, b);  // the match's last character
+      align.insert(align.end(), rule_.content.size(), covering(s->align.data() + last, e - last));
       prev = e;
     }
     align.insert(align.end(), s->align.begin() + std::ptrdiff_t(prev), s->align.end());
     s->align = std::move(align);
   }
-  s->text = replace_all(s->text, m, content_);
+  s->text = replace_all(s->text, m, rule_.content);
 }
 
 // ---- Strip -----------------------------------------------------------------------------------
@@ -168,8 +166,7 @@ void StripNormalizer::run(NormalizedString* s, std::vector<RegexMatcher>&) const
   }
   if (right_) {
     while (e > b) {
-      size_t k = e - 1;
-      while (k > b && (uint8_t(t[k]) & 0xC0) == 0x80) --k;
+      const size_t k = char_start(t, e - 1, b);
       if (!is_whitespace(decode_at(t, k).cp)) break;
       e = k;
     }

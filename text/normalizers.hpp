@@ -22,6 +22,10 @@ namespace kktrain::text {
 // no original byte) marks only a place, used when all are empty ([a[0].begin, a[0].begin)).
 ByteRange covering(const ByteRange* a, size_t n);
 
+// Whether a NormalizedString keeps, for each byte, where in the original text it came from
+// (offsets were asked for) or only the text.
+enum class Alignment { tracked, untracked };
+
 // A text on its way through the normalizer. When `tracked`, align[i] is the range of the
 // original text that byte i of `text` came from: one byte of it for a byte no step changed, the
 // range of what a step replaced for what it put there, an empty range for what Prepend added.
@@ -30,7 +34,7 @@ struct NormalizedString {
   std::vector<ByteRange> align;  // one per byte of text, when tracked
   bool tracked = false;
   // s unchanged: byte i came from byte at + i (when tracked).
-  NormalizedString(std::string_view s, size_t at, bool track);
+  NormalizedString(std::string_view s, size_t at, Alignment alignment);
 };
 
 class Normalizer {
@@ -78,11 +82,10 @@ class ReplaceNormalizer final : public Normalizer {
   static std::unique_ptr<ReplaceNormalizer> from_json(const Json& j, const Where& w,
                                                       Regexes* regexes);
   void run(NormalizedString* s, std::vector<RegexMatcher>& matchers) const override;
-  double growth() const override { return pattern_.growth(content_); }
+  double growth() const override { return rule_.growth(); }
 
  private:
-  Pattern pattern_;
-  std::string content_;
+  Replacement rule_;
 };
 
 // Strip: white space (Rust's char::is_whitespace) off the left and / or the right.

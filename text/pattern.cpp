@@ -45,6 +45,13 @@ double Pattern::growth(const std::string& content) const {
   return double(content.size()) / double(regex ? 1 : std::max<size_t>(1, literal.size()));
 }
 
+Replacement Replacement::from_json(const Json& j, const Where& w, Regexes* regexes) {
+  Replacement r;
+  r.pattern = Pattern::from_json(member(j, "pattern", w), w.at("pattern"), regexes);
+  r.content = as_string(member(j, "content", w), w.at("content"));
+  return r;
+}
+
 std::string replace_all(std::string_view s, const Matches& m, std::string_view with) {
   std::string out;
   size_t prev = 0;

@@ -34,6 +34,15 @@ struct Pattern {
   double growth(const std::string& content) const;
 };
 
+// Replace's rule (the normalizer's and the decoder's): each match of `pattern` becomes `content`.
+struct Replacement {
+  Pattern pattern;
+  std::string content;
+  // {"pattern": ..., "content": ...} at w; a regex is added to *regexes.
+  static Replacement from_json(const Json& j, const Where& w, Regexes* regexes);
+  double growth() const { return pattern.growth(content); }
+};
+
 // s with each match replaced by `with`.
 std::string replace_all(std::string_view s, const Matches& m, std::string_view with);
 

@@ -278,7 +278,7 @@ void index_tokens(Tokenizer::Impl* t, const Where& w, const std::vector<EmittedI
     t->id_to_token[size_t(a.id)] = keep(t, a.content);
     a.match = a.content;
     if (a.normalized && !t->normalizers.empty()) {
-      NormalizedString n(a.content, 0, false);
+      NormalizedString n(a.content, 0, Alignment::untracked);
       normalize_text(*t, &n, matchers);
       a.match = std::move(n.text);
     }

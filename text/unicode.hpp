@@ -24,6 +24,22 @@ inline int utf8_len(unsigned char b) {
   return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
 
+// Whether byte b continues a UTF-8 sequence (10xxxxxx).
+inline bool is_continuation(unsigned char b) {
+  return (b & 0xC0) == 0x80;
+}
+// The start of the character holding byte `at` of s: `at` moved back over continuation bytes,
+// never below `floor`.
+inline size_t char_start(std::string_view s, size_t at, size_t floor = 0) {
+  while (at > floor && is_continuation(static_cast<unsigned char>(s[at]))) --at;
+  return at;
+}
+// The first character start at or after byte `at` (s.size() when none).
+inline size_t next_char_start(std::string_view s, size_t at) {
+  while (at < s.size() && is_continuation(static_cast<unsigned char>(s[at]))) ++at;
+  return at;
+}
+
 // s as well-formed UTF-8: each maximal ill-formed subpart becomes U+FFFD. Any bytes in.
 std::string utf8_lossy(std::string_view s);
 // The length of the longest prefix of s that ends on a complete UTF-8 sequence or an ill-formed

@@ -25,16 +25,8 @@ namespace kktrain {
 namespace {
 
 ModelConfig tiny_moe() {
-  ModelConfig m;
-  m.vocab_size = 23;
-  m.hidden_size = 16;
+  ModelConfig m = testing_util::tiny_model_config();
   m.num_layers = 3;
-  m.num_heads = 4;
-  m.num_kv_heads = 2;
-  m.intermediate_size = 24;
-  m.max_seq_len = 16;
-  m.init_std = 0.3;
-  m.seed = 7;
   m.moe.num_experts = 5;
   m.moe.top_k = 2;
   m.moe.intermediate_size = 12;

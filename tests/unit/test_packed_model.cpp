@@ -24,17 +24,8 @@ namespace kktrain {
 namespace {
 
 ModelConfig tiny_model() {
-  ModelConfig m;
-  m.vocab_size = 23;
-  m.hidden_size = 16;
-  m.num_layers = 2;
-  m.num_heads = 4;
-  m.num_kv_heads = 2;
-  m.intermediate_size = 24;
-  m.max_seq_len = 16;
+  ModelConfig m = testing_util::tiny_model_config();
   m.tie_word_embeddings = false;
-  m.init_std = 0.3;
-  m.seed = 7;
   return m;
 }
 

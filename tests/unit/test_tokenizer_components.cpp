@@ -96,7 +96,7 @@ TEST(TokenizerComponents, Normalizers) {
     const auto n =
         Normalizer::from_json(c.step["type"], c.step, Where{kFile, "normalizer"}, &r.regexes);
     ASSERT_TRUE(n) << c.step;
-    NormalizedString tracked(c.in, 0, true), plain(c.in, 0, false);
+    NormalizedString tracked(c.in, 0, Alignment::tracked), plain(c.in, 0, Alignment::untracked);
     n->run(&tracked, r.get());
     n->run(&plain, r.get());
     EXPECT_EQ(tracked.text, c.out) << c.step;
@@ -107,7 +107,7 @@ TEST(TokenizerComponents, Normalizers) {
   // A text that starts at byte 10 of the original keeps its place.
   Regs r;
   const Json nfc = {{"type", "NFC"}};
-  NormalizedString s("e\u0301", 10, true);
+  NormalizedString s("e\u0301", 10, Alignment::tracked);
   Normalizer::from_json("NFC", nfc, Where{kFile, "normalizer"}, &r.regexes)->run(&s, r.get());
   EXPECT_EQ(spans(s.align), times(2, {10, 13}));
 }
@@ -199,7 +199,7 @@ TEST(TokenizerComponents, PreTokenizers) {
     ASSERT_TRUE(steps[0]) << c.step;
     steps[0]->set_last(c.last);
     EXPECT_EQ(steps[0]->leaves_raw_bytes(), c.last && c.step["type"] == "ByteLevel");
-    NormalizedString from(c.in, 0, true);
+    NormalizedString from(c.in, 0, Alignment::tracked);
     PreTokenizedString s;
     s.tracked = true;
     s.reset(c.in, from.align.data(), true);
