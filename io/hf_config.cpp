@@ -33,14 +33,20 @@ constexpr char kConfigJson[] = "";
 using Where = json_reader::JsonWhere<kConfigJson>;
 
 // One key of config.json, read with the file's name in every error.
+// Every key asked about is recorded in `read` (when set): a key of the file that no reader asked
+// about is one kktrain does not understand, and is refused (refuse_unread_keys).
 struct Keys {
   const json& j;
   std::string file;
+  std::set<std::string>* read = nullptr;
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
     Where{file, key}.fail_valued(j.contains(key) ? &j[key] : nullptr, what);
   }
-  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
+  bool has(const std::string& key) const {
+    if (read) read->insert(key);
+    return j.contains(key) && !j[key].is_null();
+  }
   int64_t integer(const std::string& key, std::optional<int64_t> def, int64_t min) const {
     if (!has(key)) {
       if (!def) fail(key, "missing (a Llama config.json has it)");
@@ -129,22 +135,30 @@ json parse_json_object(const std::string& file, const std::string& text) {
   return j;
 }
 
-RopeScaling read_rope_scaling(const Keys& k) {
-  RopeScaling r;
-  if (!k.has("rope_scaling")) return r;
-  const json& s = k.j["rope_scaling"];
-  if (!s.is_object()) k.fail("rope_scaling", "not a JSON object");
-  // Older files say "type"; Hugging Face reads either.
+// One rotary object at `w` (rope_scaling, or transformers 5's rope_parameters, which also holds
+// rope_theta: read by the caller): its rope_type (older files say "type") and that type's numbers.
+// Keys the type does not have are refused by name.
+RopeScaling read_rope_object(const json& s, const Where& w, bool with_theta) {
+  if (!s.is_object()) w.fail_valued(&s, "not a JSON object");
   const std::string key = s.contains("rope_type") ? "rope_type" : "type";
-  if (!s.contains(key) || !s[key].is_string()) k.fail("rope_scaling", "has no rope_type");
+  if (!s.contains(key) || !s[key].is_string()) w.fail_valued(&s, "has no rope_type");
   const std::string type = s[key].get<std::string>();
-  if (type == "default") return r;
-  if (type != "llama3") {
-    throw InputError("'" + k.file + "': rope_scaling.rope_type = \"" + type +
-                     "\": kktrain implements llama3 rope scaling (and none)");
+  RopeScaling r;
+  std::set<std::string> known = {key};
+  if (with_theta) known.insert("rope_theta");
+  if (type == "llama3") {
+    r.rope_type = RopeType::llama3;
+    known.insert(
+        {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else if (type != "default") {
+    w.at(key).fail_valued(&s[key], "kktrain implements llama3 rope scaling (and none)");
   }
-  r.rope_type = RopeType::llama3;
-  const Where w{k.file, "rope_scaling"};
+  for (const auto& item : s.items()) {
+    if (!known.count(item.key())) {
+      w.at(item.key()).fail_valued(&item.value(), "not a key of rope_type \"" + type + "\"");
+    }
+  }
+  if (!r.llama3()) return r;
   auto field = [&](const char* name) {
     if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0)) {
       w.at(name).fail_valued(s.contains(name) ? &s[name] : nullptr,
@@ -162,11 +176,125 @@ RopeScaling read_rope_scaling(const Keys& k) {
   }
   r.original_max_position_embeddings = static_cast<int64_t>(orig);
   if (r.high_freq_factor <= r.low_freq_factor) {
-    throw InputError("'" + k.file +
-                     "': rope_scaling.high_freq_factor = " + s["high_freq_factor"].dump() +
+    throw InputError("'" + w.file + "': " + w.key +
+                     ".high_freq_factor = " + s["high_freq_factor"].dump() +
                      " must exceed low_freq_factor = " + s["low_freq_factor"].dump());
   }
   return r;
+}
+
+RopeScaling read_rope_scaling(const Keys& k) {
+  if (!k.has("rope_scaling")) return RopeScaling();
+  return read_rope_object(k.j["rope_scaling"], Where{k.file, "rope_scaling"}, false);
+}
+
+bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
+  return rope_scaling_json(a) == rope_scaling_json(b);
+}
+
+// The rotary base and scaling: transformers 4's rope_theta / rope_scaling, or transformers 5's
+// rope_parameters {rope_type, rope_theta, the type's numbers}. A file with both forms is read
+// when they agree and refused, naming both keys, when they do not. Sets a's keys of origin.
+void read_rope(const Keys& k, HfArchitecture* a) {
+  ModelConfig& m = a->model;
+  m.rope_theta = k.number("rope_theta", 10000.0);
+  m.rope_scaling = read_rope_scaling(k);
+  if (!k.has("rope_parameters")) return;
+  const json& p = k.j["rope_parameters"];
+  const Where w{k.file, "rope_parameters"};
+  if (p.is_object() && (p.contains("full_attention") || p.contains("sliding_attention"))) {
+    w.fail_valued(
+        &p, "rotary settings per layer type are Gemma 3's; " + a->architecture + " has one set");
+  }
+  const RopeScaling r = read_rope_object(p, w, true);
+  if (k.has("rope_scaling") && !same_scaling(r, m.rope_scaling)) {
+    w.fail_valued(&p, "disagrees with rope_scaling = " + k.j["rope_scaling"].dump() +
+                          ": which one is meant?");
+  }
+  m.rope_scaling = r;
+  a->rope_scaling_key = "rope_parameters";
+  if (p.contains("rope_theta")) {
+    const json& t = p["rope_theta"];
+    if (!t.is_number() || !(t.get<double>() > 0) || !std::isfinite(t.get<double>())) {
+      w.at("rope_theta").fail_valued(&t, "not a positive number");
+    }
+    if (k.has("rope_theta") && k.j["rope_theta"].get<double>() != t.get<double>()) {
+      w.at("rope_theta")
+          .fail_valued(&t, "disagrees with rope_theta = " + k.j["rope_theta"].dump() +
+                               ": which one is meant?");
+    }
+    m.rope_theta = t.get<double>();
+    a->rope_theta_key = "rope_parameters.rope_theta";
+  }
+}
+
+// The stored dtype: `torch_dtype` (transformers 4) or `dtype` (5); both, disagreeing, refused.
+void read_dtype(const Keys& k, HfArchitecture* a) {
+  const std::string old_form = k.text("torch_dtype", ""), new_form = k.text("dtype", "");
+  if (!old_form.empty() && !new_form.empty() && old_form != new_form) {
+    k.fail("dtype", "disagrees with torch_dtype = \"" + old_form + "\": which one is meant?");
+  }
+  a->torch_dtype_text = new_form.empty() ? old_form : new_form;
+  if (a->torch_dtype_text.empty()) return;
+  const std::string key = new_form.empty() ? "torch_dtype" : "dtype";
+  DType d;
+  if (!parse_dtype(a->torch_dtype_text, &d)) k.fail(key, "not float32, bfloat16 or float16");
+  a->torch_dtype = d;
+}
+
+// Keys that describe the file or generation, not the model's math (no reader asks for them).
+const std::set<std::string>& metadata_keys() {
+  static const std::set<std::string> keys = {"_name_or_path",
+                                             "transformers_version",
+                                             "architectures",
+                                             "model_type",
+                                             "bos_token_id",
+                                             "eos_token_id",
+                                             "pad_token_id",
+                                             "sep_token_id",
+                                             "decoder_start_token_id",
+                                             "use_cache",
+                                             "initializer_range",
+                                             "pretraining_tp",
+                                             "tokenizer_class",
+                                             "transformers.js_config",
+                                             "is_llama_config",
+                                             "auto_map",
+                                             "output_attentions",
+                                             "output_hidden_states",
+                                             "return_dict",
+                                             "use_return_dict",
+                                             "torchscript",
+                                             "id2label",
+                                             "label2id",
+                                             "problem_type",
+                                             "task_specific_params",
+                                             "max_length",
+                                             "min_length",
+                                             "chunk_size_feed_forward",
+                                             "is_encoder_decoder",
+                                             "is_decoder",
+                                             "add_cross_attention",
+                                             "tie_encoder_decoder",
+                                             "use_bfloat16",
+                                             "tf_legacy_loss",
+                                             "pruned_heads",
+                                             "finetuning_task",
+                                             "prefix",
+                                             "cross_attention_hidden_size",
+                                             "torch_dtype",
+                                             "dtype"};
+  return keys;
+}
+
+// Every key of the file is one a reader asked about or metadata; any other is a setting kktrain
+// would otherwise silently ignore (a model it does not compute): refused by name.
+void refuse_unread_keys(const Keys& k, const std::set<std::string>& read, const std::string& arch) {
+  for (const auto& item : k.j.items()) {
+    if (read.count(item.key()) || metadata_keys().count(item.key())) continue;
+    k.fail(item.key(), "not a key of " + arch +
+                           " that kktrain knows: it refuses the model rather than ignore it");
+  }
 }
 
 // Mixtral's sparse MLP: num_local_experts experts of intermediate_size, num_experts_per_tok per
@@ -181,6 +309,7 @@ void read_mixtral(const Keys& k, MoeConfig* e, int64_t intermediate) {
   e->intermediate_size = intermediate;
   e->norm_topk_prob = true;
   e->aux_loss_coef = k.number("router_aux_loss_coef", 0.001, Bound::nonnegative);
+  (void)k.boolean("output_router_logits", false);  // kktrain adds the weighted loss either way
   if (k.has("router_jitter_noise") && (!k.j["router_jitter_noise"].is_number() ||
                                        k.j["router_jitter_noise"].get<double>() != 0.0)) {
     k.fail("router_jitter_noise", "kktrain's router adds no jitter noise (0.0 is accepted)");
@@ -201,7 +330,7 @@ void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_posi
   }
   // Mistral's default window is 4096; a window at least the context long changes nothing.
   const bool mistral = arch == "MistralForCausalLM";
-  if (k.j.contains("sliding_window") || mistral) {
+  if (k.has("sliding_window") || k.j.contains("sliding_window") || mistral) {
     const bool absent = !k.j.contains("sliding_window");
     if (absent || !k.j["sliding_window"].is_null()) {
       const int64_t w = absent ? 4096 : k.integer("sliding_window", std::nullopt, 1);
@@ -257,7 +386,8 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   HfArchitecture a;
   a.file = file;
   const json j = parse_json_object(file, text);
-  const Keys k{j, a.file};
+  std::set<std::string> read;
+  const Keys k{j, a.file, &read};
   if (!k.has("architectures") || !j["architectures"].is_array() || j["architectures"].size() != 1 ||
       !j["architectures"][0].is_string()) {
     k.fail("architectures",
@@ -282,12 +412,11 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.num_heads = k.integer("num_attention_heads", std::nullopt, 1);
   m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
   m.rms_norm_eps = k.number("rms_norm_eps", 1e-6, Bound::nonnegative);
-  m.rope_theta = k.number("rope_theta", 10000.0);
   m.max_seq_len = k.integer("max_position_embeddings",
                             a.architecture == "LlamaForCausalLM" ? 2048 : 4096 * 32, 1);
   if (mixtral) read_mixtral(k, &m.moe, m.intermediate_size);
   m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
-  m.rope_scaling = read_rope_scaling(k);
+  read_rope(k, &a);
   if (m.hidden_size % m.num_heads != 0) {
     k.fail("hidden_size", "not divisible by num_attention_heads " + std::to_string(m.num_heads));
   }
@@ -296,14 +425,8 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
                            std::to_string(m.hidden_size / m.num_heads));
   }
   refuse_unsupported(k, a.architecture, m.max_seq_len);
-  a.torch_dtype_text = k.text("torch_dtype", "");
-  if (!a.torch_dtype_text.empty()) {
-    DType d;
-    if (!parse_dtype(a.torch_dtype_text, &d)) {
-      k.fail("torch_dtype", "not float32, bfloat16 or float16");
-    }
-    a.torch_dtype = d;
-  }
+  read_dtype(k, &a);
+  refuse_unread_keys(k, read, a.architecture);
   return a;
 }
 
@@ -408,11 +531,11 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
       {"num_heads", "num_attention_heads", YAML::Node(m.num_heads)},
       {"num_kv_heads", "num_key_value_heads", YAML::Node(m.num_kv_heads)},
       {"rms_norm_eps", "rms_norm_eps", YAML::Node(m.rms_norm_eps)},
-      {"rope_theta", "rope_theta", YAML::Node(m.rope_theta)},
+      {"rope_theta", a.rope_theta_key, YAML::Node(m.rope_theta)},
       {"max_seq_len", "max_position_embeddings", YAML::Node(m.max_seq_len)},
       {"tie_word_embeddings", "tie_word_embeddings", YAML::Node(m.tie_word_embeddings)},
   };
-  f.values.push_back({"rope_scaling", "rope_scaling", rope_scaling_node(m.rope_scaling)});
+  f.values.push_back({"rope_scaling", a.rope_scaling_key, rope_scaling_node(m.rope_scaling)});
   if (m.moe.enabled()) {
     f.values.push_back({"moe.num_experts", "num_local_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});

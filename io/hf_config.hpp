@@ -37,7 +37,11 @@ struct HfArchitecture {
   std::string architecture;  // "LlamaForCausalLM" or "MistralForCausalLM"
   ModelConfig model;         // the shape keys above (other fields at their defaults)
   std::optional<DType> torch_dtype;
-  std::string torch_dtype_text;  // as written ("" when absent)
+  std::string torch_dtype_text;  // torch_dtype or dtype as written ("" when absent)
+  // Where the rotary settings came from: rope_theta / rope_scaling, or transformers 5's
+  // rope_parameters (for `kktrain config`'s "# from" marks).
+  std::string rope_theta_key = "rope_theta";
+  std::string rope_scaling_key = "rope_scaling";
 };
 
 // True when `path` is a directory holding config.json (a Hugging Face model directory).

@@ -122,6 +122,45 @@ def case_config_from_file():
         one_error(rc, out, err, "model.rope_theta", "contradicts", "c4.yaml:6")
 
 
+def case_config_v5():
+    """transformers 5 writes the rotary settings under rope_parameters and the dtype as `dtype`:
+    both are read (a v5 Llama once trained with RoPE base 10000 instead of its own), and a file
+    that says the same thing in both forms twice, or contradicts itself, is refused by name."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_") as tmp:
+        model = os.path.join(tmp, "model")
+        make_model(model, llama3=False)
+        src = os.path.join(model, "config.json")
+
+        def v5(j):
+            for k in ("rope_theta", "rope_scaling", "torch_dtype"):
+                j.pop(k, None)
+            j["rope_parameters"] = dict(hf.LLAMA3_SCALING, rope_theta=500000.0)
+            j["dtype"] = "float32"
+        edit_json(src, v5)
+        conf = write_config(tmp)
+        args = ["config", conf, f"model.init_from={model}"]
+        rc, out, err = tt.run(args)
+        where = tt.describe(args, rc, out, err)
+        check(rc == 0, "config" + where)
+        check(f"  rope_theta: 500000.0  # from {src}\n" in out, "rope_theta from rope_parameters"
+              + where)
+        check(f"  rope_scaling:  # from {src}\n    rope_type: llama3\n    factor: 8.0\n" in out,
+              "rope_scaling from rope_parameters" + where)
+        check("  dtype: float32\n" in out, "model.dtype: auto takes `dtype`" + where)
+        # The two forms at once, disagreeing: refused naming both keys.
+        edit_json(src, lambda j: j.update(rope_theta=10000.0))
+        rc, out, err = tt.run(args)
+        one_error(rc, out, err, "rope_theta", "rope_parameters", where=tt.describe(args, rc, out,
+                                                                                  err))
+        edit_json(src, lambda j: (j.pop("rope_theta"), j.update(torch_dtype="bfloat16")))
+        rc, out, err = tt.run(args)
+        one_error(rc, out, err, "torch_dtype", "dtype", where=tt.describe(args, rc, out, err))
+        # A key no family has is refused by name, never ignored.
+        edit_json(src, lambda j: (j.pop("torch_dtype"), j.update(kv_lora_rank=512)))
+        rc, out, err = tt.run(args)
+        one_error(rc, out, err, "kv_lora_rank", src, where=tt.describe(args, rc, out, err))
+
+
 # ---- malformed directories -------------------------------------------------------------------
 
 

@@ -78,7 +78,7 @@ endforeach()
 # Hugging Face directories end to end (tests/cli/test_hf.py): config.json into the config, every
 # malformed directory refused, the safetensors export (round trip, shards, kills), generate's
 # command line. Label "hf"; export_killed trains nothing but writes a 50 MB model 13 times.
-foreach(case IN ITEMS config_from_file refusals roundtrip export_shards export_killed generate_cli)
+foreach(case IN ITEMS config_from_file config_v5 refusals roundtrip export_shards export_killed generate_cli)
   add_test(NAME hf.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
