@@ -199,8 +199,8 @@ def reference_logits(cfg, weights, lora, scale, ids):
                 input_ids=ids, targets=ids, loss=0.0)
 
     class WithLora(tr.Reference):
-        def linear(self, x, name):
-            y = F.linear(x, self.p(name))
+        def linear(self, x, name, bias=None):
+            y = F.linear(x, self.p(name), None if bias is None else self.p(bias))
             m = name[:-len(".weight")]
             if m in lora:
                 a, b = (torch.from_numpy(v.astype(np.float64)) for v in lora[m])

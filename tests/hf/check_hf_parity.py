@@ -1,8 +1,12 @@
 #!/usr/bin/python3
 """A Hugging Face directory loaded by kktrain (model.init_from) against an independent PyTorch
-Llama loaded from the same safetensors files (tests/parity/torch_reference.py; the files read by
-tests/hf/hf_files.py, written from the format's description):
+model loaded from the same safetensors files (tests/parity/torch_reference.py; the files read by
+tests/hf/hf_files.py, written from the format's description). Llama, Qwen2 (q/k/v biases) and
+Qwen3 (q_norm/k_norm, head_dim != hidden/heads, optional biases) directories:
 
+  config    the dump's hyperparameters are the config.json's (sizes, rope_theta, rms_norm_eps,
+            head_dim, which biases, qk-norm): the reference runs on the config's meaning, never
+            on kktrain's own account of it
   weights   every parameter kktrain holds equals the file's value in the storage dtype (fp32
             exactly; bf16: the file's bf16 bits, or an F32/F16 value rounded once to nearest even)
   loss, gradients   one forward/backward of `kktrain grads` on the first batch, compared with
@@ -19,6 +23,7 @@ usage: check_hf_parity.py KKTRAIN CASE   (CASE: one of CASES)
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,7 +41,9 @@ import check_grads as cg  # noqa: E402
 import hf_files as hf  # noqa: E402
 import torch_reference as tr  # noqa: E402
 
-# name: (file dtype, torch_dtype, tied, shards, llama3, kktrain overrides)
+# name: (file dtype, torch_dtype, tied, shards, llama3, kktrain overrides[, (family, config
+# keyword arguments)]); without the last entry a Llama (hf.llama_config).
+FAMILIES = {"llama": hf.llama_config, "qwen2": hf.qwen2_config, "qwen3": hf.qwen3_config}
 CASES = {
     "f32_tied_single_llama3": ("F32", "float32", True, 1, True,
                                ["distributed.mp_policy.param_dtype=float32"]),
@@ -49,6 +56,20 @@ CASES = {
                      ["model.dtype=float32", "distributed.mp_policy.param_dtype=float32"]),
     "f32_into_bf16": ("F32", "float32", False, 2, True,
                       ["model.dtype=bfloat16", "distributed.mp_policy.param_dtype=float32"]),
+    # Qwen2.5-like: q/k/v biases; sliding_window set but off (use_sliding_window false): the
+    # BF16 one's window of 16 < seq_len 32 from layer 0 would change the loss if it were applied.
+    "qwen2_f32_tied": ("F32", "float32", True, 1, False,
+                       ["distributed.mp_policy.param_dtype=float32"],
+                       ("qwen2", {"sliding_window": 4096})),
+    "qwen2_bf16_untied": ("BF16", "bfloat16", False, 2, False, [],
+                          ("qwen2", {"sliding_window": 16, "max_window_layers": 0})),
+    # Qwen3: q_norm/k_norm; head_dim 32 with hidden 64 / 4 heads (q_proj 128 x 64); the BF16 one
+    # like Qwen3-8B (head_dim = hidden / heads, written) with attention_bias true (q,k,v,o).
+    "qwen3_f32_untied_head_dim": ("F32", "float32", False, 1, False,
+                                  ["distributed.mp_policy.param_dtype=float32"],
+                                  ("qwen3", {"head_dim": 32})),
+    "qwen3_bf16_tied_bias": ("BF16", "bfloat16", True, 1, False, [],
+                             ("qwen3", {"head_dim": 16, "attention_bias": True})),
 }
 
 CONFIG = "data:\n  seq_len: 32\n  micro_batch_size: 2\n"
@@ -69,8 +90,41 @@ def run(cmd, **kw):
     return p
 
 
+def check_config(d: tr.Dump, cfg, failures: list) -> None:
+    """The dump's hyperparameters must be the config.json's; then the reference reads rotary,
+    norm epsilon and the family attributes (head_dim, attention_bias, qk_norm) as the config
+    means them."""
+    want = {"vocab_size": cfg["vocab_size"], "hidden_size": cfg["hidden_size"],
+            "num_layers": cfg["num_hidden_layers"], "num_heads": cfg["num_attention_heads"],
+            "num_kv_heads": cfg["num_key_value_heads"],
+            "intermediate_size": cfg["intermediate_size"],
+            "tie_word_embeddings": int(cfg["tie_word_embeddings"])}
+    for key, value in want.items():
+        if int(d.attrs[key]) != value:
+            failures.append(f"dump {key} {d.attrs[key]}, config.json says {value}")
+    for key in ("rope_theta", "rms_norm_eps"):
+        if not math.isclose(float(d.attrs[key]), float(cfg[key]), rel_tol=1e-6):
+            failures.append(f"dump {key} {d.attrs[key]}, config.json says {cfg[key]}")
+    scaling = cfg.get("rope_scaling")
+    dumped = json.loads(d.attrs.get("rope_scaling") or "null")
+    fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    if (scaling is None) != (dumped is None) or scaling is not None and any(
+            not math.isclose(float(dumped.get(f, "nan")), float(scaling[f]), rel_tol=1e-6)
+            for f in fields):
+        failures.append(f"dump rope_scaling {dumped}, config.json says {scaling}")
+    attrs = hf.reference_attrs(cfg)
+    got = {"head_dim": d.head_dim, "attention_bias": d.attention_bias, "qk_norm": d.qk_norm}
+    for key, value in attrs.items():
+        if got[key] != value:
+            failures.append(f"dump {key} {got[key]!r}, config.json means {value!r}")
+    d.attrs.update(attrs)
+    d.attrs.update({"rope_theta": float(cfg["rope_theta"]),
+                    "rms_norm_eps": float(cfg["rms_norm_eps"]), "rope_scaling": json.dumps(scaling)})
+
+
 class Greedy(tr.Reference):
-    """The reference model's logits for any token sequence (fp32, no autocast)."""
+    """The reference model's logits for any token sequence (fp32, no autocast; the dump's family
+    attributes: head_dim, biases, qk-norm, through tr.Reference.block)."""
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         T = ids.shape[1]
@@ -111,24 +165,29 @@ def check_generation(kktrain: str, d: tr.Dump, path: str, tensors, failures: lis
 
 def main() -> int:
     kktrain, case = sys.argv[1], sys.argv[2]
-    file_dtype, torch_dtype, tied, shards, llama3, overrides = CASES[case]
-    cfg = hf.llama_config(tied=tied, max_pos=64, torch_dtype=torch_dtype,
-                          rope_scaling=hf.LLAMA3_SCALING if llama3 else None)
+    file_dtype, torch_dtype, tied, shards, llama3, overrides, *model = CASES[case]
+    family, family_kw = model[0] if model else ("llama", {})
+    kw = dict(family_kw)
+    if llama3:
+        kw["rope_scaling"] = hf.LLAMA3_SCALING
+    cfg = FAMILIES[family](tied=tied, max_pos=64, torch_dtype=torch_dtype, **kw)
     weights = hf.random_weights(cfg, seed=zlib.crc32(case.encode()) % 1000)
     with tempfile.TemporaryDirectory(prefix="kk_hf_parity_") as tmp:
         path = os.path.join(tmp, "model")
-        hf.write_llama_dir(path, cfg, weights, file_dtype, shards=shards)
-        _, tensors, files = hf.read_llama_dir(path)
+        hf.write_model_dir(path, cfg, weights, file_dtype, shards=shards)
+        _, tensors, files = hf.read_model_dir(path)
         conf = os.path.join(tmp, "c.yaml")
         with open(conf, "w") as f:
             f.write(CONFIG)
         dump_path = os.path.join(tmp, "grads.h5")
         cmd = [kktrain, "grads", conf, "--out", dump_path, f"model.init_from={path}"] + overrides
-        print(f"case {case}: {file_dtype} file(s) {[os.path.basename(x) for x in files]}, "
-              f"tied={tied}, llama3={llama3}\n" + " ".join(cmd[1:]))
+        print(f"case {case}: {family} {file_dtype} file(s) "
+              f"{[os.path.basename(x) for x in files]}, tied={tied}, llama3={llama3}, "
+              f"{hf.reference_attrs(cfg)}\n" + " ".join(cmd[1:]))
         run(cmd)
         d = tr.load_dump(dump_path)
         failures = []
+        check_config(d, cfg, failures)
         # The weights kktrain holds are the file's, in its storage dtype.
         params = {}
         for name, values in d.params.items():

@@ -7,8 +7,15 @@ description, not from kktrain's code:
   bytes [8 + N, EOF)  the tensors, little-endian, C order, at [begin, end) of this section,
                       contiguous from 0 and ending exactly at the end of the file
 
-plus config.json (LlamaForCausalLM keys) and, for sharded checkpoints, model.safetensors.index.json
+plus config.json (LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM keys)
+and, for sharded checkpoints, model.safetensors.index.json
 ({"metadata": {"total_size"}, "weight_map": {name: file}}).
+
+The families' tensors (Hugging Face's modeling_*.py): Llama and Mixtral attention
+{q,k,v,o}_proj.weight (+ {q,k,v,o}_proj.bias with attention_bias true); Qwen2 always
+{q,k,v}_proj.bias and no o_proj bias; Qwen3 q_norm.weight and k_norm.weight (head_dim,) per layer,
+{q,k,v,o}_proj.bias with attention_bias true, and an explicit head_dim (q_proj (H*head_dim, C)).
+`reference_attrs(cfg)` says the same in the attributes tests/parity/torch_reference.py reads.
 
 `read_safetensors` checks every rule of the format and raises AssertionError naming the broken
 one, so a test that reads kktrain's files with it checks that kktrain writes valid ones.
@@ -164,14 +171,86 @@ def mixtral_config(E=4, top_k=2, aux=0.02, router_jitter_noise=0.0, **kw) -> Dic
     return c
 
 
+def qwen2_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, tied=False, theta=1000000.0,
+                 eps=1e-6, sliding_window=4096, max_window_layers=None, torch_dtype="float32",
+                 **extra) -> Dict[str, object]:
+    """A Qwen2 / Qwen2.5 (Qwen2ForCausalLM): Llama with q, k, v biases (o_proj has none), the key
+    set of the Qwen2.5 config.json files. use_sliding_window false: Qwen2Config then sets
+    sliding_window to None whatever the file says, so `sliding_window` and `max_window_layers`
+    (default L) are inert here (with use_sliding_window true, layers i >= max_window_layers
+    would attend to the last sliding_window keys)."""
+    c = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "hidden_act": "silu",
+         "rms_norm_eps": eps, "rope_theta": theta, "max_position_embeddings": max_pos,
+         "tie_word_embeddings": tied, "use_sliding_window": False,
+         "sliding_window": sliding_window,
+         "max_window_layers": L if max_window_layers is None else max_window_layers,
+         "attention_dropout": 0.0, "bos_token_id": V - 2, "eos_token_id": V - 1,
+         "initializer_range": 0.02, "use_cache": True, "use_mrope": False,
+         "torch_dtype": torch_dtype, "transformers_version": "4.43.1"}
+    c.update(extra)
+    return c
+
+
+def qwen3_config(V=256, C=64, L=2, H=4, KV=2, F=160, head_dim=32, max_pos=128, tied=False,
+                 theta=1000000.0, eps=1e-6, attention_bias=False, sliding_window=None,
+                 max_window_layers=None, torch_dtype="float32", **extra) -> Dict[str, object]:
+    """A Qwen3 (Qwen3ForCausalLM): per-head q_norm / k_norm, an explicit head_dim (here 32,
+    not C / H = 16, as Qwen3-0.6B's 128 is not 1024 / 16), optional biases on all four
+    projections; the key set of the Qwen3 config.json files (use_sliding_window false)."""
+    c = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": head_dim,
+         "hidden_act": "silu", "rms_norm_eps": eps, "rope_theta": theta, "rope_scaling": None,
+         "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
+         "attention_bias": attention_bias, "attention_dropout": 0.0,
+         "use_sliding_window": False, "sliding_window": sliding_window,
+         "max_window_layers": L if max_window_layers is None else max_window_layers,
+         "bos_token_id": V - 2, "eos_token_id": V - 1, "initializer_range": 0.02,
+         "use_cache": True, "torch_dtype": torch_dtype, "transformers_version": "4.51.0"}
+    c.update(extra)
+    return c
+
+
+def head_dim(cfg) -> int:
+    """Per-head width: config head_dim when given (Qwen3 always), else C / H."""
+    return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+
+
+def attention_bias(cfg) -> str:
+    """Which attention projections carry a bias: "qkv" (Qwen2, always), "qkvo" (attention_bias
+    true: Llama, Qwen3) or "none"."""
+    if cfg.get("model_type") == "qwen2":
+        return "qkv"
+    return "qkvo" if cfg.get("attention_bias", False) else "none"
+
+
+def qk_norm(cfg) -> str:
+    """"per_head" for Qwen3 (q_norm / k_norm over head_dim), else "none"."""
+    return "per_head" if cfg.get("model_type") == "qwen3" else "none"
+
+
+def reference_attrs(cfg) -> Dict[str, object]:
+    """The attention attributes of a `kktrain grads` dump that torch_reference.py reads, as this
+    config means them."""
+    return {"head_dim": head_dim(cfg), "attention_bias": attention_bias(cfg),
+            "qk_norm": qk_norm(cfg)}
+
+
 def weight_names(cfg) -> List[str]:
     names = ["model.embed_tokens.weight"]
     E = cfg.get("num_local_experts", 0)
+    bias = attention_bias(cfg)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         names += [p + "input_layernorm.weight"] + [
-            p + f"self_attn.{x}_proj.weight" for x in "qkvo"] + [
-            p + "post_attention_layernorm.weight"]
+            p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
+        if bias != "none":
+            names += [p + f"self_attn.{x}_proj.bias" for x in bias]
+        if qk_norm(cfg) == "per_head":
+            names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
+        names += [p + "post_attention_layernorm.weight"]
         if E:  # Mixtral: router, then each expert's w1 (gate), w2 (down), w3 (up)
             names += [p + "block_sparse_moe.gate.weight"] + [
                 p + f"block_sparse_moe.experts.{e}.{w}.weight" for e in range(E)
@@ -187,9 +266,14 @@ def weight_names(cfg) -> List[str]:
 def weight_shape(cfg, name) -> Tuple[int, ...]:
     V, C, F = cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    D = C // H
+    D = head_dim(cfg)
+    if name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+        return (D,)
     if name.endswith("norm.weight"):
         return (C,)
+    if name.endswith("_proj.bias"):
+        return {"q_proj": (H * D,), "k_proj": (KV * D,), "v_proj": (KV * D,),
+                "o_proj": (C,)}[name.split(".")[-2]]
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         return (V, C)
     last = name.split(".")[-2]
@@ -201,21 +285,25 @@ def weight_shape(cfg, name) -> Tuple[int, ...]:
 
 
 def random_weights(cfg, seed=0, std=0.1) -> Dict[str, np.ndarray]:
-    """float32 weights (norms around 1, so a kernel that ignored a norm weight is seen)."""
+    """float32 weights (norms around 1, so a kernel that ignored a norm weight is seen; biases
+    small, std / 2, but far from zero)."""
     rng = np.random.default_rng(seed)
     w = {}
     for n in weight_names(cfg):
         s = weight_shape(cfg, n)
         if n.endswith("norm.weight"):
             w[n] = (1.0 + 0.2 * rng.standard_normal(s)).astype(np.float32)
+        elif n.endswith(".bias"):
+            w[n] = (0.5 * std * rng.standard_normal(s)).astype(np.float32)
         else:
             w[n] = (std * rng.standard_normal(s)).astype(np.float32)
     return w
 
 
-def write_llama_dir(path: str, cfg, weights: Dict[str, np.ndarray], dtype="F32",
+def write_model_dir(path: str, cfg, weights: Dict[str, np.ndarray], dtype="F32",
                     shards: int = 1, extra_tensors=()) -> None:
-    """config.json plus model.safetensors (shards == 1) or `shards` files with an index."""
+    """config.json plus model.safetensors (shards == 1) or `shards` files with an index; any
+    family (the tensors are the `weights` given, e.g. random_weights(cfg))."""
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -236,8 +324,9 @@ def write_llama_dir(path: str, cfg, weights: Dict[str, np.ndarray], dtype="F32",
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def read_llama_dir(path: str):
-    """(config, {name: (dtype, float32 values)}, files checked) of a Hugging Face directory."""
+def read_model_dir(path: str):
+    """(config, {name: (dtype, float32 values)}, files checked) of a Hugging Face directory of
+    any family."""
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
     single = os.path.join(path, "model.safetensors")
@@ -260,3 +349,8 @@ def read_llama_dir(path: str):
         total = sum(v.size * ELEM_BYTES[d] for d, v in tensors.values())
         assert idx["metadata"]["total_size"] == total, "index total_size"
     return cfg, tensors, files
+
+
+# The names the tests used when every directory was a Llama (same functions).
+write_llama_dir = write_model_dir
+read_llama_dir = read_model_dir

@@ -183,7 +183,8 @@ def compare(d: tr.Dump, report_only: bool = False, rows: Optional[str] = None) -
     print(f"model: V={d.V} C={d.C} L={d.L} H={d.H} KV={d.KV} F={d.attrs['intermediate_size']} "
           f"tied={int(d.attrs['tie_word_embeddings'])} mtp={d.K} compute_mtp={int(d.compute_mtp)} "
           f"B,T={tuple(d.input_ids.shape)} storage={d.storage_dtype} compute={d.compute_dtype} "
-          f"stream_bf16={int(d.attrs.get('stream_bf16', 0))}")
+          f"stream_bf16={int(d.attrs.get('stream_bf16', 0))} head_dim={d.head_dim} "
+          f"attention_bias={d.attention_bias} qk_norm={d.qk_norm}")
 
     if rows:
         check_rows(d, rows, chk)

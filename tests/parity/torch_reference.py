@@ -1,4 +1,5 @@
-"""Independent PyTorch reference for kktrain's model (Hugging Face LlamaForCausalLM semantics).
+"""Independent PyTorch reference for kktrain's model (Hugging Face LlamaForCausalLM semantics,
+and the Qwen2ForCausalLM / Qwen3ForCausalLM attention variants when the dump asks for them).
 
 Reads a `kktrain grads` dump (parameters, batch, hyperparameters) and recomputes the loss, the
 multi-token-prediction loss and every parameter gradient with autograd, in one of three modes:
@@ -13,6 +14,21 @@ multi-token-prediction loss and every parameter gradient with autograd, in one o
                  scores from a bf16 matmul, softmax in fp32 cast back to the query dtype;
                  logits upcast to fp32 for the loss (after Gemma 2's final-logit soft-capping
                  cap * tanh(logits / cap), in the logits' dtype, when the dump sets a cap).
+
+Attention family features, read from root attributes of the dump (an absent attribute is
+Llama's choice, so older dumps read as before):
+
+  head_dim        int (absent: hidden_size / num_heads): q_proj (H*head_dim, C), k_proj and
+                  v_proj (KV*head_dim, C), o_proj (C, H*head_dim); scores scaled by
+                  head_dim^-0.5; rotary over head_dim.
+  attention_bias  "none" | "qkv" | "qkvo" (absent: "none"): biases
+                  `<layer>.self_attn.{q,k,v}_proj.bias` (Qwen2), plus `o_proj.bias` for "qkvo"
+                  (Qwen3 / Llama with attention_bias true), added by the projection itself
+                  (F.linear(x, W, b): under autocast a bf16 product with the bias cast to bf16).
+  qk_norm         "none" | "per_head" (absent: "none"): Qwen3's `<layer>.self_attn.q_norm.weight`
+                  and `k_norm.weight` (head_dim,): an RMSNorm over each head's head_dim values
+                  (same formula, eps and dtype handling as the other RMSNorms), applied after the
+                  projection (+ bias) and the split into heads, before rotary.
 
 Packed rows (a dump with /batch/starts, from examples data): token t of a row belongs to the
 example that begins at starts[b, t]; its attention sees keys [start, t] of its row only (a
@@ -37,6 +53,8 @@ import torch
 import torch.nn.functional as F
 
 MODES = ("float64", "float32", "bf16_autocast")
+ATTENTION_BIAS = ("none", "qkv", "qkvo")  # dump attribute attention_bias
+QK_NORM = ("none", "per_head")  # dump attribute qk_norm
 IGNORE = -100
 
 
@@ -95,6 +113,32 @@ class Dump:
         """model.final_logit_softcapping (None: off; kktrain writes the attribute only when on)."""
         v = float(self.attrs.get("final_logit_softcapping", 0.0))
         return v if v > 0 else None
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width (attribute head_dim; absent: hidden_size / num_heads)."""
+        if "head_dim" not in self.attrs:
+            return self.C // self.H
+        v = int(self.attrs["head_dim"])
+        if v <= 0 or v % 2:
+            raise ValueError(f"head_dim {v}: must be a positive even number (rotary pairs)")
+        return v
+
+    @property
+    def attention_bias(self) -> str:
+        """Which attention projections carry a bias: none | qkv (Qwen2) | qkvo."""
+        v = _text(self.attrs.get("attention_bias", "none"))
+        if v not in ATTENTION_BIAS:
+            raise ValueError(f"attention_bias {v!r} is not one of {ATTENTION_BIAS}")
+        return v
+
+    @property
+    def qk_norm(self) -> str:
+        """none | per_head (Qwen3: RMSNorm of each query / key head before rotary)."""
+        v = _text(self.attrs.get("qk_norm", "none"))
+        if v not in QK_NORM:
+            raise ValueError(f"qk_norm {v!r} is not one of {QK_NORM}")
+        return v
 
     @property
     def compute_mtp(self) -> bool:
@@ -216,7 +260,9 @@ class Reference:
         self.eps = float(dump.attrs["rms_norm_eps"])
         self.theta = float(dump.attrs["rope_theta"])
         self.scaling = json.loads(dump.attrs.get("rope_scaling") or "null")  # llama3 or None
-        self.D = dump.C // dump.H
+        self.D = dump.head_dim
+        self.bias = dump.attention_bias  # which projections add a bias
+        self.qk_norm = dump.qk_norm == "per_head"
         # statistics (norm, softmax, loss) dtype: fp32 except in the float64 reference
         self.stat = torch.float64 if mode == "float64" else torch.float32
         self.w: Dict[str, torch.Tensor] = {}
@@ -238,8 +284,18 @@ class Reference:
         return self.w[name]
 
     # -- layers --
-    def linear(self, x, name):
-        return F.linear(x, self.p(name))
+    def linear(self, x, name, bias: Optional[str] = None):
+        """x W^T (+ b): nn.Linear's one F.linear call, so under autocast the bias is cast to
+        bf16 and added inside the bf16 product, as Hugging Face's biased projections do."""
+        return F.linear(x, self.p(name), None if bias is None else self.p(bias))
+
+    def proj(self, x, prefix, which):
+        """The attention projection `which` (q, k, v, o) with its bias when the dump has one."""
+        has_bias = (self.bias == "qkvo") or (self.bias == "qkv" and which != "o")
+        name = f"{prefix}{which}_proj."
+        if not has_bias:  # linear(x, name): the form subclasses (test_peft's LoRA) override
+            return self.linear(x, name + "weight")
+        return self.linear(x, name + "weight", name + "bias")
 
     def norm(self, x, name):
         return rms_norm(x, self.p(name), self.eps, self.stat)
@@ -247,22 +303,26 @@ class Reference:
     def attention(self, n, prefix, cos, sin, mask=None):
         B, T, _ = n.shape
         H, KV, D = self.d.H, self.d.KV, self.D
-        q = self.linear(n, prefix + "q_proj.weight").view(B, T, H, D).transpose(1, 2)
-        k = self.linear(n, prefix + "k_proj.weight").view(B, T, KV, D).transpose(1, 2)
-        v = self.linear(n, prefix + "v_proj.weight").view(B, T, KV, D).transpose(1, 2)
+        q = self.proj(n, prefix, "q").view(B, T, H, D)
+        k = self.proj(n, prefix, "k").view(B, T, KV, D)
+        v = self.proj(n, prefix, "v").view(B, T, KV, D).transpose(1, 2)
+        if self.qk_norm:  # Qwen3: each head normalized over its D values, before rotary
+            q = self.norm(q, prefix + "q_norm.weight")
+            k = self.norm(k, prefix + "k_norm.weight")
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = H // KV  # query head h reads kv head h // rep (HF repeat_kv)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        scores = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(D))
+        scores = torch.matmul(q, k.transpose(2, 3)) * (D ** -0.5)  # HF: head_dim**-0.5
         if mask is None:  # every row one sequence
             mask = attention_mask(T, None)
         scores = scores.masked_fill(~mask, float("-inf"))
         probs = F.softmax(scores, dim=-1, dtype=self.stat).to(q.dtype)
         o = torch.matmul(probs, v)  # (B, H, T, D)
         o = o.transpose(1, 2).reshape(B, T, H * D)
-        return self.linear(o, prefix + "o_proj.weight")
+        return self.proj(o, prefix, "o")
 
     def mlp(self, x, prefix):
         g = self.linear(x, prefix + "gate_proj.weight")
