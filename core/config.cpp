@@ -206,6 +206,11 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
     read_rope_scaling(r, &m->rope_scaling);
   }
   m->tie_word_embeddings = s.get_bool("tie_word_embeddings", m->tie_word_embeddings);
+  m->family = get_enum(s, "family", m->family, model_families());
+  m->explicit_head_dim = s.get_opt_int("head_dim", std::nullopt, 2, 1 << 16).value_or(0);
+  s.accepts("head_dim", "null (hidden_size / num_heads) or an even number >= 2");
+  m->attention_bias = get_enum(s, "attention_bias", m->attention_bias, attention_biases());
+  m->qk_norm = get_enum(s, "qk_norm", m->qk_norm, qk_norms());
 
   // Storage dtype: both spellings accept the same values; resolution happens in load_config.
   spec->dtype = s.get_dtype("dtype", std::nullopt, DTypeNull::accepted, DTypeAuto::accepted,
@@ -250,7 +255,7 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
            "(model.moe.num_experts > 0); set mtp_num_layers: 0");
   }
 
-  if (m->hidden_size % m->num_heads != 0) {
+  if (m->explicit_head_dim == 0 && m->hidden_size % m->num_heads != 0) {
     s.fail_either("hidden_size", "num_heads",
                   "hidden_size " + std::to_string(m->hidden_size) +
                       " is not divisible by num_heads " + std::to_string(m->num_heads));
@@ -259,6 +264,10 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
     s.fail_either("num_heads", "num_kv_heads",
                   "num_heads " + std::to_string(m->num_heads) +
                       " is not divisible by num_kv_heads " + std::to_string(m->num_kv_heads));
+  }
+  if (m->explicit_head_dim % 2 != 0) {
+    s.fail("head_dim",
+           std::to_string(m->explicit_head_dim) + " must be even for rotary embeddings");
   }
   if (m->head_dim() % 2 != 0) {
     s.fail_either("hidden_size", "num_heads",

@@ -72,6 +72,23 @@ struct GemmConfig {
   GemmFp32Choice fp32 = GemmFp32Choice::automatic;
 };
 
+// What a model family computes differently from Llama (docs/huggingface.md, "Families"): data
+// fixed when the config is loaded, read from config.json for a Hugging Face directory.
+// model.family: the Hugging Face architecture the model is (its config.json and export names).
+enum class ModelFamily { llama, mistral, qwen2, qwen3 };
+const char* model_family_name(ModelFamily f);  // "llama", "mistral", "qwen2", "qwen3"
+std::optional<ModelFamily> parse_model_family(const std::string& name);
+// model.attention_bias: which attention projections add a bias (Qwen2: q, k, v; Qwen3's and
+// Llama's attention_bias: true: all four).
+enum class AttentionBias { none, qkv, qkvo };
+const char* attention_bias_name(AttentionBias b);  // "none", "qkv", "qkvo"
+std::optional<AttentionBias> parse_attention_bias(const std::string& name);
+// model.qk_norm: an RMSNorm of each query and key head over head_dim after the projection and
+// before the rotary embedding (Qwen3's q_norm / k_norm).
+enum class QkNorm { none, per_head };
+const char* qk_norm_name(QkNorm q);  // "none", "per_head"
+std::optional<QkNorm> parse_qk_norm(const std::string& name);
+
 struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t hidden_size = 128;
@@ -104,7 +121,13 @@ struct ModelConfig {
   MoeConfig moe;
   AttentionConfig attention;  // model.attention, model.attention_tiles
   GemmConfig gemm;            // model.gemm, model.gemm_fp32
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  ModelFamily family = ModelFamily::llama;
+  int64_t explicit_head_dim = 0;  // model.head_dim (null: 0, hidden_size / num_heads)
+  AttentionBias attention_bias = AttentionBias::none;
+  QkNorm qk_norm = QkNorm::none;
+  int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
+  }
 };
 
 struct FreezeConfig {

@@ -71,6 +71,52 @@ const Choices<AttentionChoice>& attention_choices() {
   return c;
 }
 
+const Choices<ModelFamily>& model_families() {
+  static const Choices<ModelFamily> c = {{ModelFamily::llama, "llama"},
+                                         {ModelFamily::mistral, "mistral"},
+                                         {ModelFamily::qwen2, "qwen2"},
+                                         {ModelFamily::qwen3, "qwen3"}};
+  return c;
+}
+const Choices<AttentionBias>& attention_biases() {
+  static const Choices<AttentionBias> c = {
+      {AttentionBias::none, "none"}, {AttentionBias::qkv, "qkv"}, {AttentionBias::qkvo, "qkvo"}};
+  return c;
+}
+const Choices<QkNorm>& qk_norms() {
+  static const Choices<QkNorm> c = {{QkNorm::none, "none"}, {QkNorm::per_head, "per_head"}};
+  return c;
+}
+
+namespace {
+template <typename E>
+std::optional<E> parse_choice(const Choices<E>& choices, const std::string& name) {
+  for (const auto& [e, n] : choices) {
+    if (name == n) return e;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+const char* model_family_name(ModelFamily f) {
+  return choice_name(model_families(), f);
+}
+std::optional<ModelFamily> parse_model_family(const std::string& name) {
+  return parse_choice(model_families(), name);
+}
+const char* attention_bias_name(AttentionBias b) {
+  return choice_name(attention_biases(), b);
+}
+std::optional<AttentionBias> parse_attention_bias(const std::string& name) {
+  return parse_choice(attention_biases(), name);
+}
+const char* qk_norm_name(QkNorm q) {
+  return choice_name(qk_norms(), q);
+}
+std::optional<QkNorm> parse_qk_norm(const std::string& name) {
+  return parse_choice(qk_norms(), name);
+}
+
 const char* rope_type_name(RopeType t) {
   return choice_name(rope_types(), t);
 }
@@ -94,10 +140,7 @@ const char* export_kind_name(ExportKind k) {
 }
 
 std::optional<ExportKind> parse_export_kind(const std::string& name) {
-  for (const auto& [k, n] : export_kinds()) {
-    if (name == n) return k;
-  }
-  return std::nullopt;
+  return parse_choice(export_kinds(), name);
 }
 
 }  // namespace kktrain

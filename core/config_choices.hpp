@@ -26,6 +26,9 @@ const Choices<GemmChoice>& gemm_choices();
 const Choices<GemmFp32Choice>& gemm_fp32_choices();
 const Choices<GradSync>& grad_syncs();
 const Choices<AttentionChoice>& attention_choices();
+const Choices<ModelFamily>& model_families();
+const Choices<AttentionBias>& attention_biases();
+const Choices<QkNorm>& qk_norms();
 
 // The spelling of `value` ("?" for none).
 template <typename E>

@@ -29,7 +29,8 @@
 
 namespace kktrain {
 
-enum class ParamRole { embedding, linear, norm, lora_a, lora_b };
+// bias: a projection's bias (computes in the compute dtype like its weight; starts at zero).
+enum class ParamRole { embedding, linear, norm, bias, lora_a, lora_b };
 
 struct ParamInfo {
   std::string name;                  // canonical name

@@ -317,10 +317,7 @@ void read_mixtral(const Keys& k, MoeConfig* e, int64_t intermediate) {
 }
 
 // What the model does not compute, refused by key and value.
-void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_positions) {
-  if (k.boolean("attention_bias", false)) {
-    k.fail("attention_bias", "kktrain's attention has no biases");
-  }
+void refuse_unsupported(const Keys& k) {
   if (k.boolean("mlp_bias", false)) k.fail("mlp_bias", "kktrain's MLP has no biases");
   const std::string act = k.text("hidden_act", "silu");
   if (act != "silu") k.fail("hidden_act", "kktrain's MLP is SwiGLU (hidden_act \"silu\")");
@@ -328,7 +325,11 @@ void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_posi
       (!k.j["attention_dropout"].is_number() || k.j["attention_dropout"].get<double>() != 0.0)) {
     k.fail("attention_dropout", "kktrain has no attention dropout (0.0 is accepted)");
   }
-  // Mistral's default window is 4096; a window at least the context long changes nothing.
+}
+
+// Llama, Mistral and Mixtral: `sliding_window` on every layer (Mistral's default, when the key is
+// absent, is 4096); a window at least the context long changes nothing.
+void refuse_llama_window(const Keys& k, const std::string& arch, int64_t max_positions) {
   const bool mistral = arch == "MistralForCausalLM";
   if (k.has("sliding_window") || k.j.contains("sliding_window") || mistral) {
     const bool absent = !k.j.contains("sliding_window");
@@ -350,6 +351,36 @@ void refuse_unsupported(const Keys& k, const std::string& arch, int64_t max_posi
   if (k.boolean("use_sliding_window", false)) {
     k.fail("use_sliding_window", "kktrain's attention has no sliding window");
   }
+}
+
+// Qwen2 and Qwen3: a window only when use_sliding_window is true (then on the layers at index >=
+// max_window_layers); sliding_window alone means nothing. layer_types, where present, says the
+// same per layer.
+void refuse_qwen_window(const Keys& k, int64_t num_layers) {
+  if (k.boolean("use_mrope", false)) {
+    k.fail("use_mrope", "multimodal rotary positions are Qwen2-VL's (false is accepted)");
+  }
+  (void)k.has("sliding_window");
+  (void)k.integer("max_window_layers", num_layers, 0);
+  if (k.boolean("use_sliding_window", false)) {
+    k.fail("use_sliding_window", "kktrain's attention has no sliding window yet");
+  }
+  if (!k.has("layer_types")) return;
+  const json& t = k.j["layer_types"];
+  if (!t.is_array() || static_cast<int64_t>(t.size()) != num_layers) {
+    k.fail("layer_types",
+           "not a list of num_hidden_layers " + std::to_string(num_layers) + " layer types");
+  }
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != "full_attention") {
+      Where{k.file, "layer_types"}.at(i).fail_valued(
+          &t[i], "kktrain's attention has no sliding window yet (\"full_attention\" is accepted)");
+    }
+  }
+}
+
+// Gemma 2's soft-capped logits: no family kktrain reads computes them.
+void refuse_softcap(const Keys& k, const std::string& arch) {
   // Gemma 2's key: Llama, Mistral and Mixtral do not cap their logits, so a model that sets it
   // was trained with capped logits these architectures would not reproduce (null is accepted).
   if (k.has("final_logit_softcapping")) {
@@ -382,28 +413,92 @@ HfArchitecture read_hf_config(const std::string& dir) {
   return parse_hf_config(file, read_small_file(file));
 }
 
+namespace {
+
+// How a family reads its window keys.
+enum class WindowKeys { llama, qwen };
+
+// One Hugging Face architecture kktrain reads: its names, what its keys mean when absent, and what
+// it computes that Llama does not (the rest of ModelConfig's family fields).
+struct HfFamily {
+  const char* architecture;
+  const char* model_type;
+  ModelFamily family;
+  bool sparse;                   // Mixtral's mixture of experts
+  int64_t max_positions;         // max_position_embeddings when absent
+  int64_t head_dim;              // head_dim when absent (0: hidden_size / num_attention_heads)
+  AttentionBias bias;            // the biases every model of the family has
+  AttentionBias bias_when_true;  // attention_bias: true (none: the family has no such key)
+  QkNorm qk_norm;
+  WindowKeys window;
+};
+
+// Defaults as transformers' configuration_<family>.py has them.
+constexpr HfFamily kHfFamilies[] = {
+    {"LlamaForCausalLM", "llama", ModelFamily::llama, false, 2048, 0, AttentionBias::none,
+     AttentionBias::qkvo, QkNorm::none, WindowKeys::llama},
+    {"MistralForCausalLM", "mistral", ModelFamily::mistral, false, 4096 * 32, 0,
+     AttentionBias::none, AttentionBias::none, QkNorm::none, WindowKeys::llama},
+    {"MixtralForCausalLM", "mixtral", ModelFamily::llama, true, 4096 * 32, 0, AttentionBias::none,
+     AttentionBias::none, QkNorm::none, WindowKeys::llama},
+    {"Qwen2ForCausalLM", "qwen2", ModelFamily::qwen2, false, 32768, 0, AttentionBias::qkv,
+     AttentionBias::none, QkNorm::none, WindowKeys::qwen},
+    {"Qwen3ForCausalLM", "qwen3", ModelFamily::qwen3, false, 32768, 128, AttentionBias::none,
+     AttentionBias::qkvo, QkNorm::per_head, WindowKeys::qwen},
+};
+
+std::string family_list() {
+  std::string out;
+  for (const auto& f : kHfFamilies) out += std::string(out.empty() ? "" : ", ") + f.architecture;
+  return out;
+}
+
+const HfFamily& read_family(const Keys& k) {
+  if (!k.has("architectures") || !k.j["architectures"].is_array() ||
+      k.j["architectures"].size() != 1 || !k.j["architectures"][0].is_string()) {
+    k.fail("architectures", "expected a list of one of: " + family_list());
+  }
+  const std::string arch = k.j["architectures"][0].get<std::string>();
+  for (const auto& f : kHfFamilies) {
+    if (arch != f.architecture) continue;
+    if (k.text("model_type", "") != f.model_type) {
+      k.fail("model_type", "expected \"" + std::string(f.model_type) + "\" for " + arch);
+    }
+    return f;
+  }
+  k.fail("architectures", "kktrain trains " + family_list() + " models");
+}
+
+// head_dim, the attention biases and the q/k norms of family f.
+void read_attention_shape(const Keys& k, const HfFamily& f, ModelConfig* m) {
+  m->family = f.family;
+  m->qk_norm = f.qk_norm;
+  m->attention_bias = f.bias;
+  if (k.boolean("attention_bias", false)) {
+    if (f.bias_when_true == AttentionBias::none) {
+      k.fail("attention_bias", std::string(f.architecture) + "'s attention has no biases");
+    }
+    m->attention_bias = f.bias_when_true;
+  }
+  const int64_t derived = m->hidden_size / m->num_heads;
+  const int64_t head_dim = k.integer("head_dim", f.head_dim > 0 ? f.head_dim : derived, 2);
+  if (head_dim % 2 != 0) k.fail("head_dim", "must be even for rotary embeddings");
+  if (f.head_dim == 0 && !k.has("head_dim") && m->hidden_size % m->num_heads != 0) {
+    k.fail("hidden_size", "not divisible by num_attention_heads " + std::to_string(m->num_heads));
+  }
+  if (head_dim != derived || m->hidden_size % m->num_heads != 0) m->explicit_head_dim = head_dim;
+}
+
+}  // namespace
+
 HfArchitecture parse_hf_config(const std::string& file, const std::string& text) {
   HfArchitecture a;
   a.file = file;
   const json j = parse_json_object(file, text);
   std::set<std::string> read;
   const Keys k{j, a.file, &read};
-  if (!k.has("architectures") || !j["architectures"].is_array() || j["architectures"].size() != 1 ||
-      !j["architectures"][0].is_string()) {
-    k.fail("architectures",
-           "expected [\"LlamaForCausalLM\"], [\"MistralForCausalLM\"] or [\"MixtralForCausalLM\"]");
-  }
-  a.architecture = j["architectures"][0].get<std::string>();
-  const bool mixtral = a.architecture == "MixtralForCausalLM";
-  if (a.architecture != "LlamaForCausalLM" && a.architecture != "MistralForCausalLM" && !mixtral) {
-    k.fail("architectures",
-           "kktrain trains LlamaForCausalLM, MistralForCausalLM and MixtralForCausalLM models");
-  }
-  const std::string type = k.text("model_type", "");
-  const std::string want = a.architecture == "LlamaForCausalLM" ? "llama"
-                           : mixtral                            ? "mixtral"
-                                                                : "mistral";
-  if (type != want) k.fail("model_type", "expected \"" + want + "\" for " + a.architecture);
+  const HfFamily& f = read_family(k);
+  a.architecture = f.architecture;
   ModelConfig& m = a.model;
   m.vocab_size = k.integer("vocab_size", std::nullopt, 1);
   m.hidden_size = k.integer("hidden_size", std::nullopt, 1);
@@ -412,19 +507,18 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.num_heads = k.integer("num_attention_heads", std::nullopt, 1);
   m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
   m.rms_norm_eps = k.number("rms_norm_eps", 1e-6, Bound::nonnegative);
-  m.max_seq_len = k.integer("max_position_embeddings",
-                            a.architecture == "LlamaForCausalLM" ? 2048 : 4096 * 32, 1);
-  if (mixtral) read_mixtral(k, &m.moe, m.intermediate_size);
+  m.max_seq_len = k.integer("max_position_embeddings", f.max_positions, 1);
+  if (f.sparse) read_mixtral(k, &m.moe, m.intermediate_size);
   m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
   read_rope(k, &a);
-  if (m.hidden_size % m.num_heads != 0) {
-    k.fail("hidden_size", "not divisible by num_attention_heads " + std::to_string(m.num_heads));
+  read_attention_shape(k, f, &m);
+  refuse_unsupported(k);
+  if (f.window == WindowKeys::qwen) {
+    refuse_qwen_window(k, m.num_layers);
+  } else {
+    refuse_llama_window(k, a.architecture, m.max_seq_len);
   }
-  if (k.has("head_dim") && k.integer("head_dim", std::nullopt, 1) != m.hidden_size / m.num_heads) {
-    k.fail("head_dim", "kktrain's attention has head_dim = hidden_size / num_attention_heads = " +
-                           std::to_string(m.hidden_size / m.num_heads));
-  }
-  refuse_unsupported(k, a.architecture, m.max_seq_len);
+  refuse_softcap(k, a.architecture);
   read_dtype(k, &a);
   refuse_unread_keys(k, read, a.architecture);
   return a;
@@ -454,6 +548,41 @@ RopeScaling rope_scaling_from_json(const std::string& text, const std::string& w
   return read_rope_scaling(Keys{wrapper, where});
 }
 
+namespace {
+
+// The row an export of m writes: a mixture of experts is a Mixtral, a dense model its family's.
+const HfFamily& export_family(const ModelConfig& m) {
+  for (const auto& f : kHfFamilies) {
+    if (m.moe.enabled() ? f.sparse : (!f.sparse && f.family == m.family)) return f;
+  }
+  throw InternalError("no Hugging Face architecture for model.family " +
+                      std::string(model_family_name(m.family)));
+}
+
+// A model the architecture's config.json cannot describe: refused before anything is written.
+void check_expressible(const ModelConfig& m, const HfFamily& f) {
+  const std::string arch = f.architecture;
+  if (m.moe.enabled() && m.family != ModelFamily::llama) {
+    throw UsageError(
+        "a Hugging Face export of a mixture of experts is a Mixtral, and model.family "
+        "is " +
+        std::string(model_family_name(m.family)) + "; export to HDF5 instead");
+  }
+  if (m.attention_bias != f.bias &&
+      (f.bias_when_true == AttentionBias::none || m.attention_bias != f.bias_when_true)) {
+    throw UsageError("model.attention_bias is " +
+                     std::string(attention_bias_name(m.attention_bias)) +
+                     ", which a Hugging Face " + arch + " cannot hold; export to HDF5 instead");
+  }
+  if (m.qk_norm != f.qk_norm) {
+    throw UsageError("model.qk_norm is " + std::string(qk_norm_name(m.qk_norm)) + ", and a " +
+                     "Hugging Face " + arch + " has " + qk_norm_name(f.qk_norm) +
+                     "; export to HDF5 instead");
+  }
+}
+
+}  // namespace
+
 std::string hf_config_json(const ModelConfig& m, DType dtype) {
   nlohmann::ordered_json j;
   const MoeConfig& e = m.moe;
@@ -467,15 +596,17 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
                                          "is false)") +
                      "; export to HDF5 instead");
   }
+  const HfFamily& f = export_family(m);
   if (m.final_logit_softcapping > 0) {
     throw UsageError("model.final_logit_softcapping is " +
                      format_double(m.final_logit_softcapping) + ", and a Hugging Face " +
-                     (e.enabled() ? "MixtralForCausalLM" : "LlamaForCausalLM") +
+                     f.architecture +
                      " has no soft-capped logits (it would compute other outputs); export to "
                      "HDF5 instead");
   }
-  j["architectures"] = {e.enabled() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = e.enabled() ? "mixtral" : "llama";
+  check_expressible(m, f);
+  j["architectures"] = {f.architecture};
+  j["model_type"] = f.model_type;
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;
   j["intermediate_size"] = e.enabled() ? e.intermediate_size : m.intermediate_size;
@@ -485,7 +616,6 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
     j["router_aux_loss_coef"] = e.aux_loss_coef;
     j["router_jitter_noise"] = 0.0;
     j["output_router_logits"] = false;
-    j["sliding_window"] = nullptr;
   }
   j["num_hidden_layers"] = m.num_layers;
   j["num_attention_heads"] = m.num_heads;
@@ -499,9 +629,18 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
                           : nlohmann::ordered_json();
   j["max_position_embeddings"] = m.max_seq_len;
   j["tie_word_embeddings"] = m.tie_word_embeddings;
-  j["attention_bias"] = false;
+  if (f.bias_when_true != AttentionBias::none) {
+    j["attention_bias"] = m.attention_bias == f.bias_when_true;
+  }
   j["attention_dropout"] = 0.0;
-  j["mlp_bias"] = false;
+  if (f.family == ModelFamily::llama && !f.sparse) j["mlp_bias"] = false;
+  if (f.window == WindowKeys::qwen) {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = m.num_layers;
+  } else if (f.family == ModelFamily::mistral || f.sparse) {
+    j["sliding_window"] = nullptr;
+  }
   j["torch_dtype"] = dtype_name(dtype);
   j["use_cache"] = true;
   return j.dump(2) + "\n";
@@ -536,6 +675,13 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
       {"tie_word_embeddings", "tie_word_embeddings", YAML::Node(m.tie_word_embeddings)},
   };
   f.values.push_back({"rope_scaling", a.rope_scaling_key, rope_scaling_node(m.rope_scaling)});
+  f.values.push_back({"family", "architectures", YAML::Node(model_family_name(m.family))});
+  f.values.push_back({"head_dim", "head_dim",
+                      m.explicit_head_dim > 0 ? YAML::Node(m.explicit_head_dim)
+                                              : YAML::Node(YAML::NodeType::Null)});
+  f.values.push_back(
+      {"attention_bias", "attention_bias", YAML::Node(attention_bias_name(m.attention_bias))});
+  f.values.push_back({"qk_norm", "(" + a.architecture + ")", YAML::Node(qk_norm_name(m.qk_norm))});
   if (m.moe.enabled()) {
     f.values.push_back({"moe.num_experts", "num_local_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});

@@ -216,6 +216,7 @@ class HfWeights final : public WeightSource {
                   {"mtp_num_layers", 0}};
     attrs_.f64 = {{"rope_theta", m.rope_theta}, {"rms_norm_eps", m.rms_norm_eps}};
     moe_to_attrs(m.moe, &attrs_);
+    family_to_attrs(m, &attrs_);
   }
 
   std::string dir_;

@@ -82,6 +82,9 @@ FileAttrs hdf5_root(const FileAttrs& in, const std::string& checkpoint, const Ex
   for (const char* k : kArchF64) out.f64[k] = f64_attr(in, k, checkpoint);
   moe_to_attrs(moe_from_attrs(in), &out);
   softcap_to_attrs(softcap_from_attrs(in), &out);
+  ModelConfig family;
+  family_from_attrs(in, checkpoint, &family);
+  family_to_attrs(family, &out);
   const auto rs = in.str.find("rope_scaling");
   if (rs != in.str.end() && !rs->second.empty()) out.str["rope_scaling"] = rs->second;
   if (adapters_kept) {

@@ -193,13 +193,53 @@ ModelConfig architecture_of(const WeightSource& src) {
   if (rs != a.str.end()) m.rope_scaling = rope_scaling_from_json(rs->second, src.path());
   m.moe = moe_from_attrs(a);
   m.final_logit_softcapping = softcap_from_attrs(a);
-  if (m.num_heads <= 0 || m.hidden_size % m.num_heads != 0 || m.num_kv_heads <= 0 ||
-      m.num_heads % m.num_kv_heads != 0) {
+  family_from_attrs(a, src.path(), &m);
+  if (m.num_heads <= 0 || (m.explicit_head_dim == 0 && m.hidden_size % m.num_heads != 0) ||
+      m.num_kv_heads <= 0 || m.num_heads % m.num_kv_heads != 0) {
     throw InputError("'" + src.path() + "': inconsistent architecture attributes (hidden_size " +
                      std::to_string(m.hidden_size) + ", num_heads " + std::to_string(m.num_heads) +
                      ", num_kv_heads " + std::to_string(m.num_kv_heads) + ")");
   }
   return m;
+}
+
+void family_to_attrs(const ModelConfig& m, FileAttrs* a) {
+  if (m.family != ModelFamily::llama) a->str["family"] = model_family_name(m.family);
+  if (m.attention_bias != AttentionBias::none) {
+    a->str["attention_bias"] = attention_bias_name(m.attention_bias);
+  }
+  if (m.qk_norm != QkNorm::none) a->str["qk_norm"] = qk_norm_name(m.qk_norm);
+  if (m.explicit_head_dim > 0) a->i64["head_dim"] = m.explicit_head_dim;
+}
+
+void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig* m) {
+  auto text = [&](const char* key, const char* dflt) {
+    const auto it = a.str.find(key);
+    return it == a.str.end() ? std::string(dflt) : it->second;
+  };
+  auto refuse = [&](const char* key, const std::string& v) {
+    throw InputError("'" + file + "': attribute " + key + " = \"" + printable_name(v) +
+                     "\" is not one this kktrain knows (a file of a newer kktrain?)");
+  };
+  const std::string family = text("family", "llama");
+  const std::string bias = text("attention_bias", "none");
+  const std::string qk = text("qk_norm", "none");
+  const auto f = parse_model_family(family);
+  if (!f) refuse("family", family);
+  const auto b = parse_attention_bias(bias);
+  if (!b) refuse("attention_bias", bias);
+  const auto q = parse_qk_norm(qk);
+  if (!q) refuse("qk_norm", qk);
+  m->family = *f;
+  m->attention_bias = *b;
+  m->qk_norm = *q;
+  const auto hd = a.i64.find("head_dim");
+  m->explicit_head_dim = hd == a.i64.end() ? 0 : hd->second;
+  if (m->explicit_head_dim < 0 || m->explicit_head_dim % 2 != 0 || m->explicit_head_dim > 65536) {
+    throw InputError("'" + file +
+                     "': attribute head_dim = " + std::to_string(m->explicit_head_dim) +
+                     " is not an even number from 2 to 65536");
+  }
 }
 
 void softcap_to_attrs(double cap, FileAttrs* a) {

@@ -111,6 +111,12 @@ MoeConfig moe_from_attrs(const FileAttrs& a);
 // when the cap is on (files without it are unchanged), and read back (absent: 0, off).
 void softcap_to_attrs(double cap, FileAttrs* a);
 double softcap_from_attrs(const FileAttrs& a);
+// The family fields of model m (core/config.hpp: family, head_dim, attention_bias, qk_norm) as
+// file attributes, written only where they differ from Llama's (a Llama file is unchanged): the
+// strings family, attention_bias, qk_norm and the integer head_dim; read back into *m (absent:
+// Llama's), InputError naming the file for a value this kktrain does not know.
+void family_to_attrs(const ModelConfig& m, FileAttrs* a);
+void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig* m);
 // Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
 // the other dense ("" when both are of one kind), for messages after the file's name.
 std::string moe_kind_mismatch(const FileAttrs& a, const ModelConfig& m);

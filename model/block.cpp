@@ -2,6 +2,7 @@
 #include "model/block.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 #include "model/moe.hpp"
 #include "ops/attention.hpp"
@@ -59,6 +60,21 @@ void dense_mlp_backward(const ExecSpace& space, const float* dres, const BlockAc
   adapter_backward(space, d.gemm, w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F);
 }
 
+// y (N, n) = a bias in its compute copy's dtype (model.keep_in_fp32 may keep it fp32) broadcast
+// over the rows; returns how the product then goes into y (added to the bias, or replacing y).
+template <class TC>
+Into fill_bias(const ExecSpace& space, TC* y, const CRef& b, int64_t N, int64_t n) {
+  if (!b.data) return Into::overwrite;
+  if constexpr (std::is_same_v<TC, bf16>) {
+    if (b.dtype == DType::bfloat16) {
+      bias_fill(space, y, static_cast<const bf16*>(b.data), N, n);
+      return Into::accumulate;
+    }
+  }
+  bias_fill(space, y, static_cast<const float*>(b.data), N, n);
+  return Into::accumulate;
+}
+
 }  // namespace
 
 template <class TC>
@@ -67,7 +83,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D, F = d.F;
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = d.attn_scale > 0 ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   const AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
   TC* xn1 = a.xn1.p<TC>();
   TC* o = a.o.p<TC>();
@@ -76,15 +92,24 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   TC* act = d.moe.enabled() ? nullptr : a.a.p<TC>();
 
   rmsnorm_forward(space, xn1, nullptr, a.rstd1.data(), inp, w.ln1, N, C, d.eps, rs);
-  matmul_forward(space, d.gemm, s.qkv, xn1, w.qkv, N, C, Q);  // (N, Q): q, k, v fused
+  // (N, Q): q, k, v fused (+ their biases)
+  matmul_forward(space, d.gemm, s.qkv, xn1, w.qkv, N, C, Q,
+                 fill_bias(space, s.qkv, w.qkv_bias, N, Q));
   adapter_forward(space, d.gemm, w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D);
   adapter_forward(space, d.gemm, w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D);
   adapter_forward(space, d.gemm, w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D);
+  HeadScale norm;  // the q/k norm's weight multiply, done by the rotary kernel
+  if (w.q_norm) {
+    head_rmsnorm_forward(space, s.qkv, a.qk_pre.p<TC>(), a.qk_rstd.data(),
+                         HeadNormDims{N, H, KV, D, d.eps});
+    norm = HeadScale{w.q_norm, w.k_norm, rs};
+  }
   rope_forward(space, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H,
-               KV, D, d.starts);
+               KV, D, d.starts, norm);
   attention_forward(space, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
                     s.att);  // (N, H*D) token layout
-  matmul_forward(space, d.gemm, s.proj, o, w.o, N, H * D, C);
+  matmul_forward(space, d.gemm, s.proj, o, w.o, N, H * D, C,
+                 fill_bias(space, s.proj, w.o_bias, N, C));
   adapter_forward(space, d.gemm, w, s, kO, s.proj, C, 0, o, N, H * D, C);
   add_forward(space, a.x1.data(), inp, s.proj, N * C, rs);
 
@@ -110,7 +135,7 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   const int64_t B = d.B, T = d.T, N = d.N(), C = d.C, H = d.H, KV = d.KV, D = d.D;
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = d.attn_scale > 0 ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
   const AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
@@ -133,6 +158,10 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
 
   // ---- attention: dres now holds d(x1); its compute-dtype copy is the o_proj output gradient.
   const TC* dc = compute_copy(space, s.dc, dres, N * C);
+  if (w.o_bias.data && grads.trainable(kOBias)) {
+    bias_backward(space, dw, dc, N, C);
+    grads.accumulate(kOBias, dw);
+  }
   if (trainable(kO)) {
     matmul_backward_weight(space, d.gemm, dw, dc, o, N, H * D, C);
     accumulate(kO, dw);
@@ -144,6 +173,19 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
                      a.v.p<TC>(), ad, s.att);
   // (N, Q); dq, dk, dv rounded to the compute dtype on load
   rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, d.starts);
+  if (w.q_norm) {  // dqkv's query and key rows: d(norm output) -> d(projection output)
+    head_rmsnorm_backward(space, s.dqkv, dw, dw + D, a.qk_pre.p<TC>(), a.qk_rstd.data(), w.q_norm,
+                          w.k_norm, HeadNormDims{N, H, KV, D, d.eps}, rs);
+    grads.accumulate(kQNorm, dw);
+    grads.accumulate(kKNorm, dw + D);
+  }
+  if (w.qkv_bias.data &&
+      (grads.trainable(kQBias) || grads.trainable(kKBias) || grads.trainable(kVBias))) {
+    bias_backward(space, dw, s.dqkv, N, Q);
+    grads.accumulate(kQBias, dw);
+    grads.accumulate(kKBias, dw + H * D);
+    grads.accumulate(kVBias, dw + (H + KV) * D);
+  }
   if (trainable(kQ) || trainable(kK) || trainable(kV)) {
     matmul_backward_weight(space, d.gemm, dw, s.dqkv, xn1, N, C, Q);  // (Q, C)
     accumulate(kQ, dw);

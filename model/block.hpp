@@ -3,7 +3,9 @@
 // kept for backward, the scratch, the sizes, and where the weight gradients go. Transformer only
 // orchestrates: it gathers the weights, owns the buffers and routes the gradients.
 //
-//   x1 = x + o_proj(attention(rope(qkv_proj(rmsnorm(x)))))
+//   x1 = x + o_proj(attention(rope(qk_norm(qkv_proj(rmsnorm(x))))))
+//        (qkv_proj and o_proj with biases under model.attention_bias; qk_norm, each query and key
+//        head's RMSNorm, under model.qk_norm: its weight multiply is done by the rotary kernel)
 //   out = x1 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm(x1)
 //         or x1 + the sparse MLP of h (mixture of experts, model/moe.hpp)
 //   each projection y = x W^T [+ (alpha / r) (x A^T) B^T with a LoRA adapter]
@@ -37,16 +39,23 @@ enum BlockWeight {
   kProj0,                        // kProj0 + proj
   kLoraA0 = kProj0 + kNumProj,   // kLoraA0 + proj
   kLoraB0 = kLoraA0 + kNumProj,  // kLoraB0 + proj
-  kNumBlockWeights = kLoraB0 + kNumProj
+  kQBias = kLoraB0 + kNumProj,   // model.attention_bias
+  kKBias,
+  kVBias,
+  kOBias,
+  kQNorm,  // model.qk_norm
+  kKNorm,
+  kNumBlockWeights
 };
 
 // Sizes and the residual-stream rounding of one block over a micro-batch of B sequences of T
 // tokens (the compute dtype is the passes' template parameter TC).
 struct BlockDims {
   int64_t B, T, C, H, KV, D, F;
-  float eps;        // RMSNorm epsilon
-  Rounding stream;  // the residual-stream dtype
-  MoeDims moe;      // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
+  float eps;                // RMSNorm epsilon
+  Rounding stream;          // the residual-stream dtype
+  float attn_scale = 0.0f;  // the attention's score scale (0: 1 / sqrt(D))
+  MoeDims moe;  // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
   // Packed rows (ForwardOptions::row_starts): (B, T) example starts on the device and the host
   // (AttentionDims::starts, host_starts); null: every row is one sequence.
   const int32_t* starts = nullptr;
@@ -78,23 +87,29 @@ struct BlockWeights {
   MoeWeights moe;                   // a sparse MLP's (gate_up and down unused)
   const float* rope_cos = nullptr;  // (T_max, D/2)
   const float* rope_sin = nullptr;
+  CRef qkv_bias;                  // (Q) q, k, v biases adjacent (no data: none)
+  CRef o_bias;                    // (C)
+  const float* q_norm = nullptr;  // (D) per-head query norm weight (null: none)
+  const float* k_norm = nullptr;  // (D)
 };
 
 // What one block keeps from its forward for its backward (shapes with N = B*T tokens).
 struct BlockActs {
-  DView<float> rstd1;  // (N)           fp32
-  TBuf xn1;            // (N, C)        attention-norm output, compute dtype
-  TBuf q;              // (B, H, T, D)  rotated queries, compute dtype
-  TBuf k;              // (B, KV, T, D) rotated keys
-  TBuf v;              // (B, KV, T, D) values
-  DView<float> lse;    // (B, H, T)     log-sum-exp of each attention row's scores, fp32
-  TBuf o;              // (N, H*D)      attention output in token layout, compute dtype
-  DView<float> x1;     // (N, C)        residual after attention, stream dtype
-  DView<float> rstd2;  // (N)
-  TBuf xn2;            // (N, C)        MLP-norm output, compute dtype
-  TBuf gu;             // (N, 2F)       [gate | up] projections, compute dtype
-  TBuf a;              // (N, F)        silu(gate) * up, compute dtype
-  MoeActs moe;         // a sparse MLP's instead of gu and a
+  DView<float> rstd1;    // (N)           fp32
+  TBuf xn1;              // (N, C)        attention-norm output, compute dtype
+  TBuf qk_pre;           // (N, H+KV, D)  query and key heads before their norm (model.qk_norm)
+  DView<float> qk_rstd;  // (N, H+KV)   their norm statistics
+  TBuf q;                // (B, H, T, D)  rotated queries, compute dtype
+  TBuf k;                // (B, KV, T, D) rotated keys
+  TBuf v;                // (B, KV, T, D) values
+  DView<float> lse;      // (B, H, T)     log-sum-exp of each attention row's scores, fp32
+  TBuf o;                // (N, H*D)      attention output in token layout, compute dtype
+  DView<float> x1;       // (N, C)        residual after attention, stream dtype
+  DView<float> rstd2;    // (N)
+  TBuf xn2;              // (N, C)        MLP-norm output, compute dtype
+  TBuf gu;               // (N, 2F)       [gate | up] projections, compute dtype
+  TBuf a;                // (N, F)        silu(gate) * up, compute dtype
+  MoeActs moe;           // a sparse MLP's instead of gu and a
   // The attention probabilities are never kept: backward recomputes each tile's from q, k and
   // lse (ops/attention.hpp), so no (B, H, T, T) tensor exists.
 };

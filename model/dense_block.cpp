@@ -2,6 +2,8 @@
 // groups, activations, and the bridge to model/block.hpp's layer functions.
 #include "model/dense_block.hpp"
 
+#include <cmath>
+
 #include "model/lora.hpp"
 #include "model/model_buffers.hpp"
 #include "model/params.hpp"
@@ -44,6 +46,12 @@ BlockWeights block_weights(const ModelState& s, const LayerParams& p) {
   add_lora_weights(s, p, &bw);
   bw.rope_cos = s.rope_cos.data();
   bw.rope_sin = s.rope_sin.data();
+  if (p.q_bias >= 0) bw.qkv_bias = s.w(p.q_bias);  // q, k, v biases: one fused group too
+  if (p.o_bias >= 0) bw.o_bias = s.w(p.o_bias);
+  if (p.q_norm >= 0) {
+    bw.q_norm = s.wf(p.q_norm);
+    bw.k_norm = s.wf(p.k_norm);
+  }
   return bw;
 }
 
@@ -91,6 +99,7 @@ BlockDims block_dims(const ModelState& s) {
   d.F = s.cfg.intermediate_size;
   d.eps = static_cast<float>(s.cfg.rms_norm_eps);
   d.stream = s.round.stream;
+  d.attn_scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   if (s.cfg.moe.enabled()) d.moe = sparse_mlp_dims(s, d.N());
   if (s.buf->packed) {
     d.starts = s.buf->starts.data();
@@ -134,6 +143,18 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
   p.k = add("self_attn.k_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
   p.v = add("self_attn.v_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
   p.o = add("self_attn.o_proj", {C, s.cfg.num_heads * D}, ParamRole::linear);
+  if (s.cfg.attention_bias != AttentionBias::none) {  // q, k, v back to back: one (Q) vector
+    p.q_bias = add("self_attn.q_proj", {s.cfg.num_heads * D}, ParamRole::bias);
+    p.k_bias = add("self_attn.k_proj", {s.cfg.num_kv_heads * D}, ParamRole::bias);
+    p.v_bias = add("self_attn.v_proj", {s.cfg.num_kv_heads * D}, ParamRole::bias);
+  }
+  if (s.cfg.attention_bias == AttentionBias::qkvo) {
+    p.o_bias = add("self_attn.o_proj", {C}, ParamRole::bias);
+  }
+  if (s.cfg.qk_norm == QkNorm::per_head) {
+    p.q_norm = add("self_attn.q_norm", {D}, ParamRole::norm);
+    p.k_norm = add("self_attn.k_norm", {D}, ParamRole::norm);
+  }
   p.ln2 = add("post_attention_layernorm", {C}, ParamRole::norm);
   if (s.cfg.moe.enabled()) {
     register_sparse_mlp(s, p, prefix, dtype);
@@ -148,6 +169,9 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
 
 std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p) {
   std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2};
+  for (int i : {p.q_bias, p.k_bias, p.v_bias, p.o_bias, p.q_norm, p.k_norm}) {
+    if (i >= 0) v.push_back(i);
+  }
   if (p.router < 0) {
     v.insert(v.end(), {p.gate, p.up, p.down});
   } else {
@@ -161,6 +185,7 @@ std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p) {
 
 std::vector<std::vector<int>> block_fused_groups(const ModelState& s, const LayerParams& p) {
   std::vector<std::vector<int>> g = {{p.q, p.k, p.v}};
+  if (p.q_bias >= 0) g.push_back({p.q_bias, p.k_bias, p.v_bias});
   if (p.router < 0) {
     g.push_back({p.gate, p.up});
     return g;
@@ -175,6 +200,10 @@ void make_block_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const 
   const int64_t D = c.head_dim(), F = c.intermediate_size;
   a.rstd1 = mk.view<float>("rstd1", N);
   a.xn1 = mk.compute("xn1", N * C);
+  if (c.qk_norm == QkNorm::per_head) {
+    a.qk_pre = mk.compute("qk_pre", N * (H + KV) * D);
+    a.qk_rstd = mk.view<float>("qk_rstd", N * (H + KV));
+  }
   a.q = mk.compute("q", N * H * D);
   a.k = mk.compute("k", N * KV * D);
   a.v = mk.compute("v", N * KV * D);
@@ -206,6 +235,10 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
     if (moe != -2) return moe;
     if (weight == kLn1) return p.ln1;
     if (weight == kLn2) return p.ln2;
+    if (weight >= kQBias) {
+      const int extra[] = {p.q_bias, p.k_bias, p.v_bias, p.o_bias, p.q_norm, p.k_norm};
+      return extra[weight - kQBias];
+    }
     if (weight < kLoraA0) return p.weight(weight - kProj0);
     if (weight < kLoraB0) return p.lora_a[weight - kLoraA0];
     return p.lora_b[weight - kLoraB0];
@@ -219,8 +252,8 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
         const int i = param_of(weight);
         // Norm weights keep their own compute dtype; projections and adapters compute in the
         // compute dtype.
-        accumulate(s, i, dw,
-                   weight == kLn1 || weight == kLn2 ? s.round_compute[i] : s.round.compute);
+        const bool norm = weight == kLn1 || weight == kLn2 || weight == kQNorm || weight == kKNorm;
+        accumulate(s, i, dw, norm ? s.round_compute[i] : s.round.compute);
       });
   block_backward<TC>(s.space, dres, inp, a, block_weights(s, p), block_scratch<TC>(s),
                      block_dims(s), router);

@@ -104,11 +104,14 @@ struct Decoder::Impl {
   struct Layer {
     DView<float> ln1, ln2;
     Matrix q, k, v, o, gate, up, down;
+    DView<float> qkv_bias, o_bias;  // (Q), (C) with model.attention_bias (else empty)
+    DView<float> q_norm, k_norm;    // (D) with model.qk_norm (else empty)
   };
   std::vector<Layer> layers;
   DView<float> cos, sin;        // (Tmax, D/2)
   DView<float> kcache, vcache;  // (L, KV, Tmax, D)
   DView<float> x, xn, qkv, q, k, v, att, o, proj, gu, a, logits, rstd;
+  DView<float> qk_pre, qk_rstd;  // the q/k norm's kept rows and statistics (unused after)
   DView<int32_t> id;
 };
 
@@ -142,9 +145,26 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
     weight_bytes_ += r * c * static_cast<int64_t>(dtype_size(dtype));
     return w;
   };
-  auto vec = [&](const std::string& n) {
-    weight_bytes_ += 4 * m.C;
-    return upload_vector(n, read(n), m.C);
+  auto vec_n = [&](const std::string& n, int64_t size) {
+    weight_bytes_ += 4 * size;
+    return upload_vector(n, read(n), size);
+  };
+  auto vec = [&](const std::string& n) { return vec_n(n, m.C); };
+  // The q, k and v biases as one (Q) vector, in the fused projection's order.
+  auto qkv_bias = [&](const std::string& p) {
+    std::vector<float> all;
+    for (const char* x : {"q", "k", "v"}) {
+      const std::string n = p + "self_attn." + x + "_proj.bias";
+      const std::vector<float> part = read(n);
+      const int64_t want = (x[0] == 'q' ? m.H : m.KV) * m.D;
+      if (static_cast<int64_t>(part.size()) != want) {
+        throw InputError("generate: tensor " + n + " has " + std::to_string(part.size()) +
+                         " values, the model expects " + std::to_string(want));
+      }
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    weight_bytes_ += 4 * m.Q;
+    return upload_vector(p + "self_attn.qkv_bias", all, m.Q);
   };
   m.embed = mat("model.embed_tokens.weight", m.V, m.C);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
@@ -159,6 +179,12 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
     L.gate = mat(p + "mlp.gate_proj.weight", m.F, m.C);
     L.up = mat(p + "mlp.up_proj.weight", m.F, m.C);
     L.down = mat(p + "mlp.down_proj.weight", m.C, m.F);
+    if (cfg.attention_bias != AttentionBias::none) L.qkv_bias = qkv_bias(p);
+    if (cfg.attention_bias == AttentionBias::qkvo) L.o_bias = vec(p + "self_attn.o_proj.bias");
+    if (cfg.qk_norm == QkNorm::per_head) {
+      L.q_norm = vec_n(p + "self_attn.q_norm.weight", m.D);
+      L.k_norm = vec_n(p + "self_attn.k_norm.weight", m.D);
+    }
     m.layers.push_back(std::move(L));
   }
   m.final_norm = vec("model.norm.weight");
@@ -185,6 +211,10 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   m.a = DView<float>("decode_a", m.F);
   m.logits = DView<float>("decode_logits", m.V);
   m.rstd = DView<float>("decode_rstd", 1);
+  if (cfg.qk_norm == QkNorm::per_head) {
+    m.qk_pre = DView<float>("decode_qk_pre", (m.H + m.KV) * m.D);
+    m.qk_rstd = DView<float>("decode_qk_rstd", m.H + m.KV);
+  }
   m.id = DView<int32_t>("decode_id", 1);
 }
 
@@ -224,12 +254,24 @@ std::vector<float> Decoder::step(int32_t token) {
     rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1,
                            C, eps, Rounding::fp32);
     // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
-    matmul_forward(space, m.gemm, m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D);
-    matmul_forward(space, m.gemm, m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D);
-    matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C,
-                   KV * D);
+    const Into qkv_into = L.qkv_bias.extent(0) ? Into::accumulate : Into::overwrite;
+    if (L.qkv_bias.extent(0)) {
+      bias_fill<float, float>(space, m.qkv.data(), L.qkv_bias.data(), 1, m.Q);
+    }
+    matmul_forward(space, m.gemm, m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D, qkv_into);
+    matmul_forward(space, m.gemm, m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D,
+                   qkv_into);
+    matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D,
+                   qkv_into);
+    HeadScale norm;
+    if (L.q_norm.extent(0)) {
+      head_rmsnorm_forward<float>(space, m.qkv.data(), m.qk_pre.data(), m.qk_rstd.data(),
+                                  HeadNormDims{1, H, KV, D, eps});
+      norm = HeadScale{L.q_norm.data(), L.k_norm.data(), Rounding::fp32};
+    }
     rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
-                        m.cos.data() + p * half, m.sin.data() + p * half, 1, 1, H, KV, D);
+                        m.cos.data() + p * half, m.sin.data() + p * half, 1, 1, H, KV, D, nullptr,
+                        norm);
     cache_put(space, kc, m.k.data(), KV, T, D, p);
     cache_put(space, vc, m.v.data(), KV, T, D, p);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
@@ -242,7 +284,9 @@ std::vector<float> Decoder::step(int32_t token) {
       gemm(space, m.gemm, 'N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P),
            gin(vc + g * T * D, P, D), 0.0f, gout(m.o.data() + g * G * D, G, D));
     }
-    matmul_forward(space, m.gemm, m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C);
+    if (L.o_bias.extent(0)) bias_fill<float, float>(space, m.proj.data(), L.o_bias.data(), 1, C);
+    matmul_forward(space, m.gemm, m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C,
+                   L.o_bias.extent(0) ? Into::accumulate : Into::overwrite);
     add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
     rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1,
                            C, eps, Rounding::fp32);

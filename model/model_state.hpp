@@ -33,6 +33,9 @@ namespace kktrain {
 // A block's parameters (registry indices), projections in Proj order (model/block.hpp).
 struct LayerParams {
   int ln1 = -1, q = -1, k = -1, v = -1, o = -1, ln2 = -1;
+  // model.attention_bias: the q, k, v (one fused group) and o biases; model.qk_norm: the per-head
+  // query and key norm weights (-1: the model has none).
+  int q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1, q_norm = -1, k_norm = -1;
   int gate = -1, up = -1, down = -1;  // the dense MLP (-1 in a sparse layer)
   // A sparse MLP (model.moe): the fp32 router, each expert's w1 (gate), w3 (up), w2 (down), and
   // the optional shared expert.

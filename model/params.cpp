@@ -17,7 +17,7 @@ namespace kktrain {
 
 int add_param(ModelState& s, const std::string& module, std::vector<int64_t> shape, ParamRole role,
               DType dtype) {
-  const std::string name = module + ".weight";
+  const std::string name = module + (role == ParamRole::bias ? ".bias" : ".weight");
   // Model-protected parameters (model.keep_in_fp32 globs) are fp32 in storage and compute.
   const bool keep = glob_match_any(s.cfg.keep_in_fp32, name);
   const int i = s.params.add(name, module, std::move(shape), role, keep ? DType::float32 : dtype);
@@ -78,6 +78,7 @@ void assign_roundings(ModelState& s) {
     if (!p.keep_fp32) {
       switch (p.role) {
         case ParamRole::linear:
+        case ParamRole::bias:
         case ParamRole::lora_a:
         case ParamRole::lora_b:
           r = rc;
@@ -132,8 +133,9 @@ void init_weights(ModelState& s, const std::function<bool(const std::string&)>& 
       } else if (p.role == ParamRole::lora_b) {
         init_normal<T>(s.space, out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
       } else {
-        init_normal<T>(s.space, out, p.local_numel, seed, stream, ones ? 0.0f : scale,
-                       ones ? 1.0f : 0.0f, first);
+        // Biases start at zero (as nn.Linear's under Hugging Face's _init_weights).
+        const float sd = ones || p.role == ParamRole::bias ? 0.0f : scale;
+        init_normal<T>(s.space, out, p.local_numel, seed, stream, sd, ones ? 1.0f : 0.0f, first);
       }
     });
   }

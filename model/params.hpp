@@ -11,8 +11,8 @@
 
 namespace kktrain {
 
-// Registers `module`.weight with `shape`, `role` and storage `dtype` (fp32 when model.keep_in_fp32
-// protects it); returns its registry index.
+// Registers `module`.weight (ParamRole::bias: `module`.bias) with `shape`, `role` and storage
+// `dtype` (fp32 when model.keep_in_fp32 protects it); returns its registry index.
 int add_param(ModelState& s, const std::string& module, std::vector<int64_t> shape, ParamRole role,
               DType dtype);
 // Every parameter of the model in its canonical order: the embedding, the layers (each feature's

@@ -149,14 +149,17 @@ GemmCounters gemm_counters();
 // ---- Linear layers (no bias), weights (O, I) as stored: typed wrappers of gemm() ------------
 // Operands are typed pointers (float*, bf16*) or CRefs.
 
-// out (N, O) = inp (N, I) @ weight (O, I)^T
-template <class TO, class TI, class TW>
-void matmul_forward(const ExecSpace& space, const GemmOptions& options, TO out, const TI& inp,
-                    const TW& weight, int64_t N, int64_t I, int64_t O) {
-  gemm(space, options, 'N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I), 0.0f, gout(out, N, O));
-}
 // Whether a product's result replaces what its output holds or is added to it.
 enum class Into : uint8_t { overwrite, accumulate };
+// out (N, O) = (or +=, Into::accumulate) inp (N, I) @ weight (O, I)^T. Accumulating into an out
+// that holds a bias broadcast over its rows is a biased linear layer with one rounding of the sum.
+template <class TO, class TI, class TW>
+void matmul_forward(const ExecSpace& space, const GemmOptions& options, TO out, const TI& inp,
+                    const TW& weight, int64_t N, int64_t I, int64_t O,
+                    Into into = Into::overwrite) {
+  gemm(space, options, 'N', 'T', 1.0f, gin(inp, N, I), gin(weight, O, I),
+       into == Into::accumulate ? 1.0f : 0.0f, gout(out, N, O));
+}
 // dinp (N, I) = (or +=, Into::accumulate) dout (N, O) @ weight (O, I)
 template <class TO, class TI, class TW>
 void matmul_backward_input(const ExecSpace& space, const GemmOptions& options, TO dinp,

@@ -124,6 +124,49 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
                       int64_t N, int64_t C, Rounding stream,
                       Rounding dout_rounding = Rounding::fp32);
 
+// ---- attention inputs: projection biases, per-head norms (ops/kernels_heads.cpp) ---------------
+
+// y (N, n) = rnd(bias) in TC, bias (n) broadcast over the rows: a projection's output before its
+// product is added (matmul_forward with Into::accumulate), so that x W^T + b is rounded once, as
+// a fused addmm rounds it; the adapter's output is added after (PEFT adds it to the base layer's
+// output, bias included).
+template <class TC, class TB>
+void bias_fill(const ExecSpace& space, TC* y, const TB* bias, int64_t N, int64_t n);
+// dbias (n) = sum over the N rows of dy (N, n), fp32, rows in order (deterministic).
+template <class TC>
+void bias_backward(const ExecSpace& space, float* dbias, const TC* dy, int64_t N, int64_t n);
+
+// The query and key heads of a fused (N, (H + 2 KV) * D) q/k/v projection output: row (n, slot)
+// for slot < H + KV is query head slot (slot < H) or key head slot - H, D values at
+// n * (H + 2 KV) * D + slot * D.
+struct HeadNormDims {
+  int64_t N, H, KV, D;
+  float eps;
+};
+// Qwen3's q_norm / k_norm, the statistics half (the weight multiply is the rotary's, HeadScale):
+// rstd (N * (H + KV)) = 1 / sqrt(mean(x^2) + eps) of each query and key row in fp32, x_pre
+// (N * (H + KV), D) = the rows as they were (kept for backward), and each row replaced in place by
+// rnd(x * rstd) in TC (Hugging Face's RMSNorm casts the normalized value to the input dtype before
+// the weight multiply).
+template <class TC>
+void head_rmsnorm_forward(const ExecSpace& space, TC* qkv, TC* x_pre, float* rstd,
+                          const HeadNormDims& d);
+// Backward of y = rnd(w * rnd(x * rstd, TC), weight) per query/key row: dqkv's query and key rows
+// hold dy (rope_backward's output) on entry and dx, rounded to TC, on return (value rows are left
+// alone); dwq, dwk (D) = sum over the rows of dy * rnd(x * rstd, TC), fp32, in a fixed order.
+// `weight`: the rounding of the weight multiply (bf16 when the weights and TC are both bf16).
+template <class TC>
+void head_rmsnorm_backward(const ExecSpace& space, TC* dqkv, float* dwq, float* dwk,
+                           const TC* x_pre, const float* rstd, const float* wq, const float* wk,
+                           const HeadNormDims& d, Rounding weight);
+// The per-channel weights rope_forward multiplies query and key rows by before rotating them:
+// value = rnd(x * w[j], round) (Qwen3's norm weights; null: no multiply).
+struct HeadScale {
+  const float* q = nullptr;  // (D)
+  const float* k = nullptr;  // (D)
+  Rounding round = Rounding::fp32;
+};
+
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
 // cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, ops/rope.hpp),
@@ -134,10 +177,11 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 // rotate-half rotary on q and k (fp32 math, stored in TC), v copied. Token t of row b is rotated
 // by the angles of position t, or with packed rows (starts: (B, T) device array, as
 // AttentionDims::starts) of position t - starts[b*T + t]: positions restart at 0 in every example.
+// `scale`: query and key values are first multiplied by per-channel weights (HeadScale).
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* starts = nullptr);
+                  const int32_t* starts = nullptr, HeadScale scale = {});
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), stored in TC.
 // dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to TC on load: the gradients of the
 // compute-dtype q, k, v.

@@ -119,7 +119,7 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* starts) {
+                  const int32_t* starts, HeadScale scale) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
@@ -143,9 +143,14 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
         const int64_t pos = starts != nullptr ? t - starts[bt] : t;  // restarts in each example
         const float* c = cos + pos * half;
         const float* s = sin + pos * half;
+        const float* w = slot < H ? scale.q : scale.k;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         for (int64_t j = j0; j < j1; ++j) {
-          const float x1 = load_f32(x, j), x2 = load_f32(x, j + half);
+          float x1 = load_f32(x, j), x2 = load_f32(x, j + half);
+          if (w != nullptr) {
+            x1 = rnd(x1 * w[j], scale.round);
+            x2 = rnd(x2 * w[j + half], scale.round);
+          }
           store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
           store_as(y, j + half, rnd(x2 * c[j] + x1 * s[j], rc));
         }
@@ -206,7 +211,7 @@ void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, i
                                     const float*, int64_t, int64_t, float, Rounding);              \
   template void rope_forward<TC>(const ExecSpace&, TC*, TC*, TC*, const TC*, const float*,         \
                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,        \
-                                 const int32_t*);                                                  \
+                                 const int32_t*, HeadScale);                                       \
   template void rope_backward<TC>(const ExecSpace&, TC*, const float*, const float*, const float*, \
                                   const float*, const float*, int64_t, int64_t, int64_t, int64_t,  \
                                   int64_t, const int32_t*);                                        \

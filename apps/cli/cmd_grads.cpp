@@ -65,6 +65,10 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_i64("/", "num_heads", m.num_heads);
   f.attr_i64("/", "num_kv_heads", m.num_kv_heads);
   f.attr_i64("/", "intermediate_size", m.intermediate_size);
+  f.attr_i64("/", "head_dim", m.head_dim());
+  f.attr_str("/", "family", model_family_name(m.family));
+  f.attr_str("/", "attention_bias", attention_bias_name(m.attention_bias));
+  f.attr_str("/", "qk_norm", qk_norm_name(m.qk_norm));
   f.attr_f64("/", "rope_theta", m.rope_theta);
   f.attr_f64("/", "rms_norm_eps", m.rms_norm_eps);
   if (m.rope_scaling.llama3()) f.attr_str("/", "rope_scaling", rope_scaling_json(m.rope_scaling));

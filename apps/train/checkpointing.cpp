@@ -118,6 +118,7 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
   for (const auto& [k, v] : architecture_f64(cfg.model)) a.f64[k] = v;
   moe_to_attrs(cfg.model.moe, &a);
   softcap_to_attrs(cfg.model.final_logit_softcapping, &a);
+  family_to_attrs(cfg.model, &a);
   if (cfg.model.rope_scaling.llama3())
     a.str["rope_scaling"] = rope_scaling_json(cfg.model.rope_scaling);
   if (cfg.peft.enabled) {
@@ -188,6 +189,19 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
     const auto text = [](double c) { return c > 0 ? format_double(c) : std::string("null"); };
     refuse(file, "saved for model.final_logit_softcapping = " + text(saved_cap) +
                      ", the config has " + text(cfg.model.final_logit_softcapping));
+  }
+  ModelConfig saved_family;
+  family_from_attrs(ix.root(), file, &saved_family);
+  auto family_text = [](const ModelConfig& m) {
+    return std::string("family ") + model_family_name(m.family) + ", head_dim " +
+           std::to_string(m.head_dim()) + ", attention_bias " +
+           attention_bias_name(m.attention_bias) + ", qk_norm " + qk_norm_name(m.qk_norm);
+  };
+  saved_family.hidden_size = cfg.model.hidden_size;
+  saved_family.num_heads = cfg.model.num_heads;
+  if (family_text(saved_family) != family_text(cfg.model)) {
+    refuse(file, "saved for model " + family_text(saved_family) + "; the config has " +
+                     family_text(cfg.model));
   }
   const auto rs = ix.root().str.find("rope_scaling");
   const std::string saved_scaling = rs == ix.root().str.end() ? "" : rs->second;

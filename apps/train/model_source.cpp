@@ -49,6 +49,11 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
   add("final_logit_softcapping", "final_logit_softcapping",
       f64.count("final_logit_softcapping") ? YAML::Node(m.final_logit_softcapping)
                                            : YAML::Node(YAML::NodeType::Null));
+  add("family", "family", YAML::Node(model_family_name(m.family)));
+  add("head_dim", "head_dim",
+      m.explicit_head_dim > 0 ? YAML::Node(m.explicit_head_dim) : YAML::Node(YAML::NodeType::Null));
+  add("attention_bias", "attention_bias", YAML::Node(attention_bias_name(m.attention_bias)));
+  add("qk_norm", "qk_norm", YAML::Node(qk_norm_name(m.qk_norm)));
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
     add("moe.num_experts", "moe_num_experts", YAML::Node(e.num_experts));

@@ -92,10 +92,12 @@ foreach(case IN ITEMS import roundtrip refusals)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(hf.mixtral_${case} PROPERTIES LABELS hf TIMEOUT 300)
 endforeach()
-# A Hugging Face directory against an independent PyTorch Llama loaded from the same files
+# A Hugging Face directory (Llama, Qwen2, Qwen3) against an independent PyTorch model loaded from the
+# same files
 # (tests/hf/check_hf_parity.py): weights, loss, every gradient, greedy generation.
 foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_single
-                      bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16)
+                      bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16 qwen2_f32_tied
+                      qwen2_bf16_untied qwen3_f32_untied_head_dim qwen3_bf16_tied_bias)
   add_test(NAME hf.parity_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
                    $<TARGET_FILE:kktrain> ${case})
