@@ -5,7 +5,7 @@
 //    start[t] <= j; scores s = scale q.k, then cap tanh(s / cap), then the mask and the softmax),
 //    whose analytic gradients are themselves checked by finite differences, and
 //  - the materialized attention (tests/unit/attention_reference.hpp) with the same mask and cap.
-// Tiles 8 x 8 and 7 x 5 / 5 x 3 with windows 1, 3 (below a tile), 8 (a tile), 13 (above), so the
+// Tiles 8 x 8 and 7 x 5 / 5 x 3 with windows 2, 3 (below a tile), 8 (a tile), 13 (above), so the
 // window's edge falls inside key blocks and whole blocks lie before it; with packed starts; the
 // softcap with and without a window. Also: a window of T or more gives the bits of no window, a
 // window of 1 gives out = v exactly, and the key blocks (and, team dK/dV pass, the query tiles)
@@ -273,7 +273,7 @@ TYPED_TEST_SUITE(AttentionWindow, testing_util::Dtypes);
 // test_attention. A window ignored, off by one key, or a cap missing in either pass errs by
 // 0.1 .. 1.
 const Case kCases[] = {
-    {1, 0.0f, false}, {3, 0.0f, false}, {8, 0.0f, false}, {13, 0.0f, false},
+    {2, 0.0f, false}, {3, 0.0f, false}, {8, 0.0f, false}, {13, 0.0f, false},
     {3, 0.0f, true},  {8, 0.0f, true},  {13, 0.0f, true}, {0, 3.0f, false},
     {6, 3.0f, false}, {0, 3.0f, true},  {6, 3.0f, true},
 };
@@ -340,7 +340,10 @@ TYPED_TEST(AttentionWindow, WindowOfTOrMoreIsBitwiseNoWindow) {
 
 // A window of 1: every query sees only its own key, with probability 1 (whatever the cap), so
 // out = v of its position exactly and dv = the sum of the group's heads' dout (fp32 sums in head
-// order, rounded once with bf16); lse is the (capped) score itself.
+// order, rounded once with bf16); lse is the (capped) score itself. dq and dk are the gradient
+// through a softmax of one element, 0 in exact arithmetic (so MatchesFloat64... has no relative
+// error for them): here within one rounding of dP, as test_attention's one-token case,
+// |dq| <= scale |dP - D| |k| with |dP - D| <= ulp sum_e |dout_e v_e| (2^-8 bf16, 2^-20 fp32).
 TYPED_TEST(AttentionWindow, WindowOneAttendsOnlyToItself) {
   using TC = TypeParam;
   constexpr Rounding rc = rounding_of<TC>();
@@ -351,19 +354,28 @@ TYPED_TEST(AttentionWindow, WindowOneAttendsOnlyToItself) {
     for (const Config& c : kConfigs) {
       SCOPED_TRACE(cs.name() + ", " + c.name());
       const Grads got = tiled<TC>(in, cs, c);
+      const double scale = 1.0 / std::sqrt(double(kD)),
+                   ulp = std::ldexp(1.0, rc == Rounding::bf16 ? -8 : -20);
       std::vector<float> dv(in.v.size(), 0.0f);
-      int64_t out_bad = 0, lse_bad = 0;
+      std::vector<double> dk_bound(in.k.size(), 0.0);
+      int64_t out_bad = 0, lse_bad = 0, dq_bad = 0;
       for (int64_t b = 0; b < kB; ++b) {
         for (int64_t h = 0; h < kH; ++h) {
           for (int64_t t = 0; t < kT; ++t) {
             const int64_t qr = (b * kH + h) * kT + t, kr = (b * kKV + h / G) * kT + t;
-            double s = 0.0;
+            double s = 0.0, dp_abs = 0.0;
             for (int64_t e = 0; e < kD; ++e) {
               out_bad += got.out[qr * kD + e] != in.v[kr * kD + e];
               dv[kr * kD + e] += in.dout[qr * kD + e];
               s += double(in.q[qr * kD + e]) * in.k[kr * kD + e];
+              dp_abs += std::fabs(double(in.dout[qr * kD + e]) * in.v[kr * kD + e]);
             }
-            s /= std::sqrt(double(kD));
+            for (int64_t e = 0; e < kD; ++e) {
+              dq_bad += std::fabs(got.dq[qr * kD + e]) >
+                        scale * ulp * dp_abs * std::fabs(in.k[kr * kD + e]);
+              dk_bound[kr * kD + e] += scale * ulp * dp_abs * std::fabs(in.q[qr * kD + e]);
+            }
+            s *= scale;
             if (cap > 0.0f) s = cap * std::tanh(s / cap);
             lse_bad += std::fabs(got.lse[qr] - s) > 1e-5 * (1.0 + std::fabs(s));
           }
@@ -371,10 +383,14 @@ TYPED_TEST(AttentionWindow, WindowOneAttendsOnlyToItself) {
       }
       EXPECT_EQ(out_bad, 0) << "out elements that are not v";
       EXPECT_EQ(lse_bad, 0) << "lse that is not the query's own score";
-      int64_t dv_bad = 0;
-      for (std::size_t i = 0; i < dv.size(); ++i)
+      EXPECT_EQ(dq_bad, 0) << "dq elements above one rounding of dP";
+      int64_t dv_bad = 0, dk_bad = 0;
+      for (std::size_t i = 0; i < dv.size(); ++i) {
         dv_bad += got.dv[i] != (rc == Rounding::bf16 ? round_to_bf16(dv[i]) : dv[i]);
+        dk_bad += std::fabs(got.dk[i]) > dk_bound[i];
+      }
       EXPECT_EQ(dv_bad, 0) << "dv elements that are not the sum of the group's dout";
+      EXPECT_EQ(dk_bad, 0) << "dk elements above one rounding of dP";
     }
   }
 }
