@@ -3,8 +3,7 @@
 // elements of a tile product, each summing its dot product in order.
 //
 //   forward   team per (batch, head, query tile): q tile loaded once, K^T and V blocks streamed
-//   from
-//             the block of the tile's smallest first key (starts, window) up to the causal
+//             from the block of the tile's smallest first key (starts, window) up to the causal
 //             diagonal, online softmax per row, fp32 accumulator in scratch.
 //   dK, dV    team per (batch, KV head, key tile): loops over the group's query heads and the query
 //             tiles from the diagonal down to the last query whose window holds one of its keys
@@ -218,7 +217,7 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
         const int64_t kw = T - j0 < Bc ? T - j0 : Bc;
         // The last query that sees a key of the tile: its last key's window's (T - 1 without one).
         const int64_t i_last =
-            window > 0 && j0 + kw - 1 + window - 1 < T - 1 ? j0 + kw - 1 + window - 1 : T - 1;
+            window > 0 && window < T - (j0 + kw - 1) ? j0 + kw - 1 + window - 1 : T - 1;
         ScratchFloats sc(m.team_scratch(kv_level), kv_floats);
         float* qs = sc.data();
         float* dos = qs + Br * D;
