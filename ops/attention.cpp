@@ -5,8 +5,9 @@
 // (batch, KV head) groups, key block). The query tile of head g of every group in the chunk is one
 // strided batch (groups G*T rows apart in the head layout), its key block another (T rows apart),
 // so each product is one gemm_batched call whatever B and KV are; the causal bound ends the key
-// blocks at the tile's last query row. Every sum runs in a fixed order (the GEMM's, then the host
-// loop's), so results are deterministic.
+// blocks at the tile's last query row, and they begin at the block of the smallest first key of
+// its rows (packed starts read from host_starts, the sliding window's first key). Every sum runs in
+// a fixed order (the GEMM's, then the host loop's), so results are deterministic.
 #include "ops/attention.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -95,8 +96,13 @@ KOKKOS_INLINE_FUNCTION float lane_max(const float* x, int64_t n) {
 // (the causal mask splits a row into [0, valid) and [valid, kw)), restrict-qualified distinct
 // arrays (in-place updates have their own loops).
 
-// x[c] = exp(x[c] - m) for lo <= c < valid, 0 for c < lo (before the example's start) and for
-// valid <= c < kw (after the query).
+// x[c] = cap * tanh(x[c] / cap) for lo <= c < valid (the soft-capped scores a row sees).
+KOKKOS_INLINE_FUNCTION void softcap_row(float* x, int64_t lo, int64_t valid, float cap) {
+  for (int64_t c = lo; c < valid; ++c) x[c] = softcap_score(x[c], cap);
+}
+
+// x[c] = exp(x[c] - m) for lo <= c < valid, 0 for c < lo (before the example's start or the
+// window) and for valid <= c < kw (after the query).
 KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t lo, int64_t valid, int64_t kw, float m) {
   for (int64_t c = 0; c < lo; ++c) x[c] = 0.0f;
   for (int64_t c = lo; c < valid; ++c) x[c] = exp_fast(x[c] - m);
@@ -112,52 +118,74 @@ KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restric
 
 // The backward's P = exp(S - lse) (0 where masked: c < lo or c >= valid) and
 // dS = rnd(P (rnd(dP) - delta)) of a row, into p and ds (rnd(P) there), or in place of S and dP.
-template <class TC>
+// kCap (soft-capping, cap > 0): S is the raw score s, P = exp(cap t - lse) with t = tanh(s / cap),
+// and dS = rnd(P (rnd(dP) - delta) (1 - t^2)).
+template <bool kCap, class TC>
 KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
                                         const float* __restrict s, const float* __restrict dp,
                                         int64_t lo, int64_t valid, int64_t kw, float lse,
-                                        float delta, Rounding rc) {
+                                        float delta, float cap, Rounding rc) {
   for (int64_t c = 0; c < lo; ++c) {
     store_as(p, c, 0.0f);
     store_as(ds, c, 0.0f);
   }
   for (int64_t c = lo; c < valid; ++c) {
-    const float e = exp_fast(s[c] - lse);
-    store_as(p, c, rnd(e, rc));
-    store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta), rc));
+    if constexpr (kCap) {
+      const float t = math::tanh(s[c] / cap);
+      const float e = exp_fast(cap * t - lse);
+      store_as(p, c, rnd(e, rc));
+      store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta) * (1.0f - t * t), rc));
+    } else {
+      const float e = exp_fast(s[c] - lse);
+      store_as(p, c, rnd(e, rc));
+      store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta), rc));
+    }
   }
   for (int64_t c = valid; c < kw; ++c) {
     store_as(p, c, 0.0f);
     store_as(ds, c, 0.0f);
   }
 }
+template <bool kCap>
 KOKKOS_INLINE_FUNCTION void dscores_row_in_place(float* s, float* dp, int64_t lo, int64_t valid,
-                                                 int64_t kw, float lse, float delta) {
+                                                 int64_t kw, float lse, float delta, float cap) {
   for (int64_t c = 0; c < lo; ++c) s[c] = dp[c] = 0.0f;
   for (int64_t c = lo; c < valid; ++c) {
-    const float e = exp_fast(s[c] - lse);
-    s[c] = e;
-    dp[c] = e * (dp[c] - delta);
+    if constexpr (kCap) {
+      const float t = math::tanh(s[c] / cap);
+      const float e = exp_fast(cap * t - lse);
+      s[c] = e;
+      dp[c] = e * (dp[c] - delta) * (1.0f - t * t);
+    } else {
+      const float e = exp_fast(s[c] - lse);
+      s[c] = e;
+      dp[c] = e * (dp[c] - delta);
+    }
   }
   for (int64_t c = valid; c < kw; ++c) s[c] = dp[c] = 0.0f;
 }
 
 // One step of a tile's loop: rows (nc groups, nr query rows) of query head g, query tile at i0,
-// key block [k0, k0 + kw); k_first is the tile's first key block (0, or later with packed rows:
-// the blocks before every start of the tile are skipped).
+// key block [k0, k0 + kw); k_first is the tile's first key block (0, or later with packed rows or
+// a window: the blocks before every row's first key are skipped).
 struct Step {
   int64_t c0, nc, g, i0, nr, k0, kw, k_first = 0;
 };
 
 // The first key block of a query tile (rows [i0, i0 + nr) of groups [c0, c0 + nc)): the block
-// holding the smallest start of its rows, 0 without host starts. Blocks before it are seen by no
-// row of the tile.
+// holding the smallest first key of its rows (attention_first_key: their starts, from the host
+// starts, and their windows). Without host starts, the first row's window's first key (every row's
+// window begins there or later; 0 without a window). Blocks before it are seen by no row of the
+// tile.
 int64_t first_key_block(const AttentionDims& d, int64_t c0, int64_t nc, int64_t i0, int64_t nr,
                         int64_t k_cols) {
-  if (d.host_starts == nullptr) return 0;
-  int64_t lo = i0;
-  for (int64_t b = c0 / d.KV; b <= (c0 + nc - 1) / d.KV; ++b) {
-    for (int64_t t = i0; t < i0 + nr; ++t) lo = std::min<int64_t>(lo, d.host_starts[b * d.T + t]);
+  int64_t lo = attention_first_key(i0, 0, d.window);
+  if (d.host_starts != nullptr) {
+    lo = i0;
+    for (int64_t b = c0 / d.KV; b <= (c0 + nc - 1) / d.KV; ++b) {
+      for (int64_t t = i0; t < i0 + nr; ++t)
+        lo = std::min(lo, attention_first_key(t, d.host_starts[b * d.T + t], d.window));
+    }
   }
   return (lo / k_cols) * k_cols;
 }
@@ -166,8 +194,9 @@ int64_t first_key_block(const AttentionDims& d, int64_t c0, int64_t nc, int64_t 
 // the block's P~ = exp(S - m) (0 where masked) into probs (rounded to rc; TC) or in place, and the
 // output accumulator (nc, nr, D) rescaled by exp(m_old - m_new) before this block's product adds
 // to it. The first block starts the row.
-// Packed rows: a row whose keys in the block are all masked (before its example's start) keeps
-// m = -FLT_MAX, l = 0 and a zero accumulator, which its first visible block rescales (still 0).
+// Packed rows and windows: a row whose keys in the block are all masked (before its example's
+// start or its window) keeps m = -FLT_MAX, l = 0 and a zero accumulator, which its first visible
+// block rescales (still 0). With a softcap the scores a row sees are capped first.
 template <class TC>
 void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const Step& st,
                    const AttentionDims& d, Rounding rc) {
@@ -175,7 +204,8 @@ void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
   TC* probs = s.probs;
   float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
   const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0, c0 = st.c0;
-  const int64_t D = d.D, T = d.T, KV = d.KV;
+  const int64_t D = d.D, T = d.T, KV = d.KV, window = d.window;
+  const float cap = d.softcap;
   const int32_t* starts = d.starts;
   const bool first = k0 == st.k_first;
   Kokkos::parallel_for(
@@ -183,8 +213,9 @@ void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
       KOKKOS_LAMBDA(const int64_t row) {
         const int64_t t = i0 + row % nr, b = (c0 + row / nr) / KV;
         const int64_t valid = causal_width(t, k0, kw);
-        const int64_t lo = start_width(example_start(starts, b, t, T), k0, kw);
+        const int64_t lo = start_width(row_first_key(starts, b, t, T, window), k0, kw);
         float* srow = scores + row * kw;
+        if (cap > 0.0f) softcap_row(srow, lo, valid, cap);
         const float m_old = first ? -FLT_MAX : m[row];
         const float m_new = math::max_f(m_old, lane_max(srow + lo, valid - lo));
         exp_row(srow, lo, valid, kw, m_new);
@@ -221,7 +252,7 @@ void finalize_tile(const ExecSpace& space, TC* out, float* lse, const AttentionS
 
 // Backward row kernel over scores S and dprobs dP (nc, nr, kw): P = exp(S - lse) (0 where
 // masked), its rounded copy into probs (or in place), and dS = rnd(P * (rnd(dP) - delta)) into
-// dscores (or in place of dP).
+// dscores (or in place of dP); with a softcap, S capped first and dS times the cap's derivative.
 template <class TC>
 void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const float* lse,
                    const Step& st, const AttentionDims& d, Rounding rc) {
@@ -229,7 +260,8 @@ void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
   const float* delta = s.delta;
   TC *probs = s.probs, *dscores = s.dscores;
   const int64_t nr = st.nr, kw = st.kw, i0 = st.i0, k0 = st.k0, c0 = st.c0, g = st.g;
-  const int64_t T = d.T, G = d.H / d.KV, KV = d.KV;
+  const int64_t T = d.T, G = d.H / d.KV, KV = d.KV, window = d.window;
+  const float cap = d.softcap;
   const int32_t* starts = d.starts;
   Kokkos::parallel_for(
       "attention_dscores_block", RangePolicy(space, 0, st.nc * nr),
@@ -237,15 +269,21 @@ void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
         const int64_t t = i0 + row % nr, b = (c0 + row / nr) / KV;
         const int64_t stat = ((c0 + row / nr) * G + g) * T + t;  // (b*H + h)*T + t
         const int64_t valid = causal_width(t, k0, kw);
-        const int64_t lo = start_width(example_start(starts, b, t, T), k0, kw);
+        const int64_t lo = start_width(row_first_key(starts, b, t, T, window), k0, kw);
         const float row_lse = lse[stat], row_delta = delta[stat];
         float* srow = scores + row * kw;
         float* dprow = dprobs + row * kw;
         if (probs != nullptr) {
-          dscores_row(probs + row * kw, dscores + row * kw, srow, dprow, lo, valid, kw, row_lse,
-                      row_delta, rc);
-        } else {  // fp32 without rounding
-          dscores_row_in_place(srow, dprow, lo, valid, kw, row_lse, row_delta);
+          TC *p = probs + row * kw, *ds = dscores + row * kw;
+          if (cap > 0.0f) {
+            dscores_row<true>(p, ds, srow, dprow, lo, valid, kw, row_lse, row_delta, cap, rc);
+          } else {
+            dscores_row<false>(p, ds, srow, dprow, lo, valid, kw, row_lse, row_delta, cap, rc);
+          }
+        } else if (cap > 0.0f) {  // fp32 without rounding
+          dscores_row_in_place<true>(srow, dprow, lo, valid, kw, row_lse, row_delta, cap);
+        } else {
+          dscores_row_in_place<false>(srow, dprow, lo, valid, kw, row_lse, row_delta, cap);
         }
       });
 }

@@ -23,6 +23,19 @@
 // compute (score -inf: probability 0, and dS 0). Without starts the results are bit for bit those
 // of the plain causal attention (and all-zero starts give the same bits).
 //
+// Sliding window (AttentionDims::window = W > 0; Mistral, Qwen2, Gemma 2's local layers): query i
+// sees key j iff i - W < j <= i (W keys, itself included) and start[i] <= j: the first key query i
+// sees is attention_first_key(i, start[i], W). A query tile's key loop starts at the block holding
+// the smallest first key of its rows, and the team kernel's dK/dV pass ends a key tile's query
+// tiles at the last query that sees one of its keys (and skips those whose every row's first key
+// lies after it): blocks wholly outside the window are never computed, partly covered ones are
+// masked as above. W >= T is no window (the same bits as W = 0).
+//
+// Soft-capping (AttentionDims::softcap = cap > 0; Gemma 2): the scores are s = scale q k^T, then
+// cap * tanh(s / cap) (in fp32, before the mask and the softmax); backward recomputes t =
+// tanh(s / cap) from the recomputed s and multiplies dS by 1 - t^2 before its rounding:
+// dS = rnd(P (dP - D) (1 - t^2)). cap = 0 leaves every bit as without it.
+//
 // Two kernels compute this (AttentionOptions::kernel; the default is chosen per build):
 //   tiled_gemm  host builds: the tile products are batched GEMMs (ops/gemm.hpp; oneDNN or BLAS),
 //               one call per product for a query tile of every (batch, KV head) group at once
@@ -73,7 +86,22 @@ struct AttentionDims {
   // and masks them: the same results). The team kernel reads `starts` only.
   const int32_t* host_starts = nullptr;
   AttentionOptions options{};  // the kernel and tile sizes (defaults: the build's)
+  // Sliding window: query t sees keys t - window < j <= t only (with the causal mask and
+  // starts). <= 0: none; >= T: none in effect (the same bits).
+  int64_t window = 0;
+  // Attention-logit soft-capping: scores s -> softcap * tanh(s / softcap) before the mask and the
+  // softmax. <= 0: off.
+  float softcap = 0.0f;
 };
+
+// The first key position query t sees, whose example begins at `start` (0 without packed rows),
+// with a sliding window of `window` keys (<= 0: none): max(start, t - window + 1). Query t sees
+// keys [attention_first_key(t, start, window), t]; a decoder at position t needs only those of
+// its KV cache.
+KOKKOS_INLINE_FUNCTION int64_t attention_first_key(int64_t t, int64_t start, int64_t window) {
+  const int64_t w = window > 0 ? t - window + 1 : 0;
+  return start > w ? start : w;
+}
 
 // Tile sizes of kernel k for these dims: the kernel's defaults, replaced by d.options' sizes > 0,
 // each clamped to [1, T] (groups to [1, B * KV]).
@@ -103,8 +131,8 @@ struct AttentionWorkspaceSizes {
 // (rounding_of<TC>()).
 AttentionWorkspaceSizes attention_workspace_sizes(const AttentionDims& d, Rounding operands);
 
-// out (B*T, H*D) token layout = rnd(softmax(scale q k^T + mask) v), lse (B, H, T) fp32 (the
-// causal mask, block-diagonal with d.starts);
+// out (B*T, H*D) token layout = rnd(softmax(cap(scale q k^T) + mask) v), lse (B, H, T) fp32 (the
+// causal mask, block-diagonal with d.starts, banded with d.window; cap: d.softcap's, or none);
 // q (B, H, T, D), k and v (B, KV, T, D).
 template <class TC>
 void attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,

@@ -11,12 +11,15 @@
 //   S  = matmul(Q, K^T)                       fp32 (GQA: K's KV heads broadcast over groups)
 //   S  = S * scale                            (by-value fp32 scalar)
 //   S  = select(row >= col, S, -inf)          causal: gen_index axis 2 / 3, cmp_ge, binary_select
+//   S  = select(col + W > row, S, -inf)       sliding window W (Shape::window) only: frontend's
+//                                             left-bound diagonal band (top-left aligned), its
+//                                             own gen_index pair, W a by-value fp32 scalar
 //   M  = max_rows(S); E = exp(S - M); L = sum_rows(E)
 //   lse = M + log(L)                          the stats output, (B, H, T, 1) fp32
 //   P  = E / L (bf16); out = matmul(P, V)     out written in token layout by its strides
 // Backward graph:
 //   Dsum = sum_rows(dout * out) * 1          (B, H, T, 1) fp32, a non-virtual buffer in workspace
-//   P    = exp(select(row >= col, scale * matmul(Q, K^T) - lse, -inf))
+//   P    = exp(select(row >= col, scale * matmul(Q, K^T) - lse, -inf))  (and the window's band)
 //   dV   = matmul(P^T, dout)                 (GQA: per query head, then a reduction over groups)
 //   dS   = (matmul(dout, V^T) - Dsum) * P * scale
 //   dK   = matmul(dS^T, Q)                   (GQA as dV)
@@ -28,6 +31,8 @@
 // CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC are skipped. On Blackwell (sm_100) cudnn-frontend also
 // pins engine knobs for the deterministic backward; that is not done here (probe() on such a GPU
 // says whether an engine remains).
+// Soft-capping (Shape::softcap) is refused (Support::softcap): cudnn-frontend lowers it as a score
+// modifier (div, tanh_fwd, mul; backward mul, tanh_bwd, div), not built or validated here.
 #include "ops/attention_cudnn.hpp"
 
 #include <cudnn.h>
@@ -43,6 +48,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "ops/attention_cudnn_graph.hpp"
 
 namespace kktrain {
 namespace cudnn_attention {
@@ -52,49 +58,12 @@ constexpr int64_t kAlign = 256;                // workspace sub-buffer alignment
 constexpr int64_t kMinRuntimeVersion = 90600;  // dq accumulator zeroed by cuDNN itself from 9.6
 constexpr int kMaxEngineConfigs = 16;
 
-void check(cudnnStatus_t status, const std::string& call) {
-  if (status == CUDNN_STATUS_SUCCESS) return;
-  throw RuntimeFailure("cuDNN attention: " + call + " failed: " + cudnnGetErrorString(status));
-}
-
 int64_t align_up(int64_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Descriptors: owned, destroyed with the plan that keeps them.
-// ---------------------------------------------------------------------------------------------
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t type) {
-    check(cudnnBackendCreateDescriptor(type, &d_), "cudnnBackendCreateDescriptor");
-  }
-  ~Desc() { cudnnBackendDestroyDescriptor(d_); }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-void set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-         cudnnBackendAttributeType_t type, int64_t count, const void* values) {
-  const cudnnStatus_t status = cudnnBackendSetAttribute(d, name, type, count, values);
-  if (status != CUDNN_STATUS_SUCCESS)
-    check(status, "cudnnBackendSetAttribute(attribute " + std::to_string(name) + ")");
-}
-void set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-              cudnnBackendDescriptor_t value) {
-  set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
-}
-// what: the descriptor, for the message.
-void finalize(cudnnBackendDescriptor_t d, const char* what) {
-  check(cudnnBackendFinalize(d), std::string("cudnnBackendFinalize(") + what + ")");
-}
-
-// The tensors the caller's pointers bind to, and the workspace buffers (unique ids of the graph);
-// virtual tensors take ids from kFirstVirtual on.
+// The tensors the caller's pointers bind to, and the workspace buffers (unique ids of the graph,
+// below kFirstVirtualUid).
 enum Uid : int64_t {
   kQ = 1,
   kK,
@@ -110,113 +79,9 @@ enum Uid : int64_t {
   kOne,
   kDsum,
   kDqAccum,
-  kFirstVirtual = 100,
+  kWindow,
 };
-
-enum class Kind { device, virtual_, by_value };
-
-struct Dims4 {
-  std::array<int64_t, 4> dims, strides;
-};
-Dims4 contiguous(int64_t a, int64_t b, int64_t c, int64_t d) {
-  return {{a, b, c, d}, {b * c * d, c * d, d, 1}};
-}
-Dims4 scalar() {
-  return {{1, 1, 1, 1}, {1, 1, 1, 1}};
-}
-
-// Builds one operation graph; keeps every descriptor it creates alive (the plan owns the builder).
-class Graph {
- public:
-  cudnnBackendDescriptor_t tensor(cudnnDataType_t type, const Dims4& shape, Kind kind,
-                                  int64_t uid = 0) {
-    auto& t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const int64_t id = uid != 0 ? uid : next_virtual_++;
-    const int64_t alignment = 16;  // bytes; cudnn-frontend's default for every tensor
-    const bool is_virtual = kind == Kind::virtual_, by_value = kind == Kind::by_value;
-    set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
-    set(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, shape.dims.data());
-    set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, shape.strides.data());
-    set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
-    set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    if (by_value) set(t.get(), CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    finalize(t.get(), "tensor");
-    return t.get();
-  }
-  // y = mode(x, b) (b may be null), or y = t ? x : b for binary_select; axis for gen_index.
-  void pointwise(cudnnBackendDescriptor_t y, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
-                 cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b = nullptr,
-                 cudnnBackendDescriptor_t t = nullptr, int64_t axis = -1) {
-    auto& pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    set(pw.get(), CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    if (axis >= 0) set(pw.get(), CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    finalize(pw.get(), "pointwise");
-    auto& op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get());
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (b != nullptr) set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    if (t != nullptr) set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    add_op(op);
-  }
-  // c = a @ b over the last two dims, batched over the first two (b's heads broadcast over a's).
-  void matmul(cudnnBackendDescriptor_t c, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b) {
-    auto& mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    set(mm.get(), CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    finalize(mm.get(), "matmul");
-    auto& op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_MATMUL_DESC, mm.get());
-    add_op(op);
-  }
-  // y = reduce(x) over the dims where y has extent 1.
-  void reduction(cudnnBackendDescriptor_t y, cudnnReduceTensorOp_t mode,
-                 cudnnBackendDescriptor_t x) {
-    auto& rd = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-    set(rd.get(), CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
-    set(rd.get(), CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    finalize(rd.get(), "reduction");
-    auto& op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd.get());
-    add_op(op);
-  }
-  // y = x seen with y's dims and strides (a transpose of the last two dims here).
-  void reshape(cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t x) {
-    auto& op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
-    set_desc(op.get(), CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    add_op(op);
-  }
-  cudnnBackendDescriptor_t finish(cudnnHandle_t handle) {
-    auto& g = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    set(g.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-        static_cast<int64_t>(ops_.size()), ops_.data());
-    set(g.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    finalize(g.get(), "operation graph");
-    return g.get();
-  }
-  Desc& make(cudnnBackendDescriptorType_t type) {
-    owned_.push_back(std::make_unique<Desc>(type));
-    return *owned_.back();
-  }
-
- private:
-  void add_op(Desc& op) {
-    finalize(op.get(), "operation");
-    ops_.push_back(op.get());
-  }
-  std::vector<std::unique_ptr<Desc>> owned_;
-  std::vector<cudnnBackendDescriptor_t> ops_;
-  int64_t next_virtual_ = kFirstVirtual;
-};
+static_assert(kWindow < kFirstVirtualUid, "graph tensor ids below the virtual ones");
 
 // ---------------------------------------------------------------------------------------------
 // The tensors of both graphs, in kktrain's layouts (ops/attention.hpp).
@@ -250,7 +115,17 @@ cudnnBackendDescriptor_t float_scalar(Graph& g, Uid uid) {
   return g.tensor(CUDNN_DATA_FLOAT, scalar(), Kind::by_value, uid);
 }
 
-// select(row >= col, x, -inf): the causal mask on (B, H, T, T) scores.
+// The sliding window that changes the mask: Shape::window when 0 < window < T, else 0 (a window
+// of T or more keeps every causal key).
+int64_t band(const Shape& s) {
+  return s.window > 0 && s.window < s.T ? s.window : 0;
+}
+
+// select(row >= col, x, -inf): the causal mask on (B, H, T, T) scores; with a window W, then
+// select(col + W > row, ., -inf) (key col seen by query row iff row - W < col), built as
+// cudnn-frontend's composite diagonal band mask builds a left bound (diagonal_band_mask.h): row
+// and column indices of its own input, col + W in fp32 (W a by-value fp32 scalar, exact below
+// 2^24), cmp_gt, binary_select.
 cudnnBackendDescriptor_t causal_mask(Graph& g, const Shape& s, cudnnBackendDescriptor_t x,
                                      cudnnBackendDescriptor_t neg_inf) {
   auto row = g.tensor(CUDNN_DATA_INT32, scores(s), Kind::virtual_);
@@ -261,7 +136,19 @@ cudnnBackendDescriptor_t causal_mask(Graph& g, const Shape& s, cudnnBackendDescr
   g.pointwise(keep, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col);
   auto y = virtual_float(g, scores(s));
   g.pointwise(y, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neg_inf, keep);
-  return y;
+  if (band(s) == 0) return y;
+  auto band_row = g.tensor(CUDNN_DATA_INT32, scores(s), Kind::virtual_);
+  auto band_col = g.tensor(CUDNN_DATA_INT32, scores(s), Kind::virtual_);
+  g.pointwise(band_row, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, y, nullptr, nullptr, 2);
+  g.pointwise(band_col, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, y, nullptr, nullptr, 3);
+  auto col_plus_w = virtual_float(g, scores(s));
+  g.pointwise(col_plus_w, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, band_col, float_scalar(g, kWindow),
+              nullptr, 3);
+  auto in_band = g.tensor(CUDNN_DATA_BOOLEAN, scores(s), Kind::virtual_);
+  g.pointwise(in_band, CUDNN_POINTWISE_CMP_GT, CUDNN_DATA_BOOLEAN, col_plus_w, band_row);
+  auto z = virtual_float(g, scores(s));
+  g.pointwise(z, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, y, neg_inf, in_band);
+  return z;
 }
 
 // y = a (op) b, fp32, a new virtual tensor of a's shape.
@@ -474,12 +361,12 @@ int64_t own_bytes(Pass pass, Determinism det, const Shape& s) {
 // ---------------------------------------------------------------------------------------------
 // Process state: one handle per stream, one plan per key, behind one mutex.
 // ---------------------------------------------------------------------------------------------
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, Pass, Determinism>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, Pass, Determinism>;
 
 Key key_of(Pass pass, Determinism det, const Shape& s) {
   // The forward graph is the same in both modes.
   if (pass == Pass::forward) det = Determinism::deterministic;
-  return Key{s.B, s.T, s.H, s.KV, s.D, pass, det};
+  return Key{s.B, s.T, s.H, s.KV, s.D, band(s), pass, det};
 }
 
 struct State {
@@ -518,7 +405,9 @@ const char* pass_name(Pass pass) {
 
 std::string shape_text(const Shape& s) {
   return "B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", H " + std::to_string(s.H) +
-         ", KV " + std::to_string(s.KV) + ", D " + std::to_string(s.D);
+         ", KV " + std::to_string(s.KV) + ", D " + std::to_string(s.D) + ", window " +
+         std::to_string(band(s)) +
+         (s.softcap > 0.0f ? ", softcap " + std::to_string(s.softcap) : std::string());
 }
 
 // The plan of the key, ready to run; throws, saying why, where this path cannot run the shape
@@ -572,6 +461,8 @@ const char* support_name(Support s) {
       return "supported";
     case Support::packed_rows:
       return "packed rows (AttentionDims::starts)";
+    case Support::softcap:
+      return "attention-logit soft-capping (AttentionDims::softcap)";
     case Support::fp32_compute:
       return "fp32 compute";
     case Support::head_dim:
@@ -588,6 +479,7 @@ const char* support_name(Support s) {
 
 Support supported(const Shape& s, Rows rows, Compute compute) {
   if (rows == Rows::packed) return Support::packed_rows;
+  if (s.softcap > 0.0f) return Support::softcap;
   if (compute == Compute::fp32) return Support::fp32_compute;
   if (s.D != 64 && s.D != 128) return Support::head_dim;
   if (s.B < 1 || s.T < 1 || s.KV < 1 || s.H < s.KV || s.H % s.KV != 0)
@@ -615,24 +507,21 @@ int64_t workspace_bytes(cudaStream_t stream, Pass pass, Determinism det, const S
 void forward(void* out, float* lse, const void* q, const void* k, const void* v, void* workspace,
              float scale, const Shape& s, cudaStream_t stream) {
   float neg_inf = -std::numeric_limits<float>::infinity();
+  float window = static_cast<float>(band(s));
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mutex);
   const Plan& plan = ready_plan_locked(st, stream, Pass::forward, Determinism::deterministic, s);
-  execute(handle_locked(st, stream), plan,
-          {{kQ, mut(q)},
-           {kK, mut(k)},
-           {kV, mut(v)},
-           {kO, out},
-           {kStats, lse},
-           {kScale, &scale},
-           {kNegInf, &neg_inf}},
-          workspace);
+  std::vector<Binding> bindings = {{kQ, mut(q)},  {kK, mut(k)},     {kV, mut(v)},       {kO, out},
+                                   {kStats, lse}, {kScale, &scale}, {kNegInf, &neg_inf}};
+  if (band(s) > 0) bindings.push_back({kWindow, &window});  // the graph's by-value W
+  execute(handle_locked(st, stream), plan, bindings, workspace);
 }
 
 void backward(void* dq, void* dk, void* dv, const void* dout, const void* out, const float* lse,
               const void* q, const void* k, const void* v, void* workspace, float scale,
               Determinism det, const Shape& s, cudaStream_t stream) {
   float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
+  float window = static_cast<float>(band(s));
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mutex);
   const Plan& plan = ready_plan_locked(st, stream, Pass::backward, det, s);
@@ -641,6 +530,7 @@ void backward(void* dq, void* dk, void* dv, const void* dout, const void* out, c
       {kStats, mut(lse)},  {kDq, dq},    {kDk, dk},         {kDv, dv},      {kScale, &scale},
       {kNegInf, &neg_inf}, {kOne, &one}, {kDsum, workspace}};
   if (det == Determinism::fastest) bindings.push_back({kDqAccum, offset(workspace, dsum_bytes(s))});
+  if (band(s) > 0) bindings.push_back({kWindow, &window});
   execute(handle_locked(st, stream), plan, bindings,
           offset(workspace, own_bytes(Pass::backward, det, s)));
 }
@@ -654,8 +544,12 @@ void backward(void* dq, void* dk, void* dv, const void* dout, const void* out, c
 //     D 64 and 128, runs the team kernel and this file on the same bf16 q, k, v, dout and checks:
 //     lse equal within 1e-5 relative, out and dq/dk/dv within the existing bf16 tolerances
 //     (team kernel's fp32 dq/dk/dv rounded to bf16 first), probe() == yes, and the deterministic
-//     backward bit-equal over two runs (the fastest mode need not be).
-//  3. Then wire attention_forward/attention_backward (TC = bf16, no starts, supported() == yes):
+//     backward bit-equal over two runs (the fastest mode need not be); also with Shape::window
+//     1, 17, 64 (T 128, 1000) against the team kernel with AttentionDims::window (the band mask is
+//     compiled against cuDNN 9.19's headers but has never run), and supported() == softcap with
+//     Shape::softcap > 0.
+//  3. Then wire attention_forward/attention_backward (TC = bf16, no starts, no softcap, Shape's
+//     window from AttentionDims::window, supported() == yes):
 //     memory plan counts workspace_bytes(); backward converts dq/dk/dv (bf16) where its consumers
 //     expect fp32 sums; AttentionKernel (model.attention) gains a "cudnn" value for --version and
 //     the log.

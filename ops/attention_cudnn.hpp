@@ -13,9 +13,10 @@
 //   out (B*T, H*D) bf16 (token layout), lse (B, H, T) fp32,
 //   dout (B, H, T, D) bf16, dq (B, H, T, D), dk and dv (B, KV, T, D).
 // Query head h reads KV head h / (H / KV) (GQA; MQA is KV = 1). The mask is causal (key j is seen
-// by query i iff j <= i), the scores are scale * q k^T in fp32 with scale = 1 / sqrt(D), the
-// softmax statistics are fp32 and P is rounded to bf16 for the P V product (as in the team
-// kernel).
+// by query i iff j <= i), banded with a sliding window W > 0 (Shape::window: also i - W < j, the
+// diagonal band's left bound of cudnn-frontend's SDPA, top-left aligned), the scores are scale * q
+// k^T in fp32 with scale = 1 / sqrt(D), the softmax statistics are fp32 and P is rounded to bf16
+// for the P V product (as in the team kernel).
 //
 // lse: cuDNN's softmax statistics are built here as max + log(sum(exp(S - max))) of the scaled,
 // masked scores, with natural exp and log: exactly kktrain's lse = m + log(l), so the forward's lse
@@ -27,15 +28,16 @@
 // are the rounding of the same sums, not bit-equal to the team kernel's.
 //
 // Not supported here (supported() says so; the caller keeps the portable kernels): packed rows
-// (AttentionDims::starts, a block-diagonal mask), fp32 compute, head dims other than 64 and 128,
+// (AttentionDims::starts, a block-diagonal mask), attention-logit soft-capping
+// (AttentionDims::softcap), fp32 compute, head dims other than 64 and 128,
 // H not a multiple of KV, a cuDNN older than 9.6 at run time, and any shape for which cuDNN's
 // heuristics return no engine that finalizes (probe() answers that, having built the plan).
 //
-// Plans are built once per (B, T, H, KV, D, pass, determinism) and cached for the process (built
-// with the handle of the first stream that asks, run with the caller's: one GPU per process); a
-// cudnnHandle is created once per CUDA stream. One mutex guards both caches. Every call runs on
-// the stream it is given. Errors are one-line RuntimeFailure exceptions naming the cuDNN call and
-// cudnnGetErrorString.
+// Plans are built once per (B, T, H, KV, D, window, pass, determinism) and cached for the process
+// (built with the handle of the first stream that asks, run with the caller's: one GPU per
+// process); a cudnnHandle is created once per CUDA stream. One mutex guards both caches. Every call
+// runs on the stream it is given. Errors are one-line RuntimeFailure exceptions naming the cuDNN
+// call and cudnnGetErrorString.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,6 +49,8 @@ namespace cudnn_attention {
 
 struct Shape {
   int64_t B, T, H, KV, D;
+  int64_t window = 0;    // AttentionDims::window: sliding window (<= 0 or >= T: none)
+  float softcap = 0.0f;  // AttentionDims::softcap (> 0: refused, Support::softcap)
 };
 
 enum class Pass { forward, backward };
@@ -59,6 +63,7 @@ enum class Compute { bf16, fp32 };         // the compute dtype of the attention
 enum class Support {
   yes,
   packed_rows,        // block-diagonal mask of packed examples: not built here
+  softcap,            // attention-logit soft-capping: not built here
   fp32_compute,       // cuDNN's fused attention is fp16/bf16 only
   head_dim,           // D not 64 or 128
   heads_not_grouped,  // H % KV != 0, or a size below 1
@@ -80,9 +85,9 @@ Support probe(cudaStream_t stream, Pass pass, Determinism det, const Shape& s);
 // accumulator). Builds and caches the plan; throws when cuDNN refuses it. Aligned to 256 bytes.
 int64_t workspace_bytes(cudaStream_t stream, Pass pass, Determinism det, const Shape& s);
 
-// out = rnd(softmax(scale q k^T + causal mask) v) in token layout, lse fp32; layouts above.
-// workspace: workspace_bytes(stream, Pass::forward, deterministic, s) device bytes (the forward
-// is deterministic in either mode), 256-byte aligned; every pointer 16-byte aligned.
+// out = rnd(softmax(scale q k^T + causal (and window) mask) v) in token layout, lse fp32; layouts
+// above. workspace: workspace_bytes(stream, Pass::forward, deterministic, s) device bytes (the
+// forward is deterministic in either mode), 256-byte aligned; every pointer 16-byte aligned.
 void forward(void* out, float* lse, const void* q, const void* k, const void* v, void* workspace,
              float scale, const Shape& s, cudaStream_t stream);
 

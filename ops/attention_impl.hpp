@@ -24,11 +24,25 @@ KOKKOS_INLINE_FUNCTION int64_t example_start(const int32_t* starts, int64_t b, i
   return starts != nullptr ? starts[b * T + t] : 0;
 }
 
-// How many keys of the block [k0, k0 + kw) lie before `start` (masked for a query whose example
-// begins there): the query sees keys [start_width, causal_width) of the block. 0 without starts.
+// The first key token t of row b sees: its example's start and the first key of its sliding
+// window (AttentionDims::window; <= 0: none), attention_first_key of ops/attention.hpp.
+KOKKOS_INLINE_FUNCTION int64_t row_first_key(const int32_t* starts, int64_t b, int64_t t, int64_t T,
+                                             int64_t window) {
+  return attention_first_key(t, example_start(starts, b, t, T), window);
+}
+
+// How many keys of the block [k0, k0 + kw) lie before `start` (masked for a query whose first
+// visible key is there: its example's start or its window's first key): the query sees keys
+// [start_width, causal_width) of the block. 0 without starts and window.
 KOKKOS_INLINE_FUNCTION int64_t start_width(int64_t start, int64_t k0, int64_t kw) {
   const int64_t n = start - k0;
   return n < 0 ? 0 : (n > kw ? kw : n);
+}
+
+// Attention-logit soft-capping (AttentionDims::softcap = cap > 0): a score s becomes
+// cap * tanh(s / cap), in fp32. Its derivative, 1 - tanh(s / cap)^2, multiplies dS in backward.
+KOKKOS_INLINE_FUNCTION float softcap_score(float s, float cap) {
+  return cap * math::tanh(s / cap);
 }
 
 // The element index of (b, h, t, e) in a token-layout tensor (B*T, H*D) and a head-layout tensor

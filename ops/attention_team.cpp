@@ -2,11 +2,14 @@
 // Kokkos team per tile with its tiles in team scratch (shared memory on GPUs), threads over the
 // elements of a tile product, each summing its dot product in order.
 //
-//   forward   team per (batch, head, query tile): q tile loaded once, K^T and V blocks streamed up
-//             to the causal diagonal, online softmax per row, fp32 accumulator in scratch.
+//   forward   team per (batch, head, query tile): q tile loaded once, K^T and V blocks streamed
+//             from the block of the tile's smallest first key (starts, window) up to the causal
+//             diagonal, online softmax per row, fp32 accumulator in scratch.
 //   dK, dV    team per (batch, KV head, key tile): loops over the group's query heads and the query
-//             tiles from the diagonal down, accumulating the key tile's gradients in scratch.
-//   dQ        team per (batch, head, query tile): key blocks up to the diagonal.
+//             tiles from the diagonal down to the last query whose window holds one of its keys
+//             (skipping tiles whose every row's first key lies after it), accumulating the key
+//             tile's gradients in scratch.
+//   dQ        team per (batch, head, query tile): the forward's key blocks.
 // The backward's two passes recompute the scores with the same loops, so both see the same P and
 // dS, and nothing is added by two teams to one element (no atomics: deterministic).
 //
@@ -69,25 +72,34 @@ KOKKOS_INLINE_FUNCTION float dot_strided(const float* a, const float* bt, int64_
 
 // The backward's per-element step for query row r (position t) and key c of a tile, from the
 // scores q.k and dP: P = exp(scale q.k - lse) (0 where masked) and dS = rnd(P (rnd(dP) - delta)).
+// With a softcap (cap > 0): s = scale q.k, t = tanh(s / cap), P = exp(cap t - lse) and
+// dS = rnd(P (rnd(dP) - delta) (1 - t^2)).
 struct BackwardElement {
   float p, ds;
 };
 KOKKOS_INLINE_FUNCTION BackwardElement backward_element(float qk, float dp, bool valid, float scale,
-                                                        float lse, float delta, Rounding rc) {
+                                                        float lse, float delta, float cap,
+                                                        Rounding rc) {
+  if (cap > 0.0f) {
+    const float t = math::tanh(scale * qk / cap);
+    const float p = valid ? exp_fast(cap * t - lse) : 0.0f;
+    return BackwardElement{p, rnd(p * (rnd(dp, rc) - delta) * (1.0f - t * t), rc)};
+  }
   const float p = valid ? exp_fast(scale * qk - lse) : 0.0f;
   return BackwardElement{p, rnd(p * (rnd(dp, rc) - delta), rc)};
 }
 
-// The smallest example start of rows [i0, i0 + nr) of row b (0 without starts), on every thread
-// of the team: the key blocks before it are seen by no row of the query tile.
-KOKKOS_INLINE_FUNCTION int64_t tile_min_start(const Member& m, const int32_t* starts, int64_t b,
-                                              int64_t i0, int64_t nr, int64_t T) {
-  if (starts == nullptr) return 0;
+// The smallest first key (row_first_key: example start, window) of rows [i0, i0 + nr) of row b,
+// on every thread of the team: the key blocks before it are seen by no row of the query tile.
+// Without starts, the first row's (every later row's window begins there or later).
+KOKKOS_INLINE_FUNCTION int64_t tile_first_key(const Member& m, const int32_t* starts, int64_t b,
+                                              int64_t i0, int64_t nr, int64_t T, int64_t window) {
+  if (starts == nullptr) return attention_first_key(i0, 0, window);
   int64_t lo = i0;
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(m, nr),
       [&](const int64_t r, int64_t& x) {
-        const int64_t s = starts[b * T + i0 + r];
+        const int64_t s = row_first_key(starts, b, i0 + r, T, window);
         x = s < x ? s : x;
       },
       Kokkos::Min<int64_t>(lo));
@@ -101,8 +113,8 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
                             const TC* v, const AttentionDims& d, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::team);
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
-  const int64_t G = H / KV, nq = (T + Br - 1) / Br;
-  const float scale = d.scale;
+  const int64_t G = H / KV, nq = (T + Br - 1) / Br, window = d.window;
+  const float scale = d.scale, cap = d.softcap;
   const int32_t* starts = d.starts;
   // q (Br, D), K^T (D, Bc), V (Bc, D), scores (Br, Bc), acc (Br, D), m, l, alpha (Br)
   const ScratchPolicy sp =
@@ -127,8 +139,9 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
         fill(m, acc, nr * D, 0.0f);
         fill(m, mrow, nr, -FLT_MAX);
         fill(m, lrow, nr, 0.0f);
-        // Packed rows: from the block of the tile's smallest start (the earlier ones are skipped).
-        const int64_t k_first = (tile_min_start(m, starts, b, i0, nr, T) / Bc) * Bc;
+        // From the block of the tile's smallest first key (packed rows, window; the earlier blocks
+        // are skipped).
+        const int64_t k_first = (tile_first_key(m, starts, b, i0, nr, T, window) / Bc) * Bc;
         for (int64_t k0 = k_first; k0 < kend; k0 += Bc) {
           const int64_t kw = kend - k0 < Bc ? kend - k0 : Bc;
           m.team_barrier();  // the previous block's products are done with kt, vs, s
@@ -142,10 +155,14 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
           m.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(m, nr), [&](const int64_t r) {
             const int64_t valid = causal_width(i0 + r, k0, kw);
-            // keys before the example's start are masked (none without starts); a row with
-            // none visible here keeps m = -FLT_MAX, l = 0 (alpha 0 at its first visible block)
-            const int64_t lo = start_width(example_start(starts, b, i0 + r, T), k0, kw);
+            // keys before the example's start or the window are masked (none without them); a
+            // row with none visible here keeps m = -FLT_MAX, l = 0 (alpha 0 at its first visible
+            // block)
+            const int64_t lo = start_width(row_first_key(starts, b, i0 + r, T, window), k0, kw);
             float* srow = s + r * Bc;
+            if (cap > 0.0f) {
+              for (int64_t c = lo; c < valid; ++c) srow[c] = softcap_score(srow[c], cap);
+            }
             const float m_old = mrow[r];
             float mx = m_old;
             for (int64_t c = lo; c < valid; ++c) mx = math::max_f(mx, srow[c]);
@@ -185,8 +202,8 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
                              const TC* k, const TC* v, const AttentionDims& d, Rounding rc) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::team);
   const int64_t Br = tl.q_rows, Bc = tl.k_cols, T = d.T, D = d.D, H = d.H, KV = d.KV;
-  const int64_t G = H / KV, nq = (T + Br - 1) / Br, nk = (T + Bc - 1) / Bc;
-  const float scale = d.scale;
+  const int64_t G = H / KV, nq = (T + Br - 1) / Br, nk = (T + Bc - 1) / Bc, window = d.window;
+  const float scale = d.scale, cap = d.softcap;
   const int32_t* starts = d.starts;
 
   // dK, dV: q, dO (Br, D), K^T, V^T (D, Bc), P, dS (Br, Bc), dK, dV accumulators (Bc, D),
@@ -198,6 +215,9 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
       "attention_team_dkdv", kv.policy, KOKKOS_LAMBDA(const Member& m) {
         const int64_t bk = m.league_rank() / nk, j0 = (m.league_rank() % nk) * Bc;
         const int64_t kw = T - j0 < Bc ? T - j0 : Bc;
+        // The last query that sees a key of the tile: its last key's window's (T - 1 without one).
+        const int64_t i_last =
+            window > 0 && window < T - (j0 + kw - 1) ? j0 + kw - 1 + window - 1 : T - 1;
         ScratchFloats sc(m.team_scratch(kv_level), kv_floats);
         float* qs = sc.data();
         float* dos = qs + Br * D;
@@ -215,11 +235,12 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
         fill(m, dva, kw * D, 0.0f);
         for (int64_t g = 0; g < G; ++g) {
           const int64_t bh = (bk / KV) * H + (bk % KV) * G + g;
-          for (int64_t i0 = (j0 / Br) * Br; i0 < T; i0 += Br) {  // query tiles from the diagonal
+          // query tiles from the diagonal to the window's end
+          for (int64_t i0 = (j0 / Br) * Br; i0 <= i_last; i0 += Br) {
             const int64_t nr = T - i0 < Br ? T - i0 : Br;
-            // Packed rows: a query tile whose every row's example starts after this key tile
-            // sees none of it (skipped, as the tiles above the diagonal are).
-            if (tile_min_start(m, starts, bk / KV, i0, nr, T) >= j0 + kw) continue;
+            // Packed rows, window: a query tile whose every row's first key lies after this key
+            // tile sees none of it (skipped, as the tiles above the diagonal are).
+            if (tile_first_key(m, starts, bk / KV, i0, nr, T, window) >= j0 + kw) continue;
             m.team_barrier();  // the previous tile's products are done with qs, dos, ps, dss
             load_rows(m, qs, q + (bh * T + i0) * D, nr * D);
             load_rows(m, dos, dout + (bh * T + i0) * D, nr * D);
@@ -232,9 +253,9 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
               const int64_t r = i / kw, c = i % kw;
               const BackwardElement el = backward_element(
                   dot_strided(qs + r * D, kt + c, Bc, D), dot_strided(dos + r * D, vt + c, Bc, D),
-                  c >= start_width(example_start(starts, bk / KV, i0 + r, T), j0, kw) &&
+                  c >= start_width(row_first_key(starts, bk / KV, i0 + r, T, window), j0, kw) &&
                       c < causal_width(i0 + r, j0, kw),
-                  scale, lse_r[r], delta_r[r], rc);
+                  scale, lse_r[r], delta_r[r], cap, rc);
               ps[r * Bc + c] = rnd(el.p, rc);
               dss[r * Bc + c] = el.ds;
             });
@@ -286,7 +307,7 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
           lse_r[r] = lse[bh * T + i0 + r];
           delta_r[r] = delta[bh * T + i0 + r];
         });
-        const int64_t k_first = (tile_min_start(m, starts, b, i0, nr, T) / Bc) * Bc;
+        const int64_t k_first = (tile_first_key(m, starts, b, i0, nr, T, window) / Bc) * Bc;
         for (int64_t k0 = k_first; k0 < kend; k0 += Bc) {
           const int64_t kw = kend - k0 < Bc ? kend - k0 : Bc;
           m.team_barrier();  // the previous block's products are done with kt, vt, ks, dss
@@ -297,11 +318,11 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
           Kokkos::parallel_for(Kokkos::TeamThreadRange(m, nr * kw), [&](const int64_t i) {
             const int64_t r = i / kw, c = i % kw;
             dss[r * Bc + c] =
-                backward_element(dot_strided(qs + r * D, kt + c, Bc, D),
-                                 dot_strided(dos + r * D, vt + c, Bc, D),
-                                 c >= start_width(example_start(starts, b, i0 + r, T), k0, kw) &&
-                                     c < causal_width(i0 + r, k0, kw),
-                                 scale, lse_r[r], delta_r[r], rc)
+                backward_element(
+                    dot_strided(qs + r * D, kt + c, Bc, D), dot_strided(dos + r * D, vt + c, Bc, D),
+                    c >= start_width(row_first_key(starts, b, i0 + r, T, window), k0, kw) &&
+                        c < causal_width(i0 + r, k0, kw),
+                    scale, lse_r[r], delta_r[r], cap, rc)
                     .ds;
           });
           m.team_barrier();
