@@ -8,6 +8,7 @@
 // (Encoder; the Tokenizer itself is text/tokenizer.cpp; the components text/normalizers.hpp and
 // text/pre_tokenizers.hpp.)
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <queue>
 
@@ -60,10 +61,19 @@ void split_added(std::vector<Segment>* out, const Tokenizer::Impl& t,
     if (!s.empty()) out->push_back({0, s.size(), -1});
     return;
   }
+  // When every token begins with the same byte, memchr finds where one may begin.
+  const bool one_first = trie.first_bytes == 1;
+  const char first = trie.one_first;
   size_t start = 0, i = 0;
   while (i < s.size()) {
-    if (!trie.first[uint8_t(s[i])]) {
-      ++i;
+    if (!trie.first[uint8_t(s[i])]) {  // on to the next byte that may begin a token
+      if (one_first) {
+        const void* f = std::memchr(s.data() + i, first, s.size() - i);
+        i = f ? size_t(static_cast<const char*>(f) - s.data()) : s.size();
+      } else {
+        do ++i;
+        while (i < s.size() && !trie.first[uint8_t(s[i])]);
+      }
       continue;
     }
     int32_t node = 0;

@@ -69,6 +69,19 @@ void apply_behavior(std::vector<SplitRange>* ranges, SplitBehavior b) {
   v.resize(w);
 }
 
+// Splits p into *out at the matches (relative to p's start, of a text of n bytes): the matches
+// and the text between them, each a piece (cover, then emit, for SplitBehavior::isolated, whose
+// ranges need no flag).
+void emit_isolated(std::vector<Piece>* out, const Piece& p, const Matches& m, size_t n) {
+  size_t prev = 0;
+  for (const auto& [b, e] : m) {
+    if (prev < b) out->push_back({p.begin + prev, p.begin + b, p.origin && prev == 0});
+    if (e > b) out->push_back({p.begin + b, p.begin + e, p.origin && b == 0});
+    prev = e;
+  }
+  if (prev < n) out->push_back({p.begin + prev, p.begin + n, p.origin && prev == 0});
+}
+
 // Splits p into *out by ranges relative to p's start (empty ones dropped).
 void emit(std::vector<Piece>* out, const Piece& p, const std::vector<SplitRange>& ranges) {
   for (const SplitRange& r : ranges) {
@@ -125,6 +138,7 @@ Piece PreTokenizedString::prepended(const Piece& p, std::string_view prefix) {
 void pre_tokenize(const std::vector<std::unique_ptr<PreTokenizer>>& steps, PreTokenizedString* s,
                   std::vector<RegexMatcher>& matchers) {
   for (const auto& step : steps) {
+    if (step->passes_through()) continue;
     s->next.clear();
     for (const Piece& p : s->pieces) step->split(s, p, matchers);
     std::swap(s->pieces, s->next);
@@ -162,8 +176,7 @@ void ByteLevelPreTokenizer::split(PreTokenizedString* s, const Piece& piece,
   const size_t first = s->next.size();
   if (use_regex_) {
     regex_.find(&s->matches, s->view(p), matchers);
-    cover(&s->ranges, s->matches, p.end - p.begin, Matched::pattern);
-    emit(&s->next, p, s->ranges);
+    emit_isolated(&s->next, p, s->matches, p.end - p.begin);
   } else {
     s->next.push_back(p);
   }
@@ -196,6 +209,10 @@ std::unique_ptr<SplitPreTokenizer> SplitPreTokenizer::from_json(const Json& j, c
 void SplitPreTokenizer::split(PreTokenizedString* s, const Piece& p,
                               std::vector<RegexMatcher>& matchers) const {
   pattern_.find(&s->matches, s->view(p), matchers);
+  if (behavior_ == SplitBehavior::isolated) {  // invert or not: every range a piece
+    emit_isolated(&s->next, p, s->matches, p.end - p.begin);
+    return;
+  }
   cover(&s->ranges, s->matches, p.end - p.begin, invert_ ? Matched::between : Matched::pattern);
   apply_behavior(&s->ranges, behavior_);
   emit(&s->next, p, s->ranges);

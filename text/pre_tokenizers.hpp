@@ -65,6 +65,9 @@ class PreTokenizer {
   // The last step leaves its pieces as raw bytes that BPE maps to the byte-level alphabet only
   // when it runs (a cache miss): ByteLevel.
   virtual bool leaves_raw_bytes() const { return false; }
+  // The step leaves every piece as it is (ByteLevel last, without regex or prefix space: Llama 3's
+  // after its Split), so pre_tokenize skips it.
+  virtual bool passes_through() const { return false; }
   // The step of type `type` at w (not a Sequence), or nullptr when kktrain does not read it.
   static std::unique_ptr<PreTokenizer> from_json(const std::string& type, const Json& j,
                                                  const Where& w, Regexes* regexes);
@@ -86,6 +89,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
              std::vector<RegexMatcher>& matchers) const override;
   void set_last(bool last) override { map_ = !last; }
   bool leaves_raw_bytes() const override { return !map_; }
+  bool passes_through() const override { return !add_prefix_space_ && !use_regex_ && !map_; }
 
  private:
   bool add_prefix_space_ = true, use_regex_ = true;

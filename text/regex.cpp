@@ -89,10 +89,15 @@ RegexMatcher::~RegexMatcher() {
 
 void RegexMatcher::find_all(std::vector<std::pair<size_t, size_t>>* out, std::string_view s) {
   const auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+  // A JIT-compiled pattern through PCRE2's fast path: pcre2_match would run the same JIT code
+  // after checking its arguments (valid here: s is UTF-8, `at` within it, no options) on every
+  // call, and there is a call per match (per piece of a Split).
+  const bool jit = re_->jit() && subject != nullptr;
   size_t at = 0;
   while (at <= s.size()) {
     const int rc =
-        pcre2_match(re_->code(), subject, s.size(), at, PCRE2_NO_UTF_CHECK, md_, nullptr);
+        jit ? pcre2_jit_match(re_->code(), subject, s.size(), at, 0, md_, nullptr)
+            : pcre2_match(re_->code(), subject, s.size(), at, PCRE2_NO_UTF_CHECK, md_, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];

@@ -75,6 +75,8 @@ struct Tokenizer::Impl {
     std::unordered_map<uint64_t, int32_t> edges;
     std::vector<int32_t> token{-1};
     std::array<bool, 256> first{};  // bytes that begin some token
+    int first_bytes = 0;            // how many bytes do
+    char one_first = 0;             // the byte, when first_bytes is 1 (found by memchr)
     bool empty() const { return token.size() == 1; }
   };
   Trie raw_trie, normalized_trie;

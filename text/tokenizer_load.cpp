@@ -231,7 +231,11 @@ void add_to_trie(Tokenizer::Impl::Trie* trie, std::string_view s, int token) {
     node = it->second;
   }
   trie->token[size_t(node)] = token;
-  trie->first[uint8_t(s[0])] = true;
+  if (!trie->first[uint8_t(s[0])]) {
+    trie->first[uint8_t(s[0])] = true;
+    ++trie->first_bytes;
+    trie->one_first = s[0];
+  }
 }
 
 // The most bytes one added token may hold, and all of them together as matched (after the

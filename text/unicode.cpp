@@ -78,7 +78,13 @@ int64_t first_invalid_utf8(std::string_view s) {
     while (i + 8 <= n) {
       uint64_t w;
       __builtin_memcpy(&w, s.data() + i, 8);
-      if (w & 0x8080808080808080ULL) break;
+      w &= 0x8080808080808080ULL;
+      if (w) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        i += size_t(__builtin_ctzll(w)) / 8;  // on to the first of the eight that is not ASCII
+#endif
+        break;
+      }
       i += 8;
     }
     if (i >= n) break;
