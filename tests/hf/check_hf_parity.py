@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """A Hugging Face directory loaded by kktrain (model.init_from) against an independent PyTorch
 model loaded from the same safetensors files (tests/parity/torch_reference.py; the files read by
-tests/hf/hf_files.py, written from the format's description). Llama, Qwen2 (q/k/v biases) and
-Qwen3 (q_norm/k_norm, head_dim != hidden/heads, optional biases) directories:
+tests/hf/hf_files.py, written from the format's description). Llama, Qwen2 (q/k/v biases),
+Qwen3 (q_norm/k_norm, head_dim != hidden/heads, optional biases) and Mistral directories, with
+sliding-window attention (every layer, or the layers max_window_layers / layer_types name):
 
   config    the dump's hyperparameters are the config.json's (sizes, rope_theta, rms_norm_eps,
-            head_dim, which biases, qk-norm): the reference runs on the config's meaning, never
-            on kktrain's own account of it
+            head_dim, which biases, qk-norm, sliding_window and which layers slide): the
+            reference runs on the config's meaning, never on kktrain's own account of it
   weights   every parameter kktrain holds equals the file's value in the storage dtype (fp32
             exactly; bf16: the file's bf16 bits, or an F32/F16 value rounded once to nearest even)
   loss, gradients   one forward/backward of `kktrain grads` on the first batch, compared with
@@ -15,8 +16,10 @@ Qwen3 (q_norm/k_norm, head_dim != hidden/heads, optional biases) directories:
             ratio test against torch autocast)
   generation   `kktrain generate DIR --prompt-ids ...` greedy tokens equal the PyTorch model's
             greedy tokens (a full fp32 forward of the whole sequence at each step, on the file's
-            values as stored), with the smallest argmax margin printed (a near tie would make
-            the comparison meaningless; the smallest is 9e-4 of the largest logit)
+            values as stored, each layer's window applied), with the smallest argmax margin
+            printed (a near tie would make the comparison meaningless; the smallest is 9e-4 of
+            the largest logit); with a window, prompt + new tokens (10 + 14) outrun it, so a
+            KV cache that kept keys older than the window would be seen
 
 usage: check_hf_parity.py KKTRAIN CASE   (CASE: one of CASES)
 """
@@ -43,7 +46,8 @@ import torch_reference as tr  # noqa: E402
 
 # name: (file dtype, torch_dtype, tied, shards, llama3, kktrain overrides[, (family, config
 # keyword arguments)]); without the last entry a Llama (hf.llama_config).
-FAMILIES = {"llama": hf.llama_config, "qwen2": hf.qwen2_config, "qwen3": hf.qwen3_config}
+FAMILIES = {"llama": hf.llama_config, "qwen2": hf.qwen2_config, "qwen3": hf.qwen3_config,
+            "mistral": hf.mistral_config}
 CASES = {
     "f32_tied_single_llama3": ("F32", "float32", True, 1, True,
                                ["distributed.mp_policy.param_dtype=float32"]),
@@ -70,6 +74,25 @@ CASES = {
                                   ("qwen3", {"head_dim": 32})),
     "qwen3_bf16_tied_bias": ("BF16", "bfloat16", True, 1, False, [],
                              ("qwen3", {"head_dim": 16, "attention_bias": True})),
+    # Sliding windows (shorter than seq_len 32): Mistral's on every layer, head_dim 32 (not
+    # hidden / heads = 16) in F32 and written as 16 in BF16; Qwen2's from max_window_layers 1 of 2
+    # layers (only layer 1 slides); Qwen3's from layer_types (layer 0 slides), which wins over
+    # max_window_layers 1 (alone it would make layer 1 the sliding one).
+    "mistral_f32_window": ("F32", "float32", False, 1, False,
+                           ["distributed.mp_policy.param_dtype=float32"],
+                           ("mistral", {"sliding_window": 8, "head_dim": 32})),
+    "mistral_bf16_window": ("BF16", "bfloat16", True, 1, False, [],
+                            ("mistral", {"sliding_window": 12, "head_dim": 16})),
+    "qwen2_f32_window_layers": ("F32", "float32", False, 1, False,
+                                ["distributed.mp_policy.param_dtype=float32"],
+                                ("qwen2", {"use_sliding_window": True, "sliding_window": 8,
+                                           "max_window_layers": 1})),
+    "qwen3_f32_layer_types": ("F32", "float32", False, 1, False,
+                              ["distributed.mp_policy.param_dtype=float32"],
+                              ("qwen3", {"use_sliding_window": True, "sliding_window": 8,
+                                         "max_window_layers": 1,
+                                         "layer_types": ["sliding_attention",
+                                                         "full_attention"]})),
 }
 
 CONFIG = "data:\n  seq_len: 32\n  micro_batch_size: 2\n"
@@ -92,8 +115,9 @@ def run(cmd, **kw):
 
 def check_config(d: tr.Dump, cfg, failures: list) -> None:
     """The dump's hyperparameters must be the config.json's; then the reference reads rotary,
-    norm epsilon and the family attributes (head_dim, attention_bias, qk_norm) as the config
-    means them."""
+    norm epsilon and the family attributes (head_dim, attention_bias, qk_norm, sliding_window,
+    window_layers) as the config means them. A dump without the window attributes reads as
+    no window, so a kktrain that ignored a config's window fails here."""
     want = {"vocab_size": cfg["vocab_size"], "hidden_size": cfg["hidden_size"],
             "num_layers": cfg["num_hidden_layers"], "num_heads": cfg["num_attention_heads"],
             "num_kv_heads": cfg["num_key_value_heads"],
@@ -113,7 +137,9 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
             for f in fields):
         failures.append(f"dump rope_scaling {dumped}, config.json says {scaling}")
     attrs = hf.reference_attrs(cfg)
-    got = {"head_dim": d.head_dim, "attention_bias": d.attention_bias, "qk_norm": d.qk_norm}
+    layers = d.window_layers
+    got = {"head_dim": d.head_dim, "attention_bias": d.attention_bias, "qk_norm": d.qk_norm,
+           "sliding_window": d.sliding_window if "1" in layers else 0, "window_layers": layers}
     for key, value in attrs.items():
         if got[key] != value:
             failures.append(f"dump {key} {got[key]!r}, config.json means {value!r}")
@@ -124,14 +150,16 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
 
 class Greedy(tr.Reference):
     """The reference model's logits for any token sequence (fp32, no autocast; the dump's family
-    attributes: head_dim, biases, qk-norm, through tr.Reference.block)."""
+    attributes: head_dim, biases, qk-norm, through tr.Reference.block; each layer's sliding
+    window, through tr.Reference.layer_masks)."""
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         T = ids.shape[1]
         h = F.embedding(ids, self.p("model.embed_tokens.weight"))
         cos, sin = tr.rope_tables(T, self.D, self.theta, h.dtype, self.scaling)
+        masks = self.layer_masks(T)
         for i in range(self.d.L):
-            h = self.block(h, f"model.layers.{i}.", cos, sin)
+            h = self.block(h, f"model.layers.{i}.", cos, sin, masks[i])
         return self.linear(self.norm(h, "model.norm.weight"), "lm_head.weight")
 
 
@@ -142,8 +170,13 @@ def check_generation(kktrain: str, d: tr.Dump, path: str, tensors, failures: lis
     d = copy.copy(d)
     d.params = {n: tensors[n][1] for n in d.params}
     d.storage = {n: "float32" for n in d.params}
-    prompt = [int(x) for x in d.input_ids[0, :8]]
-    n_new = 12
+    windowed = "1" in d.window_layers
+    # with a window, prompt + generated tokens outrun it (10 + 14 = 24 > W = 8 or 12)
+    n_prompt, n_new = (10, 14) if windowed else (8, 12)
+    if windowed and n_prompt + n_new <= d.sliding_window:
+        raise ValueError(f"generation of {n_prompt + n_new} tokens within the window "
+                         f"{d.sliding_window}: it would not be exercised")
+    prompt = [int(x) for x in d.input_ids[0, :n_prompt]]
     out = run([kktrain, "generate", path, "--prompt-ids", ",".join(map(str, prompt)),
                "--max-new-tokens", str(n_new)]).stdout.strip()
     kk = [int(x) for x in out.split(",")]

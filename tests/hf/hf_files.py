@@ -7,7 +7,8 @@ description, not from kktrain's code:
   bytes [8 + N, EOF)  the tensors, little-endian, C order, at [begin, end) of this section,
                       contiguous from 0 and ending exactly at the end of the file
 
-plus config.json (LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM keys)
+plus config.json (LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
+Qwen3ForCausalLM keys)
 and, for sharded checkpoints, model.safetensors.index.json
 ({"metadata": {"total_size"}, "weight_map": {name: file}}).
 
@@ -16,6 +17,16 @@ The families' tensors (Hugging Face's modeling_*.py): Llama and Mixtral attentio
 {q,k,v}_proj.bias and no o_proj bias; Qwen3 q_norm.weight and k_norm.weight (head_dim,) per layer,
 {q,k,v,o}_proj.bias with attention_bias true, and an explicit head_dim (q_proj (H*head_dim, C)).
 `reference_attrs(cfg)` says the same in the attributes tests/parity/torch_reference.py reads.
+
+Sliding windows, as transformers reads each family's config (`window(cfg)`):
+  Mistral, Mixtral  sliding_window an int W: every layer attends to its last W keys; null: none.
+                    A layer_types key is not read (MistralConfig only warns about it).
+  Qwen2, Qwen3      the window exists only with use_sliding_window true (else the config sets
+                    sliding_window to None, whatever the file says). layer_types, when given,
+                    decides per layer ("sliding_attention" / "full_attention"); absent, layers
+                    with index >= max_window_layers slide. A sliding layer with no window is an
+                    error in transformers (create_sliding_window_causal_mask), here too.
+  Llama             none.
 
 `read_safetensors` checks every rule of the format and raises AssertionError naming the broken
 one, so a test that reads kktrain's files with it checks that kktrain writes valid ones.
@@ -171,44 +182,70 @@ def mixtral_config(E=4, top_k=2, aux=0.02, router_jitter_noise=0.0, **kw) -> Dic
     return c
 
 
+def mistral_config(V=256, C=64, L=2, H=4, KV=2, F=160, head_dim=None, max_pos=128, tied=False,
+                   theta=10000.0, eps=1e-5, sliding_window=4096, torch_dtype="float32",
+                   **extra) -> Dict[str, object]:
+    """A Mistral (MistralForCausalLM): Llama's tensors (no biases) with sliding_window W (an int:
+    every layer sees its last W keys; None: full attention) and an explicit head_dim (C / H when
+    not given), the key set of the Mistral-7B config.json files."""
+    c = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV,
+         "head_dim": C // H if head_dim is None else head_dim, "hidden_act": "silu",
+         "rms_norm_eps": eps, "rope_theta": theta, "max_position_embeddings": max_pos,
+         "sliding_window": sliding_window, "tie_word_embeddings": tied,
+         "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+         "initializer_range": 0.02, "use_cache": True, "torch_dtype": torch_dtype,
+         "transformers_version": "4.42.0"}
+    c.update(extra)
+    return c
+
+
 def qwen2_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, tied=False, theta=1000000.0,
-                 eps=1e-6, sliding_window=4096, max_window_layers=None, torch_dtype="float32",
-                 **extra) -> Dict[str, object]:
+                 eps=1e-6, sliding_window=4096, max_window_layers=None, use_sliding_window=False,
+                 layer_types=None, torch_dtype="float32", **extra) -> Dict[str, object]:
     """A Qwen2 / Qwen2.5 (Qwen2ForCausalLM): Llama with q, k, v biases (o_proj has none), the key
     set of the Qwen2.5 config.json files. use_sliding_window false: Qwen2Config then sets
     sliding_window to None whatever the file says, so `sliding_window` and `max_window_layers`
-    (default L) are inert here (with use_sliding_window true, layers i >= max_window_layers
-    would attend to the last sliding_window keys)."""
+    (default L) are inert; use_sliding_window true: layers i >= max_window_layers attend to
+    the last sliding_window keys, or the layers layer_types names "sliding_attention" when
+    the list is given (it wins over max_window_layers)."""
     c = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": V,
          "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
          "num_attention_heads": H, "num_key_value_heads": KV, "hidden_act": "silu",
          "rms_norm_eps": eps, "rope_theta": theta, "max_position_embeddings": max_pos,
-         "tie_word_embeddings": tied, "use_sliding_window": False,
+         "tie_word_embeddings": tied, "use_sliding_window": use_sliding_window,
          "sliding_window": sliding_window,
          "max_window_layers": L if max_window_layers is None else max_window_layers,
          "attention_dropout": 0.0, "bos_token_id": V - 2, "eos_token_id": V - 1,
          "initializer_range": 0.02, "use_cache": True, "use_mrope": False,
          "torch_dtype": torch_dtype, "transformers_version": "4.43.1"}
+    if layer_types is not None:
+        c["layer_types"] = list(layer_types)
     c.update(extra)
     return c
 
 
 def qwen3_config(V=256, C=64, L=2, H=4, KV=2, F=160, head_dim=32, max_pos=128, tied=False,
                  theta=1000000.0, eps=1e-6, attention_bias=False, sliding_window=None,
-                 max_window_layers=None, torch_dtype="float32", **extra) -> Dict[str, object]:
+                 max_window_layers=None, use_sliding_window=False, layer_types=None,
+                 torch_dtype="float32", **extra) -> Dict[str, object]:
     """A Qwen3 (Qwen3ForCausalLM): per-head q_norm / k_norm, an explicit head_dim (here 32,
     not C / H = 16, as Qwen3-0.6B's 128 is not 1024 / 16), optional biases on all four
-    projections; the key set of the Qwen3 config.json files (use_sliding_window false)."""
+    projections; the key set of the Qwen3 config.json files (use_sliding_window false by
+    default; the window keys as Qwen2's, layer_types included)."""
     c = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": V,
          "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
          "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": head_dim,
          "hidden_act": "silu", "rms_norm_eps": eps, "rope_theta": theta, "rope_scaling": None,
          "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
          "attention_bias": attention_bias, "attention_dropout": 0.0,
-         "use_sliding_window": False, "sliding_window": sliding_window,
+         "use_sliding_window": use_sliding_window, "sliding_window": sliding_window,
          "max_window_layers": L if max_window_layers is None else max_window_layers,
          "bos_token_id": V - 2, "eos_token_id": V - 1, "initializer_range": 0.02,
          "use_cache": True, "torch_dtype": torch_dtype, "transformers_version": "4.51.0"}
+    if layer_types is not None:
+        c["layer_types"] = list(layer_types)
     c.update(extra)
     return c
 
@@ -231,11 +268,46 @@ def qk_norm(cfg) -> str:
     return "per_head" if cfg.get("model_type") == "qwen3" else "none"
 
 
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def window(cfg) -> Tuple[int, str]:
+    """(W, layers): the sliding window as transformers reads this config (see the top of this
+    file) and a '0'/'1' per layer saying which layers use it; (0, "0" * L) when no layer
+    slides."""
+    L = cfg["num_hidden_layers"]
+    family = cfg.get("model_type")
+    W = cfg.get("sliding_window")
+    if family in ("mistral", "mixtral"):
+        slides = [W is not None] * L  # every layer; layer_types is not read
+    elif family in ("qwen2", "qwen3"):
+        if not cfg.get("use_sliding_window", False):
+            W = None
+        types = cfg.get("layer_types")
+        if types is None:
+            types = ["sliding_attention" if W is not None and i >= cfg["max_window_layers"]
+                     else "full_attention" for i in range(L)]
+        if len(types) != L or set(types) - set(LAYER_TYPES):
+            raise ValueError(f"layer_types {types}: {L} of {LAYER_TYPES}")
+        slides = [t == "sliding_attention" for t in types]
+        if any(slides) and W is None:
+            raise ValueError("sliding_attention layers without a sliding_window "
+                             "(use_sliding_window false or sliding_window null)")
+    else:
+        slides = [False] * L
+    if W is not None and int(W) <= 0:
+        raise ValueError(f"sliding_window {W}: must be a positive int or null")
+    if not any(slides):
+        return 0, "0" * L
+    return int(W), "".join("1" if x else "0" for x in slides)
+
+
 def reference_attrs(cfg) -> Dict[str, object]:
     """The attention attributes of a `kktrain grads` dump that torch_reference.py reads, as this
-    config means them."""
+    config means them (sliding_window 0 and window_layers all '0' without a sliding layer)."""
+    W, layers = window(cfg)
     return {"head_dim": head_dim(cfg), "attention_bias": attention_bias(cfg),
-            "qk_norm": qk_norm(cfg)}
+            "qk_norm": qk_norm(cfg), "sliding_window": W, "window_layers": layers}
 
 
 def weight_names(cfg) -> List[str]:

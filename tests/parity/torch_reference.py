@@ -29,12 +29,19 @@ Llama's choice, so older dumps read as before):
                   and `k_norm.weight` (head_dim,): an RMSNorm over each head's head_dim values
                   (same formula, eps and dtype handling as the other RMSNorms), applied after the
                   projection (+ bias) and the split into heads, before rotary.
+  sliding_window  int (absent or 0: none): W > 0 limits a sliding layer's query at position q to
+                  the keys k with q - W < k <= q (W keys, itself included; Hugging Face's
+                  masking_utils sliding_window_overlay on top of the causal mask), on top of the
+                  packed-row block-diagonal mask below.
+  window_layers   a string of '0' / '1', one per layer ("0011": layers 2 and 3 slide, 0 and 1
+                  see every earlier key); absent with sliding_window > 0: every layer slides.
+                  Ignored without a window.
 
 Packed rows (a dump with /batch/starts, from examples data): token t of a row belongs to the
 example that begins at starts[b, t]; its attention sees keys [start, t] of its row only (a
 block-diagonal causal mask) and its rotary position is t - start (cos/sin gathered per token).
 Targets < 0 (padding, tokens outside the loss) are ignored. Without /batch/starts every row is
-one sequence.
+one sequence. A sliding layer's window counts row positions (starts only narrow it further).
 
 Plain torch only (no transformers import). Usable as a library (`load_dump`, `reference`) or
 from the command line: `torch_reference.py FILE.h5 [--mode float64]` prints the losses.
@@ -141,6 +148,25 @@ class Dump:
         return v
 
     @property
+    def sliding_window(self) -> int:
+        """W > 0: sliding layers see the last W keys (themselves included); 0: no window."""
+        v = int(self.attrs.get("sliding_window", 0))
+        if v < 0:
+            raise ValueError(f"sliding_window {v}: must be >= 0 (0: none)")
+        return v
+
+    @property
+    def window_layers(self) -> str:
+        """'0'/'1' per layer: which layers slide ("0" * L without a window; "1" * L for a
+        window without the attribute)."""
+        if self.sliding_window == 0:
+            return "0" * self.L
+        v = _text(self.attrs.get("window_layers", "1" * self.L))
+        if len(v) != self.L or set(v) - set("01"):
+            raise ValueError(f"window_layers {v!r}: must be {self.L} characters of 0 / 1")
+        return v
+
+    @property
     def compute_mtp(self) -> bool:
         return bool(int(self.attrs.get("compute_mtp", 1)))
 
@@ -234,10 +260,14 @@ def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optio
     return emb.cos().to(dtype), emb.sin().to(dtype)  # HF: computed in fp32, cast to x.dtype
 
 
-def attention_mask(T: int, starts: Optional[torch.Tensor]) -> torch.Tensor:
-    """True where query t may read key s: causal (s <= t), and with per-token example starts
-    (B, T) also s >= starts[b, t] (block-diagonal). (T, T), or (B, 1, T, T) with starts."""
+def attention_mask(T: int, starts: Optional[torch.Tensor], window: int = 0) -> torch.Tensor:
+    """True where query t may read key s: causal (s <= t), with a window W > 0 also s > t - W
+    (the last W keys, t itself included), and with per-token example starts (B, T) also
+    s >= starts[b, t] (block-diagonal). (T, T), or (B, 1, T, T) with starts."""
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if window > 0:
+        pos = torch.arange(T)
+        causal = causal & (pos[None, :] > pos[:, None] - window)  # [query, key]
     if starts is None:
         return causal
     key = torch.arange(T)
@@ -299,6 +329,14 @@ class Reference:
 
     def norm(self, x, name):
         return rms_norm(x, self.p(name), self.eps, self.stat)
+
+    def layer_masks(self, T: int, starts: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+        """Each layer's attention mask: the sliding one for the dump's window_layers, else the
+        full causal (block-diagonal with starts) one."""
+        full = attention_mask(T, starts)
+        W, which = self.d.sliding_window, self.d.window_layers
+        slide = attention_mask(T, starts, W) if "1" in which else None
+        return [slide if c == "1" else full for c in which]
 
     def attention(self, n, prefix, cos, sin, mask=None):
         B, T, _ = n.shape
@@ -409,9 +447,12 @@ class Reference:
             raise ValueError("packed rows (/batch/starts) with an MTP head: not defined")
         positions = None if starts is None else torch.arange(T)[None, :] - starts
         cos, sin = rope_tables(T, self.D, self.theta, h.dtype, self.scaling, positions)
-        mask = attention_mask(T, starts)
+        if "1" in d.window_layers and d.K > 0 and d.compute_mtp:
+            raise ValueError("a sliding window with an MTP head: not defined")
+        masks = self.layer_masks(T, starts)
+        mask = attention_mask(T, starts)  # the MTP blocks' (no window there)
         for i in range(d.L):
-            h = self.block(h, f"model.layers.{i}.", cos, sin, mask)
+            h = self.block(h, f"model.layers.{i}.", cos, sin, masks[i])
         loss = self.head_loss(h, "model.norm.weight", tgt)
         mtp_loss = None
         if d.K > 0 and d.compute_mtp:
