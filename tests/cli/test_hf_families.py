@@ -1,0 +1,378 @@
+"""Qwen2 (Qwen2ForCausalLM) and Qwen3 (Qwen3ForCausalLM) Hugging Face directories end to end,
+beyond the parity check (tests/hf/check_hf_parity.py): training, exports, resuming, LoRA and the
+refusals. The files are written and read by tests/hf/hf_files.py from the format's description.
+
+usage: test_hf_families.py KKTRAIN INPUTS_DIR CASE       (tests/cli/train_tests.cmake, label "hf")
+
+The two models (hidden 64, 2 layers, 4 heads, 2 KV heads, sequences of 32 tokens):
+  qwen2: tied embeddings, F32, q/k/v biases (no o_proj bias), sliding_window 4096 with
+         use_sliding_window false (as the Qwen2.5 files have it), two shards;
+  qwen3: untied, BF16, head_dim 32 != hidden / heads = 16, attention_bias true (q/k/v/o biases),
+         per-head q_norm / k_norm, one file; trained with FusedAdam and an fp32 master.
+
+- roundtrip_<family>: train 3 steps from the directory, `kktrain export --format safetensors`:
+  the tensor names and shapes are the input's exactly (tied: no lm_head.weight), config.json has
+  the input's architectures, model_type and every key describing the model with its value
+  (head_dim, attention_bias, the window keys), each tensor is the checkpoint's (F32: bit for bit;
+  BF16: the fp32 master rounded to nearest even), and the export loads back (model.init_from,
+  `kktrain grads`) to the exported values bit for bit.
+- resume_<family>: 4 steps straight vs 2 steps + a resume to 4, on 1 rank and on 2 ranks
+  (mpirun): the final checkpoints are bit-identical; the 2-rank step-2 checkpoint resumed on 1
+  rank saves the same checkpoint again (world_size aside) and trains on.
+- lora_<family>: LoRA on q_proj, k_proj, v_proj, o_proj (PEFT's names), 2 steps, `kktrain
+  export --format peft`: adapter_config.json says those target_modules, the adapters are
+  base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight with head_dim's
+  shapes; the base (its biases and q/k norms included) is frozen: the checkpoint holds the
+  input's values bit for bit.
+- refusals: config.json values a family cannot compute or that are malformed (Qwen2 with a
+  sliding window shorter than the context, Qwen3 attention_bias "yes", head_dim 3, an unknown
+  key, Qwen2 use_mrope true) are one error line naming the file and key, exit 2, nothing
+  written; a model.family qwen3 with model.attention_bias qkv (no o bias) trains, and its
+  safetensors export is one error naming model.attention_bias, nothing written.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "hf"))
+import hf_files as hf  # noqa: E402
+import test_checkpoint as tc  # noqa: E402
+import test_hf as th  # noqa: E402
+import test_train as tt  # noqa: E402
+from test_train import check  # noqa: E402
+
+F32 = ["distributed.mp_policy.param_dtype=float32"]
+MASTER = ["optimizer._target_=FusedAdam", "optimizer.master_weights=true"]
+FAMILIES = {
+    # (config.json, stored dtype, shards, training overrides)
+    "qwen2": (lambda: hf.qwen2_config(tied=True, max_pos=64), "F32", 2, F32),
+    "qwen3": (lambda: hf.qwen3_config(tied=False, head_dim=32, attention_bias=True, max_pos=64,
+                                      torch_dtype="bfloat16"), "BF16", 1, MASTER),
+}
+# config.json keys that say what the model computes; an export must carry each one the input has
+# with the input's value (sliding_window: see window_equal).
+MODEL_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
+              "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings",
+              "tie_word_embeddings", "attention_bias", "attention_dropout", "use_sliding_window",
+              "max_window_layers", "sliding_window", "torch_dtype")
+# Keys of the input that describe no computation (token ids, the initializer, the generation
+# cache, the writer's version) or hold the family's default (use_mrope false is Qwen2's): an
+# export may leave them out.
+NOT_MODEL_KEYS = {"bos_token_id", "eos_token_id", "initializer_range", "use_cache",
+                  "transformers_version", "use_mrope"}
+
+
+def make_family(tmp, family, name="model", **extra):
+    cfg_fn, dtype, shards, over = FAMILIES[family]
+    cfg = cfg_fn()
+    cfg.update(extra)
+    w = hf.random_weights(cfg, seed=11)
+    path = os.path.join(tmp, name)
+    hf.write_model_dir(path, cfg, w, dtype, shards=shards)
+    _, stored, _ = hf.read_model_dir(path)  # the values as stored (BF16: rounded)
+    return path, cfg, {n: v for n, (_, v) in stored.items()}, over
+
+
+def h5_params(dump):
+    import h5py
+    with h5py.File(dump, "r") as f:
+        return {n: np.asarray(ds[()], dtype=np.float32) for n, ds in f["params"].items()}
+
+
+def checkpoint_params(run_dir):
+    """{name: fp32 value} of the latest checkpoint's params (the stored weights, not the master)."""
+    with open(os.path.join(run_dir, "checkpoints", "latest")) as f:
+        step = f.read().strip()
+    return h5_params(os.path.join(run_dir, "checkpoints", step, "checkpoint.h5"))
+
+
+def bits(v):
+    return np.ascontiguousarray(v, dtype=np.float32).view(np.uint32)
+
+
+def window_equal(src, out):
+    """sliding_window means nothing while use_sliding_window is false: Qwen2Config / Qwen3Config
+    then set it to None, and save_pretrained writes null. Equal, or null where it is inert."""
+    if src.get("sliding_window") == out.get("sliding_window"):
+        return True
+    return out.get("sliding_window") is None and not src.get("use_sliding_window", False)
+
+
+def run_ok(args, what):
+    rc, o, e = tt.run(args)
+    check(rc == 0, what + tt.describe(args, rc, o, e))
+    return o, e
+
+
+# ---- 1. train, export, load back ------------------------------------------------------------
+
+
+def roundtrip(family):
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
+        model, src, before, over = make_family(tmp, family)
+        snap = th.snapshot(model)
+        conf = th.write_config(tmp)
+        run_dir = os.path.join(tmp, "run")
+        run_ok(["train", conf, f"model.init_from={model}", f"train.output_dir={run_dir}",
+                "train.max_steps=3", "optimizer.lr=1e-2", *over], "train")
+        master = th.checkpoint_values(run_dir)
+        out = os.path.join(tmp, "export")
+        dtype = {"float32": "float32", "bfloat16": "bfloat16"}[src["torch_dtype"]]
+        run_ok(["export", run_dir, "--format", "safetensors", "--dtype", dtype, "--out", out],
+               "export")
+        cfg, tensors, files = hf.read_model_dir(out)  # every rule of the format
+        # Names and shapes: the input's, no more, no fewer.
+        _, src_tensors, _ = hf.read_model_dir(model)
+        extra, missing = set(tensors) - set(src_tensors), set(src_tensors) - set(tensors)
+        check(not extra and not missing, f"exported names differ from the input's: extra "
+              f"{sorted(extra)}, missing {sorted(missing)}")
+        check(src["tie_word_embeddings"] == ("lm_head.weight" not in tensors), "lm_head.weight")
+        for n, (d, v) in tensors.items():
+            check(v.shape == src_tensors[n][1].shape, f"{n}: shape {v.shape} vs the input's "
+                  f"{src_tensors[n][1].shape}")
+            check(d == src_tensors[n][0], f"{n} stored as {d}, the input as {src_tensors[n][0]}")
+        # config.json: the architecture and every key describing the model, with its value.
+        for k in ("architectures", "model_type"):
+            check(cfg[k] == src[k], f"config.json {k}: {cfg[k]} vs the input's {src[k]}")
+        dropped = sorted(set(src) - set(cfg) - NOT_MODEL_KEYS)
+        check(not dropped, f"config.json lacks the input's {dropped}")
+        for k in MODEL_KEYS:
+            if k not in src:
+                continue
+            if k == "sliding_window":
+                check(window_equal(src, cfg), f"config.json sliding_window {cfg.get(k)!r} vs the "
+                      f"input's {src[k]!r} (use_sliding_window {cfg.get('use_sliding_window')})")
+            else:
+                check(cfg[k] == src[k] and type(cfg[k]) is type(src[k]),
+                      f"config.json {k}: {cfg[k]!r} vs the input's {src[k]!r}")
+        if "head_dim" not in src:  # Qwen2: none in the input; the export's must be C / H
+            check(cfg.get("head_dim", hf.head_dim(src)) == hf.head_dim(src),
+                  f"config.json head_dim {cfg.get('head_dim')}")
+        # Values: the checkpoint's (F32 bit for bit; BF16 the master rounded to nearest even).
+        moved = 0
+        for n, (d, v) in tensors.items():
+            want = master[n]
+            if d == "BF16":
+                check(np.array_equal(hf.bf16_bits(want), hf.bf16_bits(v)),
+                      f"{n}: bf16 export is not the master rounded to nearest even")
+            else:
+                check(np.array_equal(bits(v), bits(want)), f"{n}: export is not the checkpoint "
+                      "bit for bit")
+            moved += not np.array_equal(bits(v), bits(before[n]))
+        check(moved > 0, "training changed nothing")
+        # Loaded back: the exported values bit for bit.
+        dump = os.path.join(tmp, "back.h5")
+        back_over = F32 if src["torch_dtype"] == "float32" else []
+        run_ok(["grads", conf, "--out", dump, f"model.init_from={out}", *back_over],
+               "init_from the export")
+        back = h5_params(dump)
+        check(set(back) == set(tensors), f"loaded back: {sorted(set(back) ^ set(tensors))}")
+        for n, (_, v) in tensors.items():
+            check(np.array_equal(bits(back[n]), bits(v)), f"{n} loaded back differs")
+        check(th.snapshot(model) == snap, "the input directory changed")
+        biases = sum(n.endswith("_proj.bias") for n in tensors)
+        norms = sum(n.endswith(("q_norm.weight", "k_norm.weight")) for n in tensors)
+        print(f"{family}: {len(tensors)} tensors in {[os.path.basename(f) for f in files]} "
+              f"({biases} biases, {norms} q/k norms), {moved} trained, config.json "
+              f"{cfg['architectures'][0]} head_dim {cfg.get('head_dim')} attention_bias "
+              f"{cfg.get('attention_bias')} sliding_window {cfg.get('sliding_window')} (input "
+              f"keys not written: {sorted(set(src) - set(cfg))}), loaded back bit for bit")
+
+
+def case_roundtrip_qwen2():
+    roundtrip("qwen2")
+
+
+def case_roundtrip_qwen3():
+    roundtrip("qwen3")
+
+
+# ---- 2. resume: straight vs split, 1 and 2 ranks, another rank count -------------------------
+
+
+# Loss of steps 3-4 after the 2-rank checkpoint resumed on 1 rank vs the 2-rank run: the same
+# batches, the gradient sums in another order (one rank accumulates two micro-batches where two
+# ranks reduce their halves). Measured: qwen2 (F32 weights, bf16 logits) 2.5e-5, qwen3 (bf16) 0;
+# 1e-3 is 40x the larger.
+RESUME_REL_TOL = 1e-3
+
+
+def metrics(run_dir):
+    """The training rows (with a loss) of a run's metrics.jsonl."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [r for r in rows if "loss" in r]
+
+
+def resume(family):
+    n_steps, half = 4, 2
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
+        model, _, _, over = make_family(tmp, family)
+        conf = th.write_config(tmp)
+
+        def train(out_dir, np_, *extra, gbs=None):  # 2-sequence micro-batches, 1 per rank
+            args = ["train", conf, f"model.init_from={model}", f"train.output_dir={out_dir}",
+                    "train.log_every=1", "checkpoint.save_every=0", "optimizer.lr=1e-2",
+                    *tc.sched(n_steps), f"data.global_batch_size={gbs or 2 * np_}", *over,
+                    *extra]
+            rc, o, e = tc.launch(args, np_)
+            where = tt.describe(args, rc, o, e) + f"\n({np_} rank(s))"
+            check(rc == 0, "train" + where)
+            return e, where
+
+        for np_ in (1, 2):
+            a = os.path.join(tmp, f"straight_np{np_}")
+            b = os.path.join(tmp, f"split_np{np_}")
+            train(a, np_, f"train.max_steps={n_steps}")
+            train(b, np_, f"train.max_steps={half}")
+            err, where = train(b, np_, f"train.max_steps={n_steps}", "checkpoint.resume=auto")
+            check(f"resumed from {tc.ckpt(b, half)} at step {half}" in err, "no 'resumed' line"
+                  + where)
+            tc.compare_files(tc.ckpt(a, n_steps), tc.ckpt(b, n_steps),
+                             f"{family} on {np_} rank(s): final checkpoints", ("config",))
+            print(f"{family} on {np_} rank(s): {n_steps} steps straight == {half} + resumed "
+                  f"{n_steps - half}, {len(tc.load_h5(tc.ckpt(a, n_steps))[1])} datasets "
+                  "bit-identical")
+        # The 2-rank checkpoint at step 2 on 1 rank (the same global batch of 4 as two
+        # micro-batches): saved again the same, then trained on to the 2-rank run's losses.
+        src = os.path.dirname(tc.ckpt(os.path.join(tmp, "split_np2"), half))
+        one = os.path.join(tmp, "from_np2")
+        err, where = train(one, 1, f"train.max_steps={half}", f"checkpoint.resume={src}", gbs=4)
+        check(f"at step {half}" in err and f"checkpoint: step {half} -> " in err,
+              "resumed on 1 rank without saving step 2" + where)
+        root2, root1 = tc.compare_files(os.path.join(src, "checkpoint.h5"), tc.ckpt(one, half),
+                                        f"{family}: 2-rank checkpoint saved again on 1 rank")
+        check(root2["world_size"] == 2 and root1["world_size"] == 1,
+              f"world_size {root2['world_size']} / {root1['world_size']}")
+        err, where = train(one, 1, f"train.max_steps={n_steps}", "checkpoint.resume=auto",
+                            gbs=4)
+        rows = metrics(one)
+        check([r["step"] for r in rows][-2:] == [3, 4], f"rows {rows}" + where)
+        ref = {r["step"]: r["loss"] for r in metrics(os.path.join(tmp, "straight_np2"))}
+        rel = max(abs(r["loss"] - ref[r["step"]]) / abs(ref[r["step"]])
+                  for r in rows if r["step"] > half)
+        print(f"{family}: the 2-rank step-{half} checkpoint saved again on 1 rank bit for bit; "
+              f"steps 3-4 on 1 rank vs 2 ranks: loss relative difference {rel:.3g}")
+        check(rel <= RESUME_REL_TOL, f"steps after the resume on 1 rank: loss {rel:.3g} from 2 "
+              "ranks'")
+
+
+def case_resume_qwen2():
+    resume("qwen2")
+
+
+def case_resume_qwen3():
+    resume("qwen3")
+
+
+# ---- 3. LoRA on the attention projections ------------------------------------------------------
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+R, ALPHA = 4, 8.0
+
+
+def lora(family):
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
+        model, src, before, over = make_family(tmp, family)
+        conf = th.write_config(tmp)
+        run_dir = os.path.join(tmp, "run")
+        peft = f"peft={{target_modules: [{', '.join(TARGETS)}], dim: {R}, alpha: {ALPHA}}}"
+        run_ok(["train", conf, f"model.init_from={model}", f"train.output_dir={run_dir}",
+                "train.max_steps=2", "optimizer.lr=2e-2", peft, *over], "LoRA train")
+        out = os.path.join(tmp, "adapter")
+        run_ok(["export", run_dir, "--format", "peft", "--out", out], "export --format peft")
+        with open(os.path.join(out, "adapter_config.json")) as f:
+            ac = json.load(f)
+        check(sorted(ac["target_modules"]) == sorted(TARGETS),
+              f"adapter_config.json target_modules {ac['target_modules']}")
+        check(ac["r"] == R and ac["lora_alpha"] == ALPHA, f"r / lora_alpha {ac['r']} "
+              f"{ac['lora_alpha']}")
+        _, t, _ = hf.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+        want = {f"base_model.model.model.layers.{i}.self_attn.{p}.lora_{ab}.weight"
+                for i in range(src["num_hidden_layers"]) for p in TARGETS for ab in "AB"}
+        check(set(t) == want, f"adapter tensors: extra {sorted(set(t) - want)}, missing "
+              f"{sorted(want - set(t))}")
+        for n, (_, shape, _) in t.items():
+            module = n[len("base_model.model."):-len(".lora_A.weight")]
+            out_f, in_f = hf.weight_shape(src, module + ".weight")
+            ws = (R, in_f) if ".lora_A." in n else (out_f, R)
+            check(shape == ws, f"{n} shape {shape}, expected {ws}")
+        check(any(np.abs(v).max() > 0 for n, (_, _, v) in t.items() if ".lora_B." in n),
+              "every lora_B is zero: the run trained nothing")
+        # The base is frozen: every base tensor of the checkpoint is the input's, bit for bit.
+        ck = checkpoint_params(run_dir)
+        base = {n: v for n, v in ck.items() if ".lora_" not in n}
+        check(set(base) == set(before), f"base parameters {sorted(set(base) ^ set(before))}")
+        for n, v in before.items():
+            check(np.array_equal(bits(base[n]), bits(v)), f"{n} changed in a LoRA run")
+        frozen = [n for n in before if n.endswith(("_proj.bias", "q_norm.weight",
+                                                   "k_norm.weight"))]
+        check(frozen, "no biases or q/k norms in the model")
+        print(f"{family}: {len(t)} adapter tensors ({sorted(t)[0]}, ...), target_modules "
+              f"{ac['target_modules']}; {len(base)} base tensors frozen bit for bit, "
+              f"{len(frozen)} of them biases and q/k norms")
+
+
+def case_lora_qwen2():
+    lora("qwen2")
+
+
+def case_lora_qwen3():
+    lora("qwen3")
+
+
+# ---- 4. refusals -------------------------------------------------------------------------------
+
+
+def case_refusals():
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
+        conf = th.write_config(tmp)
+        cases = [  # (name, family, config.json edit, needles)
+            ("qwen2_sliding_window", "qwen2", {"use_sliding_window": True, "sliding_window": 16,
+                                               "max_window_layers": 0}, ("use_sliding_window",)),
+            ("qwen3_attention_bias_text", "qwen3", {"attention_bias": "yes"},
+             ("attention_bias",)),
+            ("qwen3_head_dim_odd", "qwen3", {"head_dim": 3}, ("head_dim",)),
+            ("unknown_key", "qwen3", {"rope_interleaved_new": 1}, ("rope_interleaved_new",)),
+            ("qwen2_mrope", "qwen2", {"use_mrope": True}, ("use_mrope",)),
+        ]
+        for name, family, edit, needles in cases:
+            model, _, _, over = make_family(tmp, family, name=name)
+            th.edit_json(os.path.join(model, "config.json"), lambda j: j.update(edit))
+            snap = th.snapshot(model)
+            run_dir = os.path.join(tmp, name + "_run")
+            args = ["train", conf, f"model.init_from={model}", f"train.output_dir={run_dir}",
+                    "train.max_steps=1", *over]
+            rc, o, e = tt.run(args)
+            line = th.one_error(rc, o, e, os.path.join(model, "config.json"), *needles,
+                                where=tt.describe(args, rc, o, e))
+            check(not os.path.exists(run_dir), f"{name}: a refused run wrote {run_dir}")
+            check(th.snapshot(model) == snap, f"{name}: an input file changed")
+            print(f"{name}: {line[len('kktrain: error: '):]}")
+        # A Qwen3 with biases on q, k, v but none on o trains; no Qwen3 config.json describes it.
+        run_dir = os.path.join(tmp, "qkv_run")
+        yaml = th.write_config(tmp, th.CONFIG + "model:\n  family: qwen3\n  attention_bias: qkv\n"
+                               "  qk_norm: per_head\n  hidden_size: 64\n  num_layers: 2\n"
+                               "  num_heads: 4\n  num_kv_heads: 2\n  head_dim: 32\n",
+                               "qkv.yaml")
+        run_ok(["train", yaml, f"train.output_dir={run_dir}", "train.max_steps=1"],
+               "train model.family qwen3, attention_bias qkv")
+        out = os.path.join(tmp, "qkv_export")
+        args = ["export", run_dir, "--format", "safetensors", "--out", out]
+        rc, o, e = tt.run(args)
+        line = th.one_error(rc, o, e, "model.attention_bias", "qkv",
+                            where=tt.describe(args, rc, o, e))
+        check(not os.path.exists(out), "a refused export wrote --out")
+        check(not [f for f in os.listdir(tmp) if f.startswith("qkv_export")],
+              f"a refused export left {os.listdir(tmp)}")
+        print(f"export qwen3 + qkv: {line[len('kktrain: error: '):]}")
+
+
+if __name__ == "__main__":
+    sys.exit(tt.run_case(globals(), __doc__))
