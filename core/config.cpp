@@ -211,6 +211,18 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   s.accepts("head_dim", "null (hidden_size / num_heads) or an even number >= 2");
   m->attention_bias = get_enum(s, "attention_bias", m->attention_bias, attention_biases());
   m->qk_norm = get_enum(s, "qk_norm", m->qk_norm, qk_norms());
+  m->sliding_window = s.get_opt_int("sliding_window", std::nullopt, 1, 1 << 22).value_or(0);
+  s.accepts("sliding_window", "null (no window) or the keys a query sees, >= 1");
+  const std::vector<std::string> types = s.get_string_list("layer_types");
+  s.accepts("layer_types",
+            "null (every layer slides with a window) or one of full_attention, "
+            "sliding_attention per layer");
+  m->layer_types.clear();
+  for (const auto& t : types) {
+    const auto a = parse_layer_attention(t);
+    if (!a) s.fail("layer_types", "\"" + t + "\" is not full_attention or sliding_attention");
+    m->layer_types.push_back(*a);
+  }
 
   // Storage dtype: both spellings accept the same values; resolution happens in load_config.
   spec->dtype = s.get_dtype("dtype", std::nullopt, DTypeNull::accepted, DTypeAuto::accepted,
@@ -264,6 +276,12 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
     s.fail_either("num_heads", "num_kv_heads",
                   "num_heads " + std::to_string(m->num_heads) +
                       " is not divisible by num_kv_heads " + std::to_string(m->num_kv_heads));
+  }
+  if (!m->layer_types.empty()) {
+    if (static_cast<int64_t>(m->layer_types.size()) != m->num_layers) {
+      s.fail("layer_types", std::to_string(m->layer_types.size()) + " layer types for " +
+                                std::to_string(m->num_layers) + " layers (num_layers)");
+    }
   }
   if (m->explicit_head_dim % 2 != 0) {
     s.fail("head_dim",

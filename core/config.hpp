@@ -89,6 +89,12 @@ enum class QkNorm { none, per_head };
 const char* qk_norm_name(QkNorm q);  // "none", "per_head"
 std::optional<QkNorm> parse_qk_norm(const std::string& name);
 
+// model.layer_types: a layer's attention, "full_attention" or "sliding_attention" (the Hugging
+// Face spellings).
+enum class LayerAttention { full, sliding };
+const char* layer_attention_name(LayerAttention a);
+std::optional<LayerAttention> parse_layer_attention(const std::string& name);
+
 struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t hidden_size = 128;
@@ -125,6 +131,18 @@ struct ModelConfig {
   int64_t explicit_head_dim = 0;  // model.head_dim (null: 0, hidden_size / num_heads)
   AttentionBias attention_bias = AttentionBias::none;
   QkNorm qk_norm = QkNorm::none;
+  // model.sliding_window: a query at position q sees keys q - W < k <= q on the sliding layers
+  // (0: no window, null in a config); model.layer_types: which layers slide ("sliding_attention")
+  // and which see the whole context ("full_attention"), one per layer (empty, null in a config:
+  // every layer slides when there is a window).
+  int64_t sliding_window = 0;
+  std::vector<LayerAttention> layer_types;
+  // The window of layer l (0: none).
+  int64_t window_of(int64_t l) const {
+    if (sliding_window <= 0) return 0;
+    if (layer_types.empty()) return sliding_window;
+    return layer_types[static_cast<std::size_t>(l)] == LayerAttention::sliding ? sliding_window : 0;
+  }
   int64_t head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
   }

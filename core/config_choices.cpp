@@ -98,6 +98,15 @@ std::optional<E> parse_choice(const Choices<E>& choices, const std::string& name
 }
 }  // namespace
 
+const char* layer_attention_name(LayerAttention a) {
+  return a == LayerAttention::sliding ? "sliding_attention" : "full_attention";
+}
+std::optional<LayerAttention> parse_layer_attention(const std::string& name) {
+  if (name == "full_attention") return LayerAttention::full;
+  if (name == "sliding_attention") return LayerAttention::sliding;
+  return std::nullopt;
+}
+
 const char* model_family_name(ModelFamily f) {
   return choice_name(model_families(), f);
 }

@@ -10,8 +10,17 @@ namespace kktrain {
 namespace {
 
 // Values equal as a config means them: numbers by value (1e-05 == 0.00001), booleans by truth,
-// mappings key by key, anything else by its text.
+// mappings key by key, lists item by item (an empty list is null), anything else by its text.
 bool same_value(const YAML::Node& a, const YAML::Node& b) {
+  auto empty = [](const YAML::Node& n) { return n.IsNull() || (n.IsSequence() && n.size() == 0); };
+  if (a.IsSequence() || b.IsSequence()) {
+    if (empty(a) && empty(b)) return true;
+    if (!a.IsSequence() || !b.IsSequence() || a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (!same_value(a[i], b[i])) return false;
+    }
+    return true;
+  }
   if (a.IsMap() || b.IsMap()) {
     if (!a.IsMap() || !b.IsMap() || a.size() != b.size()) return false;
     for (const auto& kv : a) {

@@ -327,54 +327,75 @@ void refuse_unsupported(const Keys& k) {
   }
 }
 
-// Llama, Mistral and Mixtral: `sliding_window` on every layer (Mistral's default, when the key is
-// absent, is 4096); a window at least the context long changes nothing.
-void refuse_llama_window(const Keys& k, const std::string& arch, int64_t max_positions) {
-  const bool mistral = arch == "MistralForCausalLM";
-  if (k.has("sliding_window") || k.j.contains("sliding_window") || mistral) {
-    const bool absent = !k.j.contains("sliding_window");
-    if (absent || !k.j["sliding_window"].is_null()) {
-      const int64_t w = absent ? 4096 : k.integer("sliding_window", std::nullopt, 1);
-      if (w < max_positions) {
-        if (absent) {
-          k.fail("sliding_window",
-                 "absent, which for " + arch + " means 4096 < max_position_embeddings " +
-                     std::to_string(max_positions) + ": kktrain's attention has no sliding window");
-        }
-        k.fail("sliding_window",
-               "kktrain's attention has no sliding window (it is shorter than "
-               "max_position_embeddings " +
-                   std::to_string(max_positions) + ")");
-      }
-    }
-  }
-  if (k.boolean("use_sliding_window", false)) {
-    k.fail("use_sliding_window", "kktrain's attention has no sliding window");
-  }
-}
-
-// Qwen2 and Qwen3: a window only when use_sliding_window is true (then on the layers at index >=
-// max_window_layers); sliding_window alone means nothing. layer_types, where present, says the
-// same per layer.
-void refuse_qwen_window(const Keys& k, int64_t num_layers) {
-  if (k.boolean("use_mrope", false)) {
-    k.fail("use_mrope", "multimodal rotary positions are Qwen2-VL's (false is accepted)");
-  }
-  (void)k.has("sliding_window");
-  (void)k.integer("max_window_layers", num_layers, 0);
-  if (k.boolean("use_sliding_window", false)) {
-    k.fail("use_sliding_window", "kktrain's attention has no sliding window yet");
-  }
-  if (!k.has("layer_types")) return;
+// layer_types: one "full_attention" or "sliding_attention" per layer (empty when absent).
+std::vector<LayerAttention> read_layer_types(const Keys& k, int64_t num_layers) {
+  std::vector<LayerAttention> out;
+  if (!k.has("layer_types")) return out;
   const json& t = k.j["layer_types"];
   if (!t.is_array() || static_cast<int64_t>(t.size()) != num_layers) {
     k.fail("layer_types",
            "not a list of num_hidden_layers " + std::to_string(num_layers) + " layer types");
   }
   for (std::size_t i = 0; i < t.size(); ++i) {
-    if (t[i] != "full_attention") {
+    const auto a = t[i].is_string() ? parse_layer_attention(t[i].get<std::string>()) : std::nullopt;
+    if (!a) {
       Where{k.file, "layer_types"}.at(i).fail_valued(
-          &t[i], "kktrain's attention has no sliding window yet (\"full_attention\" is accepted)");
+          &t[i], "not \"full_attention\" or \"sliding_attention\"");
+    }
+    out.push_back(*a);
+  }
+  return out;
+}
+
+// Mistral and Mixtral: `sliding_window` on every layer (Mistral's default, when the key is
+// absent, is 4096; null: none), or on the layers layer_types marks. Llama has no window: a
+// sliding_window shorter than the context is refused, as is use_sliding_window: true.
+void read_llama_window(const Keys& k, const std::string& arch, bool llama, ModelConfig* m) {
+  const bool mistral = m->family == ModelFamily::mistral;
+  const bool absent = !k.j.contains("sliding_window");
+  int64_t w = 0;
+  if (!k.has("sliding_window")) {
+    w = absent && mistral ? 4096 : 0;
+  } else {
+    w = k.integer("sliding_window", std::nullopt, 1);
+  }
+  if (k.boolean("use_sliding_window", false)) {
+    k.fail("use_sliding_window", "not a key of " + arch + " (its window is sliding_window alone)");
+  }
+  if (llama) {
+    if (w > 0 && w < m->max_seq_len) {
+      k.fail("sliding_window",
+             "LlamaForCausalLM has no sliding window (it is shorter than "
+             "max_position_embeddings " +
+                 std::to_string(m->max_seq_len) + ")");
+    }
+    (void)k.has("layer_types");
+    return;
+  }
+  m->sliding_window = w;
+  m->layer_types = read_layer_types(k, m->num_layers);
+}
+
+// Qwen2 and Qwen3: a window only when use_sliding_window is true (sliding_window alone means
+// nothing, as Qwen2Config sets it to None), on the layers at index >= max_window_layers, or on
+// those layer_types marks when the file has them.
+void read_qwen_window(const Keys& k, ModelConfig* m) {
+  if (k.boolean("use_mrope", false)) {
+    k.fail("use_mrope", "multimodal rotary positions are Qwen2-VL's (false is accepted)");
+  }
+  const bool on = k.boolean("use_sliding_window", false);
+  const int64_t w = k.has("sliding_window") ? k.integer("sliding_window", std::nullopt, 1) : 0;
+  const int64_t first = k.integer("max_window_layers", m->num_layers, 0);
+  m->layer_types = read_layer_types(k, m->num_layers);
+  if (!on) {
+    m->layer_types.clear();
+    return;
+  }
+  if (w == 0) k.fail("sliding_window", "missing, and use_sliding_window is true");
+  m->sliding_window = w;
+  if (m->layer_types.empty()) {
+    for (int64_t l = 0; l < m->num_layers; ++l) {
+      m->layer_types.push_back(l >= first ? LayerAttention::sliding : LayerAttention::full);
     }
   }
 }
@@ -481,11 +502,11 @@ void read_attention_shape(const Keys& k, const HfFamily& f, ModelConfig* m) {
     m->attention_bias = f.bias_when_true;
   }
   const int64_t derived = m->hidden_size / m->num_heads;
-  const int64_t head_dim = k.integer("head_dim", f.head_dim > 0 ? f.head_dim : derived, 2);
-  if (head_dim % 2 != 0) k.fail("head_dim", "must be even for rotary embeddings");
   if (f.head_dim == 0 && !k.has("head_dim") && m->hidden_size % m->num_heads != 0) {
     k.fail("hidden_size", "not divisible by num_attention_heads " + std::to_string(m->num_heads));
   }
+  const int64_t head_dim = k.integer("head_dim", f.head_dim > 0 ? f.head_dim : derived, 2);
+  if (head_dim % 2 != 0) k.fail("head_dim", "must be even for rotary embeddings");
   if (head_dim != derived || m->hidden_size % m->num_heads != 0) m->explicit_head_dim = head_dim;
 }
 
@@ -514,9 +535,9 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   read_attention_shape(k, f, &m);
   refuse_unsupported(k);
   if (f.window == WindowKeys::qwen) {
-    refuse_qwen_window(k, m.num_layers);
+    read_qwen_window(k, &m);
   } else {
-    refuse_llama_window(k, a.architecture, m.max_seq_len);
+    read_llama_window(k, a.architecture, f.family == ModelFamily::llama && !f.sparse, &m);
   }
   refuse_softcap(k, a.architecture);
   read_dtype(k, &a);
@@ -581,6 +602,40 @@ void check_expressible(const ModelConfig& m, const HfFamily& f) {
   }
 }
 
+// The window keys of family f for m's sliding window and layer types.
+void write_window(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_json* j) {
+  const bool any = m.sliding_window > 0;
+  auto window = [&]() { return any ? nlohmann::ordered_json(m.sliding_window) : nullptr; };
+  bool every = true;  // every layer slides
+  for (int64_t l = 0; l < m.num_layers; ++l) every = every && m.window_of(l) > 0;
+  if (f.window == WindowKeys::qwen) {
+    // Qwen2Config derives layer types from max_window_layers: the full layers first.
+    int64_t first = m.num_layers;
+    for (int64_t l = m.num_layers - 1; l >= 0 && m.window_of(l) > 0; --l) first = l;
+    (*j)["use_sliding_window"] = any;
+    (*j)["sliding_window"] = window();
+    (*j)["max_window_layers"] = any ? first : m.num_layers;
+    if (any) {
+      nlohmann::ordered_json types = nlohmann::ordered_json::array();
+      for (int64_t l = 0; l < m.num_layers; ++l) {
+        types.push_back(m.window_of(l) > 0 ? "sliding_attention" : "full_attention");
+      }
+      (*j)["layer_types"] = types;
+    }
+    return;
+  }
+  const bool llama = f.family == ModelFamily::llama && !f.sparse;
+  if (any && (llama || !every)) {
+    throw UsageError("model.sliding_window is " + std::to_string(m.sliding_window) +
+                     (llama ? std::string(", and a Hugging Face LlamaForCausalLM has no sliding "
+                                          "window")
+                            : " on some layers only (model.layer_types), and a Hugging Face " +
+                                  std::string(f.architecture) + " slides on every layer") +
+                     "; export to HDF5 instead");
+  }
+  if (!llama) (*j)["sliding_window"] = window();
+}
+
 }  // namespace
 
 std::string hf_config_json(const ModelConfig& m, DType dtype) {
@@ -634,13 +689,7 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
   }
   j["attention_dropout"] = 0.0;
   if (f.family == ModelFamily::llama && !f.sparse) j["mlp_bias"] = false;
-  if (f.window == WindowKeys::qwen) {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-    j["max_window_layers"] = m.num_layers;
-  } else if (f.family == ModelFamily::mistral || f.sparse) {
-    j["sliding_window"] = nullptr;
-  }
+  write_window(m, f, &j);
   j["torch_dtype"] = dtype_name(dtype);
   j["use_cache"] = true;
   return j.dump(2) + "\n";
@@ -682,6 +731,12 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
   f.values.push_back(
       {"attention_bias", "attention_bias", YAML::Node(attention_bias_name(m.attention_bias))});
   f.values.push_back({"qk_norm", "(" + a.architecture + ")", YAML::Node(qk_norm_name(m.qk_norm))});
+  f.values.push_back(
+      {"sliding_window", "sliding_window",
+       m.sliding_window > 0 ? YAML::Node(m.sliding_window) : YAML::Node(YAML::NodeType::Null)});
+  YAML::Node types(YAML::NodeType::Sequence);  // empty: null (the config prints [])
+  for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
+  f.values.push_back({"layer_types", "layer_types", types});
   if (m.moe.enabled()) {
     f.values.push_back({"moe.num_experts", "num_local_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});

@@ -210,6 +210,14 @@ void family_to_attrs(const ModelConfig& m, FileAttrs* a) {
   }
   if (m.qk_norm != QkNorm::none) a->str["qk_norm"] = qk_norm_name(m.qk_norm);
   if (m.explicit_head_dim > 0) a->i64["head_dim"] = m.explicit_head_dim;
+  if (m.sliding_window > 0) a->i64["sliding_window"] = m.sliding_window;
+  if (!m.layer_types.empty()) a->str["layer_types"] = layer_types_text(m);
+}
+
+std::string layer_types_text(const ModelConfig& m) {
+  std::string out;
+  for (auto t : m.layer_types) out += t == LayerAttention::sliding ? '1' : '0';
+  return out;
 }
 
 void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig* m) {
@@ -233,6 +241,17 @@ void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig*
   m->family = *f;
   m->attention_bias = *b;
   m->qk_norm = *q;
+  const auto sw = a.i64.find("sliding_window");
+  m->sliding_window = sw == a.i64.end() ? 0 : sw->second;
+  if (m->sliding_window < 0) {
+    throw InputError("'" + file + "': attribute sliding_window = " +
+                     std::to_string(m->sliding_window) + " is negative");
+  }
+  m->layer_types.clear();
+  for (char c : text("layer_types", "")) {
+    if (c != '0' && c != '1') refuse("layer_types", text("layer_types", ""));
+    m->layer_types.push_back(c == '1' ? LayerAttention::sliding : LayerAttention::full);
+  }
   const auto hd = a.i64.find("head_dim");
   m->explicit_head_dim = hd == a.i64.end() ? 0 : hd->second;
   if (m->explicit_head_dim < 0 || m->explicit_head_dim % 2 != 0 || m->explicit_head_dim > 65536) {

@@ -116,6 +116,10 @@ double softcap_from_attrs(const FileAttrs& a);
 // strings family, attention_bias, qk_norm and the integer head_dim; read back into *m (absent:
 // Llama's), InputError naming the file for a value this kktrain does not know.
 void family_to_attrs(const ModelConfig& m, FileAttrs* a);
+// model.layer_types as a string of one '0' (full_attention) or '1' (sliding_attention) a layer
+// (the file attribute layer_types; "" when null). With the integer sliding_window, written by
+// family_to_attrs when set.
+std::string layer_types_text(const ModelConfig& m);
 void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig* m);
 // Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
 // the other dense ("" when both are of one kind), for messages after the file's name.

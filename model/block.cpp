@@ -84,7 +84,8 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
   const float scale = d.attn_scale > 0 ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
-  const AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
+  AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
+  ad.window = d.window;
   TC* xn1 = a.xn1.p<TC>();
   TC* o = a.o.p<TC>();
   TC* xn2 = a.xn2.p<TC>();
@@ -136,7 +137,8 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   const int64_t Q = d.Q();
   const Rounding rs = d.stream;
   const float scale = d.attn_scale > 0 ? d.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
-  const AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
+  AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
+  ad.window = d.window;
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
   auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };

@@ -55,6 +55,7 @@ struct BlockDims {
   float eps;                // RMSNorm epsilon
   Rounding stream;          // the residual-stream dtype
   float attn_scale = 0.0f;  // the attention's score scale (0: 1 / sqrt(D))
+  int64_t window = 0;       // the layer's sliding window (AttentionDims::window; 0: none)
   MoeDims moe;  // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
   // Packed rows (ForwardOptions::row_starts): (B, T) example starts on the device and the host
   // (AttentionDims::starts, host_starts); null: every row is one sequence.

@@ -88,7 +88,7 @@ BlockScratch<TC> block_scratch(const ModelState& s) {
   return x;
 }
 
-BlockDims block_dims(const ModelState& s) {
+BlockDims block_dims(const ModelState& s, const LayerParams& p) {
   BlockDims d;
   d.B = s.buf->B;
   d.T = s.buf->T;
@@ -100,6 +100,7 @@ BlockDims block_dims(const ModelState& s) {
   d.eps = static_cast<float>(s.cfg.rms_norm_eps);
   d.stream = s.round.stream;
   d.attn_scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  d.window = p.window;
   if (s.cfg.moe.enabled()) d.moe = sparse_mlp_dims(s, d.N());
   if (s.buf->packed) {
     d.starts = s.buf->starts.data();
@@ -223,7 +224,8 @@ void make_block_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const 
 template <class TC>
 void run_block_forward(ModelState& s, const LayerParams& p, float* out, const float* inp,
                        BlockActs& a) {
-  block_forward<TC>(s.space, out, inp, a, block_weights(s, p), block_scratch<TC>(s), block_dims(s));
+  block_forward<TC>(s.space, out, inp, a, block_weights(s, p), block_scratch<TC>(s),
+                    block_dims(s, p));
 }
 
 template <class TC>
@@ -256,7 +258,7 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
         accumulate(s, i, dw, norm ? s.round_compute[i] : s.round.compute);
       });
   block_backward<TC>(s.space, dres, inp, a, block_weights(s, p), block_scratch<TC>(s),
-                     block_dims(s), router);
+                     block_dims(s, p), router);
 }
 
 #define KKTRAIN_INST_LAYERS(TC)                                                               \

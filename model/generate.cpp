@@ -108,8 +108,11 @@ struct Decoder::Impl {
     DView<float> q_norm, k_norm;    // (D) with model.qk_norm (else empty)
   };
   std::vector<Layer> layers;
-  DView<float> cos, sin;        // (Tmax, D/2)
-  DView<float> kcache, vcache;  // (L, KV, Tmax, D)
+  DView<float> cos, sin;  // (Tmax, D/2)
+  // Per layer (KV, len, D): len = Tmax positions, or on a sliding layer its window's W (a ring:
+  // position p in slot p % W; the attention's sum over keys does not depend on their order).
+  DView<float> kcache, vcache;
+  std::vector<int64_t> cache_len, cache_off;
   DView<float> x, xn, qkv, q, k, v, att, o, proj, gu, a, logits, rstd;
   DView<float> qk_pre, qk_rstd;  // the q/k norm's kept rows and statistics (unused after)
   DView<int32_t> id;
@@ -195,7 +198,13 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   m.sin = DView<float>("decode_sin", T * half);
   rope_tables(m.cos.data(), m.sin.data(), T, m.D,
               rope_inv_freq(m.D, cfg.rope_theta, cfg.rope_scaling));
-  const int64_t cache = cfg.num_layers * m.KV * T * m.D;
+  int64_t cache = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const int64_t w = cfg.window_of(l);
+    m.cache_off.push_back(cache);
+    m.cache_len.push_back(w > 0 ? std::min(w, T) : T);
+    cache += m.KV * m.cache_len.back() * m.D;
+  }
   m.kcache = DView<float>("decode_k", cache);
   m.vcache = DView<float>("decode_v", cache);
   m.x = DView<float>("decode_x", m.C);
@@ -233,8 +242,8 @@ std::vector<float> Decoder::step(int32_t token) {
     throw UsageError("generate: token id " + std::to_string(token) + " is not below vocab_size " +
                      std::to_string(m.V));
   }
-  const int64_t C = m.C, H = m.H, KV = m.KV, D = m.D, F = m.F, T = max_pos_, p = pos_;
-  const int64_t G = H / KV, P = p + 1, half = D / 2;
+  const int64_t C = m.C, H = m.H, KV = m.KV, D = m.D, F = m.F, p = pos_;
+  const int64_t G = H / KV, half = D / 2;
   const float eps = static_cast<float>(m.cfg.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const ExecSpace& space = m.space;
@@ -249,8 +258,10 @@ std::vector<float> Decoder::step(int32_t token) {
   }
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     const Impl::Layer& L = m.layers[l];
-    float* kc = m.kcache.data() + static_cast<int64_t>(l) * KV * T * D;
-    float* vc = m.vcache.data() + static_cast<int64_t>(l) * KV * T * D;
+    float* kc = m.kcache.data() + m.cache_off[l];
+    float* vc = m.vcache.data() + m.cache_off[l];
+    // T cache rows a group; P of them hold the keys position p sees (its window's, or all so far)
+    const int64_t T = m.cache_len[l], P = std::min(p + 1, T), slot = p % T;
     rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1,
                            C, eps, Rounding::fp32);
     // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
@@ -272,8 +283,8 @@ std::vector<float> Decoder::step(int32_t token) {
     rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
                         m.cos.data() + p * half, m.sin.data() + p * half, 1, 1, H, KV, D, nullptr,
                         norm);
-    cache_put(space, kc, m.k.data(), KV, T, D, p);
-    cache_put(space, vc, m.v.data(), KV, T, D, p);
+    cache_put(space, kc, m.k.data(), KV, T, D, slot);
+    cache_put(space, vc, m.v.data(), KV, T, D, slot);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
     for (int64_t g = 0; g < KV; ++g) {
       gemm(space, m.gemm, 'N', 'T', scale, gin(m.q.data() + g * G * D, G, D),

@@ -31,6 +31,7 @@ void register_params(ModelState& s) {
   s.embed = add_param(s, "model.embed_tokens", {V, C}, ParamRole::embedding, st);
   for (int64_t l = 0; l < s.cfg.num_layers; ++l) {
     s.layers.push_back(register_block(s, "model.layers." + std::to_string(l), st));
+    s.layers.back().window = s.cfg.window_of(l);
   }
   s.final_norm = add_param(s, "model.norm", {C}, ParamRole::norm, st);
   if (s.cfg.tie_word_embeddings) {

@@ -69,6 +69,12 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_str("/", "family", model_family_name(m.family));
   f.attr_str("/", "attention_bias", attention_bias_name(m.attention_bias));
   f.attr_str("/", "qk_norm", qk_norm_name(m.qk_norm));
+  if (m.sliding_window > 0) {  // the window and, per layer, whether it slides
+    f.attr_i64("/", "sliding_window", m.sliding_window);
+    std::string layers;
+    for (int64_t l = 0; l < m.num_layers; ++l) layers += m.window_of(l) > 0 ? '1' : '0';
+    f.attr_str("/", "window_layers", layers);
+  }
   f.attr_f64("/", "rope_theta", m.rope_theta);
   f.attr_f64("/", "rms_norm_eps", m.rms_norm_eps);
   if (m.rope_scaling.llama3()) f.attr_str("/", "rope_scaling", rope_scaling_json(m.rope_scaling));

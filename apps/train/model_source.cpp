@@ -54,6 +54,11 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
       m.explicit_head_dim > 0 ? YAML::Node(m.explicit_head_dim) : YAML::Node(YAML::NodeType::Null));
   add("attention_bias", "attention_bias", YAML::Node(attention_bias_name(m.attention_bias)));
   add("qk_norm", "qk_norm", YAML::Node(qk_norm_name(m.qk_norm)));
+  add("sliding_window", "sliding_window",
+      m.sliding_window > 0 ? YAML::Node(m.sliding_window) : YAML::Node(YAML::NodeType::Null));
+  YAML::Node types(YAML::NodeType::Sequence);  // empty: null (the config prints [])
+  for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
+  add("layer_types", "layer_types", types);
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
     add("moe.num_experts", "moe_num_experts", YAML::Node(e.num_experts));

@@ -284,9 +284,8 @@ def refusal_cases():
     def lm_head_tied(d):
         edit_json(cfgp(d), lambda j: j.update(tie_word_embeddings=True))
 
-    def mistral(d):
-        edit_json(cfgp(d), lambda j: j.update(architectures=["MistralForCausalLM"],
-                                              model_type="mistral", sliding_window=16))
+    def mistral(d):  # a window is Mistral's, not Llama's
+        edit_json(cfgp(d), lambda j: j.update(sliding_window=16))
 
     def as_float16(d):  # the same model stored as F16, torch_dtype float16
         cfg, tensors, _ = hf.read_llama_dir(d)
@@ -303,15 +302,19 @@ def refusal_cases():
         ("architecture", cfg_set(architectures=["GPT2LMHeadModel"]),
          ("config.json", "architectures", "GPT2LMHeadModel"), []),
         ("model_type", cfg_set(model_type="gpt2"), ("model_type", "gpt2"), []),
-        ("attention_bias", cfg_set(attention_bias=True), ("attention_bias = true",), []),
+        # attention_bias: true is a Llama with q/k/v/o biases: these files have none
+        ("attention_bias", cfg_set(attention_bias=True), ("has no parameter",
+                                                          "self_attn.q_proj.bias"), []),
         ("mlp_bias", cfg_set(mlp_bias=True), ("mlp_bias = true",), []),
         ("hidden_act", cfg_set(hidden_act="gelu"), ("hidden_act", "gelu"), []),
         ("rope_type", cfg_set(rope_scaling={"rope_type": "yarn", "factor": 4.0}),
          ("rope_scaling.rope_type", "yarn"), []),
         ("llama3_incomplete", cfg_set(rope_scaling={"rope_type": "llama3", "factor": 8.0}),
          ("rope_scaling.low_freq_factor", "llama3"), []),
-        ("sliding_window", mistral, ("sliding_window = 16",), []),
-        ("head_dim", cfg_set(head_dim=32), ("head_dim = 32",), []),
+        ("sliding_window", mistral, ("sliding_window = 16", "LlamaForCausalLM"), []),
+        # an explicit head_dim is read: these files' projections are for head_dim 16
+        ("head_dim", cfg_set(head_dim=32), ("q_proj.weight has shape (64, 64)",
+                                            "expects (128, 64)"), []),
         ("heads_divide", cfg_set(num_attention_heads=3), ("hidden_size", "num_attention_heads"),
          []),
         ("config_not_json", lambda d: open(cfgp(d), "w").write("{not json"),

@@ -25,7 +25,7 @@ The two models (hidden 64, 2 layers, 4 heads, 2 KV heads, sequences of 32 tokens
   shapes; the base (its biases and q/k norms included) is frozen: the checkpoint holds the
   input's values bit for bit.
 - refusals: config.json values a family cannot compute or that are malformed (Qwen2 with a
-  sliding window shorter than the context, Qwen3 attention_bias "yes", head_dim 3, an unknown
+  sliding window without its length, a layer type that is not full or sliding, Qwen3 attention_bias "yes", head_dim 3, an unknown
   key, Qwen2 use_mrope true) are one error line naming the file and key, exit 2, nothing
   written; a model.family qwen3 with model.attention_bias qkv (no o bias) trains, and its
   safetensors export is one error naming model.attention_bias, nothing written.
@@ -334,8 +334,11 @@ def case_refusals():
     with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
         conf = th.write_config(tmp)
         cases = [  # (name, family, config.json edit, needles)
-            ("qwen2_sliding_window", "qwen2", {"use_sliding_window": True, "sliding_window": 16,
-                                               "max_window_layers": 0}, ("use_sliding_window",)),
+            ("qwen2_window_missing", "qwen2", {"use_sliding_window": True,
+                                               "sliding_window": None}, ("sliding_window",
+                                                                         "use_sliding_window")),
+            ("qwen3_layer_type", "qwen3", {"layer_types": ["full_attention", "chunked"]},
+             ("layer_types[1]", "chunked")),
             ("qwen3_attention_bias_text", "qwen3", {"attention_bias": "yes"},
              ("attention_bias",)),
             ("qwen3_head_dim_odd", "qwen3", {"head_dim": 3}, ("head_dim",)),
