@@ -7,8 +7,8 @@ description, not from kktrain's code:
   bytes [8 + N, EOF)  the tensors, little-endian, C order, at [begin, end) of this section,
                       contiguous from 0 and ending exactly at the end of the file
 
-plus config.json (LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or
-Qwen3ForCausalLM keys)
+plus config.json (LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM or Qwen3MoeForCausalLM keys)
 and, for sharded checkpoints, model.safetensors.index.json
 ({"metadata": {"total_size"}, "weight_map": {name: file}}).
 
@@ -17,6 +17,17 @@ The families' tensors (Hugging Face's modeling_*.py): Llama and Mixtral attentio
 {q,k,v}_proj.bias and no o_proj bias; Qwen3 q_norm.weight and k_norm.weight (head_dim,) per layer,
 {q,k,v,o}_proj.bias with attention_bias true, and an explicit head_dim (q_proj (H*head_dim, C)).
 `reference_attrs(cfg)` says the same in the attributes tests/parity/torch_reference.py reads.
+
+Sparse MLPs (every layer's, as kktrain reads them):
+  Mixtral     block_sparse_moe.gate.weight (E, C), block_sparse_moe.experts.{e}.w1 / w3 (F, C)
+              and w2 (C, F), F = intermediate_size, E = num_local_experts; always renormalized.
+  Qwen3-MoE   Qwen3's attention, then mlp.gate.weight (E, C), mlp.experts.{e}.gate_proj /
+              up_proj (F, C) and down_proj (C, F), F = moe_intermediate_size, E = num_experts;
+              renormalized when norm_topk_prob. A layer is sparse unless it is in mlp_only_layers
+              or (i + 1) % decoder_sparse_step != 0 (then a dense mlp.{gate,up,down}_proj of
+              intermediate_size; these tests write every layer sparse). transformers adds
+              router_aux_loss_coef * aux to the loss only when output_router_logits is true.
+`moe_attrs(cfg)` gives the dump's moe_* attributes such a config means.
 
 Sliding windows, as transformers reads each family's config (`window(cfg)`):
   Mistral, Mixtral  sliding_window an int W: every layer attends to its last W keys; null: none.
@@ -250,6 +261,79 @@ def qwen3_config(V=256, C=64, L=2, H=4, KV=2, F=160, head_dim=32, max_pos=128, t
     return c
 
 
+def qwen3_moe_config(V=256, C=64, L=2, H=4, KV=2, F=160, E=4, top_k=2, moe_intermediate_size=48,
+                     norm_topk_prob=True, output_router_logits=False, router_aux_loss_coef=0.001,
+                     decoder_sparse_step=1, mlp_only_layers=(), head_dim=32, max_pos=128,
+                     tied=False, theta=1000000.0, eps=1e-6, attention_bias=False,
+                     sliding_window=None, use_sliding_window=False, torch_dtype="float32",
+                     **extra) -> Dict[str, object]:
+    """A Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention (q_norm / k_norm, explicit head_dim,
+    optional biases) and sparse MLPs of E experts of moe_intermediate_size, top_k per token; the
+    key set of the Qwen3-30B-A3B config.json (intermediate_size F is the dense MLP's size, used
+    only by the layers decoder_sparse_step / mlp_only_layers leave dense; max_window_layers is
+    written as there but Qwen3MoeConfig does not read it)."""
+    c = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "head_dim": head_dim,
+         "hidden_act": "silu", "rms_norm_eps": eps, "rope_theta": theta, "rope_scaling": None,
+         "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
+         "attention_bias": attention_bias, "attention_dropout": 0.0,
+         "use_sliding_window": use_sliding_window, "sliding_window": sliding_window,
+         "max_window_layers": L, "decoder_sparse_step": decoder_sparse_step,
+         "mlp_only_layers": list(mlp_only_layers), "num_experts": E,
+         "num_experts_per_tok": top_k, "moe_intermediate_size": moe_intermediate_size,
+         "norm_topk_prob": norm_topk_prob, "output_router_logits": output_router_logits,
+         "router_aux_loss_coef": router_aux_loss_coef, "bos_token_id": V - 2,
+         "eos_token_id": V - 1, "initializer_range": 0.02, "use_cache": True,
+         "torch_dtype": torch_dtype, "transformers_version": "4.51.0"}
+    c.update(extra)
+    return c
+
+
+def family(cfg) -> str:
+    """kktrain's model.family for this config (its dump attribute `family`): a Mixtral is a Llama
+    with a sparse MLP; the other model_types are their own."""
+    t = cfg.get("model_type", "llama")
+    return "llama" if t == "mixtral" else t
+
+
+def num_experts(cfg) -> int:
+    """Experts per sparse layer (0: a dense model)."""
+    if cfg.get("model_type") == "qwen3_moe":
+        return int(cfg["num_experts"])
+    return int(cfg.get("num_local_experts", 0))
+
+
+def sparse_layers(cfg) -> List[bool]:
+    """Which layers' MLP is sparse: all of a Mixtral's; a Qwen3-MoE's unless in mlp_only_layers
+    or (i + 1) % decoder_sparse_step != 0 (Qwen3MoeDecoderLayer); none of a dense model's."""
+    L = cfg["num_hidden_layers"]
+    if cfg.get("model_type") != "qwen3_moe":
+        return [num_experts(cfg) > 0] * L
+    step = int(cfg.get("decoder_sparse_step", 1))
+    only = set(cfg.get("mlp_only_layers") or [])
+    return [num_experts(cfg) > 0 and i not in only and (i + 1) % step == 0 for i in range(L)]
+
+
+def moe_attrs(cfg) -> Dict[str, object]:
+    """The moe_* attributes of a `kktrain grads` dump of this config ({} for a dense model).
+    moe_aux_loss_coef is the weight transformers gives the load-balancing loss in the training
+    loss: a Qwen3-MoE's router_aux_loss_coef only with output_router_logits true (else 0); a
+    Mixtral's router_aux_loss_coef (kktrain adds it whatever output_router_logits says)."""
+    E = num_experts(cfg)
+    if E == 0:
+        return {}
+    qwen = cfg.get("model_type") == "qwen3_moe"
+    coef = float(cfg.get("router_aux_loss_coef", 0.001))
+    if qwen and not cfg.get("output_router_logits", False):
+        coef = 0.0
+    return {"moe_num_experts": E, "moe_top_k": int(cfg["num_experts_per_tok"]),
+            "moe_intermediate_size": int(cfg["moe_intermediate_size"] if qwen
+                                         else cfg["intermediate_size"]),
+            "moe_norm_topk_prob": int(bool(cfg.get("norm_topk_prob", False))) if qwen else 1,
+            "moe_shared_expert_intermediate_size": 0, "moe_aux_loss_coef": coef}
+
+
 def head_dim(cfg) -> int:
     """Per-head width: config head_dim when given (Qwen3 always), else C / H."""
     return int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
@@ -264,8 +348,8 @@ def attention_bias(cfg) -> str:
 
 
 def qk_norm(cfg) -> str:
-    """"per_head" for Qwen3 (q_norm / k_norm over head_dim), else "none"."""
-    return "per_head" if cfg.get("model_type") == "qwen3" else "none"
+    """"per_head" for Qwen3 and Qwen3-MoE (q_norm / k_norm over head_dim), else "none"."""
+    return "per_head" if cfg.get("model_type") in ("qwen3", "qwen3_moe") else "none"
 
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -280,6 +364,10 @@ def window(cfg) -> Tuple[int, str]:
     W = cfg.get("sliding_window")
     if family in ("mistral", "mixtral"):
         slides = [W is not None] * L  # every layer; layer_types is not read
+    elif family == "qwen3_moe":
+        if not cfg.get("use_sliding_window", False):
+            W = None
+        slides = [W is not None] * L  # every layer; max_window_layers, layer_types not read
     elif family in ("qwen2", "qwen3"):
         if not cfg.get("use_sliding_window", False):
             W = None
@@ -304,15 +392,18 @@ def window(cfg) -> Tuple[int, str]:
 
 def reference_attrs(cfg) -> Dict[str, object]:
     """The attention attributes of a `kktrain grads` dump that torch_reference.py reads, as this
-    config means them (sliding_window 0 and window_layers all '0' without a sliding layer)."""
+    config means them (sliding_window 0 and window_layers all '0' without a sliding layer; family
+    as kktrain names it, which picks the sparse MLP's tensor names)."""
     W, layers = window(cfg)
-    return {"head_dim": head_dim(cfg), "attention_bias": attention_bias(cfg),
+    return {"family": family(cfg), "head_dim": head_dim(cfg), "attention_bias": attention_bias(cfg),
             "qk_norm": qk_norm(cfg), "sliding_window": W, "window_layers": layers}
 
 
 def weight_names(cfg) -> List[str]:
     names = ["model.embed_tokens.weight"]
-    E = cfg.get("num_local_experts", 0)
+    E = num_experts(cfg)
+    sparse = sparse_layers(cfg)
+    qwen_moe = cfg.get("model_type") == "qwen3_moe"
     bias = attention_bias(cfg)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -323,7 +414,11 @@ def weight_names(cfg) -> List[str]:
         if qk_norm(cfg) == "per_head":
             names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
         names += [p + "post_attention_layernorm.weight"]
-        if E:  # Mixtral: router, then each expert's w1 (gate), w2 (down), w3 (up)
+        if sparse[i] and qwen_moe:  # Qwen3-MoE: router, each expert's gate, up, down
+            names += [p + "mlp.gate.weight"] + [
+                p + f"mlp.experts.{e}.{w}_proj.weight" for e in range(E)
+                for w in ("gate", "up", "down")]
+        elif sparse[i]:  # Mixtral: router, then each expert's w1 (gate), w2 (down), w3 (up)
             names += [p + "block_sparse_moe.gate.weight"] + [
                 p + f"block_sparse_moe.experts.{e}.{w}.weight" for e in range(E)
                 for w in ("w1", "w2", "w3")]
@@ -349,8 +444,10 @@ def weight_shape(cfg, name) -> Tuple[int, ...]:
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         return (V, C)
     last = name.split(".")[-2]
-    if name.endswith("block_sparse_moe.gate.weight"):
-        return (cfg["num_local_experts"], C)
+    if name.endswith(("block_sparse_moe.gate.weight", "mlp.gate.weight")):
+        return (num_experts(cfg), C)
+    if cfg.get("model_type") == "qwen3_moe" and ".mlp.experts." in name:
+        F = cfg["moe_intermediate_size"]  # the experts' size (intermediate_size: dense layers)
     return {"w1": (F, C), "w3": (F, C), "w2": (C, F), "q_proj": (H * D, C), "k_proj": (KV * D, C), "v_proj": (KV * D, C),
             "o_proj": (C, H * D), "gate_proj": (F, C), "up_proj": (F, C),
             "down_proj": (C, F)}[last]

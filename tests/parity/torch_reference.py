@@ -1,5 +1,6 @@
 """Independent PyTorch reference for kktrain's model (Hugging Face LlamaForCausalLM semantics,
-and the Qwen2ForCausalLM / Qwen3ForCausalLM attention variants when the dump asks for them).
+the Qwen2ForCausalLM / Qwen3ForCausalLM attention variants and the MixtralForCausalLM /
+Qwen3MoeForCausalLM sparse MLPs when the dump asks for them).
 
 Reads a `kktrain grads` dump (parameters, batch, hyperparameters) and recomputes the loss, the
 multi-token-prediction loss and every parameter gradient with autograd, in one of three modes:
@@ -36,6 +37,26 @@ Llama's choice, so older dumps read as before):
   window_layers   a string of '0' / '1', one per layer ("0011": layers 2 and 3 slide, 0 and 1
                   see every earlier key); absent with sliding_window > 0: every layer slides.
                   Ignored without a window.
+
+Mixture of experts (moe_num_experts E > 0: every layer's MLP sparse; attributes moe_top_k,
+moe_intermediate_size, moe_norm_topk_prob, moe_shared_expert_intermediate_size,
+moe_aux_loss_coef): the router, the k experts and the load-balancing loss are computed the same
+way for both families; the attribute `family` picks the tensor names:
+
+  family "qwen3_moe"  Qwen3MoeForCausalLM: router `<layer>.mlp.gate.weight` (E, C), expert e
+                      `<layer>.mlp.experts.{e}.gate_proj.weight` (F, C), `up_proj` (F, C),
+                      `down_proj` (C, F) (F = moe_intermediate_size); no shared expert.
+  any other           Mixtral's: `<layer>.block_sparse_moe.gate.weight`, experts `w1` (gate),
+                      `w3` (up), `w2` (down), and kktrain's optional
+                      `block_sparse_moe.shared_expert.{gate,up,down}_proj.weight`.
+
+Both are Hugging Face's routing (softmax over all E in fp32, top-k, the k probabilities
+divided by their sum only with moe_norm_topk_prob; Mixtral always sets it) at kktrain's
+documented precision (router input, logits, weights and the combine in fp32 in every mode;
+transformers casts the weights to the hidden dtype and sums the experts in it, which only a
+bf16 model changes). The total differentiated is loss + moe_aux_loss_coef * aux_loss (the
+dump's coefficient: 0 for a Qwen3-MoE config with output_router_logits false); the aux loss
+itself is reported unweighted, like the file's /aux_loss.
 
 Packed rows (a dump with /batch/starts, from examples data): token t of a row belongs to the
 example that begins at starts[b, t]; its attention sees keys [start, t] of its row only (a
@@ -114,6 +135,11 @@ class Dump:
     @property
     def E(self) -> int:  # experts of a sparse MLP (0: dense)
         return int(self.attrs.get("moe_num_experts", 0))
+
+    @property
+    def family(self) -> str:
+        """model.family ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe"; absent: llama)."""
+        return _text(self.attrs.get("family", "llama"))
 
     @property
     def softcap(self) -> Optional[float]:
@@ -298,6 +324,11 @@ class Reference:
         self.w: Dict[str, torch.Tensor] = {}
         self.router_probs: List[torch.Tensor] = []  # per sparse layer: (N, E) softmax
         self.router_choice: List[torch.Tensor] = []  # per sparse layer: (N, K) chosen experts
+        # the sparse MLP's module and its experts' (gate, up, down) names, by family
+        if dump.family == "qwen3_moe":
+            self.moe_module, self.expert_names = "mlp.", ("gate_proj", "up_proj", "down_proj")
+        else:
+            self.moe_module, self.expert_names = "block_sparse_moe.", ("w1", "w3", "w2")
         for name, values in dump.params.items():
             if mode == "float64":
                 dt = torch.float64
@@ -368,9 +399,11 @@ class Reference:
         return self.linear(F.silu(g) * u, prefix + "down_proj.weight")
 
     def sparse_mlp(self, x, prefix):
-        """Mixtral's sparse MLP written plainly (a loop over experts), with kktrain's documented
-        precision: the router in fp32 (autocast off), the combine weights and the sum over the
-        k experts in fp32, the experts in the compute dtype. Returns y in the statistics dtype."""
+        """Mixtral's / Qwen3-MoE's sparse MLP written plainly (a loop over experts), with
+        kktrain's documented precision: the router in fp32 (autocast off), the combine weights
+        and the sum over the k experts in fp32, the experts in the compute dtype. Returns y in
+        the statistics dtype. `prefix` is the module (`<layer>.block_sparse_moe.` or
+        `<layer>.mlp.`); the expert projections are named by self.expert_names."""
         a = self.d.attrs
         E, K = int(a["moe_num_experts"]), int(a["moe_top_k"])
         B, T, C = x.shape
@@ -390,21 +423,25 @@ class Reference:
             if tok.numel() == 0:
                 continue
             ex = f"{prefix}experts.{e}."
-            g = self.linear(xf[tok], ex + "w1.weight")
-            u = self.linear(xf[tok], ex + "w3.weight")
-            out = self.linear(F.silu(g) * u, ex + "w2.weight")
+            gate, up, down = self.expert_names
+            g = self.linear(xf[tok], ex + gate + ".weight")
+            u = self.linear(xf[tok], ex + up + ".weight")
+            out = self.linear(F.silu(g) * u, ex + down + ".weight")
             if ye is None:
                 ye = torch.zeros(B * T, K, C, dtype=out.dtype)
             ye = ye.index_put((tok, kk), out)
         y = torch.zeros(B * T, C, dtype=self.stat)
         if int(a.get("moe_shared_expert_intermediate_size", 0)) > 0:
+            if self.d.family == "qwen3_moe":
+                raise ValueError("a shared expert in a qwen3_moe dump: Qwen3-MoE has none")
             y = y + self.mlp(xf, prefix + "shared_expert.").to(self.stat)
         for k in range(K):
             y = y + w[:, k:k + 1] * ye[:, k].to(self.stat)
         return y.reshape(B, T, C)
 
     def aux_loss(self):
-        """Mixtral's load-balancing loss over all layers' router outputs pooled."""
+        """Mixtral's (and Qwen3-MoE's, the same function) load-balancing loss over all layers'
+        router outputs pooled, unweighted."""
         if not self.router_probs:
             return None
         E = self.d.E
@@ -421,7 +458,7 @@ class Reference:
         n = self.norm(h, prefix + "post_attention_layernorm.weight")
         if self.d.E > 0:
             # the fp32 combine joins the residual stream with one rounding to the stream dtype
-            return (h.to(self.stat) + self.sparse_mlp(n, prefix + "block_sparse_moe.")).to(h.dtype)
+            return (h.to(self.stat) + self.sparse_mlp(n, prefix + self.moe_module)).to(h.dtype)
         h = h + self.mlp(n, prefix + "mlp.")
         return h
 
