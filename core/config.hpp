@@ -75,8 +75,10 @@ struct GemmConfig {
 // What a model family computes differently from Llama (docs/huggingface.md, "Families"): data
 // fixed when the config is loaded, read from config.json for a Hugging Face directory.
 // model.family: the Hugging Face architecture the model is (its config.json and export names).
-enum class ModelFamily { llama, mistral, qwen2, qwen3 };
-const char* model_family_name(ModelFamily f);  // "llama", "mistral", "qwen2", "qwen3"
+// A mixture of experts is a Mixtral in the llama family and Qwen3-MoE in qwen3_moe (the names of
+// its router and experts: docs/moe.md).
+enum class ModelFamily { llama, mistral, qwen2, qwen3, qwen3_moe };
+const char* model_family_name(ModelFamily f);  // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe"
 std::optional<ModelFamily> parse_model_family(const std::string& name);
 // model.attention_bias: which attention projections add a bias (Qwen2: q, k, v; Qwen3's and
 // Llama's attention_bias: true: all four).

@@ -75,7 +75,8 @@ const Choices<ModelFamily>& model_families() {
   static const Choices<ModelFamily> c = {{ModelFamily::llama, "llama"},
                                          {ModelFamily::mistral, "mistral"},
                                          {ModelFamily::qwen2, "qwen2"},
-                                         {ModelFamily::qwen3, "qwen3"}};
+                                         {ModelFamily::qwen3, "qwen3"},
+                                         {ModelFamily::qwen3_moe, "qwen3_moe"}};
   return c;
 }
 const Choices<AttentionBias>& attention_biases() {

@@ -31,6 +31,9 @@ namespace kktrain {
 
 // bias: a projection's bias (computes in the compute dtype like its weight; starts at zero).
 enum class ParamRole { embedding, linear, norm, bias, lora_a, lora_b };
+// A sparse MLP's parameters: its router, or one of its experts' matrices (whatever the family's
+// names for them).
+enum class MoePart : uint8_t { none, router, expert };
 
 struct ParamInfo {
   std::string name;                  // canonical name
@@ -52,6 +55,7 @@ struct ParamInfo {
   bool has_grad = false;   // a gradient buffer was allocated (trainable at allocate())
   bool keep_fp32 = false;  // model-protected: stays fp32 in storage and compute
   bool no_weight_decay = false;
+  MoePart moe = MoePart::none;
   // Expert parallelism: the expert-parallel rank holding this expert parameter (-1: not an
   // expert parameter; sharded over every rank).
   int expert_owner = -1;

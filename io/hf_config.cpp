@@ -316,6 +316,29 @@ void read_mixtral(const Keys& k, MoeConfig* e, int64_t intermediate) {
   }
 }
 
+// Qwen3-MoE's sparse MLP (Qwen3MoeConfig): num_experts experts of moe_intermediate_size,
+// num_experts_per_tok per token, renormalized when norm_topk_prob; the load-balancing loss only
+// with output_router_logits (then weighted by router_aux_loss_coef, else 0). Every layer sparse:
+// decoder_sparse_step 1 and no mlp_only_layers (mixed dense and sparse layers are refused).
+void read_qwen3_moe(const Keys& k, MoeConfig* e) {
+  e->num_experts = k.integer("num_experts", 128, 1);
+  e->top_k = k.integer("num_experts_per_tok", 8, 1);
+  if (e->top_k > e->num_experts) {
+    k.fail("num_experts_per_tok", "exceeds num_experts " + std::to_string(e->num_experts));
+  }
+  e->intermediate_size = k.integer("moe_intermediate_size", 768, 1);
+  e->norm_topk_prob = k.boolean("norm_topk_prob", false);
+  const double coef = k.number("router_aux_loss_coef", 0.001, Bound::nonnegative);
+  e->aux_loss_coef = k.boolean("output_router_logits", false) ? coef : 0.0;
+  if (k.integer("decoder_sparse_step", 1, 1) != 1) {
+    k.fail("decoder_sparse_step", "kktrain's mixture of experts is sparse on every layer (1)");
+  }
+  if (k.has("mlp_only_layers") &&
+      (!k.j["mlp_only_layers"].is_array() || !k.j["mlp_only_layers"].empty())) {
+    k.fail("mlp_only_layers", "kktrain's mixture of experts is sparse on every layer ([])");
+  }
+}
+
 // What the model does not compute, refused by key and value.
 void refuse_unsupported(const Keys& k) {
   if (k.boolean("mlp_bias", false)) k.fail("mlp_bias", "kktrain's MLP has no biases");
@@ -466,6 +489,8 @@ constexpr HfFamily kHfFamilies[] = {
      AttentionBias::none, QkNorm::none, WindowKeys::qwen},
     {"Qwen3ForCausalLM", "qwen3", ModelFamily::qwen3, false, 32768, 128, AttentionBias::none,
      AttentionBias::qkvo, QkNorm::per_head, WindowKeys::qwen},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::qwen3_moe, true, 32768, 128,
+     AttentionBias::none, AttentionBias::qkvo, QkNorm::per_head, WindowKeys::qwen},
 };
 
 std::string family_list() {
@@ -529,7 +554,11 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
   m.rms_norm_eps = k.number("rms_norm_eps", 1e-6, Bound::nonnegative);
   m.max_seq_len = k.integer("max_position_embeddings", f.max_positions, 1);
-  if (f.sparse) read_mixtral(k, &m.moe, m.intermediate_size);
+  if (f.sparse && f.family == ModelFamily::qwen3_moe) {
+    read_qwen3_moe(k, &m.moe);
+  } else if (f.sparse) {
+    read_mixtral(k, &m.moe, m.intermediate_size);
+  }
   m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
   read_rope(k, &a);
   read_attention_shape(k, f, &m);
@@ -574,21 +603,16 @@ namespace {
 // The row an export of m writes: a mixture of experts is a Mixtral, a dense model its family's.
 const HfFamily& export_family(const ModelConfig& m) {
   for (const auto& f : kHfFamilies) {
-    if (m.moe.enabled() ? f.sparse : (!f.sparse && f.family == m.family)) return f;
+    if (f.sparse == m.moe.enabled() && f.family == m.family) return f;
   }
-  throw InternalError("no Hugging Face architecture for model.family " +
-                      std::string(model_family_name(m.family)));
+  throw UsageError(std::string("no Hugging Face architecture is a ") +
+                   (m.moe.enabled() ? "mixture of experts" : "dense model") + " of model.family " +
+                   model_family_name(m.family) + "; export to HDF5 instead");
 }
 
 // A model the architecture's config.json cannot describe: refused before anything is written.
 void check_expressible(const ModelConfig& m, const HfFamily& f) {
   const std::string arch = f.architecture;
-  if (m.moe.enabled() && m.family != ModelFamily::llama) {
-    throw UsageError(
-        "a Hugging Face export of a mixture of experts is a Mixtral, and model.family "
-        "is " +
-        std::string(model_family_name(m.family)) + "; export to HDF5 instead");
-  }
   if (m.attention_bias != f.bias &&
       (f.bias_when_true == AttentionBias::none || m.attention_bias != f.bias_when_true)) {
     throw UsageError("model.attention_bias is " +
@@ -641,7 +665,14 @@ void write_window(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_jso
 std::string hf_config_json(const ModelConfig& m, DType dtype) {
   nlohmann::ordered_json j;
   const MoeConfig& e = m.moe;
-  if (e.enabled() && (e.shared_expert_intermediate_size > 0 || !e.norm_topk_prob)) {
+  const bool qwen_moe = m.family == ModelFamily::qwen3_moe;
+  if (e.enabled() && qwen_moe && e.shared_expert_intermediate_size > 0) {
+    throw UsageError(
+        "a Hugging Face Qwen3MoeForCausalLM has no shared expert (model.moe."
+        "shared_expert_intermediate_size is " +
+        std::to_string(e.shared_expert_intermediate_size) + "); export to HDF5 instead");
+  }
+  if (e.enabled() && !qwen_moe && (e.shared_expert_intermediate_size > 0 || !e.norm_topk_prob)) {
     throw UsageError(std::string("a Hugging Face export of a mixture of experts is a Mixtral, "
                                  "which has ") +
                      (e.norm_topk_prob ? "no shared expert (model.moe."
@@ -664,8 +695,17 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
   j["model_type"] = f.model_type;
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;
-  j["intermediate_size"] = e.enabled() ? e.intermediate_size : m.intermediate_size;
-  if (e.enabled()) {
+  j["intermediate_size"] = e.enabled() && !qwen_moe ? e.intermediate_size : m.intermediate_size;
+  if (e.enabled() && qwen_moe) {
+    j["num_experts"] = e.num_experts;
+    j["num_experts_per_tok"] = e.top_k;
+    j["moe_intermediate_size"] = e.intermediate_size;
+    j["norm_topk_prob"] = e.norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = nlohmann::ordered_json::array();
+    j["output_router_logits"] = e.aux_loss_coef > 0;
+    j["router_aux_loss_coef"] = e.aux_loss_coef > 0 ? e.aux_loss_coef : 0.001;
+  } else if (e.enabled()) {
     j["num_local_experts"] = e.num_experts;
     j["num_experts_per_tok"] = e.top_k;
     j["router_aux_loss_coef"] = e.aux_loss_coef;
@@ -737,7 +777,18 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
   YAML::Node types(YAML::NodeType::Sequence);  // empty: null (the config prints [])
   for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
   f.values.push_back({"layer_types", "layer_types", types});
-  if (m.moe.enabled()) {
+  if (m.moe.enabled() && m.family == ModelFamily::qwen3_moe) {
+    f.values.push_back({"moe.num_experts", "num_experts", YAML::Node(m.moe.num_experts)});
+    f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});
+    f.values.push_back(
+        {"moe.intermediate_size", "moe_intermediate_size", YAML::Node(m.moe.intermediate_size)});
+    f.values.push_back({"moe.aux_loss_coef",
+                        "router_aux_loss_coef (0 without output_router_logits)",
+                        YAML::Node(m.moe.aux_loss_coef)});
+    f.values.push_back({"moe.norm_topk_prob", "norm_topk_prob", YAML::Node(m.moe.norm_topk_prob)});
+    f.values.push_back(
+        {"moe.shared_expert_intermediate_size", "(Qwen3-MoE: none)", YAML::Node(int64_t{0})});
+  } else if (m.moe.enabled()) {
     f.values.push_back({"moe.num_experts", "num_local_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});
     f.values.push_back(

@@ -48,11 +48,8 @@ void apply_selectors(ParamRegistry& params, const std::vector<std::string>& glob
 void refuse_expert_under_expert_parallelism(const ParamInfo& p, const std::string& given,
                                             const char* key, const std::string& where,
                                             int expert_parallel) {
-  const std::string tag = ".block_sparse_moe.experts.";
-  const std::size_t at = p.name.find(tag);
-  if (expert_parallel <= 1 || at == std::string::npos) return;
-  const std::size_t end = p.name.find('.', at + tag.size());
-  const std::string owner = p.name.substr(0, end);
+  if (expert_parallel <= 1 || p.moe != MoePart::expert) return;
+  const std::string owner = p.module.substr(0, p.module.rfind('.'));  // the expert's module
   throw ConfigError(std::string("freeze_config.") + key,
                     "'" + given + "' is an expert parameter and distributed.expert_parallel_size " +
                         std::to_string(expert_parallel) +

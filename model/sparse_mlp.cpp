@@ -13,22 +13,34 @@
 namespace kktrain {
 
 void register_sparse_mlp(ModelState& s, LayerParams& p, const std::string& prefix, DType dtype) {
-  // Hugging Face Mixtral names (docs/moe.md). Registered in the order of the fused compute
-  // copies: each expert's w1, w3 back to back, expert after expert, then every w2.
+  // Hugging Face names (docs/moe.md): Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2}, or
+  // Qwen3-MoE's mlp.{gate, experts.E.gate_proj/up_proj/down_proj}. Registered in the order of
+  // the fused compute copies: each expert's gate (w1) and up (w3) back to back, expert after
+  // expert, then every down (w2).
   const int64_t C = s.cfg.hidden_size, E = s.cfg.moe.num_experts, F = s.cfg.moe.intermediate_size;
-  const std::string moe = prefix + ".block_sparse_moe";
+  const bool qwen = s.cfg.family == ModelFamily::qwen3_moe;
+  const std::string moe = prefix + (qwen ? ".mlp" : ".block_sparse_moe");
+  const char* gate = qwen ? ".gate_proj" : ".w1";
+  const char* up = qwen ? ".up_proj" : ".w3";
+  const char* down = qwen ? ".down_proj" : ".w2";
   // The router is a protected fp32 parameter: storage, compute and gradient fp32.
   p.router =
       s.params.add(moe + ".gate.weight", moe + ".gate", {E, C}, ParamRole::linear, DType::float32);
   s.params.info_mut(p.router).keep_fp32 = true;
+  s.params.info_mut(p.router).moe = MoePart::router;
+  auto expert = [&](const std::string& module, std::vector<int64_t> shape) {
+    const int i = add_param(s, module, std::move(shape), ParamRole::linear, dtype);
+    s.params.info_mut(i).moe = MoePart::expert;
+    return i;
+  };
   for (int64_t e = 0; e < E; ++e) {
     const std::string ex = moe + ".experts." + std::to_string(e);
-    p.w1.push_back(add_param(s, ex + ".w1", {F, C}, ParamRole::linear, dtype));
-    p.w3.push_back(add_param(s, ex + ".w3", {F, C}, ParamRole::linear, dtype));
+    p.w1.push_back(expert(ex + gate, {F, C}));
+    p.w3.push_back(expert(ex + up, {F, C}));
   }
   for (int64_t e = 0; e < E; ++e) {
     const std::string ex = moe + ".experts." + std::to_string(e);
-    p.w2.push_back(add_param(s, ex + ".w2", {C, F}, ParamRole::linear, dtype));
+    p.w2.push_back(expert(ex + down, {C, F}));
   }
   const int64_t Fs = s.cfg.moe.shared_expert_intermediate_size;
   if (Fs > 0) {

@@ -119,7 +119,7 @@ std::pair<bool, std::vector<std::string>> precision_warnings(const Config& cfg,
 namespace {
 
 bool is_expert(const ParamInfo& p) {
-  return p.name.find(".block_sparse_moe.experts.") != std::string::npos;
+  return p.moe == MoePart::expert;
 }
 
 AuditReport::Moe moe_audit(const ParamRegistry& params) {
@@ -127,7 +127,7 @@ AuditReport::Moe moe_audit(const ParamRegistry& params) {
   m.expert_parallel = params.expert_parallel();
   m.expert_elements_per_rank.assign(params.shard_world(), 0);
   for (const auto& p : params.all()) {
-    if (p.name.find(".block_sparse_moe.gate.") != std::string::npos) m.routers.push_back(p.name);
+    if (p.moe == MoePart::router) m.routers.push_back(p.name);
     if (!is_expert(p)) continue;
     m.expert_elements += p.numel;
     for (int rank = 0; rank < params.shard_world(); ++rank) {
