@@ -4,12 +4,14 @@ model loaded from the same safetensors files (tests/parity/torch_reference.py; t
 tests/hf/hf_files.py, written from the format's description). Llama, Qwen2 (q/k/v biases),
 Qwen3 (q_norm/k_norm, head_dim != hidden/heads, optional biases) and Mistral directories, with
 sliding-window attention (every layer, or the layers max_window_layers / layer_types name), and
-Qwen3-MoE ones (Qwen3's attention, every layer a sparse MLP under mlp.gate / mlp.experts.{e}):
+Qwen3-MoE ones (Qwen3's attention, every layer a sparse MLP under mlp.gate / mlp.experts.{e}),
+SmolLM3 ones (Llama's tensors, no rotary in the layers no_rope_layers / no_rope_layer_interval
+name) and SmolLM2's Llama config.json (its converter's extra keys):
 
   config    the dump's hyperparameters are the config.json's (sizes, rope_theta, rms_norm_eps,
-            head_dim, which biases, qk-norm, sliding_window and which layers slide, family; for a
-            mixture of experts the moe_* attributes: experts, top-k, expert size,
-            norm_topk_prob, and moe_aux_loss_coef = router_aux_loss_coef when
+            head_dim, which biases, qk-norm, sliding_window and which layers slide, which layers
+            apply rotary, family; for a mixture of experts the moe_* attributes: experts, top-k,
+            expert size, norm_topk_prob, and moe_aux_loss_coef = router_aux_loss_coef when
             output_router_logits is true, else 0, as transformers weights the load-balancing
             loss): the reference runs on the config's meaning, never on kktrain's own account
             of it
@@ -56,7 +58,8 @@ import torch_reference as tr  # noqa: E402
 # keyword arguments)]); without the last entry a Llama (hf.llama_config). The keyword
 # "weights_seed" (not a config key) replaces the random weights' seed (crc32 of the name).
 FAMILIES = {"llama": hf.llama_config, "qwen2": hf.qwen2_config, "qwen3": hf.qwen3_config,
-            "mistral": hf.mistral_config, "qwen3_moe": hf.qwen3_moe_config}
+            "mistral": hf.mistral_config, "qwen3_moe": hf.qwen3_moe_config,
+            "smollm2": hf.smollm2_config, "smollm3": hf.smollm3_config}
 CASES = {
     "f32_tied_single_llama3": ("F32", "float32", True, 1, True,
                                ["distributed.mp_policy.param_dtype=float32"]),
@@ -118,6 +121,21 @@ CASES = {
                                ("qwen3_moe", {"head_dim": 16, "norm_topk_prob": False,
                                               "output_router_logits": False,
                                               "weights_seed": 5})),
+    # SmolLM3: Llama's tensors, no rotary in some layers (no_rope_layers[i] 0; 1 = rotary).
+    # F32, untied, 4 layers with the last one NoPE written as the explicit list (as SmolLM3-3B
+    # writes its [1, 1, 1, 0, ...]) and layer_types all full_attention; BF16, tied, the list
+    # null and derived from no_rope_layer_interval 2: [1, 0, 1, 0] (layers 1 and 3 NoPE).
+    "smollm3_f32_no_rope_layers": ("F32", "float32", False, 1, False,
+                                   ["distributed.mp_policy.param_dtype=float32"],
+                                   ("smollm3", {"L": 4, "no_rope_layers": [1, 1, 1, 0],
+                                                "layer_types": ["full_attention"] * 4})),
+    "smollm3_bf16_interval": ("BF16", "bfloat16", True, 1, False, [],
+                              ("smollm3", {"L": 4, "no_rope_layers": None,
+                                           "no_rope_layer_interval": 2})),
+    # SmolLM2: a plain Llama whose config.json carries is_llama_config, rope_interleaved false,
+    # pad_token_id, transformers.js_config and an integer rope_theta (100000).
+    "smollm2_f32": ("F32", "float32", True, 1, False,
+                    ["distributed.mp_policy.param_dtype=float32"], ("smollm2", {})),
 }
 
 CONFIG = "data:\n  seq_len: 32\n  micro_batch_size: 2\n"
@@ -141,9 +159,10 @@ def run(cmd, **kw):
 def check_config(d: tr.Dump, cfg, failures: list) -> None:
     """The dump's hyperparameters must be the config.json's; then the reference reads rotary,
     norm epsilon, the family attributes (family, head_dim, attention_bias, qk_norm,
-    sliding_window, window_layers) and a sparse model's moe_* attributes as the config means
-    them. A dump without the window attributes reads as no window, so a kktrain that ignored a
-    config's window fails here."""
+    sliding_window, window_layers, rope_layers) and a sparse model's moe_* attributes as the
+    config means them. A dump without the window attributes reads as no window, and one without
+    rope_layers as rotary in every layer, so a kktrain that ignored a config's window or
+    SmolLM3's no_rope_layers fails here."""
     want = {"vocab_size": cfg["vocab_size"], "hidden_size": cfg["hidden_size"],
             "num_layers": cfg["num_hidden_layers"], "num_heads": cfg["num_attention_heads"],
             "num_kv_heads": cfg["num_key_value_heads"],
@@ -178,7 +197,7 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
     layers = d.window_layers
     got = {"family": d.family, "head_dim": d.head_dim, "attention_bias": d.attention_bias,
            "qk_norm": d.qk_norm, "sliding_window": d.sliding_window if "1" in layers else 0,
-           "window_layers": layers}
+           "window_layers": layers, "rope_layers": d.rope_layers}
     for key, value in attrs.items():
         if got[key] != value:
             failures.append(f"dump {key} {got[key]!r}, config.json means {value!r}")
@@ -190,7 +209,8 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
 class Greedy(tr.Reference):
     """The reference model's logits for any token sequence (fp32, no autocast; the dump's family
     attributes: head_dim, biases, qk-norm, through tr.Reference.block; each layer's sliding
-    window, through tr.Reference.layer_masks)."""
+    window, through tr.Reference.layer_masks; each layer's rotary or none, through
+    tr.Reference.layer_rope)."""
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         T = ids.shape[1]
@@ -198,7 +218,7 @@ class Greedy(tr.Reference):
         cos, sin = tr.rope_tables(T, self.D, self.theta, h.dtype, self.scaling)
         masks = self.layer_masks(T)
         for i in range(self.d.L):
-            h = self.block(h, f"model.layers.{i}.", cos, sin, masks[i])
+            h = self.block(h, f"model.layers.{i}.", *self.layer_rope(i, cos, sin), masks[i])
         return self.linear(self.norm(h, "model.norm.weight"), "lm_head.weight")
 
 

@@ -7,16 +7,25 @@ description, not from kktrain's code:
   bytes [8 + N, EOF)  the tensors, little-endian, C order, at [begin, end) of this section,
                       contiguous from 0 and ending exactly at the end of the file
 
-plus config.json (LlamaForCausalLM, MixtralForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-Qwen3ForCausalLM or Qwen3MoeForCausalLM keys)
+plus config.json (LlamaForCausalLM (SmolLM2's variant included), MixtralForCausalLM,
+MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM or SmolLM3ForCausalLM
+keys)
 and, for sharded checkpoints, model.safetensors.index.json
 ({"metadata": {"total_size"}, "weight_map": {name: file}}).
 
 The families' tensors (Hugging Face's modeling_*.py): Llama and Mixtral attention
 {q,k,v,o}_proj.weight (+ {q,k,v,o}_proj.bias with attention_bias true); Qwen2 always
 {q,k,v}_proj.bias and no o_proj bias; Qwen3 q_norm.weight and k_norm.weight (head_dim,) per layer,
-{q,k,v,o}_proj.bias with attention_bias true, and an explicit head_dim (q_proj (H*head_dim, C)).
+{q,k,v,o}_proj.bias with attention_bias true, and an explicit head_dim (q_proj (H*head_dim, C));
+SmolLM3 Llama's tensors and names exactly.
 `reference_attrs(cfg)` says the same in the attributes tests/parity/torch_reference.py reads.
+
+Layers without rotary, SmolLM3 only (`rope_layers(cfg)`, transformers' SmolLM3Config and
+SmolLM3Attention): no_rope_layers[i] is layer i's use_rope, so 1 = the layer applies rotary and
+0 = a NoPE layer (the key's name says the opposite of its values); the list may be longer than
+num_hidden_layers (only the first L are read). When no_rope_layers is null or absent it is
+[int((i + 1) % no_rope_layer_interval != 0) for i in range(L)] (interval default 4: layers
+3, 7, 11, ... have no rotary). Every other family rotates in every layer.
 
 Sparse MLPs (every layer's, as kktrain reads them):
   Mixtral     block_sparse_moe.gate.weight (E, C), block_sparse_moe.experts.{e}.w1 / w3 (F, C)
@@ -37,6 +46,13 @@ Sliding windows, as transformers reads each family's config (`window(cfg)`):
                     decides per layer ("sliding_attention" / "full_attention"); absent, layers
                     with index >= max_window_layers slide. A sliding layer with no window is an
                     error in transformers (create_sliding_window_causal_mask), here too.
+  SmolLM3           layer_types, when given, decides per layer; absent, a layer slides when
+                    use_sliding_window is true, sliding_window is not null and the layer is a NoPE
+                    one (no_rope_layers[i] == 0). The sliding layers' mask uses sliding_window
+                    (SmolLM3Config leaves it as written even with use_sliding_window false, but the
+                    attention's own window, which only flash-attention reads, is set only with
+                    use_sliding_window true): sliding layers with use_sliding_window false are
+                    refused here as ambiguous. max_window_layers (in SmolLM3-3B's file) is not read.
   Llama             none.
 
 `read_safetensors` checks every rule of the format and raises AssertionError naming the broken
@@ -290,6 +306,77 @@ def qwen3_moe_config(V=256, C=64, L=2, H=4, KV=2, F=160, E=4, top_k=2, moe_inter
     return c
 
 
+def smollm2_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, tied=True, theta=100000,
+                   eps=1e-5, torch_dtype="bfloat16", **extra) -> Dict[str, object]:
+    """A SmolLM2 (plain LlamaForCausalLM, model_type llama) with the key set of the SmolLM2
+    config.json files: llama_config's keys plus the ones its converter wrote: is_llama_config,
+    rope_interleaved false (no LlamaConfig field: transformers keeps it as an attribute nobody
+    reads; its Llama rotary is the half-split one, which is what false means), pad_token_id,
+    pretraining_tp and transformers.js_config (a dict). rope_theta an integer, as there."""
+    c = llama_config(V=V, C=C, L=L, H=H, KV=KV, F=F, max_pos=max_pos, tied=tied, theta=theta,
+                     eps=eps, torch_dtype=torch_dtype)
+    c.update({"attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 0,
+              "initializer_range": 0.041666666666666664, "is_llama_config": True,
+              "pad_token_id": 0, "pretraining_tp": 1, "rope_interleaved": False,
+              "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16",
+                                                            "fp16": "float16"}},
+              "transformers_version": "4.42.3", "use_cache": True})
+    c.update(extra)
+    return c
+
+
+_INTERVAL_LIST = object()  # smollm3_config's default no_rope_layers: the interval's list
+
+
+def smollm3_config(V=256, C=64, L=4, H=4, KV=2, F=160, max_pos=128, tied=True,
+                   theta=5000000.0, eps=1e-6, no_rope_layers=_INTERVAL_LIST,
+                   no_rope_layer_interval=4, use_sliding_window=False, sliding_window=None,
+                   layer_types=None, attention_bias=False, torch_dtype="bfloat16",
+                   **extra) -> Dict[str, object]:
+    """A SmolLM3 (SmolLM3ForCausalLM): Llama's tensors, some layers without rotary; the key set
+    of the SmolLM3-3B config.json (SmolLM3Config's keys plus max_window_layers and
+    pretraining_tp, which it does not read). no_rope_layers: a list (1 = the layer rotates),
+    None (written as null: derived from no_rope_layer_interval) or, by default, the explicit
+    list the interval means (as SmolLM3-3B writes it). layer_types only when given (the
+    SmolLM3-3B file may write its all-"full_attention" list; absent, transformers derives it)."""
+    if no_rope_layers is _INTERVAL_LIST:
+        no_rope_layers = [int((i + 1) % no_rope_layer_interval != 0) for i in range(L)]
+    c = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "hidden_act": "silu",
+         "rms_norm_eps": eps, "rope_theta": theta, "rope_scaling": None,
+         "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
+         "attention_bias": attention_bias, "attention_dropout": 0.0, "mlp_bias": False,
+         "no_rope_layers": None if no_rope_layers is None else list(no_rope_layers),
+         "no_rope_layer_interval": no_rope_layer_interval,
+         "use_sliding_window": use_sliding_window, "sliding_window": sliding_window,
+         "max_window_layers": L, "bos_token_id": None, "eos_token_id": V - 1,
+         "pad_token_id": V - 2, "initializer_range": 0.02, "pretraining_tp": 2,
+         "use_cache": False, "torch_dtype": torch_dtype, "transformers_version": "4.54.0.dev0"}
+    if layer_types is not None:
+        c["layer_types"] = list(layer_types)
+    c.update(extra)
+    return c
+
+
+def rope_layers(cfg) -> str:
+    """'0'/'1' per layer, '1' = the layer applies rotary: SmolLM3's no_rope_layers (its first L
+    values; any nonzero value rotates, as `if self.use_rope` reads it), or the list
+    no_rope_layer_interval (default 4) means when it is null; every layer for other families."""
+    L = cfg["num_hidden_layers"]
+    if cfg.get("model_type") != "smollm3":
+        return "1" * L
+    values = cfg.get("no_rope_layers")
+    if values is None:
+        n = int(cfg.get("no_rope_layer_interval", 4))
+        if n <= 0:
+            raise ValueError(f"no_rope_layer_interval {n}: must be positive")
+        values = [int((i + 1) % n != 0) for i in range(L)]
+    if len(values) < L:
+        raise ValueError(f"no_rope_layers {values}: shorter than num_hidden_layers {L}")
+    return "".join("1" if v else "0" for v in values[:L])
+
+
 def family(cfg) -> str:
     """kktrain's model.family for this config (its dump attribute `family`): a Mixtral is a Llama
     with a sparse MLP; the other model_types are their own."""
@@ -368,6 +455,21 @@ def window(cfg) -> Tuple[int, str]:
         if not cfg.get("use_sliding_window", False):
             W = None
         slides = [W is not None] * L  # every layer; max_window_layers, layer_types not read
+    elif family == "smollm3":
+        nope = [c == "0" for c in rope_layers(cfg)]
+        on = cfg.get("use_sliding_window", False)
+        types = cfg.get("layer_types")
+        if types is None:
+            types = ["sliding_attention" if on and W is not None and nope[i] else
+                     "full_attention" for i in range(L)]
+        if len(types) != L or set(types) - set(LAYER_TYPES):
+            raise ValueError(f"layer_types {types}: {L} of {LAYER_TYPES}")
+        slides = [t == "sliding_attention" for t in types]
+        if any(slides) and W is None:
+            raise ValueError("sliding_attention layers without a sliding_window")
+        if any(slides) and not on:
+            raise ValueError("sliding_attention layers with use_sliding_window false: "
+                             "transformers' mask slides, its flash-attention path does not")
     elif family in ("qwen2", "qwen3"):
         if not cfg.get("use_sliding_window", False):
             W = None
@@ -392,11 +494,13 @@ def window(cfg) -> Tuple[int, str]:
 
 def reference_attrs(cfg) -> Dict[str, object]:
     """The attention attributes of a `kktrain grads` dump that torch_reference.py reads, as this
-    config means them (sliding_window 0 and window_layers all '0' without a sliding layer; family
-    as kktrain names it, which picks the sparse MLP's tensor names)."""
+    config means them (sliding_window 0 and window_layers all '0' without a sliding layer;
+    rope_layers '1' for each layer that applies rotary; family as kktrain names it, which picks
+    the sparse MLP's tensor names)."""
     W, layers = window(cfg)
     return {"family": family(cfg), "head_dim": head_dim(cfg), "attention_bias": attention_bias(cfg),
-            "qk_norm": qk_norm(cfg), "sliding_window": W, "window_layers": layers}
+            "qk_norm": qk_norm(cfg), "sliding_window": W, "window_layers": layers,
+            "rope_layers": rope_layers(cfg)}
 
 
 def weight_names(cfg) -> List[str]:

@@ -1,6 +1,7 @@
 """Independent PyTorch reference for kktrain's model (Hugging Face LlamaForCausalLM semantics,
-the Qwen2ForCausalLM / Qwen3ForCausalLM attention variants and the MixtralForCausalLM /
-Qwen3MoeForCausalLM sparse MLPs when the dump asks for them).
+the Qwen2ForCausalLM / Qwen3ForCausalLM attention variants, SmolLM3ForCausalLM's layers without
+rotary and the MixtralForCausalLM / Qwen3MoeForCausalLM sparse MLPs when the dump asks for
+them).
 
 Reads a `kktrain grads` dump (parameters, batch, hyperparameters) and recomputes the loss, the
 multi-token-prediction loss and every parameter gradient with autograd, in one of three modes:
@@ -37,6 +38,11 @@ Llama's choice, so older dumps read as before):
   window_layers   a string of '0' / '1', one per layer ("0011": layers 2 and 3 slide, 0 and 1
                   see every earlier key); absent with sliding_window > 0: every layer slides.
                   Ignored without a window.
+  rope_layers     a string of '0' / '1', one per layer (absent: "1" * L, every layer rotates):
+                  '1' applies rotary to the layer's queries and keys, '0' leaves them as
+                  projected (SmolLM3's NoPE layers: config no_rope_layers[i] == 0, transformers'
+                  SmolLM3Attention use_rope false); nothing else of the layer changes (same
+                  scale, mask and window). The MTP blocks always rotate.
 
 Mixture of experts (moe_num_experts E > 0: every layer's MLP sparse; attributes moe_top_k,
 moe_intermediate_size, moe_norm_topk_prob, moe_shared_expert_intermediate_size,
@@ -190,6 +196,14 @@ class Dump:
         v = _text(self.attrs.get("window_layers", "1" * self.L))
         if len(v) != self.L or set(v) - set("01"):
             raise ValueError(f"window_layers {v!r}: must be {self.L} characters of 0 / 1")
+        return v
+
+    @property
+    def rope_layers(self) -> str:
+        """'0'/'1' per layer: which layers apply rotary ("1" * L without the attribute)."""
+        v = _text(self.attrs.get("rope_layers", "1" * self.L))
+        if len(v) != self.L or set(v) - set("01"):
+            raise ValueError(f"rope_layers {v!r}: must be {self.L} characters of 0 / 1")
         return v
 
     @property
@@ -369,6 +383,11 @@ class Reference:
         slide = attention_mask(T, starts, W) if "1" in which else None
         return [slide if c == "1" else full for c in which]
 
+    def layer_rope(self, i: int, cos, sin):
+        """Layer i's rotary tables: (cos, sin), or (None, None) for a layer the dump's
+        rope_layers leaves without rotary (attention then skips the rotation)."""
+        return (cos, sin) if self.d.rope_layers[i] == "1" else (None, None)
+
     def attention(self, n, prefix, cos, sin, mask=None):
         B, T, _ = n.shape
         H, KV, D = self.d.H, self.d.KV, self.D
@@ -379,8 +398,9 @@ class Reference:
             q = self.norm(q, prefix + "q_norm.weight")
             k = self.norm(k, prefix + "k_norm.weight")
         q, k = q.transpose(1, 2), k.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if cos is not None:  # None: a layer without rotary (rope_layers '0')
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         rep = H // KV  # query head h reads kv head h // rep (HF repeat_kv)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
@@ -489,7 +509,7 @@ class Reference:
         masks = self.layer_masks(T, starts)
         mask = attention_mask(T, starts)  # the MTP blocks' (no window there)
         for i in range(d.L):
-            h = self.block(h, f"model.layers.{i}.", cos, sin, masks[i])
+            h = self.block(h, f"model.layers.{i}.", *self.layer_rope(i, cos, sin), masks[i])
         loss = self.head_loss(h, "model.norm.weight", tgt)
         mtp_loss = None
         if d.K > 0 and d.compute_mtp:
