@@ -223,6 +223,13 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
     if (!a) s.fail("layer_types", "\"" + t + "\" is not full_attention or sliding_attention");
     m->layer_types.push_back(*a);
   }
+  const std::vector<std::string> ropes = s.get_string_list("layer_rope");
+  s.accepts("layer_rope", "null (every layer rotates) or one of rope, none per layer");
+  m->layer_rope.clear();
+  for (const auto& r : ropes) {
+    if (r != "rope" && r != "none") s.fail("layer_rope", "\"" + r + "\" is not rope or none");
+    m->layer_rope.push_back(r == "rope" ? LayerRope::rope : LayerRope::none);
+  }
 
   // Storage dtype: both spellings accept the same values; resolution happens in load_config.
   spec->dtype = s.get_dtype("dtype", std::nullopt, DTypeNull::accepted, DTypeAuto::accepted,
@@ -282,6 +289,10 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
       s.fail("layer_types", std::to_string(m->layer_types.size()) + " layer types for " +
                                 std::to_string(m->num_layers) + " layers (num_layers)");
     }
+  }
+  if (!m->layer_rope.empty() && static_cast<int64_t>(m->layer_rope.size()) != m->num_layers) {
+    s.fail("layer_rope", std::to_string(m->layer_rope.size()) + " entries for " +
+                             std::to_string(m->num_layers) + " layers (num_layers)");
   }
   if (m->explicit_head_dim % 2 != 0) {
     s.fail("head_dim",

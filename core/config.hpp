@@ -77,8 +77,9 @@ struct GemmConfig {
 // model.family: the Hugging Face architecture the model is (its config.json and export names).
 // A mixture of experts is a Mixtral in the llama family and Qwen3-MoE in qwen3_moe (the names of
 // its router and experts: docs/moe.md).
-enum class ModelFamily { llama, mistral, qwen2, qwen3, qwen3_moe };
-const char* model_family_name(ModelFamily f);  // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe"
+enum class ModelFamily { llama, mistral, qwen2, qwen3, qwen3_moe, smollm3 };
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "smollm3"
+const char* model_family_name(ModelFamily f);
 std::optional<ModelFamily> parse_model_family(const std::string& name);
 // model.attention_bias: which attention projections add a bias (Qwen2: q, k, v; Qwen3's and
 // Llama's attention_bias: true: all four).
@@ -96,6 +97,8 @@ std::optional<QkNorm> parse_qk_norm(const std::string& name);
 enum class LayerAttention { full, sliding };
 const char* layer_attention_name(LayerAttention a);
 std::optional<LayerAttention> parse_layer_attention(const std::string& name);
+// model.layer_rope: whether a layer applies the rotary embedding ("rope") or not ("none").
+enum class LayerRope { rope, none };
 
 struct ModelConfig {
   int64_t vocab_size = 256;
@@ -139,6 +142,12 @@ struct ModelConfig {
   // every layer slides when there is a window).
   int64_t sliding_window = 0;
   std::vector<LayerAttention> layer_types;
+  // model.layer_rope: which layers rotate q and k ("rope") and which attend without positions
+  // ("none"; SmolLM3's no_rope_layers); empty (null in a config): every layer rotates.
+  std::vector<LayerRope> layer_rope;
+  bool rotates(int64_t l) const {
+    return layer_rope.empty() || layer_rope[static_cast<std::size_t>(l)] == LayerRope::rope;
+  }
   // The window of layer l (0: none).
   int64_t window_of(int64_t l) const {
     if (sliding_window <= 0) return 0;

@@ -72,11 +72,10 @@ const Choices<AttentionChoice>& attention_choices() {
 }
 
 const Choices<ModelFamily>& model_families() {
-  static const Choices<ModelFamily> c = {{ModelFamily::llama, "llama"},
-                                         {ModelFamily::mistral, "mistral"},
-                                         {ModelFamily::qwen2, "qwen2"},
-                                         {ModelFamily::qwen3, "qwen3"},
-                                         {ModelFamily::qwen3_moe, "qwen3_moe"}};
+  static const Choices<ModelFamily> c = {
+      {ModelFamily::llama, "llama"},         {ModelFamily::mistral, "mistral"},
+      {ModelFamily::qwen2, "qwen2"},         {ModelFamily::qwen3, "qwen3"},
+      {ModelFamily::qwen3_moe, "qwen3_moe"}, {ModelFamily::smollm3, "smollm3"}};
   return c;
 }
 const Choices<AttentionBias>& attention_biases() {

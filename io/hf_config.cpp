@@ -339,9 +339,37 @@ void read_qwen3_moe(const Keys& k, MoeConfig* e) {
   }
 }
 
+// SmolLM3's layers without positions: no_rope_layers[i] is 1 where layer i rotates q and k, 0
+// where it does not; null: every no_rope_layer_interval-th layer does not (interval 4).
+void read_no_rope(const Keys& k, ModelConfig* m) {
+  const int64_t interval = k.integer("no_rope_layer_interval", 4, 1);
+  m->layer_rope.clear();
+  if (!k.has("no_rope_layers")) {
+    for (int64_t l = 0; l < m->num_layers; ++l) {
+      m->layer_rope.push_back((l + 1) % interval != 0 ? LayerRope::rope : LayerRope::none);
+    }
+    return;
+  }
+  const json& v = k.j["no_rope_layers"];
+  if (!v.is_array() || static_cast<int64_t>(v.size()) != m->num_layers) {
+    k.fail("no_rope_layers", "not a list of num_hidden_layers " + std::to_string(m->num_layers) +
+                                 " entries (1: the layer uses RoPE, 0: it does not)");
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != 0 && v[i] != 1) {
+      Where{k.file, "no_rope_layers"}.at(i).fail_valued(&v[i], "not 0 or 1");
+    }
+    m->layer_rope.push_back(v[i] == 1 ? LayerRope::rope : LayerRope::none);
+  }
+}
+
 // What the model does not compute, refused by key and value.
 void refuse_unsupported(const Keys& k) {
   if (k.boolean("mlp_bias", false)) k.fail("mlp_bias", "kktrain's MLP has no biases");
+  // Nanotron's spelling in SmolLM2 files: false is the rotation of halves every family uses.
+  if (k.boolean("rope_interleaved", false)) {
+    k.fail("rope_interleaved", "kktrain rotates the two halves of each head (false is accepted)");
+  }
   const std::string act = k.text("hidden_act", "silu");
   if (act != "silu") k.fail("hidden_act", "kktrain's MLP is SwiGLU (hidden_act \"silu\")");
   if (k.has("attention_dropout") &&
@@ -423,6 +451,32 @@ void read_qwen_window(const Keys& k, ModelConfig* m) {
   }
 }
 
+// SmolLM3: with use_sliding_window true and a sliding_window, the layers without RoPE slide (or
+// those layer_types marks); max_window_layers is written by its files but read by nothing.
+void read_smollm3_window(const Keys& k, ModelConfig* m) {
+  (void)k.has("max_window_layers");
+  const bool on = k.boolean("use_sliding_window", false);
+  const int64_t w = k.has("sliding_window") ? k.integer("sliding_window", std::nullopt, 1) : 0;
+  m->layer_types = read_layer_types(k, m->num_layers);
+  bool any = false;
+  for (auto t : m->layer_types) any = any || t == LayerAttention::sliding;
+  if (!on || w == 0) {
+    if (any) {
+      k.fail("layer_types",
+             "marks sliding layers while use_sliding_window is false or "
+             "sliding_window null: which window is meant?");
+    }
+    m->layer_types.clear();
+    return;
+  }
+  m->sliding_window = w;
+  if (m->layer_types.empty()) {
+    for (int64_t l = 0; l < m->num_layers; ++l) {
+      m->layer_types.push_back(m->rotates(l) ? LayerAttention::full : LayerAttention::sliding);
+    }
+  }
+}
+
 // Gemma 2's soft-capped logits: no family kktrain reads computes them.
 void refuse_softcap(const Keys& k, const std::string& arch) {
   // Gemma 2's key: Llama, Mistral and Mixtral do not cap their logits, so a model that sets it
@@ -460,7 +514,7 @@ HfArchitecture read_hf_config(const std::string& dir) {
 namespace {
 
 // How a family reads its window keys.
-enum class WindowKeys { llama, qwen };
+enum class WindowKeys { llama, qwen, smollm3 };
 
 // One Hugging Face architecture kktrain reads: its names, what its keys mean when absent, and what
 // it computes that Llama does not (the rest of ModelConfig's family fields).
@@ -491,6 +545,8 @@ constexpr HfFamily kHfFamilies[] = {
      AttentionBias::qkvo, QkNorm::per_head, WindowKeys::qwen},
     {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::qwen3_moe, true, 32768, 128,
      AttentionBias::none, AttentionBias::qkvo, QkNorm::per_head, WindowKeys::qwen},
+    {"SmolLM3ForCausalLM", "smollm3", ModelFamily::smollm3, false, 32768, 0, AttentionBias::none,
+     AttentionBias::qkvo, QkNorm::none, WindowKeys::smollm3},
 };
 
 std::string family_list() {
@@ -562,9 +618,12 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
   read_rope(k, &a);
   read_attention_shape(k, f, &m);
+  if (f.family == ModelFamily::smollm3) read_no_rope(k, &m);
   refuse_unsupported(k);
   if (f.window == WindowKeys::qwen) {
     read_qwen_window(k, &m);
+  } else if (f.window == WindowKeys::smollm3) {
+    read_smollm3_window(k, &m);
   } else {
     read_llama_window(k, a.architecture, f.family == ModelFamily::llama && !f.sparse, &m);
   }
@@ -619,6 +678,12 @@ void check_expressible(const ModelConfig& m, const HfFamily& f) {
                      std::string(attention_bias_name(m.attention_bias)) +
                      ", which a Hugging Face " + arch + " cannot hold; export to HDF5 instead");
   }
+  bool all_rotate = true;
+  for (int64_t l = 0; l < m.num_layers; ++l) all_rotate = all_rotate && m.rotates(l);
+  if (!all_rotate && f.family != ModelFamily::smollm3) {
+    throw UsageError("model.layer_rope leaves some layers without RoPE, and a Hugging Face " +
+                     arch + " rotates every layer; export to HDF5 instead");
+  }
   if (m.qk_norm != f.qk_norm) {
     throw UsageError("model.qk_norm is " + std::string(qk_norm_name(m.qk_norm)) + ", and a " +
                      "Hugging Face " + arch + " has " + qk_norm_name(f.qk_norm) +
@@ -632,8 +697,9 @@ void write_window(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_jso
   auto window = [&]() { return any ? nlohmann::ordered_json(m.sliding_window) : nullptr; };
   bool every = true;  // every layer slides
   for (int64_t l = 0; l < m.num_layers; ++l) every = every && m.window_of(l) > 0;
-  if (f.window == WindowKeys::qwen) {
-    // Qwen2Config derives layer types from max_window_layers: the full layers first.
+  if (f.window == WindowKeys::qwen || f.window == WindowKeys::smollm3) {
+    // Qwen2Config derives layer types from max_window_layers (the full layers first), SmolLM3's
+    // from its layers without RoPE: both read layer_types first, written whenever a layer slides.
     int64_t first = m.num_layers;
     for (int64_t l = m.num_layers - 1; l >= 0 && m.window_of(l) > 0; --l) first = l;
     (*j)["use_sliding_window"] = any;
@@ -730,6 +796,11 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
   j["attention_dropout"] = 0.0;
   if (f.family == ModelFamily::llama && !f.sparse) j["mlp_bias"] = false;
   write_window(m, f, &j);
+  if (f.family == ModelFamily::smollm3) {
+    nlohmann::ordered_json no_rope = nlohmann::ordered_json::array();
+    for (int64_t l = 0; l < m.num_layers; ++l) no_rope.push_back(m.rotates(l) ? 1 : 0);
+    j["no_rope_layers"] = no_rope;
+  }
   j["torch_dtype"] = dtype_name(dtype);
   j["use_cache"] = true;
   return j.dump(2) + "\n";
@@ -777,6 +848,9 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
   YAML::Node types(YAML::NodeType::Sequence);  // empty: null (the config prints [])
   for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
   f.values.push_back({"layer_types", "layer_types", types});
+  YAML::Node ropes(YAML::NodeType::Sequence);  // empty: null
+  for (auto r : m.layer_rope) ropes.push_back(r == LayerRope::rope ? "rope" : "none");
+  f.values.push_back({"layer_rope", "no_rope_layers", ropes});
   if (m.moe.enabled() && m.family == ModelFamily::qwen3_moe) {
     f.values.push_back({"moe.num_experts", "num_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});

@@ -212,6 +212,11 @@ void family_to_attrs(const ModelConfig& m, FileAttrs* a) {
   if (m.explicit_head_dim > 0) a->i64["head_dim"] = m.explicit_head_dim;
   if (m.sliding_window > 0) a->i64["sliding_window"] = m.sliding_window;
   if (!m.layer_types.empty()) a->str["layer_types"] = layer_types_text(m);
+  if (!m.layer_rope.empty()) {  // '1': the layer rotates q and k
+    std::string ropes;
+    for (auto r : m.layer_rope) ropes += r == LayerRope::rope ? '1' : '0';
+    a->str["layer_rope"] = ropes;
+  }
 }
 
 std::string layer_types_text(const ModelConfig& m) {
@@ -251,6 +256,11 @@ void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig*
   for (char c : text("layer_types", "")) {
     if (c != '0' && c != '1') refuse("layer_types", text("layer_types", ""));
     m->layer_types.push_back(c == '1' ? LayerAttention::sliding : LayerAttention::full);
+  }
+  m->layer_rope.clear();
+  for (char c : text("layer_rope", "")) {
+    if (c != '0' && c != '1') refuse("layer_rope", text("layer_rope", ""));
+    m->layer_rope.push_back(c == '1' ? LayerRope::rope : LayerRope::none);
   }
   const auto hd = a.i64.find("head_dim");
   m->explicit_head_dim = hd == a.i64.end() ? 0 : hd->second;

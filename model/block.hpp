@@ -86,7 +86,7 @@ struct BlockWeights {
   CRef down;                   // (C, F)
   LoraWeights lora[kNumProj];
   MoeWeights moe;                   // a sparse MLP's (gate_up and down unused)
-  const float* rope_cos = nullptr;  // (T_max, D/2)
+  const float* rope_cos = nullptr;  // (T_max, D/2); null: no rotation (model.layer_rope none)
   const float* rope_sin = nullptr;
   CRef qkv_bias;                  // (Q) q, k, v biases adjacent (no data: none)
   CRef o_bias;                    // (C)

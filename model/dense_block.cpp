@@ -44,8 +44,10 @@ BlockWeights block_weights(const ModelState& s, const LayerParams& p) {
     bw.moe = sparse_mlp_weights(s, p);
   }
   add_lora_weights(s, p, &bw);
-  bw.rope_cos = s.rope_cos.data();
-  bw.rope_sin = s.rope_sin.data();
+  if (p.rope == LayerRope::rope) {  // null tables: the layer attends without positions
+    bw.rope_cos = s.rope_cos.data();
+    bw.rope_sin = s.rope_sin.data();
+  }
   if (p.q_bias >= 0) bw.qkv_bias = s.w(p.q_bias);  // q, k, v biases: one fused group too
   if (p.o_bias >= 0) bw.o_bias = s.w(p.o_bias);
   if (p.q_norm >= 0) {

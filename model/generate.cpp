@@ -280,9 +280,10 @@ std::vector<float> Decoder::step(int32_t token) {
                                   HeadNormDims{1, H, KV, D, eps});
       norm = HeadScale{L.q_norm.data(), L.k_norm.data(), Rounding::fp32};
     }
+    const bool rotate = m.cfg.rotates(static_cast<int64_t>(l));
     rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
-                        m.cos.data() + p * half, m.sin.data() + p * half, 1, 1, H, KV, D, nullptr,
-                        norm);
+                        rotate ? m.cos.data() + p * half : nullptr,
+                        rotate ? m.sin.data() + p * half : nullptr, 1, 1, H, KV, D, nullptr, norm);
     cache_put(space, kc, m.k.data(), KV, T, D, slot);
     cache_put(space, vc, m.v.data(), KV, T, D, slot);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g

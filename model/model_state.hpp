@@ -36,8 +36,10 @@ struct LayerParams {
   // model.attention_bias: the q, k, v (one fused group) and o biases; model.qk_norm: the per-head
   // query and key norm weights (-1: the model has none).
   int q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1, q_norm = -1, k_norm = -1;
-  int64_t window =
-      0;  // the layer's sliding window (model.sliding_window, model.layer_types; 0: none)
+  // The layer's sliding window (model.sliding_window, model.layer_types; 0: none) and whether
+  // it rotates q and k (model.layer_rope).
+  int64_t window = 0;
+  LayerRope rope = LayerRope::rope;
   int gate = -1, up = -1, down = -1;  // the dense MLP (-1 in a sparse layer)
   // A sparse MLP (model.moe): the fp32 router, each expert's w1 (gate), w3 (up), w2 (down), and
   // the optional shared expert.

@@ -177,7 +177,8 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 // rotate-half rotary on q and k (fp32 math, stored in TC), v copied. Token t of row b is rotated
 // by the angles of position t, or with packed rows (starts: (B, T) device array, as
 // AttentionDims::starts) of position t - starts[b*T + t]: positions restart at 0 in every example.
-// `scale`: query and key values are first multiplied by per-channel weights (HeadScale).
+// `scale`: query and key values are first multiplied by per-channel weights (HeadScale). Null
+// cos and sin: no rotation (a layer without positions, model.layer_rope), the layout change only.
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,

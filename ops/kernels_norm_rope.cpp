@@ -141,8 +141,9 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
         }
         TC* y = slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
         const int64_t pos = starts != nullptr ? t - starts[bt] : t;  // restarts in each example
-        const float* c = cos + pos * half;
-        const float* s = sin + pos * half;
+        // No tables: no rotation (cos 1, sin 0), the layout change (and scale) only.
+        const float* c = cos != nullptr ? cos + pos * half : nullptr;
+        const float* s = sin != nullptr ? sin + pos * half : nullptr;
         const float* w = slot < H ? scale.q : scale.k;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         for (int64_t j = j0; j < j1; ++j) {
@@ -150,6 +151,11 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
           if (w != nullptr) {
             x1 = rnd(x1 * w[j], scale.round);
             x2 = rnd(x2 * w[j + half], scale.round);
+          }
+          if (c == nullptr) {
+            store_as(y, j, rnd(x1, rc));
+            store_as(y, j + half, rnd(x2, rc));
+            continue;
           }
           store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
           store_as(y, j + half, rnd(x2 * c[j] + x1 * s[j], rc));
@@ -181,12 +187,17 @@ void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const floa
         const float* g =
             slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + slot - H) * T + t) * D;
         const int64_t pos = starts != nullptr ? t - starts[bt] : t;
-        const float* c = cos + pos * half;
-        const float* s = sin + pos * half;
+        const float* c = cos != nullptr ? cos + pos * half : nullptr;
+        const float* s = sin != nullptr ? sin + pos * half : nullptr;
         // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s], from the gradients
-        // of the compute-dtype q and k (rounded on load).
+        // of the compute-dtype q and k (rounded on load); no tables: no rotation.
         for (int64_t j = j0; j < j1; ++j) {
           const float g1 = rnd(g[j], rc), g2 = rnd(g[j + half], rc);
+          if (c == nullptr) {
+            store_as(out, j, rnd(g1, rc));
+            store_as(out, j + half, rnd(g2, rc));
+            continue;
+          }
           store_as(out, j, rnd(g1 * c[j] + g2 * s[j], rc));
           store_as(out, j + half, rnd(g2 * c[j] - g1 * s[j], rc));
         }

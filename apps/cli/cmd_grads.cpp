@@ -69,6 +69,11 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_str("/", "family", model_family_name(m.family));
   f.attr_str("/", "attention_bias", attention_bias_name(m.attention_bias));
   f.attr_str("/", "qk_norm", qk_norm_name(m.qk_norm));
+  if (!m.layer_rope.empty()) {  // per layer, whether it rotates q and k ('1')
+    std::string ropes;
+    for (int64_t l = 0; l < m.num_layers; ++l) ropes += m.rotates(l) ? '1' : '0';
+    f.attr_str("/", "rope_layers", ropes);
+  }
   if (m.sliding_window > 0) {  // the window and, per layer, whether it slides
     f.attr_i64("/", "sliding_window", m.sliding_window);
     std::string layers;

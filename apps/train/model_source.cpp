@@ -59,6 +59,9 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
   YAML::Node types(YAML::NodeType::Sequence);  // empty: null (the config prints [])
   for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
   add("layer_types", "layer_types", types);
+  YAML::Node ropes(YAML::NodeType::Sequence);  // empty: null
+  for (auto r : m.layer_rope) ropes.push_back(r == LayerRope::rope ? "rope" : "none");
+  add("layer_rope", "layer_rope", ropes);
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
     add("moe.num_experts", "moe_num_experts", YAML::Node(e.num_experts));

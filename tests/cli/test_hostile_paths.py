@@ -57,7 +57,7 @@ NOT_PATH_KEYS = {
     "freeze_config.freeze_parameters", "freeze_config.unfreeze_parameters", "peft._target_",
     "peft.target_modules", "optimizer._target_", "optimizer.weight_decay_exclude",
     "distributed.strategy", "distributed.mp_policy._target_", "data.jsonl_key",
-    "model.attention_tiles",
+    "model.attention_tiles", "model.layer_types", "model.layer_rope",
 }
 # Each command's positional arguments and options that name files, and those that do not.
 PATH_ARGS = {

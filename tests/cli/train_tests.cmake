@@ -111,7 +111,8 @@ foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_sing
                       bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16 qwen2_f32_tied
                       qwen2_bf16_untied qwen3_f32_untied_head_dim qwen3_bf16_tied_bias
                       mistral_f32_window mistral_bf16_window qwen2_f32_window_layers
-                      qwen3_f32_layer_types qwen3_moe_f32 qwen3_moe_bf16_no_norm)
+                      qwen3_f32_layer_types qwen3_moe_f32 qwen3_moe_bf16_no_norm
+                      smollm3_f32_no_rope_layers smollm3_bf16_interval smollm2_f32)
   add_test(NAME hf.parity_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
                    $<TARGET_FILE:kktrain> ${case})
