@@ -152,7 +152,8 @@ struct RingReducer::Op {
       wait_one(&before[c], kWhat);
     }
     recv[s % 2].assign(chunks(b.len[rb(s)]), MPI_REQUEST_NULL);
-    for (std::size_t c = 0; c < kLookahead; ++c) post_recv(s, c);
+    // != rather than <: with kLookahead 0, nvcc flags `c < 0` as a pointless comparison
+    for (std::size_t c = 0; c != kLookahead; ++c) post_recv(s, c);
   }
 };
 
