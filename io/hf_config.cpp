@@ -704,7 +704,9 @@ void write_window(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_jso
     for (int64_t l = m.num_layers - 1; l >= 0 && m.window_of(l) > 0; --l) first = l;
     (*j)["use_sliding_window"] = any;
     (*j)["sliding_window"] = window();
-    (*j)["max_window_layers"] = any ? first : m.num_layers;
+    // (SmolLM3's files carry max_window_layers, which nothing reads: the layer count.)
+    const bool qwen = f.window == WindowKeys::qwen;
+    (*j)["max_window_layers"] = any && qwen ? first : m.num_layers;
     if (any) {
       nlohmann::ordered_json types = nlohmann::ordered_json::array();
       for (int64_t l = 0; l < m.num_layers; ++l) {
@@ -794,7 +796,9 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
     j["attention_bias"] = m.attention_bias == f.bias_when_true;
   }
   j["attention_dropout"] = 0.0;
-  if (f.family == ModelFamily::llama && !f.sparse) j["mlp_bias"] = false;
+  if ((f.family == ModelFamily::llama && !f.sparse) || f.family == ModelFamily::smollm3) {
+    j["mlp_bias"] = false;
+  }
   write_window(m, f, &j);
   if (f.family == ModelFamily::smollm3) {
     nlohmann::ordered_json no_rope = nlohmann::ordered_json::array();

@@ -53,6 +53,15 @@ FAMILIES = {
     "qwen2": (lambda: hf.qwen2_config(tied=True, max_pos=64), "F32", 2, F32),
     "qwen3": (lambda: hf.qwen3_config(tied=False, head_dim=32, attention_bias=True, max_pos=64,
                                       torch_dtype="bfloat16"), "BF16", 1, MASTER),
+    # A window of 16 keys on every layer (shorter than the 32-token sequences).
+    "mistral": (lambda: hf.mistral_config(max_pos=64, sliding_window=16, head_dim=32), "F32", 1,
+                F32),
+    # Layers 1 and 3 without RoPE (interval 2), the window on them.
+    "smollm3": (lambda: hf.smollm3_config(max_pos=64, no_rope_layers=None,
+                                          no_rope_layer_interval=2, use_sliding_window=True,
+                                          sliding_window=16), "BF16", 1, MASTER),
+    "qwen3_moe": (lambda: hf.qwen3_moe_config(max_pos=64, output_router_logits=True,
+                                              router_aux_loss_coef=0.02), "F32", 2, F32),
 }
 # config.json keys that say what the model computes; an export must carry each one the input has
 # with the input's value (sliding_window: see window_equal).
@@ -60,12 +69,17 @@ MODEL_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
               "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings",
               "tie_word_embeddings", "attention_bias", "attention_dropout", "use_sliding_window",
-              "max_window_layers", "sliding_window", "torch_dtype")
+              "max_window_layers", "sliding_window", "torch_dtype", "layer_types", "no_rope_layers",
+              "num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+              "output_router_logits", "router_aux_loss_coef", "decoder_sparse_step",
+              "mlp_only_layers")
 # Keys of the input that describe no computation (token ids, the initializer, the generation
 # cache, the writer's version) or hold the family's default (use_mrope false is Qwen2's): an
 # export may leave them out.
 NOT_MODEL_KEYS = {"bos_token_id", "eos_token_id", "initializer_range", "use_cache",
-                  "transformers_version", "use_mrope"}
+                  "transformers_version", "use_mrope", "pad_token_id", "pretraining_tp",
+                  # SmolLM3: the export writes no_rope_layers itself (compared as layers below)
+                  "no_rope_layer_interval"}
 
 
 def make_family(tmp, family, name="model", **extra):
@@ -145,7 +159,11 @@ def roundtrip(family):
         for k in MODEL_KEYS:
             if k not in src:
                 continue
-            if k == "sliding_window":
+            if k == "no_rope_layers":  # the layers that rotate, however the file says it
+                check(hf.rope_layers(cfg) == hf.rope_layers(src), f"config.json no_rope_layers "
+                      f"{cfg.get(k)!r}: layers {hf.rope_layers(cfg)} vs the input's "
+                      f"{hf.rope_layers(src)}")
+            elif k == "sliding_window":
                 check(window_equal(src, cfg), f"config.json sliding_window {cfg.get(k)!r} vs the "
                       f"input's {src[k]!r} (use_sliding_window {cfg.get('use_sliding_window')})")
             else:
@@ -191,6 +209,18 @@ def case_roundtrip_qwen2():
 
 def case_roundtrip_qwen3():
     roundtrip("qwen3")
+
+
+def case_roundtrip_mistral():
+    roundtrip("mistral")
+
+
+def case_roundtrip_smollm3():
+    roundtrip("smollm3")
+
+
+def case_roundtrip_qwen3_moe():
+    roundtrip("qwen3_moe")
 
 
 # ---- 2. resume: straight vs split, 1 and 2 ranks, another rank count -------------------------

@@ -97,8 +97,9 @@ endforeach()
 # (mpirun; exit 77, a skip, without it) and from 2 ranks on 1; LoRA on q/k/v/o with PEFT's names
 # and the biases and q/k norms frozen; config.json values and exports refused in one line.
 # Hidden 64, 2 layers, 32-token sequences: ~7-18 s a case on two busy cores.
-foreach(case IN ITEMS roundtrip_qwen2 roundtrip_qwen3 resume_qwen2 resume_qwen3 lora_qwen2
-                      lora_qwen3 refusals)
+foreach(case IN ITEMS roundtrip_qwen2 roundtrip_qwen3 roundtrip_mistral roundtrip_smollm3
+                      roundtrip_qwen3_moe resume_qwen2 resume_qwen3 lora_qwen2 lora_qwen3
+                      refusals)
   add_test(NAME hf.family_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf_families.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
