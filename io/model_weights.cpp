@@ -212,11 +212,13 @@ void family_to_attrs(const ModelConfig& m, FileAttrs* a) {
   if (m.explicit_head_dim > 0) a->i64["head_dim"] = m.explicit_head_dim;
   if (m.sliding_window > 0) a->i64["sliding_window"] = m.sliding_window;
   if (!m.layer_types.empty()) a->str["layer_types"] = layer_types_text(m);
-  if (!m.layer_rope.empty()) {  // '1': the layer rotates q and k
-    std::string ropes;
-    for (auto r : m.layer_rope) ropes += r == LayerRope::rope ? '1' : '0';
-    a->str["layer_rope"] = ropes;
-  }
+  if (!m.layer_rope.empty()) a->str["layer_rope"] = layer_rope_text(m);
+}
+
+std::string layer_rope_text(const ModelConfig& m) {
+  std::string out;
+  for (auto r : m.layer_rope) out += r == LayerRope::rope ? '1' : '0';
+  return out;
 }
 
 std::string layer_types_text(const ModelConfig& m) {

@@ -120,6 +120,8 @@ void family_to_attrs(const ModelConfig& m, FileAttrs* a);
 // (the file attribute layer_types; "" when null). With the integer sliding_window, written by
 // family_to_attrs when set.
 std::string layer_types_text(const ModelConfig& m);
+// model.layer_rope likewise: '1' where a layer rotates q and k, '0' where not ("" when null).
+std::string layer_rope_text(const ModelConfig& m);
 void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig* m);
 // Why a file with attributes `a` cannot hold model `m` because one is a mixture of experts and
 // the other dense ("" when both are of one kind), for messages after the file's name.

@@ -192,17 +192,12 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
   }
   ModelConfig saved_family;
   family_from_attrs(ix.root(), file, &saved_family);
-  auto rope_text = [](const ModelConfig& m) {
-    std::string out;
-    for (auto r : m.layer_rope) out += r == LayerRope::rope ? '1' : '0';
-    return out;
-  };
-  auto family_text = [&rope_text](const ModelConfig& m) {
+  auto family_text = [](const ModelConfig& m) {
     return std::string("family ") + model_family_name(m.family) + ", head_dim " +
            std::to_string(m.head_dim()) + ", attention_bias " +
            attention_bias_name(m.attention_bias) + ", qk_norm " + qk_norm_name(m.qk_norm) +
            ", sliding_window " + std::to_string(m.sliding_window) + ", layer_types [" +
-           layer_types_text(m) + "], layer_rope [" + rope_text(m) + "]";
+           layer_types_text(m) + "], layer_rope [" + layer_rope_text(m) + "]";
   };
   saved_family.hidden_size = cfg.model.hidden_size;
   saved_family.num_heads = cfg.model.num_heads;
