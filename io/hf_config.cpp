@@ -606,6 +606,9 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   m.hidden_size = k.integer("hidden_size", std::nullopt, 1);
   m.intermediate_size = k.integer("intermediate_size", std::nullopt, 1);
   m.num_layers = k.integer("num_hidden_layers", std::nullopt, 0);
+  // The per-layer lists below are built before the config reader sees the count: bound it here
+  // (model.num_layers' own bound), so a forged count cannot make them allocate without end.
+  if (m.num_layers > 4096) k.fail("num_hidden_layers", "more than 4096 layers (model.num_layers)");
   m.num_heads = k.integer("num_attention_heads", std::nullopt, 1);
   m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
   m.rms_norm_eps = k.number("rms_norm_eps", 1e-6, Bound::nonnegative);

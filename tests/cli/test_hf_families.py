@@ -372,6 +372,9 @@ def case_refusals():
             ("qwen3_attention_bias_text", "qwen3", {"attention_bias": "yes"},
              ("attention_bias",)),
             ("qwen3_head_dim_odd", "qwen3", {"head_dim": 3}, ("head_dim",)),
+            # per-layer lists are derived from the count: a forged one is refused, not built
+            ("smollm3_layers_forged", "smollm3", {"num_hidden_layers": 10**12,
+                                                  "no_rope_layers": None}, ("num_hidden_layers",)),
             ("unknown_key", "qwen3", {"rope_interleaved_new": 1}, ("rope_interleaved_new",)),
             ("qwen2_mrope", "qwen2", {"use_mrope": True}, ("use_mrope",)),
         ]
