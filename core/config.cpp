@@ -3,6 +3,7 @@
 #include "core/config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -68,8 +69,15 @@ void read_rope_scaling(Section& s, RopeScaling* r) {
   std::map<std::string, std::string> foreign;
   const char* const kLlama3[] = {"factor", "low_freq_factor", "high_freq_factor",
                                  "original_max_position_embeddings"};
+  if (r->rope_type == RopeType::linear) {
+    if (!s.has("factor")) s.fail("factor", "rope_type linear needs factor (> 0)");
+    r->factor = s.get_double("factor", 1.0, 1e-6, kInf);
+    for (int i = 1; i < 4; ++i) foreign[kLlama3[i]] = "applies only to rope_type: llama3";
+    s.finish(foreign);
+    return;
+  }
   if (!r->llama3()) {
-    for (const char* k : kLlama3) foreign[k] = "applies only to rope_type: llama3";
+    for (const char* k : kLlama3) foreign[k] = "applies only to rope_type: llama3 (or linear)";
     s.finish(foreign);
     return;
   }
@@ -124,6 +132,15 @@ void read_moe(Section& s, MoeConfig* e, int64_t dense_intermediate) {
                       std::to_string(e->num_experts));
   }
 }
+
+}  // namespace
+
+double ModelConfig::attn_scale() const {
+  if (query_pre_attn_scalar > 0) return 1.0 / std::sqrt(query_pre_attn_scalar);
+  return 1.0 / std::sqrt(static_cast<double>(head_dim()));
+}
+
+namespace {
 
 // model.final_logit_softcapping: null or absent (off), or the cap, a number > 0.
 void read_softcap(Section& s, ModelConfig* m) {
@@ -224,12 +241,24 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
     m->layer_types.push_back(*a);
   }
   const std::vector<std::string> ropes = s.get_string_list("layer_rope");
-  s.accepts("layer_rope", "null (every layer rotates) or one of rope, none per layer");
+  s.accepts("layer_rope", "null (every layer rotates) or one of rope, none, local per layer");
   m->layer_rope.clear();
   for (const auto& r : ropes) {
-    if (r != "rope" && r != "none") s.fail("layer_rope", "\"" + r + "\" is not rope or none");
-    m->layer_rope.push_back(r == "rope" ? LayerRope::rope : LayerRope::none);
+    const auto v = parse_layer_rope(r);
+    if (!v) s.fail("layer_rope", "\"" + r + "\" is not rope, none or local");
+    m->layer_rope.push_back(*v);
   }
+  m->norm_weight = get_enum(s, "norm_weight", m->norm_weight, norm_weights());
+  m->norm_placement = get_enum(s, "norm_placement", m->norm_placement, norm_placements());
+  m->mlp_activation = get_enum(s, "mlp_activation", m->mlp_activation, mlp_activations());
+  m->embed_scale = get_enum(s, "embed_scale", m->embed_scale, embed_scales());
+  m->query_pre_attn_scalar = s.get_opt_double("query_pre_attn_scalar", 1e-6, 1e12).value_or(0.0);
+  s.accepts("query_pre_attn_scalar", "null (head_dim) or a number > 0: scores * its ^-1/2");
+  m->attn_logit_softcapping = s.get_opt_double("attn_logit_softcapping", 1e-6, 1e12).value_or(0.0);
+  s.accepts("attn_logit_softcapping",
+            "null (off) or a number > 0 (scores = cap * tanh(scores / cap))");
+  m->rope_local_theta = s.get_opt_double("rope_local_theta", 1e-6, kInf).value_or(0.0);
+  s.accepts("rope_local_theta", "null (no local layers) or the rotary base of layer_rope local");
 
   // Storage dtype: both spellings accept the same values; resolution happens in load_config.
   spec->dtype = s.get_dtype("dtype", std::nullopt, DTypeNull::accepted, DTypeAuto::accepted,
@@ -293,6 +322,20 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   if (!m->layer_rope.empty() && static_cast<int64_t>(m->layer_rope.size()) != m->num_layers) {
     s.fail("layer_rope", std::to_string(m->layer_rope.size()) + " entries for " +
                              std::to_string(m->num_layers) + " layers (num_layers)");
+  }
+  bool local = false;
+  for (auto r : m->layer_rope) local = local || r == LayerRope::local;
+  if (local != (m->rope_local_theta > 0)) {
+    s.fail_either("layer_rope", "rope_local_theta",
+                  local ? "layer_rope has local layers and rope_local_theta is null"
+                        : "rope_local_theta is set and no layer_rope entry is local");
+  }
+  if (m->mtp_num_layers > 0 &&
+      (m->norm_placement != NormPlacement::pre || m->embed_scale != EmbedScale::none ||
+       m->norm_weight != NormWeight::plain || m->mlp_activation != MlpActivation::silu)) {
+    s.fail("mtp_num_layers",
+           "a multi-token-prediction head is defined for Llama's block only (norm_placement pre, "
+           "norm_weight plain, mlp_activation silu, embed_scale none); set mtp_num_layers: 0");
   }
   if (m->explicit_head_dim % 2 != 0) {
     s.fail("head_dim",

@@ -19,6 +19,7 @@
 #include "core/collective_impl.hpp"
 #include "core/dtype.hpp"
 #include "core/grad_sync.hpp"
+#include "core/model_enums.hpp"
 #include "core/precision.hpp"
 
 namespace kktrain {
@@ -26,16 +27,18 @@ namespace kktrain {
 // model.rope_scaling: how the rotary inverse frequencies are rescaled for long contexts, as
 // Hugging Face's rope_scaling (ops/rope.hpp computes them).
 // model.rope_scaling.rope_type: no scaling (the config's default) or Llama 3.1 / 3.2's.
-enum class RopeType { standard, llama3 };
-const char* rope_type_name(RopeType t);  // "default" | "llama3"
+// linear: every frequency divided by `factor` (Gemma 3's global layers).
+enum class RopeType { standard, llama3, linear };
+const char* rope_type_name(RopeType t);  // "default" | "llama3" | "linear"
 
 struct RopeScaling {
   RopeType rope_type = RopeType::standard;
-  double factor = 0.0;            // llama3: low frequencies are divided by it
+  double factor = 0.0;            // llama3: low frequencies are divided by it; linear: all
   double low_freq_factor = 0.0;   // wavelengths > original / low_freq_factor: divided
   double high_freq_factor = 0.0;  // wavelengths < original / high_freq_factor: kept
   int64_t original_max_position_embeddings = 0;
   bool llama3() const { return rope_type == RopeType::llama3; }
+  bool scaled() const { return rope_type != RopeType::standard; }
 };
 
 // model.moe: a sparse MLP (mixture of experts, Mixtral semantics) in every decoder layer instead
@@ -77,8 +80,8 @@ struct GemmConfig {
 // model.family: the Hugging Face architecture the model is (its config.json and export names).
 // A mixture of experts is a Mixtral in the llama family and Qwen3-MoE in qwen3_moe (the names of
 // its router and experts: docs/moe.md).
-enum class ModelFamily { llama, mistral, qwen2, qwen3, qwen3_moe, smollm3 };
-// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "smollm3"
+enum class ModelFamily { llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, gemma2, gemma3, olmo2 };
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "smollm3", "gemma2", "gemma3", "olmo2"
 const char* model_family_name(ModelFamily f);
 std::optional<ModelFamily> parse_model_family(const std::string& name);
 // model.attention_bias: which attention projections add a bias (Qwen2: q, k, v; Qwen3's and
@@ -87,9 +90,10 @@ enum class AttentionBias { none, qkv, qkvo };
 const char* attention_bias_name(AttentionBias b);  // "none", "qkv", "qkvo"
 std::optional<AttentionBias> parse_attention_bias(const std::string& name);
 // model.qk_norm: an RMSNorm of each query and key head over head_dim after the projection and
-// before the rotary embedding (Qwen3's q_norm / k_norm).
-enum class QkNorm { none, per_head };
-const char* qk_norm_name(QkNorm q);  // "none", "per_head"
+// before the rotary embedding (per_head: Qwen3's and Gemma 3's q_norm / k_norm), or of the whole
+// query and key projection outputs before the split into heads (whole: OLMo 2's).
+// (enum QkNorm { none, per_head, whole }: core/model_enums.hpp)
+const char* qk_norm_name(QkNorm q);  // "none", "per_head", "whole"
 std::optional<QkNorm> parse_qk_norm(const std::string& name);
 
 // model.layer_types: a layer's attention, "full_attention" or "sliding_attention" (the Hugging
@@ -97,8 +101,21 @@ std::optional<QkNorm> parse_qk_norm(const std::string& name);
 enum class LayerAttention { full, sliding };
 const char* layer_attention_name(LayerAttention a);
 std::optional<LayerAttention> parse_layer_attention(const std::string& name);
-// model.layer_rope: whether a layer applies the rotary embedding ("rope") or not ("none").
-enum class LayerRope { rope, none };
+// model.layer_rope: whether a layer applies the rotary embedding ("rope": model.rope_theta and
+// model.rope_scaling), applies it with model.rope_local_theta unscaled ("local": Gemma 3's
+// sliding layers) or not at all ("none": SmolLM3's no_rope_layers).
+enum class LayerRope { rope, none, local };
+const char* layer_rope_name(LayerRope r);  // "rope", "none", "local"
+// The spellings of core/model_enums.hpp's choices and their inverses.
+const char* norm_weight_name(NormWeight w);        // "plain", "fp32", "one_plus_fp32"
+const char* norm_placement_name(NormPlacement p);  // "pre", "sandwich", "post"
+const char* mlp_activation_name(MlpActivation a);  // "silu", "gelu_tanh"
+const char* embed_scale_name(EmbedScale e);        // "none", "sqrt_hidden"
+std::optional<NormWeight> parse_norm_weight(const std::string& name);
+std::optional<NormPlacement> parse_norm_placement(const std::string& name);
+std::optional<MlpActivation> parse_mlp_activation(const std::string& name);
+std::optional<EmbedScale> parse_embed_scale(const std::string& name);
+std::optional<LayerRope> parse_layer_rope(const std::string& name);
 
 struct ModelConfig {
   int64_t vocab_size = 256;
@@ -142,12 +159,26 @@ struct ModelConfig {
   // every layer slides when there is a window).
   int64_t sliding_window = 0;
   std::vector<LayerAttention> layer_types;
+  NormWeight norm_weight = NormWeight::plain;
+  NormPlacement norm_placement = NormPlacement::pre;
+  MlpActivation mlp_activation = MlpActivation::silu;
+  EmbedScale embed_scale = EmbedScale::none;
+  // model.query_pre_attn_scalar: attention scores are scaled by its inverse square root (Gemma;
+  // 0, null in a config: head_dim's). model.attn_logit_softcapping: scores become
+  // cap * tanh(scores / cap) before the mask (Gemma 2; 0, null: off). model.rope_local_theta: the
+  // rotary base of the "local" layers of model.layer_rope (0, null: none are local).
+  double query_pre_attn_scalar = 0.0;
+  double attn_logit_softcapping = 0.0;
+  double rope_local_theta = 0.0;
   // model.layer_rope: which layers rotate q and k ("rope") and which attend without positions
   // ("none"; SmolLM3's no_rope_layers); empty (null in a config): every layer rotates.
   std::vector<LayerRope> layer_rope;
-  bool rotates(int64_t l) const {
-    return layer_rope.empty() || layer_rope[static_cast<std::size_t>(l)] == LayerRope::rope;
+  LayerRope rope_of(int64_t l) const {
+    return layer_rope.empty() ? LayerRope::rope : layer_rope[static_cast<std::size_t>(l)];
   }
+  bool rotates(int64_t l) const { return rope_of(l) != LayerRope::none; }
+  // The attention scores' scale: query_pre_attn_scalar^-1/2, or head_dim^-1/2.
+  double attn_scale() const;
   // The window of layer l (0: none).
   int64_t window_of(int64_t l) const {
     if (sliding_window <= 0) return 0;

@@ -44,8 +44,8 @@ const Choices<ExportKind>& export_kinds() {
 }
 
 const Choices<RopeType>& rope_types() {
-  static const Choices<RopeType> c = {{RopeType::standard, "default"},
-                                      {RopeType::llama3, "llama3"}};
+  static const Choices<RopeType> c = {
+      {RopeType::standard, "default"}, {RopeType::llama3, "llama3"}, {RopeType::linear, "linear"}};
   return c;
 }
 const Choices<GemmChoice>& gemm_choices() {
@@ -75,7 +75,9 @@ const Choices<ModelFamily>& model_families() {
   static const Choices<ModelFamily> c = {
       {ModelFamily::llama, "llama"},         {ModelFamily::mistral, "mistral"},
       {ModelFamily::qwen2, "qwen2"},         {ModelFamily::qwen3, "qwen3"},
-      {ModelFamily::qwen3_moe, "qwen3_moe"}, {ModelFamily::smollm3, "smollm3"}};
+      {ModelFamily::qwen3_moe, "qwen3_moe"}, {ModelFamily::smollm3, "smollm3"},
+      {ModelFamily::gemma2, "gemma2"},       {ModelFamily::gemma3, "gemma3"},
+      {ModelFamily::olmo2, "olmo2"}};
   return c;
 }
 const Choices<AttentionBias>& attention_biases() {
@@ -84,7 +86,35 @@ const Choices<AttentionBias>& attention_biases() {
   return c;
 }
 const Choices<QkNorm>& qk_norms() {
-  static const Choices<QkNorm> c = {{QkNorm::none, "none"}, {QkNorm::per_head, "per_head"}};
+  static const Choices<QkNorm> c = {
+      {QkNorm::none, "none"}, {QkNorm::per_head, "per_head"}, {QkNorm::whole, "whole"}};
+  return c;
+}
+const Choices<LayerRope>& layer_ropes() {
+  static const Choices<LayerRope> c = {
+      {LayerRope::rope, "rope"}, {LayerRope::none, "none"}, {LayerRope::local, "local"}};
+  return c;
+}
+const Choices<NormWeight>& norm_weights() {
+  static const Choices<NormWeight> c = {{NormWeight::plain, "plain"},
+                                        {NormWeight::fp32, "fp32"},
+                                        {NormWeight::one_plus_fp32, "one_plus_fp32"}};
+  return c;
+}
+const Choices<NormPlacement>& norm_placements() {
+  static const Choices<NormPlacement> c = {{NormPlacement::pre, "pre"},
+                                           {NormPlacement::sandwich, "sandwich"},
+                                           {NormPlacement::post, "post"}};
+  return c;
+}
+const Choices<MlpActivation>& mlp_activations() {
+  static const Choices<MlpActivation> c = {{MlpActivation::silu, "silu"},
+                                           {MlpActivation::gelu_tanh, "gelu_tanh"}};
+  return c;
+}
+const Choices<EmbedScale>& embed_scales() {
+  static const Choices<EmbedScale> c = {{EmbedScale::none, "none"},
+                                        {EmbedScale::sqrt_hidden, "sqrt_hidden"}};
   return c;
 }
 
@@ -124,6 +154,38 @@ const char* qk_norm_name(QkNorm q) {
 }
 std::optional<QkNorm> parse_qk_norm(const std::string& name) {
   return parse_choice(qk_norms(), name);
+}
+
+const char* layer_rope_name(LayerRope r) {
+  return choice_name(layer_ropes(), r);
+}
+std::optional<LayerRope> parse_layer_rope(const std::string& name) {
+  return parse_choice(layer_ropes(), name);
+}
+
+const char* norm_weight_name(NormWeight w) {
+  return choice_name(norm_weights(), w);
+}
+const char* norm_placement_name(NormPlacement p) {
+  return choice_name(norm_placements(), p);
+}
+const char* mlp_activation_name(MlpActivation a) {
+  return choice_name(mlp_activations(), a);
+}
+const char* embed_scale_name(EmbedScale e) {
+  return choice_name(embed_scales(), e);
+}
+std::optional<NormWeight> parse_norm_weight(const std::string& name) {
+  return parse_choice(norm_weights(), name);
+}
+std::optional<NormPlacement> parse_norm_placement(const std::string& name) {
+  return parse_choice(norm_placements(), name);
+}
+std::optional<MlpActivation> parse_mlp_activation(const std::string& name) {
+  return parse_choice(mlp_activations(), name);
+}
+std::optional<EmbedScale> parse_embed_scale(const std::string& name) {
+  return parse_choice(embed_scales(), name);
 }
 
 const char* rope_type_name(RopeType t) {

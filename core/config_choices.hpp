@@ -29,6 +29,11 @@ const Choices<AttentionChoice>& attention_choices();
 const Choices<ModelFamily>& model_families();
 const Choices<AttentionBias>& attention_biases();
 const Choices<QkNorm>& qk_norms();
+const Choices<LayerRope>& layer_ropes();
+const Choices<NormWeight>& norm_weights();
+const Choices<NormPlacement>& norm_placements();
+const Choices<MlpActivation>& mlp_activations();
+const Choices<EmbedScale>& embed_scales();
 
 // The spelling of `value` ("?" for none).
 template <typename E>

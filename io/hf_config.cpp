@@ -150,23 +150,27 @@ RopeScaling read_rope_object(const json& s, const Where& w, bool with_theta) {
     r.rope_type = RopeType::llama3;
     known.insert(
         {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  } else if (type == "linear") {
+    r.rope_type = RopeType::linear;
+    known.insert("factor");
   } else if (type != "default") {
-    w.at(key).fail_valued(&s[key], "kktrain implements llama3 rope scaling (and none)");
+    w.at(key).fail_valued(&s[key], "kktrain implements llama3 and linear rope scaling (and none)");
   }
   for (const auto& item : s.items()) {
     if (!known.count(item.key())) {
       w.at(item.key()).fail_valued(&item.value(), "not a key of rope_type \"" + type + "\"");
     }
   }
-  if (!r.llama3()) return r;
   auto field = [&](const char* name) {
     if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0)) {
       w.at(name).fail_valued(s.contains(name) ? &s[name] : nullptr,
-                             "llama3 rope scaling needs it as a positive number");
+                             type + " rope scaling needs it as a positive number");
     }
     return s[name].get<double>();
   };
+  if (!r.scaled()) return r;
   r.factor = field("factor");
+  if (r.rope_type == RopeType::linear) return r;
   r.low_freq_factor = field("low_freq_factor");
   r.high_freq_factor = field("high_freq_factor");
   const double orig = field("original_max_position_embeddings");
@@ -195,14 +199,17 @@ bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
 // The rotary base and scaling: transformers 4's rope_theta / rope_scaling, or transformers 5's
 // rope_parameters {rope_type, rope_theta, the type's numbers}. A file with both forms is read
 // when they agree and refused, naming both keys, when they do not. Sets a's keys of origin.
-void read_rope(const Keys& k, HfArchitecture* a) {
+void read_rope(const Keys& k, HfArchitecture* a, double default_theta) {
   ModelConfig& m = a->model;
-  m.rope_theta = k.number("rope_theta", 10000.0);
+  m.rope_theta = k.number("rope_theta", default_theta);
   m.rope_scaling = read_rope_scaling(k);
   if (!k.has("rope_parameters")) return;
   const json& p = k.j["rope_parameters"];
   const Where w{k.file, "rope_parameters"};
-  if (p.is_object() && (p.contains("full_attention") || p.contains("sliding_attention"))) {
+  const bool per_type =
+      p.is_object() && (p.contains("full_attention") || p.contains("sliding_attention"));
+  if (per_type && a->model.family == ModelFamily::gemma3) return;  // read_gemma3_rope's
+  if (per_type) {
     w.fail_valued(
         &p, "rotary settings per layer type are Gemma 3's; " + a->architecture + " has one set");
   }
@@ -363,6 +370,25 @@ void read_no_rope(const Keys& k, ModelConfig* m) {
   }
 }
 
+// The MLP activation: Gemma's hidden_activation (its older files also write hidden_act, which
+// Gemma 2 and 3 do not read: refused when it says something else), every other family's
+// hidden_act.
+void read_activation(const Keys& k, MlpActivation activation) {
+  if (activation == MlpActivation::gelu_tanh) {
+    const std::string act = k.text("hidden_activation", "gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh") {
+      k.fail("hidden_activation", "kktrain's GeGLU is gelu_pytorch_tanh's tanh-approximated GELU");
+    }
+    if (k.has("hidden_act") && k.text("hidden_act", "") != act) {
+      k.fail("hidden_act", "disagrees with hidden_activation \"" + act +
+                               "\" (what Gemma computes): which one is meant?");
+    }
+    return;
+  }
+  const std::string act = k.text("hidden_act", "silu");
+  if (act != "silu") k.fail("hidden_act", "kktrain's MLP is SwiGLU (hidden_act \"silu\")");
+}
+
 // What the model does not compute, refused by key and value.
 void refuse_unsupported(const Keys& k) {
   if (k.boolean("mlp_bias", false)) k.fail("mlp_bias", "kktrain's MLP has no biases");
@@ -370,8 +396,6 @@ void refuse_unsupported(const Keys& k) {
   if (k.boolean("rope_interleaved", false)) {
     k.fail("rope_interleaved", "kktrain rotates the two halves of each head (false is accepted)");
   }
-  const std::string act = k.text("hidden_act", "silu");
-  if (act != "silu") k.fail("hidden_act", "kktrain's MLP is SwiGLU (hidden_act \"silu\")");
   if (k.has("attention_dropout") &&
       (!k.j["attention_dropout"].is_number() || k.j["attention_dropout"].get<double>() != 0.0)) {
     k.fail("attention_dropout", "kktrain has no attention dropout (0.0 is accepted)");
@@ -477,6 +501,116 @@ void read_smollm3_window(const Keys& k, ModelConfig* m) {
   }
 }
 
+// A soft cap: the family's default when the key is absent, none when it is null.
+double read_cap(const Keys& k, const std::string& key, double absent) {
+  if (!k.j.contains(key)) {
+    (void)k.has(key);
+    return absent;
+  }
+  return k.has(key) ? k.number(key, 0.0) : 0.0;
+}
+
+// Gemma 2 and 3 (Gemma2Config, Gemma3TextConfig): the attention scale, the soft caps, the
+// sliding layers (Gemma 2: every other one from the first; Gemma 3: layer_types, else all but
+// every sliding_window_pattern-th), and Gemma 3's rotary base of the sliding layers.
+void read_gemma(const Keys& k, HfArchitecture* a) {
+  ModelConfig& m = a->model;
+  const bool g3 = m.family == ModelFamily::gemma3;
+  m.query_pre_attn_scalar = k.number("query_pre_attn_scalar", 256.0);
+  // Gemma3Attention never passes its config's attn_logit_softcapping to the attention: read, and
+  // without effect, as in transformers.
+  m.attn_logit_softcapping = read_cap(k, "attn_logit_softcapping", g3 ? 0.0 : 50.0);
+  if (g3) m.attn_logit_softcapping = 0.0;
+  m.final_logit_softcapping = read_cap(k, "final_logit_softcapping", g3 ? 0.0 : 30.0);
+  (void)k.has("cache_implementation");  // generation's cache layout
+  if (k.boolean("use_bidirectional_attention", false)) {
+    k.fail("use_bidirectional_attention", "kktrain's attention is causal (false is accepted)");
+  }
+  m.sliding_window = k.has("sliding_window") ? k.integer("sliding_window", std::nullopt, 1) : 4096;
+  m.layer_types = read_layer_types(k, m.num_layers);
+  // transformers writes the pattern as sliding_window_pattern, newer versions
+  // _sliding_window_pattern
+  const char* pattern_key = k.j.contains("_sliding_window_pattern") ? "_sliding_window_pattern"
+                                                                    : "sliding_window_pattern";
+  const int64_t pattern = g3 ? k.integer(pattern_key, 6, 1) : 2;
+  if (g3)
+    (void)k.has(k.j.contains("_sliding_window_pattern") ? "sliding_window_pattern"
+                                                        : "_sliding_window_pattern");
+  if (m.layer_types.empty()) {
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      m.layer_types.push_back((l + 1) % pattern != 0 ? LayerAttention::sliding
+                                                     : LayerAttention::full);
+    }
+  }
+  if (!g3) return;
+  // Gemma 3's sliding layers rotate with rope_local_base_freq, unscaled; transformers 5 writes
+  // rope_parameters per layer type instead.
+  m.rope_local_theta = k.number("rope_local_base_freq", 10000.0);
+  m.layer_rope.clear();
+  bool any = false;
+  for (auto t : m.layer_types) {
+    m.layer_rope.push_back(t == LayerAttention::sliding ? LayerRope::local : LayerRope::rope);
+    any = any || t == LayerAttention::sliding;
+  }
+  if (!any) m.layer_rope.clear();  // every layer global: no local base in use
+}
+
+// Gemma 3's rotary settings: rope_theta / rope_scaling / rope_local_base_freq, or transformers
+// 5's rope_parameters {full_attention: {...}, sliding_attention: {...}}.
+void read_gemma3_rope(const Keys& k, HfArchitecture* a) {
+  ModelConfig& m = a->model;
+  if (!k.has("rope_parameters") || !k.j["rope_parameters"].is_object() ||
+      !(k.j["rope_parameters"].contains("full_attention") ||
+        k.j["rope_parameters"].contains("sliding_attention"))) {
+    return;
+  }
+  const json& p = k.j["rope_parameters"];
+  const Where w{k.file, "rope_parameters"};
+  for (const auto& item : p.items()) {
+    if (item.key() != "full_attention" && item.key() != "sliding_attention") {
+      w.at(item.key())
+          .fail_valued(&item.value(),
+                       "not a layer type (full_attention, "
+                       "sliding_attention)");
+    }
+  }
+  auto theta_of = [&](const char* type) {
+    const json& o = p[type];
+    const Where wt = w.at(type);
+    if (!o.is_object() || !o.contains("rope_theta") || !o["rope_theta"].is_number() ||
+        !(o["rope_theta"].get<double>() > 0) || !std::isfinite(o["rope_theta"].get<double>())) {
+      wt.fail_valued(&o, "needs rope_theta, a positive number");
+    }
+    return o["rope_theta"].get<double>();
+  };
+  for (const char* type : {"full_attention", "sliding_attention"}) {
+    if (!p.contains(type)) w.at(type).fail_valued(nullptr, "missing");
+  }
+  const RopeScaling full = read_rope_object(p["full_attention"], w.at("full_attention"), true);
+  const RopeScaling local =
+      read_rope_object(p["sliding_attention"], w.at("sliding_attention"), true);
+  if (local.scaled()) {
+    w.at("sliding_attention")
+        .fail_valued(&p["sliding_attention"], "Gemma 3's sliding layers rotate unscaled");
+  }
+  const double theta = theta_of("full_attention"), local_theta = theta_of("sliding_attention");
+  auto agree = [&](const char* key, double have, double want) {
+    if (k.has(key) && have != want) {
+      k.fail(key, "disagrees with rope_parameters: which one is meant?");
+    }
+  };
+  agree("rope_theta", m.rope_theta, theta);
+  agree("rope_local_base_freq", m.rope_local_theta, local_theta);
+  if (k.has("rope_scaling") && !same_scaling(full, m.rope_scaling)) {
+    k.fail("rope_scaling", "disagrees with rope_parameters.full_attention: which one is meant?");
+  }
+  m.rope_theta = theta;
+  m.rope_scaling = full;
+  m.rope_local_theta = local_theta;
+  a->rope_theta_key = "rope_parameters.full_attention.rope_theta";
+  a->rope_scaling_key = "rope_parameters.full_attention";
+}
+
 // Gemma 2's soft-capped logits: no family kktrain reads computes them.
 void refuse_softcap(const Keys& k, const std::string& arch) {
   // Gemma 2's key: Llama, Mistral and Mixtral do not cap their logits, so a model that sets it
@@ -513,8 +647,35 @@ HfArchitecture read_hf_config(const std::string& dir) {
 
 namespace {
 
-// How a family reads its window keys.
-enum class WindowKeys { llama, qwen, smollm3 };
+// How a family reads its window keys (none: it has none; gemma: Gemma 2's and 3's layer pattern).
+enum class WindowKeys { llama, qwen, smollm3, gemma, none };
+
+// What a family's decoder layer computes besides its attention: its norms, its MLP activation
+// and its embedding scale (core/model_enums.hpp), and its tied head's default.
+struct HfBlock {
+  NormWeight norm_weight;
+  NormPlacement placement;
+  MlpActivation activation;
+  EmbedScale embed_scale;
+  bool tied;          // tie_word_embeddings when absent
+  double rope_theta;  // rope_theta when absent
+};
+constexpr HfBlock kLlamaBlock{
+    NormWeight::plain, NormPlacement::pre, MlpActivation::silu, EmbedScale::none, false, 10000.0};
+constexpr HfBlock kGemmaBlock{NormWeight::one_plus_fp32,
+                              NormPlacement::sandwich,
+                              MlpActivation::gelu_tanh,
+                              EmbedScale::sqrt_hidden,
+                              true,
+                              10000.0};
+constexpr HfBlock kGemma3Block{NormWeight::one_plus_fp32,
+                               NormPlacement::sandwich,
+                               MlpActivation::gelu_tanh,
+                               EmbedScale::sqrt_hidden,
+                               true,
+                               1000000.0};
+constexpr HfBlock kOlmo2Block{
+    NormWeight::fp32, NormPlacement::post, MlpActivation::silu, EmbedScale::none, false, 10000.0};
 
 // One Hugging Face architecture kktrain reads: its names, what its keys mean when absent, and what
 // it computes that Llama does not (the rest of ModelConfig's family fields).
@@ -529,6 +690,7 @@ struct HfFamily {
   AttentionBias bias_when_true;  // attention_bias: true (none: the family has no such key)
   QkNorm qk_norm;
   WindowKeys window;
+  HfBlock block = kLlamaBlock;
 };
 
 // Defaults as transformers' configuration_<family>.py has them.
@@ -547,6 +709,12 @@ constexpr HfFamily kHfFamilies[] = {
      AttentionBias::none, AttentionBias::qkvo, QkNorm::per_head, WindowKeys::qwen},
     {"SmolLM3ForCausalLM", "smollm3", ModelFamily::smollm3, false, 32768, 0, AttentionBias::none,
      AttentionBias::qkvo, QkNorm::none, WindowKeys::smollm3},
+    {"Gemma2ForCausalLM", "gemma2", ModelFamily::gemma2, false, 8192, 256, AttentionBias::none,
+     AttentionBias::qkvo, QkNorm::none, WindowKeys::gemma, kGemmaBlock},
+    {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::gemma3, false, 131072, 256,
+     AttentionBias::none, AttentionBias::qkvo, QkNorm::per_head, WindowKeys::gemma, kGemma3Block},
+    {"Olmo2ForCausalLM", "olmo2", ModelFamily::olmo2, false, 2048, 0, AttentionBias::none,
+     AttentionBias::qkvo, QkNorm::whole, WindowKeys::none, kOlmo2Block},
 };
 
 std::string family_list() {
@@ -593,10 +761,64 @@ void read_attention_shape(const Keys& k, const HfFamily& f, ModelConfig* m) {
 
 }  // namespace
 
+namespace {
+
+// Gemma3ForConditionalGeneration (the 4B and larger Gemma 3): its language model's settings are
+// text_config (a Gemma3TextConfig); the vision tower's and the image tokens' keys are not read.
+// Returns text_config as a Gemma3ForCausalLM config.json (the dtype from the outer file where
+// text_config has none).
+json gemma3_text_config(const json& j, const std::string& file) {
+  std::set<std::string> read;
+  const Keys k{j, file, &read};
+  if (k.text("model_type", "") != "gemma3") {
+    k.fail("model_type", "expected \"gemma3\" for Gemma3ForConditionalGeneration");
+  }
+  if (!k.has("text_config") || !j["text_config"].is_object()) {
+    k.fail("text_config", "Gemma3ForConditionalGeneration's language model settings are missing");
+  }
+  for (const char* key : {"vision_config", "boi_token_index", "eoi_token_index",
+                          "image_token_index", "mm_tokens_per_image", "initializer_range"}) {
+    (void)k.has(key);
+  }
+  json t = j["text_config"];
+  const Keys kt{t, file + " text_config"};
+  if (kt.text("model_type", "gemma3_text") != "gemma3_text") {
+    kt.fail("model_type", "expected \"gemma3_text\" for Gemma 3's language model");
+  }
+  if (t.contains("architectures")) kt.fail("architectures", "not a key of text_config");
+  t["architectures"] = json::array({"Gemma3ForCausalLM"});
+  t["model_type"] = "gemma3_text";
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (k.has(key) && !t.contains("torch_dtype") && !t.contains("dtype")) t[key] = j[key];
+  }
+  if (k.has("tie_word_embeddings") && !t.contains("tie_word_embeddings")) {
+    t["tie_word_embeddings"] = j["tie_word_embeddings"];
+  }
+  refuse_unread_keys(k, read, "Gemma3ForConditionalGeneration");
+  return t;
+}
+
+HfArchitecture parse_hf_json(const std::string& file, const json& j);
+
+}  // namespace
+
 HfArchitecture parse_hf_config(const std::string& file, const std::string& text) {
+  const json j = parse_json_object(file, text);
+  if (j.contains("architectures") && j["architectures"].is_array() &&
+      j["architectures"].size() == 1 && j["architectures"][0] == "Gemma3ForConditionalGeneration") {
+    HfArchitecture a = parse_hf_json(file + " text_config", gemma3_text_config(j, file));
+    a.file = file;
+    a.multimodal = true;
+    return a;
+  }
+  return parse_hf_json(file, j);
+}
+
+namespace {
+
+HfArchitecture parse_hf_json(const std::string& file, const json& j) {
   HfArchitecture a;
   a.file = file;
-  const json j = parse_json_object(file, text);
   std::set<std::string> read;
   const Keys k{j, a.file, &read};
   const HfFamily& f = read_family(k);
@@ -618,27 +840,43 @@ HfArchitecture parse_hf_config(const std::string& file, const std::string& text)
   } else if (f.sparse) {
     read_mixtral(k, &m.moe, m.intermediate_size);
   }
-  m.tie_word_embeddings = k.boolean("tie_word_embeddings", false);
-  read_rope(k, &a);
+  m.tie_word_embeddings = k.boolean("tie_word_embeddings", f.block.tied);
+  m.family = f.family;  // read_rope asks
+  m.norm_weight = f.block.norm_weight;
+  m.norm_placement = f.block.placement;
+  m.mlp_activation = f.block.activation;
+  m.embed_scale = f.block.embed_scale;
+  read_rope(k, &a, f.block.rope_theta);
   read_attention_shape(k, f, &m);
   if (f.family == ModelFamily::smollm3) read_no_rope(k, &m);
+  read_activation(k, f.block.activation);
   refuse_unsupported(k);
   if (f.window == WindowKeys::qwen) {
     read_qwen_window(k, &m);
   } else if (f.window == WindowKeys::smollm3) {
     read_smollm3_window(k, &m);
-  } else {
+  } else if (f.window == WindowKeys::gemma) {
+    read_gemma(k, &a);
+    if (f.family == ModelFamily::gemma3) read_gemma3_rope(k, &a);
+  } else if (f.window == WindowKeys::llama) {
     read_llama_window(k, a.architecture, f.family == ModelFamily::llama && !f.sparse, &m);
   }
-  refuse_softcap(k, a.architecture);
+  if (f.window != WindowKeys::gemma) refuse_softcap(k, a.architecture);
   read_dtype(k, &a);
   refuse_unread_keys(k, read, a.architecture);
   return a;
 }
 
+}  // namespace
+
 std::string rope_scaling_json(const RopeScaling& r) {
-  if (!r.llama3()) return "";
+  if (!r.scaled()) return "";
   nlohmann::ordered_json j;
+  if (r.rope_type == RopeType::linear) {
+    j["rope_type"] = "linear";
+    j["factor"] = r.factor;
+    return j.dump();
+  }
   j["rope_type"] = "llama3";
   j["factor"] = r.factor;
   j["low_freq_factor"] = r.low_freq_factor;
@@ -692,6 +930,69 @@ void check_expressible(const ModelConfig& m, const HfFamily& f) {
                      "Hugging Face " + arch + " has " + qk_norm_name(f.qk_norm) +
                      "; export to HDF5 instead");
   }
+  auto differs = [&](const char* key, const char* have, const char* want) {
+    if (std::string(have) == want) return;
+    throw UsageError(std::string("model.") + key + " is " + have + ", and a Hugging Face " + arch +
+                     " has " + want + "; export to HDF5 instead");
+  };
+  differs("norm_weight", norm_weight_name(m.norm_weight), norm_weight_name(f.block.norm_weight));
+  differs("norm_placement", norm_placement_name(m.norm_placement),
+          norm_placement_name(f.block.placement));
+  differs("mlp_activation", mlp_activation_name(m.mlp_activation),
+          mlp_activation_name(f.block.activation));
+  differs("embed_scale", embed_scale_name(m.embed_scale), embed_scale_name(f.block.embed_scale));
+  const bool gemma = f.window == WindowKeys::gemma;
+  auto absent = [&](const char* key, double v, bool allowed) {
+    if (v > 0 && !allowed) {
+      throw UsageError(std::string("model.") + key + " is " + format_double(v) +
+                       ", which a Hugging Face " + arch + " cannot hold; export to HDF5 instead");
+    }
+  };
+  absent("query_pre_attn_scalar", m.query_pre_attn_scalar, gemma);
+  absent("attn_logit_softcapping", m.attn_logit_softcapping, f.family == ModelFamily::gemma2);
+  absent("final_logit_softcapping", m.final_logit_softcapping, gemma);
+  absent("rope_local_theta", m.rope_local_theta, f.family == ModelFamily::gemma3);
+  if (f.family == ModelFamily::gemma3) {
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      const bool local = m.rope_of(l) == LayerRope::local;
+      if (local != (m.window_of(l) > 0) && m.rope_of(l) != LayerRope::none) {
+        throw UsageError(
+            "model.layer_rope's local layers are not model.layer_types' sliding "
+            "ones, and a Hugging Face " +
+            arch +
+            " rotates exactly its sliding layers with its local base; export "
+            "to HDF5 instead");
+      }
+    }
+  }
+}
+
+// Gemma 2 and 3's keys: the attention scale, the caps, the layer pattern and Gemma 3's local base.
+void write_gemma(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_json* j) {
+  auto cap = [](double v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
+  const bool g3 = f.family == ModelFamily::gemma3;
+  (*j)["hidden_activation"] = "gelu_pytorch_tanh";
+  (*j)["query_pre_attn_scalar"] =
+      m.query_pre_attn_scalar > 0 ? m.query_pre_attn_scalar : static_cast<double>(m.head_dim());
+  (*j)["attn_logit_softcapping"] = cap(m.attn_logit_softcapping);
+  (*j)["final_logit_softcapping"] = cap(m.final_logit_softcapping);
+  (*j)["sliding_window"] = m.sliding_window > 0 ? m.sliding_window : 4096;
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  bool gemma2_pattern = true;
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const bool slides = m.window_of(l) > 0;
+    types.push_back(slides ? "sliding_attention" : "full_attention");
+    gemma2_pattern = gemma2_pattern && slides == (l % 2 == 0);
+  }
+  if (!g3 && !gemma2_pattern) {
+    throw UsageError(
+        "a Hugging Face Gemma2ForCausalLM slides on every other layer from the "
+        "first, and model.layer_types (or model.sliding_window) says otherwise; "
+        "export to HDF5 instead");
+  }
+  (*j)["layer_types"] = types;
+  if (g3) (*j)["rope_local_base_freq"] = m.rope_local_theta > 0 ? m.rope_local_theta : 10000.0;
+  (*j)["cache_implementation"] = "hybrid";
 }
 
 // The window keys of family f for m's sliding window and layer types.
@@ -754,7 +1055,7 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
                      "; export to HDF5 instead");
   }
   const HfFamily& f = export_family(m);
-  if (m.final_logit_softcapping > 0) {
+  if (m.final_logit_softcapping > 0 && f.window != WindowKeys::gemma) {
     throw UsageError("model.final_logit_softcapping is " +
                      format_double(m.final_logit_softcapping) + ", and a Hugging Face " +
                      f.architecture +
@@ -787,10 +1088,10 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
   j["num_attention_heads"] = m.num_heads;
   j["num_key_value_heads"] = m.num_kv_heads;
   j["head_dim"] = m.head_dim();
-  j["hidden_act"] = "silu";
+  if (f.window != WindowKeys::gemma) j["hidden_act"] = "silu";
   j["rms_norm_eps"] = m.rms_norm_eps;
   j["rope_theta"] = m.rope_theta;
-  j["rope_scaling"] = m.rope_scaling.llama3()
+  j["rope_scaling"] = m.rope_scaling.scaled()
                           ? nlohmann::ordered_json::parse(rope_scaling_json(m.rope_scaling))
                           : nlohmann::ordered_json();
   j["max_position_embeddings"] = m.max_seq_len;
@@ -802,7 +1103,15 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
   if ((f.family == ModelFamily::llama && !f.sparse) || f.family == ModelFamily::smollm3) {
     j["mlp_bias"] = false;
   }
-  write_window(m, f, &j);
+  if (f.window == WindowKeys::gemma) {
+    write_gemma(m, f, &j);
+  } else if (f.window != WindowKeys::none) {
+    write_window(m, f, &j);
+  } else if (m.sliding_window > 0) {
+    throw UsageError("model.sliding_window is " + std::to_string(m.sliding_window) +
+                     ", and a Hugging Face " + std::string(f.architecture) +
+                     " has no sliding window; export to HDF5 instead");
+  }
   if (f.family == ModelFamily::smollm3) {
     nlohmann::ordered_json no_rope = nlohmann::ordered_json::array();
     for (int64_t l = 0; l < m.num_layers; ++l) no_rope.push_back(m.rotates(l) ? 1 : 0);
@@ -816,6 +1125,7 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
 YAML::Node rope_scaling_node(const RopeScaling& r) {
   YAML::Node rs(YAML::NodeType::Map);
   rs["rope_type"] = rope_type_name(r.rope_type);
+  if (r.rope_type == RopeType::linear) rs["factor"] = r.factor;
   if (r.llama3()) {
     rs["factor"] = r.factor;
     rs["low_freq_factor"] = r.low_freq_factor;
@@ -856,8 +1166,27 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
   for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
   f.values.push_back({"layer_types", "layer_types", types});
   YAML::Node ropes(YAML::NodeType::Sequence);  // empty: null
-  for (auto r : m.layer_rope) ropes.push_back(r == LayerRope::rope ? "rope" : "none");
-  f.values.push_back({"layer_rope", "no_rope_layers", ropes});
+  for (auto r : m.layer_rope) ropes.push_back(layer_rope_name(r));
+  f.values.push_back(
+      {"layer_rope", m.family == ModelFamily::gemma3 ? "layer_types" : "no_rope_layers", ropes});
+  const std::string arch = "(" + a.architecture + ")";
+  f.values.push_back({"norm_weight", arch, YAML::Node(norm_weight_name(m.norm_weight))});
+  f.values.push_back({"norm_placement", arch, YAML::Node(norm_placement_name(m.norm_placement))});
+  f.values.push_back({"mlp_activation",
+                      m.mlp_activation == MlpActivation::silu ? "hidden_act" : "hidden_activation",
+                      YAML::Node(mlp_activation_name(m.mlp_activation))});
+  f.values.push_back({"embed_scale", arch, YAML::Node(embed_scale_name(m.embed_scale))});
+  auto number_or_null = [](double v) {
+    return v > 0 ? YAML::Node(v) : YAML::Node(YAML::NodeType::Null);
+  };
+  f.values.push_back(
+      {"query_pre_attn_scalar", "query_pre_attn_scalar", number_or_null(m.query_pre_attn_scalar)});
+  f.values.push_back({"attn_logit_softcapping", "attn_logit_softcapping",
+                      number_or_null(m.attn_logit_softcapping)});
+  f.values.push_back({"final_logit_softcapping", "final_logit_softcapping",
+                      number_or_null(m.final_logit_softcapping)});
+  f.values.push_back(
+      {"rope_local_theta", "rope_local_base_freq", number_or_null(m.rope_local_theta)});
   if (m.moe.enabled() && m.family == ModelFamily::qwen3_moe) {
     f.values.push_back({"moe.num_experts", "num_experts", YAML::Node(m.moe.num_experts)});
     f.values.push_back({"moe.top_k", "num_experts_per_tok", YAML::Node(m.moe.top_k)});

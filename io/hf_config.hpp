@@ -42,6 +42,10 @@ struct HfArchitecture {
   // rope_parameters (for `kktrain config`'s "# from" marks).
   std::string rope_theta_key = "rope_theta";
   std::string rope_scaling_key = "rope_scaling";
+  // Gemma3ForConditionalGeneration: the model is its language model (text_config; weights under
+  // language_model.model.* or model.language_model.*), the vision tower is not read, and exports
+  // are text-only Gemma3ForCausalLM.
+  bool multimodal = false;
 };
 
 // True when `path` is a directory holding config.json (a Hugging Face model directory).

@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/errors.hpp"
+#include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
@@ -136,8 +138,22 @@ class HfWeights final : public WeightSource {
         }
         if (is_rotary_buffer(t.name)) continue;
         st_dtype_to_dtype(t.dtype, "'" + l.paths[k] + "': tensor '" + printable_name(t.name) + "'");
-        where_[t.name] = {files_.size(), names_.size()};
-        names_.push_back(t.name);
+        std::string name = t.name;
+        if (a.multimodal) {
+          const auto text = language_model_name(t.name);
+          if (!text) {
+            ++skipped_;
+            continue;
+          }
+          name = *text;
+          if (where_.count(name)) {
+            throw InputError("'" + l.dir + "': tensor '" + printable_name(name) +
+                             "' is in the files under two names");
+          }
+        }
+        where_[name] = {files_.size(), names_.size()};
+        original_[name] = t.name;
+        names_.push_back(name);
       }
       files_.push_back(std::move(f));
     }
@@ -148,6 +164,14 @@ class HfWeights final : public WeightSource {
       }
     }
     if (names_.empty()) throw InputError("'" + l.dir + "': the weight files hold no tensors");
+    if (a.multimodal) {
+      log::info("'" + l.dir +
+                "' is a Gemma3ForConditionalGeneration: kktrain reads its language "
+                "model (" +
+                std::to_string(names_.size()) + " tensors; the " + std::to_string(skipped_) +
+                " of the vision tower and projector are not read), and "
+                "exports it as a text-only Gemma3ForCausalLM");
+    }
   }
 
   // Opens every weight file (after the checks; collective step of the caller).
@@ -190,7 +214,21 @@ class HfWeights final : public WeightSource {
   const StTensor* find(const std::string& name) const {
     const auto it = where_.find(name);
     if (it == where_.end()) return nullptr;
-    return files_[it->second.first].find(name);
+    return files_[it->second.first].find(original_.at(name));
+  }
+  // A Gemma3ForConditionalGeneration tensor's name in its language model (transformers 4 writes
+  // language_model.model.X and language_model.lm_head.X, transformers 5 model.language_model.X
+  // and lm_head.X); none for the vision tower's and the projector's.
+  static std::optional<std::string> language_model_name(const std::string& n) {
+    auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+    for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                          "model.multi_modal_projector."}) {
+      if (starts(p)) return std::nullopt;
+    }
+    if (starts("language_model.model.")) return "model." + n.substr(21);
+    if (starts("model.language_model.")) return "model." + n.substr(21);
+    if (starts("language_model.lm_head.")) return n.substr(15);
+    return n;
   }
   const std::string& checked(const std::string& name) const {
     if (!find(name)) throw InputError("'" + dir_ + "' has no tensor '" + name + "'");
@@ -216,6 +254,7 @@ class HfWeights final : public WeightSource {
                   {"mtp_num_layers", 0}};
     attrs_.f64 = {{"rope_theta", m.rope_theta}, {"rms_norm_eps", m.rms_norm_eps}};
     moe_to_attrs(m.moe, &attrs_);
+    softcap_to_attrs(m.final_logit_softcapping, &attrs_);
     family_to_attrs(m, &attrs_);
   }
 
@@ -224,6 +263,8 @@ class HfWeights final : public WeightSource {
   std::vector<std::unique_ptr<StReader>> readers_;
   std::map<std::string, std::pair<std::size_t, std::size_t>> where_;  // name -> (file, order)
   std::vector<std::string> names_;
+  std::map<std::string, std::string> original_;  // name -> the file's name for it
+  int64_t skipped_ = 0;                          // the vision tower's tensors (multimodal)
   FileAttrs attrs_;
 };
 

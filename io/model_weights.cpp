@@ -2,9 +2,11 @@
 #include "io/model_weights.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
+#include "core/config_reader.hpp"
 #include "core/errors.hpp"
 #include "core/strings.hpp"
 #include "io/checkpoint.hpp"
@@ -213,11 +215,22 @@ void family_to_attrs(const ModelConfig& m, FileAttrs* a) {
   if (m.sliding_window > 0) a->i64["sliding_window"] = m.sliding_window;
   if (!m.layer_types.empty()) a->str["layer_types"] = layer_types_text(m);
   if (!m.layer_rope.empty()) a->str["layer_rope"] = layer_rope_text(m);
+  if (m.norm_weight != NormWeight::plain) a->str["norm_weight"] = norm_weight_name(m.norm_weight);
+  if (m.norm_placement != NormPlacement::pre) {
+    a->str["norm_placement"] = norm_placement_name(m.norm_placement);
+  }
+  if (m.mlp_activation != MlpActivation::silu) {
+    a->str["mlp_activation"] = mlp_activation_name(m.mlp_activation);
+  }
+  if (m.embed_scale != EmbedScale::none) a->str["embed_scale"] = embed_scale_name(m.embed_scale);
+  if (m.query_pre_attn_scalar > 0) a->f64["query_pre_attn_scalar"] = m.query_pre_attn_scalar;
+  if (m.attn_logit_softcapping > 0) a->f64["attn_logit_softcapping"] = m.attn_logit_softcapping;
+  if (m.rope_local_theta > 0) a->f64["rope_local_theta"] = m.rope_local_theta;
 }
 
 std::string layer_rope_text(const ModelConfig& m) {
   std::string out;
-  for (auto r : m.layer_rope) out += r == LayerRope::rope ? '1' : '0';
+  for (auto r : m.layer_rope) out += r == LayerRope::rope ? '1' : r == LayerRope::local ? '2' : '0';
   return out;
 }
 
@@ -261,9 +274,33 @@ void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig*
   }
   m->layer_rope.clear();
   for (char c : text("layer_rope", "")) {
-    if (c != '0' && c != '1') refuse("layer_rope", text("layer_rope", ""));
-    m->layer_rope.push_back(c == '1' ? LayerRope::rope : LayerRope::none);
+    if (c != '0' && c != '1' && c != '2') refuse("layer_rope", text("layer_rope", ""));
+    m->layer_rope.push_back(c == '1'   ? LayerRope::rope
+                            : c == '2' ? LayerRope::local
+                                       : LayerRope::none);
   }
+  auto choice = [&](const char* key, const char* dflt, auto parse) {
+    const std::string v = text(key, dflt);
+    const auto e = parse(v);
+    if (!e) refuse(key, v);
+    return *e;
+  };
+  m->norm_weight = choice("norm_weight", "plain", parse_norm_weight);
+  m->norm_placement = choice("norm_placement", "pre", parse_norm_placement);
+  m->mlp_activation = choice("mlp_activation", "silu", parse_mlp_activation);
+  m->embed_scale = choice("embed_scale", "none", parse_embed_scale);
+  auto positive = [&](const char* key) {
+    const auto it = a.f64.find(key);
+    if (it == a.f64.end()) return 0.0;
+    if (!(it->second > 0) || !std::isfinite(it->second)) {
+      throw InputError("'" + file + "': attribute " + key + " = " + format_double(it->second) +
+                       " is not a positive number");
+    }
+    return it->second;
+  };
+  m->query_pre_attn_scalar = positive("query_pre_attn_scalar");
+  m->attn_logit_softcapping = positive("attn_logit_softcapping");
+  m->rope_local_theta = positive("rope_local_theta");
   const auto hd = a.i64.find("head_dim");
   m->explicit_head_dim = hd == a.i64.end() ? 0 : hd->second;
   if (m->explicit_head_dim < 0 || m->explicit_head_dim % 2 != 0 || m->explicit_head_dim > 65536) {

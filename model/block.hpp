@@ -5,9 +5,13 @@
 //
 //   x1 = x + o_proj(attention(rope(qk_norm(qkv_proj(rmsnorm(x))))))
 //        (qkv_proj and o_proj with biases under model.attention_bias; qk_norm, each query and key
-//        head's RMSNorm, under model.qk_norm: its weight multiply is done by the rotary kernel)
-//   out = x1 + down_proj(silu(gate_proj(h)) * up_proj(h)),  h = rmsnorm(x1)
+//        head's RMSNorm or the whole projection's, under model.qk_norm: a plain norm's weight
+//        multiply is done by the rotary kernel)
+//   out = x1 + down_proj(act(gate_proj(h)) * up_proj(h)),  h = rmsnorm(x1), act SiLU or GELU
 //         or x1 + the sparse MLP of h (mixture of experts, model/moe.hpp)
+//   model.norm_placement sandwich (Gemma) adds a norm on each sub-layer's output before its
+//   residual add, x1 = x + rmsnorm(o_proj(...)); post (OLMo 2) keeps only those (no rmsnorm(x),
+//   h = x1).
 //   each projection y = x W^T [+ (alpha / r) (x A^T) B^T with a LoRA adapter]
 //
 // TC is the compute dtype's container (bf16 when the compute dtype is bf16, else float): the
@@ -24,6 +28,7 @@
 #include "model/moe.hpp"
 #include "ops/attention.hpp"
 #include "ops/gemm.hpp"
+#include "ops/kernels.hpp"
 #include "ops/tbuf.hpp"
 
 namespace kktrain {
@@ -45,6 +50,8 @@ enum BlockWeight {
   kOBias,
   kQNorm,  // model.qk_norm
   kKNorm,
+  kAttnOutNorm,  // model.norm_placement sandwich / post: the sub-layers' output norms
+  kMlpOutNorm,
   kNumBlockWeights
 };
 
@@ -56,6 +63,11 @@ struct BlockDims {
   Rounding stream;          // the residual-stream dtype
   float attn_scale = 0.0f;  // the attention's score scale (0: 1 / sqrt(D))
   int64_t window = 0;       // the layer's sliding window (AttentionDims::window; 0: none)
+  float softcap = 0.0f;     // the scores' soft cap (AttentionDims::softcap; 0: none)
+  NormForm norm;            // every norm's weight multiply (model.norm_weight)
+  NormPlacement placement = NormPlacement::pre;    // model.norm_placement
+  MlpActivation activation = MlpActivation::silu;  // model.mlp_activation
+  QkNorm qk_norm = QkNorm::none;                   // model.qk_norm's rows
   MoeDims moe;  // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
   // Packed rows (ForwardOptions::row_starts): (B, T) example starts on the device and the host
   // (AttentionDims::starts, host_starts); null: every row is one sequence.
@@ -78,20 +90,22 @@ struct LoraWeights {
 // The compute weights one block reads (full, gathered; each GEMM weight in its compute-copy
 // dtype), and the rotary tables.
 struct BlockWeights {
-  const float* ln1 = nullptr;  // (C) fp32
-  const float* ln2 = nullptr;  // (C)
-  CRef qkv;                    // (Q, C): q, k, v rows adjacent
-  CRef o;                      // (C, H*D)
-  CRef gate_up;                // (2F, C): gate, up rows adjacent
-  CRef down;                   // (C, F)
+  const float* ln1 = nullptr;  // (C) fp32; null: no input norm (model.norm_placement post)
+  const float* ln2 = nullptr;  // (C) the MLP's input norm; null likewise
+  const float* attn_out_norm = nullptr;  // (C) sandwich / post: the attention output's norm
+  const float* mlp_out_norm = nullptr;   // (C) the MLP output's
+  CRef qkv;                              // (Q, C): q, k, v rows adjacent
+  CRef o;                                // (C, H*D)
+  CRef gate_up;                          // (2F, C): gate, up rows adjacent
+  CRef down;                             // (C, F)
   LoraWeights lora[kNumProj];
   MoeWeights moe;                   // a sparse MLP's (gate_up and down unused)
   const float* rope_cos = nullptr;  // (T_max, D/2); null: no rotation (model.layer_rope none)
   const float* rope_sin = nullptr;
   CRef qkv_bias;                  // (Q) q, k, v biases adjacent (no data: none)
   CRef o_bias;                    // (C)
-  const float* q_norm = nullptr;  // (D) per-head query norm weight (null: none)
-  const float* k_norm = nullptr;  // (D)
+  const float* q_norm = nullptr;  // (D) per-head query norm weight, (H*D) whole (null: none)
+  const float* k_norm = nullptr;  // (D), (KV*D)
 };
 
 // What one block keeps from its forward for its backward (shapes with N = B*T tokens).
@@ -111,6 +125,10 @@ struct BlockActs {
   TBuf gu;               // (N, 2F)       [gate | up] projections, compute dtype
   TBuf a;                // (N, F)        silu(gate) * up, compute dtype
   MoeActs moe;           // a sparse MLP's instead of gu and a
+  // model.norm_placement sandwich / post: each sub-layer's output (the compute-dtype value,
+  // widened) before its norm, and that norm's statistics.
+  DView<float> attn_out, rstd3;  // (N, C), (N)
+  DView<float> mlp_out, rstd4;   // (N, C), (N)
   // The attention probabilities are never kept: backward recomputes each tile's from q, k and
   // lse (ops/attention.hpp), so no (B, H, T, T) tensor exists.
 };
@@ -129,6 +147,7 @@ struct BlockScratch {
   float* dtok;                    // (N, H*D)
   TC* dheads;                     // (B, H, T, D)
   float* dxn;                     // (N, C) norm-output gradient (GEMM + LoRA contributions)
+  float* dbranch;                 // (N, C) sandwich / post: a sub-layer output's gradient
   float* dw;                      // the largest weight (group) gradient, one at a time
   float* norm_partial;            // rmsnorm_partial_size(N, C)
   TC *lora_t, *lora_dt, *lora_y;  // (N, r), (N, r), (N, widest projection output)

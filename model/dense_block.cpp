@@ -33,8 +33,10 @@ GradRouter<Trainable, Accumulate> grad_router(Trainable t, Accumulate a) {
 
 BlockWeights block_weights(const ModelState& s, const LayerParams& p) {
   BlockWeights bw;
-  bw.ln1 = s.wf(p.ln1);
-  bw.ln2 = s.wf(p.ln2);
+  if (p.ln1 >= 0) bw.ln1 = s.wf(p.ln1);  // none with model.norm_placement post
+  if (p.ln2 >= 0) bw.ln2 = s.wf(p.ln2);
+  if (p.attn_out_norm >= 0) bw.attn_out_norm = s.wf(p.attn_out_norm);
+  if (p.mlp_out_norm >= 0) bw.mlp_out_norm = s.wf(p.mlp_out_norm);
   bw.qkv = s.w(p.q);  // q, k, v are one fused group: adjacent rows of the compute buffer
   bw.o = s.w(p.o);
   if (p.router < 0) {
@@ -47,6 +49,9 @@ BlockWeights block_weights(const ModelState& s, const LayerParams& p) {
   if (p.rope == LayerRope::rope) {  // null tables: the layer attends without positions
     bw.rope_cos = s.rope_cos.data();
     bw.rope_sin = s.rope_sin.data();
+  } else if (p.rope == LayerRope::local) {
+    bw.rope_cos = s.rope_cos_local.data();
+    bw.rope_sin = s.rope_sin_local.data();
   }
   if (p.q_bias >= 0) bw.qkv_bias = s.w(p.q_bias);  // q, k, v biases: one fused group too
   if (p.o_bias >= 0) bw.o_bias = s.w(p.o_bias);
@@ -81,6 +86,7 @@ BlockScratch<TC> block_scratch(const ModelState& s) {
   x.dtok = b.dtok.data();
   x.dheads = b.dheads.p<TC>();
   x.dxn = b.dxn.data();
+  x.dbranch = b.dbranch.data();
   x.dw = b.dw.data();
   x.norm_partial = b.norm_partial.data();
   x.lora_t = b.lora.t.p<TC>();
@@ -101,8 +107,14 @@ BlockDims block_dims(const ModelState& s, const LayerParams& p) {
   d.F = s.cfg.intermediate_size;
   d.eps = static_cast<float>(s.cfg.rms_norm_eps);
   d.stream = s.round.stream;
-  d.attn_scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  d.attn_scale = s.cfg.query_pre_attn_scalar > 0 ? static_cast<float>(s.cfg.attn_scale())
+                                                 : 1.0f / std::sqrt(static_cast<float>(d.D));
   d.window = p.window;
+  d.softcap = static_cast<float>(s.cfg.attn_logit_softcapping);
+  d.norm = norm_form(s.cfg.norm_weight);
+  d.placement = s.cfg.norm_placement;
+  d.activation = s.cfg.mlp_activation;
+  d.qk_norm = s.cfg.qk_norm;
   if (s.cfg.moe.enabled()) d.moe = sparse_mlp_dims(s, d.N());
   if (s.buf->packed) {
     d.starts = s.buf->starts.data();
@@ -140,7 +152,8 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
     return add_param(s, prefix + "." + module, std::move(shape), role, dtype);
   };
   LayerParams p;
-  p.ln1 = add("input_layernorm", {C}, ParamRole::norm);
+  const NormPlacement place = s.cfg.norm_placement;
+  if (place != NormPlacement::post) p.ln1 = add("input_layernorm", {C}, ParamRole::norm);
   // q, k, v registered back to back: their compute copies form one ((H + 2 KV) D, C) matrix.
   p.q = add("self_attn.q_proj", {s.cfg.num_heads * D, C}, ParamRole::linear);
   p.k = add("self_attn.k_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
@@ -157,8 +170,22 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
   if (s.cfg.qk_norm == QkNorm::per_head) {
     p.q_norm = add("self_attn.q_norm", {D}, ParamRole::norm);
     p.k_norm = add("self_attn.k_norm", {D}, ParamRole::norm);
+  } else if (s.cfg.qk_norm == QkNorm::whole) {
+    p.q_norm = add("self_attn.q_norm", {s.cfg.num_heads * D}, ParamRole::norm);
+    p.k_norm = add("self_attn.k_norm", {s.cfg.num_kv_heads * D}, ParamRole::norm);
   }
-  p.ln2 = add("post_attention_layernorm", {C}, ParamRole::norm);
+  // Llama's MLP input norm is its post_attention_layernorm; with norms on the sub-layers'
+  // outputs (Gemma, OLMo 2) that name is the attention output's, and Gemma's MLP input norm is
+  // pre_feedforward_layernorm.
+  if (place == NormPlacement::pre) {
+    p.ln2 = add("post_attention_layernorm", {C}, ParamRole::norm);
+  } else {
+    p.attn_out_norm = add("post_attention_layernorm", {C}, ParamRole::norm);
+    if (place == NormPlacement::sandwich) {
+      p.ln2 = add("pre_feedforward_layernorm", {C}, ParamRole::norm);
+    }
+    p.mlp_out_norm = add("post_feedforward_layernorm", {C}, ParamRole::norm);
+  }
   if (s.cfg.moe.enabled()) {
     register_sparse_mlp(s, p, prefix, dtype);
     return p;
@@ -171,8 +198,9 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
 }
 
 std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p) {
-  std::vector<int> v = {p.ln1, p.q, p.k, p.v, p.o, p.ln2};
-  for (int i : {p.q_bias, p.k_bias, p.v_bias, p.o_bias, p.q_norm, p.k_norm}) {
+  std::vector<int> v = {p.q, p.k, p.v, p.o};
+  for (int i : {p.ln1, p.ln2, p.attn_out_norm, p.mlp_out_norm, p.q_bias, p.k_bias, p.v_bias,
+                p.o_bias, p.q_norm, p.k_norm}) {
     if (i >= 0) v.push_back(i);
   }
   if (p.router < 0) {
@@ -203,9 +231,15 @@ void make_block_acts(BufferMaker& mk, BlockActs& a, int64_t B, int64_t T, const 
   const int64_t D = c.head_dim(), F = c.intermediate_size;
   a.rstd1 = mk.view<float>("rstd1", N);
   a.xn1 = mk.compute("xn1", N * C);
-  if (c.qk_norm == QkNorm::per_head) {
+  if (c.qk_norm != QkNorm::none) {
     a.qk_pre = mk.compute("qk_pre", N * (H + KV) * D);
     a.qk_rstd = mk.view<float>("qk_rstd", N * (H + KV));
+  }
+  if (c.norm_placement != NormPlacement::pre) {
+    a.attn_out = mk.view<float>("attn_out", N * C);
+    a.rstd3 = mk.view<float>("rstd3", N);
+    a.mlp_out = mk.view<float>("mlp_out", N * C);
+    a.rstd4 = mk.view<float>("rstd4", N);
   }
   a.q = mk.compute("q", N * H * D);
   a.k = mk.compute("k", N * KV * D);
@@ -240,7 +274,8 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
     if (weight == kLn1) return p.ln1;
     if (weight == kLn2) return p.ln2;
     if (weight >= kQBias) {
-      const int extra[] = {p.q_bias, p.k_bias, p.v_bias, p.o_bias, p.q_norm, p.k_norm};
+      const int extra[] = {p.q_bias, p.k_bias, p.v_bias,        p.o_bias,
+                           p.q_norm, p.k_norm, p.attn_out_norm, p.mlp_out_norm};
       return extra[weight - kQBias];
     }
     if (weight < kLoraA0) return p.weight(weight - kProj0);
@@ -256,7 +291,8 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
         const int i = param_of(weight);
         // Norm weights keep their own compute dtype; projections and adapters compute in the
         // compute dtype.
-        const bool norm = weight == kLn1 || weight == kLn2 || weight == kQNorm || weight == kKNorm;
+        const bool norm = weight == kLn1 || weight == kLn2 || weight == kQNorm ||
+                          weight == kKNorm || weight == kAttnOutNorm || weight == kMlpOutNorm;
         accumulate(s, i, dw, norm ? s.round_compute[i] : s.round.compute);
       });
   block_backward<TC>(s.space, dres, inp, a, block_weights(s, p), block_scratch<TC>(s),

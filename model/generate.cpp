@@ -102,13 +102,15 @@ struct Decoder::Impl {
   Matrix embed, lm_head;
   DView<float> final_norm;
   struct Layer {
-    DView<float> ln1, ln2;
+    DView<float> ln1, ln2;  // the sub-layers' input norms (empty: none, norm_placement post)
+    DView<float> attn_out_norm, mlp_out_norm;  // their output norms (sandwich, post)
     Matrix q, k, v, o, gate, up, down;
     DView<float> qkv_bias, o_bias;  // (Q), (C) with model.attention_bias (else empty)
-    DView<float> q_norm, k_norm;    // (D) with model.qk_norm (else empty)
+    DView<float> q_norm, k_norm;    // (D) or (H*D), (KV*D) with model.qk_norm (else empty)
   };
   std::vector<Layer> layers;
-  DView<float> cos, sin;  // (Tmax, D/2)
+  DView<float> cos, sin;              // (Tmax, D/2)
+  DView<float> cos_local, sin_local;  // model.rope_local_theta's (layer_rope local)
   // Per layer (KV, len, D): len = Tmax positions, or on a sliding layer its window's W (a ring:
   // position p in slot p % W; the attention's sum over keys does not depend on their order).
   DView<float> kcache, vcache;
@@ -173,20 +175,28 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     Impl::Layer L;
-    L.ln1 = vec(p + "input_layernorm.weight");
+    const NormPlacement place = cfg.norm_placement;
+    if (place != NormPlacement::post) L.ln1 = vec(p + "input_layernorm.weight");
     L.q = mat(p + "self_attn.q_proj.weight", m.H * m.D, m.C);
     L.k = mat(p + "self_attn.k_proj.weight", m.KV * m.D, m.C);
     L.v = mat(p + "self_attn.v_proj.weight", m.KV * m.D, m.C);
     L.o = mat(p + "self_attn.o_proj.weight", m.C, m.H * m.D);
-    L.ln2 = vec(p + "post_attention_layernorm.weight");
+    if (place == NormPlacement::pre) {
+      L.ln2 = vec(p + "post_attention_layernorm.weight");
+    } else {
+      L.attn_out_norm = vec(p + "post_attention_layernorm.weight");
+      if (place == NormPlacement::sandwich) L.ln2 = vec(p + "pre_feedforward_layernorm.weight");
+      L.mlp_out_norm = vec(p + "post_feedforward_layernorm.weight");
+    }
     L.gate = mat(p + "mlp.gate_proj.weight", m.F, m.C);
     L.up = mat(p + "mlp.up_proj.weight", m.F, m.C);
     L.down = mat(p + "mlp.down_proj.weight", m.C, m.F);
     if (cfg.attention_bias != AttentionBias::none) L.qkv_bias = qkv_bias(p);
     if (cfg.attention_bias == AttentionBias::qkvo) L.o_bias = vec(p + "self_attn.o_proj.bias");
-    if (cfg.qk_norm == QkNorm::per_head) {
-      L.q_norm = vec_n(p + "self_attn.q_norm.weight", m.D);
-      L.k_norm = vec_n(p + "self_attn.k_norm.weight", m.D);
+    if (cfg.qk_norm != QkNorm::none) {
+      const bool whole = cfg.qk_norm == QkNorm::whole;
+      L.q_norm = vec_n(p + "self_attn.q_norm.weight", whole ? m.H * m.D : m.D);
+      L.k_norm = vec_n(p + "self_attn.k_norm.weight", whole ? m.KV * m.D : m.D);
     }
     m.layers.push_back(std::move(L));
   }
@@ -198,6 +208,12 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   m.sin = DView<float>("decode_sin", T * half);
   rope_tables(m.cos.data(), m.sin.data(), T, m.D,
               rope_inv_freq(m.D, cfg.rope_theta, cfg.rope_scaling));
+  if (cfg.rope_local_theta > 0) {
+    m.cos_local = DView<float>("decode_cos_local", T * half);
+    m.sin_local = DView<float>("decode_sin_local", T * half);
+    rope_tables(m.cos_local.data(), m.sin_local.data(), T, m.D,
+                rope_inv_freq(m.D, cfg.rope_local_theta, RopeScaling()));
+  }
   int64_t cache = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const int64_t w = cfg.window_of(l);
@@ -220,7 +236,7 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   m.a = DView<float>("decode_a", m.F);
   m.logits = DView<float>("decode_logits", m.V);
   m.rstd = DView<float>("decode_rstd", 1);
-  if (cfg.qk_norm == QkNorm::per_head) {
+  if (cfg.qk_norm != QkNorm::none) {
     m.qk_pre = DView<float>("decode_qk_pre", (m.H + m.KV) * m.D);
     m.qk_rstd = DView<float>("decode_qk_rstd", m.H + m.KV);
   }
@@ -245,7 +261,9 @@ std::vector<float> Decoder::step(int32_t token) {
   const int64_t C = m.C, H = m.H, KV = m.KV, D = m.D, F = m.F, p = pos_;
   const int64_t G = H / KV, half = D / 2;
   const float eps = static_cast<float>(m.cfg.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = m.cfg.query_pre_attn_scalar > 0 ? static_cast<float>(m.cfg.attn_scale())
+                                                      : 1.0f / std::sqrt(static_cast<float>(D));
+  const NormForm form = norm_form(m.cfg.norm_weight);
   const ExecSpace& space = m.space;
   Kokkos::deep_copy(m.id, token);
   const CRef e = m.embed.ref();
@@ -256,34 +274,61 @@ std::vector<float> Decoder::step(int32_t token) {
     embedding_forward(space, m.x.data(), m.id.data(), static_cast<const float*>(e.data), 1, C, m.V,
                       Rounding::fp32);
   }
+  if (m.cfg.embed_scale == EmbedScale::sqrt_hidden) {
+    scale_values(space, m.x.data(), C, static_cast<float>(std::sqrt(static_cast<double>(C))),
+                 Rounding::fp32);
+  }
+  // A sub-layer's input: its norm into xn, or (no norm) x itself.
+  auto sub_in = [&](const DView<float>& w) -> const float* {
+    if (w.extent(0) == 0) return m.x.data();
+    rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), w.data(), 1, C,
+                           eps, Rounding::fp32, form);
+    return m.xn.data();
+  };
+  // x += the sub-layer's output in proj, through its output norm when it has one.
+  auto residual = [&](const DView<float>& w) {
+    if (w.extent(0) > 0) {
+      Kokkos::deep_copy(space, m.xn, m.proj);
+      rmsnorm_forward<float>(space, m.proj.data(), nullptr, m.rstd.data(), m.xn.data(), w.data(), 1,
+                             C, eps, Rounding::fp32, form);
+    }
+    add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
+  };
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     const Impl::Layer& L = m.layers[l];
     float* kc = m.kcache.data() + m.cache_off[l];
     float* vc = m.vcache.data() + m.cache_off[l];
     // T cache rows a group; P of them hold the keys position p sees (its window's, or all so far)
     const int64_t T = m.cache_len[l], P = std::min(p + 1, T), slot = p % T;
-    rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln1.data(), 1,
-                           C, eps, Rounding::fp32);
+    const float* xin = sub_in(L.ln1);
     // qkv (1, Q) = [q | k | v] projections, then rotary at position p (tables offset to p)
     const Into qkv_into = L.qkv_bias.extent(0) ? Into::accumulate : Into::overwrite;
     if (L.qkv_bias.extent(0)) {
       bias_fill<float, float>(space, m.qkv.data(), L.qkv_bias.data(), 1, m.Q);
     }
-    matmul_forward(space, m.gemm, m.qkv.data(), m.xn.data(), L.q.ref(), 1, C, H * D, qkv_into);
-    matmul_forward(space, m.gemm, m.qkv.data() + H * D, m.xn.data(), L.k.ref(), 1, C, KV * D,
-                   qkv_into);
-    matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, m.xn.data(), L.v.ref(), 1, C, KV * D,
+    matmul_forward(space, m.gemm, m.qkv.data(), xin, L.q.ref(), 1, C, H * D, qkv_into);
+    matmul_forward(space, m.gemm, m.qkv.data() + H * D, xin, L.k.ref(), 1, C, KV * D, qkv_into);
+    matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, xin, L.v.ref(), 1, C, KV * D,
                    qkv_into);
     HeadScale norm;
     if (L.q_norm.extent(0)) {
-      head_rmsnorm_forward<float>(space, m.qkv.data(), m.qk_pre.data(), m.qk_rstd.data(),
-                                  HeadNormDims{1, H, KV, D, eps});
-      norm = HeadScale{L.q_norm.data(), L.k_norm.data(), Rounding::fp32};
+      const HeadNormDims hd = m.cfg.qk_norm == QkNorm::whole
+                                  ? HeadNormDims::whole(1, H, KV, D, eps, form)
+                                  : HeadNormDims::per_head(1, H, KV, D, eps, form);
+      head_rmsnorm_forward<float>(space, m.qkv.data(), m.qk_pre.data(), m.qk_rstd.data(), hd,
+                                  L.q_norm.data(), L.k_norm.data());
+      if (!form.fp32_product) norm = HeadScale{L.q_norm.data(), L.k_norm.data(), Rounding::fp32};
     }
-    const bool rotate = m.cfg.rotates(static_cast<int64_t>(l));
+    const LayerRope rope = m.cfg.rope_of(static_cast<int64_t>(l));
+    const float* cos = rope == LayerRope::rope    ? m.cos.data()
+                       : rope == LayerRope::local ? m.cos_local.data()
+                                                  : nullptr;
+    const float* sin = rope == LayerRope::rope    ? m.sin.data()
+                       : rope == LayerRope::local ? m.sin_local.data()
+                                                  : nullptr;
     rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
-                        rotate ? m.cos.data() + p * half : nullptr,
-                        rotate ? m.sin.data() + p * half : nullptr, 1, 1, H, KV, D, nullptr, norm);
+                        cos ? cos + p * half : nullptr, sin ? sin + p * half : nullptr, 1, 1, H, KV,
+                        D, nullptr, norm);
     cache_put(space, kc, m.k.data(), KV, T, D, slot);
     cache_put(space, vc, m.v.data(), KV, T, D, slot);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
@@ -291,6 +336,9 @@ std::vector<float> Decoder::step(int32_t token) {
       gemm(space, m.gemm, 'N', 'T', scale, gin(m.q.data() + g * G * D, G, D),
            gin(kc + g * T * D, P, D), 0.0f, gout(m.att.data() + g * G * P, G, P));
     }
+    // Gemma 2's attention soft cap, on the scaled scores before the softmax
+    logit_softcap_forward(space, m.att.data(), H * P,
+                          LogitSoftcap{static_cast<float>(m.cfg.attn_logit_softcapping)});
     softmax_rows(space, m.att.data(), H, P);
     for (int64_t g = 0; g < KV; ++g) {
       gemm(space, m.gemm, 'N', 'N', 1.0f, gin(m.att.data() + g * G * P, G, P),
@@ -299,17 +347,16 @@ std::vector<float> Decoder::step(int32_t token) {
     if (L.o_bias.extent(0)) bias_fill<float, float>(space, m.proj.data(), L.o_bias.data(), 1, C);
     matmul_forward(space, m.gemm, m.proj.data(), m.o.data(), L.o.ref(), 1, H * D, C,
                    L.o_bias.extent(0) ? Into::accumulate : Into::overwrite);
-    add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
-    rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(), L.ln2.data(), 1,
-                           C, eps, Rounding::fp32);
-    matmul_forward(space, m.gemm, m.gu.data(), m.xn.data(), L.gate.ref(), 1, C, F);
-    matmul_forward(space, m.gemm, m.gu.data() + F, m.xn.data(), L.up.ref(), 1, C, F);
-    swiglu_forward<float>(space, m.a.data(), m.gu.data(), 1, F);
+    residual(L.attn_out_norm);
+    const float* hin = sub_in(L.ln2);
+    matmul_forward(space, m.gemm, m.gu.data(), hin, L.gate.ref(), 1, C, F);
+    matmul_forward(space, m.gemm, m.gu.data() + F, hin, L.up.ref(), 1, C, F);
+    swiglu_forward<float>(space, m.a.data(), m.gu.data(), 1, F, m.cfg.mlp_activation);
     matmul_forward(space, m.gemm, m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
-    add_forward<float>(space, m.x.data(), m.x.data(), m.proj.data(), C, Rounding::fp32);
+    residual(L.mlp_out_norm);
   }
   rmsnorm_forward<float>(space, m.xn.data(), nullptr, m.rstd.data(), m.x.data(),
-                         m.final_norm.data(), 1, C, eps, Rounding::fp32);
+                         m.final_norm.data(), 1, C, eps, Rounding::fp32, form);
   matmul_forward(space, m.gemm, m.logits.data(), m.xn.data(), m.lm_head.ref(), 1, C, m.V);
   logit_softcap_forward(space, m.logits.data(), m.V,
                         LogitSoftcap{static_cast<float>(m.cfg.final_logit_softcapping)});

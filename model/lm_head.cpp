@@ -22,6 +22,11 @@ CRef lookup_weights(const ModelState& s) {
   return s.w(s.embed);
 }
 
+float embed_factor(const ModelState& s) {
+  const float f = static_cast<float>(std::sqrt(static_cast<double>(s.cfg.hidden_size)));
+  return rnd(f, s.round.stream);
+}
+
 void embed_lookup(const ModelState& s, float* out, const int32_t* ids, const CRef& wte, int64_t N) {
   const int64_t C = s.cfg.hidden_size, V = s.cfg.vocab_size;
   dispatch_dtype(wte.dtype, [&](auto tag) {
@@ -35,7 +40,7 @@ void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float 
   const int64_t N = s.buf->B * s.buf->T, C = s.cfg.hidden_size, V = s.cfg.vocab_size;
   const float eps = static_cast<float>(s.cfg.rms_norm_eps);
   rmsnorm_forward(s.space, h.xf, h.hidden_out, h.rstd, h.inp, s.wf(h.norm), N, C, eps,
-                  s.round.stream);
+                  s.round.stream, norm_form(s.cfg.norm_weight));
   if (loss == HeadLoss::none && h.keep == nullptr) return;  // nothing would read the logits
   const bool backward = pass == Pass::with_backward && loss == HeadLoss::mean;
   TC* logits = s.buf->logits.p<TC>();

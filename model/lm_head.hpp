@@ -19,6 +19,8 @@ namespace kktrain {
 CRef lookup_weights(const ModelState& s);
 // out (N, C) = the stream-dtype embedding rows of ids (N), from weights of either dtype.
 void embed_lookup(const ModelState& s, float* out, const int32_t* ids, const CRef& wte, int64_t N);
+// model.embed_scale sqrt_hidden's factor: sqrt(hidden_size) rounded to the stream dtype.
+float embed_factor(const ModelState& s);
 
 // Whether a head computes the loss (and, with Pass::with_backward, dxf and the head's gradient)
 // or stops at its logits.

@@ -94,6 +94,7 @@ void make_buffers(const ModelState& s, ModelBuffers& b, int64_t B, int64_t T, Bu
   b.dres = mk.view<float>("dres", N * C);
   b.dc = mk.compute("dc", N * C);
   b.dxn = mk.view<float>("dxn", N * C);
+  if (s.cfg.norm_placement != NormPlacement::pre) b.dbranch = mk.view<float>("dbranch", N * C);
   if (s.cfg.moe.enabled()) {
     make_sparse_mlp_buffers(mk, b.moe, N, C, s.cfg.moe, s.moe.ep);
   } else {

@@ -67,6 +67,7 @@ struct ModelBuffers {
   DView<float> dw;            // largest weight (group): one dW at a time
   DView<float> norm_partial;  // RMSNorm weight-gradient chunk sums (rmsnorm_partial_size)
   DView<float> dres, dxn;     // (N, C) fp32: the stream gradient; GEMM + LoRA input gradients
+  DView<float> dbranch;       // (N, C) a sub-layer output's gradient (norm_placement not pre)
   TBuf dc;                    // (N, C) the stream gradient rounded to the compute dtype
   TBuf dgu;                   // (N, 2F) compute dtype
   DView<float> da;            // (N, F) fp32 until its one rounding (GEMM + LoRA contributions)

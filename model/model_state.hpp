@@ -36,6 +36,9 @@ struct LayerParams {
   // model.attention_bias: the q, k, v (one fused group) and o biases; model.qk_norm: the per-head
   // query and key norm weights (-1: the model has none).
   int q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1, q_norm = -1, k_norm = -1;
+  // model.norm_placement sandwich / post: the norms of the attention's and the MLP's outputs
+  // (ln1 and ln2, the sub-layers' input norms, are -1 where the placement has none).
+  int attn_out_norm = -1, mlp_out_norm = -1;
   // The layer's sliding window (model.sliding_window, model.layer_types; 0: none) and whether
   // it rotates q and k (model.layer_rope).
   int64_t window = 0;
@@ -107,7 +110,9 @@ struct ModelState {
   int embed_unit = 0, head_unit = 0, mtp_unit = -1;
   bool sync = true;  // the pending backward reduces (ForwardOptions::sync_grads)
 
-  DView<float> rope_cos, rope_sin;    // (max_seq_len, D/2)
+  DView<float> rope_cos, rope_sin;  // (max_seq_len, D/2)
+  // model.rope_local_theta's tables, unscaled, for the layers model.layer_rope calls local.
+  DView<float> rope_cos_local, rope_sin_local;
   std::unique_ptr<ModelBuffers> buf;  // the current micro-batch shape's
   UploadStaging staging;              // the micro-batches' ids and other host inputs, pinned
   SparseMlpState moe;

@@ -32,7 +32,7 @@ void register_params(ModelState& s) {
   for (int64_t l = 0; l < s.cfg.num_layers; ++l) {
     s.layers.push_back(register_block(s, "model.layers." + std::to_string(l), st));
     s.layers.back().window = s.cfg.window_of(l);
-    s.layers.back().rope = s.cfg.rotates(l) ? LayerRope::rope : LayerRope::none;
+    s.layers.back().rope = s.cfg.rope_of(l);
   }
   s.final_norm = add_param(s, "model.norm", {C}, ParamRole::norm, st);
   if (s.cfg.tie_word_embeddings) {

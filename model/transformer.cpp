@@ -121,6 +121,9 @@ void Transformer::forward_layers(const ForwardOptions& opts, const ForwardPlan& 
   const int64_t N = b.B * b.T, C = s.cfg.hidden_size, L = s.cfg.num_layers;
   gather(s, s.embed_unit, L > 0 ? 1 : s.head_unit);
   embed_lookup(s, b.res[0].data(), b.ids.data(), lookup_weights(s), N);  // (N, C)
+  if (s.cfg.embed_scale == EmbedScale::sqrt_hidden) {
+    scale_values(s.space, b.res[0].data(), N * C, embed_factor(s), s.round.stream);
+  }
   boundary_output(s, b.res[0].data(), N * C);
   // The embedding is read again by a tied LM head and by the MTP head.
   if (s.lm_head != s.embed && !plan.mtp) release_after_forward(s, s.embed_unit);
@@ -209,13 +212,17 @@ void Transformer::backward_impl() {
   // The head unit's LM-head gradient was computed with the loss; its norm's is computed here.
   gather(s, s.head_unit, L > 0 ? L : -1);  // the embedding's weights are not used by backward
   rmsnorm_backward(s.space, b.dres.data(), b.dw.data(), b.norm_partial.data(), b.dxf.data(),
-                   b.res[L].data(), s.wf(s.final_norm), b.rstd_f.data(), N, C, s.round.stream);
+                   b.res[L].data(), s.wf(s.final_norm), b.rstd_f.data(), N, C, s.round.stream,
+                   Rounding::fp32, norm_form(s.cfg.norm_weight));
   accumulate(s, s.final_norm, b.dw.data(), s.round_compute[s.final_norm]);
   reduce(s, s.head_unit);
   release_after_forward(s, s.head_unit);
   boundary_grad_out_of_unit(s, b.dres.data(), N * C);
   backward_layers<TC>();
   if (s.params.info(s.embed).trainable) {
+    if (s.cfg.embed_scale == EmbedScale::sqrt_hidden) {
+      scale_values(s.space, b.dres.data(), N * C, embed_factor(s), s.round.stream);
+    }
     embedding_backward(s.space, b.dw.data(), b.dres.data(), b.row_start.data(), b.positions.data(),
                        V, C);
     accumulate(s, s.embed, b.dw.data(), s.round.stream);

@@ -90,9 +90,16 @@ void prepare_units(ModelState& s, const ShardOptions& opts) {
     if (spec.name == "staged_grad_lm_head") s.staged_grad[s.lm_head] = v;
     if (spec.name == "rope_cos") s.rope_cos = v;
     if (spec.name == "rope_sin") s.rope_sin = v;
+    if (spec.name == "rope_cos_local") s.rope_cos_local = v;
+    if (spec.name == "rope_sin_local") s.rope_sin_local = v;
   }
   rope_tables(s.rope_cos.data(), s.rope_sin.data(), s.cfg.max_seq_len, s.cfg.head_dim(),
               rope_inv_freq(s.cfg.head_dim(), s.cfg.rope_theta, s.cfg.rope_scaling));
+  if (s.cfg.rope_local_theta > 0) {
+    rope_tables(s.rope_cos_local.data(), s.rope_sin_local.data(), s.cfg.max_seq_len,
+                s.cfg.head_dim(),
+                rope_inv_freq(s.cfg.head_dim(), s.cfg.rope_local_theta, RopeScaling()));
+  }
 }
 
 ComputeLayout compute_layout(const ModelState& s) {
@@ -145,6 +152,10 @@ std::vector<BufferSpec> model_buffer_plan(const ModelState& s) {
   const int64_t half = s.cfg.head_dim() / 2;
   add("rope_cos", s.cfg.max_seq_len * half);
   add("rope_sin", s.cfg.max_seq_len * half);
+  if (s.cfg.rope_local_theta > 0) {
+    add("rope_cos_local", s.cfg.max_seq_len * half);
+    add("rope_sin_local", s.cfg.max_seq_len * half);
+  }
   return plan;
 }
 

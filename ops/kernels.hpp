@@ -25,6 +25,7 @@
 #include "core/bf16.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/launch.hpp"
+#include "core/model_enums.hpp"
 
 namespace kktrain {
 
@@ -103,12 +104,26 @@ void embedding_backward(const ExecSpace& space, float* dwte, const float* dout,
 
 // ---- RMSNorm ---------------------------------------------------------------------------------
 
+// How an RMSNorm applies its weight w to x_hat = x * rstd (model.norm_weight): Llama's rounds
+// x_hat to the stream dtype and multiplies, rnd(w * rnd(x_hat)); with fp32_product the product
+// (offset + w) * x_hat is formed in fp32 and rounded once (OLMo 2: offset 0; Gemma: offset 1).
+struct NormForm {
+  float offset = 0.0f;
+  bool fp32_product = false;
+};
+inline NormForm norm_form(NormWeight w) {
+  if (w == NormWeight::fp32) return NormForm{0.0f, true};
+  if (w == NormWeight::one_plus_fp32) return NormForm{1.0f, true};
+  return NormForm{};
+}
+
 // rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = TC(rnd(w * rnd(x * rstd, stream),
-// stream)); out_stream (N, C), if not null, receives the stream-dtype value before the TC store.
+// stream)) (or the NormForm's product); out_stream (N, C), if not null, receives the
+// stream-dtype value before the TC store.
 template <class TC>
 void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
                      const float* inp, const float* weight, int64_t N, int64_t C, float eps,
-                     Rounding stream);
+                     Rounding stream, NormForm form = {});
 // dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, stream), stream)  -- accumulates into the stream grad
 // dout (N, C) is read as rnd(dout, dout_rounding): a caller's fp32 sum (GEMM + LoRA
 // contributions) gets its one rounding to the compute dtype here, without a separate pass.
@@ -119,10 +134,11 @@ constexpr int64_t kRmsnormRowsPerPartial = 64;
 inline int64_t rmsnorm_partial_size(int64_t N, int64_t C) {
   return (N + kRmsnormRowsPerPartial - 1) / kRmsnormRowsPerPartial * C;
 }
+// With form.fp32_product: d(norm)/dx from dout * (offset + w) in fp32, dweight = sum dout * x_hat.
 void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
                       const float* dout, const float* inp, const float* weight, const float* rstd,
                       int64_t N, int64_t C, Rounding stream,
-                      Rounding dout_rounding = Rounding::fp32);
+                      Rounding dout_rounding = Rounding::fp32, NormForm form = {});
 
 // ---- attention inputs: projection biases, per-head norms (ops/kernels_heads.cpp) ---------------
 
@@ -136,25 +152,40 @@ void bias_fill(const ExecSpace& space, TC* y, const TB* bias, int64_t N, int64_t
 template <class TC>
 void bias_backward(const ExecSpace& space, float* dbias, const TC* dy, int64_t N, int64_t n);
 
-// The query and key heads of a fused (N, (H + 2 KV) * D) q/k/v projection output: row (n, slot)
-// for slot < H + KV is query head slot (slot < H) or key head slot - H, D values at
-// n * (H + 2 KV) * D + slot * D.
+// The query and key rows a q/k norm normalizes in a fused (N, Q) q/k/v projection output: per
+// token, q_rows rows of q_width values (the query part, at the token's start), then k_rows rows of
+// k_width (the key part, right after it). Per head (Qwen3, Gemma 3): H x D and KV x D; the whole
+// projection (OLMo 2): 1 x H*D and 1 x KV*D. The norm weights have q_width and k_width values.
 struct HeadNormDims {
-  int64_t N, H, KV, D;
+  int64_t N, Q;
+  int64_t q_rows, q_width, k_rows, k_width;
   float eps;
+  NormForm form;  // with fp32_product the norm multiplies its weights itself (else HeadScale)
+  int64_t rows() const { return q_rows + k_rows; }                       // per token
+  int64_t width() const { return q_rows * q_width + k_rows * k_width; }  // values per token
+  static HeadNormDims per_head(int64_t N, int64_t H, int64_t KV, int64_t D, float eps,
+                               NormForm f = {}) {
+    return HeadNormDims{N, (H + 2 * KV) * D, H, D, KV, D, eps, f};
+  }
+  static HeadNormDims whole(int64_t N, int64_t H, int64_t KV, int64_t D, float eps,
+                            NormForm f = {}) {
+    return HeadNormDims{N, (H + 2 * KV) * D, 1, H * D, 1, KV * D, eps, f};
+  }
 };
-// Qwen3's q_norm / k_norm, the statistics half (the weight multiply is the rotary's, HeadScale):
-// rstd (N * (H + KV)) = 1 / sqrt(mean(x^2) + eps) of each query and key row in fp32, x_pre
-// (N * (H + KV), D) = the rows as they were (kept for backward), and each row replaced in place by
-// rnd(x * rstd) in TC (Hugging Face's RMSNorm casts the normalized value to the input dtype before
-// the weight multiply).
+// The q/k norm's forward: rstd (N * rows) = 1 / sqrt(mean(x^2) + eps) of each query and key row
+// in fp32, x_pre (N, width) = the rows as they were (kept for backward), and each row replaced in
+// place by rnd(x * rstd) in TC (Llama's RMSNorm casts the normalized value to the input dtype
+// before the weight multiply, which rope_forward's HeadScale then does), or with
+// d.form.fp32_product by rnd((offset + w) * x * rstd), the weights wq / wk applied here.
 template <class TC>
 void head_rmsnorm_forward(const ExecSpace& space, TC* qkv, TC* x_pre, float* rstd,
-                          const HeadNormDims& d);
-// Backward of y = rnd(w * rnd(x * rstd, TC), weight) per query/key row: dqkv's query and key rows
-// hold dy (rope_backward's output) on entry and dx, rounded to TC, on return (value rows are left
-// alone); dwq, dwk (D) = sum over the rows of dy * rnd(x * rstd, TC), fp32, in a fixed order.
-// `weight`: the rounding of the weight multiply (bf16 when the weights and TC are both bf16).
+                          const HeadNormDims& d, const float* wq = nullptr,
+                          const float* wk = nullptr);
+// Backward of the forward above per query/key row: dqkv's query and key rows hold dy
+// (rope_backward's output) on entry and dx, rounded to TC, on return (value rows are left
+// alone); dwq (q_width), dwk (k_width) = sum over the rows of dy * x_hat (rounded to TC without
+// fp32_product), fp32, in a fixed order. `weight`: the rounding of the weight multiply (bf16
+// when the weights and TC are both bf16; unused with fp32_product).
 template <class TC>
 void head_rmsnorm_backward(const ExecSpace& space, TC* dqkv, float* dwq, float* dwk,
                            const TC* x_pre, const float* rstd, const float* wq, const float* wk,
@@ -215,17 +246,21 @@ const TC* compute_copy(const ExecSpace& space, TC* dst, const float* src, int64_
   }
 }
 
+// x (n) = rnd(x * factor, round): Gemma's embedding scale (and its gradient's).
+void scale_values(const ExecSpace& space, float* x, int64_t n, float factor, Rounding round);
 // out (n) = rnd(a + b, round)        (out may alias a)
 template <class TB>
 void add_forward(const ExecSpace& space, float* out, const float* a, const TB* b, int64_t n,
                  Rounding round);
-// a (N, F) = TC(TC(silu(g)) * u) with gu (N, 2F) = [g | u] per row
+// a (N, F) = TC(TC(act(g)) * u) with gu (N, 2F) = [g | u] per row; act SiLU (SwiGLU) or the
+// tanh-approximated GELU (GeGLU: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))), in fp32.
 template <class TC>
-void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int64_t F);
+void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int64_t F,
+                    MlpActivation act = MlpActivation::silu);
 // dgu (N, 2F) = [dg | du] from da (N, F), an fp32 sum rounded to TC on load
 template <class TC>
 void swiglu_backward(const ExecSpace& space, TC* dgu, const float* da, const TC* gu, int64_t N,
-                     int64_t F);
+                     int64_t F, MlpActivation act = MlpActivation::silu);
 
 // out (N, 2C) = [a | b] per row        and its inverse split (fp32)
 template <class TC>

@@ -1,6 +1,9 @@
 // Elementwise kernels: weight casts, gradient accumulation, embedding, residual adds, SwiGLU.
+#include <cmath>
+
 #include "core/host_sync.hpp"
 #include "core/random.hpp"
+
 #include "ops/kernels.hpp"
 
 namespace kktrain {
@@ -157,9 +160,35 @@ KOKKOS_INLINE_FUNCTION float sigmoid_f(float x) {
   return 1.0f / (1.0f + exp_fast(-x));
 }
 
+void scale_values(const ExecSpace& space, float* x, int64_t n, float factor, Rounding round) {
+  Kokkos::parallel_for(
+      "scale_values", RangePolicy(space, 0, n),
+      KOKKOS_LAMBDA(const int64_t i) { x[i] = rnd(x[i] * factor, round); });
+}
+
+namespace {
+// The tanh-approximated GELU and its derivative in fp32, in PyTorch's order of operations
+// (beta = sqrt(2) * 2/sqrt(pi) * 0.5, kappa = 0.044715).
+constexpr float kGeluBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+constexpr float kGeluKappa = 0.044715f;
+KOKKOS_INLINE_FUNCTION float gelu_tanh_f(float x) {
+  const float inner = kGeluBeta * (x + kGeluKappa * (x * x * x));
+  return 0.5f * x * (1.0f + math::tanh(inner));
+}
+KOKKOS_INLINE_FUNCTION float gelu_tanh_grad_f(float x) {
+  const float x_sq = x * x;
+  const float t = math::tanh(kGeluBeta * (x + kGeluKappa * (x_sq * x)));
+  const float left_d = 0.5f * (1.0f + t);
+  const float right_d = 0.5f * x * (1.0f - t * t) * (kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq));
+  return left_d + right_d;
+}
+}  // namespace
+
 template <class TC>
-void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int64_t F) {
+void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int64_t F,
+                    MlpActivation act) {
   constexpr Rounding rc = rounding_of<TC>();
+  const bool gelu = act == MlpActivation::gelu_tanh;
   for_rows(
       space, "swiglu_forward", N, F,
       KOKKOS_LAMBDA(const int64_t n, const int64_t f0, const int64_t f1) {
@@ -167,7 +196,8 @@ void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int6
         const TC* u = g + F;
         for (int64_t f = f0; f < f1; ++f) {
           const float gf = load_f32(g, f);
-          const float s = rnd(gf * sigmoid_f(gf), rc);  // silu output, a compute-dtype tensor
+          // the activation's output, a compute-dtype tensor
+          const float s = rnd(gelu ? gelu_tanh_f(gf) : gf * sigmoid_f(gf), rc);
           store_as(a, n * F + f, rnd(s * load_f32(u, f), rc));
         }
       });
@@ -175,8 +205,9 @@ void swiglu_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int6
 
 template <class TC>
 void swiglu_backward(const ExecSpace& space, TC* dgu, const float* da, const TC* gu, int64_t N,
-                     int64_t F) {
+                     int64_t F, MlpActivation act) {
   constexpr Rounding rc = rounding_of<TC>();
+  const bool gelu = act == MlpActivation::gelu_tanh;
   for_rows(
       space, "swiglu_backward", N, F,
       KOKKOS_LAMBDA(const int64_t n, const int64_t f0, const int64_t f1) {
@@ -187,10 +218,15 @@ void swiglu_backward(const ExecSpace& space, TC* dgu, const float* da, const TC*
         TC* du = dg + F;
         for (int64_t f = f0; f < f1; ++f) {
           const float gf = load_f32(g, f), uf = load_f32(u, f);
+          const float df = rnd(d[f], rc);     // the gradient of the compute-dtype product, rounded
+          const float ds = rnd(df * uf, rc);  // gradient of the activation's output
+          if (gelu) {
+            store_as(du, f, rnd(df * rnd(gelu_tanh_f(gf), rc), rc));
+            store_as(dg, f, rnd(ds * gelu_tanh_grad_f(gf), rc));
+            continue;
+          }
           const float sg = sigmoid_f(gf);
           const float s = rnd(gf * sg, rc);
-          const float df = rnd(d[f], rc);     // the gradient of the compute-dtype product, rounded
-          const float ds = rnd(df * uf, rc);  // gradient of the silu output
           store_as(du, f, rnd(df * s, rc));
           // d silu(g)/dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
           store_as(dg, f, rnd(ds * sg * (1.0f + gf * (1.0f - sg)), rc));
@@ -209,9 +245,10 @@ void swiglu_backward(const ExecSpace& space, TC* dgu, const float* da, const TC*
                                      int64_t, float);                                             \
   template void scaled_slice<TC>(const ExecSpace&, TC*, const TC*, int64_t, int64_t, int64_t,     \
                                  int64_t, float);                                                 \
-  template void swiglu_forward<TC>(const ExecSpace&, TC*, const TC*, int64_t, int64_t);           \
+  template void swiglu_forward<TC>(const ExecSpace&, TC*, const TC*, int64_t, int64_t,            \
+                                   MlpActivation);                                                \
   template void swiglu_backward<TC>(const ExecSpace&, TC*, const float*, const TC*, int64_t,      \
-                                    int64_t);
+                                    int64_t, MlpActivation);
 KKTRAIN_INST_TC(float)
 KKTRAIN_INST_TC(bf16)
 #undef KKTRAIN_INST_TC

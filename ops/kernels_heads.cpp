@@ -1,5 +1,6 @@
 // Per-head work between the q/k/v projection and the rotary embedding: the projections' biases
-// and Qwen3's per-head RMSNorm of queries and keys (ops/kernels.hpp, "attention inputs").
+// and the RMSNorm of queries and keys (per head: Qwen3, Gemma 3; whole projection: OLMo 2)
+// (ops/kernels.hpp, "attention inputs").
 #include <cmath>
 
 #include "ops/kernels.hpp"
@@ -29,18 +30,29 @@ void bias_backward(const ExecSpace& space, float* dbias, const TC* dy, int64_t N
       });
 }
 
+namespace {
+// Row `slot` of a token's q/k norm rows: its offset in the token's projection output (and in its
+// x_pre row, of d.width() values) and its width.
+KOKKOS_INLINE_FUNCTION int64_t row_offset(const HeadNormDims& d, int64_t slot) {
+  return slot < d.q_rows ? slot * d.q_width : d.q_rows * d.q_width + (slot - d.q_rows) * d.k_width;
+}
+}  // namespace
+
 template <class TC>
 void head_rmsnorm_forward(const ExecSpace& space, TC* qkv, TC* x_pre, float* rstd,
-                          const HeadNormDims& d) {
+                          const HeadNormDims& d, const float* wq, const float* wk) {
   constexpr Rounding rc = rounding_of<TC>();
-  const int64_t S = d.H + d.KV, D = d.D, Q = (d.H + 2 * d.KV) * d.D;
-  const float eps = d.eps;
+  const int64_t S = d.rows(), Q = d.Q, P = d.width();
+  const float eps = d.eps, off = d.form.offset;
+  const bool weighted = d.form.fp32_product;
   Kokkos::parallel_for(
       "head_rmsnorm_forward", TeamPolicy(space, d.N * S, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& m) {
         const int64_t row = m.league_rank(), n = row / S, slot = row % S;
-        TC* x = qkv + n * Q + slot * D;
-        TC* keep = x_pre + row * D;
+        const int64_t at = row_offset(d, slot), D = slot < d.q_rows ? d.q_width : d.k_width;
+        const float* w = slot < d.q_rows ? wq : wk;
+        TC* x = qkv + n * Q + at;
+        TC* keep = x_pre + n * P + at;
         float ss = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, D),
@@ -54,7 +66,8 @@ void head_rmsnorm_forward(const ExecSpace& space, TC* qkv, TC* x_pre, float* rst
         m.team_barrier();  // every thread has read x before any overwrites it
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, D), [&](const int64_t j) {
           keep[j] = x[j];
-          store_as(x, j, rnd(load_f32(x, j) * r, rc));
+          const float xhat = load_f32(x, j) * r;
+          store_as(x, j, rnd(weighted ? (off + w[j]) * xhat : xhat, rc));
         });
       });
 }
@@ -64,56 +77,63 @@ void head_rmsnorm_backward(const ExecSpace& space, TC* dqkv, float* dwq, float* 
                            const TC* x_pre, const float* rstd, const float* wq, const float* wk,
                            const HeadNormDims& d, Rounding weight) {
   constexpr Rounding rc = rounding_of<TC>();
-  const int64_t H = d.H, S = d.H + d.KV, D = d.D, N = d.N, Q = (d.H + 2 * d.KV) * d.D;
-  // Weight gradients first (they read dy = d(x_hat * w), which the input pass overwrites): one
-  // thread per (q or k, channel), rows summed in order.
+  const int64_t S = d.rows(), N = d.N, Q = d.Q, P = d.width();
+  const int64_t Wq = d.q_width, Wk = d.k_width;
+  const float off = d.form.offset;
+  const bool fp32_product = d.form.fp32_product;
+  // Weight gradients first (they read dy, which the input pass overwrites): one thread per
+  // (q or k, channel), rows summed in order.
   Kokkos::parallel_for(
-      "head_rmsnorm_backward_weight", RangePolicy(space, 0, 2 * D), KOKKOS_LAMBDA(const int64_t i) {
-        const bool key = i >= D;
-        const int64_t j = key ? i - D : i;
-        const int64_t s0 = key ? H : 0, s1 = key ? S : H;
+      "head_rmsnorm_backward_weight", RangePolicy(space, 0, Wq + Wk),
+      KOKKOS_LAMBDA(const int64_t i) {
+        const bool key = i >= Wq;
+        const int64_t j = key ? i - Wq : i;
+        const int64_t s0 = key ? d.q_rows : 0, s1 = key ? S : d.q_rows;
         float acc = 0.0f;
         for (int64_t n = 0; n < N; ++n) {
           for (int64_t slot = s0; slot < s1; ++slot) {
-            const int64_t row = n * S + slot;
-            const float xhat = rnd(load_f32(x_pre, row * D + j) * rstd[row], rc);
-            acc += load_f32(dqkv, n * Q + slot * D + j) * xhat;
+            const int64_t row = n * S + slot, at = row_offset(d, slot);
+            const float x = load_f32(x_pre, n * P + at + j) * rstd[row];
+            acc += load_f32(dqkv, n * Q + at + j) * (fp32_product ? x : rnd(x, rc));
           }
         }
         (key ? dwk : dwq)[j] = acc;
       });
-  // Input gradients, one team per (token, head): dxhat = rnd(dy * w), the gradient of the
-  // TC-rounded normalized value; dx = r * dxhat - r^3 * x * mean(dxhat * x), rounded to TC.
+  // Input gradients, one team per row: dxhat = rnd(dy * w) (the gradient of the TC-rounded
+  // normalized value), or dy * (offset + w) in fp32; dx = r * dxhat - r^3 * x * mean(dxhat * x),
+  // rounded to TC.
   Kokkos::parallel_for(
       "head_rmsnorm_backward_input", TeamPolicy(space, N * S, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& m) {
         const int64_t row = m.league_rank(), n = row / S, slot = row % S;
-        const float* w = slot < H ? wq : wk;
-        TC* g = dqkv + n * Q + slot * D;
-        const TC* x = x_pre + row * D;
+        const int64_t at = row_offset(d, slot), D = slot < d.q_rows ? d.q_width : d.k_width;
+        const float* w = slot < d.q_rows ? wq : wk;
+        TC* g = dqkv + n * Q + at;
+        const TC* x = x_pre + n * P + at;
         const float r = rstd[row];
+        auto dxhat = [&](int64_t j) {
+          const float dy = load_f32(g, j);
+          return fp32_product ? dy * (off + w[j]) : rnd(rnd(dy * w[j], weight), rc);
+        };
         float dot = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, D),
-            [&](const int64_t j, float& acc) {
-              acc += rnd(rnd(load_f32(g, j) * w[j], weight), rc) * load_f32(x, j);
-            },
-            dot);
+            [&](const int64_t j, float& acc) { acc += dxhat(j) * load_f32(x, j); }, dot);
         const float k = r * r * r * dot / static_cast<float>(D);
         m.team_barrier();  // every thread has read g before any overwrites it
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, D), [&](const int64_t j) {
-          const float dxhat = rnd(rnd(load_f32(g, j) * w[j], weight), rc);
-          store_as(g, j, rnd(r * dxhat - k * load_f32(x, j), rc));
+          store_as(g, j, rnd(r * dxhat(j) - k * load_f32(x, j), rc));
         });
       });
 }
 
-#define KKTRAIN_INST_HEADS(TC)                                                                     \
-  template void bias_fill<TC, float>(const ExecSpace&, TC*, const float*, int64_t, int64_t);       \
-  template void bias_backward<TC>(const ExecSpace&, float*, const TC*, int64_t, int64_t);          \
-  template void head_rmsnorm_forward<TC>(const ExecSpace&, TC*, TC*, float*, const HeadNormDims&); \
-  template void head_rmsnorm_backward<TC>(const ExecSpace&, TC*, float*, float*, const TC*,        \
-                                          const float*, const float*, const float*,                \
+#define KKTRAIN_INST_HEADS(TC)                                                                    \
+  template void bias_fill<TC, float>(const ExecSpace&, TC*, const float*, int64_t, int64_t);      \
+  template void bias_backward<TC>(const ExecSpace&, float*, const TC*, int64_t, int64_t);         \
+  template void head_rmsnorm_forward<TC>(const ExecSpace&, TC*, TC*, float*, const HeadNormDims&, \
+                                         const float*, const float*);                             \
+  template void head_rmsnorm_backward<TC>(const ExecSpace&, TC*, float*, float*, const TC*,       \
+                                          const float*, const float*, const float*,               \
                                           const HeadNormDims&, Rounding);
 KKTRAIN_INST_HEADS(float)
 KKTRAIN_INST_HEADS(bf16)

@@ -13,8 +13,10 @@ using Member = TeamMember;
 template <class TC>
 void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
                      const float* inp, const float* weight, int64_t N, int64_t C, float eps,
-                     Rounding stream) {
+                     Rounding stream, NormForm form) {
   constexpr Rounding rc = rounding_of<TC>();
+  const float off = form.offset;
+  const bool fp32_product = form.fp32_product;
   Kokkos::parallel_for(
       "rmsnorm_forward", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -26,7 +28,8 @@ void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* 
         const float r = 1.0f / math::sqrt(ss / static_cast<float>(C) + eps);
         Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd[n] = r; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float y = rnd(weight[c] * rnd(x[c] * r, stream), stream);
+          const float y = fp32_product ? rnd((off + weight[c]) * (x[c] * r), stream)
+                                       : rnd(weight[c] * rnd(x[c] * r, stream), stream);
           if (out_stream) out_stream[n * C + c] = y;
           store_as(out, n * C + c, rnd(y, rc));
         });
@@ -35,7 +38,18 @@ void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* 
 
 void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
                       const float* dout, const float* inp, const float* weight, const float* rstd,
-                      int64_t N, int64_t C, Rounding stream, Rounding dout_rounding) {
+                      int64_t N, int64_t C, Rounding stream, Rounding dout_rounding,
+                      NormForm form) {
+  const float off = form.offset;
+  const bool fp32_product = form.fp32_product;
+  // The gradient of x_hat: rnd(dy * w) (Llama's bf16 product), or dy * (offset + w) in fp32.
+  auto dxhat = KOKKOS_LAMBDA(float dy, float w) {
+    return fp32_product ? dy * (off + w) : rnd(dy * w, stream);
+  };
+  // x_hat as the weight multiply saw it.
+  auto xhat = KOKKOS_LAMBDA(float x, float r) {
+    return fp32_product ? x * r : rnd(x * r, stream);
+  };
   // Input gradient: one team per row.
   //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
   Kokkos::parallel_for(
@@ -48,12 +62,12 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, C),
             [&](const int64_t c, float& acc) {
-              acc += rnd(rnd(dy[c], dout_rounding) * weight[c], stream) * x[c];
+              acc += dxhat(rnd(dy[c], dout_rounding), weight[c]) * x[c];
             },
             dot);
         const float k = r * r * r * dot / static_cast<float>(C);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float dx = r * rnd(rnd(dy[c], dout_rounding) * weight[c], stream) - k * x[c];
+          const float dx = r * dxhat(rnd(dy[c], dout_rounding), weight[c]) - k * x[c];
           dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, stream), stream);
         });
       });
@@ -73,8 +87,7 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
             const float r = rstd[n];
             const float* x = inp + n * C;
             const float* dy = dout + n * C;
-            for (int64_t c = 0; c < C; ++c)
-              acc[c] += rnd(dy[c], dout_rounding) * rnd(x[c] * r, stream);
+            for (int64_t c = 0; c < C; ++c) acc[c] += rnd(dy[c], dout_rounding) * xhat(x[c], r);
           }
         });
   } else {
@@ -85,7 +98,7 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
           const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
           float acc = 0.0f;
           for (int64_t n = p * R; n < end; ++n)
-            acc += rnd(dout[n * C + c], dout_rounding) * rnd(inp[n * C + c] * rstd[n], stream);
+            acc += rnd(dout[n * C + c], dout_rounding) * xhat(inp[n * C + c], rstd[n]);
           partial[i] = acc;
         });
   }
@@ -219,7 +232,7 @@ void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, i
 
 #define KKTRAIN_INST_TC(TC)                                                                        \
   template void rmsnorm_forward<TC>(const ExecSpace&, TC*, float*, float*, const float*,           \
-                                    const float*, int64_t, int64_t, float, Rounding);              \
+                                    const float*, int64_t, int64_t, float, Rounding, NormForm);    \
   template void rope_forward<TC>(const ExecSpace&, TC*, TC*, TC*, const TC*, const float*,         \
                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,        \
                                  const int32_t*, HeadScale);                                       \

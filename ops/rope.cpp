@@ -21,6 +21,12 @@ std::vector<float> rope_inv_freq(int64_t D, double theta, const RopeScaling& s) 
         static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
     inv[j] = 1.0f / power;
   }
+  if (s.rope_type == RopeType::linear) {
+    // _compute_linear_scaling_rope_parameters: inv_freq / factor (the factor rounded to fp32)
+    const float factor = static_cast<float>(s.factor);
+    for (float& x : inv) x = x / factor;
+    return inv;
+  }
   return rope_scale_llama3(std::move(inv), s);
 }
 

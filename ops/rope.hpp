@@ -18,6 +18,7 @@ namespace kktrain {
 //            by `factor`, those below original / high_freq_factor kept, and those between
 //            interpolated: s = (original / wavelen - low) / (high - low),
 //            inv = (1 - s) * inv / factor + s * inv.
+//   linear   inv_freq[j] = default / factor
 std::vector<float> rope_inv_freq(int64_t D, double theta, const RopeScaling& scaling);
 // The llama3 step alone: `inv` rescaled as above (returned unchanged for rope_type default).
 std::vector<float> rope_scale_llama3(std::vector<float> inv, const RopeScaling& scaling);

@@ -19,6 +19,7 @@
 #include "io/example_data.hpp"
 #include "io/h5.hpp"
 #include "io/hf_config.hpp"
+#include "io/model_weights.hpp"
 #include "model/param_io.hpp"
 
 namespace kktrain {
@@ -69,10 +70,19 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_str("/", "family", model_family_name(m.family));
   f.attr_str("/", "attention_bias", attention_bias_name(m.attention_bias));
   f.attr_str("/", "qk_norm", qk_norm_name(m.qk_norm));
-  if (!m.layer_rope.empty()) {  // per layer, whether it rotates q and k ('1')
-    std::string ropes;
-    for (int64_t l = 0; l < m.num_layers; ++l) ropes += m.rotates(l) ? '1' : '0';
-    f.attr_str("/", "rope_layers", ropes);
+  if (!m.layer_rope.empty()) {  // per layer: no rotary '0', rotary '1', the local base's '2'
+    f.attr_str("/", "rope_layers", layer_rope_text(m));
+  }
+  if (m.rope_local_theta > 0) f.attr_f64("/", "rope_local_theta", m.rope_local_theta);
+  f.attr_str("/", "norm_weight", norm_weight_name(m.norm_weight));
+  f.attr_str("/", "norm_placement", norm_placement_name(m.norm_placement));
+  f.attr_str("/", "mlp_activation", mlp_activation_name(m.mlp_activation));
+  f.attr_str("/", "embed_scale", embed_scale_name(m.embed_scale));
+  if (m.query_pre_attn_scalar > 0) {
+    f.attr_f64("/", "query_pre_attn_scalar", m.query_pre_attn_scalar);
+  }
+  if (m.attn_logit_softcapping > 0) {
+    f.attr_f64("/", "attn_logit_softcapping", m.attn_logit_softcapping);
   }
   if (m.sliding_window > 0) {  // the window and, per layer, whether it slides
     f.attr_i64("/", "sliding_window", m.sliding_window);
@@ -82,7 +92,7 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   }
   f.attr_f64("/", "rope_theta", m.rope_theta);
   f.attr_f64("/", "rms_norm_eps", m.rms_norm_eps);
-  if (m.rope_scaling.llama3()) f.attr_str("/", "rope_scaling", rope_scaling_json(m.rope_scaling));
+  if (m.rope_scaling.scaled()) f.attr_str("/", "rope_scaling", rope_scaling_json(m.rope_scaling));
   f.attr_i64("/", "tie_word_embeddings", m.tie_word_embeddings ? 1 : 0);
   f.attr_i64("/", "max_seq_len", m.max_seq_len);
   f.attr_i64("/", "mtp_num_layers", m.mtp_num_layers);

@@ -119,7 +119,7 @@ std::string save_training_checkpoint(const Config& cfg, Transformer& model, Opti
   moe_to_attrs(cfg.model.moe, &a);
   softcap_to_attrs(cfg.model.final_logit_softcapping, &a);
   family_to_attrs(cfg.model, &a);
-  if (cfg.model.rope_scaling.llama3())
+  if (cfg.model.rope_scaling.scaled())
     a.str["rope_scaling"] = rope_scaling_json(cfg.model.rope_scaling);
   if (cfg.peft.enabled) {
     a.i64["lora_dim"] = cfg.peft.dim;
@@ -197,7 +197,14 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
            std::to_string(m.head_dim()) + ", attention_bias " +
            attention_bias_name(m.attention_bias) + ", qk_norm " + qk_norm_name(m.qk_norm) +
            ", sliding_window " + std::to_string(m.sliding_window) + ", layer_types [" +
-           layer_types_text(m) + "], layer_rope [" + layer_rope_text(m) + "]";
+           layer_types_text(m) + "], layer_rope [" + layer_rope_text(m) + "], norm_weight " +
+           norm_weight_name(m.norm_weight) + ", norm_placement " +
+           norm_placement_name(m.norm_placement) + ", mlp_activation " +
+           mlp_activation_name(m.mlp_activation) + ", embed_scale " +
+           embed_scale_name(m.embed_scale) + ", query_pre_attn_scalar " +
+           format_double(m.query_pre_attn_scalar) + ", attn_logit_softcapping " +
+           format_double(m.attn_logit_softcapping) + ", rope_local_theta " +
+           format_double(m.rope_local_theta);
   };
   saved_family.hidden_size = cfg.model.hidden_size;
   saved_family.num_heads = cfg.model.num_heads;
@@ -211,7 +218,7 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
     refuse(file, "saved for model.rope_scaling " +
                      (saved_scaling.empty() ? std::string("default") : saved_scaling) +
                      ", the config has " +
-                     (cfg.model.rope_scaling.llama3() ? rope_scaling_json(cfg.model.rope_scaling)
+                     (cfg.model.rope_scaling.scaled() ? rope_scaling_json(cfg.model.rope_scaling)
                                                       : std::string("default")));
   }
   const std::string& o = ix.root_str("optimizer");

@@ -60,8 +60,18 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
   for (auto t : m.layer_types) types.push_back(layer_attention_name(t));
   add("layer_types", "layer_types", types);
   YAML::Node ropes(YAML::NodeType::Sequence);  // empty: null
-  for (auto r : m.layer_rope) ropes.push_back(r == LayerRope::rope ? "rope" : "none");
+  for (auto r : m.layer_rope) ropes.push_back(layer_rope_name(r));
   add("layer_rope", "layer_rope", ropes);
+  add("norm_weight", "norm_weight", YAML::Node(norm_weight_name(m.norm_weight)));
+  add("norm_placement", "norm_placement", YAML::Node(norm_placement_name(m.norm_placement)));
+  add("mlp_activation", "mlp_activation", YAML::Node(mlp_activation_name(m.mlp_activation)));
+  add("embed_scale", "embed_scale", YAML::Node(embed_scale_name(m.embed_scale)));
+  auto number_or_null = [](double v) {
+    return v > 0 ? YAML::Node(v) : YAML::Node(YAML::NodeType::Null);
+  };
+  add("query_pre_attn_scalar", "query_pre_attn_scalar", number_or_null(m.query_pre_attn_scalar));
+  add("attn_logit_softcapping", "attn_logit_softcapping", number_or_null(m.attn_logit_softcapping));
+  add("rope_local_theta", "rope_local_theta", number_or_null(m.rope_local_theta));
   if (m.moe.enabled()) {
     const MoeConfig& e = m.moe;
     add("moe.num_experts", "moe_num_experts", YAML::Node(e.num_experts));
