@@ -42,8 +42,9 @@ Llama's choice, so older dumps read as before):
                   longrope {"short_factor", "long_factor" (rotary_dim/2 each),
                   "original_max_position_embeddings" n, "attention_factor" a} (Phi-3):
                   inv_freq = 1 / (factors * theta ** (arange(0, R, 2) / R)) in fp32 with the long
-                  factors when the forward's sequence length (transformers' max(position_ids) + 1:
-                  T, or the longest example of a packed row) exceeds n, else the short ones; cos
+                  factors when the forward's sequence length (transformers' max(position_ids) + 1
+                  over the batch: T, or with packed rows the longest example's length) exceeds n,
+                  else the short ones (one choice for the whole batch); cos
                   and sin (fp32) times a, rounded to fp32 (torch multiplies an fp32 tensor by the
                   Python float a as fp32(a)), then cast to the hidden-state dtype.
   family "phi3"   picks Phi-3's fused tensors: `<layer>.self_attn.qkv_proj.weight`
