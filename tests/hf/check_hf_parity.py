@@ -8,9 +8,12 @@ Qwen3-MoE ones (Qwen3's attention, every layer a sparse MLP under mlp.gate / mlp
 SmolLM3 ones (Llama's tensors, no rotary in the layers no_rope_layers / no_rope_layer_interval
 name), SmolLM2's Llama config.json (its converter's extra keys), Gemma 2 (sandwich (1 + w) norms,
 GELU-tanh, scaled embeddings, query_pre_attn_scalar, attention and final-logit soft-caps, every
-other layer sliding) and Gemma 3 ones (Gemma3ForCausalLM, and Gemma3ForConditionalGeneration
+other layer sliding), Gemma 3 ones (Gemma3ForCausalLM, and Gemma3ForConditionalGeneration
 directories whose vision tensors are ignored, in the transformers 4 and 5 forms; per-head
-q/k norms, local rotary on the sliding layers, linear rope scaling on the others):
+q/k norms, local rotary on the sliding layers, linear rope scaling on the others), OLMo 2 ones
+(norms after the attention and the MLP, q/k norms over the whole projections, fp32 norm
+weights) and Phi-3 / Phi-4-mini ones (fused qkv_proj / gate_up_proj, a window on every layer,
+partial rotary and longrope):
 
   config    the dump's hyperparameters are the config.json's (sizes, rope_theta, rms_norm_eps,
             head_dim, which biases, qk-norm, sliding_window and which layers slide, which layers
@@ -65,7 +68,8 @@ FAMILIES = {"llama": hf.llama_config, "qwen2": hf.qwen2_config, "qwen3": hf.qwen
             "mistral": hf.mistral_config, "qwen3_moe": hf.qwen3_moe_config,
             "smollm2": hf.smollm2_config, "smollm3": hf.smollm3_config,
             "gemma2": hf.gemma2_config, "gemma3": hf.gemma3_config,
-            "gemma3_conditional": hf.gemma3_conditional_config}
+            "gemma3_conditional": hf.gemma3_conditional_config,
+            "olmo2": hf.olmo2_config, "phi3": hf.phi3_config, "phi4mini": hf.phi4mini_config}
 CASES = {
     "f32_tied_single_llama3": ("F32", "float32", True, 1, True,
                                ["distributed.mp_policy.param_dtype=float32"]),
@@ -181,6 +185,25 @@ CASES = {
     "gemma3_f32_conditional_hub": ("F32", "float32", True, 1, False,
                                    ["distributed.mp_policy.param_dtype=float32"],
                                    ("gemma3_conditional", {})),
+    # OLMo 2 (OLMo-2-0425-1B's keys): post-attention / post-feedforward norms only, q_norm over
+    # the whole q projection (64 = H * head_dim values) and k_norm over the whole k one (32),
+    # every norm weight multiplied in fp32; F32 untied, BF16 tied.
+    "olmo2_f32": ("F32", "float32", False, 1, False,
+                  ["distributed.mp_policy.param_dtype=float32"], ("olmo2", {})),
+    "olmo2_bf16": ("BF16", "bfloat16", True, 1, False, [], ("olmo2", {})),
+    # Phi-3-mini-4k-like: fused qkv_proj / gate_up_proj, full rotary, rope_scaling null,
+    # original_max_position_embeddings = max_position_embeddings, a window of 11 (< seq_len 32,
+    # as 2047 < 4096 there) on every layer.
+    "phi3_f32": ("F32", "float32", False, 1, False,
+                 ["distributed.mp_policy.param_dtype=float32"], ("phi3", {"sliding_window": 11})),
+    # Phi-4-mini-like: rotary on 12 of head_dim 16 (partial_rotary_factor 0.75), longrope with
+    # original_max_position_embeddings 24 of max_position_embeddings 64 (attention_factor
+    # sqrt(1 + ln(64/24) / ln 24) = 1.1440), tied. Training (seq_len 32 > 24) uses the long
+    # factors; generation (10 + 14 tokens: every forward <= 23 long) the short ones. The factor
+    # is chosen per forward by its sequence length, max(position_ids) + 1, as transformers does.
+    # A window of 20 (< 32, < 24) on every layer (Phi-4-mini's 262144 outruns any sequence).
+    "phi4mini_bf16": ("BF16", "bfloat16", True, 1, False, [],
+                      ("phi4mini", {"original_max_pos": 24, "sliding_window": 20})),
 }
 
 CONFIG = "data:\n  seq_len: 32\n  micro_batch_size: 2\n"
@@ -201,17 +224,42 @@ def run(cmd, **kw):
     return p
 
 
+def same_scaling(dumped, want) -> bool:
+    """The dump's rope_scaling means the config's: both none, or the same rope_type and every
+    field of `want` (numbers and number lists) within 1e-6 relative. {"rope_type": "default"}
+    is no scaling."""
+    dumped = dumped if tr.rope_type(dumped) is not None else None
+    want = want if tr.rope_type(want) is not None else None
+    if dumped is None or want is None:
+        return dumped is None and want is None
+    kind = want.get("rope_type", want.get("type"))
+    if dumped.get("rope_type", dumped.get("type")) != kind:
+        return False
+    for key, value in want.items():
+        if key in ("rope_type", "type"):
+            continue
+        got = dumped.get(key)
+        values = value if isinstance(value, list) else [value]
+        gots = got if isinstance(got, list) else [got]
+        if got is None or len(values) != len(gots) or any(
+                not math.isclose(float(g), float(v), rel_tol=1e-6) for g, v in zip(gots, values)):
+            return False
+    return True
+
+
 def check_config(d: tr.Dump, cfg, failures: list) -> None:
-    """The dump's hyperparameters must be the config.json's; then the reference reads rotary,
-    norm epsilon, the family attributes (family, head_dim, attention_bias, qk_norm,
-    sliding_window, window_layers, rope_layers) and a sparse model's moe_* attributes as the
-    config means them. A dump without the window attributes reads as no window, and one without
-    rope_layers as rotary in every layer, so a kktrain that ignored a config's window or
-    SmolLM3's no_rope_layers fails here. The Gemma attributes (norm_weight, norm_placement,
-    mlp_activation, embed_scale, query_pre_attn_scalar, attn_logit_softcapping,
-    final_logit_softcapping, rope_local_theta) likewise; a Gemma3ForConditionalGeneration's
-    text_config, Gemma's defaults and transformers 5's rope_parameters are read through
-    hf.text_config."""
+    """The dump's hyperparameters must be the config.json's; then the reference reads rotary
+    (rope_scaling as hf.rope_scaling resolves it: llama3 or linear as written, Phi-3's longrope
+    with its original_max_position_embeddings and attention_factor), norm epsilon, the family
+    attributes (family, head_dim, attention_bias, qk_norm, sliding_window, window_layers,
+    rope_layers, rotary_dim) and a sparse model's moe_* attributes as the config means them. A
+    dump without the window attributes reads as no window, one without rope_layers as rotary in
+    every layer and one without rotary_dim as rotary over all of head_dim, so a kktrain that
+    ignored a config's window, SmolLM3's no_rope_layers or Phi-4-mini's partial_rotary_factor
+    fails here. The layer-form attributes (norm_weight, norm_placement, mlp_activation,
+    embed_scale, query_pre_attn_scalar, attn_logit_softcapping, final_logit_softcapping,
+    rope_local_theta) likewise; a Gemma3ForConditionalGeneration's text_config, Gemma's defaults
+    and transformers 5's rope_parameters are read through hf.text_config."""
     cfg = hf.text_config(cfg)
     want = {"vocab_size": cfg["vocab_size"], "hidden_size": cfg["hidden_size"],
             "num_layers": cfg["num_hidden_layers"], "num_heads": cfg["num_attention_heads"],
@@ -224,14 +272,10 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
     for key in ("rope_theta", "rms_norm_eps"):
         if not math.isclose(float(d.attrs[key]), float(cfg[key]), rel_tol=1e-6):
             failures.append(f"dump {key} {d.attrs[key]}, config.json says {cfg[key]}")
-    scaling = cfg.get("rope_scaling")
-    if tr.rope_type(scaling) is None:
-        scaling = None  # {"rope_type": "default"} is no scaling
+    scaling = hf.rope_scaling(cfg)  # llama3 as written; longrope resolved
     dumped = json.loads(d.attrs.get("rope_scaling") or "null")
-    if tr.rope_type(dumped) != tr.rope_type(scaling) or scaling is not None and any(
-            not math.isclose(float(dumped.get(f, "nan")), float(v), rel_tol=1e-6)
-            for f, v in scaling.items() if f not in ("rope_type", "type")):
-        failures.append(f"dump rope_scaling {dumped}, config.json says {scaling}")
+    if not same_scaling(dumped, scaling):
+        failures.append(f"dump rope_scaling {dumped}, config.json means {scaling}")
     moe = hf.moe_attrs(cfg)
     if d.E != moe.get("moe_num_experts", 0):
         failures.append(f"dump moe_num_experts {d.E}, config.json means "
@@ -248,7 +292,7 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
     layers = d.window_layers
     got = {"family": d.family, "head_dim": d.head_dim, "attention_bias": d.attention_bias,
            "qk_norm": d.qk_norm, "sliding_window": d.sliding_window if "1" in layers else 0,
-           "window_layers": layers, "rope_layers": d.rope_layers,
+           "window_layers": layers, "rope_layers": d.rope_layers, "rotary_dim": d.rotary_dim,
            "norm_weight": d.norm_weight, "norm_placement": d.norm_placement,
            "mlp_activation": d.mlp_activation, "embed_scale": d.embed_scale,
            "query_pre_attn_scalar": d.query_pre_attn_scalar or 0.0,
@@ -267,8 +311,8 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
 class Greedy(tr.Reference):
     """The reference model's logits for any token sequence (fp32, no autocast): the training
     forward's own steps, tr.Reference.hidden (input embeddings with their scale, each layer's
-    rotary tables, mask and form) and tr.Reference.head_logits (final norm, LM head, final-logit
-    soft-cap)."""
+    rotary tables over rotary_dim values, longrope's factors chosen by this forward's length,
+    mask and form) and tr.Reference.head_logits (final norm, LM head, final-logit soft-cap)."""
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         return self.head_logits(self.hidden(ids), "model.norm.weight")

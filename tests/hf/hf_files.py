@@ -9,7 +9,8 @@ description, not from kktrain's code:
 
 plus config.json (LlamaForCausalLM (SmolLM2's variant included), MixtralForCausalLM,
 MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, SmolLM3ForCausalLM,
-Gemma2ForCausalLM, Gemma3ForCausalLM or Gemma3ForConditionalGeneration keys)
+Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, Olmo2ForCausalLM or
+Phi3ForCausalLM (Phi-3 and Phi-4-mini) keys)
 and, for sharded checkpoints, model.safetensors.index.json
 ({"metadata": {"total_size"}, "weight_map": {name: file}}).
 
@@ -17,8 +18,14 @@ The families' tensors (Hugging Face's modeling_*.py): Llama and Mixtral attentio
 {q,k,v,o}_proj.weight (+ {q,k,v,o}_proj.bias with attention_bias true); Qwen2 always
 {q,k,v}_proj.bias and no o_proj bias; Qwen3 q_norm.weight and k_norm.weight (head_dim,) per layer,
 {q,k,v,o}_proj.bias with attention_bias true, and an explicit head_dim (q_proj (H*head_dim, C));
-SmolLM3 Llama's tensors and names exactly.
-`reference_attrs(cfg)` says the same in the attributes tests/parity/torch_reference.py reads.
+SmolLM3 Llama's tensors and names exactly; OLMo 2 no input_layernorm, post_attention_layernorm
+and post_feedforward_layernorm (C,) after the attention and the MLP, q_norm.weight (H*head_dim,)
+and k_norm.weight (KV*head_dim,) over the whole projections; Phi-3 self_attn.qkv_proj.weight
+((H + 2 KV) * head_dim, C), rows [q | k | v], and mlp.gate_up_proj.weight (2F, C), rows
+[gate | up], beside Llama's norms, o_proj and down_proj.
+`reference_attrs(cfg)` says the same in the attributes tests/parity/torch_reference.py reads, and
+`rope_scaling(cfg)` the rotary scaling a dump carries (Phi-3's longrope resolved: its
+original_max_position_embeddings and attention_factor; `rotary_dim(cfg)` its partial rotary).
 
 Gemma 2 and Gemma 3 (transformers' modeling_gemma2.py / modeling_gemma3.py): four RMSNorms a
 layer around the sublayers (input_layernorm, post_attention_layernorm on the attention output,
@@ -57,7 +64,8 @@ Sparse MLPs (every layer's, as kktrain reads them):
 `moe_attrs(cfg)` gives the dump's moe_* attributes such a config means.
 
 Sliding windows, as transformers reads each family's config (`window(cfg)`):
-  Mistral, Mixtral  sliding_window an int W: every layer attends to its last W keys; null: none.
+  Mistral, Mixtral, Phi-3
+                    sliding_window an int W: every layer attends to its last W keys; null: none.
                     A layer_types key is not read (MistralConfig only warns about it).
   Qwen2, Qwen3      the window exists only with use_sliding_window true (else the config sets
                     sliding_window to None, whatever the file says). layer_types, when given,
@@ -517,6 +525,90 @@ def gemma3_conditional_config(V=256, C=64, L=4, H=4, KV=2, F=160, head_dim=32, m
     return c
 
 
+def olmo2_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, tied=False, theta=500000,
+                 eps=1e-6, attention_bias=False, rope_scaling=None, torch_dtype="float32",
+                 **extra) -> Dict[str, object]:
+    """An OLMo 2 (Olmo2ForCausalLM), the key set of allenai/OLMo-2-0425-1B's config.json (rope_theta
+    the integer 500000 as there): norms after the attention and the MLP
+    (post_attention_layernorm, post_feedforward_layernorm; no input_layernorm), q_norm over the
+    whole q projection (H * head_dim) and k_norm over the whole k projection (KV * head_dim),
+    every RMSNorm multiplying its weight in fp32 (Olmo2RMSNorm). No head_dim key (C / H)."""
+    c = {"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "hidden_act": "silu",
+         "rms_norm_eps": eps, "rope_theta": theta, "rope_scaling": rope_scaling,
+         "max_position_embeddings": max_pos, "tie_word_embeddings": tied,
+         "attention_bias": attention_bias, "attention_dropout": 0.0, "eos_token_id": V - 3,
+         "pad_token_id": V - 2, "initializer_range": 0.02, "use_cache": True,
+         "torch_dtype": torch_dtype, "transformers_version": "4.51.3"}
+    c.update(extra)
+    return c
+
+
+def phi3_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, original_max_pos=None,
+                tied=False, theta=10000.0, eps=1e-5, sliding_window=None, rope_scaling=None,
+                partial_rotary_factor=None, torch_dtype="bfloat16", **extra) -> Dict[str, object]:
+    """A Phi-3 (Phi3ForCausalLM), the key set of microsoft/Phi-3-mini-4k-instruct's config.json:
+    fused self_attn.qkv_proj (rows [q | k | v]) and mlp.gate_up_proj (rows [gate | up]), no
+    head_dim key (C / H), original_max_position_embeddings (default: max_pos, as there, 4096 =
+    4096), sliding_window (an int: every layer sees its last W keys; None: none; the 4k model's
+    2047), resid_pdrop / embd_pdrop / attention_dropout 0 (dropout, inert in a deterministic
+    gradient), rope_scaling null or {"type": "longrope", "short_factor", "long_factor"} (the
+    128k models and Phi-4-mini), partial_rotary_factor only when given (Phi-4-mini's 0.75)."""
+    c = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "vocab_size": V,
+         "hidden_size": C, "intermediate_size": F, "num_hidden_layers": L,
+         "num_attention_heads": H, "num_key_value_heads": KV, "hidden_act": "silu",
+         "rms_norm_eps": eps, "rope_theta": theta, "rope_scaling": rope_scaling,
+         "max_position_embeddings": max_pos,
+         "original_max_position_embeddings": max_pos if original_max_pos is None
+         else original_max_pos,
+         "sliding_window": sliding_window, "tie_word_embeddings": tied,
+         "attention_bias": False, "attention_dropout": 0.0, "embd_pdrop": 0.0,
+         "resid_pdrop": 0.0, "bos_token_id": 1, "eos_token_id": V - 2, "pad_token_id": V - 2,
+         "initializer_range": 0.02, "use_cache": True,
+         "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                      "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+         "torch_dtype": torch_dtype, "transformers_version": "4.40.2"}
+    if partial_rotary_factor is not None:
+        c["partial_rotary_factor"] = partial_rotary_factor
+    c.update(extra)
+    return c
+
+
+def longrope_factors(n: int) -> Dict[str, List[float]]:
+    """n short and n long longrope factors shaped like Phi-4-mini's (short near 1, long rising
+    from 1 to tens over the lower frequencies), so that the two choices give clearly different
+    rotations at a few dozen positions."""
+    short = [round(1.0 + 0.08 * i / max(n - 1, 1), 6) for i in range(n)]
+    long = [round(1.0 + 39.0 * (i / max(n - 1, 1)) ** 2, 6) for i in range(n)]
+    return {"short_factor": short, "long_factor": long}
+
+
+def phi4mini_config(V=256, C=64, L=2, H=4, KV=2, F=160, max_pos=128, original_max_pos=None,
+                    tied=True, theta=10000.0, eps=1e-5, sliding_window=None,
+                    partial_rotary_factor=0.75, torch_dtype="bfloat16",
+                    **extra) -> Dict[str, object]:
+    """A Phi-4-mini (model_type phi3), the key set of microsoft/Phi-4-mini-instruct's
+    config.json: Phi-3's tensors with partial_rotary_factor 0.75 (rotary on 12 of head_dim 16
+    here, 96 of 128 there), rope_scaling {"type": "longrope", "short_factor", "long_factor"}
+    (rotary_dim / 2 values each), original_max_position_embeddings below max_position_embeddings
+    (4096 of 131072 there; default max_pos / 4 here), tied embeddings, and the keys
+    Phi3Config does not read (full_attn_mod, interpolate_factor, lm_head_bias, mlp_bias).
+    sliding_window: 262144 there (longer than any sequence); None by default here."""
+    D = C // H
+    rotary = int(D * partial_rotary_factor)
+    c = phi3_config(V=V, C=C, L=L, H=H, KV=KV, F=F, max_pos=max_pos,
+                    original_max_pos=max_pos // 4 if original_max_pos is None else original_max_pos,
+                    tied=tied, theta=theta, eps=eps, sliding_window=sliding_window,
+                    rope_scaling=dict(type="longrope", **longrope_factors(rotary // 2)),
+                    partial_rotary_factor=partial_rotary_factor, torch_dtype=torch_dtype)
+    c.update({"bos_token_id": V - 1, "eos_token_id": V - 1, "pad_token_id": V - 1,
+              "full_attn_mod": 1, "interpolate_factor": 1, "lm_head_bias": False,
+              "mlp_bias": False, "transformers_version": "4.45.0"})
+    c.update(extra)
+    return c
+
+
 # Gemma2Config's and Gemma3TextConfig's defaults (transformers' configuration_gemma2.py /
 # configuration_gemma3.py), for the keys these tests read: a file may leave any of them out.
 GEMMA2_DEFAULTS = {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
@@ -684,17 +776,89 @@ def head_dim(cfg) -> int:
 
 def attention_bias(cfg) -> str:
     """Which attention projections carry a bias: "qkv" (Qwen2, always), "qkvo" (attention_bias
-    true: Llama, Qwen3) or "none"."""
+    true: Llama, Qwen3, OLMo 2) or "none" (always for Phi-3: Phi3Attention's qkv_proj and o_proj
+    have none, whatever an attention_bias key says)."""
     if cfg.get("model_type") == "qwen2":
         return "qkv"
+    if cfg.get("model_type") == "phi3":
+        return "none"
     return "qkvo" if cfg.get("attention_bias", False) else "none"
 
 
 def qk_norm(cfg) -> str:
-    """"per_head" for Qwen3, Qwen3-MoE and Gemma 3 (q_norm / k_norm over head_dim), else
-    "none"."""
+    """"per_head" for Qwen3, Qwen3-MoE and Gemma 3 (q_norm / k_norm over head_dim), "whole" for
+    OLMo 2 (q_norm over the whole q projection, H * head_dim values; k_norm over KV * head_dim),
+    else "none"."""
     t = text_config(cfg).get("model_type")
+    if t == "olmo2":
+        return "whole"
     return "per_head" if t in ("qwen3", "qwen3_moe", "gemma3_text") else "none"
+
+
+def rotary_dim(cfg) -> int:
+    """How many of each head's values rotate: Phi-3's int(head_dim * partial_rotary_factor)
+    (Phi-4-mini: 0.75; top-level key, or inside rope_scaling as transformers 5 writes it),
+    head_dim for every other family (they do not read partial_rotary_factor)."""
+    cfg = text_config(cfg)
+    D = head_dim(cfg)
+    if cfg.get("model_type") != "phi3":
+        return D
+    f = cfg.get("partial_rotary_factor")
+    if f is None:
+        f = (cfg.get("rope_scaling") or {}).get("partial_rotary_factor", 1.0)
+    R = int(D * float(f))
+    if R <= 0 or R % 2 or R > D:
+        raise ValueError(f"partial_rotary_factor {f}: rotary_dim {R} of head_dim {D} must be a "
+                         "positive even number")
+    return R
+
+
+def rope_scaling(cfg) -> Optional[Dict[str, object]]:
+    """The dump's rope_scaling for this config: None for none (or rope_type "default"); a
+    llama3 dict as the config writes it; Phi-3's longrope resolved to {"rope_type": "longrope",
+    "short_factor", "long_factor", "original_max_position_embeddings" n, "attention_factor" a}
+    (Phi3Config reads the old names "su" and "yarn" as longrope): n the top-level
+    original_max_position_embeddings (Phi-3 writes it there; else the dict's; else
+    max_position_embeddings); a the dict's attention_factor, else 1 when factor =
+    max_position_embeddings / n <= 1, else sqrt(1 + ln(factor) / ln(n))
+    (_compute_longrope_parameters). A dict "factor" beside a top-level n that disagrees with
+    max_position_embeddings / n is refused: transformers 4 uses the ratio, 5 the factor. Each
+    factor list must have rotary_dim / 2 values (Phi3Config's rule). A Gemma 3 config's is its
+    text config's (`text_config`: transformers 5's rope_parameters read as rope_scaling)."""
+    cfg = text_config(cfg)
+    s = cfg.get("rope_scaling")
+    if s is None:
+        return None
+    t = s.get("rope_type", s.get("type", "default"))
+    if cfg.get("model_type") == "phi3" and t in ("su", "yarn"):
+        t = "longrope"
+    if t == "default":
+        return None
+    if t != "longrope":
+        return s
+    max_pos = int(cfg["max_position_embeddings"])
+    n = cfg.get("original_max_position_embeddings")
+    top = n is not None
+    if n is None:
+        n = s.get("original_max_position_embeddings", max_pos)
+    n = int(n)
+    factor = max_pos / n
+    if s.get("factor") is not None:
+        if top and not math.isclose(float(s["factor"]), factor, rel_tol=1e-9):
+            raise ValueError(f"longrope factor {s['factor']} beside original_max_position_"
+                             f"embeddings {n}: max_position_embeddings / n = {factor} (ambiguous "
+                             "between transformers versions)")
+        factor = float(s["factor"])
+    a = s.get("attention_factor")
+    if a is None:
+        a = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(n))
+    R = rotary_dim(cfg)
+    for key in ("short_factor", "long_factor"):
+        if len(s[key]) != R // 2:
+            raise ValueError(f"longrope {key}: {len(s[key])} values, rotary_dim {R} needs {R // 2}")
+    return {"rope_type": "longrope", "short_factor": [float(x) for x in s["short_factor"]],
+            "long_factor": [float(x) for x in s["long_factor"]],
+            "original_max_position_embeddings": n, "attention_factor": float(a)}
 
 
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -714,7 +878,7 @@ def window(cfg) -> Tuple[int, str]:
         slides = [t == "sliding_attention" for t in gemma_layer_types(cfg)]
         if any(slides) and W is None:
             raise ValueError("sliding_attention layers without a sliding_window")
-    elif family in ("mistral", "mixtral"):
+    elif family in ("mistral", "mixtral", "phi3"):
         slides = [W is not None] * L  # every layer; layer_types is not read
     elif family == "qwen3_moe":
         if not cfg.get("use_sliding_window", False):
@@ -759,15 +923,25 @@ def window(cfg) -> Tuple[int, str]:
 
 def norm_weight(cfg) -> str:
     """How every RMSNorm applies its weight: "one_plus_fp32" for Gemma 2 / 3 ((1 + w) times the
-    fp32 normalized values, then one rounding), else "plain" (Llama's)."""
-    return "one_plus_fp32" if text_config(cfg).get("model_type") in GEMMA else "plain"
+    fp32 normalized values, then one rounding), "fp32" for OLMo 2 (Olmo2RMSNorm: the weight
+    times the fp32 normalized values, then one rounding to the input dtype), else "plain"
+    (Llama's: cast, then weight times)."""
+    t = text_config(cfg).get("model_type")
+    if t in GEMMA:
+        return "one_plus_fp32"
+    return "fp32" if t == "olmo2" else "plain"
 
 
 def norm_placement(cfg) -> str:
     """Where a layer's norms sit: "sandwich" for Gemma 2 / 3 (input_layernorm,
     post_attention_layernorm on the attention output, pre_feedforward_layernorm,
-    post_feedforward_layernorm on the MLP output), else "pre" (Llama's)."""
-    return "sandwich" if text_config(cfg).get("model_type") in GEMMA else "pre"
+    post_feedforward_layernorm on the MLP output), "post" for OLMo 2 (h = x +
+    post_attention_layernorm(attn(x)); out = h + post_feedforward_layernorm(mlp(h)); no
+    input_layernorm), else "pre" (Llama's)."""
+    t = text_config(cfg).get("model_type")
+    if t in GEMMA:
+        return "sandwich"
+    return "post" if t == "olmo2" else "pre"
 
 
 def mlp_activation(cfg) -> str:
@@ -808,14 +982,16 @@ def reference_attrs(cfg) -> Dict[str, object]:
     """The attention and layer-form attributes of a `kktrain grads` dump that torch_reference.py
     reads, as this config means them (sliding_window 0 and window_layers all '0' without a
     sliding layer; rope_layers '1' for each layer that applies rotary with rope_theta, '2' for
-    Gemma 3's local rotary; family as kktrain names it, which picks tensor names; floats 0.0
-    where absent)."""
+    Gemma 3's local rotary; family as kktrain names it, which picks the sparse MLP's tensor
+    names and Phi-3's fused ones; rotary_dim the rotated values of a head; norm_weight and
+    norm_placement as every RMSNorm applies its weight and where the layer's norms sit; floats
+    0.0 where absent). rope_scaling (resolved): `rope_scaling(cfg)`."""
     W, layers = window(cfg)
     a = {"family": family(cfg), "head_dim": head_dim(text_config(cfg)),
          "attention_bias": attention_bias(text_config(cfg)), "qk_norm": qk_norm(cfg),
          "sliding_window": W, "window_layers": layers, "rope_layers": rope_layers(cfg),
-         "norm_weight": norm_weight(cfg), "norm_placement": norm_placement(cfg),
-         "mlp_activation": mlp_activation(cfg)}
+         "rotary_dim": rotary_dim(cfg), "norm_weight": norm_weight(cfg),
+         "norm_placement": norm_placement(cfg), "mlp_activation": mlp_activation(cfg)}
     a.update(gemma_attrs(cfg))
     return a
 
@@ -830,19 +1006,22 @@ def weight_names(cfg) -> List[str]:
     qwen_moe = cfg.get("model_type") == "qwen3_moe"
     bias = attention_bias(cfg)
     place = norm_placement(cfg)
+    fused = cfg.get("model_type") == "phi3"  # qkv_proj [q | k | v], gate_up_proj [gate | up]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        names += ([] if place == "post" else [p + "input_layernorm.weight"]) + [
-            p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
+        names += [] if place == "post" else [p + "input_layernorm.weight"]
+        if fused:
+            names += [p + "self_attn.qkv_proj.weight", p + "self_attn.o_proj.weight"]
+        else:
+            names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
         if bias != "none":
             names += [p + f"self_attn.{x}_proj.bias" for x in bias]
-        if qk_norm(cfg) == "per_head":
+        if qk_norm(cfg) != "none":  # per_head (head_dim,) or whole (H*head_dim / KV*head_dim)
             names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
         names += [p + "post_attention_layernorm.weight"]
-        if place == "sandwich":
-            names += [p + "pre_feedforward_layernorm.weight"]
-        if place != "pre":
-            names += [p + "post_feedforward_layernorm.weight"]
+        if place == "sandwich":  # random_weights draws in this order: Gemma's norms first
+            names += [p + "pre_feedforward_layernorm.weight",
+                      p + "post_feedforward_layernorm.weight"]
         if sparse[i] and qwen_moe:  # Qwen3-MoE: router, each expert's gate, up, down
             names += [p + "mlp.gate.weight"] + [
                 p + f"mlp.experts.{e}.{w}_proj.weight" for e in range(E)
@@ -851,8 +1030,12 @@ def weight_names(cfg) -> List[str]:
             names += [p + "block_sparse_moe.gate.weight"] + [
                 p + f"block_sparse_moe.experts.{e}.{w}.weight" for e in range(E)
                 for w in ("w1", "w2", "w3")]
+        elif fused:
+            names += [p + "mlp.gate_up_proj.weight", p + "mlp.down_proj.weight"]
         else:
             names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+        if place == "post":  # OLMo 2's after its MLP (the order random_weights draws in)
+            names += [p + "post_feedforward_layernorm.weight"]
     names.append("model.norm.weight")
     if not cfg["tie_word_embeddings"]:
         names.append("lm_head.weight")
@@ -864,8 +1047,16 @@ def weight_shape(cfg, name) -> Tuple[int, ...]:
     V, C, F = cfg["vocab_size"], cfg["hidden_size"], cfg["intermediate_size"]
     H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = head_dim(cfg)
+    if qk_norm(cfg) == "whole" and name.endswith("self_attn.q_norm.weight"):
+        return (H * D,)
+    if qk_norm(cfg) == "whole" and name.endswith("self_attn.k_norm.weight"):
+        return (KV * D,)
     if name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
         return (D,)
+    if name.endswith("self_attn.qkv_proj.weight"):
+        return ((H + 2 * KV) * D, C)
+    if name.endswith("mlp.gate_up_proj.weight"):
+        return (2 * F, C)
     if name.endswith("norm.weight"):
         return (C,)
     if name.endswith("_proj.bias"):

@@ -27,10 +27,31 @@ Llama's choice, so older dumps read as before):
                   `<layer>.self_attn.{q,k,v}_proj.bias` (Qwen2), plus `o_proj.bias` for "qkvo"
                   (Qwen3 / Llama with attention_bias true), added by the projection itself
                   (F.linear(x, W, b): under autocast a bf16 product with the bias cast to bf16).
-  qk_norm         "none" | "per_head" (absent: "none"): Qwen3's `<layer>.self_attn.q_norm.weight`
-                  and `k_norm.weight` (head_dim,): an RMSNorm over each head's head_dim values
-                  (same formula, eps and dtype handling as the other RMSNorms), applied after the
-                  projection (+ bias) and the split into heads, before rotary.
+  qk_norm         "none" | "per_head" | "whole" (absent: "none"): Qwen3's
+                  `<layer>.self_attn.q_norm.weight` and `k_norm.weight` (head_dim,): an RMSNorm
+                  over each head's head_dim values (same formula, eps and dtype handling as the
+                  other RMSNorms), applied after the projection (+ bias) and the split into heads,
+                  before rotary. "whole" (OLMo 2): q_norm.weight (H*head_dim,) and k_norm.weight
+                  (KV*head_dim,), an RMSNorm over the whole q (k) projection output, before the
+                  split into heads (statistics over all H*head_dim values of a token).
+  rotary_dim      int (absent: head_dim; Phi-3's int(head_dim * partial_rotary_factor)): rotary
+                  on the first rotary_dim values of each query / key head (rotate_half over those
+                  values: pairs i and i + rotary_dim/2), inv_freq over rotary_dim, the other
+                  head_dim - rotary_dim values pass through unrotated.
+  rope_scaling    JSON (absent / null: plain rotary): llama3 (the rescaled frequencies), linear
+                  (inv_freq / factor, below), or longrope {"short_factor", "long_factor"
+                  (rotary_dim/2 each), "original_max_position_embeddings" n, "attention_factor"
+                  a} (Phi-3):
+                  inv_freq = 1 / (factors * theta ** (arange(0, R, 2) / R)) in fp32 with the long
+                  factors when the forward's sequence length (transformers' max(position_ids) + 1
+                  over the batch: T, or with packed rows the longest example's length) exceeds n,
+                  else the short ones (one choice for the whole batch); cos
+                  and sin (fp32) times a, rounded to fp32 (torch multiplies an fp32 tensor by the
+                  Python float a as fp32(a)), then cast to the hidden-state dtype.
+  family "phi3"   picks Phi-3's fused tensors: `<layer>.self_attn.qkv_proj.weight`
+                  ((H + 2 KV) * head_dim, C) whose output rows are [q | k | v], and
+                  `<layer>.mlp.gate_up_proj.weight` (2F, C), rows [gate | up]: one projection, its
+                  output split (Phi3Attention / Phi3MLP), so the gradient lands on the fused tensor.
   sliding_window  int (absent or 0: none): W > 0 limits a sliding layer's query at position q to
                   the keys k with q - W < k <= q (W keys, itself included; Hugging Face's
                   masking_utils sliding_window_overlay on top of the causal mask), on top of the
@@ -74,7 +95,7 @@ absent attribute is Llama's choice):
                   autocast), as transformers' eager attention writes it.
   rope_layers     may also hold '2': rotary with rope_local_theta (float attribute), unscaled
                   (Gemma 3's sliding layers); '1' layers use rope_theta with rope_scaling (llama3,
-                  or linear: {"rope_type": "linear", "factor": f}, inv_freq / f).
+                  linear: {"rope_type": "linear", "factor": f}, inv_freq / f, or longrope).
 
 Mixture of experts (moe_num_experts E > 0: every layer's MLP sparse; attributes moe_top_k,
 moe_intermediate_size, moe_norm_topk_prob, moe_shared_expert_intermediate_size,
@@ -120,7 +141,7 @@ import torch.nn.functional as F
 
 MODES = ("float64", "float32", "bf16_autocast")
 ATTENTION_BIAS = ("none", "qkv", "qkvo")  # dump attribute attention_bias
-QK_NORM = ("none", "per_head")  # dump attribute qk_norm
+QK_NORM = ("none", "per_head", "whole")  # dump attribute qk_norm
 NORM_WEIGHT = ("plain", "fp32", "one_plus_fp32")  # dump attribute norm_weight
 NORM_PLACEMENT = ("pre", "sandwich", "post")  # dump attribute norm_placement
 MLP_ACTIVATION = ("silu", "gelu_tanh")  # dump attribute mlp_activation
@@ -209,10 +230,22 @@ class Dump:
 
     @property
     def qk_norm(self) -> str:
-        """none | per_head (Qwen3: RMSNorm of each query / key head before rotary)."""
+        """none | per_head (Qwen3: RMSNorm of each query / key head before rotary) | whole
+        (OLMo 2: RMSNorm of the whole q / k projection output, before the split into heads)."""
         v = _text(self.attrs.get("qk_norm", "none"))
         if v not in QK_NORM:
             raise ValueError(f"qk_norm {v!r} is not one of {QK_NORM}")
+        return v
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's values rotate (attribute rotary_dim; absent: head_dim)."""
+        if "rotary_dim" not in self.attrs:
+            return self.head_dim
+        v = int(self.attrs["rotary_dim"])
+        if v <= 0 or v % 2 or v > self.head_dim:
+            raise ValueError(f"rotary_dim {v}: must be a positive even number <= head_dim "
+                             f"{self.head_dim}")
         return v
 
     @property
@@ -404,16 +437,49 @@ def hf_llama3_rescale(inv_freq: torch.Tensor, scaling: Optional[dict]) -> torch.
     return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
 
 
+def is_longrope(scaling: Optional[dict]) -> bool:
+    """A longrope rope_scaling (Phi-3; its older names "su" and "yarn" are read as longrope by
+    Phi3Config, but a dump carries the resolved name)."""
+    return bool(scaling) and scaling.get("rope_type", scaling.get("type")) == "longrope"
+
+
+def hf_longrope_inv_freq(D: int, theta: float, scaling: dict, seq_len: int) -> torch.Tensor:
+    """_compute_longrope_parameters' frequencies for a forward of sequence length seq_len
+    (transformers' dynamic update: max(position_ids) + 1): the long factors when seq_len >
+    original_max_position_embeddings, else the short ones, over the D rotary values, all fp32:
+    1 / (factors * theta ** (arange(0, D, 2) / D))."""
+    n = int(scaling["original_max_position_embeddings"])
+    factors = scaling["long_factor"] if seq_len > n else scaling["short_factor"]
+    ext = torch.tensor([float(f) for f in factors], dtype=torch.float32)
+    if ext.numel() != D // 2:
+        raise ValueError(f"longrope factors: {ext.numel()} values, rotary_dim {D} needs {D // 2}")
+    shape = torch.arange(0, D, 2, dtype=torch.int64).float() / D
+    return 1.0 / (ext * theta ** shape)
+
+
 def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optional[dict] = None,
                 positions: Optional[torch.Tensor] = None):
     """cos, sin (T, D): inv_freq and angles in fp32 (HF LlamaRotaryEmbedding; llama3 scaling
-    when given). `positions` (B, T) int: per-token positions instead, giving (B, 1, T, D)."""
-    inv_freq = hf_inv_freq(D, theta, scaling)  # fp32
+    when given). `positions` (B, T) int: per-token positions instead, giving (B, 1, T, D).
+    D is the rotary width (head_dim, or Phi-3's rotary_dim). Longrope scaling: the factors of
+    sequence length max(positions) + 1 (T without positions), cos and sin times the resolved
+    attention_factor in fp32 (float64 in the float64 reference), then cast to `dtype`."""
+    longrope = is_longrope(scaling)
+    if longrope:
+        seq_len = T if positions is None else int(positions.max()) + 1
+        inv_freq = hf_longrope_inv_freq(D, theta, scaling, seq_len)  # fp32
+    else:
+        inv_freq = hf_inv_freq(D, theta, scaling)  # fp32
     pos = torch.arange(T, dtype=torch.int64).float() if positions is None else positions.float()
     angle = pos[..., None] * inv_freq  # (.., T, D/2) fp32, one rounding (HF: K=1 matmul)
     if positions is not None:
         angle = angle[:, None]  # (B, 1, T, D/2): broadcast over heads
     emb = torch.cat((angle, angle), dim=-1)  # (T, D)
+    if longrope:
+        a = float(scaling["attention_factor"])
+        if dtype == torch.float64:
+            return emb.double().cos() * a, emb.double().sin() * a
+        return (emb.cos() * a).to(dtype), (emb.sin() * a).to(dtype)  # fp32 product, then cast
     if dtype == torch.float64:
         return emb.double().cos(), emb.double().sin()
     return emb.cos().to(dtype), emb.sin().to(dtype)  # HF: computed in fp32, cast to x.dtype
@@ -448,10 +514,14 @@ class Reference:
         self.d, self.mode = dump, mode
         self.eps = float(dump.attrs["rms_norm_eps"])
         self.theta = float(dump.attrs["rope_theta"])
-        self.scaling = json.loads(dump.attrs.get("rope_scaling") or "null")  # llama3 or None
+        # llama3, linear, longrope (attention_factor resolved) or None
+        self.scaling = json.loads(dump.attrs.get("rope_scaling") or "null")
         self.D = dump.head_dim
+        self.R = dump.rotary_dim  # each head's rotated values (Phi-3 partial rotary: < D)
         self.bias = dump.attention_bias  # which projections add a bias
         self.qk_norm = dump.qk_norm == "per_head"
+        self.qk_norm_whole = dump.qk_norm == "whole"  # OLMo 2
+        self.fused = dump.family == "phi3"  # qkv_proj / gate_up_proj tensor names
         # statistics (norm, softmax, loss) dtype: fp32 except in the float64 reference
         self.stat = torch.float64 if mode == "float64" else torch.float32
         self.w: Dict[str, torch.Tensor] = {}
@@ -516,14 +586,15 @@ class Reference:
         return h * factor
 
     def rope(self, kind: str, T: int, dtype: torch.dtype, positions=None):
-        """cos, sin of the rope_layers kind '1' (rope_theta, rope_scaling) or '2' (rope_local_theta,
-        unscaled: Gemma 3's local rotary)."""
+        """cos, sin (over the rotary_dim values) of the rope_layers kind '1' (rope_theta,
+        rope_scaling: llama3, linear, or longrope with its factors chosen by this forward's
+        length) or '2' (rope_local_theta, unscaled: Gemma 3's local rotary)."""
         if kind == "1":
-            return rope_tables(T, self.D, self.theta, dtype, self.scaling, positions)
+            return rope_tables(T, self.R, self.theta, dtype, self.scaling, positions)
         if kind == "2":
             if self.d.rope_local_theta is None:
                 raise ValueError("a rope_layers '2' layer without rope_local_theta")
-            return rope_tables(T, self.D, self.d.rope_local_theta, dtype, None, positions)
+            return rope_tables(T, self.R, self.d.rope_local_theta, dtype, None, positions)
         raise ValueError(f"rope kind {kind!r}")
 
     def layer_tables(self, T: int, dtype: torch.dtype, positions=None) -> List[tuple]:
@@ -542,27 +613,43 @@ class Reference:
         slide = attention_mask(T, starts, W) if "1" in which else None
         return [slide if c == "1" else full for c in which]
 
-    def layer_rope(self, i: int, cos, sin):
-        """Layer i's rotary tables given the rope_layers '1' tables: (cos, sin), or (None, None)
-        for a layer without rotary (layer_tables covers '2' layers too)."""
-        kind = self.d.rope_layers[i]
-        if kind == "2":
-            raise ValueError("a rope_layers '2' layer: use layer_tables")
-        return (cos, sin) if kind == "1" else (None, None)
+    def qkv(self, n, prefix):
+        """The q, k, v projections (B, T, H*D / KV*D each): three (with their biases), or Phi-3's
+        one fused qkv_proj whose output is split [q | k | v] (as Phi3Attention slices it)."""
+        if not self.fused:
+            return (self.proj(n, prefix, "q"), self.proj(n, prefix, "k"),
+                    self.proj(n, prefix, "v"))
+        if self.bias != "none":
+            raise ValueError("attention biases with Phi-3's fused qkv_proj: not defined")
+        nq, nkv = self.d.H * self.D, self.d.KV * self.D
+        qkv = self.linear(n, prefix + "qkv_proj.weight")
+        return qkv[..., :nq], qkv[..., nq:nq + nkv], qkv[..., nq + nkv:]
+
+    def rotary(self, x, cos, sin):
+        """x (B, heads, T, D) rotated by cos / sin (.., T, R): all D values when R == D, else
+        the first R (rotate_half over those R) with the other D - R passed through (Phi-3)."""
+        if self.R == self.D:
+            return x * cos + rotate_half(x) * sin
+        x_rot, x_pass = x[..., :self.R], x[..., self.R:]
+        return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
 
     def attention(self, n, prefix, cos, sin, mask=None):
         B, T, _ = n.shape
         H, KV, D = self.d.H, self.d.KV, self.D
-        q = self.proj(n, prefix, "q").view(B, T, H, D)
-        k = self.proj(n, prefix, "k").view(B, T, KV, D)
-        v = self.proj(n, prefix, "v").view(B, T, KV, D).transpose(1, 2)
+        q, k, v = self.qkv(n, prefix)
+        if self.qk_norm_whole:  # OLMo 2: the whole projection output, before the heads' split
+            q = self.norm(q, prefix + "q_norm.weight")
+            k = self.norm(k, prefix + "k_norm.weight")
+        q = q.view(B, T, H, D)
+        k = k.view(B, T, KV, D)
+        v = v.view(B, T, KV, D).transpose(1, 2)
         if self.qk_norm:  # Qwen3: each head normalized over its D values, before rotary
             q = self.norm(q, prefix + "q_norm.weight")
             k = self.norm(k, prefix + "k_norm.weight")
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         if cos is not None:  # None: a layer without rotary (rope_layers '0')
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q = self.rotary(q, cos, sin)
+            k = self.rotary(k, cos, sin)
         rep = H // KV  # query head h reads kv head h // rep (HF repeat_kv)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
@@ -591,9 +678,17 @@ class Reference:
             return F.gelu(g.float(), approximate="tanh").to(g.dtype)
         return F.silu(g)
 
+    def gate_up(self, x, prefix):
+        """The MLP's gate and up projections: two, or Phi-3's one fused gate_up_proj whose output
+        is split [gate | up] (Phi3MLP's chunk(2))."""
+        if not self.fused:
+            return (self.linear(x, prefix + "gate_proj.weight"),
+                    self.linear(x, prefix + "up_proj.weight"))
+        g, u = self.linear(x, prefix + "gate_up_proj.weight").chunk(2, dim=-1)
+        return g, u
+
     def mlp(self, x, prefix):
-        g = self.linear(x, prefix + "gate_proj.weight")
-        u = self.linear(x, prefix + "up_proj.weight")
+        g, u = self.gate_up(x, prefix)
         return self.linear(self.act(g) * u, prefix + "down_proj.weight")
 
     def sparse_mlp(self, x, prefix):
