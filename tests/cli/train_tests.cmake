@@ -105,15 +105,17 @@ foreach(case IN ITEMS roundtrip_qwen2 roundtrip_qwen3 roundtrip_mistral roundtri
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(hf.family_${case} PROPERTIES LABELS hf TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
-# A Hugging Face directory (Llama, Qwen2, Qwen3) against an independent PyTorch model loaded from the
-# same files
+# A Hugging Face directory (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE, SmolLM2/3, Gemma 2, Gemma 3,
+# OLMo 2, Phi-3, Phi-4-mini) against an independent PyTorch model loaded from the same files
 # (tests/hf/check_hf_parity.py): weights, loss, every gradient, greedy generation.
 foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_single
                       bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16 qwen2_f32_tied
                       qwen2_bf16_untied qwen3_f32_untied_head_dim qwen3_bf16_tied_bias
                       mistral_f32_window mistral_bf16_window qwen2_f32_window_layers
                       qwen3_f32_layer_types qwen3_moe_f32 qwen3_moe_bf16_no_norm
-                      smollm3_f32_no_rope_layers smollm3_bf16_interval smollm2_f32)
+                      smollm3_f32_no_rope_layers smollm3_bf16_interval smollm2_f32
+                      gemma2_f32 gemma2_bf16 gemma3_f32 gemma3_bf16_conditional
+                      gemma3_f32_conditional_hub olmo2_f32 olmo2_bf16 phi3_f32 phi4mini_bf16)
   add_test(NAME hf.parity_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
                    $<TARGET_FILE:kktrain> ${case})

@@ -6,15 +6,23 @@ Qwen3 (q_norm/k_norm, head_dim != hidden/heads, optional biases) and Mistral dir
 sliding-window attention (every layer, or the layers max_window_layers / layer_types name), and
 Qwen3-MoE ones (Qwen3's attention, every layer a sparse MLP under mlp.gate / mlp.experts.{e}),
 SmolLM3 ones (Llama's tensors, no rotary in the layers no_rope_layers / no_rope_layer_interval
-name) and SmolLM2's Llama config.json (its converter's extra keys):
+name), SmolLM2's Llama config.json (its converter's extra keys), Gemma 2 (sandwich (1 + w) norms,
+GELU-tanh, scaled embeddings, query_pre_attn_scalar, attention and final-logit soft-caps, every
+other layer sliding), Gemma 3 ones (Gemma3ForCausalLM, and Gemma3ForConditionalGeneration
+directories whose vision tensors are ignored, in the transformers 4 and 5 forms; per-head
+q/k norms, local rotary on the sliding layers, linear rope scaling on the others), OLMo 2 ones
+(norms after the attention and the MLP, q/k norms over the whole projections, fp32 norm
+weights) and Phi-3 / Phi-4-mini ones (fused qkv_proj / gate_up_proj, a window on every layer,
+partial rotary and longrope):
 
   config    the dump's hyperparameters are the config.json's (sizes, rope_theta, rms_norm_eps,
             head_dim, which biases, qk-norm, sliding_window and which layers slide, which layers
             apply rotary, family; for a mixture of experts the moe_* attributes: experts, top-k,
             expert size, norm_topk_prob, and moe_aux_loss_coef = router_aux_loss_coef when
             output_router_logits is true, else 0, as transformers weights the load-balancing
-            loss): the reference runs on the config's meaning, never on kktrain's own account
-            of it
+            loss; the layer form: norm weight and placement, activation, embedding scale,
+            attention scale and soft-caps, local rotary theta): the reference runs on the
+            config's meaning, never on kktrain's own account of it
   weights   every parameter kktrain holds equals the file's value in the storage dtype (fp32
             exactly; bf16: the file's bf16 bits, or an F32/F16 value rounded once to nearest even)
   loss, gradients   one forward/backward of `kktrain grads` on the first batch, compared with
@@ -45,7 +53,6 @@ import zlib
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
@@ -59,7 +66,10 @@ import torch_reference as tr  # noqa: E402
 # "weights_seed" (not a config key) replaces the random weights' seed (crc32 of the name).
 FAMILIES = {"llama": hf.llama_config, "qwen2": hf.qwen2_config, "qwen3": hf.qwen3_config,
             "mistral": hf.mistral_config, "qwen3_moe": hf.qwen3_moe_config,
-            "smollm2": hf.smollm2_config, "smollm3": hf.smollm3_config}
+            "smollm2": hf.smollm2_config, "smollm3": hf.smollm3_config,
+            "gemma2": hf.gemma2_config, "gemma3": hf.gemma3_config,
+            "gemma3_conditional": hf.gemma3_conditional_config,
+            "olmo2": hf.olmo2_config, "phi3": hf.phi3_config, "phi4mini": hf.phi4mini_config}
 CASES = {
     "f32_tied_single_llama3": ("F32", "float32", True, 1, True,
                                ["distributed.mp_policy.param_dtype=float32"]),
@@ -136,6 +146,64 @@ CASES = {
     # pad_token_id, transformers.js_config and an integer rope_theta (100000).
     "smollm2_f32": ("F32", "float32", True, 1, False,
                     ["distributed.mp_policy.param_dtype=float32"], ("smollm2", {})),
+    # Gemma 2 / Gemma 3: (1 + w) RMSNorms in fp32, four norms a layer (sandwich), GELU-tanh MLP,
+    # embeddings times sqrt(hidden), query_pre_attn_scalar (16 / 64, not head_dim 32), tied;
+    # 4 layers with a window of 8 on the sliding ones (Gemma 2: 0 and 2; Gemma 3: the pattern's
+    # or layer_types'), outrun by seq_len 32 and the generation's 24 tokens. The soft-caps are
+    # small (the real 50 / 30 would be linear on these tiny scores and logits): attention
+    # scores reach ~|3| and logits ~|4| here (caps 2), so tanh bends them.
+    # Gemma 2: attention and final-logit soft-capping.
+    "gemma2_f32": ("F32", "float32", True, 1, False,
+                   ["distributed.mp_policy.param_dtype=float32"],
+                   ("gemma2", {"attn_logit_softcapping": 2.0,
+                               "final_logit_softcapping": 2.0})),
+    "gemma2_bf16": ("BF16", "bfloat16", True, 2, False, [],
+                    ("gemma2", {"attn_logit_softcapping": 2.0,
+                                "final_logit_softcapping": 2.0})),
+    # Gemma 3 text (gemma-3-1b's keys): q_norm / k_norm ((1 + w) over head_dim), local rotary
+    # (rope_local_base_freq) on the sliding layers 0 and 2, rope_theta on 1 and 3, a final-logit
+    # soft-cap; attn_logit_softcapping written but inert, as in transformers (the dump must say
+    # none).
+    "gemma3_f32": ("F32", "float32", True, 1, False,
+                   ["distributed.mp_policy.param_dtype=float32"],
+                   ("gemma3", {"final_logit_softcapping": 2.0,
+                               "attn_logit_softcapping": 2.0})),
+    # Gemma3ForConditionalGeneration (vision tower and projector tensors in the file, ignored):
+    # text weights under model.language_model. and the transformers 5 config form
+    # (rope_parameters per layer type, linear factor 8 on the full-attention layers, dtype,
+    # layer_types [s, f, f, s]); hidden 96, so sqrt(96) is rounded to bf16 (9.8125) for the
+    # bf16 embedding; query_pre_attn_scalar left to its default 256.
+    "gemma3_bf16_conditional": ("BF16", "bfloat16", True, 1, False, [],
+                                ("gemma3_conditional",
+                                 {"v5": True, "C": 96,
+                                  "layer_types": ["sliding_attention", "full_attention",
+                                                  "full_attention", "sliding_attention"]})),
+    # The same as the Gemma 3 4B / 12B / 27B files write it (transformers 4): text weights under
+    # language_model.model., a minimal text_config (rope_scaling linear 8 on the full layers,
+    # sliding_window_pattern 2: layers 1 and 3 full; rope_theta, rope_local_base_freq,
+    # query_pre_attn_scalar, rms_norm_eps from Gemma3TextConfig's defaults), fp32 compute.
+    "gemma3_f32_conditional_hub": ("F32", "float32", True, 1, False,
+                                   ["distributed.mp_policy.param_dtype=float32"],
+                                   ("gemma3_conditional", {})),
+    # OLMo 2 (OLMo-2-0425-1B's keys): post-attention / post-feedforward norms only, q_norm over
+    # the whole q projection (64 = H * head_dim values) and k_norm over the whole k one (32),
+    # every norm weight multiplied in fp32; F32 untied, BF16 tied.
+    "olmo2_f32": ("F32", "float32", False, 1, False,
+                  ["distributed.mp_policy.param_dtype=float32"], ("olmo2", {})),
+    "olmo2_bf16": ("BF16", "bfloat16", True, 1, False, [], ("olmo2", {})),
+    # Phi-3-mini-4k-like: fused qkv_proj / gate_up_proj, full rotary, rope_scaling null,
+    # original_max_position_embeddings = max_position_embeddings, a window of 11 (< seq_len 32,
+    # as 2047 < 4096 there) on every layer.
+    "phi3_f32": ("F32", "float32", False, 1, False,
+                 ["distributed.mp_policy.param_dtype=float32"], ("phi3", {"sliding_window": 11})),
+    # Phi-4-mini-like: rotary on 12 of head_dim 16 (partial_rotary_factor 0.75), longrope with
+    # original_max_position_embeddings 24 of max_position_embeddings 64 (attention_factor
+    # sqrt(1 + ln(64/24) / ln 24) = 1.1440), tied. Training (seq_len 32 > 24) uses the long
+    # factors; generation (10 + 14 tokens: every forward <= 23 long) the short ones. The factor
+    # is chosen per forward by its sequence length, max(position_ids) + 1, as transformers does.
+    # A window of 20 (< 32, < 24) on every layer (Phi-4-mini's 262144 outruns any sequence).
+    "phi4mini_bf16": ("BF16", "bfloat16", True, 1, False, [],
+                      ("phi4mini", {"original_max_pos": 24, "sliding_window": 20})),
 }
 
 CONFIG = "data:\n  seq_len: 32\n  micro_batch_size: 2\n"
@@ -156,13 +224,43 @@ def run(cmd, **kw):
     return p
 
 
+def same_scaling(dumped, want) -> bool:
+    """The dump's rope_scaling means the config's: both none, or the same rope_type and every
+    field of `want` (numbers and number lists) within 1e-6 relative. {"rope_type": "default"}
+    is no scaling."""
+    dumped = dumped if tr.rope_type(dumped) is not None else None
+    want = want if tr.rope_type(want) is not None else None
+    if dumped is None or want is None:
+        return dumped is None and want is None
+    kind = want.get("rope_type", want.get("type"))
+    if dumped.get("rope_type", dumped.get("type")) != kind:
+        return False
+    for key, value in want.items():
+        if key in ("rope_type", "type"):
+            continue
+        got = dumped.get(key)
+        values = value if isinstance(value, list) else [value]
+        gots = got if isinstance(got, list) else [got]
+        if got is None or len(values) != len(gots) or any(
+                not math.isclose(float(g), float(v), rel_tol=1e-6) for g, v in zip(gots, values)):
+            return False
+    return True
+
+
 def check_config(d: tr.Dump, cfg, failures: list) -> None:
-    """The dump's hyperparameters must be the config.json's; then the reference reads rotary,
-    norm epsilon, the family attributes (family, head_dim, attention_bias, qk_norm,
-    sliding_window, window_layers, rope_layers) and a sparse model's moe_* attributes as the
-    config means them. A dump without the window attributes reads as no window, and one without
-    rope_layers as rotary in every layer, so a kktrain that ignored a config's window or
-    SmolLM3's no_rope_layers fails here."""
+    """The dump's hyperparameters must be the config.json's; then the reference reads rotary
+    (rope_scaling as hf.rope_scaling resolves it: llama3 or linear as written, Phi-3's longrope
+    with its original_max_position_embeddings and attention_factor), norm epsilon, the family
+    attributes (family, head_dim, attention_bias, qk_norm, sliding_window, window_layers,
+    rope_layers, rotary_dim) and a sparse model's moe_* attributes as the config means them. A
+    dump without the window attributes reads as no window, one without rope_layers as rotary in
+    every layer and one without rotary_dim as rotary over all of head_dim, so a kktrain that
+    ignored a config's window, SmolLM3's no_rope_layers or Phi-4-mini's partial_rotary_factor
+    fails here. The layer-form attributes (norm_weight, norm_placement, mlp_activation,
+    embed_scale, query_pre_attn_scalar, attn_logit_softcapping, final_logit_softcapping,
+    rope_local_theta) likewise; a Gemma3ForConditionalGeneration's text_config, Gemma's defaults
+    and transformers 5's rope_parameters are read through hf.text_config."""
+    cfg = hf.text_config(cfg)
     want = {"vocab_size": cfg["vocab_size"], "hidden_size": cfg["hidden_size"],
             "num_layers": cfg["num_hidden_layers"], "num_heads": cfg["num_attention_heads"],
             "num_kv_heads": cfg["num_key_value_heads"],
@@ -174,13 +272,10 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
     for key in ("rope_theta", "rms_norm_eps"):
         if not math.isclose(float(d.attrs[key]), float(cfg[key]), rel_tol=1e-6):
             failures.append(f"dump {key} {d.attrs[key]}, config.json says {cfg[key]}")
-    scaling = cfg.get("rope_scaling")
+    scaling = hf.rope_scaling(cfg)  # llama3 as written; longrope resolved
     dumped = json.loads(d.attrs.get("rope_scaling") or "null")
-    fields = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    if (scaling is None) != (dumped is None) or scaling is not None and any(
-            not math.isclose(float(dumped.get(f, "nan")), float(scaling[f]), rel_tol=1e-6)
-            for f in fields):
-        failures.append(f"dump rope_scaling {dumped}, config.json says {scaling}")
+    if not same_scaling(dumped, scaling):
+        failures.append(f"dump rope_scaling {dumped}, config.json means {scaling}")
     moe = hf.moe_attrs(cfg)
     if d.E != moe.get("moe_num_experts", 0):
         failures.append(f"dump moe_num_experts {d.E}, config.json means "
@@ -197,9 +292,16 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
     layers = d.window_layers
     got = {"family": d.family, "head_dim": d.head_dim, "attention_bias": d.attention_bias,
            "qk_norm": d.qk_norm, "sliding_window": d.sliding_window if "1" in layers else 0,
-           "window_layers": layers, "rope_layers": d.rope_layers}
+           "window_layers": layers, "rope_layers": d.rope_layers, "rotary_dim": d.rotary_dim,
+           "norm_weight": d.norm_weight, "norm_placement": d.norm_placement,
+           "mlp_activation": d.mlp_activation, "embed_scale": d.embed_scale,
+           "query_pre_attn_scalar": d.query_pre_attn_scalar or 0.0,
+           "attn_logit_softcapping": d.attn_softcap or 0.0,
+           "final_logit_softcapping": d.softcap or 0.0,
+           "rope_local_theta": d.rope_local_theta or 0.0}
     for key, value in attrs.items():
-        if got[key] != value:
+        if (not math.isclose(got[key], value, rel_tol=1e-6) if isinstance(value, float)
+                else got[key] != value):
             failures.append(f"dump {key} {got[key]!r}, config.json means {value!r}")
     d.attrs.update(attrs)
     d.attrs.update({"rope_theta": float(cfg["rope_theta"]),
@@ -207,19 +309,13 @@ def check_config(d: tr.Dump, cfg, failures: list) -> None:
 
 
 class Greedy(tr.Reference):
-    """The reference model's logits for any token sequence (fp32, no autocast; the dump's family
-    attributes: head_dim, biases, qk-norm, through tr.Reference.block; each layer's sliding
-    window, through tr.Reference.layer_masks; each layer's rotary or none, through
-    tr.Reference.layer_rope)."""
+    """The reference model's logits for any token sequence (fp32, no autocast): the training
+    forward's own steps, tr.Reference.hidden (input embeddings with their scale, each layer's
+    rotary tables over rotary_dim values, longrope's factors chosen by this forward's length,
+    mask and form) and tr.Reference.head_logits (final norm, LM head, final-logit soft-cap)."""
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
-        T = ids.shape[1]
-        h = F.embedding(ids, self.p("model.embed_tokens.weight"))
-        cos, sin = tr.rope_tables(T, self.D, self.theta, h.dtype, self.scaling)
-        masks = self.layer_masks(T)
-        for i in range(self.d.L):
-            h = self.block(h, f"model.layers.{i}.", *self.layer_rope(i, cos, sin), masks[i])
-        return self.linear(self.norm(h, "model.norm.weight"), "lm_head.weight")
+        return self.head_logits(self.hidden(ids), "model.norm.weight")
 
 
 def check_generation(kktrain: str, d: tr.Dump, path: str, tensors, failures: list) -> None:
@@ -269,6 +365,7 @@ def main() -> int:
         path = os.path.join(tmp, "model")
         hf.write_model_dir(path, cfg, weights, file_dtype, shards=shards)
         _, tensors, files = hf.read_model_dir(path)
+        tensors = hf.text_tensors(cfg, tensors)  # Gemma 3 with vision: its text model's
         conf = os.path.join(tmp, "c.yaml")
         with open(conf, "w") as f:
             f.write(CONFIG)

@@ -27,10 +27,31 @@ Llama's choice, so older dumps read as before):
                   `<layer>.self_attn.{q,k,v}_proj.bias` (Qwen2), plus `o_proj.bias` for "qkvo"
                   (Qwen3 / Llama with attention_bias true), added by the projection itself
                   (F.linear(x, W, b): under autocast a bf16 product with the bias cast to bf16).
-  qk_norm         "none" | "per_head" (absent: "none"): Qwen3's `<layer>.self_attn.q_norm.weight`
-                  and `k_norm.weight` (head_dim,): an RMSNorm over each head's head_dim values
-                  (same formula, eps and dtype handling as the other RMSNorms), applied after the
-                  projection (+ bias) and the split into heads, before rotary.
+  qk_norm         "none" | "per_head" | "whole" (absent: "none"): Qwen3's
+                  `<layer>.self_attn.q_norm.weight` and `k_norm.weight` (head_dim,): an RMSNorm
+                  over each head's head_dim values (same formula, eps and dtype handling as the
+                  other RMSNorms), applied after the projection (+ bias) and the split into heads,
+                  before rotary. "whole" (OLMo 2): q_norm.weight (H*head_dim,) and k_norm.weight
+                  (KV*head_dim,), an RMSNorm over the whole q (k) projection output, before the
+                  split into heads (statistics over all H*head_dim values of a token).
+  rotary_dim      int (absent: head_dim; Phi-3's int(head_dim * partial_rotary_factor)): rotary
+                  on the first rotary_dim values of each query / key head (rotate_half over those
+                  values: pairs i and i + rotary_dim/2), inv_freq over rotary_dim, the other
+                  head_dim - rotary_dim values pass through unrotated.
+  rope_scaling    JSON (absent / null: plain rotary): llama3 (the rescaled frequencies), linear
+                  (inv_freq / factor, below), or longrope {"short_factor", "long_factor"
+                  (rotary_dim/2 each), "original_max_position_embeddings" n, "attention_factor"
+                  a} (Phi-3):
+                  inv_freq = 1 / (factors * theta ** (arange(0, R, 2) / R)) in fp32 with the long
+                  factors when the forward's sequence length (transformers' max(position_ids) + 1
+                  over the batch: T, or with packed rows the longest example's length) exceeds n,
+                  else the short ones (one choice for the whole batch); cos
+                  and sin (fp32) times a, rounded to fp32 (torch multiplies an fp32 tensor by the
+                  Python float a as fp32(a)), then cast to the hidden-state dtype.
+  family "phi3"   picks Phi-3's fused tensors: `<layer>.self_attn.qkv_proj.weight`
+                  ((H + 2 KV) * head_dim, C) whose output rows are [q | k | v], and
+                  `<layer>.mlp.gate_up_proj.weight` (2F, C), rows [gate | up]: one projection, its
+                  output split (Phi3Attention / Phi3MLP), so the gradient lands on the fused tensor.
   sliding_window  int (absent or 0: none): W > 0 limits a sliding layer's query at position q to
                   the keys k with q - W < k <= q (W keys, itself included; Hugging Face's
                   masking_utils sliding_window_overlay on top of the causal mask), on top of the
@@ -43,6 +64,38 @@ Llama's choice, so older dumps read as before):
                   projected (SmolLM3's NoPE layers: config no_rope_layers[i] == 0, transformers'
                   SmolLM3Attention use_rope false); nothing else of the layer changes (same
                   scale, mask and window). The MTP blocks always rotate.
+
+Layer-form features (Gemma 2 / Gemma 3, OLMo 2), read from root attributes the same way (an
+absent attribute is Llama's choice):
+
+  norm_weight     "plain" | "fp32" | "one_plus_fp32" (absent: "plain"), every RMSNorm (layer
+                  norms, final norm, q/k norms, MTP norms): plain = Llama, rnd(x * rstd, input
+                  dtype) * w; fp32 = OLMo 2, rnd(w * (x * rstd), input dtype) with the weight cast
+                  to the statistics dtype; one_plus_fp32 = Gemma, rnd((x * rstd) * (1 + w), input
+                  dtype) with 1 + w formed in the statistics dtype. (Statistics dtype: fp32, or
+                  float64 in the float64 reference.)
+  norm_placement  "pre" | "sandwich" | "post" (absent: "pre"): pre = Llama; sandwich = Gemma,
+                  h = x + post_attention_layernorm(attn(input_layernorm(x))),
+                  out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+                  post = OLMo 2, h = x + post_attention_layernorm(attn(x)),
+                  out = h + post_feedforward_layernorm(mlp(h)) (no input_layernorm).
+  mlp_activation  "silu" | "gelu_tanh" (absent: "silu"): act(gate) * up. gelu_tanh is
+                  F.gelu(x, approximate="tanh") (transformers' gelu_pytorch_tanh) computed in fp32
+                  from the bf16 gate and rounded once to bf16 under autocast (what the CUDA kernel
+                  and recent CPU kernels do; the CPU bf16 kernel of old torch versions rounds
+                  inside and is off by up to 100% near its zeros).
+  embed_scale     "none" | "sqrt_hidden" (absent: "none"): the input embeddings (never the tied
+                  LM head) times sqrt(hidden_size), the factor a tensor of the embedding's storage
+                  dtype (transformers: torch.tensor(sqrt(C), dtype=embedding output dtype), the
+                  embedding output having the weight's dtype; bf16 storage: sqrt(C) rounded to
+                  bf16, e.g. sqrt(3072) -> 55.5), the same value in every mode.
+  query_pre_attn_scalar  float (absent or 0: head_dim): scores scaled by its ** -0.5.
+  attn_logit_softcapping float (absent or 0: none): scores = tanh(scores / cap) * cap, after the
+                  scaling and before the mask, each step in the scores' dtype (bf16 under
+                  autocast), as transformers' eager attention writes it.
+  rope_layers     may also hold '2': rotary with rope_local_theta (float attribute), unscaled
+                  (Gemma 3's sliding layers); '1' layers use rope_theta with rope_scaling (llama3,
+                  linear: {"rope_type": "linear", "factor": f}, inv_freq / f, or longrope).
 
 Mixture of experts (moe_num_experts E > 0: every layer's MLP sparse; attributes moe_top_k,
 moe_intermediate_size, moe_norm_topk_prob, moe_shared_expert_intermediate_size,
@@ -88,7 +141,11 @@ import torch.nn.functional as F
 
 MODES = ("float64", "float32", "bf16_autocast")
 ATTENTION_BIAS = ("none", "qkv", "qkvo")  # dump attribute attention_bias
-QK_NORM = ("none", "per_head")  # dump attribute qk_norm
+QK_NORM = ("none", "per_head", "whole")  # dump attribute qk_norm
+NORM_WEIGHT = ("plain", "fp32", "one_plus_fp32")  # dump attribute norm_weight
+NORM_PLACEMENT = ("pre", "sandwich", "post")  # dump attribute norm_placement
+MLP_ACTIVATION = ("silu", "gelu_tanh")  # dump attribute mlp_activation
+EMBED_SCALE = ("none", "sqrt_hidden")  # dump attribute embed_scale
 IGNORE = -100
 
 
@@ -173,10 +230,22 @@ class Dump:
 
     @property
     def qk_norm(self) -> str:
-        """none | per_head (Qwen3: RMSNorm of each query / key head before rotary)."""
+        """none | per_head (Qwen3: RMSNorm of each query / key head before rotary) | whole
+        (OLMo 2: RMSNorm of the whole q / k projection output, before the split into heads)."""
         v = _text(self.attrs.get("qk_norm", "none"))
         if v not in QK_NORM:
             raise ValueError(f"qk_norm {v!r} is not one of {QK_NORM}")
+        return v
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's values rotate (attribute rotary_dim; absent: head_dim)."""
+        if "rotary_dim" not in self.attrs:
+            return self.head_dim
+        v = int(self.attrs["rotary_dim"])
+        if v <= 0 or v % 2 or v > self.head_dim:
+            raise ValueError(f"rotary_dim {v}: must be a positive even number <= head_dim "
+                             f"{self.head_dim}")
         return v
 
     @property
@@ -200,11 +269,61 @@ class Dump:
 
     @property
     def rope_layers(self) -> str:
-        """'0'/'1' per layer: which layers apply rotary ("1" * L without the attribute)."""
+        """'0'/'1'/'2' per layer: no rotary / rotary with rope_theta and rope_scaling / rotary
+        with rope_local_theta unscaled ("1" * L without the attribute)."""
         v = _text(self.attrs.get("rope_layers", "1" * self.L))
-        if len(v) != self.L or set(v) - set("01"):
-            raise ValueError(f"rope_layers {v!r}: must be {self.L} characters of 0 / 1")
+        if len(v) != self.L or set(v) - set("012"):
+            raise ValueError(f"rope_layers {v!r}: must be {self.L} characters of 0 / 1 / 2")
         return v
+
+    @property
+    def rope_local_theta(self) -> Optional[float]:
+        """Gemma 3's rope_local_base_freq: the theta of the rope_layers '2' layers (None: absent)."""
+        v = float(self.attrs.get("rope_local_theta", 0.0))
+        return v if v > 0 else None
+
+    def _choice(self, key: str, choices, default: str) -> str:
+        v = _text(self.attrs.get(key, default))
+        if v not in choices:
+            raise ValueError(f"{key} {v!r} is not one of {choices}")
+        return v
+
+    @property
+    def norm_weight(self) -> str:
+        """plain (Llama) | fp32 (OLMo 2) | one_plus_fp32 (Gemma): how every RMSNorm applies its
+        weight."""
+        return self._choice("norm_weight", NORM_WEIGHT, "plain")
+
+    @property
+    def norm_placement(self) -> str:
+        """pre (Llama) | sandwich (Gemma 2/3) | post (OLMo 2): where a layer's norms sit."""
+        return self._choice("norm_placement", NORM_PLACEMENT, "pre")
+
+    @property
+    def mlp_activation(self) -> str:
+        """silu | gelu_tanh: the activation of the gated MLP's gate."""
+        return self._choice("mlp_activation", MLP_ACTIVATION, "silu")
+
+    @property
+    def embed_scale(self) -> str:
+        """none | sqrt_hidden: the input embeddings times sqrt(hidden_size) (Gemma)."""
+        return self._choice("embed_scale", EMBED_SCALE, "none")
+
+    @property
+    def query_pre_attn_scalar(self) -> Optional[float]:
+        """Scores scale = query_pre_attn_scalar ** -0.5 (None: absent or 0, head_dim's)."""
+        v = float(self.attrs.get("query_pre_attn_scalar", 0.0))
+        if v < 0:
+            raise ValueError(f"query_pre_attn_scalar {v}: must be positive (0: head_dim)")
+        return v if v > 0 else None
+
+    @property
+    def attn_softcap(self) -> Optional[float]:
+        """attn_logit_softcapping (None: absent or 0, no attention soft-capping)."""
+        v = float(self.attrs.get("attn_logit_softcapping", 0.0))
+        if v < 0:
+            raise ValueError(f"attn_logit_softcapping {v}: must be positive (0: none)")
+        return v if v > 0 else None
 
     @property
     def compute_mtp(self) -> bool:
@@ -258,10 +377,43 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, stat_dtype: torch.dty
     return w * (xs * rstd).to(in_dtype)
 
 
+def rms_norm_fp32_weight(x: torch.Tensor, w: torch.Tensor, eps: float, stat_dtype: torch.dtype):
+    """HF Olmo2RMSNorm: statistics in (at least) fp32, the weight (cast to that dtype) times the
+    normalized values there, then one rounding to the input dtype."""
+    in_dtype = x.dtype
+    xs = x.to(stat_dtype)
+    rstd = torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps)
+    return (w.to(stat_dtype) * (xs * rstd)).to(in_dtype)
+
+
+def rms_norm_one_plus(x: torch.Tensor, w: torch.Tensor, eps: float, stat_dtype: torch.dtype):
+    """HF Gemma2RMSNorm / Gemma3RMSNorm: statistics in (at least) fp32, times (1 + w) formed in
+    that dtype, then one rounding to the input dtype."""
+    in_dtype = x.dtype
+    xs = x.to(stat_dtype)
+    rstd = torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps)
+    return ((xs * rstd) * (1.0 + w.to(stat_dtype))).to(in_dtype)
+
+
+def rope_type(scaling: Optional[dict]) -> Optional[str]:
+    """The rope_scaling dict's type (rope_type, or the older key type); None for no scaling
+    (null, or the type "default")."""
+    if not scaling:
+        return None
+    t = scaling.get("rope_type", scaling.get("type"))
+    return None if t in (None, "default") else t
+
+
 def hf_inv_freq(D: int, theta: float, scaling: Optional[dict]) -> torch.Tensor:
-    """modeling_rope_utils: _compute_default_rope_parameters and _compute_llama3_parameters,
-    written from their formulas (fp32 tensors, Python scalars)."""
+    """modeling_rope_utils: _compute_default_rope_parameters, then _compute_linear_scaling_rope_
+    parameters (inv_freq / factor) or _compute_llama3_parameters, written from their formulas
+    (fp32 tensors, Python scalars)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    kind = rope_type(scaling)
+    if kind == "linear":
+        return inv_freq / float(scaling["factor"])
+    if kind not in (None, "llama3"):
+        raise ValueError(f"rope_scaling {scaling}: type {kind!r} is not supported")
     return hf_llama3_rescale(inv_freq, scaling)
 
 
@@ -285,16 +437,49 @@ def hf_llama3_rescale(inv_freq: torch.Tensor, scaling: Optional[dict]) -> torch.
     return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
 
 
+def is_longrope(scaling: Optional[dict]) -> bool:
+    """A longrope rope_scaling (Phi-3; its older names "su" and "yarn" are read as longrope by
+    Phi3Config, but a dump carries the resolved name)."""
+    return bool(scaling) and scaling.get("rope_type", scaling.get("type")) == "longrope"
+
+
+def hf_longrope_inv_freq(D: int, theta: float, scaling: dict, seq_len: int) -> torch.Tensor:
+    """_compute_longrope_parameters' frequencies for a forward of sequence length seq_len
+    (transformers' dynamic update: max(position_ids) + 1): the long factors when seq_len >
+    original_max_position_embeddings, else the short ones, over the D rotary values, all fp32:
+    1 / (factors * theta ** (arange(0, D, 2) / D))."""
+    n = int(scaling["original_max_position_embeddings"])
+    factors = scaling["long_factor"] if seq_len > n else scaling["short_factor"]
+    ext = torch.tensor([float(f) for f in factors], dtype=torch.float32)
+    if ext.numel() != D // 2:
+        raise ValueError(f"longrope factors: {ext.numel()} values, rotary_dim {D} needs {D // 2}")
+    shape = torch.arange(0, D, 2, dtype=torch.int64).float() / D
+    return 1.0 / (ext * theta ** shape)
+
+
 def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optional[dict] = None,
                 positions: Optional[torch.Tensor] = None):
     """cos, sin (T, D): inv_freq and angles in fp32 (HF LlamaRotaryEmbedding; llama3 scaling
-    when given). `positions` (B, T) int: per-token positions instead, giving (B, 1, T, D)."""
-    inv_freq = hf_inv_freq(D, theta, scaling)  # fp32
+    when given). `positions` (B, T) int: per-token positions instead, giving (B, 1, T, D).
+    D is the rotary width (head_dim, or Phi-3's rotary_dim). Longrope scaling: the factors of
+    sequence length max(positions) + 1 (T without positions), cos and sin times the resolved
+    attention_factor in fp32 (float64 in the float64 reference), then cast to `dtype`."""
+    longrope = is_longrope(scaling)
+    if longrope:
+        seq_len = T if positions is None else int(positions.max()) + 1
+        inv_freq = hf_longrope_inv_freq(D, theta, scaling, seq_len)  # fp32
+    else:
+        inv_freq = hf_inv_freq(D, theta, scaling)  # fp32
     pos = torch.arange(T, dtype=torch.int64).float() if positions is None else positions.float()
     angle = pos[..., None] * inv_freq  # (.., T, D/2) fp32, one rounding (HF: K=1 matmul)
     if positions is not None:
         angle = angle[:, None]  # (B, 1, T, D/2): broadcast over heads
     emb = torch.cat((angle, angle), dim=-1)  # (T, D)
+    if longrope:
+        a = float(scaling["attention_factor"])
+        if dtype == torch.float64:
+            return emb.double().cos() * a, emb.double().sin() * a
+        return (emb.cos() * a).to(dtype), (emb.sin() * a).to(dtype)  # fp32 product, then cast
     if dtype == torch.float64:
         return emb.double().cos(), emb.double().sin()
     return emb.cos().to(dtype), emb.sin().to(dtype)  # HF: computed in fp32, cast to x.dtype
@@ -329,10 +514,14 @@ class Reference:
         self.d, self.mode = dump, mode
         self.eps = float(dump.attrs["rms_norm_eps"])
         self.theta = float(dump.attrs["rope_theta"])
-        self.scaling = json.loads(dump.attrs.get("rope_scaling") or "null")  # llama3 or None
+        # llama3, linear, longrope (attention_factor resolved) or None
+        self.scaling = json.loads(dump.attrs.get("rope_scaling") or "null")
         self.D = dump.head_dim
+        self.R = dump.rotary_dim  # each head's rotated values (Phi-3 partial rotary: < D)
         self.bias = dump.attention_bias  # which projections add a bias
         self.qk_norm = dump.qk_norm == "per_head"
+        self.qk_norm_whole = dump.qk_norm == "whole"  # OLMo 2
+        self.fused = dump.family == "phi3"  # qkv_proj / gate_up_proj tensor names
         # statistics (norm, softmax, loss) dtype: fp32 except in the float64 reference
         self.stat = torch.float64 if mode == "float64" else torch.float32
         self.w: Dict[str, torch.Tensor] = {}
@@ -373,7 +562,48 @@ class Reference:
         return self.linear(x, name + "weight", name + "bias")
 
     def norm(self, x, name):
+        """The RMSNorm `name` (its weight applied as the dump's norm_weight says)."""
+        kind = self.d.norm_weight
+        if kind == "one_plus_fp32":
+            return rms_norm_one_plus(x, self.p(name), self.eps, self.stat)
+        if kind == "fp32":
+            return rms_norm_fp32_weight(x, self.p(name), self.eps, self.stat)
         return rms_norm(x, self.p(name), self.eps, self.stat)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The input embeddings of `ids` (B, T): the embedding rows, times sqrt(hidden_size) with
+        embed_scale sqrt_hidden. The factor is sqrt(C) as an fp32 tensor rounded to the
+        embedding's storage dtype (transformers' Gemma 2 torch.tensor(C ** 0.5, dtype=h.dtype)
+        and Gemma 3 embed_scale.to(weight.dtype), h having the weight's dtype), so a bf16
+        embedding's factor is bf16 in every mode; the product is in the embedding output's
+        dtype."""
+        name = "model.embed_tokens.weight"
+        h = F.embedding(ids, self.p(name))
+        if self.d.embed_scale == "none":
+            return h
+        stored = torch.bfloat16 if self.d.storage.get(name) == "bfloat16" else torch.float32
+        factor = torch.tensor(self.d.C ** 0.5, dtype=torch.float32).to(stored).to(h.dtype)
+        return h * factor
+
+    def rope(self, kind: str, T: int, dtype: torch.dtype, positions=None):
+        """cos, sin (over the rotary_dim values) of the rope_layers kind '1' (rope_theta,
+        rope_scaling: llama3, linear, or longrope with its factors chosen by this forward's
+        length) or '2' (rope_local_theta, unscaled: Gemma 3's local rotary)."""
+        if kind == "1":
+            return rope_tables(T, self.R, self.theta, dtype, self.scaling, positions)
+        if kind == "2":
+            if self.d.rope_local_theta is None:
+                raise ValueError("a rope_layers '2' layer without rope_local_theta")
+            return rope_tables(T, self.R, self.d.rope_local_theta, dtype, None, positions)
+        raise ValueError(f"rope kind {kind!r}")
+
+    def layer_tables(self, T: int, dtype: torch.dtype, positions=None) -> List[tuple]:
+        """Each layer's rotary tables (cos, sin) as the dump's rope_layers says ('0': (None,
+        None), attention then skips the rotation), in `dtype` (the hidden state's, as transformers
+        casts them); `positions` (B, T) for packed rows."""
+        kinds = self.d.rope_layers
+        tables = {k: self.rope(k, T, dtype, positions) for k in sorted(set(kinds) - {"0"})}
+        return [tables.get(k, (None, None)) for k in kinds]
 
     def layer_masks(self, T: int, starts: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
         """Each layer's attention mask: the sliding one for the dump's window_layers, else the
@@ -383,28 +613,54 @@ class Reference:
         slide = attention_mask(T, starts, W) if "1" in which else None
         return [slide if c == "1" else full for c in which]
 
-    def layer_rope(self, i: int, cos, sin):
-        """Layer i's rotary tables: (cos, sin), or (None, None) for a layer the dump's
-        rope_layers leaves without rotary (attention then skips the rotation)."""
-        return (cos, sin) if self.d.rope_layers[i] == "1" else (None, None)
+    def qkv(self, n, prefix):
+        """The q, k, v projections (B, T, H*D / KV*D each): three (with their biases), or Phi-3's
+        one fused qkv_proj whose output is split [q | k | v] (as Phi3Attention slices it)."""
+        if not self.fused:
+            return (self.proj(n, prefix, "q"), self.proj(n, prefix, "k"),
+                    self.proj(n, prefix, "v"))
+        if self.bias != "none":
+            raise ValueError("attention biases with Phi-3's fused qkv_proj: not defined")
+        nq, nkv = self.d.H * self.D, self.d.KV * self.D
+        qkv = self.linear(n, prefix + "qkv_proj.weight")
+        return qkv[..., :nq], qkv[..., nq:nq + nkv], qkv[..., nq + nkv:]
+
+    def rotary(self, x, cos, sin):
+        """x (B, heads, T, D) rotated by cos / sin (.., T, R): all D values when R == D, else
+        the first R (rotate_half over those R) with the other D - R passed through (Phi-3)."""
+        if self.R == self.D:
+            return x * cos + rotate_half(x) * sin
+        x_rot, x_pass = x[..., :self.R], x[..., self.R:]
+        return torch.cat((x_rot * cos + rotate_half(x_rot) * sin, x_pass), dim=-1)
 
     def attention(self, n, prefix, cos, sin, mask=None):
         B, T, _ = n.shape
         H, KV, D = self.d.H, self.d.KV, self.D
-        q = self.proj(n, prefix, "q").view(B, T, H, D)
-        k = self.proj(n, prefix, "k").view(B, T, KV, D)
-        v = self.proj(n, prefix, "v").view(B, T, KV, D).transpose(1, 2)
+        q, k, v = self.qkv(n, prefix)
+        if self.qk_norm_whole:  # OLMo 2: the whole projection output, before the heads' split
+            q = self.norm(q, prefix + "q_norm.weight")
+            k = self.norm(k, prefix + "k_norm.weight")
+        q = q.view(B, T, H, D)
+        k = k.view(B, T, KV, D)
+        v = v.view(B, T, KV, D).transpose(1, 2)
         if self.qk_norm:  # Qwen3: each head normalized over its D values, before rotary
             q = self.norm(q, prefix + "q_norm.weight")
             k = self.norm(k, prefix + "k_norm.weight")
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         if cos is not None:  # None: a layer without rotary (rope_layers '0')
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q = self.rotary(q, cos, sin)
+            k = self.rotary(k, cos, sin)
         rep = H // KV  # query head h reads kv head h // rep (HF repeat_kv)
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        scores = torch.matmul(q, k.transpose(2, 3)) * (D ** -0.5)  # HF: head_dim**-0.5
+        scalar = self.d.query_pre_attn_scalar  # Gemma; None: head_dim
+        scale = D ** -0.5 if scalar is None else scalar ** -0.5  # HF: a Python float
+        scores = torch.matmul(q, k.transpose(2, 3)) * scale
+        cap = self.d.attn_softcap
+        if cap is not None:  # Gemma 2's eager attention: after the scaling, before the mask
+            scores = scores / cap
+            scores = torch.tanh(scores)
+            scores = scores * cap
         if mask is None:  # every row one sequence
             mask = attention_mask(T, None)
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -413,10 +669,27 @@ class Reference:
         o = o.transpose(1, 2).reshape(B, T, H * D)
         return self.proj(o, prefix, "o")
 
+    def act(self, g):
+        """The gate's activation: SiLU, or tanh-approximated GELU (computed in fp32 from a bf16
+        gate and rounded once, as the CUDA kernel does)."""
+        if self.d.mlp_activation == "gelu_tanh":
+            if g.dtype in (torch.float32, torch.float64):
+                return F.gelu(g, approximate="tanh")
+            return F.gelu(g.float(), approximate="tanh").to(g.dtype)
+        return F.silu(g)
+
+    def gate_up(self, x, prefix):
+        """The MLP's gate and up projections: two, or Phi-3's one fused gate_up_proj whose output
+        is split [gate | up] (Phi3MLP's chunk(2))."""
+        if not self.fused:
+            return (self.linear(x, prefix + "gate_proj.weight"),
+                    self.linear(x, prefix + "up_proj.weight"))
+        g, u = self.linear(x, prefix + "gate_up_proj.weight").chunk(2, dim=-1)
+        return g, u
+
     def mlp(self, x, prefix):
-        g = self.linear(x, prefix + "gate_proj.weight")
-        u = self.linear(x, prefix + "up_proj.weight")
-        return self.linear(F.silu(g) * u, prefix + "down_proj.weight")
+        g, u = self.gate_up(x, prefix)
+        return self.linear(self.act(g) * u, prefix + "down_proj.weight")
 
     def sparse_mlp(self, x, prefix):
         """Mixtral's / Qwen3-MoE's sparse MLP written plainly (a loop over experts), with
@@ -473,6 +746,16 @@ class Reference:
         return E * torch.sum(tokens_per_expert * prob_per_expert.unsqueeze(0))
 
     def block(self, h, prefix, cos, sin, mask=None):
+        place = self.d.norm_placement
+        if place != "pre":  # Gemma's sandwich, OLMo 2's post: each sublayer's output normalized
+            if self.d.E > 0:
+                raise ValueError(f"norm_placement {place} with a sparse MLP: not defined")
+            x = h if place == "post" else self.norm(h, prefix + "input_layernorm.weight")
+            a = self.attention(x, prefix + "self_attn.", cos, sin, mask)
+            h = h + self.norm(a, prefix + "post_attention_layernorm.weight")
+            x = h if place == "post" else self.norm(h, prefix + "pre_feedforward_layernorm.weight")
+            return h + self.norm(self.mlp(x, prefix + "mlp."),
+                                 prefix + "post_feedforward_layernorm.weight")
         h = h + self.attention(self.norm(h, prefix + "input_layernorm.weight"), prefix + "self_attn.",
                                cos, sin, mask)
         n = self.norm(h, prefix + "post_attention_layernorm.weight")
@@ -482,37 +765,57 @@ class Reference:
         h = h + self.mlp(n, prefix + "mlp.")
         return h
 
-    def head_loss(self, h, norm_name, targets):
+    def head_logits(self, h, norm_name):
+        """Logits of the final hidden states h: norm, LM head, then Gemma's final-logit
+        soft-capping in the logits' dtype (bf16 under autocast) when the dump sets a cap."""
         logits = self.linear(self.norm(h, norm_name), "lm_head.weight")
         cap = self.d.softcap
-        if cap is not None:  # Gemma2ForCausalLM: in the logits' dtype (bf16 under autocast)
+        if cap is not None:  # Gemma2ForCausalLM / Gemma3ForCausalLM
             logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def head_loss(self, h, norm_name, targets):
+        logits = self.head_logits(h, norm_name)
         logits = logits.to(self.stat)  # HF: logits.float() before the loss
         targets = torch.where(targets < 0, torch.full_like(targets, IGNORE), targets)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                ignore_index=IGNORE, reduction="mean")
 
     # -- model --
+    def hidden(self, ids: torch.Tensor, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The last layer's hidden states (before the final norm) for token ids (B, T): input
+        embeddings, then every layer with its rotary tables (layer_tables) and mask (layer_masks);
+        `starts` (B, T): packed rows (per-example positions and block-diagonal masks)."""
+        T = ids.shape[1]
+        h = self.embed(ids)
+        positions = None if starts is None else torch.arange(T)[None, :] - starts
+        tables = self.layer_tables(T, h.dtype, positions)
+        masks = self.layer_masks(T, starts)
+        for i in range(self.d.L):
+            h = self.block(h, f"model.layers.{i}.", *tables[i], masks[i])
+        return h
+
     def forward(self):
         d = self.d
         ids = torch.from_numpy(d.input_ids)
         tgt = torch.from_numpy(d.targets)
         B, T = ids.shape
-        h = F.embedding(ids, self.p("model.embed_tokens.weight"))
         starts = None if d.starts is None else torch.from_numpy(d.starts)
-        if starts is not None and d.K > 0 and d.compute_mtp:
-            raise ValueError("packed rows (/batch/starts) with an MTP head: not defined")
-        positions = None if starts is None else torch.arange(T)[None, :] - starts
-        cos, sin = rope_tables(T, self.D, self.theta, h.dtype, self.scaling, positions)
-        if "1" in d.window_layers and d.K > 0 and d.compute_mtp:
-            raise ValueError("a sliding window with an MTP head: not defined")
-        masks = self.layer_masks(T, starts)
-        mask = attention_mask(T, starts)  # the MTP blocks' (no window there)
-        for i in range(d.L):
-            h = self.block(h, f"model.layers.{i}.", *self.layer_rope(i, cos, sin), masks[i])
+        if d.K > 0 and d.compute_mtp:
+            if starts is not None:
+                raise ValueError("packed rows (/batch/starts) with an MTP head: not defined")
+            if "1" in d.window_layers:
+                raise ValueError("a sliding window with an MTP head: not defined")
+            if d.norm_placement != "pre" or d.embed_scale != "none":
+                raise ValueError(f"an MTP head with norm_placement {d.norm_placement} / "
+                                 f"embed_scale {d.embed_scale}: not defined")
+        h = self.hidden(ids, starts)
         loss = self.head_loss(h, "model.norm.weight", tgt)
         mtp_loss = None
         if d.K > 0 and d.compute_mtp:
+            emb = self.p("model.embed_tokens.weight")
+            cos, sin = self.rope("1", T, emb.dtype)  # the MTP blocks always rotate, no window
+            mask = attention_mask(T, None)
             # window tokens[0..T]: input_ids then the last target
             tokens = torch.cat([ids, tgt[:, -1:]], dim=1)  # (B, T+1)
             h_prev = h
