@@ -971,9 +971,15 @@ void check_expressible(const ModelConfig& m, const HfFamily& f) {
 void write_gemma(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_json* j) {
   auto cap = [](double v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
   const bool g3 = f.family == ModelFamily::gemma3;
+  if (!g3) (*j)["hidden_act"] = "gelu_pytorch_tanh";  // Gemma 2's files write both keys
   (*j)["hidden_activation"] = "gelu_pytorch_tanh";
-  (*j)["query_pre_attn_scalar"] =
+  const double scalar =
       m.query_pre_attn_scalar > 0 ? m.query_pre_attn_scalar : static_cast<double>(m.head_dim());
+  if (scalar == std::floor(scalar) && scalar < 1e15) {  // the files' integer
+    (*j)["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
+  } else {
+    (*j)["query_pre_attn_scalar"] = scalar;
+  }
   (*j)["attn_logit_softcapping"] = cap(m.attn_logit_softcapping);
   (*j)["final_logit_softcapping"] = cap(m.final_logit_softcapping);
   (*j)["sliding_window"] = m.sliding_window > 0 ? m.sliding_window : 4096;
@@ -991,7 +997,20 @@ void write_gemma(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_json
         "export to HDF5 instead");
   }
   (*j)["layer_types"] = types;
-  if (g3) (*j)["rope_local_base_freq"] = m.rope_local_theta > 0 ? m.rope_local_theta : 10000.0;
+  if (g3) {
+    (*j)["rope_local_base_freq"] = m.rope_local_theta > 0 ? m.rope_local_theta : 10000.0;
+    // Older transformers read the pattern instead of layer_types: written when one fits.
+    for (int64_t p = 1; p <= m.num_layers + 1; ++p) {
+      bool fits = true;
+      for (int64_t l = 0; l < m.num_layers; ++l) {
+        fits = fits && (m.window_of(l) > 0) == ((l + 1) % p != 0);
+      }
+      if (fits) {
+        (*j)["sliding_window_pattern"] = p;
+        break;
+      }
+    }
+  }
   (*j)["cache_implementation"] = "hybrid";
 }
 

@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "core/errors.hpp"
-#include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
@@ -164,14 +163,7 @@ class HfWeights final : public WeightSource {
       }
     }
     if (names_.empty()) throw InputError("'" + l.dir + "': the weight files hold no tensors");
-    if (a.multimodal) {
-      log::info("'" + l.dir +
-                "' is a Gemma3ForConditionalGeneration: kktrain reads its language "
-                "model (" +
-                std::to_string(names_.size()) + " tensors; the " + std::to_string(skipped_) +
-                " of the vision tower and projector are not read), and "
-                "exports it as a text-only Gemma3ForCausalLM");
-    }
+    if (a.multimodal) attrs_.i64["unread_vision_tensors"] = skipped_;
   }
 
   // Opens every weight file (after the checks; collective step of the caller).

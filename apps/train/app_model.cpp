@@ -151,6 +151,14 @@ void load_model_file(Transformer& model, const std::string& path, Communicator& 
                                        return i < 0 ? DType::float32 : reg.info(i).dtype;
                                      });
   collectively(comm, [&] { check_model_file(*src, reg, "model.init_from"); });
+  const auto vision = src->attributes().i64.find("unread_vision_tensors");
+  if (vision != src->attributes().i64.end()) {  // Gemma3ForConditionalGeneration
+    log::info("model.init_from: '" + path +
+              "' is a Gemma3ForConditionalGeneration: kktrain reads its language model (the " +
+              std::to_string(vision->second) +
+              " tensors of the vision tower and projector are not read) and exports it as a "
+              "text-only Gemma3ForCausalLM");
+  }
   // Adapters the file lacks start from their seeded initialization; nothing else is initialized
   // (the file's values replace it).
   model.init_weights([&](const std::string& name) { return !src->shape(name); });

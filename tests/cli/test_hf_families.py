@@ -1,4 +1,4 @@
-"""Qwen2 (Qwen2ForCausalLM) and Qwen3 (Qwen3ForCausalLM) Hugging Face directories end to end,
+"""Hugging Face directories of the families beyond Llama end to end,
 beyond the parity check (tests/hf/check_hf_parity.py): training, exports, resuming, LoRA and the
 refusals. The files are written and read by tests/hf/hf_files.py from the format's description.
 
@@ -9,6 +9,13 @@ The two models (hidden 64, 2 layers, 4 heads, 2 KV heads, sequences of 32 tokens
          use_sliding_window false (as the Qwen2.5 files have it), two shards;
   qwen3: untied, BF16, head_dim 32 != hidden / heads = 16, attention_bias true (q/k/v/o biases),
          per-head q_norm / k_norm, one file; trained with FusedAdam and an fp32 master.
+and (FAMILIES) Mistral with a window, SmolLM3 without RoPE on some layers, Qwen3-MoE; Gemma 2
+(four norms a layer, GeGLU, the embedding scale, both soft caps, every other layer sliding),
+Gemma 3 (its q/k norms, the sliding layers' local rotary base; BF16 with a master, two shards)
+and OLMo 2 (norms after the sub-layers, q/k norms over the whole projections).
+- conditional_gemma3: a Gemma3ForConditionalGeneration directory's language model is read (one
+  line says so and counts the vision tensors not read), trained and exported as a text-only
+  Gemma3ForCausalLM with its text_config's settings, loaded back bit for bit.
 
 - roundtrip_<family>: train 3 steps from the directory, `kktrain export --format safetensors`:
   the tensor names and shapes are the input's exactly (tied: no lm_head.weight), config.json has
@@ -62,6 +69,13 @@ FAMILIES = {
                                           sliding_window=16), "BF16", 1, MASTER),
     "qwen3_moe": (lambda: hf.qwen3_moe_config(max_pos=64, output_router_logits=True,
                                               router_aux_loss_coef=0.02), "F32", 2, F32),
+    # Four norms a layer, GeGLU, the embedding scale, both soft caps; layers 0 and 2 slide.
+    "gemma2": (lambda: hf.gemma2_config(max_pos=64, attn_logit_softcapping=20.0,
+                                        final_logit_softcapping=15.0), "F32", 1, F32),
+    # Gemma 3: q/k norms, its sliding layers rotating with the local base; bf16 with a master.
+    "gemma3": (lambda: hf.gemma3_config(max_pos=64, torch_dtype="bfloat16"), "BF16", 2, MASTER),
+    # OLMo 2: norms after the sub-layers only, q/k norms over the whole projections.
+    "olmo2": (lambda: hf.olmo2_config(max_pos=64), "F32", 1, F32),
 }
 # config.json keys that say what the model computes; an export must carry each one the input has
 # with the input's value (sliding_window: see window_equal).
@@ -72,12 +86,15 @@ MODEL_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "max_window_layers", "sliding_window", "torch_dtype", "layer_types", "no_rope_layers",
               "num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
               "output_router_logits", "router_aux_loss_coef", "decoder_sparse_step",
-              "mlp_only_layers")
+              "mlp_only_layers", "hidden_activation", "query_pre_attn_scalar",
+              "attn_logit_softcapping", "final_logit_softcapping", "rope_local_base_freq",
+              "sliding_window_pattern")
 # Keys of the input that describe no computation (token ids, the initializer, the generation
 # cache, the writer's version) or hold the family's default (use_mrope false is Qwen2's): an
 # export may leave them out.
 NOT_MODEL_KEYS = {"bos_token_id", "eos_token_id", "initializer_range", "use_cache",
                   "transformers_version", "use_mrope", "pad_token_id", "pretraining_tp",
+                  "cache_implementation",
                   # SmolLM3: the export writes no_rope_layers itself (compared as layers below)
                   "no_rope_layer_interval"}
 
@@ -146,7 +163,8 @@ def roundtrip(family):
         extra, missing = set(tensors) - set(src_tensors), set(src_tensors) - set(tensors)
         check(not extra and not missing, f"exported names differ from the input's: extra "
               f"{sorted(extra)}, missing {sorted(missing)}")
-        check(src["tie_word_embeddings"] == ("lm_head.weight" not in tensors), "lm_head.weight")
+        tied = hf.text_config(src).get("tie_word_embeddings", False)  # Gemma's default: true
+        check(tied == ("lm_head.weight" not in tensors), "lm_head.weight")
         for n, (d, v) in tensors.items():
             check(v.shape == src_tensors[n][1].shape, f"{n}: shape {v.shape} vs the input's "
                   f"{src_tensors[n][1].shape}")
@@ -166,8 +184,12 @@ def roundtrip(family):
             elif k == "sliding_window":
                 check(window_equal(src, cfg), f"config.json sliding_window {cfg.get(k)!r} vs the "
                       f"input's {src[k]!r} (use_sliding_window {cfg.get('use_sliding_window')})")
-            else:
-                check(cfg[k] == src[k] and type(cfg[k]) is type(src[k]),
+            else:  # JSON numbers: 500000 and 500000.0 are one value
+                number = (int, float)
+                same_type = type(cfg[k]) is type(src[k]) or (
+                    isinstance(cfg[k], number) and isinstance(src[k], number)
+                    and not isinstance(cfg[k], bool) and not isinstance(src[k], bool))
+                check(cfg[k] == src[k] and same_type,
                       f"config.json {k}: {cfg[k]!r} vs the input's {src[k]!r}")
         if "head_dim" not in src:  # Qwen2: none in the input; the export's must be C / H
             check(cfg.get("head_dim", hf.head_dim(src)) == hf.head_dim(src),
@@ -217,6 +239,59 @@ def case_roundtrip_mistral():
 
 def case_roundtrip_smollm3():
     roundtrip("smollm3")
+
+
+def case_roundtrip_gemma2():
+    roundtrip("gemma2")
+
+
+def case_roundtrip_gemma3():
+    roundtrip("gemma3")
+
+
+def case_roundtrip_olmo2():
+    roundtrip("olmo2")
+
+
+def case_conditional_gemma3():
+    """A Gemma3ForConditionalGeneration directory (text weights under language_model.model.*, a
+    vision tower and projector beside them): its language model is read (one line says so, and
+    that the vision tensors are not), trained, and exported as a text-only Gemma3ForCausalLM whose
+    tensors are the language model's under model.*, loaded back bit for bit."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
+        src = hf.gemma3_conditional_config(max_pos=64, torch_dtype="float32")
+        path = os.path.join(tmp, "model")
+        hf.write_model_dir(path, src, hf.random_weights(src, seed=11), "F32")
+        _, stored, _ = hf.read_model_dir(path)
+        text = hf.text_tensors(src, stored)
+        check(len(text) < len(stored), "the directory holds no vision tensors")
+        conf = th.write_config(tmp)
+        run_dir = os.path.join(tmp, "run")
+        rc, _, err = tt.run(["train", conf, f"model.init_from={path}",
+                             f"train.output_dir={run_dir}", "train.max_steps=2", *F32])
+        check(rc == 0, f"train: {err}")
+        said = [line for line in err.splitlines() if "Gemma3ForConditionalGeneration" in line]
+        check(len(said) == 1 and "text-only Gemma3ForCausalLM" in said[0] and
+              f"the {len(stored) - len(text)} tensors of the vision tower" in said[0],
+              f"the line saying what is read: {said}")
+        out = os.path.join(tmp, "export")
+        run_ok(["export", run_dir, "--format", "safetensors", "--out", out], "export")
+        cfg, tensors, _ = hf.read_model_dir(out)
+        check(cfg["architectures"] == ["Gemma3ForCausalLM"] and
+              cfg["model_type"] == "gemma3_text", f"exported as {cfg['architectures']}")
+        check(set(tensors) == set(text), f"exported names: {sorted(set(tensors) ^ set(text))}")
+        ref = hf.text_config(src)
+        for k in ("rope_theta", "rope_local_base_freq", "rope_scaling", "sliding_window",
+                  "head_dim", "query_pre_attn_scalar"):
+            check(cfg[k] == ref[k], f"config.json {k}: {cfg[k]!r} vs text_config's {ref[k]!r}")
+        dump = os.path.join(tmp, "back.h5")
+        run_ok(["grads", conf, "--out", dump, f"model.init_from={out}", *F32], "init_from")
+        back = h5_params(dump)
+        for n, (_, v) in tensors.items():
+            check(np.array_equal(bits(back[n]), bits(v)), f"{n} loaded back differs")
+        print(f"gemma3 conditional: {len(text)} language-model tensors read of {len(stored)} "
+              f"({said[0].split(': ', 1)[-1][:60]}...), exported as Gemma3ForCausalLM "
+              f"{len(tensors)} tensors, rope_scaling {cfg['rope_scaling']}, loaded back bit for bit")
 
 
 def case_roundtrip_qwen3_moe():
@@ -301,6 +376,10 @@ def case_resume_qwen3():
     resume("qwen3")
 
 
+def case_resume_gemma3():
+    resume("gemma3")
+
+
 # ---- 3. LoRA on the attention projections ------------------------------------------------------
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -355,6 +434,10 @@ def case_lora_qwen2():
 
 def case_lora_qwen3():
     lora("qwen3")
+
+
+def case_lora_gemma3():
+    lora("gemma3")
 
 
 # ---- 4. refusals -------------------------------------------------------------------------------
