@@ -720,7 +720,7 @@ constexpr HfFamily kHfFamilies[] = {
 std::string family_list() {
   std::string out;
   for (const auto& f : kHfFamilies) out += std::string(out.empty() ? "" : ", ") + f.architecture;
-  return out;
+  return out + ", Gemma3ForConditionalGeneration (its language model)";
 }
 
 const HfFamily& read_family(const Keys& k) {

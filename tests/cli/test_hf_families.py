@@ -460,6 +460,26 @@ def case_refusals():
                                                   "no_rope_layers": None}, ("num_hidden_layers",)),
             ("unknown_key", "qwen3", {"rope_interleaved_new": 1}, ("rope_interleaved_new",)),
             ("qwen2_mrope", "qwen2", {"use_mrope": True}, ("use_mrope",)),
+            # Gemma: an activation it does not compute, hidden_act disagreeing with it, a
+            # bidirectional attention, a zero pattern, rope_parameters of an unknown layer type
+            ("gemma2_activation", "gemma2", {"hidden_activation": "gelu"},
+             ("hidden_activation",)),
+            ("gemma2_act_disagrees", "gemma2", {"hidden_act": "silu"}, ("hidden_act",)),
+            ("gemma3_bidirectional", "gemma3", {"use_bidirectional_attention": True},
+             ("use_bidirectional_attention",)),
+            ("gemma3_pattern_zero", "gemma3", {"sliding_window_pattern": 0},
+             ("sliding_window_pattern",)),
+            ("gemma3_rope_layer_type", "gemma3",
+             {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                  "chunked_attention": {"rope_type": "default"}}},
+             ("rope_parameters.chunked_attention",)),
+            ("gemma3_local_scaled", "gemma3",
+             {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                  "sliding_attention": {"rope_type": "linear", "factor": 2.0,
+                                                        "rope_theta": 1e4}}},
+             ("rope_parameters.sliding_attention", "unscaled")),
+            ("olmo2_activation", "olmo2", {"hidden_act": "gelu"}, ("hidden_act",)),
+            ("olmo2_window", "olmo2", {"sliding_window": 16}, ("sliding_window",)),
         ]
         for name, family, edit, needles in cases:
             model, _, _, over = make_family(tmp, family, name=name)
