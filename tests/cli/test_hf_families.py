@@ -26,7 +26,8 @@ and OLMo 2 (norms after the sub-layers, q/k norms over the whole projections).
 - resume_<family>: 4 steps straight vs 2 steps + a resume to 4, on 1 rank and on 2 ranks
   (mpirun): the final checkpoints are bit-identical; the 2-rank step-2 checkpoint resumed on 1
   rank saves the same checkpoint again (world_size aside) and trains on.
-- lora_<family>: LoRA on q_proj, k_proj, v_proj, o_proj (PEFT's names), 2 steps, `kktrain
+- lora_<family> (lora_more: Mistral, SmolLM3, Qwen3-MoE, Gemma 2, OLMo 2): LoRA on q_proj, k_proj,
+  v_proj, o_proj (PEFT's names), 2 steps, `kktrain
   export --format peft`: adapter_config.json says those target_modules, the adapters are
   base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight with head_dim's
   shapes; the base (its biases and q/k norms included) is frozen: the checkpoint holds the
@@ -380,6 +381,14 @@ def case_resume_gemma3():
     resume("gemma3")
 
 
+def case_resume_gemma2():
+    resume("gemma2")
+
+
+def case_resume_olmo2():
+    resume("olmo2")
+
+
 # ---- 3. LoRA on the attention projections ------------------------------------------------------
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -422,7 +431,8 @@ def lora(family):
             check(np.array_equal(bits(base[n]), bits(v)), f"{n} changed in a LoRA run")
         frozen = [n for n in before if n.endswith(("_proj.bias", "q_norm.weight",
                                                    "k_norm.weight"))]
-        check(frozen, "no biases or q/k norms in the model")
+        has = hf.attention_bias(src) != "none" or hf.qk_norm(hf.text_config(src)) != "none"
+        check(bool(frozen) == has, f"biases and q/k norms in the model: {frozen}")
         print(f"{family}: {len(t)} adapter tensors ({sorted(t)[0]}, ...), target_modules "
               f"{ac['target_modules']}; {len(base)} base tensors frozen bit for bit, "
               f"{len(frozen)} of them biases and q/k norms")
@@ -438,6 +448,12 @@ def case_lora_qwen3():
 
 def case_lora_gemma3():
     lora("gemma3")
+
+
+def case_lora_more():
+    """LoRA on q/k/v/o for the other families (one case: each is 3 s)."""
+    for family in ("mistral", "smollm3", "qwen3_moe", "gemma2", "olmo2"):
+        lora(family)
 
 
 # ---- 4. refusals -------------------------------------------------------------------------------
