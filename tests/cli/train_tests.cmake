@@ -111,18 +111,28 @@ endforeach()
 # A Hugging Face directory (Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE, SmolLM2/3, Gemma 2, Gemma 3,
 # OLMo 2, Phi-3, Phi-4-mini) against an independent PyTorch model loaded from the same files
 # (tests/hf/check_hf_parity.py): weights, loss, every gradient, greedy generation.
-foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_single
-                      bf16_tied_sharded_llama3 f16_into_f32 f32_into_bf16 qwen2_f32_tied
-                      qwen2_bf16_untied qwen3_f32_untied_head_dim qwen3_bf16_tied_bias
-                      mistral_f32_window mistral_bf16_window qwen2_f32_window_layers
-                      qwen3_f32_layer_types qwen3_moe_f32 qwen3_moe_bf16_no_norm
-                      smollm3_f32_no_rope_layers smollm3_bf16_interval smollm2_f32
-                      gemma2_f32 gemma2_bf16 gemma3_f32 gemma3_bf16_conditional
-                      gemma3_f32_conditional_hub olmo2_f32 olmo2_bf16)
-  add_test(NAME hf.parity_${case}
+# One test per family group, its cases in one process (PyTorch's import, ~3 s, is most of a
+# case's time): GROUP:CASE,CASE,...
+set(KKTRAIN_HF_PARITY_GROUPS
+    llama:f32_tied_single_llama3,f32_untied_sharded,bf16_untied_single,bf16_tied_sharded_llama3
+    llama_dtypes:f16_into_f32,f32_into_bf16,smollm2_f32
+    qwen2:qwen2_f32_tied,qwen2_bf16_untied,qwen2_f32_window_layers
+    qwen3:qwen3_f32_untied_head_dim,qwen3_bf16_tied_bias,qwen3_f32_layer_types
+    mistral:mistral_f32_window,mistral_bf16_window
+    qwen3_moe:qwen3_moe_f32,qwen3_moe_bf16_no_norm
+    smollm3:smollm3_f32_no_rope_layers,smollm3_bf16_interval
+    gemma2:gemma2_f32,gemma2_bf16
+    gemma3:gemma3_f32,gemma3_bf16_conditional,gemma3_f32_conditional_hub
+    olmo2:olmo2_f32,olmo2_bf16)
+foreach(group IN LISTS KKTRAIN_HF_PARITY_GROUPS)
+  string(REPLACE ":" ";" parts "${group}")
+  list(GET parts 0 name)
+  list(GET parts 1 cases)
+  string(REPLACE "," ";" cases "${cases}")
+  add_test(NAME hf.parity_${name}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
-                   $<TARGET_FILE:kktrain> ${case})
-  set_tests_properties(hf.parity_${case} PROPERTIES LABELS "hf;parity" TIMEOUT 120)
+                   $<TARGET_FILE:kktrain> ${cases})
+  set_tests_properties(hf.parity_${name} PROPERTIES LABELS "hf;parity" TIMEOUT 300)
 endforeach()
 # Token corpora of any size (tests/cli/test_data_files.py): peak RSS on a 3 GiB sparse file vs a
 # 30 MiB one, llm.c shards, lists and globs on 1 and 2 ranks, ids checked as windows are drawn,

@@ -39,7 +39,7 @@ partial rotary and longrope):
             experts: kktrain's generate refuses one (no KV-cache decoder for it yet; test_hf_moe
             checks that refusal), so those cases skip it
 
-usage: check_hf_parity.py KKTRAIN CASE   (CASE: one of CASES)
+usage: check_hf_parity.py KKTRAIN CASE...   (CASE: one of CASES; each in turn, one process)
 """
 from __future__ import annotations
 
@@ -216,11 +216,15 @@ def stored_values(file_dtype: str, values: np.ndarray, storage: str) -> np.ndarr
     return values
 
 
+class CaseFailed(Exception):
+    """A command of the case failed (its output already printed)."""
+
+
 def run(cmd, **kw):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
     if p.returncode != 0:
         sys.stderr.write(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}{p.stderr}")
-        sys.exit(2)
+        raise CaseFailed(cmd[1])
     return p
 
 
@@ -352,7 +356,29 @@ def check_generation(kktrain: str, d: tr.Dump, path: str, tensors, failures: lis
 
 
 def main() -> int:
-    kktrain, case = sys.argv[1], sys.argv[2]
+    """Each case named in turn (one process: PyTorch's import, most of a case's time, once)."""
+    kktrain, cases = sys.argv[1], sys.argv[2:]
+    unknown = [c for c in cases if c not in CASES]
+    if not cases or unknown:
+        sys.stderr.write(f"usage: check_hf_parity.py KKTRAIN CASE...; unknown {unknown}, "
+                         f"cases: {sorted(CASES)}\n")
+        return 2
+    failed = []
+    for case in cases:
+        try:
+            rc = run_case(kktrain, case)
+        except CaseFailed as e:
+            print(f"FAIL: kktrain {e} failed")
+            rc = 2
+        if rc:
+            failed.append(case)
+    print(f"\n{len(cases) - len(failed)} of {len(cases)} cases passed"
+          + (f"; FAILED: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+def run_case(kktrain: str, case: str) -> int:
+    print(f"\n==== {case}")
     file_dtype, torch_dtype, tied, shards, llama3, overrides, *model = CASES[case]
     family, family_kw = model[0] if model else ("llama", {})
     kw = dict(family_kw)
