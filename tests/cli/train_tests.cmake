@@ -67,7 +67,8 @@ endforeach()
 # d 512, 8 layers, T 256, B 8, 2 steps per run. peaks_fp32_bf16 takes ~50 s on two busy cores
 # (fp32 GEMMs), peaks_frozen ~12 s, out_of_memory well under a second; long_context and
 # large_vocab (the default model at B 1, T up to 4096) ~30 s each.
-foreach(case IN ITEMS peaks_fp32_bf16 peaks_frozen out_of_memory long_context large_vocab)
+foreach(case IN ITEMS peaks_fp32_bf16 peaks_frozen peaks_families out_of_memory long_context
+                      large_vocab)
   add_test(NAME train.memory_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_memory.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
