@@ -29,7 +29,7 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
   ids), error (exit 2, FILE:LINE and both lengths).
 - template_order: data.chat_template over chat_template.jinja over tokenizer_config.json's key.
 - errors: one line, exit 2, each naming what and where: a line that is not JSON, no "messages",
-  a message without role, without content, a
+  a message without role, without content, with a reasoning_content that is not a string, a
   template printing assistant content only through a filter that makes other bytes (upper: no
   isolatable span) and one closing turns with no special token (both at open, before any
   example), a missing data.chat_template file, chat data for a tokenizer without template
@@ -456,6 +456,11 @@ def case_errors():
                                                                         "\"role\""]),
             "no content": (json.dumps({"messages": [{"role": "user"}]}), [":2:", "message 1",
                                                                          "\"content\""]),
+            "reasoning_content not a string": (
+                json.dumps({"messages": [{"role": "user", "content": "a"},
+                                         {"role": "assistant", "content": "b",
+                                          "reasoning_content": ["c"]}]}),
+                [":2:", "message 2 (assistant)", "\"reasoning_content\" is a list, not a string"]),
         }
         for what, (line, needles) in lines.items():
             data = write(os.path.join(tmp, "bad.jsonl"), good + "\n" + line + "\n")
