@@ -2,12 +2,12 @@
 // trainer sees and the loss mask over them (docs/data.md, "Chat and prompt/completion data").
 //
 // chat: {"messages": [{"role": ..., "content": ...}, ...]} (every key of a message passed to
-// the template; an optional "reasoning_content" a string or null) rendered with the model's chat template as transformers' apply_chat_template
-// renders it for training (add_generation_prompt false; the tokenizer's special tokens as
-// variables), then tokenized without adding special tokens (the template writes BOS itself).
-// prompt_completion: {"prompt": ..., "completion": ...}: a user turn and an assistant turn
-// through the chat template when the model has one; otherwise prompt + completion tokenized with
-// the tokenizer's special tokens, then its eos token (when it names one).
+// the template; an optional "reasoning_content" a string or null) rendered with the model's chat
+// template as transformers' apply_chat_template renders it for training (add_generation_prompt
+// false; the tokenizer's special tokens as variables), then tokenized without adding special tokens
+// (the template writes BOS itself). prompt_completion: {"prompt": ..., "completion": ...}: a user
+// turn and an assistant turn through the chat template when the model has one; otherwise prompt +
+// completion tokenized with the tokenizer's special tokens, then its eos token (when it names one).
 //
 // The template, in order (transformers' order for the last two: its chat_template.jinja file
 // takes priority over tokenizer_config.json's key): data.chat_template, chat_template.jinja
