@@ -79,11 +79,18 @@ struct RenderCost {
   int max_depth = 0;
 };
 
+// Which string of a message a ContentSpan came from.
+enum class ContentField : std::uint8_t { content, reasoning_content };
+
 // Bytes [begin, end) of a string value, or of the output, that came from message `message`'s
-// `content` string.
+// `content` (or `reasoning_content`) string: its bytes [offset, offset + end - begin). An empty
+// span marks where an empty piece of it (an empty content, what strip left of a blank one) was
+// placed.
 struct ContentSpan {
   std::size_t message = 0;
   std::size_t begin = 0, end = 0;
+  ContentField field = ContentField::content;
+  std::size_t offset = 0;
 };
 
 // A dict keeping insertion order (as Python's).
@@ -154,9 +161,15 @@ class Value {
     return s_;
   }                                       // the name an Undefined was looked up by
   bool is_safe() const { return safe_; }  // a string marked safe: refused where jinja2 would escape
-  // For a string: the parts of it that are a message's content (render_chat), kept through
-  // + and ~ between strings, trim/strip, `set`, block set and macro output; any other operation
-  // makes a string without them.
+  // For a string: the parts of it that are a message's content or reasoning_content
+  // (render_chat), in order. The origin rule: every operation that keeps bytes of a string keeps
+  // their origins, wherever the bytes land: + and ~ between strings, str * int, `set`, block set
+  // and macro output, strip/lstrip/rstrip and trim, split (each piece its own), slices and
+  // indexing (per code point, any step), iterating a string (each character), the first, last,
+  // list and reverse filters on strings, replace (the kept parts; the inserted text has the
+  // origins it had, none for a literal), join (each item; the separator as it had), indent (each
+  // line). Operations that make other bytes make a string without origins: upper, lower, title,
+  // capitalize (method and filter), tojson, repr of a list or dict, str() of a non-string.
   const Origins& origins() const { return origins_; }
   Seq seq() const { return seq_; }  // a list's sequence type
   // A list's items (none for anything else).
@@ -240,9 +253,10 @@ enum class GenerationPrompt { no, yes };
 // The chat rendered as transformers' apply_chat_template(messages, tokenize=False,
 // add_generation_prompt) renders it: variables `messages`, `add_generation_prompt`, `tools` and
 // `documents` (None) and the special tokens of tokenizer_config.json by name (bos_token, ...).
-// content_spans: the output's bytes printed from each message's `content` string (as tracked by
-// Value::origins), in output order; a message whose content reached the output through some
-// other operation (a slice, replace, a filter other than trim) has no span.
+// content_spans: the output's bytes printed from each message's `content` and
+// `reasoning_content` strings (as tracked by Value::origins, the origin rule there), in output
+// order; bytes that reached the output only through operations that make other bytes (upper,
+// tojson, ...) have none, nor have the template's literals (Qwen3's '<think>\n' tags).
 struct RenderedChat {
   std::string text;
   std::vector<std::pair<std::size_t, std::size_t>> generation_spans;  // see Template::render

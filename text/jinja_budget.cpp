@@ -29,6 +29,20 @@ std::vector<std::string> Evaluator::explode(const std::string& s, int line) {
   return code_points(s);
 }
 
+OriginsBuilder Evaluator::origins_builder() const {
+  return OriginsBuilder(steps_left() / static_cast<std::size_t>(kStepsPerSpan));
+}
+
+Origins Evaluator::take_origins(OriginsBuilder& b, int line) {
+  spend(static_cast<std::int64_t>(b.size()) * kStepsPerSpan, line);
+  return b.take();
+}
+
+Value Evaluator::charged(Value v, int line) {
+  if (v.origins()) spend(static_cast<std::int64_t>(v.origins()->size()) * kStepsPerSpan, line);
+  return v;
+}
+
 void Evaluator::check_size(std::size_t bytes, int line) {
   if (bytes > limits_.max_output_bytes)
     fail(name_, line,

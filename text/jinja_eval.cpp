@@ -44,7 +44,8 @@ Value Evaluator::item(const Value& obj, const Value& key, int line) {
     if (obj.kind() == K::list) return obj.items()[k];
     std::size_t at = 0;
     for (; k > 0; --k) at += code_point_len(obj.str(), at);
-    return Value::string(obj.str().substr(at, code_point_len(obj.str(), at)));
+    const std::size_t len = code_point_len(obj.str(), at);
+    return charged(Value::string(obj.str().substr(at, len), sub_origins(obj, at, at + len)), line);
   }
   if (key.kind() == K::string) return attr(obj, key.str(), method_index(key.str()), line);
   return Value::undefined();
@@ -102,11 +103,20 @@ Value Evaluator::slice(const Expr& e, const ScopeP& sc) {
     spend_items(out, e.line);
     return Value::make_list(std::move(out), obj.seq());
   }
-  if (obj.kind() == K::string) {
+  if (obj.kind() == K::string) {  // each code point keeps its origins
     const auto cps = explode(obj.str(), e.line);
+    std::vector<std::size_t> starts;  // each code point's first byte (for the origins)
+    if (obj.origins()) {
+      starts.reserve(cps.size());
+      for (std::size_t k = 0, at = 0; k < cps.size(); at += cps[k++].size()) starts.push_back(at);
+    }
     std::string out;
-    for (auto k : slice_indices(cps.size(), ptr[0], ptr[1], ptr[2])) out += cps[k];
-    return Value::string(out);
+    OriginsBuilder kept = origins_builder();
+    for (auto k : slice_indices(cps.size(), ptr[0], ptr[1], ptr[2])) {
+      if (obj.origins()) kept.add(obj, starts[k], starts[k] + cps[k].size(), out.size());
+      out += cps[k];
+    }
+    return Value::string(out, take_origins(kept, e.line));
   }
   if (obj.kind() == K::undefined) undefined_error(obj, e.line);
   fail(name_, e.line, "cannot slice a " + type_name(obj));
@@ -238,10 +248,15 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
         fail(name_, n.line, err.what());
       }
       if (v.origins())
+        spend(static_cast<std::int64_t>(v.origins()->size()) * kStepsPerSpan, n.line);
+      if (v.origins())
         for (ContentSpan c : *v.origins()) {
           c.begin += out_.size();
           c.end += out_.size();
-          content_.push_back(c);
+          if (content_.size() > capture_mark_)
+            append_span(&content_, c);  // merged with the last span printed here
+          else
+            content_.push_back(c);  // the first here (a capture's spans start at its mark)
         }
       emit(text, n.line);
       return Flow::normal;
@@ -291,10 +306,12 @@ Flow Evaluator::exec(const Node& n, const ScopeP& sc) {
 Value Evaluator::capture(const Body& body, const ScopeP& sc) {
   std::string saved;
   saved.swap(out_);
-  const std::size_t mark = content_.size();
+  const std::size_t mark = content_.size(), outer_mark = capture_mark_;
+  capture_mark_ = mark;
   ++capturing_;
   exec(body, sc);
   --capturing_;
+  capture_mark_ = outer_mark;
   saved.swap(out_);
   Value v = Value::string(saved);
   if (content_.size() > mark) {
@@ -327,9 +344,13 @@ std::vector<Value> Evaluator::iterate(const Value& v, int line) {
       spend_items(keys, line);
       return keys;
     }
-    case K::string: {
+    case K::string: {  // each character with the origins of its bytes
       std::vector<Value> chars;
-      for (auto& cp : explode(v.str(), line)) chars.push_back(Value::string(cp));
+      std::size_t at = 0;
+      for (auto& cp : explode(v.str(), line)) {
+        chars.push_back(charged(Value::string(cp, sub_origins(v, at, at + cp.size())), line));
+        at += cp.size();
+      }
       spend_items(chars, line);
       return chars;
     }
@@ -459,18 +480,23 @@ std::string Template::render(const Dict& variables,
 
 namespace {
 
-// messages with each message's `content` string marked as coming from it (Value::origins)
+// messages with each message's `content` and `reasoning_content` strings marked as coming from
+// it (Value::origins)
 Value with_origins(const Value& messages) {
   if (messages.kind() != Value::Kind::list) return messages;
+  static const std::pair<const char*, ContentField> kFields[] = {
+      {"content", ContentField::content}, {"reasoning_content", ContentField::reasoning_content}};
   std::vector<Value> out;
   for (std::size_t k = 0; k < messages.items().size(); ++k) {
     Value m = messages.items()[k];
-    const Value* content = m.kind() == Value::Kind::dict ? m.dict().find("content") : nullptr;
-    if (content && content->kind() == Value::Kind::string) {
-      const Value c = content->with_origins(std::make_shared<const std::vector<ContentSpan>>(
-          std::vector<ContentSpan>{{k, 0, content->str().size()}}));
+    if (m.kind() == Value::Kind::dict) {
       Dict d = m.dict();
-      d.set("content", c);
+      for (const auto& [key, field] : kFields) {
+        const Value* s = d.find(key);
+        if (!s || s->kind() != Value::Kind::string) continue;
+        d.set(key, s->with_origins(std::make_shared<const std::vector<ContentSpan>>(
+                       std::vector<ContentSpan>{{k, 0, s->str().size(), field, 0}})));
+      }
       m = Value::make_dict(std::move(d));
     }
     out.push_back(m);

@@ -38,19 +38,24 @@ std::string strip(const std::string& s, const Value* chars, StripEnds ends);
 std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars,
                                                  StripEnds ends);
 Value strip_value(const Value& v, const Value* chars, StripEnds ends);  // keeps origins
-// str.replace (count < 0: all); false, and *out untouched, when the result would be longer than
-// max_bytes.
-bool replace(const std::string& s, const std::string& from, const std::string& to,
-             std::int64_t count, std::size_t max_bytes, std::string* out);
-// str.split (sep null or None: on runs of Unicode whitespace; maxsplit < 0: no limit)
-// false, and *out untouched, when it would make more than max_items pieces
+using Origins = std::shared_ptr<const std::vector<ContentSpan>>;
+// str.replace of the strings s and to (count < 0: all); false, and *out untouched, when the
+// result would be longer than max_bytes. *kept gets the result's origins: s's kept bytes keep
+// theirs, each copy of `to` has to's (the origin rule, Value::origins).
+bool replace(const Value& s, const std::string& from, const Value& to, std::int64_t count,
+             std::size_t max_bytes, std::string* out, OriginsBuilder* kept);
+// str.split (sep null or None: on runs of Unicode whitespace; maxsplit < 0: no limit): the
+// pieces' bytes [begin, end) in s; false, and *out untouched, when it would make more than
+// max_items pieces
 bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::size_t max_items,
-           std::vector<Value>* out);
+           std::vector<std::pair<std::size_t, std::size_t>>* out);
 Value builtin(const std::string& name, std::function<Value(Args&, int)> f);  // a callable
 std::int64_t py_floordiv(std::int64_t a, std::int64_t b);
 
 // Steps a string costs per byte copied (Value strings are copied with the value).
 constexpr std::size_t kBytesPerStep = 16;
+// Steps each content span of a string's origins costs when the string is made or printed.
+constexpr std::int64_t kStepsPerSpan = 1;
 constexpr std::int64_t kStepsPerCutByte = 4;
 
 class Evaluator {
@@ -105,8 +110,13 @@ class Evaluator {
   void check_value_depth(const Value& v, int line);
   void check_not_namespace(const Value& v, int line);  // what a namespace attribute may hold
   void count_iteration(int line);                      // one more for-loop iteration
-  bool eq(const Value& a, const Value& b, int line);   // equal(a, b), its work spent
-  void emit(const std::string& text, int line);        // text appended to the output
+  // The origins of a string made of parts: a builder holding no more spans than the steps left
+  // pay for; its origins taken, their spans spent (the step limit's error when too many).
+  OriginsBuilder origins_builder() const;
+  Origins take_origins(OriginsBuilder& b, int line);
+  Value charged(Value v, int line);                   // v, the spans of its origins spent
+  bool eq(const Value& a, const Value& b, int line);  // equal(a, b), its work spent
+  void emit(const std::string& text, int line);       // text appended to the output
   // One level of the evaluator's recursion (an expression or statement inside another).
   class Deeper {
    public:
@@ -131,6 +141,7 @@ class Evaluator {
   std::vector<std::pair<std::size_t, std::size_t>>* spans_;
   std::vector<ContentSpan> content_;  // spans printed so far (relative to out_)
   int capturing_ = 0;
+  std::size_t capture_mark_ = 0;  // where the innermost capture's spans start in content_
   std::string out_;
 };
 
@@ -165,6 +176,9 @@ struct BuiltinCall {
   std::vector<std::string> explode(const std::string& s) { return ev.explode(s, line); }
   void check_size(std::size_t bytes) { ev.check_size(bytes, line); }
   void check_markup(const Value& x, const std::string& what) { ev.check_markup(x, what, line); }
+  OriginsBuilder origins_builder() const { return ev.origins_builder(); }
+  Origins take_origins(OriginsBuilder& b) { return ev.take_origins(b, line); }
+  Value charged(Value x) { return ev.charged(std::move(x), line); }
 };
 
 }  // namespace kktrain::text::jinja

@@ -45,9 +45,13 @@ std::string ascii_only(BuiltinCall& c, std::string s) {
   return s;
 }
 
+// c.v as a string: itself (with its origins), or str() of it (without)
+Value as_string(BuiltinCall& c) {
+  return c.v.kind() == K::string ? c.v : Value::string(text(c));
+}
+
 Value trim(BuiltinCall& c) {
-  const Value s = c.v.kind() == K::string ? c.v : Value::string(text(c));
-  return strip_value(s, c.p[0], StripEnds::both);
+  return c.charged(strip_value(as_string(c), c.p[0], StripEnds::both));
 }
 
 Value string_(BuiltinCall& c) {
@@ -143,31 +147,44 @@ Value items(BuiltinCall& c) {
   return Value::make_list(std::move(out), Value::Seq::generator);
 }
 
+// v as a string: itself (with its origins), or str(v) (without)
+Value stringified(const Value& v) {
+  return v.kind() == K::string ? v : Value::string(to_str(v));
+}
+
 Value join(BuiltinCall& c) {
   const Value* attribute = c.p[1];
   std::string out;
+  OriginsBuilder kept = c.origins_builder();  // each item's and the separator's
   bool first = true;
-  const std::string separator = to_str(*c.p[0]);
+  const Value separator = stringified(*c.p[0]);
+  const std::string& sep = separator.str();
   for (auto& x : c.iterate(c.v)) {
-    const std::string piece =
-        (first ? "" : separator) + to_str(attribute ? c.item(x, *attribute) : x);
+    const Value item = stringified(attribute ? c.item(x, *attribute) : x);
+    const std::size_t size = (first ? 0 : sep.size()) + item.str().size();
+    c.check_size(out.size() + size);
+    c.spend(static_cast<std::int64_t>(size / kBytesPerStep));
+    if (!first) {
+      kept.add(separator, 0, sep.size(), out.size());
+      out += sep;
+    }
     first = false;
-    c.check_size(out.size() + piece.size());
-    c.spend(static_cast<std::int64_t>(piece.size() / kBytesPerStep));
-    out += piece;
+    kept.add(item, 0, item.str().size(), out.size());
+    out += item.str();
   }
-  return Value::string(out);
+  return Value::string(out, c.take_origins(kept));
 }
 
 Value replace_(BuiltinCall& c) {
   if (c.args.pos.size() < 2) c.fail("replace needs old and new");
   const Value& count = *c.p[2];
   std::string out;
+  OriginsBuilder kept = c.origins_builder();
   const std::size_t max = c.limits().max_output_bytes;
-  if (!replace(text(c), to_str(c.args.pos[0]), to_str(c.args.pos[1]),
-               count.kind() == K::integer ? count.as_int() : -1, max, &out))
+  if (!replace(as_string(c), to_str(c.args.pos[0]), stringified(c.args.pos[1]),
+               count.kind() == K::integer ? count.as_int() : -1, max, &out, &kept))
     c.check_size(max + 1);
-  return Value::string(out);
+  return Value::string(out, c.take_origins(kept));
 }
 
 // The value at attribute (dotted: "a.b" is x.a.b) of x.
@@ -257,11 +274,17 @@ Value last(BuiltinCall& c) {
 }
 
 Value reverse(BuiltinCall& c) {
-  if (c.v.kind() == K::string) {
+  if (c.v.kind() == K::string) {  // each code point keeps its origins
     auto cps = c.explode(c.v.str());
     std::string out;
-    for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
-    return Value::string(out);
+    OriginsBuilder kept = c.origins_builder();
+    std::size_t end = c.v.str().size();
+    for (auto it = cps.rbegin(); it != cps.rend(); ++it) {
+      if (c.v.origins()) kept.add(c.v, end - it->size(), end, out.size());
+      end -= it->size();
+      out += *it;
+    }
+    return Value::string(out, c.take_origins(kept));
   }
   const bool was_generator = c.v.is_generator();
   auto items = c.iterate(c.v);  // reversed(list) is an iterator; a generator becomes a list
@@ -396,17 +419,32 @@ Value indent(BuiltinCall& c) {
     c.check_size(max + 1);
   // jinja2 splits with str.splitlines(); only \n is split here
   if (other_line_breaks(s)) c.fail("indent of text with line separators other than \\n");
-  std::vector<std::string> lines;
+  std::vector<std::pair<std::size_t, std::size_t>> lines;  // each line's bytes in s
   std::size_t p = 0;
   for (std::size_t q; (q = s.find('\n', p)) != std::string::npos; p = q + 1)
-    lines.push_back(s.substr(p, q - p));
-  lines.push_back(s.substr(p));  // s + "\n" then splitlines: the last piece is this one
+    lines.emplace_back(p, q);
+  lines.emplace_back(p, s.size());  // s + "\n" then splitlines: the last piece is this one
   const bool blank = truthy(*c.p[2]);
-  std::string out = lines[0];
-  for (std::size_t k = 1; k < lines.size(); ++k)
-    out += "\n" + (blank || !lines[k].empty() ? pad + lines[k] : lines[k]);
-  if (truthy(*c.p[1])) out = pad + out;
-  return Value::string(out);
+  // the subject's lines and newlines keep their origins, a pad string its own
+  const Value subject = c.v.kind() == K::string ? c.v : Value::string(s);
+  OriginsBuilder kept = c.origins_builder();
+  std::string out;
+  auto add_pad = [&] {
+    if (pad_text) kept.add(width, 0, pad.size(), out.size());
+    out += pad;
+  };
+  if (truthy(*c.p[1])) add_pad();
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    const auto [begin, end] = lines[k];
+    if (k) {
+      kept.add(subject, begin - 1, begin, out.size());
+      out += '\n';
+      if (blank || begin < end) add_pad();
+    }
+    kept.add(subject, begin, end, out.size());
+    out.append(s, begin, end - begin);
+  }
+  return Value::string(out, c.take_origins(kept));
 }
 
 struct Param {

@@ -178,8 +178,39 @@ std::string seq_name(Value::Seq seq);   // "list", "tuple", "range", "dict_items
 bool is_py_space(const std::string& cp);
 // The origins of a + b (strings); null when neither has any.
 std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b);
-// The origins of the bytes [begin, end) of v, shifted to start at 0.
+// The origins of the bytes [begin, end) of v, shifted to start at 0 (null when none).
 std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
                                                             std::size_t end);
+
+// c appended to spans (in order, c no earlier than the last): merged into the last span when it
+// continues it (the same message and string, the next bytes of both) or is an empty span at its
+// end.
+void append_span(std::vector<ContentSpan>* spans, const ContentSpan& c);
+
+// The origins of a string made part by part, in order, from bytes of other strings (the origin
+// rule of Value::origins): each part's bytes keep the origins they had where they land. A part
+// [begin, end) of v takes v's spans that overlap it, cut to it, and v's empty spans within it;
+// an empty part takes an empty span for each of v's spans that touch its place. A span that
+// continues the last one (the same message and string, the next bytes of both) extends it: a
+// slice of step 1, or the characters of a string joined again, make one span. O(log spans + the
+// spans taken) a part.
+class OriginsBuilder {
+ public:
+  // max_spans: it holds no more than max_spans + 1 spans, the parts added after that dropped (the
+  // caller, seeing more than max_spans, refuses the string: Evaluator::take_origins)
+  explicit OriginsBuilder(std::size_t max_spans = static_cast<std::size_t>(-1))
+      : max_spans_(max_spans) {}
+  // bytes [begin, end) of the string v, placed at byte `at` of the new string (at no less than
+  // the previous part's place)
+  void add(const Value& v, std::size_t begin, std::size_t end, std::size_t at);
+  std::size_t size() const { return spans_.size(); }
+  // the origins made (null when no part had any); the builder is empty after
+  std::shared_ptr<const std::vector<ContentSpan>> take();
+
+ private:
+  void push(const ContentSpan& c);
+  std::size_t max_spans_;
+  std::vector<ContentSpan> spans_;
+};
 
 }  // namespace kktrain::text::jinja

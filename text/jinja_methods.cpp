@@ -58,7 +58,7 @@ Value affix(BuiltinCall& c) {
 
 template <StripEnds ends>
 Value strip_method(BuiltinCall& c) {
-  return strip_value(c.v, c.args.pos.empty() ? nullptr : &c.args.pos[0], ends);
+  return c.charged(strip_value(c.v, c.args.pos.empty() ? nullptr : &c.args.pos[0], ends));
 }
 
 Value split_method(BuiltinCall& c) {
@@ -66,10 +66,14 @@ Value split_method(BuiltinCall& c) {
   const Value* mx = kwarg(c.args, "maxsplit", 1);
   if (sep && sep->kind() == K::string && sep->str().empty()) c.fail("split: empty separator");
   // at most as many pieces as the steps left (each costs one)
-  std::vector<Value> pieces;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
   if (!split(c.v.str(), sep, mx && mx->kind() == K::integer ? mx->as_int() : -1, c.steps_left(),
-             &pieces))
+             &ranges))
     c.spend(c.limits().max_steps);
+  std::vector<Value> pieces;  // each with the origins of its bytes
+  for (const auto& r : ranges)
+    pieces.push_back(c.charged(Value::string(c.v.str().substr(r.first, r.second - r.first),
+                                             sub_origins(c.v, r.first, r.second))));
   c.spend_items(pieces);
   return Value::make_list(std::move(pieces));
 }
@@ -78,11 +82,13 @@ Value replace_method(BuiltinCall& c) {
   const auto& pos = c.args.pos;
   if (pos.size() < 2) c.fail("replace needs old and new");
   std::string out;
+  OriginsBuilder kept = c.origins_builder();
   const std::size_t max = c.limits().max_output_bytes;
-  if (!replace(c.v.str(), c.str_arg(pos[0], c.name), c.str_arg(pos[1], c.name),
-               pos.size() > 2 ? pos[2].as_int() : -1, max, &out))
+  c.str_arg(pos[1], c.name);
+  if (!replace(c.v, c.str_arg(pos[0], c.name), pos[1], pos.size() > 2 ? pos[2].as_int() : -1, max,
+               &out, &kept))
     c.check_size(max + 1);
-  return Value::string(out);
+  return Value::string(out, c.take_origins(kept));
 }
 
 // upper, lower, capitalize, title: ASCII case mapping, each character by `map(c, k, prev_alpha)`

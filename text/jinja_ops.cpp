@@ -143,14 +143,18 @@ bool repeat(BuiltinCall& c, const Value& a, const Value& b, Value* out) {
     c.check_size(max + 1);
   std::string text;
   text.reserve(s->str().size() * static_cast<std::size_t>(times));
-  for (std::int64_t k = 0; k < times; ++k) text += s->str();
-  *out = Value::string(text);
+  OriginsBuilder kept = c.origins_builder();  // each copy keeps the string's origins
+  for (std::int64_t k = 0; k < times; ++k) {
+    if (s->origins()) kept.add(*s, 0, s->str().size(), text.size());
+    text += s->str();
+  }
+  *out = Value::string(text, c.take_origins(kept));
   return true;
 }
 
 Value concat_strings(BuiltinCall& c, const Value& a, const Value& b) {
   c.check_size(a.str().size() + b.str().size());
-  return Value::string(a.str() + b.str(), concat_origins(a, b));
+  return c.charged(Value::string(a.str() + b.str(), concat_origins(a, b)));
 }
 
 }  // namespace

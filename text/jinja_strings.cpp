@@ -70,46 +70,48 @@ std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Val
   return {left ? first : 0, right ? last_end : s.size()};
 }
 
-bool replace(const std::string& s, const std::string& from, const std::string& to,
-             std::int64_t count, std::size_t max_bytes, std::string* result) {
+bool replace(const Value& s, const std::string& from, const Value& to, std::int64_t count,
+             std::size_t max_bytes, std::string* result, OriginsBuilder* kept) {
   std::string out;
   // each replacement checked before it is made: the result never grows past max_bytes
-  auto add = [&](const std::string& piece) {
-    if (piece.size() > max_bytes - out.size()) return false;
-    out += piece;
+  auto add = [&](const Value& v, std::size_t begin, std::size_t end) {
+    if (end - begin > max_bytes - out.size()) return false;
+    kept->add(v, begin, end, out.size());
+    out.append(v.str(), begin, end - begin);
     return true;
   };
+  const std::string& text = s.str();
+  const std::size_t to_size = to.str().size();
   if (from.empty()) {
     std::int64_t n = 0;
-    for (std::size_t k = 0, len; k < s.size(); k += len) {
-      len = code_point_len(s, k);
-      if ((count < 0 || n++ < count) && !add(to)) return false;
-      if (!add(s.substr(k, len))) return false;
+    for (std::size_t k = 0, len; k < text.size(); k += len) {
+      len = code_point_len(text, k);
+      if ((count < 0 || n++ < count) && !add(to, 0, to_size)) return false;
+      if (!add(s, k, k + len)) return false;
     }
-    if ((count < 0 || n < count) && !add(to)) return false;
-    *result = std::move(out);
-    return true;
+    if ((count < 0 || n < count) && !add(to, 0, to_size)) return false;
+  } else {
+    std::size_t p = 0;
+    std::int64_t n = 0;
+    while (count < 0 || n < count) {
+      const std::size_t q = text.find(from, p);
+      if (q == std::string::npos) break;
+      if (!add(s, p, q) || !add(to, 0, to_size)) return false;
+      p = q + from.size();
+      ++n;
+    }
+    if (!add(s, p, text.size())) return false;
   }
-  std::size_t p = 0;
-  std::int64_t n = 0;
-  while (count < 0 || n < count) {
-    const std::size_t q = s.find(from, p);
-    if (q == std::string::npos) break;
-    if (!add(s.substr(p, q - p)) || !add(to)) return false;
-    p = q + from.size();
-    ++n;
-  }
-  if (!add(s.substr(p))) return false;
   *result = std::move(out);
   return true;
 }
 
 bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::size_t max_items,
-           std::vector<Value>* result) {
-  std::vector<Value> out;
-  auto add = [&](std::string piece) {
+           std::vector<std::pair<std::size_t, std::size_t>>* result) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  auto add = [&](std::size_t begin, std::size_t end) {
     if (out.size() >= max_items) return false;
-    out.push_back(Value::string(std::move(piece)));
+    out.emplace_back(begin, end);
     return true;
   };
   if (!sep || sep->kind() == K::none) {  // a code point at a time, none stored
@@ -119,12 +121,12 @@ bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::s
       while (k < s.size() && space(k)) k += code_point_len(s, k);
       if (k >= s.size()) break;
       if (maxsplit >= 0 && static_cast<std::int64_t>(out.size()) >= maxsplit) {
-        if (!add(s.substr(k))) return false;  // the rest keeps its trailing whitespace
+        if (!add(k, s.size())) return false;  // the rest keeps its trailing whitespace
         break;
       }
       const std::size_t begin = k;
       while (k < s.size() && !space(k)) k += code_point_len(s, k);
-      if (!add(s.substr(begin, k - begin))) return false;
+      if (!add(begin, k)) return false;
     }
     *result = std::move(out);
     return true;
@@ -133,10 +135,10 @@ bool split(const std::string& s, const Value* sep, std::int64_t maxsplit, std::s
   while (maxsplit < 0 || static_cast<std::int64_t>(out.size()) < maxsplit) {
     const std::size_t q = s.find(sep->str(), p);
     if (q == std::string::npos) break;
-    if (!add(s.substr(p, q - p))) return false;
+    if (!add(p, q)) return false;
     p = q + sep->str().size();
   }
-  if (!add(s.substr(p))) return false;
+  if (!add(p, s.size())) return false;
   *result = std::move(out);
   return true;
 }

@@ -535,27 +535,66 @@ std::string type_name(const Value& v) {
 
 std::shared_ptr<const std::vector<ContentSpan>> concat_origins(const Value& a, const Value& b) {
   if (!a.origins() && !b.origins()) return nullptr;
-  auto out = std::make_shared<std::vector<ContentSpan>>();
-  if (a.origins()) *out = *a.origins();
-  if (b.origins())
-    for (ContentSpan c : *b.origins()) {
-      c.begin += a.str().size();
-      c.end += a.str().size();
-      out->push_back(c);
-    }
-  return out;
+  OriginsBuilder out;
+  out.add(a, 0, a.str().size(), 0);
+  out.add(b, 0, b.str().size(), a.str().size());
+  return out.take();
 }
 
 std::shared_ptr<const std::vector<ContentSpan>> sub_origins(const Value& v, std::size_t begin,
                                                             std::size_t end) {
   if (!v.origins()) return nullptr;
-  auto out = std::make_shared<std::vector<ContentSpan>>();
-  for (ContentSpan c : *v.origins()) {
-    if (c.end < begin || c.begin > end) continue;
-    c.begin = std::max(c.begin, begin) - begin;
-    c.end = std::min(c.end, end) - begin;
-    out->push_back(c);
+  OriginsBuilder b;
+  b.add(v, begin, end, 0);
+  return b.take();
+}
+
+void OriginsBuilder::add(const Value& v, std::size_t begin, std::size_t end, std::size_t at) {
+  if (!v.origins()) return;
+  const std::vector<ContentSpan>& spans = *v.origins();
+  // spans are in order, each ending no earlier than the one before: the first that may touch
+  // [begin, end) is the first ending at or after begin
+  auto k = static_cast<std::size_t>(
+      std::partition_point(spans.begin(), spans.end(),
+                           [begin](const ContentSpan& c) { return c.end < begin; }) -
+      spans.begin());
+  for (; k < spans.size() && spans[k].begin <= end && spans_.size() <= max_spans_; ++k) {
+    const ContentSpan& c = spans[k];
+    const bool taken = begin == end ? c.begin <= begin                                // touches it
+                                    : (c.begin < end && c.end > begin)                // overlaps it
+                                          || (c.begin == c.end && c.begin >= begin);  // in it
+    if (!taken) continue;
+    const std::size_t b = std::max(c.begin, begin), e = std::max(b, std::min(c.end, end));
+    push({c.message, at + (b - begin), at + (e - begin), c.field, c.offset + (b - c.begin)});
   }
+}
+
+void append_span(std::vector<ContentSpan>* spans, const ContentSpan& c) {
+  if (!spans->empty()) {
+    ContentSpan& last = spans->back();
+    if (last.message == c.message && last.field == c.field && c.begin == last.end) {
+      if (c.begin == c.end) return;  // an empty span where the last one ends: nothing new
+      if (last.begin == last.end) {  // an empty span, then bytes at its place
+        last = c;
+        return;
+      }
+      if (c.offset == last.offset + (last.end - last.begin)) {  // the next bytes of the string
+        last.end = c.end;
+        return;
+      }
+    }
+  }
+  spans->push_back(c);
+}
+
+void OriginsBuilder::push(const ContentSpan& c) {
+  append_span(&spans_, c);
+}
+
+std::shared_ptr<const std::vector<ContentSpan>> OriginsBuilder::take() {
+  if (spans_.empty()) return nullptr;
+  auto out = std::make_shared<const std::vector<ContentSpan>>(std::move(spans_));
+  spans_.clear();
   return out;
 }
 

@@ -181,9 +181,15 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
     const Value* role = field(msg, "role");
     const Value* content = field(msg, "content");
     if (!role || role->str() != "assistant" || !content || !content->is_string()) continue;
+    // its content's and reasoning_content's spans: the content must be printed (its bytes kept
+    // by the origin rule, text/jinja.hpp Value::origins), the reasoning where the template
+    // prints it (Qwen3's drops it from earlier turns)
     const std::vector<jinja::ContentSpan>& spans = by_message[m];
+    const bool content_printed = std::any_of(
+        spans.begin(), spans.end(),
+        [](const jinja::ContentSpan& sp) { return sp.field == jinja::ContentField::content; });
     if (spans.empty() && content->str().empty()) continue;  // nothing printed to find it by
-    if (spans.empty()) {
+    if (!content_printed && !content->str().empty()) {
       throw InputError(where + "assistant message " + std::to_string(m + 1) +
                        ": the chat template (" + s.template_source +
                        ") does not print its content as it is (only through operations that "
@@ -252,6 +258,23 @@ Value message(const std::string& role, const std::string& content) {
   return Value::make_dict(std::move(d));
 }
 
+// What a JSON value is, in words ("a number", "an object", ...).
+std::string json_kind(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::boolean:
+      return "a boolean";
+    case Value::Kind::integer:
+    case Value::Kind::number:
+      return "a number";
+    case Value::Kind::list:
+      return "a list";
+    case Value::Kind::dict:
+      return "an object";
+    default:
+      return "a " + std::string(v.is_string() ? "string" : "null");
+  }
+}
+
 // The "messages" of a chat line, checked.
 Value chat_messages(const Value& obj, const std::string& where) {
   const Value* messages = field(obj, "messages");
@@ -271,6 +294,11 @@ Value chat_messages(const Value& obj, const std::string& where) {
     const Value* content = field(msg, "content");
     if (!content || content->kind() != Value::Kind::string)
       throw InputError(where + n + " (" + role->str() + ") has no \"content\" string");
+    const Value* reasoning = field(msg, "reasoning_content");  // optional; null: absent
+    if (reasoning && !reasoning->is_string() && !reasoning->is_none())
+      throw InputError(where + n + " (" + role->str() + "): \"reasoning_content\" is " +
+                       json_kind(*reasoning) +
+                       ", not a string (the reasoning's text; null or absent without one)");
   }
   return *messages;
 }

@@ -2,12 +2,12 @@
 // trainer sees and the loss mask over them (docs/data.md, "Chat and prompt/completion data").
 //
 // chat: {"messages": [{"role": ..., "content": ...}, ...]} (every key of a message passed to
-// the template) rendered with the model's chat template as transformers' apply_chat_template
-// renders it for training (add_generation_prompt false; the tokenizer's special tokens as
-// variables), then tokenized without adding special tokens (the template writes BOS itself).
-// prompt_completion: {"prompt": ..., "completion": ...}: a user turn and an assistant turn
-// through the chat template when the model has one; otherwise prompt + completion tokenized with
-// the tokenizer's special tokens, then its eos token (when it names one).
+// the template; an optional "reasoning_content" a string or null) rendered with the model's chat
+// template as transformers' apply_chat_template renders it for training (add_generation_prompt
+// false; the tokenizer's special tokens as variables), then tokenized without adding special tokens
+// (the template writes BOS itself). prompt_completion: {"prompt": ..., "completion": ...}: a user
+// turn and an assistant turn through the chat template when the model has one; otherwise prompt +
+// completion tokenized with the tokenizer's special tokens, then its eos token (when it names one).
 //
 // The template, in order (transformers' order for the last two: its chat_template.jinja file
 // takes priority over tokenizer_config.json's key): data.chat_template, chat_template.jinja
@@ -20,15 +20,18 @@
 //               completion's tokens and the eos token)
 //               with `{% generation %}` blocks in the template: every token that overlaps the
 //               bytes the blocks produced (transformers' assistant mask). Otherwise, for each
-//               assistant message: every token overlapping the bytes its content printed (the
-//               content spans jinja::render_chat tracks), then its end of turn: the tokens that
-//               follow up to and including the first special token (an added token marked
-//               special: <|eot_id|>, <end_of_turn>, </s>), provided every token before that one
-//               is whitespace. A token that straddles the content's first or last byte counts;
-//               empty content contributes its end of turn only. An assistant message with
-//               non-empty content whose content is not printed as such, or that no special token
-//               closes, is an error, never a silent fallback; open() checks the template on a
-//               probe conversation first.
+//               assistant message: every token overlapping the bytes of its content and
+//               reasoning_content the template printed, wherever they landed (the content spans
+//               jinja::render_chat tracks by the origin rule of text/jinja.hpp Value::origins;
+//               the template's literals, Qwen3's <think> tags, are not the message's), then its
+//               end of turn: the tokens that follow the last of them up to and including the
+//               first special token (an added token marked special: <|eot_id|>, <end_of_turn>,
+//               </s>), provided every token before that one is whitespace. A token that
+//               straddles a printed piece's first or last byte counts; empty content
+//               contributes its end of turn only. An assistant message with non-empty content
+//               none of which is printed (only through operations making other bytes: upper,
+//               tojson), or that no special token closes, is an error, never a silent fallback;
+//               open() checks the template on a probe conversation first.
 #pragma once
 
 #include <atomic>

@@ -3,7 +3,7 @@
 # jinja2), ids and loss masks (against Hugging Face's `tokenizers` under KKTRAIN_NPM_DIR; those
 # cases skip with 77 without it), prompt/completion, truncation, the template's source order and
 # every refusal. Label "chat".
-foreach(case IN ITEMS reference_llama3 reference_gemma3 reference_llama2 reference_handwritten
+foreach(case IN ITEMS reference_llama3 reference_gemma3 reference_qwen3 reference_llama2 reference_handwritten
                       prompt_completion
                       truncation template_order errors normalized_masks)
   add_test(NAME chat.${case}

@@ -7,7 +7,7 @@ add_executable(render_chat text/render_chat.cpp)
 target_link_libraries(render_chat PRIVATE kktrain::text kktrain::json)
 target_include_directories(render_chat PRIVATE ${PROJECT_SOURCE_DIR})
 set_property(GLOBAL APPEND PROPERTY KKTRAIN_UNIT_TARGETS render_chat)
-foreach(case IN ITEMS constructs expressions errors spans llama3 gemma3)
+foreach(case IN ITEMS constructs expressions errors spans llama3 gemma3 qwen3)
   add_test(NAME text.chat_template_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_chat_templates.py
                    $<TARGET_FILE:render_chat> ${KKTRAIN_NPM_DIR} ${case})

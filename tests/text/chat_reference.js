@@ -5,7 +5,8 @@
 // usage: node chat_reference.js NPM_DIR < REQUEST
 // REQUEST (JSON): {"tokenizer": tokenizer.json path, "encode": [text, ...], "decode": [[id, ...],
 // ...]}; prints {"encode": [[id, ...], ...] (encode(text, null, {addSpecialTokens: false})),
-// "decode": [text, ...] (decode(ids, false): special tokens kept)}.
+// "offsets": [[[begin, end], ...], ...] (each token's code points in its text), "decode":
+// [text, ...] (decode(ids, false): special tokens kept)}.
 "use strict";
 
 const fs = require("fs");
@@ -16,10 +17,11 @@ async function main() {
   const req = JSON.parse(fs.readFileSync(0, "utf8"));
   const { Tokenizer } = require(path.join(path.resolve(npm), "node_modules", "tokenizers"));
   const t = Tokenizer.fromFile(req.tokenizer);
-  const out = { encode: [], decode: [] };
+  const out = { encode: [], offsets: [], decode: [] };
   for (const text of req.encode || []) {
     const enc = await t.encode(text, null, { addSpecialTokens: false });
     out.encode.push(Array.from(enc.getIds()));
+    out.offsets.push(enc.getOffsets());
   }
   for (const ids of req.decode || []) out.decode.push(ids.length ? await t.decode(ids, false) : "");
   process.stdout.write(JSON.stringify(out) + "\n");

@@ -3,11 +3,12 @@
 //   render_chat < CASES.json
 //       CASES: a JSON list of {"template": S, "messages": [...], "add_generation_prompt": B,
 //       "special_tokens": {name: S}, "spans": B, "cost": B}; prints one JSON line per case, in
-//       order: {"text": S} (with "spans": also "content_spans": [[message, begin, end], ...] and
-//       "generation_spans": [[begin, end], ...], byte offsets; with "cost": also "cost":
-//       {"steps", "loop_iterations", "output_bytes", "depth"}, what the render cost against
-//       jinja::Limits) or {"error": S} (the InputError's message). Exit 0 unless stdin is not
-//       such a list (2).
+//       order: {"text": S} (with "spans": also "content_spans": [[message, begin, end, field,
+//       offset], ...] (field "content" or "reasoning_content"; offset: where the span's bytes
+//       start in that string) and "generation_spans": [[begin, end], ...], byte offsets; with
+//       "cost": also "cost": {"steps", "loop_iterations", "output_bytes", "depth"}, what the
+//       render cost against jinja::Limits) or {"error": S} (the InputError's message). Exit 0
+//       unless stdin is not such a list (2).
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -44,7 +45,10 @@ int main() {
       if (c.value("spans", false)) {
         out["content_spans"] = nlohmann::ordered_json::array();
         for (const auto& s : r.content_spans)
-          out["content_spans"].push_back({s.message, s.begin, s.end});
+          out["content_spans"].push_back(
+              {s.message, s.begin, s.end,
+               s.field == jinja::ContentField::content ? "content" : "reasoning_content",
+               s.offset});
         out["generation_spans"] = nlohmann::ordered_json::array();
         for (const auto& s : r.generation_spans)
           out["generation_spans"].push_back({s.first, s.second});
