@@ -7,8 +7,14 @@ and each timed step ends with torch.cuda.synchronize().
 
     torch_llama.py --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256 \
                    --seq 256 --batch 8 --compute bfloat16 --threads 1 --warmup 2 --iters 5
-Prints one JSON line like bench_model: wall and process CPU seconds per step, tokens/s, peak RSS
-and the RSS before the model was built (the interpreter and torch itself).
+Prints one JSON line like bench_model: wall and process CPU seconds per step, tokens/s, peak RSS,
+the RSS before the model was built (the interpreter and torch itself), the parameter count and
+the first step's loss.
+
+--family qwen3 | gemma3 runs bench/torch_families.py's decoder of that family instead of the
+Llama one (the families bench_model's --family builds); --head-dim D an explicit head size (0:
+hidden / heads); --window W a sliding window (-1: the family's default: none for llama and qwen3,
+every layer when given; gemma3: seq / 2 on its sliding layers).
 """
 import argparse
 import json
@@ -22,9 +28,9 @@ import torch.nn.functional as F
 
 
 class Block(torch.nn.Module):
-    def __init__(self, c, h, kv, ffn, eps):
+    def __init__(self, c, h, kv, ffn, eps, d=None):
         super().__init__()
-        self.h, self.kv, self.d, self.eps = h, kv, c // h, eps
+        self.h, self.kv, self.d, self.eps = h, kv, d or c // h, eps
         self.ln1 = torch.nn.Parameter(torch.ones(c))
         self.ln2 = torch.nn.Parameter(torch.ones(c))
         self.q = torch.nn.Linear(c, h * self.d, bias=False)
@@ -75,17 +81,22 @@ class Llama(torch.nn.Module):
     def __init__(self, a, sdpa=False):
         super().__init__()
         self.emb = torch.nn.Embedding(a.vocab, a.hidden)
+        d = getattr(a, "head_dim", 0) or a.hidden // a.heads
         self.blocks = torch.nn.ModuleList(
-            Block(a.hidden, a.heads, a.kv_heads, a.ffn, 1e-5) for _ in range(a.layers))
+            Block(a.hidden, a.heads, a.kv_heads, a.ffn, 1e-5, d) for _ in range(a.layers))
         self.norm = torch.nn.Parameter(torch.ones(a.hidden))
         self.head = torch.nn.Linear(a.hidden, a.vocab, bias=False)
-        d = a.hidden // a.heads
         inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
         ang = torch.outer(torch.arange(a.seq).float(), inv)
         self.register_buffer("cos", torch.cat((ang, ang), -1).cos())
         self.register_buffer("sin", torch.cat((ang, ang), -1).sin())
         # sdpa: F.scaled_dot_product_attention's causal kernels instead of a (T, T) mask
         mask = None if sdpa else torch.full((a.seq, a.seq), float("-inf")).triu(1)
+        window = getattr(a, "window", -1)
+        if window > 0:  # every layer sees keys q - window < k <= q (Mistral's window)
+            if sdpa:
+                raise SystemExit("torch_llama.py: --window runs on the CPU path only")
+            mask = mask + torch.full((a.seq, a.seq), float("-inf")).tril(-window)
         self.register_buffer("mask", mask)
 
     def forward(self, ids, targets):
@@ -106,8 +117,9 @@ def rss_mib():
 def main():
     p = argparse.ArgumentParser()
     for k, v in dict(hidden=384, layers=6, heads=6, kv_heads=6, ffn=1024, vocab=256, seq=256,
-                     batch=8, threads=1, warmup=2, iters=5).items():
+                     batch=8, threads=1, warmup=2, iters=5, head_dim=0, window=-1).items():
         p.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    p.add_argument("--family", default="llama", help="llama, or one of torch_families.FAMILIES")
     p.add_argument("--compute", default="float32")
     p.add_argument("--storage", default="float32")
     p.add_argument("--optimizer", type=int, default=1, help="1: each step also runs AdamW")
@@ -118,7 +130,13 @@ def main():
     torch.manual_seed(0)
     base_rss = rss_mib()
     dev = torch.device(a.device)
-    model = Llama(a, sdpa=a.device == "cuda").to(dev)
+    if a.family == "llama":
+        model = Llama(a, sdpa=a.device == "cuda").to(dev)
+    else:
+        import torch_families
+        if a.family not in torch_families.FAMILIES:
+            p.error(f"unknown family {a.family} (llama, {', '.join(torch_families.FAMILIES)})")
+        model = torch_families.FAMILIES[a.family](a).to(dev)
     if a.storage == "bfloat16":
         model = model.to(torch.bfloat16)
     ids = torch.randint(0, a.vocab, (a.batch, a.seq)).to(dev)
@@ -129,6 +147,7 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kind)
     cuda = a.device == "cuda"
     times, cpu_times = [], []
+    first_loss = None
     for it in range(a.warmup + a.iters):
         model.zero_grad(set_to_none=True)
         if cuda:
@@ -137,6 +156,8 @@ def main():
         with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.compute == "bfloat16"):
             loss = model(ids, targets)
         loss.backward()
+        if first_loss is None:
+            first_loss = loss.item()
         if opt is not None:
             opt.step()
         if cuda:
@@ -152,7 +173,9 @@ def main():
                           median_s=med, min_s=min(times), cpu_median_s=statistics.median(cpu_times),
                           tokens_per_s=a.batch * a.seq / med, peak_rss_mib=peak,
                           base_rss_mib=base_rss, iters=a.iters, threads=torch.get_num_threads(),
-                          device=a.device, device_peak_mib=device_peak, torch=torch.__version__)))
+                          device=a.device, device_peak_mib=device_peak, torch=torch.__version__,
+                          family=a.family, params=sum(t.numel() for t in model.parameters()),
+                          first_loss=first_loss)))
 
 
 if __name__ == "__main__":
