@@ -122,7 +122,9 @@ void init_weights(ModelState& s, const std::function<bool(const std::string&)>& 
                         p.name.find("down_proj") != std::string::npos ||
                         p.name.find(".w2.weight") != std::string::npos;  // an expert's down
     const float scale = static_cast<float>(is_out ? out_std : std);
-    const bool ones = p.role == ParamRole::norm;
+    // Norm weights start at the identity: 1, or 0 where the norm multiplies by 1 + w (Gemma's).
+    const bool norm = p.role == ParamRole::norm;
+    const float norm_value = s.cfg.norm_weight == NormWeight::one_plus_fp32 ? 0.0f : 1.0f;
     // Keyed on the element's index in the full tensor, so every rank count builds the same model.
     const int64_t first = p.row_begin * p.row_len;
     dispatch_dtype(p.dtype, [&](auto tag) {
@@ -136,8 +138,9 @@ void init_weights(ModelState& s, const std::function<bool(const std::string&)>& 
         init_normal<T>(s.space, out, p.local_numel, seed, stream, 0.0f, 0.0f, first);  // zeros
       } else {
         // Biases start at zero (as nn.Linear's under Hugging Face's _init_weights).
-        const float sd = ones || p.role == ParamRole::bias ? 0.0f : scale;
-        init_normal<T>(s.space, out, p.local_numel, seed, stream, sd, ones ? 1.0f : 0.0f, first);
+        const float sd = norm || p.role == ParamRole::bias ? 0.0f : scale;
+        init_normal<T>(s.space, out, p.local_numel, seed, stream, sd, norm ? norm_value : 0.0f,
+                       first);
       }
     });
   }

@@ -460,6 +460,24 @@ def case_lora_more():
         lora(family)
 
 
+def case_fresh_norms():
+    """A model built by kktrain (no directory) starts with its norms at the identity: weights 1,
+    or 0 where the norm multiplies by 1 + w (Gemma's: a 1 there would double every norm)."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
+        conf = th.write_config(tmp)
+        shape = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2",
+                 "model.num_kv_heads=1", "model.intermediate_size=64", "model.qk_norm=per_head"]
+        for form, want in (("one_plus_fp32", 0.0), ("fp32", 1.0), ("plain", 1.0)):
+            dump = os.path.join(tmp, f"{form}.h5")
+            run_ok(["grads", conf, "--out", dump, *shape, f"model.norm_weight={form}",
+                    "model.norm_placement=sandwich"], f"grads, norm_weight {form}")
+            norms = {n: v for n, v in h5_params(dump).items() if "norm" in n}
+            check(len(norms) == 7, f"norms {sorted(norms)}")  # 4 + q/k + final
+            bad = [n for n, v in norms.items() if not np.all(v == want)]
+            check(not bad, f"norm_weight {form}: {bad} do not start at {want}")
+        print("fresh norms: 0 under one_plus_fp32 (Gemma's 1 + w), 1 under fp32 and plain")
+
+
 # ---- 4. chat fine-tuning with the family's own template ----------------------------------------
 
 def npm_models(package):
