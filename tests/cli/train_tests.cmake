@@ -115,7 +115,7 @@ foreach(case IN ITEMS f32_tied_single_llama3 f32_untied_sharded bf16_untied_sing
                       qwen3_f32_layer_types qwen3_moe_f32 qwen3_moe_bf16_no_norm
                       smollm3_f32_no_rope_layers smollm3_bf16_interval smollm2_f32
                       gemma2_f32 gemma2_bf16 gemma3_f32 gemma3_bf16_conditional
-                      gemma3_f32_conditional_hub olmo2_f32 olmo2_bf16)
+                      gemma3_f32_conditional_hub olmo2_f32 olmo2_bf16 phi3_f32 phi4mini_bf16)
   add_test(NAME hf.parity_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hf/check_hf_parity.py
                    $<TARGET_FILE:kktrain> ${case})
