@@ -92,14 +92,15 @@ foreach(case IN ITEMS import roundtrip refusals)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(hf.mixtral_${case} PROPERTIES LABELS hf TIMEOUT 300)
 endforeach()
-# Qwen2 and Qwen3 directories (tests/cli/test_hf_families.py): train + export with the input's
-# names, shapes and config.json keys, re-import bit for bit; resume exact on 1 and 2 ranks
-# (mpirun; exit 77, a skip, without it) and from 2 ranks on 1; LoRA on q/k/v/o with PEFT's names
+# Qwen2, Qwen3 and Phi-3 directories (tests/cli/test_hf_families.py; Mistral, SmolLM3 and
+# Qwen3-MoE round trips): train + export with the input's names, shapes and config.json keys,
+# re-import bit for bit; resume exact on 1 and 2 ranks (mpirun; exit 77, a skip, without it) and
+# from 2 ranks on 1; LoRA on q/k/v/o (Phi-3: qkv_proj, o_proj, gate_up_proj) with PEFT's names
 # and the biases and q/k norms frozen; config.json values and exports refused in one line.
 # Hidden 64, 2 layers, 32-token sequences: ~7-18 s a case on two busy cores.
 foreach(case IN ITEMS roundtrip_qwen2 roundtrip_qwen3 roundtrip_mistral roundtrip_smollm3
-                      roundtrip_qwen3_moe resume_qwen2 resume_qwen3 lora_qwen2 lora_qwen3
-                      refusals)
+                      roundtrip_qwen3_moe roundtrip_phi3 resume_qwen2 resume_qwen3 resume_phi3
+                      lora_qwen2 lora_qwen3 lora_phi3 refusals)
   add_test(NAME hf.family_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf_families.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
