@@ -63,17 +63,65 @@ void require_supported(Section& s, const std::string& key, std::optional<DType> 
 }
 
 // model.rope_scaling (Hugging Face's rope_scaling): the llama3 factors are required, as Hugging
-// Face requires them; they are read only for llama3.
-void read_rope_scaling(Section& s, RopeScaling* r) {
+// Face requires them; they are read only for llama3. longrope (Phi-3) needs its two factor lists
+// and original_max_position_embeddings; its attention_factor defaults from factor, which defaults
+// to max_seq_len / original_max_position_embeddings. The lists' lengths (rotary_dim / 2) are
+// checked once rotary_dim is read.
+void read_rope_scaling(Section& s, RopeScaling* r, int64_t max_seq_len) {
   r->rope_type = get_enum(s, "rope_type", RopeType::standard, rope_types());
   std::map<std::string, std::string> foreign;
   const char* const kLlama3[] = {"factor", "low_freq_factor", "high_freq_factor",
                                  "original_max_position_embeddings"};
+  const char* const kLongrope[] = {"short_factor", "long_factor", "attention_factor"};
+  if (!r->longrope()) {
+    for (const char* k : kLongrope) foreign[k] = "applies only to rope_type: longrope";
+  }
   if (r->rope_type == RopeType::linear) {
     if (!s.has("factor")) s.fail("factor", "rope_type linear needs factor (> 0)");
     r->factor = s.get_double("factor", 1.0, 1e-6, kInf);
     for (int i = 1; i < 4; ++i) foreign[kLlama3[i]] = "applies only to rope_type: llama3";
     s.finish(foreign);
+    return;
+  }
+  if (r->longrope()) {
+    for (const char* k : {"short_factor", "long_factor", "original_max_position_embeddings"}) {
+      if (!s.has(k)) {
+        s.fail(k,
+               "rope_type longrope needs short_factor, long_factor (rotary_dim / 2 numbers "
+               "each) and original_max_position_embeddings");
+      }
+    }
+    r->short_factor = s.get_number_list("short_factor", kMaxLongropeFactors, 1e-6, 1e12);
+    r->long_factor = s.get_number_list("long_factor", kMaxLongropeFactors, 1e-6, 1e12);
+    for (const char* k : {"short_factor", "long_factor"}) {
+      s.accepts(k, std::string("longrope (required): rotary_dim / 2 numbers, each 1e-06 .. 1e12: "
+                               "inv_freq[j] = 1 / (factor[j] * rope_theta^(2j / rotary_dim)), ") +
+                       (k[0] == 's' ? "for a batch whose positions stay within "
+                                      "original_max_position_embeddings"
+                                    : "for one whose positions go beyond"));
+    }
+    // (the schema's rows of these two keys are llama3's, which say what longrope takes)
+    r->original_max_position_embeddings =
+        s.get_int("original_max_position_embeddings", 8192, 1, 1 << 30);
+    std::optional<double> factor;
+    if (s.has("factor")) {
+      factor = s.get_opt_double("factor", 1e-6, 1e12);
+    } else {
+      s.accept("factor");
+      s.set_resolved("factor", YAML::Node(YAML::NodeType::Null));
+    }
+    const auto attention = s.get_opt_double("attention_factor", 1e-6, 1e6);
+    s.accepts("attention_factor",
+              "longrope: null (sqrt(1 + ln(factor) / ln(original_max_position_embeddings)), 1 "
+              "when factor <= 1) or > 0: cos and sin are multiplied by it");
+    for (int i = 1; i < 3; ++i) foreign[kLlama3[i]] = "applies only to rope_type: llama3";
+    s.finish(foreign);
+    r->factor = factor ? *factor
+                       : static_cast<double>(max_seq_len) /
+                             static_cast<double>(r->original_max_position_embeddings);
+    r->attention_factor =
+        attention ? *attention
+                  : longrope_attention_factor(r->factor, r->original_max_position_embeddings);
     return;
   }
   if (!r->llama3()) {
@@ -95,9 +143,15 @@ void read_rope_scaling(Section& s, RopeScaling* r) {
       s.get_int("original_max_position_embeddings", 8192, 1, 1 << 30);
   for (const char* k : kLlama3) {
     s.accepts(k, std::string("required with rope_type llama3: ") +
-                     (k == kLlama3[3] ? "an integer >= 1" : "> 0") + " (Llama 3.1's shown)");
+                     (k == kLlama3[3] ? "an integer >= 1" : "> 0") + " (Llama 3.1's shown)" +
+                     (k == kLlama3[0]   ? "; linear: required; longrope: null or > 0, only for "
+                                          "attention_factor's default (null: max_seq_len / "
+                                          "original_max_position_embeddings)"
+                      : k == kLlama3[3] ? "; longrope: required, the longest sequence the "
+                                          "short factors serve"
+                                        : ""));
   }
-  s.finish();
+  s.finish(foreign);
   if (r->high_freq_factor <= r->low_freq_factor) {
     s.fail_either("low_freq_factor", "high_freq_factor",
                   "high_freq_factor " + format_double(r->high_freq_factor) +
@@ -134,6 +188,11 @@ void read_moe(Section& s, MoeConfig* e, int64_t dense_intermediate) {
 }
 
 }  // namespace
+
+double longrope_attention_factor(double factor, int64_t original) {
+  if (!(factor > 1.0) || original <= 1) return 1.0;
+  return std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
+}
 
 double ModelConfig::attn_scale() const {
   if (query_pre_attn_scalar > 0) return 1.0 / std::sqrt(query_pre_attn_scalar);
@@ -220,12 +279,16 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
   m->rms_norm_eps = s.get_double("rms_norm_eps", m->rms_norm_eps, 0.0, 1.0);
   {
     Section r = s.sub("rope_scaling");
-    read_rope_scaling(r, &m->rope_scaling);
+    read_rope_scaling(r, &m->rope_scaling, m->max_seq_len);
   }
   m->tie_word_embeddings = s.get_bool("tie_word_embeddings", m->tie_word_embeddings);
   m->family = get_enum(s, "family", m->family, model_families());
   m->explicit_head_dim = s.get_opt_int("head_dim", std::nullopt, 2, 1 << 16).value_or(0);
   s.accepts("head_dim", "null (hidden_size / num_heads) or an even number >= 2");
+  m->explicit_rotary_dim = s.get_opt_int("rotary_dim", std::nullopt, 2, 1 << 16).value_or(0);
+  s.accepts("rotary_dim",
+            "null (head_dim) or an even number >= 2, at most head_dim: the values of each query "
+            "and key head that rotate (the first rotary_dim; the rest pass through)");
   m->attention_bias = get_enum(s, "attention_bias", m->attention_bias, attention_biases());
   m->qk_norm = get_enum(s, "qk_norm", m->qk_norm, qk_norms());
   m->sliding_window = s.get_opt_int("sliding_window", std::nullopt, 1, 1 << 22).value_or(0);
@@ -346,6 +409,32 @@ void read_model(Section& s, ModelConfig* m, StorageDtypeSpec* spec) {
                   "head_dim = hidden_size / num_heads = " + std::to_string(m->head_dim()) +
                       " must be even for rotary embeddings");
   }
+  if (m->family == ModelFamily::phi3 && m->attention_bias != AttentionBias::none) {
+    s.fail_either("family", "attention_bias",
+                  "family phi3's fused qkv_proj has no bias (attention_bias none)");
+  }
+  if (m->family == ModelFamily::phi3 && m->moe.enabled()) {
+    s.fail("family", "family phi3 has a dense MLP (gate_up_proj); model.moe.num_experts is " +
+                         std::to_string(m->moe.num_experts));
+  }
+  if (m->explicit_rotary_dim % 2 != 0 || m->explicit_rotary_dim > m->head_dim()) {
+    s.fail("rotary_dim", std::to_string(m->explicit_rotary_dim) +
+                             " must be even and at most head_dim " + std::to_string(m->head_dim()));
+  }
+  const RopeScaling& r = m->rope_scaling;
+  if (r.longrope()) {
+    const int64_t half = m->rotary_dim() / 2;
+    for (const auto& [key, list] :
+         {std::pair<const char*, const std::vector<double>*>{"short_factor", &r.short_factor},
+          {"long_factor", &r.long_factor}}) {
+      if (static_cast<int64_t>(list->size()) != half) {
+        Section rs = s.sub("rope_scaling");
+        rs.fail(key, std::to_string(list->size()) + " factors; rotary_dim " +
+                         std::to_string(m->rotary_dim()) +
+                         " needs rotary_dim / 2 = " + std::to_string(half));
+      }
+    }
+  }
 }
 
 void read_freeze(Section& s, FreezeConfig* f) {
@@ -396,7 +485,7 @@ void read_peft(Section& s, PeftConfig* p) {
 
 // A peft section naming an adapter in init_from takes its r, lora_alpha and target_modules for
 // the keys it leaves unset (a key it sets must agree: io/peft.hpp checks the directory later).
-void peft_from_adapter(YAML::Node root, int64_t num_layers, const LoadOptions& opts) {
+void peft_from_adapter(YAML::Node root, const ModelConfig& m, const LoadOptions& opts) {
   const YAML::Node& croot = root;
   if (!croot["peft"] || !croot["peft"].IsMap()) return;
   YAML::Node p = root["peft"];
@@ -406,7 +495,8 @@ void peft_from_adapter(YAML::Node root, int64_t num_layers, const LoadOptions& o
       all_set) {
     return;
   }
-  const PeftAdapterSettings a = opts.peft_adapter(cp["init_from"].Scalar(), num_layers);
+  const PeftAdapterSettings a =
+      opts.peft_adapter(cp["init_from"].Scalar(), m.num_layers, m.fused_projections());
   if (!cp["dim"]) p["dim"] = a.dim;
   if (!cp["alpha"]) p["alpha"] = a.alpha;
   if (!cp["target_modules"]) p["target_modules"] = a.target_modules;
@@ -909,7 +999,7 @@ Config load_config_text(const std::string& text, const std::string& name,
     read_freeze(s, &c.freeze);
   }
   {
-    if (opts.peft_adapter) peft_from_adapter(root, c.model.num_layers, opts);
+    if (opts.peft_adapter) peft_from_adapter(root, c.model, opts);
     Section s = top.sub("peft");
     read_peft(s, &c.peft);
     if (!c.peft.enabled) c.resolved["peft"] = YAML::Node(YAML::NodeType::Null);
@@ -1024,6 +1114,9 @@ std::string config_schema_markdown() {
       {"AdamW",
        "model:\n  rope_scaling: {rope_type: llama3, factor: 8, low_freq_factor: 1,\n"
        "    high_freq_factor: 4, original_max_position_embeddings: 8192}\n"},
+      {"AdamW",
+       "model:\n  rotary_dim: 4\n  rope_scaling: {rope_type: longrope, short_factor: [1, 1],\n"
+       "    long_factor: [2, 2], original_max_position_embeddings: 64}\n"},
       {"AdamW", "model:\n  moe: {num_experts: 8}\n"},
   };
   struct Row {

@@ -27,19 +27,39 @@ namespace kktrain {
 // model.rope_scaling: how the rotary inverse frequencies are rescaled for long contexts, as
 // Hugging Face's rope_scaling (ops/rope.hpp computes them).
 // model.rope_scaling.rope_type: no scaling (the config's default) or Llama 3.1 / 3.2's.
-// linear: every frequency divided by `factor` (Gemma 3's global layers).
-enum class RopeType { standard, llama3, linear };
-const char* rope_type_name(RopeType t);  // "default" | "llama3" | "linear"
+// linear: every frequency divided by `factor` (Gemma 3's global layers). longrope: Phi-3's
+// per-frequency factors, short_factor for a forward whose positions stay within
+// original_max_position_embeddings, long_factor beyond, cos and sin times attention_factor.
+enum class RopeType { standard, llama3, linear, longrope };
+const char* rope_type_name(RopeType t);  // "default" | "llama3" | "linear" | "longrope"
+
+// The most factors a longrope list holds (one per rotary frequency: rotary_dim / 2 <= 32768).
+constexpr int64_t kMaxLongropeFactors = int64_t(1) << 15;
 
 struct RopeScaling {
   RopeType rope_type = RopeType::standard;
   double factor = 0.0;            // llama3: low frequencies are divided by it; linear: all
   double low_freq_factor = 0.0;   // wavelengths > original / low_freq_factor: divided
   double high_freq_factor = 0.0;  // wavelengths < original / high_freq_factor: kept
+  // llama3: the context the frequencies were trained for; longrope: the longest sequence the
+  // short factors serve (a forward with a later position uses the long ones).
   int64_t original_max_position_embeddings = 0;
+  // longrope: inv_freq[j] = 1 / (factor[j] * theta^(2j / rotary_dim)), rotary_dim / 2 each, and
+  // the resolved factor cos and sin are multiplied by.
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
   bool llama3() const { return rope_type == RopeType::llama3; }
+  bool longrope() const { return rope_type == RopeType::longrope; }
   bool scaled() const { return rope_type != RopeType::standard; }
+  // longrope: whether a forward whose largest position is positions - 1 uses the long factors.
+  bool uses_long(int64_t positions) const {
+    return longrope() && positions > original_max_position_embeddings;
+  }
 };
+// longrope's default attention_factor for max_position_embeddings / original = factor:
+// sqrt(1 + ln(factor) / ln(original)) when factor > 1, else 1 (transformers'
+// _compute_longrope_parameters).
+double longrope_attention_factor(double factor, int64_t original);
 
 // model.moe: a sparse MLP (mixture of experts, Mixtral semantics) in every decoder layer instead
 // of the dense one (docs/moe.md). num_experts 0 keeps the dense MLPs.
@@ -80,8 +100,20 @@ struct GemmConfig {
 // model.family: the Hugging Face architecture the model is (its config.json and export names).
 // A mixture of experts is a Mixtral in the llama family and Qwen3-MoE in qwen3_moe (the names of
 // its router and experts: docs/moe.md).
-enum class ModelFamily { llama, mistral, qwen2, qwen3, qwen3_moe, smollm3, gemma2, gemma3, olmo2 };
-// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "smollm3", "gemma2", "gemma3", "olmo2"
+enum class ModelFamily {
+  llama,
+  mistral,
+  qwen2,
+  qwen3,
+  qwen3_moe,
+  smollm3,
+  gemma2,
+  gemma3,
+  olmo2,
+  phi3
+};
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "smollm3", "gemma2", "gemma3", "olmo2",
+// "phi3" (Phi-3 and Phi-4-mini: fused self_attn.qkv_proj and mlp.gate_up_proj parameters)
 const char* model_family_name(ModelFamily f);
 std::optional<ModelFamily> parse_model_family(const std::string& name);
 // model.attention_bias: which attention projections add a bias (Qwen2: q, k, v; Qwen3's and
@@ -151,6 +183,10 @@ struct ModelConfig {
   GemmConfig gemm;            // model.gemm, model.gemm_fp32
   ModelFamily family = ModelFamily::llama;
   int64_t explicit_head_dim = 0;  // model.head_dim (null: 0, hidden_size / num_heads)
+  // model.rotary_dim: the first rotary_dim values of each query and key head rotate (pairs j and
+  // j + rotary_dim / 2), the rest pass through (Phi-3's partial_rotary_factor; 0, null in a
+  // config: all head_dim values).
+  int64_t explicit_rotary_dim = 0;
   AttentionBias attention_bias = AttentionBias::none;
   QkNorm qk_norm = QkNorm::none;
   // model.sliding_window: a query at position q sees keys q - W < k <= q on the sliding layers
@@ -188,6 +224,9 @@ struct ModelConfig {
   int64_t head_dim() const {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
   }
+  int64_t rotary_dim() const { return explicit_rotary_dim > 0 ? explicit_rotary_dim : head_dim(); }
+  // Phi-3's single qkv_proj and gate_up_proj parameters instead of q/k/v_proj and gate/up_proj.
+  bool fused_projections() const { return family == ModelFamily::phi3; }
 };
 
 struct FreezeConfig {
@@ -435,7 +474,9 @@ struct LoadOptions {
   // peft.init_from's r, lora_alpha and target_modules (`num_layers`: the model's), for a peft
   // section that leaves dim, alpha or target_modules unset; set by the application layer, which
   // reads adapter files. Unset: such a section without target_modules is refused.
-  std::function<PeftAdapterSettings(const std::string& dir, int64_t num_layers)> peft_adapter;
+  // `fused`: the model's projections are Phi-3's (qkv_proj, o_proj, gate_up_proj, down_proj).
+  std::function<PeftAdapterSettings(const std::string& dir, int64_t num_layers, bool fused)>
+      peft_adapter;
 };
 
 // Parses YAML text (no file); `name` is used in error locations.

@@ -44,8 +44,10 @@ const Choices<ExportKind>& export_kinds() {
 }
 
 const Choices<RopeType>& rope_types() {
-  static const Choices<RopeType> c = {
-      {RopeType::standard, "default"}, {RopeType::llama3, "llama3"}, {RopeType::linear, "linear"}};
+  static const Choices<RopeType> c = {{RopeType::standard, "default"},
+                                      {RopeType::llama3, "llama3"},
+                                      {RopeType::linear, "linear"},
+                                      {RopeType::longrope, "longrope"}};
   return c;
 }
 const Choices<GemmChoice>& gemm_choices() {
@@ -77,7 +79,7 @@ const Choices<ModelFamily>& model_families() {
       {ModelFamily::qwen2, "qwen2"},         {ModelFamily::qwen3, "qwen3"},
       {ModelFamily::qwen3_moe, "qwen3_moe"}, {ModelFamily::smollm3, "smollm3"},
       {ModelFamily::gemma2, "gemma2"},       {ModelFamily::gemma3, "gemma3"},
-      {ModelFamily::olmo2, "olmo2"}};
+      {ModelFamily::olmo2, "olmo2"},         {ModelFamily::phi3, "phi3"}};
   return c;
 }
 const Choices<AttentionBias>& attention_biases() {

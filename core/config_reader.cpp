@@ -407,6 +407,42 @@ std::vector<std::string> Section::get_string_list(const std::string& key, GlobMa
   return out;
 }
 
+std::vector<double> Section::get_number_list(const std::string& key, int64_t max_items, double min,
+                                             double max) {
+  known(key);
+  if (g_recorder) {
+    g_recorder->record({key_path(key), "list of numbers", "null",
+                        "1 to " + std::to_string(max_items) + " numbers, each " +
+                            range_text(format_double(min), format_double(max), std::isinf(max))});
+  }
+  std::vector<double> out;
+  const YAML::Node v = value(key);
+  YAML::Node r(YAML::NodeType::Sequence);
+  if (v.IsDefined() && !v.IsNull()) {
+    if (!v.IsSequence() || v.size() == 0 || static_cast<int64_t>(v.size()) > max_items) {
+      fail(key, "expected a list of 1 to " + std::to_string(max_items) + " numbers, got " +
+                    (v.IsSequence() ? std::to_string(v.size()) + " items" : describe(v)));
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      double x = 0.0;
+      if (!v[i].IsScalar() || !parse_double(v[i].Scalar(), &x) || !std::isfinite(x)) {
+        fail(key, "item " + std::to_string(i) + " is not a finite number: " + describe(v[i]));
+      }
+      if (!(x >= min && x <= max)) {
+        fail(key, "item " + std::to_string(i) + " = " + format_double(x) + " is out of range [" +
+                      format_double(min) + ", " + format_double(max) + "]");
+      }
+      out.push_back(x);
+      r.push_back(YAML::Load(format_double(x)));
+    }
+    r.SetStyle(YAML::EmitterStyle::Flow);
+    resolved_[key] = r;
+  } else {
+    resolved_[key] = YAML::Node(YAML::NodeType::Null);
+  }
+  return out;
+}
+
 std::vector<double> Section::get_double_list(const std::string& key, const std::vector<double>& def,
                                              double min, double max) {
   known(key);

@@ -98,6 +98,9 @@ class Section {
   // spelling).
   std::vector<std::string> get_string_list(const std::string& key,
                                            GlobMaps glob_maps = GlobMaps::refused);
+  // A list of 1 to max_items numbers, each finite and in [min, max] (null or absent: empty).
+  std::vector<double> get_number_list(const std::string& key, int64_t max_items, double min,
+                                      double max);
   // A list of exactly n numbers (betas).
   std::vector<double> get_double_list(const std::string& key, const std::vector<double>& def,
                                       double min, double max);

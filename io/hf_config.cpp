@@ -135,17 +135,55 @@ json parse_json_object(const std::string& file, const std::string& text) {
   return j;
 }
 
+// How read_rope_object reads: transformers 5's rope_parameters hold rope_theta (read by the
+// caller); Phi-3 (phi3) has longrope (its older names "su" and "yarn" read as longrope) and, in
+// rope_parameters, partial_rotary_factor (into *partial); kktrain's own files (own) any type.
+struct RopeRead {
+  bool with_theta = false;
+  bool phi3 = false;
+  bool own = false;
+  double* partial = nullptr;
+};
+
+// longrope's factor list `name` of `s` at `w`: 1 to kMaxLongropeFactors finite positive
+// numbers (its length against rotary_dim is checked by the caller).
+std::vector<double> read_factor_list(const json& s, const Where& w, const char* name) {
+  const std::string need = "longrope needs it as a list of 1 to " +
+                           std::to_string(kMaxLongropeFactors) + " positive numbers";
+  if (s.contains(name) && s[name].is_array() &&
+      (s[name].empty() || static_cast<int64_t>(s[name].size()) > kMaxLongropeFactors)) {
+    w.at(name).fail(std::to_string(s[name].size()) + " values: " + need);  // (not shown)
+  }
+  if (!s.contains(name) || !s[name].is_array()) {
+    w.at(name).fail_valued(s.contains(name) ? &s[name] : nullptr, need);
+  }
+  std::vector<double> out;
+  for (std::size_t i = 0; i < s[name].size(); ++i) {
+    const json& x = s[name][i];
+    if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>())) {
+      w.at(name).at(i).fail_valued(&x, "not a positive number");
+    }
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
 // One rotary object at `w` (rope_scaling, or transformers 5's rope_parameters, which also holds
 // rope_theta: read by the caller): its rope_type (older files say "type") and that type's numbers.
-// Keys the type does not have are refused by name.
-RopeScaling read_rope_object(const json& s, const Where& w, bool with_theta) {
+// Keys the type does not have are refused by name. longrope: the factor lists as written,
+// original_max_position_embeddings, factor and attention_factor when given (0 when not: the
+// caller resolves them).
+RopeScaling read_rope_object(const json& s, const Where& w, const RopeRead& how) {
   if (!s.is_object()) w.fail_valued(&s, "not a JSON object");
   const std::string key = s.contains("rope_type") ? "rope_type" : "type";
   if (!s.contains(key) || !s[key].is_string()) w.fail_valued(&s, "has no rope_type");
-  const std::string type = s[key].get<std::string>();
+  std::string type = s[key].get<std::string>();
+  if (how.phi3 && (type == "su" || type == "yarn")) type = "longrope";  // Phi3Config's old names
   RopeScaling r;
   std::set<std::string> known = {key};
-  if (with_theta) known.insert("rope_theta");
+  if (how.with_theta) known.insert("rope_theta");
+  if (how.with_theta && how.phi3) known.insert("partial_rotary_factor");
+  const bool longrope_ok = how.phi3 || how.own;
   if (type == "llama3") {
     r.rope_type = RopeType::llama3;
     known.insert(
@@ -153,8 +191,14 @@ RopeScaling read_rope_object(const json& s, const Where& w, bool with_theta) {
   } else if (type == "linear") {
     r.rope_type = RopeType::linear;
     known.insert("factor");
+  } else if (type == "longrope" && longrope_ok) {
+    r.rope_type = RopeType::longrope;
+    known.insert({"short_factor", "long_factor", "factor", "attention_factor",
+                  "original_max_position_embeddings"});
   } else if (type != "default") {
-    w.at(key).fail_valued(&s[key], "kktrain implements llama3 and linear rope scaling (and none)");
+    w.at(key).fail_valued(&s[key], std::string("kktrain implements llama3 and linear rope "
+                                               "scaling (and none)") +
+                                       (longrope_ok ? ", and Phi-3's longrope" : ""));
   }
   for (const auto& item : s.items()) {
     if (!known.count(item.key())) {
@@ -162,23 +206,44 @@ RopeScaling read_rope_object(const json& s, const Where& w, bool with_theta) {
     }
   }
   auto field = [&](const char* name) {
-    if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0)) {
+    if (!s.contains(name) || !s[name].is_number() || !(s[name].get<double>() > 0) ||
+        !std::isfinite(s[name].get<double>())) {
       w.at(name).fail_valued(s.contains(name) ? &s[name] : nullptr,
                              type + " rope scaling needs it as a positive number");
     }
     return s[name].get<double>();
   };
+  auto original = [&]() {
+    const double orig = field("original_max_position_embeddings");
+    if (orig != std::floor(orig) || orig > double(1 << 30)) {
+      w.at("original_max_position_embeddings")
+          .fail_valued(&s["original_max_position_embeddings"], "not an integer up to 2^30");
+    }
+    return static_cast<int64_t>(orig);
+  };
+  if (how.partial && s.contains("partial_rotary_factor")) {
+    *how.partial = field("partial_rotary_factor");
+  }
   if (!r.scaled()) return r;
+  if (r.longrope()) {
+    r.short_factor = read_factor_list(s, w, "short_factor");
+    r.long_factor = read_factor_list(s, w, "long_factor");
+    auto optional = [&](const char* name) {
+      return s.contains(name) && !s[name].is_null() ? field(name) : 0.0;
+    };
+    r.factor = optional("factor");
+    r.attention_factor = optional("attention_factor");
+    if (s.contains("original_max_position_embeddings") &&
+        !s["original_max_position_embeddings"].is_null()) {
+      r.original_max_position_embeddings = original();
+    }
+    return r;
+  }
   r.factor = field("factor");
   if (r.rope_type == RopeType::linear) return r;
   r.low_freq_factor = field("low_freq_factor");
   r.high_freq_factor = field("high_freq_factor");
-  const double orig = field("original_max_position_embeddings");
-  if (orig != std::floor(orig)) {
-    w.at("original_max_position_embeddings")
-        .fail_valued(&s["original_max_position_embeddings"], "not an integer");
-  }
-  r.original_max_position_embeddings = static_cast<int64_t>(orig);
+  r.original_max_position_embeddings = original();
   if (r.high_freq_factor <= r.low_freq_factor) {
     throw InputError("'" + w.file + "': " + w.key +
                      ".high_freq_factor = " + s["high_freq_factor"].dump() +
@@ -187,9 +252,9 @@ RopeScaling read_rope_object(const json& s, const Where& w, bool with_theta) {
   return r;
 }
 
-RopeScaling read_rope_scaling(const Keys& k) {
+RopeScaling read_rope_scaling(const Keys& k, const RopeRead& how) {
   if (!k.has("rope_scaling")) return RopeScaling();
-  return read_rope_object(k.j["rope_scaling"], Where{k.file, "rope_scaling"}, false);
+  return read_rope_object(k.j["rope_scaling"], Where{k.file, "rope_scaling"}, how);
 }
 
 bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
@@ -199,10 +264,11 @@ bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
 // The rotary base and scaling: transformers 4's rope_theta / rope_scaling, or transformers 5's
 // rope_parameters {rope_type, rope_theta, the type's numbers}. A file with both forms is read
 // when they agree and refused, naming both keys, when they do not. Sets a's keys of origin.
-void read_rope(const Keys& k, HfArchitecture* a, double default_theta) {
+void read_rope(const Keys& k, HfArchitecture* a, double default_theta, double* partial) {
   ModelConfig& m = a->model;
+  const bool phi3 = m.family == ModelFamily::phi3;
   m.rope_theta = k.number("rope_theta", default_theta);
-  m.rope_scaling = read_rope_scaling(k);
+  m.rope_scaling = read_rope_scaling(k, RopeRead{false, phi3, false, nullptr});
   if (!k.has("rope_parameters")) return;
   const json& p = k.j["rope_parameters"];
   const Where w{k.file, "rope_parameters"};
@@ -213,7 +279,7 @@ void read_rope(const Keys& k, HfArchitecture* a, double default_theta) {
     w.fail_valued(
         &p, "rotary settings per layer type are Gemma 3's; " + a->architecture + " has one set");
   }
-  const RopeScaling r = read_rope_object(p, w, true);
+  const RopeScaling r = read_rope_object(p, w, RopeRead{true, phi3, false, partial});
   if (k.has("rope_scaling") && !same_scaling(r, m.rope_scaling)) {
     w.fail_valued(&p, "disagrees with rope_scaling = " + k.j["rope_scaling"].dump() +
                           ": which one is meant?");
@@ -586,9 +652,10 @@ void read_gemma3_rope(const Keys& k, HfArchitecture* a) {
   for (const char* type : {"full_attention", "sliding_attention"}) {
     if (!p.contains(type)) w.at(type).fail_valued(nullptr, "missing");
   }
-  const RopeScaling full = read_rope_object(p["full_attention"], w.at("full_attention"), true);
+  const RopeRead how{true, false, false, nullptr};
+  const RopeScaling full = read_rope_object(p["full_attention"], w.at("full_attention"), how);
   const RopeScaling local =
-      read_rope_object(p["sliding_attention"], w.at("sliding_attention"), true);
+      read_rope_object(p["sliding_attention"], w.at("sliding_attention"), how);
   if (local.scaled()) {
     w.at("sliding_attention")
         .fail_valued(&p["sliding_attention"], "Gemma 3's sliding layers rotate unscaled");
@@ -609,6 +676,100 @@ void read_gemma3_rope(const Keys& k, HfArchitecture* a) {
   m.rope_local_theta = local_theta;
   a->rope_theta_key = "rope_parameters.full_attention.rope_theta";
   a->rope_scaling_key = "rope_parameters.full_attention";
+}
+
+// A dropout probability of Phi3Config: 0 (inert in kktrain's deterministic training) or refused.
+void refuse_dropout(const Keys& k, const char* key) {
+  if (k.has(key) && (!k.j[key].is_number() || k.j[key].get<double>() != 0.0)) {
+    k.fail(key, "kktrain trains without dropout (0.0 is accepted)");
+  }
+}
+
+// Phi-3's keys beside Llama's (Phi3Config): original_max_position_embeddings (top level; the
+// longest sequence longrope's short factors serve, absent: max_position_embeddings),
+// partial_rotary_factor (rotary on int(head_dim * factor) values of each head; top level, or in
+// transformers 5's rope_parameters), longrope resolved (factor = max_position_embeddings /
+// original_max_position_embeddings, attention_factor sqrt(1 + ln(factor) / ln(original)) unless
+// given; each factor list rotary_dim / 2 long), the dropouts (0 only), and Phi-4-mini's keys that
+// Phi3Config does not read (read here and unused, as transformers leaves them).
+void read_phi3(const Keys& k, HfArchitecture* a, double partial_in_rope) {
+  ModelConfig& m = a->model;
+  const bool top_original = k.has("original_max_position_embeddings");
+  const int64_t original = k.integer("original_max_position_embeddings", m.max_seq_len, 1);
+  if (original > (int64_t(1) << 30)) k.fail("original_max_position_embeddings", "above 2^30");
+  double partial = k.number("partial_rotary_factor", 1.0);
+  if (partial_in_rope > 0) {
+    if (k.has("partial_rotary_factor") && partial != partial_in_rope) {
+      k.fail("partial_rotary_factor",
+             "disagrees with rope_parameters.partial_rotary_factor: "
+             "which one is meant?");
+    }
+    partial = partial_in_rope;
+  }
+  const int64_t D = m.head_dim();
+  const double rotary_f = static_cast<double>(D) * partial;  // Python's int(): toward zero
+  const int64_t rotary =
+      rotary_f >= 1.0 && rotary_f <= static_cast<double>(D) ? static_cast<int64_t>(rotary_f) : 0;
+  if (rotary < 2 || rotary % 2 != 0) {
+    k.fail("partial_rotary_factor", "rotary on int(head_dim " + std::to_string(D) +
+                                        " * factor) values of each head: an even number from 2 "
+                                        "to head_dim is needed");
+  }
+  m.explicit_rotary_dim = rotary == D ? 0 : rotary;
+  refuse_dropout(k, "resid_pdrop");
+  refuse_dropout(k, "embd_pdrop");
+  // Phi-4-mini's files carry these; Phi3Config does not read them, so transformers computes the
+  // model without them: read and unused here too.
+  (void)k.has("full_attn_mod");
+  (void)k.has("interpolate_factor");
+  if (k.boolean("lm_head_bias", false)) {
+    k.fail("lm_head_bias", "Phi-3's LM head has no bias (false is accepted)");
+  }
+  RopeScaling& r = m.rope_scaling;
+  const std::string key = a->rope_scaling_key;
+  if (r.scaled() && !r.longrope()) {
+    k.fail(key, "Phi3Config's rotary scaling is longrope (or none)");
+  }
+  if (!r.longrope()) return;
+  const json& obj = k.j[key];
+  const Where w{k.file, key};
+  auto value = [&](const char* n) { return obj.contains(n) ? &obj[n] : nullptr; };
+  // The short factors serve sequences up to the top-level original_max_position_embeddings (the
+  // rotary object's when only it has one, else max_position_embeddings).
+  if (top_original || r.original_max_position_embeddings == 0) {
+    if (r.original_max_position_embeddings > 0 && r.original_max_position_embeddings != original) {
+      w.at("original_max_position_embeddings")
+          .fail_valued(value("original_max_position_embeddings"),
+                       "disagrees with original_max_position_embeddings = " +
+                           std::to_string(original) + ": which one is meant?");
+    }
+    r.original_max_position_embeddings = original;
+  }
+  const double ratio =
+      static_cast<double>(m.max_seq_len) / static_cast<double>(r.original_max_position_embeddings);
+  // transformers 4 takes max_position_embeddings / original_max_position_embeddings whenever the
+  // config has the latter (Phi3Config always does), transformers 5 the object's factor: a factor
+  // beside a top-level original_max_position_embeddings that disagrees is ambiguous.
+  if (r.factor > 0 && top_original && std::fabs(r.factor - ratio) > 1e-9 * ratio) {
+    w.at("factor").fail_valued(value("factor"),
+                               "disagrees with max_position_embeddings / "
+                               "original_max_position_embeddings = " +
+                                   format_double(ratio) +
+                                   " (transformers versions differ on "
+                                   "which one is used)");
+  }
+  if (!(r.factor > 0)) r.factor = ratio;
+  if (!(r.attention_factor > 0)) {
+    r.attention_factor = longrope_attention_factor(r.factor, r.original_max_position_embeddings);
+  }
+  for (const char* name : {"short_factor", "long_factor"}) {
+    const auto& list = std::string(name) == "short_factor" ? r.short_factor : r.long_factor;
+    if (static_cast<int64_t>(list.size()) != rotary / 2) {
+      w.at(name).fail(std::to_string(list.size()) + " factors; rotary_dim " +
+                      std::to_string(rotary) + " (head_dim * partial_rotary_factor) needs " +
+                      std::to_string(rotary / 2));
+    }
+  }
 }
 
 // Gemma 2's soft-capped logits: no family kktrain reads computes them.
@@ -647,8 +808,9 @@ HfArchitecture read_hf_config(const std::string& dir) {
 
 namespace {
 
-// How a family reads its window keys (none: it has none; gemma: Gemma 2's and 3's layer pattern).
-enum class WindowKeys { llama, qwen, smollm3, gemma, none };
+// How a family reads its window keys (none: it has none; gemma: Gemma 2's and 3's layer pattern;
+// phi3: sliding_window null or on every layer).
+enum class WindowKeys { llama, qwen, smollm3, gemma, phi3, none };
 
 // What a family's decoder layer computes besides its attention: its norms, its MLP activation
 // and its embedding scale (core/model_enums.hpp), and its tied head's default.
@@ -657,8 +819,9 @@ struct HfBlock {
   NormPlacement placement;
   MlpActivation activation;
   EmbedScale embed_scale;
-  bool tied;          // tie_word_embeddings when absent
-  double rope_theta;  // rope_theta when absent
+  bool tied;                   // tie_word_embeddings when absent
+  double rope_theta;           // rope_theta when absent
+  double rms_norm_eps = 1e-6;  // rms_norm_eps when absent
 };
 constexpr HfBlock kLlamaBlock{
     NormWeight::plain, NormPlacement::pre, MlpActivation::silu, EmbedScale::none, false, 10000.0};
@@ -676,6 +839,13 @@ constexpr HfBlock kGemma3Block{NormWeight::one_plus_fp32,
                                1000000.0};
 constexpr HfBlock kOlmo2Block{
     NormWeight::fp32, NormPlacement::post, MlpActivation::silu, EmbedScale::none, false, 10000.0};
+constexpr HfBlock kPhi3Block{NormWeight::plain,
+                             NormPlacement::pre,
+                             MlpActivation::silu,
+                             EmbedScale::none,
+                             false,
+                             10000.0,
+                             1e-5};
 
 // One Hugging Face architecture kktrain reads: its names, what its keys mean when absent, and what
 // it computes that Llama does not (the rest of ModelConfig's family fields).
@@ -715,6 +885,10 @@ constexpr HfFamily kHfFamilies[] = {
      AttentionBias::none, AttentionBias::qkvo, QkNorm::per_head, WindowKeys::gemma, kGemma3Block},
     {"Olmo2ForCausalLM", "olmo2", ModelFamily::olmo2, false, 2048, 0, AttentionBias::none,
      AttentionBias::qkvo, QkNorm::whole, WindowKeys::none, kOlmo2Block},
+    // Phi-3 and Phi-4-mini: Llama's block with fused qkv_proj / gate_up_proj tensors (kktrain's
+    // family phi3 names its parameters so), partial rotary and longrope (read_phi3).
+    {"Phi3ForCausalLM", "phi3", ModelFamily::phi3, false, 4096, 0, AttentionBias::none,
+     AttentionBias::none, QkNorm::none, WindowKeys::phi3, kPhi3Block},
 };
 
 std::string family_list() {
@@ -833,7 +1007,7 @@ HfArchitecture parse_hf_json(const std::string& file, const json& j) {
   if (m.num_layers > 4096) k.fail("num_hidden_layers", "more than 4096 layers (model.num_layers)");
   m.num_heads = k.integer("num_attention_heads", std::nullopt, 1);
   m.num_kv_heads = k.integer("num_key_value_heads", m.num_heads, 1);
-  m.rms_norm_eps = k.number("rms_norm_eps", 1e-6, Bound::nonnegative);
+  m.rms_norm_eps = k.number("rms_norm_eps", f.block.rms_norm_eps, Bound::nonnegative);
   m.max_seq_len = k.integer("max_position_embeddings", f.max_positions, 1);
   if (f.sparse && f.family == ModelFamily::qwen3_moe) {
     read_qwen3_moe(k, &m.moe);
@@ -846,8 +1020,10 @@ HfArchitecture parse_hf_json(const std::string& file, const json& j) {
   m.norm_placement = f.block.placement;
   m.mlp_activation = f.block.activation;
   m.embed_scale = f.block.embed_scale;
-  read_rope(k, &a, f.block.rope_theta);
+  double partial = 0.0;  // transformers 5's rope_parameters.partial_rotary_factor (Phi-3)
+  read_rope(k, &a, f.block.rope_theta, &partial);
   read_attention_shape(k, f, &m);
+  if (f.family == ModelFamily::phi3) read_phi3(k, &a, partial);
   if (f.family == ModelFamily::smollm3) read_no_rope(k, &m);
   read_activation(k, f.block.activation);
   refuse_unsupported(k);
@@ -860,6 +1036,9 @@ HfArchitecture parse_hf_json(const std::string& file, const json& j) {
     if (f.family == ModelFamily::gemma3) read_gemma3_rope(k, &a);
   } else if (f.window == WindowKeys::llama) {
     read_llama_window(k, a.architecture, f.family == ModelFamily::llama && !f.sparse, &m);
+  } else if (f.window == WindowKeys::phi3) {
+    // Phi3Config: sliding_window null (none) or a window on every layer
+    m.sliding_window = k.has("sliding_window") ? k.integer("sliding_window", std::nullopt, 1) : 0;
   }
   if (f.window != WindowKeys::gemma) refuse_softcap(k, a.architecture);
   read_dtype(k, &a);
@@ -875,6 +1054,14 @@ std::string rope_scaling_json(const RopeScaling& r) {
   if (r.rope_type == RopeType::linear) {
     j["rope_type"] = "linear";
     j["factor"] = r.factor;
+    return j.dump();
+  }
+  if (r.longrope()) {  // attention_factor resolved
+    j["rope_type"] = "longrope";
+    j["short_factor"] = r.short_factor;
+    j["long_factor"] = r.long_factor;
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    j["attention_factor"] = r.attention_factor;
     return j.dump();
   }
   j["rope_type"] = "llama3";
@@ -895,7 +1082,13 @@ RopeScaling rope_scaling_from_json(const std::string& text, const std::string& w
   }
   json wrapper = json::object();
   wrapper["rope_scaling"] = j;
-  return read_rope_scaling(Keys{wrapper, where});
+  RopeScaling r = read_rope_scaling(Keys{wrapper, where}, RopeRead{false, false, true, nullptr});
+  if (r.longrope() && (r.original_max_position_embeddings <= 0 || !(r.attention_factor > 0))) {
+    throw InputError(where +
+                     ": longrope rope_scaling without original_max_position_embeddings or "
+                     "attention_factor");
+  }
+  return r;
 }
 
 namespace {
@@ -924,6 +1117,19 @@ void check_expressible(const ModelConfig& m, const HfFamily& f) {
   if (!all_rotate && f.family != ModelFamily::smollm3) {
     throw UsageError("model.layer_rope leaves some layers without RoPE, and a Hugging Face " +
                      arch + " rotates every layer; export to HDF5 instead");
+  }
+  const bool phi3 = f.family == ModelFamily::phi3;
+  if (m.rotary_dim() != m.head_dim() && !phi3) {
+    throw UsageError("model.rotary_dim is " + std::to_string(m.rotary_dim()) + " of head_dim " +
+                     std::to_string(m.head_dim()) + ", and a Hugging Face " + arch +
+                     " rotates all of each head; export to HDF5 instead");
+  }
+  if (m.rope_scaling.longrope() != phi3 && m.rope_scaling.scaled()) {
+    throw UsageError(std::string("model.rope_scaling is ") +
+                     rope_type_name(m.rope_scaling.rope_type) + ", which a Hugging Face " + arch +
+                     " cannot hold (" +
+                     (phi3 ? "Phi-3's rotary scaling is longrope or none" : "longrope is Phi-3's") +
+                     "); export to HDF5 instead");
   }
   if (m.qk_norm != f.qk_norm) {
     throw UsageError("model.qk_norm is " + std::string(qk_norm_name(m.qk_norm)) + ", and a " +
@@ -1051,6 +1257,35 @@ void write_window(const ModelConfig& m, const HfFamily& f, nlohmann::ordered_jso
   if (!llama) (*j)["sliding_window"] = window();
 }
 
+// Phi-3's keys: original_max_position_embeddings, partial_rotary_factor, longrope's factor lists
+// (attention_factor only where it is not the one Phi3Config derives), the dropouts (0).
+void write_phi3(const ModelConfig& m, nlohmann::ordered_json* j) {
+  const RopeScaling& r = m.rope_scaling;
+  const int64_t original = r.longrope() ? r.original_max_position_embeddings : m.max_seq_len;
+  (*j)["original_max_position_embeddings"] = original;
+  const int64_t R = m.rotary_dim(), D = m.head_dim();
+  double partial = static_cast<double>(R) / static_cast<double>(D);
+  // Phi3Config takes int(head_dim * partial_rotary_factor): never a value below R
+  while (static_cast<int64_t>(static_cast<double>(D) * partial) < R) {
+    partial = std::nextafter(partial, 2.0);
+  }
+  (*j)["partial_rotary_factor"] = partial;
+  if (r.longrope()) {
+    nlohmann::ordered_json rs;
+    rs["type"] = "longrope";
+    rs["short_factor"] = r.short_factor;
+    rs["long_factor"] = r.long_factor;
+    const double derived = longrope_attention_factor(
+        static_cast<double>(m.max_seq_len) / static_cast<double>(original), original);
+    if (r.attention_factor != derived) rs["attention_factor"] = r.attention_factor;
+    (*j)["rope_scaling"] = rs;
+  }
+  (*j)["resid_pdrop"] = 0.0;
+  (*j)["embd_pdrop"] = 0.0;
+  (*j)["attention_bias"] = false;  // Phi3Attention has none whatever it says; the hub's files
+                                   // write false
+}
+
 }  // namespace
 
 std::string hf_config_json(const ModelConfig& m, DType dtype) {
@@ -1131,6 +1366,7 @@ std::string hf_config_json(const ModelConfig& m, DType dtype) {
                      ", and a Hugging Face " + std::string(f.architecture) +
                      " has no sliding window; export to HDF5 instead");
   }
+  if (f.family == ModelFamily::phi3) write_phi3(m, &j);
   if (f.family == ModelFamily::smollm3) {
     nlohmann::ordered_json no_rope = nlohmann::ordered_json::array();
     for (int64_t l = 0; l < m.num_layers; ++l) no_rope.push_back(m.rotates(l) ? 1 : 0);
@@ -1145,6 +1381,18 @@ YAML::Node rope_scaling_node(const RopeScaling& r) {
   YAML::Node rs(YAML::NodeType::Map);
   rs["rope_type"] = rope_type_name(r.rope_type);
   if (r.rope_type == RopeType::linear) rs["factor"] = r.factor;
+  if (r.longrope()) {
+    for (const auto& [key, list] :
+         {std::pair<const char*, const std::vector<double>*>{"short_factor", &r.short_factor},
+          {"long_factor", &r.long_factor}}) {
+      YAML::Node l(YAML::NodeType::Sequence);
+      for (double x : *list) l.push_back(x);
+      l.SetStyle(YAML::EmitterStyle::Flow);
+      rs[key] = l;
+    }
+    rs["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    rs["attention_factor"] = r.attention_factor;
+  }
   if (r.llama3()) {
     rs["factor"] = r.factor;
     rs["low_freq_factor"] = r.low_freq_factor;
@@ -1175,6 +1423,11 @@ ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a) {
   f.values.push_back({"head_dim", "head_dim",
                       m.explicit_head_dim > 0 ? YAML::Node(m.explicit_head_dim)
                                               : YAML::Node(YAML::NodeType::Null)});
+  f.values.push_back(
+      {"rotary_dim",
+       m.family == ModelFamily::phi3 ? "partial_rotary_factor" : "(" + a.architecture + ")",
+       m.explicit_rotary_dim > 0 ? YAML::Node(m.explicit_rotary_dim)
+                                 : YAML::Node(YAML::NodeType::Null)});
   f.values.push_back(
       {"attention_bias", "attention_bias", YAML::Node(attention_bias_name(m.attention_bias))});
   f.values.push_back({"qk_norm", "(" + a.architecture + ")", YAML::Node(qk_norm_name(m.qk_norm))});

@@ -17,6 +17,14 @@
 //   rope_scaling                 rope_scaling       null, {rope_type: default} or llama3
 //   torch_dtype                  (model.dtype: auto)
 //
+// Phi3ForCausalLM (Phi-3, Phi-4-mini; model.family phi3, fused qkv_proj / gate_up_proj):
+//   partial_rotary_factor        rotary_dim         int(head_dim * factor), even
+//   original_max_position_embeddings  rope_scaling.original_max_position_embeddings (longrope)
+//   rope_scaling longrope        rope_scaling       short_factor / long_factor (rotary_dim / 2
+//                                                   each), attention_factor resolved
+//   sliding_window               sliding_window     null, or every layer
+//   resid_pdrop, embd_pdrop, attention_dropout      0 only
+//
 // Anything kktrain's model does not compute is refused with one line naming the key and its
 // value: another architecture or model_type, attention_bias or mlp_bias true, hidden_act other
 // than silu, a sliding window shorter than the context, attention dropout, an unknown
@@ -74,7 +82,8 @@ std::string hf_config_json(const ModelConfig& m, DType dtype);
 
 // The values model.* takes from the file (core/config.hpp), for load_config.
 ModelFileArchitecture hf_model_file_architecture(const HfArchitecture& a);
-// A rotary scaling as the value of model.rope_scaling ({rope_type, and llama3's four numbers}).
+// A rotary scaling as the value of model.rope_scaling ({rope_type, and llama3's four numbers or
+// longrope's lists, original_max_position_embeddings and attention_factor}).
 YAML::Node rope_scaling_node(const RopeScaling& r);
 
 // rope_scaling as the text of a JSON object ("" for none), and back (InputError naming `where`).

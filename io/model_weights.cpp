@@ -212,6 +212,7 @@ void family_to_attrs(const ModelConfig& m, FileAttrs* a) {
   }
   if (m.qk_norm != QkNorm::none) a->str["qk_norm"] = qk_norm_name(m.qk_norm);
   if (m.explicit_head_dim > 0) a->i64["head_dim"] = m.explicit_head_dim;
+  if (m.explicit_rotary_dim > 0) a->i64["rotary_dim"] = m.explicit_rotary_dim;
   if (m.sliding_window > 0) a->i64["sliding_window"] = m.sliding_window;
   if (!m.layer_types.empty()) a->str["layer_types"] = layer_types_text(m);
   if (!m.layer_rope.empty()) a->str["layer_rope"] = layer_rope_text(m);
@@ -306,6 +307,14 @@ void family_from_attrs(const FileAttrs& a, const std::string& file, ModelConfig*
   if (m->explicit_head_dim < 0 || m->explicit_head_dim % 2 != 0 || m->explicit_head_dim > 65536) {
     throw InputError("'" + file +
                      "': attribute head_dim = " + std::to_string(m->explicit_head_dim) +
+                     " is not an even number from 2 to 65536");
+  }
+  const auto rd = a.i64.find("rotary_dim");
+  m->explicit_rotary_dim = rd == a.i64.end() ? 0 : rd->second;
+  if (m->explicit_rotary_dim < 0 || m->explicit_rotary_dim % 2 != 0 ||
+      m->explicit_rotary_dim > 65536) {
+    throw InputError("'" + file +
+                     "': attribute rotary_dim = " + std::to_string(m->explicit_rotary_dim) +
                      " is not an even number from 2 to 65536");
   }
 }

@@ -38,8 +38,14 @@ constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
 constexpr const char* kReadme = "README.md";  // PEFT's model card: the user's, kept
 constexpr const char* kPeftPrefix = "base_model.model.";
-const char* const kProjections[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                    "gate_proj", "up_proj", "down_proj"};
+// Every family's block projections (Phi-3's qkv_proj and gate_up_proj are fused ones).
+const char* const kProjections[] = {"q_proj",    "k_proj",  "v_proj",       "qkv_proj", "o_proj",
+                                    "gate_proj", "up_proj", "gate_up_proj", "down_proj"};
+// Those of one model: Phi-3's, or every other family's.
+std::vector<const char*> model_projections(bool fused) {
+  if (fused) return {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"};
+  return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+}
 
 // A block projection outside the MTP head ("model.layers.3.mlp.up_proj"); its kind, or "".
 std::string projection_kind(const std::string& module) {
@@ -526,10 +532,10 @@ void require_adapter_dir(const std::string& dir) {
 }
 
 // The block projections PEFT could target in a model of `num_layers` layers, by full name.
-std::vector<std::string> projection_modules(int64_t num_layers) {
+std::vector<std::string> projection_modules(int64_t num_layers, bool fused) {
   std::vector<std::string> out;
   for (int64_t i = 0; i < num_layers; ++i) {
-    for (const char* p : kProjections) {
+    for (const char* p : model_projections(fused)) {
       const bool attn = p[0] == 'q' || p[0] == 'k' || p[0] == 'v' || p[0] == 'o';
       out.push_back("model.layers." + std::to_string(i) + (attn ? ".self_attn." : ".mlp.") + p);
     }
@@ -539,7 +545,8 @@ std::vector<std::string> projection_modules(int64_t num_layers) {
 
 }  // namespace
 
-PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t num_layers) {
+PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t num_layers,
+                                               bool fused) {
   require_adapter_dir(dir);
   const std::string file = (fs::path(dir) / kConfigFile).string();
   const std::string where = "peft.init_from: '" + file + "': ";
@@ -559,7 +566,7 @@ PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t n
   out.alpha = a.get<double>();
   if (!j.contains("target_modules")) throw InputError(where + "target_modules missing");
   const json& t = j["target_modules"];
-  const std::vector<std::string> modules = projection_modules(num_layers);
+  const std::vector<std::string> modules = projection_modules(num_layers, fused);
   const std::set<std::string> chosen = selected(t, modules, where);
   if (t.is_array()) {
     for (const auto& name : t) {
@@ -576,9 +583,11 @@ PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t n
     }
   }
   if (chosen.empty()) {
+    std::string names;
+    for (const char* p : model_projections(fused))
+      names += (names.empty() ? "" : ", ") + std::string(p);
     throw InputError(where + "target_modules " + shown(t) + " selects none of the model's " +
-                     "projections (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, " +
-                     "down_proj of " + std::to_string(num_layers) + " layers)");
+                     "projections (" + names + " of " + std::to_string(num_layers) + " layers)");
   }
   return out;
 }

@@ -82,7 +82,9 @@ constexpr uint32_t kPeftRegexHeapKiB = 16384;
 // (plain LoRA), and must select some projection. InputError, one line naming the file and the
 // key, prefixed "peft.init_from: ". The run's model is checked against the directory again once
 // it is built (PeftAdapterDir).
-PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t num_layers);
+// `fused`: the model's projections are Phi-3's qkv_proj, o_proj, gate_up_proj, down_proj.
+PeftAdapterSettings read_peft_adapter_settings(const std::string& dir, int64_t num_layers,
+                                               bool fused);
 
 // What a run's model holds, for reading a PEFT directory into it.
 struct PeftExpectation {

@@ -55,7 +55,8 @@ void dense_mlp_backward(const ExecSpace& space, const float* dres, const BlockAc
     accumulate(kUp, dw + F * C);
   }
   matmul_backward_input(space, d.gemm, s.dxn, s.dgu, w.gate_up, N, C, 2 * F, Into::overwrite);
-  adapter_backward(space, d.gemm, w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C, F);
+  adapter_backward(space, d.gemm, w, s, grads, kGate, s.dxn, s.dgu, 2 * F, 0, xn2, N, C,
+                   d.fused ? 2 * F : F);  // Phi-3: gate_up_proj's adapter
   adapter_backward(space, d.gemm, w, s, grads, kUp, s.dxn, s.dgu, 2 * F, F, xn2, N, C, F);
 }
 
@@ -167,7 +168,8 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   // (N, Q): q, k, v fused (+ their biases)
   matmul_forward(space, d.gemm, s.qkv, xn1, w.qkv, N, C, Q,
                  fill_bias(space, s.qkv, w.qkv_bias, N, Q));
-  adapter_forward(space, d.gemm, w, s, kQ, s.qkv, Q, 0, xn1, N, C, H * D);
+  // Phi-3: qkv_proj's one adapter, Q wide, in kQ's slot
+  adapter_forward(space, d.gemm, w, s, kQ, s.qkv, Q, 0, xn1, N, C, d.fused ? Q : H * D);
   adapter_forward(space, d.gemm, w, s, kK, s.qkv, Q, H * D, xn1, N, C, KV * D);
   adapter_forward(space, d.gemm, w, s, kV, s.qkv, Q, (H + KV) * D, xn1, N, C, KV * D);
   HeadScale norm;  // a plain q/k norm's weight multiply, done by the rotary kernel
@@ -177,7 +179,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
     if (!hd.form.fp32_product) norm = HeadScale{w.q_norm, w.k_norm, rs};
   }
   rope_forward(space, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H,
-               KV, D, d.starts, norm);
+               KV, D, d.starts, norm, d.R);
   attention_forward(space, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
                     s.att);  // (N, H*D) token layout
   matmul_forward(space, d.gemm, s.proj, o, w.o, N, H * D, C,
@@ -193,7 +195,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
     return;
   }
   matmul_forward(space, d.gemm, gu, xn2, w.gate_up, N, C, 2 * F);  // (N, 2F): gate, up fused
-  adapter_forward(space, d.gemm, w, s, kGate, gu, 2 * F, 0, xn2, N, C, F);
+  adapter_forward(space, d.gemm, w, s, kGate, gu, 2 * F, 0, xn2, N, C, d.fused ? 2 * F : F);
   adapter_forward(space, d.gemm, w, s, kUp, gu, 2 * F, F, xn2, N, C, F);
   swiglu_forward(space, act, gu, N, F, d.activation);
   matmul_forward(space, d.gemm, s.proj, act, w.down, N, F, C);
@@ -250,7 +252,8 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   attention_backward(space, s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
                      a.v.p<TC>(), ad, s.att);
   // (N, Q); dq, dk, dv rounded to the compute dtype on load
-  rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, d.starts);
+  rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, d.starts,
+                d.R);
   if (w.q_norm) {  // dqkv's query and key rows: d(norm output) -> d(projection output)
     const HeadNormDims hd = qk_norm_dims(d);
     head_rmsnorm_backward(space, s.dqkv, dw, dw + hd.q_width, a.qk_pre.p<TC>(), a.qk_rstd.data(),
@@ -272,7 +275,8 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
     accumulate(kV, dw + (H + KV) * D * C);
   }
   matmul_backward_input(space, d.gemm, s.dxn, s.dqkv, w.qkv, N, C, Q, Into::overwrite);
-  adapter_backward(space, d.gemm, w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C, H * D);
+  adapter_backward(space, d.gemm, w, s, grads, kQ, s.dxn, s.dqkv, Q, 0, xn1, N, C,
+                   d.fused ? Q : H * D);
   adapter_backward(space, d.gemm, w, s, grads, kK, s.dxn, s.dqkv, Q, H * D, xn1, N, C, KV * D);
   adapter_backward(space, d.gemm, w, s, grads, kV, s.dxn, s.dqkv, Q, (H + KV) * D, xn1, N, C,
                    KV * D);

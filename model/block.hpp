@@ -33,7 +33,8 @@
 
 namespace kktrain {
 
-// The seven projections of a block, in the order of their weights.
+// The seven projections of a block, in the order of their weights. Phi-3's fused qkv_proj is
+// kQ (kK and kV absent), its gate_up_proj kGate (kUp absent).
 enum Proj { kQ, kK, kV, kO, kGate, kUp, kDown, kNumProj };
 
 // The block's weights as gradient destinations: the two norms, the seven projections, and the
@@ -68,6 +69,10 @@ struct BlockDims {
   NormPlacement placement = NormPlacement::pre;    // model.norm_placement
   MlpActivation activation = MlpActivation::silu;  // model.mlp_activation
   QkNorm qk_norm = QkNorm::none;                   // model.qk_norm's rows
+  int64_t R = 0;  // the rotated values of each query and key head (model.rotary_dim; 0: D)
+  // Phi-3's fused projections: one adapter on qkv_proj (the kQ slot, (Q) wide) and one on
+  // gate_up_proj (the kGate slot, 2F wide) instead of one per q, k, v and gate, up.
+  bool fused = false;
   MoeDims moe;  // a sparse MLP in place of the dense one when moe.enabled() (model/moe.hpp)
   // Packed rows (ForwardOptions::row_starts): (B, T) example starts on the device and the host
   // (AttentionDims::starts, host_starts); null: every row is one sequence.
@@ -100,7 +105,7 @@ struct BlockWeights {
   CRef down;                             // (C, F)
   LoraWeights lora[kNumProj];
   MoeWeights moe;                   // a sparse MLP's (gate_up and down unused)
-  const float* rope_cos = nullptr;  // (T_max, D/2); null: no rotation (model.layer_rope none)
+  const float* rope_cos = nullptr;  // (T_max, R/2); null: no rotation (model.layer_rope none)
   const float* rope_sin = nullptr;
   CRef qkv_bias;                  // (Q) q, k, v biases adjacent (no data: none)
   CRef o_bias;                    // (C)

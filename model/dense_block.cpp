@@ -46,7 +46,11 @@ BlockWeights block_weights(const ModelState& s, const LayerParams& p) {
     bw.moe = sparse_mlp_weights(s, p);
   }
   add_lora_weights(s, p, &bw);
-  if (p.rope == LayerRope::rope) {  // null tables: the layer attends without positions
+  const int64_t positions = s.buf->rotary_positions > 0 ? s.buf->rotary_positions : s.buf->T;
+  if (p.rope == LayerRope::rope && s.cfg.rope_scaling.uses_long(positions)) {
+    bw.rope_cos = s.rope_cos_long.data();  // longrope: a position beyond the short factors'
+    bw.rope_sin = s.rope_sin_long.data();
+  } else if (p.rope == LayerRope::rope) {  // null tables: the layer attends without positions
     bw.rope_cos = s.rope_cos.data();
     bw.rope_sin = s.rope_sin.data();
   } else if (p.rope == LayerRope::local) {
@@ -115,6 +119,8 @@ BlockDims block_dims(const ModelState& s, const LayerParams& p) {
   d.placement = s.cfg.norm_placement;
   d.activation = s.cfg.mlp_activation;
   d.qk_norm = s.cfg.qk_norm;
+  d.R = s.cfg.rotary_dim();
+  d.fused = s.cfg.fused_projections();
   if (s.cfg.moe.enabled()) d.moe = sparse_mlp_dims(s, d.N());
   if (s.buf->packed) {
     d.starts = s.buf->starts.data();
@@ -153,11 +159,18 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
   };
   LayerParams p;
   const NormPlacement place = s.cfg.norm_placement;
+  const bool fused = s.cfg.fused_projections();
   if (place != NormPlacement::post) p.ln1 = add("input_layernorm", {C}, ParamRole::norm);
-  // q, k, v registered back to back: their compute copies form one ((H + 2 KV) D, C) matrix.
-  p.q = add("self_attn.q_proj", {s.cfg.num_heads * D, C}, ParamRole::linear);
-  p.k = add("self_attn.k_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
-  p.v = add("self_attn.v_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
+  // q, k, v registered back to back: their compute copies form one ((H + 2 KV) D, C) matrix;
+  // Phi-3's is one parameter, qkv_proj (rows [q | k | v]), in q's place (k and v: -1).
+  if (fused) {
+    p.q = add("self_attn.qkv_proj", {(s.cfg.num_heads + 2 * s.cfg.num_kv_heads) * D, C},
+              ParamRole::linear);
+  } else {
+    p.q = add("self_attn.q_proj", {s.cfg.num_heads * D, C}, ParamRole::linear);
+    p.k = add("self_attn.k_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
+    p.v = add("self_attn.v_proj", {s.cfg.num_kv_heads * D, C}, ParamRole::linear);
+  }
   p.o = add("self_attn.o_proj", {C, s.cfg.num_heads * D}, ParamRole::linear);
   if (s.cfg.attention_bias != AttentionBias::none) {  // q, k, v back to back: one (Q) vector
     p.q_bias = add("self_attn.q_proj", {s.cfg.num_heads * D}, ParamRole::bias);
@@ -190,21 +203,28 @@ LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype
     register_sparse_mlp(s, p, prefix, dtype);
     return p;
   }
-  // gate and up back to back: one (2F, C) matrix.
-  p.gate = add("mlp.gate_proj", {F, C}, ParamRole::linear);
-  p.up = add("mlp.up_proj", {F, C}, ParamRole::linear);
+  // gate and up back to back: one (2F, C) matrix (Phi-3: one parameter, gate_up_proj, rows
+  // [gate | up], in gate's place).
+  if (fused) {
+    p.gate = add("mlp.gate_up_proj", {2 * F, C}, ParamRole::linear);
+  } else {
+    p.gate = add("mlp.gate_proj", {F, C}, ParamRole::linear);
+    p.up = add("mlp.up_proj", {F, C}, ParamRole::linear);
+  }
   p.down = add("mlp.down_proj", {C, F}, ParamRole::linear);
   return p;
 }
 
 std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p) {
-  std::vector<int> v = {p.q, p.k, p.v, p.o};
-  for (int i : {p.ln1, p.ln2, p.attn_out_norm, p.mlp_out_norm, p.q_bias, p.k_bias, p.v_bias,
-                p.o_bias, p.q_norm, p.k_norm}) {
-    if (i >= 0) v.push_back(i);
+  std::vector<int> v;
+  for (int i : {p.q, p.k, p.v, p.o, p.ln1, p.ln2, p.attn_out_norm, p.mlp_out_norm, p.q_bias,
+                p.k_bias, p.v_bias, p.o_bias, p.q_norm, p.k_norm}) {
+    if (i >= 0) v.push_back(i);  // -1: absent (Phi-3's fused q/k/v, the placement's norms)
   }
   if (p.router < 0) {
-    v.insert(v.end(), {p.gate, p.up, p.down});
+    for (int i : {p.gate, p.up, p.down}) {
+      if (i >= 0) v.push_back(i);
+    }
   } else {
     append_sparse_unit_params(s, p, &v);
   }
@@ -215,10 +235,12 @@ std::vector<int> block_unit_params(const ModelState& s, const LayerParams& p) {
 }
 
 std::vector<std::vector<int>> block_fused_groups(const ModelState& s, const LayerParams& p) {
-  std::vector<std::vector<int>> g = {{p.q, p.k, p.v}};
+  // Phi-3's qkv_proj and gate_up_proj are one parameter each: no group to form.
+  std::vector<std::vector<int>> g;
+  if (p.k >= 0) g.push_back({p.q, p.k, p.v});
   if (p.q_bias >= 0) g.push_back({p.q_bias, p.k_bias, p.v_bias});
   if (p.router < 0) {
-    g.push_back({p.gate, p.up});
+    if (p.up >= 0) g.push_back({p.gate, p.up});
     return g;
   }
   for (auto& x : sparse_fused_groups(s, p)) g.push_back(std::move(x));
@@ -289,6 +311,7 @@ void run_block_backward(ModelState& s, const LayerParams& p, float* dres, const 
       },
       [&](int weight, const float* dw) {
         const int i = param_of(weight);
+        if (i < 0) return;  // Phi-3's k, v, up: part of the fused parameter kQ / kGate took
         // Norm weights keep their own compute dtype; projections and adapters compute in the
         // compute dtype.
         const bool norm = weight == kLn1 || weight == kLn2 || weight == kQNorm ||

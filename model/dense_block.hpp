@@ -14,7 +14,8 @@ namespace kktrain {
 // Registers a block under `prefix` (model.layers.<l>, or an MTP depth's): input_layernorm,
 // self_attn.{q,k,v,o}_proj, post_attention_layernorm and mlp.{gate,up,down}_proj (or the sparse
 // MLP's parameters). q, k, v and gate, up are registered back to back: their compute copies are
-// single fused matrices.
+// single fused matrices (model.family phi3: one parameter each, self_attn.qkv_proj in q's place
+// and mlp.gate_up_proj in gate's; LayerParams k, v, up are -1).
 LayerParams register_block(ModelState& s, const std::string& prefix, DType dtype);
 // The attention's kernel and tile sizes of model.attention and model.attention_tiles (auto: the
 // build's kernel).

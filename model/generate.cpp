@@ -105,12 +105,18 @@ struct Decoder::Impl {
     DView<float> ln1, ln2;  // the sub-layers' input norms (empty: none, norm_placement post)
     DView<float> attn_out_norm, mlp_out_norm;  // their output norms (sandwich, post)
     Matrix q, k, v, o, gate, up, down;
+    Matrix qkv, gate_up;  // Phi-3's fused qkv_proj (Q, C) and gate_up_proj (2F, C) instead
     DView<float> qkv_bias, o_bias;  // (Q), (C) with model.attention_bias (else empty)
     DView<float> q_norm, k_norm;    // (D) or (H*D), (KV*D) with model.qk_norm (else empty)
   };
   std::vector<Layer> layers;
-  DView<float> cos, sin;              // (Tmax, D/2)
+  DView<float> cos, sin;              // (Tmax, R/2), R = model.rotary_dim
   DView<float> cos_local, sin_local;  // model.rope_local_theta's (layer_rope local)
+  // longrope: the long factors' tables, used (every position recomputed with them) once the
+  // sequence passes original_max_position_embeddings
+  DView<float> cos_long, sin_long;
+  bool long_factors = false;
+  std::vector<int32_t> seen;  // the tokens run so far (longrope's replay)
   // Per layer (KV, len, D): len = Tmax positions, or on a sliding layer its window's W (a ring:
   // position p in slot p % W; the attention's sum over keys does not depend on their order).
   DView<float> kcache, vcache;
@@ -177,9 +183,14 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
     Impl::Layer L;
     const NormPlacement place = cfg.norm_placement;
     if (place != NormPlacement::post) L.ln1 = vec(p + "input_layernorm.weight");
-    L.q = mat(p + "self_attn.q_proj.weight", m.H * m.D, m.C);
-    L.k = mat(p + "self_attn.k_proj.weight", m.KV * m.D, m.C);
-    L.v = mat(p + "self_attn.v_proj.weight", m.KV * m.D, m.C);
+    const bool fused = cfg.fused_projections();
+    if (fused) {
+      L.qkv = mat(p + "self_attn.qkv_proj.weight", m.Q, m.C);
+    } else {
+      L.q = mat(p + "self_attn.q_proj.weight", m.H * m.D, m.C);
+      L.k = mat(p + "self_attn.k_proj.weight", m.KV * m.D, m.C);
+      L.v = mat(p + "self_attn.v_proj.weight", m.KV * m.D, m.C);
+    }
     L.o = mat(p + "self_attn.o_proj.weight", m.C, m.H * m.D);
     if (place == NormPlacement::pre) {
       L.ln2 = vec(p + "post_attention_layernorm.weight");
@@ -188,8 +199,12 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
       if (place == NormPlacement::sandwich) L.ln2 = vec(p + "pre_feedforward_layernorm.weight");
       L.mlp_out_norm = vec(p + "post_feedforward_layernorm.weight");
     }
-    L.gate = mat(p + "mlp.gate_proj.weight", m.F, m.C);
-    L.up = mat(p + "mlp.up_proj.weight", m.F, m.C);
+    if (fused) {
+      L.gate_up = mat(p + "mlp.gate_up_proj.weight", 2 * m.F, m.C);
+    } else {
+      L.gate = mat(p + "mlp.gate_proj.weight", m.F, m.C);
+      L.up = mat(p + "mlp.up_proj.weight", m.F, m.C);
+    }
     L.down = mat(p + "mlp.down_proj.weight", m.C, m.F);
     if (cfg.attention_bias != AttentionBias::none) L.qkv_bias = qkv_bias(p);
     if (cfg.attention_bias == AttentionBias::qkvo) L.o_bias = vec(p + "self_attn.o_proj.bias");
@@ -203,16 +218,23 @@ Decoder::Decoder(const ModelConfig& cfg, DType dtype,
   m.final_norm = vec("model.norm.weight");
   m.lm_head = cfg.tie_word_embeddings ? m.embed : mat("lm_head.weight", m.V, m.C);
 
-  const int64_t half = m.D / 2, T = max_positions;
+  const int64_t R = cfg.rotary_dim(), half = R / 2, T = max_positions;
+  const RopeScaling& rs = cfg.rope_scaling;
+  const float attention = rs.longrope() ? static_cast<float>(rs.attention_factor) : 1.0f;
   m.cos = DView<float>("decode_cos", T * half);
   m.sin = DView<float>("decode_sin", T * half);
-  rope_tables(m.cos.data(), m.sin.data(), T, m.D,
-              rope_inv_freq(m.D, cfg.rope_theta, cfg.rope_scaling));
+  rope_tables(m.cos.data(), m.sin.data(), T, R, rope_inv_freq(R, cfg.rope_theta, rs), attention);
+  if (rs.longrope()) {
+    m.cos_long = DView<float>("decode_cos_long", T * half);
+    m.sin_long = DView<float>("decode_sin_long", T * half);
+    rope_tables(m.cos_long.data(), m.sin_long.data(), T, R,
+                rope_inv_freq(R, cfg.rope_theta, rs, true), attention);
+  }
   if (cfg.rope_local_theta > 0) {
     m.cos_local = DView<float>("decode_cos_local", T * half);
     m.sin_local = DView<float>("decode_sin_local", T * half);
-    rope_tables(m.cos_local.data(), m.sin_local.data(), T, m.D,
-                rope_inv_freq(m.D, cfg.rope_local_theta, RopeScaling()));
+    rope_tables(m.cos_local.data(), m.sin_local.data(), T, R,
+                rope_inv_freq(R, cfg.rope_local_theta, RopeScaling()));
   }
   int64_t cache = 0;
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
@@ -258,8 +280,24 @@ std::vector<float> Decoder::step(int32_t token) {
     throw UsageError("generate: token id " + std::to_string(token) + " is not below vocab_size " +
                      std::to_string(m.V));
   }
+  if (!m.long_factors && m.cfg.rope_scaling.uses_long(pos_ + 1)) {
+    // longrope: the sequence passes original_max_position_embeddings. transformers'
+    // Phi3ForCausalLM.prepare_inputs_for_generation then drops the KV cache and recomputes every
+    // position with the long factors; so does this: the tokens seen so far run again (their
+    // logits unused), the cache rewritten.
+    m.long_factors = true;
+    pos_ = 0;
+    for (int32_t t : m.seen) forward(t);
+    m.seen.clear();
+  }
+  if (m.cfg.rope_scaling.longrope() && !m.long_factors) m.seen.push_back(token);
+  return forward(token);
+}
+
+std::vector<float> Decoder::forward(int32_t token) {
+  Impl& m = *impl_;
   const int64_t C = m.C, H = m.H, KV = m.KV, D = m.D, F = m.F, p = pos_;
-  const int64_t G = H / KV, half = D / 2;
+  const int64_t G = H / KV, R = m.cfg.rotary_dim(), half = R / 2;
   const float eps = static_cast<float>(m.cfg.rms_norm_eps);
   const float scale = m.cfg.query_pre_attn_scalar > 0 ? static_cast<float>(m.cfg.attn_scale())
                                                       : 1.0f / std::sqrt(static_cast<float>(D));
@@ -306,10 +344,14 @@ std::vector<float> Decoder::step(int32_t token) {
     if (L.qkv_bias.extent(0)) {
       bias_fill<float, float>(space, m.qkv.data(), L.qkv_bias.data(), 1, m.Q);
     }
-    matmul_forward(space, m.gemm, m.qkv.data(), xin, L.q.ref(), 1, C, H * D, qkv_into);
-    matmul_forward(space, m.gemm, m.qkv.data() + H * D, xin, L.k.ref(), 1, C, KV * D, qkv_into);
-    matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, xin, L.v.ref(), 1, C, KV * D,
-                   qkv_into);
+    if (L.qkv.rows > 0) {  // Phi-3's fused qkv_proj
+      matmul_forward(space, m.gemm, m.qkv.data(), xin, L.qkv.ref(), 1, C, m.Q, qkv_into);
+    } else {
+      matmul_forward(space, m.gemm, m.qkv.data(), xin, L.q.ref(), 1, C, H * D, qkv_into);
+      matmul_forward(space, m.gemm, m.qkv.data() + H * D, xin, L.k.ref(), 1, C, KV * D, qkv_into);
+      matmul_forward(space, m.gemm, m.qkv.data() + (H + KV) * D, xin, L.v.ref(), 1, C, KV * D,
+                     qkv_into);
+    }
     HeadScale norm;
     if (L.q_norm.extent(0)) {
       const HeadNormDims hd = m.cfg.qk_norm == QkNorm::whole
@@ -320,15 +362,18 @@ std::vector<float> Decoder::step(int32_t token) {
       if (!form.fp32_product) norm = HeadScale{L.q_norm.data(), L.k_norm.data(), Rounding::fp32};
     }
     const LayerRope rope = m.cfg.rope_of(static_cast<int64_t>(l));
-    const float* cos = rope == LayerRope::rope    ? m.cos.data()
+    const bool long_tables = rope == LayerRope::rope && m.long_factors;
+    const float* cos = long_tables                ? m.cos_long.data()
+                       : rope == LayerRope::rope  ? m.cos.data()
                        : rope == LayerRope::local ? m.cos_local.data()
                                                   : nullptr;
-    const float* sin = rope == LayerRope::rope    ? m.sin.data()
+    const float* sin = long_tables                ? m.sin_long.data()
+                       : rope == LayerRope::rope  ? m.sin.data()
                        : rope == LayerRope::local ? m.sin_local.data()
                                                   : nullptr;
     rope_forward<float>(space, m.q.data(), m.k.data(), m.v.data(), m.qkv.data(),
                         cos ? cos + p * half : nullptr, sin ? sin + p * half : nullptr, 1, 1, H, KV,
-                        D, nullptr, norm);
+                        D, nullptr, norm, R);
     cache_put(space, kc, m.k.data(), KV, T, D, slot);
     cache_put(space, vc, m.v.data(), KV, T, D, slot);
     // Per KV group: scores (G, P) = scale q_g K_g^T, softmax, o_g (G, D) = probs V_g
@@ -349,8 +394,12 @@ std::vector<float> Decoder::step(int32_t token) {
                    L.o_bias.extent(0) ? Into::accumulate : Into::overwrite);
     residual(L.attn_out_norm);
     const float* hin = sub_in(L.ln2);
-    matmul_forward(space, m.gemm, m.gu.data(), hin, L.gate.ref(), 1, C, F);
-    matmul_forward(space, m.gemm, m.gu.data() + F, hin, L.up.ref(), 1, C, F);
+    if (L.gate_up.rows > 0) {  // Phi-3's fused gate_up_proj: [gate | up]
+      matmul_forward(space, m.gemm, m.gu.data(), hin, L.gate_up.ref(), 1, C, 2 * F);
+    } else {
+      matmul_forward(space, m.gemm, m.gu.data(), hin, L.gate.ref(), 1, C, F);
+      matmul_forward(space, m.gemm, m.gu.data() + F, hin, L.up.ref(), 1, C, F);
+    }
     swiglu_forward<float>(space, m.a.data(), m.gu.data(), 1, F, m.cfg.mlp_activation);
     matmul_forward(space, m.gemm, m.proj.data(), m.a.data(), L.down.ref(), 1, F, C);
     residual(L.mlp_out_norm);

@@ -13,6 +13,10 @@
 //                K[:, p], V[:, p] = k, v; per query head: softmax(scale q K[:, :p+1]^T) V[:, :p+1]
 //                x += o Wo^T; x += down(silu(gate(rmsnorm(x))) * up(rmsnorm(x)))
 //     logits = rmsnorm(x) Wlm^T, then cap * tanh(logits / cap) with model.final_logit_softcapping
+//   Phi-3: q, k, v from the one qkv_proj and gate, up from gate_up_proj; rotary on the first
+//   model.rotary_dim values of each head; longrope: the short factors' tables until the sequence
+//   passes original_max_position_embeddings, then (as transformers' Phi-3 drops its cache) every
+//   position seen is run again with the long factors' tables and those are used from then on.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +52,7 @@ class Decoder {
   int64_t cache_bytes() const;
 
  private:
+  std::vector<float> forward(int32_t token);  // one position's forward, the cache updated
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int64_t pos_ = 0, max_pos_ = 0, weight_bytes_ = 0;

@@ -53,7 +53,8 @@ void register_lora_adapters(ModelState& s) {
   if (!any) {
     throw ConfigError("peft.target_modules",
                       "selects no projection (q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                      "up_proj, down_proj of any layer)");
+                      "up_proj, down_proj of any layer; Phi-3's qkv_proj, o_proj, gate_up_proj, "
+                      "down_proj)");
   }
   // Adapters train; the base model starts frozen (freeze_config may unfreeze parts of it).
   for (int i = 0; i < s.params.size(); ++i) {

@@ -191,9 +191,15 @@ void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
   s.staging.upload(b.row_start, row_start);
   s.staging.upload(b.positions, positions);
   b.packed = row_starts != nullptr;
+  b.rotary_positions = T;
   if (b.packed) {
     b.host_starts.assign(row_starts, row_starts + N);
     s.staging.upload(b.starts, b.host_starts);
+    int64_t longest = 0;  // the largest position + 1 of any packed example
+    for (int64_t n = 0; n < N; ++n) {
+      longest = std::max<int64_t>(longest, n % T - b.host_starts[n] + 1);
+    }
+    b.rotary_positions = longest;
   } else {
     b.host_starts.clear();
   }

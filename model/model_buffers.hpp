@@ -84,6 +84,9 @@ struct ModelBuffers {
   DView<int32_t> starts;
   std::vector<int32_t> host_starts;
   bool packed = false;
+  // The batch's rotary length, its largest position + 1 (T, or with packed rows the longest
+  // example's): longrope uses its long factors beyond original_max_position_embeddings (0: T).
+  int64_t rotary_positions = 0;
 };
 
 // Fills b for shape (B, T) (Mode::allocate), or only records the plan.

@@ -110,7 +110,10 @@ struct ModelState {
   int embed_unit = 0, head_unit = 0, mtp_unit = -1;
   bool sync = true;  // the pending backward reduces (ForwardOptions::sync_grads)
 
-  DView<float> rope_cos, rope_sin;  // (max_seq_len, D/2)
+  DView<float> rope_cos, rope_sin;  // (max_seq_len, R/2), R = model.rotary_dim
+  // longrope's tables of the long factors (rope_cos/rope_sin hold the short ones): a batch whose
+  // positions reach past original_max_position_embeddings uses these.
+  DView<float> rope_cos_long, rope_sin_long;
   // model.rope_local_theta's tables, unscaled, for the layers model.layer_rope calls local.
   DView<float> rope_cos_local, rope_sin_local;
   std::unique_ptr<ModelBuffers> buf;  // the current micro-batch shape's

@@ -92,13 +92,23 @@ void prepare_units(ModelState& s, const ShardOptions& opts) {
     if (spec.name == "rope_sin") s.rope_sin = v;
     if (spec.name == "rope_cos_local") s.rope_cos_local = v;
     if (spec.name == "rope_sin_local") s.rope_sin_local = v;
+    if (spec.name == "rope_cos_long") s.rope_cos_long = v;
+    if (spec.name == "rope_sin_long") s.rope_sin_long = v;
   }
-  rope_tables(s.rope_cos.data(), s.rope_sin.data(), s.cfg.max_seq_len, s.cfg.head_dim(),
-              rope_inv_freq(s.cfg.head_dim(), s.cfg.rope_theta, s.cfg.rope_scaling));
+  // Over the rotary width R (model.rotary_dim); longrope: the short factors' tables and the long
+  // ones', cos and sin times attention_factor.
+  const int64_t R = s.cfg.rotary_dim();
+  const RopeScaling& rs = s.cfg.rope_scaling;
+  const float attention = rs.longrope() ? static_cast<float>(rs.attention_factor) : 1.0f;
+  rope_tables(s.rope_cos.data(), s.rope_sin.data(), s.cfg.max_seq_len, R,
+              rope_inv_freq(R, s.cfg.rope_theta, rs), attention);
+  if (rs.longrope()) {
+    rope_tables(s.rope_cos_long.data(), s.rope_sin_long.data(), s.cfg.max_seq_len, R,
+                rope_inv_freq(R, s.cfg.rope_theta, rs, true), attention);
+  }
   if (s.cfg.rope_local_theta > 0) {
-    rope_tables(s.rope_cos_local.data(), s.rope_sin_local.data(), s.cfg.max_seq_len,
-                s.cfg.head_dim(),
-                rope_inv_freq(s.cfg.head_dim(), s.cfg.rope_local_theta, RopeScaling()));
+    rope_tables(s.rope_cos_local.data(), s.rope_sin_local.data(), s.cfg.max_seq_len, R,
+                rope_inv_freq(R, s.cfg.rope_local_theta, RopeScaling()));
   }
 }
 
@@ -149,9 +159,13 @@ std::vector<BufferSpec> model_buffer_plan(const ModelState& s) {
       add("staged_grad_lm_head", s.params.info(s.lm_head).numel);
     }
   }
-  const int64_t half = s.cfg.head_dim() / 2;
+  const int64_t half = s.cfg.rotary_dim() / 2;
   add("rope_cos", s.cfg.max_seq_len * half);
   add("rope_sin", s.cfg.max_seq_len * half);
+  if (s.cfg.rope_scaling.longrope()) {
+    add("rope_cos_long", s.cfg.max_seq_len * half);
+    add("rope_sin_long", s.cfg.max_seq_len * half);
+  }
   if (s.cfg.rope_local_theta > 0) {
     add("rope_cos_local", s.cfg.max_seq_len * half);
     add("rope_sin_local", s.cfg.max_seq_len * half);

@@ -200,28 +200,33 @@ struct HeadScale {
 
 // ---- rotary embedding + head layout ------------------------------------------------------------
 
-// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, ops/rope.hpp),
-// computed in fp32 on the host and uploaded with a blocking copy (set-up time, no kernel: the one
-// function here without an execution-space argument).
-void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq);
+// cos, sin (T, D/2) fp32 tables: angle[t][j] = t * inv_freq[j] (D/2 values, ops/rope.hpp; D the
+// rotary width), computed in fp32 on the host and uploaded with a blocking copy (set-up time, no
+// kernel: the one function here without an execution-space argument). attention_factor
+// (longrope's): cos and sin multiplied by it in fp32.
+void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq,
+                 float attention_factor = 1.0f);
 // q (B, H, T, D), k (B, KV, T, D), v (B, KV, T, D) from qkv (B*T, (H + 2 KV) * D):
 // rotate-half rotary on q and k (fp32 math, stored in TC), v copied. Token t of row b is rotated
 // by the angles of position t, or with packed rows (starts: (B, T) device array, as
 // AttentionDims::starts) of position t - starts[b*T + t]: positions restart at 0 in every example.
 // `scale`: query and key values are first multiplied by per-channel weights (HeadScale). Null
 // cos and sin: no rotation (a layer without positions, model.layer_rope), the layout change only.
+// R (model.rotary_dim; 0: D): partial rotary, the first R values of each query and key head
+// rotate (pairs j, j + R/2; tables (T, R/2)) and the other D - R pass through (scaled).
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* starts = nullptr, HeadScale scale = {});
+                  const int32_t* starts = nullptr, HeadScale scale = {}, int64_t R = 0);
 // dqkv (B*T, (H + 2 KV) * D) from dq, dk, dv in head layout (inverse rotation), stored in TC.
 // dq, dk, dv are fp32 sums (ops/attention.hpp), rounded to TC on load: the gradients of the
 // compute-dtype q, k, v.
-// Positions as rope_forward's (starts likewise).
+// Positions as rope_forward's (starts likewise), and R.
 template <class TC>
 void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const float* dk,
                    const float* dv, const float* cos, const float* sin, int64_t B, int64_t T,
-                   int64_t H, int64_t KV, int64_t D, const int32_t* starts = nullptr);
+                   int64_t H, int64_t KV, int64_t D, const int32_t* starts = nullptr,
+                   int64_t R = 0);
 
 // out (B, H, T, D) = rnd(in (B*T, H*D), round): token layout to head layout. (The attention
 // writes its output in token layout itself: ops/attention.hpp.)

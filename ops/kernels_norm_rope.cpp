@@ -110,16 +110,19 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
       });
 }
 
-void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq) {
+void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq,
+                 float attention_factor) {
   // Computed on the host in fp32 exactly as the reference model does (angle = t * inv_freq in
-  // fp32, inv_freq from ops/rope.hpp), then copied to the device once per model.
+  // fp32, inv_freq from ops/rope.hpp; longrope's cos and sin times attention_factor in fp32),
+  // then copied to the device once per model.
   const int64_t half = D / 2;
+  const bool scaled = attention_factor != 1.0f;
   std::vector<float> hc(T * half), hs(T * half);
   for (int64_t j = 0; j < half; ++j) {
     for (int64_t t = 0; t < T; ++t) {
       const float a = static_cast<float>(t) * inv_freq[j];
-      hc[t * half + j] = std::cos(a);
-      hs[t * half + j] = std::sin(a);
+      hc[t * half + j] = scaled ? std::cos(a) * attention_factor : std::cos(a);
+      hs[t * half + j] = scaled ? std::sin(a) * attention_factor : std::sin(a);
     }
   }
   Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hcv(hc.data(),
@@ -132,12 +135,14 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector
 template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  const int32_t* starts, HeadScale scale) {
+                  const int32_t* starts, HeadScale scale, int64_t R) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
+  // Partial rotary: pairs (j, j + rhalf) for j < rhalf rotate; the last D - R values pass.
+  const int64_t rhalf = (R > 0 && R < D ? R : D) / 2, pass = half - rhalf;
   // Rows are (token, head slot) pairs of D values; element j of a row handles the rotary pair
-  // (j, j + half).
+  // (j, j + rhalf), or for j >= rhalf the unrotated values j + rhalf and j + rhalf + pass.
   for_rows(
       space, "rope_forward", B * T * S, half,
       KOKKOS_LAMBDA(const int64_t idx, const int64_t j0, const int64_t j1) {
@@ -155,23 +160,35 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
         TC* y = slot < H ? q + ((b * H + slot) * T + t) * D : k + ((b * KV + slot - H) * T + t) * D;
         const int64_t pos = starts != nullptr ? t - starts[bt] : t;  // restarts in each example
         // No tables: no rotation (cos 1, sin 0), the layout change (and scale) only.
-        const float* c = cos != nullptr ? cos + pos * half : nullptr;
-        const float* s = sin != nullptr ? sin + pos * half : nullptr;
+        const float* c = cos != nullptr ? cos + pos * rhalf : nullptr;
+        const float* s = sin != nullptr ? sin + pos * rhalf : nullptr;
         const float* w = slot < H ? scale.q : scale.k;
         // rotate_half: y = x * cos + [-x2, x1] * sin
-        for (int64_t j = j0; j < j1; ++j) {
-          float x1 = load_f32(x, j), x2 = load_f32(x, j + half);
+        const int64_t jr = j1 < rhalf ? j1 : rhalf;
+        for (int64_t j = j0; j < jr; ++j) {
+          float x1 = load_f32(x, j), x2 = load_f32(x, j + rhalf);
           if (w != nullptr) {
             x1 = rnd(x1 * w[j], scale.round);
-            x2 = rnd(x2 * w[j + half], scale.round);
+            x2 = rnd(x2 * w[j + rhalf], scale.round);
           }
           if (c == nullptr) {
             store_as(y, j, rnd(x1, rc));
-            store_as(y, j + half, rnd(x2, rc));
+            store_as(y, j + rhalf, rnd(x2, rc));
             continue;
           }
           store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
-          store_as(y, j + half, rnd(x2 * c[j] + x1 * s[j], rc));
+          store_as(y, j + rhalf, rnd(x2 * c[j] + x1 * s[j], rc));
+        }
+        // the values past rotary_dim: scaled, not rotated
+        for (int64_t j = j0 > rhalf ? j0 : rhalf; j < j1; ++j) {
+          const int64_t e1 = j + rhalf, e2 = j + rhalf + pass;
+          float x1 = load_f32(x, e1), x2 = load_f32(x, e2);
+          if (w != nullptr) {
+            x1 = rnd(x1 * w[e1], scale.round);
+            x2 = rnd(x2 * w[e2], scale.round);
+          }
+          store_as(y, e1, rnd(x1, rc));
+          store_as(y, e2, rnd(x2, rc));
         }
       });
 }
@@ -179,10 +196,11 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
 template <class TC>
 void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const float* dk,
                    const float* dv, const float* cos, const float* sin, int64_t B, int64_t T,
-                   int64_t H, int64_t KV, int64_t D, const int32_t* starts) {
+                   int64_t H, int64_t KV, int64_t D, const int32_t* starts, int64_t R) {
   constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;
   const int64_t half = D / 2;
+  const int64_t rhalf = (R > 0 && R < D ? R : D) / 2, pass = half - rhalf;
   for_rows(
       space, "rope_backward", B * T * S, half,
       KOKKOS_LAMBDA(const int64_t idx, const int64_t j0, const int64_t j1) {
@@ -200,19 +218,25 @@ void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const floa
         const float* g =
             slot < H ? dq + ((b * H + slot) * T + t) * D : dk + ((b * KV + slot - H) * T + t) * D;
         const int64_t pos = starts != nullptr ? t - starts[bt] : t;
-        const float* c = cos != nullptr ? cos + pos * half : nullptr;
-        const float* s = sin != nullptr ? sin + pos * half : nullptr;
+        const float* c = cos != nullptr ? cos + pos * rhalf : nullptr;
+        const float* s = sin != nullptr ? sin + pos * rhalf : nullptr;
         // Transpose of the rotation: [x1, x2] <- [g1 c + g2 s, g2 c - g1 s], from the gradients
-        // of the compute-dtype q and k (rounded on load); no tables: no rotation.
-        for (int64_t j = j0; j < j1; ++j) {
-          const float g1 = rnd(g[j], rc), g2 = rnd(g[j + half], rc);
+        // of the compute-dtype q and k (rounded on load); no tables (or values that pass through
+        // unrotated): no rotation.
+        const int64_t jr = j1 < rhalf ? j1 : rhalf;
+        for (int64_t j = j0; j < jr; ++j) {
+          const float g1 = rnd(g[j], rc), g2 = rnd(g[j + rhalf], rc);
           if (c == nullptr) {
             store_as(out, j, rnd(g1, rc));
-            store_as(out, j + half, rnd(g2, rc));
+            store_as(out, j + rhalf, rnd(g2, rc));
             continue;
           }
           store_as(out, j, rnd(g1 * c[j] + g2 * s[j], rc));
-          store_as(out, j + half, rnd(g2 * c[j] - g1 * s[j], rc));
+          store_as(out, j + rhalf, rnd(g2 * c[j] - g1 * s[j], rc));
+        }
+        for (int64_t j = j0 > rhalf ? j0 : rhalf; j < j1; ++j) {
+          store_as(out, j + rhalf, rnd(g[j + rhalf], rc));
+          store_as(out, j + rhalf + pass, rnd(g[j + rhalf + pass], rc));
         }
       });
 }
@@ -235,10 +259,10 @@ void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, i
                                     const float*, int64_t, int64_t, float, Rounding, NormForm);    \
   template void rope_forward<TC>(const ExecSpace&, TC*, TC*, TC*, const TC*, const float*,         \
                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,        \
-                                 const int32_t*, HeadScale);                                       \
+                                 const int32_t*, HeadScale, int64_t);                              \
   template void rope_backward<TC>(const ExecSpace&, TC*, const float*, const float*, const float*, \
                                   const float*, const float*, int64_t, int64_t, int64_t, int64_t,  \
-                                  int64_t, const int32_t*);                                        \
+                                  int64_t, const int32_t*, int64_t);                               \
   template void tokens_to_heads<TC, float>(const ExecSpace&, TC*, const float*, int64_t, int64_t,  \
                                            int64_t, int64_t, Rounding);
 KKTRAIN_INST_TC(float)

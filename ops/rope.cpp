@@ -11,16 +11,23 @@
 
 namespace kktrain {
 
-std::vector<float> rope_inv_freq(int64_t D, double theta, const RopeScaling& s) {
+std::vector<float> rope_inv_freq(int64_t D, double theta, const RopeScaling& s, bool long_factors) {
   const int64_t half = D / 2;
   std::vector<float> inv(half);
   const float base = static_cast<float>(theta);
+  const std::vector<double>* ext = nullptr;
+  if (s.longrope()) {
+    ext = long_factors ? &s.long_factor : &s.short_factor;
+    if (static_cast<int64_t>(ext->size()) != half) ext = nullptr;  // checked by the config
+  }
   for (int64_t j = 0; j < half; ++j) {
     const float expo = static_cast<float>(2 * j) / static_cast<float>(D);
     const float power =
         static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(expo)));
-    inv[j] = 1.0f / power;
+    // longrope: the fp32 factor times the power, rounded, then its reciprocal
+    inv[j] = ext ? 1.0f / (static_cast<float>((*ext)[j]) * power) : 1.0f / power;
   }
+  if (s.longrope()) return inv;
   if (s.rope_type == RopeType::linear) {
     // _compute_linear_scaling_rope_parameters: inv_freq / factor (the factor rounded to fp32)
     const float factor = static_cast<float>(s.factor);

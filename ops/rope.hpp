@@ -19,7 +19,11 @@ namespace kktrain {
 //            interpolated: s = (original / wavelen - low) / (high - low),
 //            inv = (1 - s) * inv / factor + s * inv.
 //   linear   inv_freq[j] = default / factor
-std::vector<float> rope_inv_freq(int64_t D, double theta, const RopeScaling& scaling);
+//   longrope inv_freq[j] = 1 / (ext[j] * theta^(2j / D)), ext the long factors when
+//            `long_factors`, else the short ones (fp32: the product rounded, then its reciprocal;
+//            transformers' _compute_longrope_parameters). D is the rotary width.
+std::vector<float> rope_inv_freq(int64_t D, double theta, const RopeScaling& scaling,
+                                 bool long_factors = false);
 // The llama3 step alone: `inv` rescaled as above (returned unchanged for rope_type default).
 std::vector<float> rope_scale_llama3(std::vector<float> inv, const RopeScaling& scaling);
 

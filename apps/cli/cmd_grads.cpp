@@ -67,6 +67,7 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_i64("/", "num_kv_heads", m.num_kv_heads);
   f.attr_i64("/", "intermediate_size", m.intermediate_size);
   f.attr_i64("/", "head_dim", m.head_dim());
+  if (m.rotary_dim() != m.head_dim()) f.attr_i64("/", "rotary_dim", m.rotary_dim());
   f.attr_str("/", "family", model_family_name(m.family));
   f.attr_str("/", "attention_bias", attention_bias_name(m.attention_bias));
   f.attr_str("/", "qk_norm", qk_norm_name(m.qk_norm));

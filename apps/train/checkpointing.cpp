@@ -194,11 +194,11 @@ void check_header(const FileIndex& ix, const std::string& file, const Config& cf
   family_from_attrs(ix.root(), file, &saved_family);
   auto family_text = [](const ModelConfig& m) {
     return std::string("family ") + model_family_name(m.family) + ", head_dim " +
-           std::to_string(m.head_dim()) + ", attention_bias " +
-           attention_bias_name(m.attention_bias) + ", qk_norm " + qk_norm_name(m.qk_norm) +
-           ", sliding_window " + std::to_string(m.sliding_window) + ", layer_types [" +
-           layer_types_text(m) + "], layer_rope [" + layer_rope_text(m) + "], norm_weight " +
-           norm_weight_name(m.norm_weight) + ", norm_placement " +
+           std::to_string(m.head_dim()) + ", rotary_dim " + std::to_string(m.rotary_dim()) +
+           ", attention_bias " + attention_bias_name(m.attention_bias) + ", qk_norm " +
+           qk_norm_name(m.qk_norm) + ", sliding_window " + std::to_string(m.sliding_window) +
+           ", layer_types [" + layer_types_text(m) + "], layer_rope [" + layer_rope_text(m) +
+           "], norm_weight " + norm_weight_name(m.norm_weight) + ", norm_placement " +
            norm_placement_name(m.norm_placement) + ", mlp_activation " +
            mlp_activation_name(m.mlp_activation) + ", embed_scale " +
            embed_scale_name(m.embed_scale) + ", query_pre_attn_scalar " +

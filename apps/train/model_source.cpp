@@ -52,6 +52,9 @@ ModelFileArchitecture kktrain_file_architecture(const WeightSource& src) {
   add("family", "family", YAML::Node(model_family_name(m.family)));
   add("head_dim", "head_dim",
       m.explicit_head_dim > 0 ? YAML::Node(m.explicit_head_dim) : YAML::Node(YAML::NodeType::Null));
+  add("rotary_dim", "rotary_dim",
+      m.explicit_rotary_dim > 0 ? YAML::Node(m.explicit_rotary_dim)
+                                : YAML::Node(YAML::NodeType::Null));
   add("attention_bias", "attention_bias", YAML::Node(attention_bias_name(m.attention_bias)));
   add("qk_norm", "qk_norm", YAML::Node(qk_norm_name(m.qk_norm)));
   add("sliding_window", "sliding_window",

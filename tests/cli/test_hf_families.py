@@ -16,6 +16,11 @@ and OLMo 2 (norms after the sub-layers, q/k norms over the whole projections).
 - conditional_gemma3: a Gemma3ForConditionalGeneration directory's language model is read (one
   line says so and counts the vision tensors not read), trained and exported as a text-only
   Gemma3ForCausalLM with its text_config's settings, loaded back bit for bit.
+  (and mistral, smollm3, qwen3_moe for the round trip; FAMILIES)
+  phi3:  Phi-4-mini's keys (Phi3ForCausalLM): fused self_attn.qkv_proj and mlp.gate_up_proj,
+         rotary on 12 of head_dim 16, longrope (original_max_position_embeddings 16: the
+         32-token sequences use the long factors), tied, BF16, a window of 16 on every layer;
+         FusedAdam with an fp32 master.
 
 - roundtrip_<family>: train 3 steps from the directory, `kktrain export --format safetensors`:
   the tensor names and shapes are the input's exactly (tied: no lm_head.weight), config.json has
@@ -26,21 +31,27 @@ and OLMo 2 (norms after the sub-layers, q/k norms over the whole projections).
 - resume_<family>: 4 steps straight vs 2 steps + a resume to 4, on 1 rank and on 2 ranks
   (mpirun): the final checkpoints are bit-identical; the 2-rank step-2 checkpoint resumed on 1
   rank saves the same checkpoint again (world_size aside) and trains on.
-- lora_<family> (lora_more: Mistral, SmolLM3, Qwen3-MoE, Gemma 2, OLMo 2): LoRA on q_proj, k_proj,
-  v_proj, o_proj (PEFT's names), 2 steps, `kktrain
-  export --format peft`: adapter_config.json says those target_modules, the adapters are
-  base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight with head_dim's
-  shapes; the base (its biases and q/k norms included) is frozen: the checkpoint holds the
-  input's values bit for bit.
+- lora_<family> (lora_more: Mistral, SmolLM3, Qwen3-MoE, Gemma 2, OLMo 2): LoRA on q_proj, k_proj, v_proj, o_proj (PEFT's names; Phi-3: qkv_proj, o_proj,
+  gate_up_proj, one adapter per fused projection, (H + 2 KV) * head_dim and 2F outputs), 2 steps,
+  `kktrain export --format peft`: adapter_config.json says those target_modules, the adapters are
+  base_model.model.model.layers.{i}.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight (Phi-3's
+  ...self_attn.qkv_proj..., ...mlp.gate_up_proj...) with the projections' shapes; the base (its
+  biases and q/k norms included) is frozen: the checkpoint holds the input's values bit for bit.
+  Phi-3's directory is read back (peft.init_from) to the checkpoint's adapters.
 - sft_<family> (gemma3; qwen3 with reasoning in <think> and reasoning_content): the family's real tokenizer and chat template (the npm reference
   package's files in the model directory; exit 77 without them), chat data fine-tuned with the
   assistant-only loss and packing: finite losses over the assistant's tokens only; the export
   carries the tokenizer files.
 - refusals: config.json values a family cannot compute or that are malformed (Qwen2 with a
   sliding window without its length, a layer type that is not full or sliding, Qwen3 attention_bias "yes", head_dim 3, an unknown
-  key, Qwen2 use_mrope true) are one error line naming the file and key, exit 2, nothing
+  key, Qwen2 use_mrope true; Phi-3 longrope lists of the wrong length, a factor that is not a
+  number, a forged list of 100000 factors, an odd or too wide rotary width, nonzero dropouts,
+  lm_head_bias, llama3 scaling) are one error line naming the file and key, exit 2, nothing
   written; a model.family qwen3 with model.attention_bias qkv (no o bias) trains, and its
-  safetensors export is one error naming model.attention_bias, nothing written.
+  safetensors export is one error naming model.attention_bias, nothing written. kktrain's own
+  keys likewise (model.rotary_dim odd or above head_dim, longrope lists of the wrong length or
+  with text, family phi3 with attention biases), and a Phi-3 trained from kktrain's config
+  exports as a Phi3ForCausalLM (fused names, partial_rotary_factor, longrope).
 """
 
 import json
@@ -81,6 +92,11 @@ FAMILIES = {
     "gemma3": (lambda: hf.gemma3_config(max_pos=64, torch_dtype="bfloat16"), "BF16", 2, MASTER),
     # OLMo 2: norms after the sub-layers only, q/k norms over the whole projections.
     "olmo2": (lambda: hf.olmo2_config(max_pos=64), "F32", 1, F32),
+    # Phi-4-mini's keys (model_type phi3): fused qkv_proj / gate_up_proj, rotary on 12 of
+    # head_dim 16, longrope with original_max_position_embeddings 16 (the 32-token sequences use
+    # the long factors), tied, a window of 16 keys on every layer.
+    "phi3": (lambda: hf.phi4mini_config(max_pos=64, original_max_pos=16, sliding_window=16),
+             "BF16", 1, MASTER),
 }
 # config.json keys that say what the model computes; an export must carry each one the input has
 # with the input's value (sliding_window: see window_equal).
@@ -93,7 +109,8 @@ MODEL_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "output_router_logits", "router_aux_loss_coef", "decoder_sparse_step",
               "mlp_only_layers", "hidden_activation", "query_pre_attn_scalar",
               "attn_logit_softcapping", "final_logit_softcapping", "rope_local_base_freq",
-              "sliding_window_pattern")
+              "sliding_window_pattern", "original_max_position_embeddings",
+              "partial_rotary_factor", "resid_pdrop", "embd_pdrop")
 # Keys of the input that describe no computation (token ids, the initializer, the generation
 # cache, the writer's version) or hold the family's default (use_mrope false is Qwen2's): an
 # export may leave them out.
@@ -101,7 +118,10 @@ NOT_MODEL_KEYS = {"bos_token_id", "eos_token_id", "initializer_range", "use_cach
                   "transformers_version", "use_mrope", "pad_token_id", "pretraining_tp",
                   "cache_implementation",
                   # SmolLM3: the export writes no_rope_layers itself (compared as layers below)
-                  "no_rope_layer_interval"}
+                  "no_rope_layer_interval",
+                  # Phi-3: the hub's custom-code pointers (an export holds no code), and
+                  # Phi-4-mini's keys that Phi3Config does not read
+                  "auto_map", "full_attn_mod", "interpolate_factor", "lm_head_bias", "mlp_bias"}
 
 
 def make_family(tmp, family, name="model", **extra):
@@ -303,6 +323,10 @@ def case_roundtrip_qwen3_moe():
     roundtrip("qwen3_moe")
 
 
+def case_roundtrip_phi3():
+    roundtrip("phi3")
+
+
 # ---- 2. resume: straight vs split, 1 and 2 ranks, another rank count -------------------------
 
 
@@ -393,31 +417,42 @@ def case_resume_olmo2():
     resume("olmo2")
 
 
+def case_resume_phi3():
+    resume("phi3")
+
+
 # ---- 3. LoRA on the attention projections ------------------------------------------------------
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+# Phi-3's fused projections: one adapter on qkv_proj ((H + 2 KV) * head_dim outputs), one on
+# gate_up_proj (2F outputs).
+PHI3_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj"]
 R, ALPHA = 4, 8.0
 
 
-def lora(family):
+def lora(family, targets=TARGETS):
     with tempfile.TemporaryDirectory(prefix="kktrain_hf_fam_") as tmp:
         model, src, before, over = make_family(tmp, family)
         conf = th.write_config(tmp)
         run_dir = os.path.join(tmp, "run")
-        peft = f"peft={{target_modules: [{', '.join(TARGETS)}], dim: {R}, alpha: {ALPHA}}}"
+        peft = f"peft={{target_modules: [{', '.join(targets)}], dim: {R}, alpha: {ALPHA}}}"
         run_ok(["train", conf, f"model.init_from={model}", f"train.output_dir={run_dir}",
                 "train.max_steps=2", "optimizer.lr=2e-2", peft, *over], "LoRA train")
         out = os.path.join(tmp, "adapter")
         run_ok(["export", run_dir, "--format", "peft", "--out", out], "export --format peft")
         with open(os.path.join(out, "adapter_config.json")) as f:
             ac = json.load(f)
-        check(sorted(ac["target_modules"]) == sorted(TARGETS),
+        check(sorted(ac["target_modules"]) == sorted(targets),
               f"adapter_config.json target_modules {ac['target_modules']}")
         check(ac["r"] == R and ac["lora_alpha"] == ALPHA, f"r / lora_alpha {ac['r']} "
               f"{ac['lora_alpha']}")
         _, t, _ = hf.read_safetensors(os.path.join(out, "adapter_model.safetensors"))
-        want = {f"base_model.model.model.layers.{i}.self_attn.{p}.lora_{ab}.weight"
-                for i in range(src["num_hidden_layers"]) for p in TARGETS for ab in "AB"}
+
+        def module(p):
+            return ("mlp." if p in ("gate_proj", "up_proj", "gate_up_proj", "down_proj")
+                    else "self_attn.") + p
+        want = {f"base_model.model.model.layers.{i}.{module(p)}.lora_{ab}.weight"
+                for i in range(src["num_hidden_layers"]) for p in targets for ab in "AB"}
         check(set(t) == want, f"adapter tensors: extra {sorted(set(t) - want)}, missing "
               f"{sorted(want - set(t))}")
         for n, (_, shape, _) in t.items():
@@ -440,6 +475,21 @@ def lora(family):
         print(f"{family}: {len(t)} adapter tensors ({sorted(t)[0]}, ...), target_modules "
               f"{ac['target_modules']}; {len(base)} base tensors frozen bit for bit, "
               f"{len(frozen)} of them biases and q/k norms")
+        if family != "phi3":
+            return
+        # The directory read back into a run of the same model (peft.init_from, the settings
+        # from adapter_config.json): every adapter of the checkpoint loaded bit for bit.
+        dump = os.path.join(tmp, "adapter_back.h5")
+        run_ok(["grads", conf, "--out", dump, f"model.init_from={model}",
+                f"peft={{init_from: {out}}}", *over], "peft.init_from the export")
+        back = h5_params(dump)
+        ad = {n: v for n, v in ck.items() if ".lora_" in n}
+        check(set(ad) <= set(back), f"adapters loaded back: {sorted(set(ad) - set(back))}")
+        for n, v in ad.items():
+            check(np.array_equal(hf.bf16_bits(back[n]), hf.bf16_bits(v)),
+                  f"{n} loaded back differs")
+        print(f"{family}: the PEFT directory read back (peft.init_from): {len(ad)} adapters "
+              "equal")
 
 
 def case_lora_qwen2():
@@ -448,6 +498,10 @@ def case_lora_qwen2():
 
 def case_lora_qwen3():
     lora("qwen3")
+
+
+def case_lora_phi3():
+    lora("phi3", PHI3_TARGETS)
 
 
 def case_lora_gemma3():
@@ -603,6 +657,29 @@ def case_refusals():
              ("rope_parameters.sliding_attention", "unscaled")),
             ("olmo2_activation", "olmo2", {"hidden_act": "gelu"}, ("hidden_act",)),
             ("olmo2_window", "olmo2", {"sliding_window": 16}, ("sliding_window",)),
+            # Phi-3: longrope lists of rotary_dim / 2 numbers (6 here), a rotary width that is
+            # even and within head_dim, no dropout, no LM head bias; a forged list is bounded
+            ("phi3_short_factor_length", "phi3",
+             {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 5,
+                               "long_factor": [2.0] * 6}}, ("rope_scaling.short_factor", "6")),
+            ("phi3_long_factor_text", "phi3",
+             {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 6,
+                               "long_factor": [2.0, "x", 2.0, 2.0, 2.0, 2.0]}},
+             ("rope_scaling.long_factor[1]",)),
+            ("phi3_factor_list_forged", "phi3",
+             {"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 100000,
+                               "long_factor": [2.0] * 6}}, ("rope_scaling.short_factor",)),
+            ("phi3_rotary_odd", "phi3", {"partial_rotary_factor": 0.6875},
+             ("partial_rotary_factor",)),
+            ("phi3_rotary_over_head_dim", "phi3", {"partial_rotary_factor": 1.5},
+             ("partial_rotary_factor",)),
+            ("phi3_resid_pdrop", "phi3", {"resid_pdrop": 0.1}, ("resid_pdrop",)),
+            ("phi3_embd_pdrop", "phi3", {"embd_pdrop": 0.05}, ("embd_pdrop",)),
+            ("phi3_attention_dropout", "phi3", {"attention_dropout": 0.1},
+             ("attention_dropout",)),
+            ("phi3_lm_head_bias", "phi3", {"lm_head_bias": True}, ("lm_head_bias",)),
+            ("phi3_llama3_scaling", "phi3", {"rope_scaling": hf.LLAMA3_SCALING},
+             ("rope_scaling", "longrope")),
         ]
         for name, family, edit, needles in cases:
             model, _, _, over = make_family(tmp, family, name=name)
@@ -634,6 +711,46 @@ def case_refusals():
         check(not [f for f in os.listdir(tmp) if f.startswith("qkv_export")],
               f"a refused export left {os.listdir(tmp)}")
         print(f"export qwen3 + qkv: {line[len('kktrain: error: '):]}")
+        # kktrain's own keys for the same: model.rotary_dim even and within head_dim (16), the
+        # longrope lists rotary_dim / 2 long, each a number.
+        phi = th.CONFIG + ("model:\n  family: phi3\n  hidden_size: 64\n  num_layers: 2\n"
+                           "  num_heads: 4\n  num_kv_heads: 2\n")
+        longrope = ("  rope_scaling: {rope_type: longrope, short_factor: %s, long_factor: %s,\n"
+                    "    original_max_position_embeddings: 16}\n")
+        for name, text, needles in [
+                ("rotary_odd", phi + "  rotary_dim: 7\n", ("model.rotary_dim", "even")),
+                ("rotary_over", phi + "  rotary_dim: 18\n", ("model.rotary_dim", "head_dim")),
+                ("longrope_length", phi + "  rotary_dim: 12\n" + longrope % ("[1, 1]", "[2, 2]"),
+                 ("model.rope_scaling.short_factor", "6")),
+                ("longrope_text", phi + longrope % ("[1, x, 1, 1, 1, 1, 1, 1]", "[2]"),
+                 ("model.rope_scaling.short_factor", "item 1")),
+                ("phi3_bias", phi + "  attention_bias: qkv\n", ("model.attention_bias",))]:
+            yaml = th.write_config(tmp, text, name + ".yaml")
+            run_dir = os.path.join(tmp, name + "_run")
+            args = ["train", yaml, f"train.output_dir={run_dir}", "train.max_steps=1"]
+            rc, o, e = tt.run(args)
+            line = th.one_error(rc, o, e, *needles, where=tt.describe(args, rc, o, e))
+            check(not os.path.exists(run_dir), f"{name}: a refused run wrote {run_dir}")
+            print(f"{name}: {line[len('kktrain: error: '):]}")
+        # A Phi-3 trained from kktrain's own config exports as one (fused names, its keys).
+        run_dir = os.path.join(tmp, "phi_run")
+        yaml = th.write_config(tmp, phi + "  rotary_dim: 12\n" + longrope % (
+            "[1, 1, 1, 1, 1, 1]", "[1, 2, 4, 8, 16, 32]") + "  max_seq_len: 64\n", "phi.yaml")
+        run_ok(["train", yaml, f"train.output_dir={run_dir}", "train.max_steps=1"],
+               "train model.family phi3")
+        out = os.path.join(tmp, "phi_export")
+        run_ok(["export", run_dir, "--format", "safetensors", "--out", out], "export phi3")
+        cfg, tensors, _ = hf.read_model_dir(out)
+        check(cfg["architectures"] == ["Phi3ForCausalLM"] and cfg["partial_rotary_factor"] == 0.75
+              and cfg["original_max_position_embeddings"] == 16
+              and cfg["rope_scaling"]["long_factor"] == [1, 2, 4, 8, 16, 32],
+              f"exported config.json {cfg}")
+        check("model.layers.0.self_attn.qkv_proj.weight" in tensors
+              and "model.layers.1.mlp.gate_up_proj.weight" in tensors,
+              f"exported tensors {sorted(tensors)}")
+        print(f"phi3 from kktrain's config: exported {cfg['architectures'][0]} "
+              f"partial_rotary_factor {cfg['partial_rotary_factor']} rope_scaling "
+              f"{cfg['rope_scaling']}")
 
 
 if __name__ == "__main__":

@@ -93,17 +93,18 @@ foreach(case IN ITEMS import roundtrip refusals)
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(hf.mixtral_${case} PROPERTIES LABELS hf TIMEOUT 300)
 endforeach()
-# Qwen2, Qwen3, Mistral, SmolLM3, Qwen3-MoE, Gemma 2/3 and OLMo 2 directories
-# (tests/cli/test_hf_families.py): train + export with the input's
-# names, shapes and config.json keys, re-import bit for bit; resume exact on 1 and 2 ranks
-# (mpirun; exit 77, a skip, without it) and from 2 ranks on 1; LoRA on q/k/v/o with PEFT's names
-# and the biases and q/k norms frozen; config.json values and exports refused in one line.
-# Hidden 64, 2 layers, 32-token sequences: ~7-18 s a case on two busy cores.
+# Qwen2, Qwen3, Mistral, SmolLM3, Qwen3-MoE, Gemma 2/3, OLMo 2 and Phi-3 directories
+# (tests/cli/test_hf_families.py): train + export with the input's names, shapes and config.json
+# keys, re-import bit for bit; resume exact on 1 and 2 ranks (mpirun; exit 77, a skip, without
+# it) and from 2 ranks on 1; LoRA on q/k/v/o (Phi-3: qkv_proj, o_proj, gate_up_proj) with PEFT's
+# names and the biases and q/k norms frozen; chat fine-tuning with the family's tokenizer and
+# template; config.json values and exports refused in one line.
+# Hidden 64, 2 layers, 32-token sequences: ~3-14 s a case on two busy cores.
 foreach(case IN ITEMS roundtrip_qwen2 roundtrip_qwen3 roundtrip_mistral roundtrip_smollm3
                       roundtrip_qwen3_moe roundtrip_gemma2 roundtrip_gemma3 roundtrip_olmo2
-                      conditional_gemma3 resume_qwen2 resume_qwen3 resume_gemma3
-                      resume_gemma2 resume_olmo2 lora_qwen2 lora_qwen3 lora_gemma3 lora_more
-                      sft_gemma3 sft_qwen3 fresh_norms refusals)
+                      roundtrip_phi3 conditional_gemma3 resume_qwen2 resume_qwen3 resume_gemma3
+                      resume_gemma2 resume_olmo2 resume_phi3 lora_qwen2 lora_qwen3 lora_gemma3
+                      lora_phi3 lora_more sft_gemma3 sft_qwen3 fresh_norms refusals)
   add_test(NAME hf.family_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf_families.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
@@ -124,7 +125,8 @@ set(KKTRAIN_HF_PARITY_GROUPS
     smollm3:smollm3_f32_no_rope_layers,smollm3_bf16_interval
     gemma2:gemma2_f32,gemma2_bf16
     gemma3:gemma3_f32,gemma3_bf16_conditional,gemma3_f32_conditional_hub
-    olmo2:olmo2_f32,olmo2_bf16)
+    olmo2:olmo2_f32,olmo2_bf16
+    phi3:phi3_f32,phi4mini_bf16)
 foreach(group IN LISTS KKTRAIN_HF_PARITY_GROUPS)
   string(REPLACE ":" ";" parts "${group}")
   list(GET parts 0 name)
