@@ -421,6 +421,12 @@ def case_resume_phi3():
     resume("phi3")
 
 
+def case_resume_more():
+    """Mistral (a window), SmolLM3 (layers without RoPE), Qwen3-MoE (experts): one case."""
+    for family in ("mistral", "smollm3", "qwen3_moe"):
+        resume(family)
+
+
 # ---- 3. LoRA on the attention projections ------------------------------------------------------
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]

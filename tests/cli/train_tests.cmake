@@ -103,7 +103,7 @@ endforeach()
 foreach(case IN ITEMS roundtrip_qwen2 roundtrip_qwen3 roundtrip_mistral roundtrip_smollm3
                       roundtrip_qwen3_moe roundtrip_gemma2 roundtrip_gemma3 roundtrip_olmo2
                       roundtrip_phi3 conditional_gemma3 resume_qwen2 resume_qwen3 resume_gemma3
-                      resume_gemma2 resume_olmo2 resume_phi3 lora_qwen2 lora_qwen3 lora_gemma3
+                      resume_gemma2 resume_olmo2 resume_phi3 resume_more lora_qwen2 lora_qwen3 lora_gemma3
                       lora_phi3 lora_more sft_gemma3 sft_qwen3 fresh_norms refusals)
   add_test(NAME hf.family_${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_hf_families.py
