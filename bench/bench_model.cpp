@@ -6,7 +6,7 @@
 //
 //   bench_model --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256
 //               --seq 256 --batch 8 --compute bfloat16 --storage float32 --warmup 2 --iters 5
-//               [--family llama|qwen3|gemma3] [--head-dim D] [--window W]
+//               [--family llama|qwen3|gemma3|phi3] [--head-dim D] [--window W]
 // --family sets the ModelConfig fields kktrain's Hugging Face reader (io/hf_config.cpp) sets for
 // that architecture (family_config below); --head-dim an explicit head_dim (0: hidden / heads);
 // --window the sliding window of the family's sliding layers (-1: the family's default).
@@ -119,6 +119,27 @@ bool family_config(const std::string& family, int64_t T, int64_t window, ModelCo
     }
     return true;
   }
+  if (family == "phi3") {  // Phi3ForCausalLM laid out as Phi-4-mini
+    // Fused qkv_proj / gate_up_proj parameters, rotary on int(head_dim * 0.75) values of each
+    // head (partial_rotary_factor 0.75; the rest pass through), the head tied to the embedding,
+    // rms_norm_eps 1e-5 and rope_theta 1e4 (kPhi3Block's, Phi-4-mini's). Phi-4-mini's longrope
+    // (original_max_position_embeddings 4096 >= T) and sliding_window (262144 >= T) do not act
+    // at the bench's T: rotary unscaled (rope_scaling null, as Phi-3-mini-4k's) and no window.
+    m->family = ModelFamily::phi3;
+    m->tie_word_embeddings = true;
+    m->rms_norm_eps = 1e-5;
+    m->rope_theta = 1e4;
+    const int64_t D = m->head_dim();
+    const int64_t rotary = D * 3 / 4;  // int(D * 0.75)
+    if (rotary < 2 || rotary % 2 != 0) {
+      std::fprintf(stderr, "bench_model: phi3 needs int(head_dim * 0.75) even (head_dim %lld)\n",
+                   static_cast<long long>(D));
+      std::exit(2);
+    }
+    m->explicit_rotary_dim = rotary == D ? 0 : rotary;
+    if (window > 0) m->sliding_window = window;  // Phi3Config's sliding_window: every layer
+    return true;
+  }
   return false;
 }
 
@@ -192,7 +213,8 @@ int main(int argc, char** argv) {
   }
   m.max_seq_len = T;
   if (!family_config(family, T, window, &m)) {
-    std::fprintf(stderr, "bench_model: unknown family %s (llama, qwen3, gemma3)\n", family.c_str());
+    std::fprintf(stderr, "bench_model: unknown family %s (llama, qwen3, gemma3, phi3)\n",
+                 family.c_str());
     return 2;
   }
   ResolvedPrecision p;

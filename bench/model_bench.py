@@ -23,7 +23,8 @@ weights: both should be near ln(vocab) and finite). A family is one entry in FAM
 branch of bench_model.cpp's family_config and one class in torch_families.FAMILIES.
 
     bench/model_bench.py [--build build] [--rounds 3] [--threads 1,2] [--small]
-                         [--families llama,qwen3,gemma3] [--peer-env OPENBLAS_CORETYPE=SKYLAKEX]
+                         [--families llama,qwen3,gemma3,phi3]
+                         [--peer-env OPENBLAS_CORETYPE=SKYLAKEX]
 Needs Debian's /usr/bin/python3 (torch) for the peer.
 """
 import argparse
@@ -46,6 +47,8 @@ FAMILIES = {
               "sqrt(hidden), (1 + w) q/k head norms, scores x query_pre_attn_scalar^-1/2 "
               "(= head_dim), 5 of 6 layers sliding (window seq/2, rotary base 1e4; the others "
               "1e6), tied head",
+    "phi3": "Llama's layer with fused qkv_proj and gate_up_proj, rotary on 3/4 of each head "
+            "(partial_rotary_factor 0.75, as Phi-4-mini; unscaled), rms_norm_eps 1e-5, tied head",
 }
 
 

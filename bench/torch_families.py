@@ -1,8 +1,9 @@
 """The PyTorch peers of bench/model_bench.py's families other than Llama (torch_llama.py
---family NAME builds FAMILIES[NAME](args)): the decoders of Hugging Face's Qwen3ForCausalLM and
-Gemma3ForCausalLM as transformers' modeling_qwen3.py / modeling_gemma3.py compute them, written
-plainly in eager PyTorch at the bench's shapes (no cache, no padding, no dropout), for the same
-forward + backward + AdamW step as the Llama peer (bf16 compute: the caller's CPU autocast).
+--family NAME builds FAMILIES[NAME](args)): the decoders of Hugging Face's Qwen3ForCausalLM,
+Gemma3ForCausalLM and Phi3ForCausalLM as transformers' modeling_qwen3.py / modeling_gemma3.py /
+modeling_phi3.py compute them, written plainly in eager PyTorch at the bench's shapes (no cache,
+no padding, no dropout), for the same forward + backward + AdamW step as the Llama peer (bf16
+compute: the caller's CPU autocast).
 
   qwen3   Llama's layer (RMSNorm w * rnd(x_hat), rotate-half rotary, GQA, SwiGLU, untied head)
           with q_norm / k_norm: an RMSNorm of each query and key head (over head_dim, its own
@@ -15,10 +16,17 @@ forward + backward + AdamW step as the Llama peer (bf16 compute: the caller's CP
           of every six (keys q - window < k <= q, window seq / 2 unless --window says otherwise)
           rotated with the local base 1e4 and the others with 1e6, the LM head tied to the
           embedding, no soft-caps (Gemma 3's defaults).
+  phi3    Phi-3's layer as Phi-4-mini has it: Llama's (RMSNorm w * rnd(x_hat), eps 1e-5, GQA,
+          SwiGLU) with one fused qkv_proj (rows [q | k | v], its output split so) and one fused
+          gate_up_proj (output chunked [gate | up]), rotary on the first int(head_dim * 0.75)
+          values of each query and key head (rotate-half over those values, inv_freq over that
+          width, base 1e4; the rest pass through), the LM head tied to the embedding. Rotary
+          unscaled (rope_scaling null, as Phi-3-mini-4k's): Phi-4-mini's longrope switches to its
+          long factors only past original_max_position_embeddings (4096), beyond the bench's T.
 
 Weights start as Hugging Face's _init_weights leaves them for a fresh model: normal(0, 0.02)
-matrices and embedding, norm weights 1 (Qwen3) or 0 (Gemma's 1 + w). Attention is the explicit
-(T, T) masked softmax on every device (no fused kernel: Llama's peer uses
+matrices and embedding, norm weights 1 (Qwen3, Phi-3) or 0 (Gemma's 1 + w). Attention is the
+explicit (T, T) masked softmax on every device (no fused kernel: Llama's peer uses
 F.scaled_dot_product_attention on a GPU, these do not).
 """
 import math
@@ -235,5 +243,90 @@ class Gemma3(torch.nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def rotate_partial(z, cos, sin):
+    """The rotary embedding of the first cos.shape[-1] values of (..., T, d) z (rotate-half over
+    those values); the others pass through."""
+    r = cos.shape[-1]
+    if r == z.shape[-1]:
+        return rotate(z, cos, sin)
+    return torch.cat((rotate(z[..., :r], cos, sin), z[..., r:]), -1)
+
+
+class Phi3Attention(torch.nn.Module):
+    """One qkv_proj (no bias) whose output is split [q | k | v], partial rotary, o_proj."""
+
+    def __init__(self, c, h, kv, d):
+        super().__init__()
+        self.h, self.kv, self.d = h, kv, d
+        self.qkv_proj = torch.nn.Linear(c, (h + 2 * kv) * d, bias=False)
+        self.o_proj = torch.nn.Linear(h * d, c, bias=False)
+
+    def forward(self, x, cos, sin, mask, scale):
+        b, t, _ = x.shape
+        q, k, v = self.qkv_proj(x).split((self.h * self.d, self.kv * self.d, self.kv * self.d),
+                                         dim=-1)
+        q = q.view(b, t, self.h, self.d).transpose(1, 2)
+        k = k.view(b, t, self.kv, self.d).transpose(1, 2)
+        v = v.view(b, t, self.kv, self.d).transpose(1, 2)
+        q, k = rotate_partial(q, cos, sin), rotate_partial(k, cos, sin)
+        return self.o_proj(attend(q, k, v, scale, mask))
+
+
+class Phi3Mlp(torch.nn.Module):
+    """One gate_up_proj (no bias) whose output is chunked [gate | up]: down(up * silu(gate))."""
+
+    def __init__(self, c, ffn):
+        super().__init__()
+        self.gate_up_proj = torch.nn.Linear(c, 2 * ffn, bias=False)
+        self.down_proj = torch.nn.Linear(ffn, c, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * F.silu(gate))
+
+
+class Phi3Layer(torch.nn.Module):
+    def __init__(self, a, eps):
+        super().__init__()
+        c = a.hidden
+        self.input_layernorm = RMSNorm(c, eps)
+        self.self_attn = Phi3Attention(c, a.heads, a.kv_heads, head_dim(a))
+        self.post_attention_layernorm = RMSNorm(c, eps)
+        self.mlp = Phi3Mlp(c, a.ffn)
+
+    def forward(self, x, cos, sin, mask, scale):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, scale)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Phi3(torch.nn.Module):
+    """Phi3ForCausalLM laid out as Phi-4-mini: partial_rotary_factor 0.75, rope_theta 1e4,
+    rms_norm_eps 1e-5, tied head; --window > 0 slides every layer (Phi3Config's
+    sliding_window)."""
+
+    def __init__(self, a):
+        super().__init__()
+        eps, d = 1e-5, head_dim(a)
+        rotary = int(d * 0.75)
+        if rotary < 2 or rotary % 2:
+            raise SystemExit(f"torch_families.py: phi3 needs int(head_dim * 0.75) even ({d})")
+        self.embed_tokens = torch.nn.Embedding(a.vocab, a.hidden)
+        self.layers = torch.nn.ModuleList(Phi3Layer(a, eps) for _ in range(a.layers))
+        self.norm = RMSNorm(a.hidden, eps)
+        self.scale = d ** -0.5
+        cos, sin = rotary_tables(rotary, 10000.0, a.seq)
+        self.register_buffer("cos", cos)
+        self.register_buffer("sin", sin)
+        self.register_buffer("mask", additive_mask(a.seq, max(a.window, 0)))
+        init_like_hf(self)
+
+    def forward(self, ids, targets):
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask, self.scale)
+        logits = F.linear(self.norm(x), self.embed_tokens.weight)  # tied head
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+
 # --family NAME: the model class (its constructor takes torch_llama.py's parsed arguments).
-FAMILIES = {"qwen3": Qwen3, "gemma3": Gemma3}
+FAMILIES = {"qwen3": Qwen3, "gemma3": Gemma3, "phi3": Phi3}

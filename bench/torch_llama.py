@@ -11,10 +11,10 @@ Prints one JSON line like bench_model: wall and process CPU seconds per step, to
 the RSS before the model was built (the interpreter and torch itself), the parameter count and
 the first step's loss.
 
---family qwen3 | gemma3 runs bench/torch_families.py's decoder of that family instead of the
-Llama one (the families bench_model's --family builds); --head-dim D an explicit head size (0:
-hidden / heads); --window W a sliding window (-1: the family's default: none for llama and qwen3,
-every layer when given; gemma3: seq / 2 on its sliding layers).
+--family qwen3 | gemma3 | phi3 runs bench/torch_families.py's decoder of that family instead of
+the Llama one (the families bench_model's --family builds); --head-dim D an explicit head size
+(0: hidden / heads); --window W a sliding window (-1: the family's default: none for llama, qwen3
+and phi3, every layer when given; gemma3: seq / 2 on its sliding layers).
 """
 import argparse
 import json
