@@ -10,13 +10,42 @@ namespace {
 using Member = TeamMember;
 }  // namespace
 
-template <class TC>
-void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
-                     const float* inp, const float* weight, int64_t N, int64_t C, float eps,
-                     Rounding stream, NormForm form) {
+namespace {
+// The weight multiply's forms (NormForm) with the form a compile-time choice, so that the
+// channel loops carry no branch (a runtime test there made the fp32 Llama step's norms 4-6x
+// slower: they stopped vectorizing).
+template <bool kFp32>
+KOKKOS_INLINE_FUNCTION float norm_y(float x, float r, float w, float off, Rounding stream) {
+  if constexpr (kFp32) {
+    return rnd((off + w) * (x * r), stream);
+  } else {
+    return rnd(w * rnd(x * r, stream), stream);
+  }
+}
+// The gradient of x_hat: rnd(dy * w) (Llama's product in the stream dtype), or dy * (off + w).
+template <bool kFp32>
+KOKKOS_INLINE_FUNCTION float norm_dxhat(float dy, float w, float off, Rounding stream) {
+  if constexpr (kFp32) {
+    return dy * (off + w);
+  } else {
+    return rnd(dy * w, stream);
+  }
+}
+// x_hat as the weight multiply saw it.
+template <bool kFp32>
+KOKKOS_INLINE_FUNCTION float norm_xhat(float x, float r, Rounding stream) {
+  if constexpr (kFp32) {
+    return x * r;
+  } else {
+    return rnd(x * r, stream);
+  }
+}
+
+template <class TC, bool kFp32>
+void rmsnorm_forward_form(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
+                          const float* inp, const float* weight, int64_t N, int64_t C, float eps,
+                          Rounding stream, float off) {
   constexpr Rounding rc = rounding_of<TC>();
-  const float off = form.offset;
-  const bool fp32_product = form.fp32_product;
   Kokkos::parallel_for(
       "rmsnorm_forward", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -28,28 +57,18 @@ void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* 
         const float r = 1.0f / math::sqrt(ss / static_cast<float>(C) + eps);
         Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd[n] = r; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float y = fp32_product ? rnd((off + weight[c]) * (x[c] * r), stream)
-                                       : rnd(weight[c] * rnd(x[c] * r, stream), stream);
+          const float y = norm_y<kFp32>(x[c], r, weight[c], off, stream);
           if (out_stream) out_stream[n * C + c] = y;
           store_as(out, n * C + c, rnd(y, rc));
         });
       });
 }
 
-void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
-                      const float* dout, const float* inp, const float* weight, const float* rstd,
-                      int64_t N, int64_t C, Rounding stream, Rounding dout_rounding,
-                      NormForm form) {
-  const float off = form.offset;
-  const bool fp32_product = form.fp32_product;
-  // The gradient of x_hat: rnd(dy * w) (Llama's bf16 product), or dy * (offset + w) in fp32.
-  auto dxhat = KOKKOS_LAMBDA(float dy, float w) {
-    return fp32_product ? dy * (off + w) : rnd(dy * w, stream);
-  };
-  // x_hat as the weight multiply saw it.
-  auto xhat = KOKKOS_LAMBDA(float x, float r) {
-    return fp32_product ? x * r : rnd(x * r, stream);
-  };
+template <bool kFp32>
+void rmsnorm_backward_form(const ExecSpace& space, float* dinp, float* dweight, float* partial,
+                           const float* dout, const float* inp, const float* weight,
+                           const float* rstd, int64_t N, int64_t C, Rounding stream,
+                           Rounding dout_rounding, float off) {
   // Input gradient: one team per row.
   //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
   Kokkos::parallel_for(
@@ -62,12 +81,13 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, C),
             [&](const int64_t c, float& acc) {
-              acc += dxhat(rnd(dy[c], dout_rounding), weight[c]) * x[c];
+              acc += norm_dxhat<kFp32>(rnd(dy[c], dout_rounding), weight[c], off, stream) * x[c];
             },
             dot);
         const float k = r * r * r * dot / static_cast<float>(C);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
-          const float dx = r * dxhat(rnd(dy[c], dout_rounding), weight[c]) - k * x[c];
+          const float dx =
+              r * norm_dxhat<kFp32>(rnd(dy[c], dout_rounding), weight[c], off, stream) - k * x[c];
           dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, stream), stream);
         });
       });
@@ -87,7 +107,8 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
             const float r = rstd[n];
             const float* x = inp + n * C;
             const float* dy = dout + n * C;
-            for (int64_t c = 0; c < C; ++c) acc[c] += rnd(dy[c], dout_rounding) * xhat(x[c], r);
+            for (int64_t c = 0; c < C; ++c)
+              acc[c] += rnd(dy[c], dout_rounding) * norm_xhat<kFp32>(x[c], r, stream);
           }
         });
   } else {
@@ -98,7 +119,8 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
           const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
           float acc = 0.0f;
           for (int64_t n = p * R; n < end; ++n)
-            acc += rnd(dout[n * C + c], dout_rounding) * xhat(inp[n * C + c], rstd[n]);
+            acc += rnd(dout[n * C + c], dout_rounding) *
+                   norm_xhat<kFp32>(inp[n * C + c], rstd[n], stream);
           partial[i] = acc;
         });
   }
@@ -108,6 +130,33 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
         for (int64_t p = 0; p < P; ++p) acc += partial[p * C + c];
         dweight[c] = acc;
       });
+}
+}  // namespace
+
+template <class TC>
+void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
+                     const float* inp, const float* weight, int64_t N, int64_t C, float eps,
+                     Rounding stream, NormForm form) {
+  if (form.fp32_product) {
+    rmsnorm_forward_form<TC, true>(space, out, out_stream, rstd, inp, weight, N, C, eps, stream,
+                                   form.offset);
+  } else {
+    rmsnorm_forward_form<TC, false>(space, out, out_stream, rstd, inp, weight, N, C, eps, stream,
+                                    form.offset);
+  }
+}
+
+void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
+                      const float* dout, const float* inp, const float* weight, const float* rstd,
+                      int64_t N, int64_t C, Rounding stream, Rounding dout_rounding,
+                      NormForm form) {
+  if (form.fp32_product) {
+    rmsnorm_backward_form<true>(space, dinp, dweight, partial, dout, inp, weight, rstd, N, C,
+                                stream, dout_rounding, form.offset);
+  } else {
+    rmsnorm_backward_form<false>(space, dinp, dweight, partial, dout, inp, weight, rstd, N, C,
+                                 stream, dout_rounding, form.offset);
+  }
 }
 
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq,
