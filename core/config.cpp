@@ -194,9 +194,9 @@ double longrope_attention_factor(double factor, int64_t original) {
   return std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
 }
 
-double ModelConfig::attn_scale() const {
-  if (query_pre_attn_scalar > 0) return 1.0 / std::sqrt(query_pre_attn_scalar);
-  return 1.0 / std::sqrt(static_cast<double>(head_dim()));
+float ModelConfig::attn_scale() const {
+  if (query_pre_attn_scalar > 0) return static_cast<float>(1.0 / std::sqrt(query_pre_attn_scalar));
+  return 1.0f / std::sqrt(static_cast<float>(head_dim()));
 }
 
 namespace {

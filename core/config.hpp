@@ -214,7 +214,7 @@ struct ModelConfig {
   }
   bool rotates(int64_t l) const { return rope_of(l) != LayerRope::none; }
   // The attention scores' scale: query_pre_attn_scalar^-1/2, or head_dim^-1/2.
-  double attn_scale() const;
+  float attn_scale() const;
   // The window of layer l (0: none).
   int64_t window_of(int64_t l) const {
     if (sliding_window <= 0) return 0;

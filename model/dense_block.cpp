@@ -111,8 +111,7 @@ BlockDims block_dims(const ModelState& s, const LayerParams& p) {
   d.F = s.cfg.intermediate_size;
   d.eps = static_cast<float>(s.cfg.rms_norm_eps);
   d.stream = s.round.stream;
-  d.attn_scale = s.cfg.query_pre_attn_scalar > 0 ? static_cast<float>(s.cfg.attn_scale())
-                                                 : 1.0f / std::sqrt(static_cast<float>(d.D));
+  d.attn_scale = s.cfg.attn_scale();
   d.window = p.window;
   d.softcap = static_cast<float>(s.cfg.attn_logit_softcapping);
   d.norm = norm_form(s.cfg.norm_weight);

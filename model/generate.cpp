@@ -299,8 +299,7 @@ std::vector<float> Decoder::forward(int32_t token) {
   const int64_t C = m.C, H = m.H, KV = m.KV, D = m.D, F = m.F, p = pos_;
   const int64_t G = H / KV, R = m.cfg.rotary_dim(), half = R / 2;
   const float eps = static_cast<float>(m.cfg.rms_norm_eps);
-  const float scale = m.cfg.query_pre_attn_scalar > 0 ? static_cast<float>(m.cfg.attn_scale())
-                                                      : 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = m.cfg.attn_scale();
   const NormForm form = norm_form(m.cfg.norm_weight);
   const ExecSpace& space = m.space;
   Kokkos::deep_copy(m.id, token);
