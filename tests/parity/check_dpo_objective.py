@@ -33,9 +33,10 @@ Tolerance: both sides compute in double, so each value must agree to RTOL = 1e-1
 quantity's terms (so that cancellation in a difference that happens to be near 0 does not count
 as an error): losses 1 (ipo: M^2, M the largest of the averages and 1 / (2 beta)); derivatives
 beta (sigmoid), beta / n (simpo), 2 M / n (ipo), max(1, beta) / n (orpo); rewards beta times the
-largest |sum| or |average| entering them. Measured with a correct independent double implementation (closed-form
-derivatives, other operation orders), 10 seeds x 4000 cases: worst 1.4e-13 (ipo rewards, where
-(S - R) / n and S / n - R / n differ by rounding; sigmoid derivatives at large z).
+largest |sum| or |average| entering them. Measured with a correct independent double
+implementation (closed-form derivatives, other operation orders), 10 seeds x 4000 cases: worst
+1.4e-13 (ipo rewards, where (S - R) / n and S / n - R / n differ by rounding; sigmoid
+derivatives at large z).
 
 Exit 0 with one summary line; 1 with the list of mismatches; 2 when TOOL fails or answers
 malformed lines.
