@@ -624,7 +624,14 @@ void read_examples(Section& s, DataConfig* d) {
   const std::string format = data_format_name(d->format);
   const std::string loss_on =
       s.get_choice("loss_on", "auto", {"auto", "assistant", "completion", "all"});
-  if (loss_on == "assistant" && d->format != DataFormat::chat) {
+  if (d->format == DataFormat::preference && loss_on != "auto" && loss_on != "completion") {
+    s.fail("loss_on", loss_on +
+                          ": a preference pair's log-probabilities are over its completions' "
+                          "tokens (data.format preference takes completion, or auto)");
+  }
+  if (loss_on == "completion" && d->format == DataFormat::preference) {
+    d->loss_on = LossOn::completion;
+  } else if (loss_on == "assistant" && d->format != DataFormat::chat) {
     s.fail("loss_on", "assistant needs data.format chat (data.format is " + format + ")");
   }
   if (loss_on == "completion" && d->format != DataFormat::prompt_completion) {
@@ -632,11 +639,12 @@ void read_examples(Section& s, DataConfig* d) {
            "completion needs data.format prompt_completion (data.format is " + format + ")");
   }
   if (loss_on == "auto") {
-    d->loss_on = d->format == DataFormat::chat                ? LossOn::assistant
-                 : d->format == DataFormat::prompt_completion ? LossOn::completion
-                                                              : LossOn::all;
+    d->loss_on = d->format == DataFormat::chat ? LossOn::assistant
+                 : d->format == DataFormat::prompt_completion || is_preference(*d)
+                     ? LossOn::completion
+                     : LossOn::all;
     s.set_resolved("loss_on", YAML::Node(loss_on_name(d->loss_on)));
-  } else {
+  } else if (!is_preference(*d)) {
     d->loss_on = loss_on == "assistant"    ? LossOn::assistant
                  : loss_on == "completion" ? LossOn::completion
                                            : LossOn::all;
@@ -656,7 +664,7 @@ void read_examples(Section& s, DataConfig* d) {
   if (set) {
     log::warn(
         "data.truncation, data.packing, data.chat_template and data.val_path apply to "
-        "examples (data.format chat or prompt_completion); data.format is " +
+        "examples (data.format chat, prompt_completion or preference); data.format is " +
         format + ", so they have no effect");
   }
 }
@@ -691,6 +699,7 @@ void read_data(Section& s, DataConfig* d, int world_size) {
 }
 
 void read_train(Section& s, TrainConfig* t) {
+  t->objective = get_enum(s, "objective", Objective::sft, objectives());
   t->max_steps_set = s.present("max_steps");
   t->max_steps = s.get_int("max_steps", t->max_steps, 0, kMaxInt);
   t->epochs = s.get_int("epochs", 0, 0, kMaxInt);
@@ -710,6 +719,30 @@ void read_train(Section& s, TrainConfig* t) {
   read_memory_available(s, t);
   s.finish();
   if (t->output_dir.empty()) s.fail("output_dir", "must not be empty");
+}
+
+// The dpo section (train.objective dpo; its keys are refused with another objective).
+void read_dpo(Section& s, DpoConfig* d) {
+  d->loss = get_enum(s, "loss", PreferenceLoss::sigmoid, preference_losses());
+  d->beta = s.get_double("beta", d->beta, 1e-9, 1e9);
+  d->simpo_gamma = s.get_double("simpo_gamma", d->simpo_gamma, -1e9, 1e9);
+  d->label_smoothing = s.get_double("label_smoothing", d->label_smoothing, 0.0, 0.5);
+  s.finish();
+  if (d->label_smoothing >= 0.5) {
+    s.fail("label_smoothing", "0.5 makes the loss ignore which side is chosen; take [0, 0.5)");
+  }
+  if (d->label_smoothing > 0 && d->loss != PreferenceLoss::sigmoid &&
+      d->loss != PreferenceLoss::simpo) {
+    s.fail_either(
+        "label_smoothing", "loss",
+        std::string("dpo.label_smoothing applies to the sigmoid and simpo losses; dpo.loss is ") +
+            preference_loss_name(d->loss));
+  }
+  if (s.has("simpo_gamma") && d->loss != PreferenceLoss::simpo) {
+    s.fail_either("simpo_gamma", "loss",
+                  std::string("dpo.simpo_gamma is the simpo loss's margin; dpo.loss is ") +
+                      preference_loss_name(d->loss));
+  }
 }
 
 void read_checkpoint(Section& s, CheckpointConfig* c) {
@@ -864,6 +897,27 @@ void validate(const Config& c, const LoadOptions& opts, const Locator& loc) {
              "counts passes over examples (data.format chat or prompt_completion); data.format "
              "is " +
                  std::string(data_format_name(c.data.format)) + " (use train.max_steps)");
+  }
+  const bool dpo = c.train.objective == Objective::dpo;
+  if (dpo != is_preference(c.data)) {
+    loc.fail(dpo ? "data.format" : "train.objective",
+             dpo ? "train.objective dpo trains on preference pairs; data.format is " +
+                       std::string(data_format_name(c.data.format)) +
+                       " (set data.format: preference)"
+                 : std::string("data.format preference holds pairs for a preference objective; "
+                               "train.objective is sft (set train.objective: dpo)"));
+  }
+  const YAML::Node& root = loc.root;
+  const YAML::Node dpo_keys = root["dpo"];
+  if (!dpo && dpo_keys.IsDefined() && dpo_keys.IsMap() && dpo_keys.size() > 0) {
+    loc.fail("dpo",
+             "sets a preference objective's keys, and train.objective is sft (set "
+             "train.objective: dpo, or remove the dpo section)");
+  }
+  if (dpo && c.model.moe.enabled()) {
+    loc.fail("train.objective",
+             "dpo with a mixture of experts is not supported yet (its "
+             "load-balancing loss beside a pair objective is untested)");
   }
   if (examples && c.model.mtp_num_layers > 0) {
     loc.fail("model.mtp_num_layers",
@@ -1023,6 +1077,11 @@ Config load_config_text(const std::string& text, const std::string& name,
   {
     Section s = top.sub("train");
     read_train(s, &c.train);
+  }
+  {
+    Section s = top.sub("dpo");
+    read_dpo(s, &c.dpo);
+    if (c.train.objective != Objective::dpo) c.resolved["dpo"] = YAML::Node(YAML::NodeType::Null);
   }
   {
     Section s = top.sub("checkpoint");

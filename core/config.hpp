@@ -328,7 +328,17 @@ struct DistributedConfig {
 
 // data.format: how data.path's files are read (auto picks text or a token format by each file's
 // name and header: io/token_file.hpp).
-enum class DataFormat { automatic, text, jsonl, chat, prompt_completion, uint16, uint32, llmc };
+enum class DataFormat {
+  automatic,
+  text,
+  jsonl,
+  chat,
+  prompt_completion,
+  preference,
+  uint16,
+  uint32,
+  llmc
+};
 const char* data_format_name(DataFormat f);  // as the config spells it ("auto" for automatic)
 // data.loss_on: the tokens of an example the loss counts (the config's auto is resolved when it
 // is read: assistant for chat, completion for prompt_completion, all otherwise).
@@ -366,16 +376,48 @@ struct DataConfig {
   int64_t validate_at_load_tokens = int64_t(16) << 20;
 };
 
-// Examples (data.format chat or prompt_completion) rather than a stream of tokens.
+// Examples (data.format chat, prompt_completion or preference) rather than a stream of tokens.
 inline bool is_examples(const DataConfig& d) {
-  return d.format == DataFormat::chat || d.format == DataFormat::prompt_completion;
+  return d.format == DataFormat::chat || d.format == DataFormat::prompt_completion ||
+         d.format == DataFormat::preference;
 }
+// Preference pairs (data.format preference): each example is a pair, its chosen and its rejected
+// side (apps/dataprep/example_renderer.hpp).
+inline bool is_preference(const DataConfig& d) {
+  return d.format == DataFormat::preference;
+}
+
+// train.objective: what a step minimizes. sft: the mean token loss of the data; dpo: a preference
+// objective over data.format preference pairs (dpo.loss, model/preference_loss.hpp).
+enum class Objective { sft, dpo };
+const char* objective_name(Objective o);
+
+// dpo.loss: the preference objective, each as TRL computes it (docs/preference.md). sigmoid and
+// ipo compare with the reference model's log-probabilities (the starting weights'), simpo and
+// orpo are reference-free.
+enum class PreferenceLoss { sigmoid, ipo, simpo, orpo };
+const char* preference_loss_name(PreferenceLoss l);
+inline bool uses_reference(PreferenceLoss l) {
+  return l == PreferenceLoss::sigmoid || l == PreferenceLoss::ipo;
+}
+// Whether the loss reads each side's mean token log-probability rather than its sum.
+inline bool averages_logps(PreferenceLoss l) {
+  return l != PreferenceLoss::sigmoid;
+}
+
+struct DpoConfig {
+  PreferenceLoss loss = PreferenceLoss::sigmoid;
+  double beta = 0.1;             // each loss's TRL beta (orpo: the odds-ratio term's weight)
+  double simpo_gamma = 0.5;      // simpo's target margin
+  double label_smoothing = 0.0;  // sigmoid, simpo: the conservative loss's label noise, [0, 0.5)
+};
 
 // train.progress: whether rank 0 draws a progress bar (auto: when stderr is a terminal).
 enum class ProgressMode { automatic, on, off };
 const char* progress_mode_name(ProgressMode p);  // "auto" for automatic
 
 struct TrainConfig {
+  Objective objective = Objective::sft;
   int64_t max_steps = 200;
   bool max_steps_set = false;  // max_steps given in the config (then it caps train.epochs)
   int64_t epochs = 0;          // examples data: passes over the training examples (0: max_steps)
@@ -426,6 +468,7 @@ struct Config {
   DistributedConfig distributed;
   DataConfig data;
   TrainConfig train;
+  DpoConfig dpo;  // train.objective dpo
   CheckpointConfig checkpoint;
   ResolvedPrecision precision;
   YAML::Node resolved;  // the full config as `kktrain config` prints it

@@ -16,6 +16,7 @@ const Choices<DataFormat>& data_formats() {
                                         {DataFormat::jsonl, "jsonl"},
                                         {DataFormat::chat, "chat"},
                                         {DataFormat::prompt_completion, "prompt_completion"},
+                                        {DataFormat::preference, "preference"},
                                         {DataFormat::uint16, "uint16"},
                                         {DataFormat::uint32, "uint32"},
                                         {DataFormat::llmc, "llmc"}};
@@ -24,6 +25,17 @@ const Choices<DataFormat>& data_formats() {
 const Choices<LossOn>& loss_ons() {
   static const Choices<LossOn> c = {
       {LossOn::assistant, "assistant"}, {LossOn::completion, "completion"}, {LossOn::all, "all"}};
+  return c;
+}
+const Choices<Objective>& objectives() {
+  static const Choices<Objective> c = {{Objective::sft, "sft"}, {Objective::dpo, "dpo"}};
+  return c;
+}
+const Choices<PreferenceLoss>& preference_losses() {
+  static const Choices<PreferenceLoss> c = {{PreferenceLoss::sigmoid, "sigmoid"},
+                                            {PreferenceLoss::ipo, "ipo"},
+                                            {PreferenceLoss::simpo, "simpo"},
+                                            {PreferenceLoss::orpo, "orpo"}};
   return c;
 }
 const Choices<Truncation>& truncations() {
@@ -198,6 +210,12 @@ const char* lr_decay_style_name(LrDecayStyle s) {
 }
 const char* data_format_name(DataFormat f) {
   return choice_name(data_formats(), f);
+}
+const char* objective_name(Objective o) {
+  return choice_name(objectives(), o);
+}
+const char* preference_loss_name(PreferenceLoss l) {
+  return choice_name(preference_losses(), l);
 }
 const char* loss_on_name(LossOn l) {
   return choice_name(loss_ons(), l);

@@ -19,6 +19,8 @@ const Choices<LrDecayStyle>& decay_styles();
 const Choices<DataFormat>& data_formats();
 const Choices<LossOn>& loss_ons();
 const Choices<Truncation>& truncations();
+const Choices<Objective>& objectives();
+const Choices<PreferenceLoss>& preference_losses();
 const Choices<ProgressMode>& progress_modes();
 const Choices<ExportKind>& export_kinds();
 const Choices<RopeType>& rope_types();

@@ -30,6 +30,14 @@ void DeviceSums::add_mean(int slot, const float* x, int64_t n, double count, dou
   add_scratch(slot, count, then);
 }
 
+void DeviceSums::add_column_mean(int slot, const double* x, int64_t n, int64_t stride,
+                                 double count) {
+  Kokkos::parallel_reduce(
+      "device_sums_column", RangePolicy(0, n),
+      KOKKOS_LAMBDA(const int64_t i, double& acc) { acc += x[i * stride]; }, scratch_);
+  add_scratch(slot, count);
+}
+
 void DeviceSums::add_slot(int to, int from) {
   const DView<double> s = slots_;
   Kokkos::parallel_for(

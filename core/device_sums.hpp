@@ -29,6 +29,8 @@ class DeviceSums {
   void add_scratch(int slot, double count = 1.0, double then = 1.0);
   // slot += the sum of x[0, n) (fp32 values summed in double) / count / then; 0 when count is 0.
   void add_mean(int slot, const float* x, int64_t n, double count, double then = 1.0);
+  // slot += the sum of x[k * stride] for k in [0, n) (double values) / count; 0 when count is 0.
+  void add_column_mean(int slot, const double* x, int64_t n, int64_t stride, double count);
   // to += from (a kernel; no wait).
   void add_slot(int to, int from);
   // Every slot on the host: one host synchronization (core/host_sync.hpp).

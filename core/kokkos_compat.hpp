@@ -59,8 +59,10 @@ namespace math {
 #if KOKKOS_VERSION >= 30700
 using Kokkos::cos;
 using Kokkos::exp;
+using Kokkos::expm1;
 using Kokkos::fabs;
 using Kokkos::log;
+using Kokkos::log1p;
 using Kokkos::pow;
 using Kokkos::sin;
 using Kokkos::sqrt;
@@ -68,8 +70,10 @@ using Kokkos::tanh;
 #else
 using Kokkos::Experimental::cos;
 using Kokkos::Experimental::exp;
+using Kokkos::Experimental::expm1;
 using Kokkos::Experimental::fabs;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::log1p;
 using Kokkos::Experimental::pow;
 using Kokkos::Experimental::sin;
 using Kokkos::Experimental::sqrt;

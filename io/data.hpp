@@ -33,6 +33,14 @@ std::string byte_detokenize(const std::vector<int32_t>& ids);
 // small grammar over a fixed vocabulary), `bytes` long. No download, same bytes everywhere.
 std::string default_corpus(std::size_t bytes, uint64_t seed = 2024);
 
+// A preference pair in a batch's rows (io/example_data.hpp): in row `row`, its chosen side
+// (prompt + chosen completion) at positions [chosen, rejected), its rejected side at
+// [rejected, end); `example` is its index in its split of the cache.
+struct BatchPair {
+  int64_t example = 0;
+  int32_t row = 0, chosen = 0, rejected = 0, end = 0;
+};
+
 struct Batch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> ids;      // (B, T)
@@ -42,6 +50,10 @@ struct Batch {
   // rows belong to (0: the loss is this micro-batch's own mean).
   std::vector<int32_t> starts;
   int64_t loss_tokens = 0;
+  // Preference pairs: the rows' pairs in row order, and the examples (pairs) of the whole global
+  // batch the rows belong to (0: these rows' own).
+  std::vector<BatchPair> pairs;
+  int64_t step_examples = 0;
 };
 
 class TokenFile;

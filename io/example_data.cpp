@@ -23,6 +23,8 @@ constexpr uint64_t kIndexMagic = 0x6b6b6578616d706cull;  // "kkexampl"
 constexpr uint64_t kIndexVersion = 1;
 constexpr int64_t kHeaderBytes = 32, kEntryBytes = 16;
 constexpr uint32_t kLossBit = 1u << 31;
+constexpr uint32_t kSideBit = 1u << 30;  // a preference pair's rejected side starts here
+constexpr int64_t kMaxId = (int64_t(1) << 30) - 1;
 constexpr uint64_t kPermutationStream = 0x53465450ull;  // "SFTP"
 
 template <class T>
@@ -86,8 +88,13 @@ void ExampleWriter::add(const std::vector<int32_t>& ids, const std::vector<uint8
   std::vector<uint32_t> words(ids.size());
   uint32_t counted = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const bool target = i > 0 && loss[i] != 0;
-    words[i] = static_cast<uint32_t>(ids[i]) | (target ? kLossBit : 0u);
+    const bool target = i > 0 && loss[i] == 1;
+    const bool side = i > 0 && loss[i] == kSideStartMark;
+    if (ids[i] < 0 || ids[i] > kMaxId) {
+      throw InputError("token id " + std::to_string(ids[i]) + " is outside [0, 2^30) (" + prefix_ +
+                       ")");
+    }
+    words[i] = static_cast<uint32_t>(ids[i]) | (target ? kLossBit : 0u) | (side ? kSideBit : 0u);
     counted += target ? 1 : 0;
   }
   write_all(files_->tokens, words.data(), words.size() * 4, files_->tokens_tmp);
@@ -192,8 +199,8 @@ void ExampleFile::read(int64_t i, int32_t* ids, uint8_t* loss) const {
     done += static_cast<std::size_t>(r);
   }
   for (int64_t k = 0; k < n; ++k) {
-    ids[k] = static_cast<int32_t>(words[k] & ~kLossBit);
-    loss[k] = (words[k] & kLossBit) != 0 ? 1 : 0;
+    ids[k] = static_cast<int32_t>(words[k] & ~(kLossBit | kSideBit));
+    loss[k] = (words[k] & kLossBit) != 0 ? 1 : (words[k] & kSideBit) != 0 ? kSideStartMark : 0;
   }
 }
 
@@ -303,6 +310,7 @@ struct ExampleData::State {
   mutable int64_t step_cached = -1;
   mutable std::vector<std::vector<int64_t>> step_rows;
   mutable int64_t step_loss_tokens = 0;
+  mutable int64_t step_examples = 0;
 
   // Fills step_rows with the G rows of `step` (empty rows past the epoch's end).
   void draw_step(int64_t step) const {
@@ -311,10 +319,12 @@ struct ExampleData::State {
     const int64_t R = train_rows->count;
     step_rows.assign(static_cast<std::size_t>(G), {});
     step_loss_tokens = 0;
+    step_examples = 0;
     for (int64_t k = 0; k < G && s * G + k < R; ++k) {
       std::vector<int64_t>& row = step_rows[static_cast<std::size_t>(k)];
       train_rows->row(epoch_position(seed, e, R, s * G + k), &row);
       for (int64_t ex : row) step_loss_tokens += train->loss_tokens(ex);
+      step_examples += static_cast<int64_t>(row.size());
     }
     step_cached = step;
   }
@@ -323,6 +333,8 @@ struct ExampleData::State {
 namespace {
 
 // Row b of `batch` from `examples` of `file`, as the header describes.
+// Row b of `batch` from `examples` of `file`; a preference pair's sides each start a sequence
+// of their own, and the pair is listed in batch->pairs.
 void fill_row(Batch* batch, int64_t b, const ExampleFile& file,
               const std::vector<int64_t>& examples) {
   const int64_t T = batch->T;
@@ -338,10 +350,16 @@ void fill_row(Batch* batch, int64_t b, const ExampleFile& file,
     e_ids.resize(static_cast<std::size_t>(n));
     e_loss.resize(static_cast<std::size_t>(n));
     file.read(ex, e_ids.data(), e_loss.data());
+    int64_t start = p, side = -1;
     for (int64_t i = 0; i < n; ++i) {
+      if (e_loss[i] == kSideStartMark) start = side = p + i;
       ids[p + i] = e_ids[i];
-      targets[p + i] = i + 1 < n && e_loss[i + 1] != 0 ? e_ids[i + 1] : -1;
-      starts[p + i] = static_cast<int32_t>(p);
+      targets[p + i] = i + 1 < n && e_loss[i + 1] == 1 ? e_ids[i + 1] : -1;
+      starts[p + i] = static_cast<int32_t>(start);
+    }
+    if (side >= 0) {
+      batch->pairs.push_back(BatchPair{ex, static_cast<int32_t>(b), static_cast<int32_t>(p),
+                                       static_cast<int32_t>(side), static_cast<int32_t>(p + n)});
     }
     p += n;
   }
@@ -413,6 +431,7 @@ Batch ExampleData::train_batch(int64_t step, int64_t first, int64_t B) const {
     fill_row(&b, k, *s_->train, s_->step_rows.at(static_cast<std::size_t>(first + k)));
   }
   b.loss_tokens = s_->step_loss_tokens;
+  b.step_examples = s_->step_examples;
   return b;
 }
 
@@ -421,12 +440,22 @@ int64_t ExampleData::val_row_count() const {
 }
 
 Batch ExampleData::val_rows(int64_t first, int64_t count, int64_t B) const {
+  return split_rows(Split::val, first, count, B);
+}
+
+int64_t ExampleData::split_row_count(Split split) const {
+  return split == Split::train ? s_->train_rows->count : val_row_count();
+}
+
+Batch ExampleData::split_rows(Split split, int64_t first, int64_t count, int64_t B) const {
   Batch b = empty_batch(B, s_->T);
-  if (!s_->val || count <= 0) return b;
+  const ExampleFile* file = split == Split::train ? s_->train.get() : s_->val.get();
+  const PackedRows* rows = split == Split::train ? s_->train_rows.get() : s_->val_rows.get();
+  if (!file || count <= 0) return b;
   std::vector<int64_t> row;
-  for (int64_t r = first; r < first + count && r < s_->val_rows->count; ++r) {
-    s_->val_rows->row(r, &row);
-    fill_row(&b, r - first, *s_->val, row);
+  for (int64_t r = first; r < first + count && r < rows->count; ++r) {
+    rows->row(r, &row);
+    fill_row(&b, r - first, *file, row);
   }
   return b;
 }

@@ -5,6 +5,7 @@
 // The cache, per split (train, val), two files:
 //   <prefix>.tokens  uint32 little-endian per token: id | (1 << 31) when the token is a loss
 //                    target (its prediction from the token before it counts in the loss)
+//                    | (1 << 30) at a preference pair's rejected side's first token
 //   <prefix>.index   a header of 4 uint64 (magic, version, examples, tokens), then per example
 //                    {uint64 first token, uint32 length, uint32 loss tokens}
 // The index is mapped read-only (16 bytes per example in the page cache, which the kernel may
@@ -47,6 +48,9 @@
 namespace kktrain {
 
 enum class Packing { one_per_row, first_fit };
+// ExampleWriter::add's and ExampleFile::read's loss value at a preference pair's rejected side's
+// first token (stored as bit 30 of its word; the side starts a sequence of its own in a row).
+constexpr uint8_t kSideStartMark = 2;
 constexpr int64_t kOpenRows = 64;
 
 // Writes one split of the cache: add() examples in order, then finish() (durable; until then
@@ -57,7 +61,8 @@ class ExampleWriter {
   ~ExampleWriter();
   ExampleWriter(const ExampleWriter&) = delete;
   ExampleWriter& operator=(const ExampleWriter&) = delete;
-  // ids (n) and loss (n, 0/1: token i is a loss target; loss[0] is ignored).
+  // ids (n, each < 2^30) and loss (n, 0/1: token i is a loss target; kSideStartMark: a pair's
+  // rejected side starts at token i; loss[0] is ignored).
   void add(const std::vector<int32_t>& ids, const std::vector<uint8_t>& loss);
   void finish();
   int64_t examples() const { return examples_; }
@@ -149,6 +154,12 @@ class ExampleData {
   Batch val_rows(int64_t first, int64_t count, int64_t B) const;
   // Validation rows in all.
   int64_t val_row_count() const;
+  // Rows [first, first + count) of a split in file order (packed as data.packing says; the
+  // training split's rows before any epoch's order), padded to B rows with empty ones: a pass
+  // over every example (preference pairs' reference log-probabilities). loss_tokens 0.
+  enum class Split { train, val };
+  int64_t split_row_count(Split split) const;
+  Batch split_rows(Split split, int64_t first, int64_t count, int64_t B) const;
   std::string source() const;
 
  private:

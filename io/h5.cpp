@@ -324,6 +324,16 @@ void File::write_i32(const std::string& name, const int32_t* data,
   write(name, H5T_NATIVE_INT32, data, shape);
 }
 
+void File::write_f64(const std::string& name, const double* data,
+                     const std::vector<int64_t>& shape) {
+  write(name, H5T_NATIVE_DOUBLE, data, shape);
+}
+
+void File::write_i64(const std::string& name, const int64_t* data,
+                     const std::vector<int64_t>& shape) {
+  write(name, H5T_NATIVE_INT64, data, shape);
+}
+
 void File::write_scalar_f64(const std::string& name, double v) {
   write(name, H5T_NATIVE_DOUBLE, &v, {});
 }

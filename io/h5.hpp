@@ -108,6 +108,8 @@ class File {
   void write_f32(const std::string& name, const float* data, const std::vector<int64_t>& shape);
   void write_bf16(const std::string& name, const bf16* data, const std::vector<int64_t>& shape);
   void write_i32(const std::string& name, const int32_t* data, const std::vector<int64_t>& shape);
+  void write_f64(const std::string& name, const double* data, const std::vector<int64_t>& shape);
+  void write_i64(const std::string& name, const int64_t* data, const std::vector<int64_t>& shape);
   void write_scalar_f64(const std::string& name, double v);
 
   bool exists(const std::string& name) const;

@@ -58,7 +58,7 @@ void head_forward(ModelState& s, const HeadTensors<TC>& h, HeadLoss loss, float 
     if (loss == HeadLoss::none) continue;
     cross_entropy_forward_backward(s.space, h.losses + n0, logits, h.targets + n0, rows, V, scale,
                                    backward ? LossPass::forward_backward : LossPass::forward,
-                                   softcap);
+                                   softcap, h.row_scale ? h.row_scale + n0 : nullptr);
     if (!backward) continue;
     // logits now hold dlogits (rows, V) in the compute dtype (the gradient of the uncapped
     // logits: the loss kernel applies the cap's chain rule). dW (V, C) (+)= dlogits^T @ xf rows:

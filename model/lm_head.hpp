@@ -38,6 +38,7 @@ struct HeadTensors {
   const int32_t* targets = nullptr;  // (N) (< 0: ignored)
   float* dxf = nullptr;              // (N, C) the gradient of xf (Pass::with_backward)
   float* keep = nullptr;             // (N, V) fp32 copy of the logits, or null
+  const float* row_scale = nullptr;  // (N) each token loss's gradient weight (replaces scale)
 };
 
 // Norm -> LM head -> loss over h.inp; scale multiplies the gradient of the summed losses. The LM

@@ -15,6 +15,8 @@
 
 namespace kktrain {
 
+struct PairBatch;  // model/preference_loss.hpp
+
 // The rounding of each tensor role, fixed when the model is built (see the header comment): the
 // compute dtype (matmuls, attention, MLP), the residual stream inside a unit, and (several ranks)
 // what passes between units (mp_policy.output_dtype).
@@ -69,6 +71,14 @@ struct ForwardOptions {
   bool keep_routing = false;
   // Tests: shown the tensors at the boundaries core/tensor_probe.hpp names (null: none).
   TensorProbe* probe = nullptr;
+  // Preference pairs (train.objective dpo, model/preference_loss.hpp): the loss is the mean over
+  // the pairs of their objective (over pairs->global_pairs when > 0, times grad_scale for the
+  // gradient) instead of the token mean; loss_tokens is not read. The head runs twice with a
+  // backward: once for the token losses the pairs' weights come from, once for the gradient.
+  // Set with loss_sums: the pairs' means (kPairMeans values, PairMeans' order) are added into
+  // slots [pair_slots, pair_slots + kPairMeans). Read during forward() only.
+  const PairBatch* pairs = nullptr;
+  int pair_slots = -1;
 };
 
 // How the model is laid out over ranks; see Transformer::prepare().
@@ -101,6 +111,7 @@ struct ForwardResult {
   // Mixture of experts: the load-balancing loss (unweighted; the gradient is that of
   // loss + model.moe.aux_loss_coef * aux_loss), 0 for a dense model.
   double aux_loss = 0.0;
+  int64_t pairs = 0;  // preference pairs: this micro-batch's (Transformer::pair_results)
 };
 
 }  // namespace kktrain

@@ -175,8 +175,14 @@ void Transformer::forward_heads(const ForwardOptions& opts, const ForwardPlan& p
     h.targets = b.targets.data();
     h.dxf = b.dxf.data();
     h.keep = opts.keep_logits ? kept_logits_.data() : nullptr;
-    head_forward<TC>(s, h, plan.loss ? HeadLoss::mean : HeadLoss::none, scale, plan.pass);
-    if (plan.loss) r->loss = mean_loss(s, b.losses.data(), denom, opts, ForwardOptions::kLossSlot);
+    if (plan.loss && opts.pairs != nullptr) {
+      pair_head<TC>(opts, plan, h, r);
+    } else {
+      head_forward<TC>(s, h, plan.loss ? HeadLoss::mean : HeadLoss::none, scale, plan.pass);
+      if (plan.loss) {
+        r->loss = mean_loss(s, b.losses.data(), denom, opts, ForwardOptions::kLossSlot);
+      }
+    }
   }
   if (opts.probe != nullptr && plan.pass == Pass::with_backward) {
     opts.probe->seen("head.dxf", b.dxf.data(), N * C);
@@ -191,6 +197,88 @@ void Transformer::forward_heads(const ForwardOptions& opts, const ForwardPlan& p
   }
   release_after_forward(s, s.head_unit);
   release_after_forward(s, s.embed_unit);
+}
+
+// The head of a micro-batch of preference pairs (ForwardOptions::pairs): the token losses (no
+// gradient), the pairs' losses and each token loss's weight from them (model/preference_loss.hpp),
+// then with a backward the head again, its gradient weighed per token. The second pass recomputes
+// the logits: the head never holds more than a chunk of them.
+template <class TC>
+void Transformer::pair_head(const ForwardOptions& opts, const ForwardPlan& plan, HeadTensors<TC>& h,
+                            ForwardResult* r) {
+  ModelState& s = s_;
+  ModelBuffers& b = *s.buf;
+  const PairBatch& pb = *opts.pairs;
+  const int64_t N = b.B * b.T, P = static_cast<int64_t>(pb.pairs.size());
+  for (const PairSpan& p : pb.pairs) {
+    if (p.chosen < 0 || p.chosen >= p.rejected || p.rejected >= p.end || p.end > N) {
+      throw InternalError("a preference pair's span lies outside its micro-batch");
+    }
+  }
+  if (pair_scale_.extent(0) != static_cast<size_t>(N)) pair_scale_ = DView<float>("pair_scale", N);
+  if (pair_spans_.extent(0) != static_cast<size_t>(P)) {
+    pair_spans_ = DView<PairSpan>("pair_spans", P);
+  }
+  if (pair_out_.extent(0) != static_cast<size_t>(P * kPairResultColumns)) {
+    pair_out_ = DView<double>("pair_results", P * kPairResultColumns);
+  }
+  if (P > 0) {
+    Kokkos::deep_copy(
+        s.space, pair_spans_,
+        Kokkos::View<const PairSpan*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+            pb.pairs.data(), static_cast<size_t>(P)));
+  }
+  const double denom = static_cast<double>(pb.global_pairs > 0 ? pb.global_pairs : P);
+  const bool backward = plan.pass == Pass::with_backward;
+  float* keep = h.keep;
+  h.keep = backward ? nullptr : keep;
+  head_forward<TC>(s, h, HeadLoss::mean, 0.0f, Pass::forward_only);
+  pair_objective(s.space, pb.params, pair_spans_, b.losses.data(), b.targets.data(), N,
+                 static_cast<double>(opts.grad_scale), denom, pair_scale_.data(), pair_out_);
+  if (backward) {
+    h.keep = keep;
+    h.row_scale = pair_scale_.data();
+    head_forward<TC>(s, h, HeadLoss::mean, 0.0f, Pass::with_backward);
+    h.row_scale = nullptr;
+  }
+  r->pairs = P;
+  pair_host_.clear();
+  if (opts.loss_sums != nullptr) {
+    DeviceSums& sums = *opts.loss_sums;
+    const double* out = pair_out_.data();
+    constexpr int64_t c = kPairResultColumns;
+    sums.add_column_mean(ForwardOptions::kLossSlot, out, P, c, denom);
+    if (opts.pair_slots >= 0) {  // PairMeans' order: S_c, S_r, rewards, accuracy
+      const int64_t column[kPairMeans] = {1, 2, 5, 6, 7};
+      for (int k = 0; k < kPairMeans; ++k) {
+        sums.add_column_mean(opts.pair_slots + k, out + column[k], P, c, denom);
+      }
+    }
+    r->loss = NAN;
+    return;
+  }
+  std::vector<double> host(static_cast<size_t>(P * kPairResultColumns));
+  if (P > 0) {
+    Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                          host.data(), host.size()),
+                      pair_out_);
+    count_host_sync();
+  }
+  double total = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    const double* v = host.data() + p * kPairResultColumns;
+    PairResult x;
+    x.loss = v[0];
+    x.logps_chosen = v[1];
+    x.logps_rejected = v[2];
+    x.tokens_chosen = static_cast<int64_t>(v[3]);
+    x.tokens_rejected = static_cast<int64_t>(v[4]);
+    x.reward_chosen = v[5];
+    x.reward_rejected = v[6];
+    pair_host_.push_back(x);
+    total += x.loss;
+  }
+  r->loss = denom > 0 ? total / denom : 0.0;
 }
 
 template <class TC>

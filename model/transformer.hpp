@@ -37,9 +37,13 @@
 #include "core/param_registry.hpp"
 #include "model/model_state.hpp"
 #include "model/model_types.hpp"
+#include "model/preference_loss.hpp"
 #include "model/units.hpp"
 
 namespace kktrain {
+
+template <class TC>
+struct HeadTensors;  // model/lm_head.hpp
 
 // When the constructor lays the model out: at once on one rank, or after freezing (prepare()).
 enum class Allocation : uint8_t { one_rank_now, after_prepare };
@@ -89,6 +93,9 @@ class Transformer {
   // (B*T, top_k) experts each token of layer l chose, best first, in the last forward with
   // keep_routing (empty otherwise or for a dense model).
   const std::vector<int32_t>& routing(int64_t layer) const { return s_.moe.choices.at(layer); }
+  // Per pair of the last forward with ForwardOptions::pairs and no loss_sums: what its loss gave
+  // (host values), in the order of PairBatch::pairs.
+  const std::vector<PairResult>& pair_results() const { return pair_host_; }
   int64_t mtp_depth() const { return s_.cfg.mtp_num_layers; }
 
   // The activation and scratch buffers a forward + backward of micro-batch (B, T) allocates, by
@@ -132,6 +139,15 @@ class Transformer {
 
   ModelState s_;
   DView<float> kept_logits_;  // (B*T, V) of the last forward with keep_logits
+  // Preference pairs (ForwardOptions::pairs): the pairs' spans, each token loss's gradient weight
+  // (B*T), the per-pair results (P x kPairResultColumns) and their host copies.
+  DView<PairSpan> pair_spans_;
+  DView<float> pair_scale_;
+  DView<double> pair_out_;
+  std::vector<PairResult> pair_host_;
+  template <class TC>
+  void pair_head(const ForwardOptions& opts, const ForwardPlan& plan, HeadTensors<TC>& h,
+                 ForwardResult* r);
   bool have_backward_ = false;
   bool last_compute_mtp_ = false;
 };

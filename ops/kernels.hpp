@@ -308,9 +308,11 @@ void logit_softcap_forward(const ExecSpace& space, TC* logits, int64_t n, LogitS
 // gradient of the compute-dtype tensor z, rounded to its dtype), then
 // dl = TC(dz * (1 - (z / cap)^2)), from z read just before it is overwritten.
 template <class TC>
+// row_scale (N), when given, replaces scale for each row (a preference pair's weights).
 void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* logits,
                                     const int32_t* targets, int64_t N, int64_t V, float scale,
-                                    LossPass pass, LogitSoftcap softcap = {});
+                                    LossPass pass, LogitSoftcap softcap = {},
+                                    const float* row_scale = nullptr);
 
 // Sum of n fp32 values (deterministic reduction) returned to the host as double.
 double sum_to_host(const ExecSpace& space, const float* x, int64_t n);

@@ -29,7 +29,7 @@ template void logit_softcap_forward<bf16>(const ExecSpace&, bf16*, int64_t, Logi
 template <class TC>
 void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* logits,
                                     const int32_t* targets, int64_t N, int64_t V, float scale,
-                                    LossPass pass, LogitSoftcap softcap) {
+                                    LossPass pass, LogitSoftcap softcap, const float* row_scale) {
   constexpr Rounding rc = rounding_of<TC>();
   const bool backward = pass == LossPass::forward_backward;
   // dl = dz * (1 - (z / cap)^2). With the cap off, t is masked to +0 (whatever z is, inf
@@ -65,10 +65,11 @@ void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* l
         Kokkos::single(Kokkos::PerTeam(m), [&]() { losses[n] = lse - target_logit; });
         if (!backward) return;
         const float inv = 1.0f / sum;
+        const float sn = row_scale != nullptr ? row_scale[n] : scale;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V), [&](const int64_t v) {
           const float z = load_f32(row, v);
           const float p = math::exp(z - mx) * inv;
-          const float dz = rnd((p - (v == target ? 1.0f : 0.0f)) * scale, rc);
+          const float dz = rnd((p - (v == target ? 1.0f : 0.0f)) * sn, rc);
           // tanh(l / cap), from the stored (rounded) z
           const float t = bits_float(float_bits(z * inv_cap) & cap_mask);
           store_as(row, v, rnd(dz * (1.0f - t * t), rc));
@@ -78,8 +79,9 @@ void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* l
 
 template void cross_entropy_forward_backward<float>(const ExecSpace&, float*, float*,
                                                     const int32_t*, int64_t, int64_t, float,
-                                                    LossPass, LogitSoftcap);
+                                                    LossPass, LogitSoftcap, const float*);
 template void cross_entropy_forward_backward<bf16>(const ExecSpace&, float*, bf16*, const int32_t*,
-                                                   int64_t, int64_t, float, LossPass, LogitSoftcap);
+                                                   int64_t, int64_t, float, LossPass, LogitSoftcap,
+                                                   const float*);
 
 }  // namespace kktrain

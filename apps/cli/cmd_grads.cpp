@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -21,6 +22,7 @@
 #include "io/hf_config.hpp"
 #include "io/model_weights.hpp"
 #include "model/param_io.hpp"
+#include "model/preference_loss.hpp"
 
 namespace kktrain {
 
@@ -107,6 +109,57 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.attr_i64("/", "stream_bf16", model.roundings().stream == Rounding::bf16 ? 1 : 0);
 }
 
+// The pairs of a preference batch as the model reads them (no reference sums yet).
+PairBatch preference_batch(const Config& cfg, const Batch& b) {
+  PairBatch pb;
+  pb.params = pair_params(cfg.dpo);
+  for (const BatchPair& p : b.pairs) {
+    const int64_t base = static_cast<int64_t>(p.row) * b.T;
+    PairSpan s;
+    s.chosen = base + p.chosen;
+    s.rejected = base + p.rejected;
+    s.end = base + p.end;
+    pb.pairs.push_back(s);
+  }
+  return pb;
+}
+
+// The /dpo group of a preference batch's dump (the command's details say what it holds).
+void write_pairs(const std::string& path, const Config& cfg, const Batch& b, const PairBatch& pb,
+                 const std::vector<PairResult>& r) {
+  h5::File f = h5::File::open_write(path);
+  const int64_t P = static_cast<int64_t>(b.pairs.size());
+  std::vector<int64_t> spans;
+  std::vector<double> refc, refr, lc, lr, losses;
+  std::vector<int64_t> nc, nr;
+  const bool ref = uses_reference(cfg.dpo.loss);
+  for (int64_t k = 0; k < P; ++k) {
+    const BatchPair& p = b.pairs[static_cast<size_t>(k)];
+    spans.insert(spans.end(), {p.row, p.chosen, p.rejected, p.end});
+    const PairSpan& s = pb.pairs[static_cast<size_t>(k)];
+    refc.push_back(ref ? s.ref_chosen : NAN);
+    refr.push_back(ref ? s.ref_rejected : NAN);
+    const PairResult& x = r.at(static_cast<size_t>(k));
+    lc.push_back(x.logps_chosen);
+    lr.push_back(x.logps_rejected);
+    nc.push_back(x.tokens_chosen);
+    nr.push_back(x.tokens_rejected);
+    losses.push_back(x.loss);
+  }
+  f.write_i64("/dpo/pairs", spans.data(), {P, 4});
+  f.write_f64("/dpo/ref_chosen", refc.data(), {P});
+  f.write_f64("/dpo/ref_rejected", refr.data(), {P});
+  f.write_f64("/dpo/logps_chosen", lc.data(), {P});
+  f.write_f64("/dpo/logps_rejected", lr.data(), {P});
+  f.write_i64("/dpo/tokens_chosen", nc.data(), {P});
+  f.write_i64("/dpo/tokens_rejected", nr.data(), {P});
+  f.write_f64("/dpo/losses", losses.data(), {P});
+  f.attr_str("/dpo", "loss", preference_loss_name(cfg.dpo.loss));
+  f.attr_f64("/dpo", "beta", cfg.dpo.beta);
+  f.attr_f64("/dpo", "simpo_gamma", cfg.dpo.simpo_gamma);
+  f.attr_f64("/dpo", "label_smoothing", cfg.dpo.label_smoothing);
+}
+
 // A scratch directory beside `out` (a new name, so never an input), removed with its contents
 // when this goes out of scope.
 class ScratchDir {
@@ -177,10 +230,29 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   // examples: attention within each token's example, rotary positions from its start; the loss is
   // this micro-batch's own mean (loss_tokens 0)
   if (!batch.starts.empty()) fo.row_starts = batch.starts.data();
+  // preference pairs: the objective's mean over this micro-batch's pairs, the reference sums those
+  // of these (the starting) weights
+  PairBatch pairs;
+  std::vector<PairResult> reference;
+  if (is_preference(cfg.data)) {
+    pairs = preference_batch(cfg, batch);
+    fo.pairs = &pairs;
+    if (uses_reference(cfg.dpo.loss)) {
+      ForwardOptions ref = fo;
+      ref.prepare_backward = false;
+      model->forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, ref);
+      reference = model->pair_results();
+      for (size_t k = 0; k < reference.size(); ++k) {
+        pairs.pairs[k].ref_chosen = reference[k].logps_chosen;
+        pairs.pairs[k].ref_rejected = reference[k].logps_rejected;
+      }
+    }
+  }
   const ForwardResult r =
       model->forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, fo);
   model->backward();
   write_grads_file(out, cfg, *model, batch, r);
+  if (is_preference(cfg.data)) write_pairs(out, cfg, batch, pairs, model->pair_results());
   log::info("grads: loss " + std::to_string(r.loss) + " on " + std::to_string(r.tokens) +
             " tokens; wrote " + out);
   return 0;
@@ -204,7 +276,15 @@ Command grads_command() {
       "rendered into a scratch directory beside FILE.h5 that is removed afterwards, and\n"
       "/batch/starts (int32 (B, T)) holds the position in its row where each token's example\n"
       "begins: attention sees only the token's own example, its rotary position is t - start;\n"
-      "the loss is the mean over the batch's loss tokens (targets -1 do not count).\n";
+      "the loss is the mean over the batch's loss tokens (targets -1 do not count).\n"
+      "Preference pairs (train.objective dpo): /loss is the objective's mean over the\n"
+      "micro-batch's pairs, the reference log-probabilities those of the starting weights\n"
+      "(the dumped ones), and the group /dpo holds: pairs (int64 (P, 4): row, chosen_begin,\n"
+      "rejected_begin, end: the chosen side at [chosen_begin, rejected_begin) of the row, the\n"
+      "rejected at [rejected_begin, end)), ref_chosen, ref_rejected, logps_chosen,\n"
+      "logps_rejected (float64 sums over each side's completion tokens; NaN references for\n"
+      "reference-free losses), tokens_chosen, tokens_rejected (int64), losses (float64 per\n"
+      "pair), and attributes loss, beta, simpo_gamma, label_smoothing.\n";
   s.positionals = {"CONFIG"};
   s.takes_overrides = true;
   s.options = {{"--out", ""}};

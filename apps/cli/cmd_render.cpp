@@ -30,8 +30,28 @@ int64_t parse_count(const std::string& v) {
   return n;
 }
 
+// A preference pair's side: text, ids and mask of [b, e).
+Json side_json(const std::string& text, const RenderedExample& ex, size_t b, size_t e,
+               bool tokens) {
+  Json j = {{"text", text}};
+  if (tokens) {
+    j["ids"] = std::vector<int32_t>(ex.ids.begin() + b, ex.ids.begin() + e);
+    std::vector<uint8_t> mask(ex.loss_mask.begin() + b, ex.loss_mask.begin() + e);
+    if (!mask.empty()) mask[0] = 0;  // the side's first token starts it: never a loss target
+    j["loss_mask"] = mask;
+  }
+  return j;
+}
+
 // One example as its output line.
 Json example_json(const RenderedExample& ex, bool tokens) {
+  if (ex.rejected_begin > 0) {  // a preference pair
+    const size_t r = static_cast<size_t>(ex.rejected_begin);
+    Json j = {{"chosen", side_json(ex.text, ex, 0, r, tokens)},
+              {"rejected", side_json(ex.rejected_text, ex, r, ex.ids.size(), tokens)}};
+    if (ex.fate == ExampleFate::truncated) j["truncated"] = ex.full_tokens;
+    return j;
+  }
   Json j = {{"text", ex.text}};
   if (ex.fate == ExampleFate::truncated) j["truncated"] = ex.full_tokens;
   if (ex.fate == ExampleFate::dropped) j["dropped"] = ex.full_tokens;
@@ -79,14 +99,17 @@ Command render_command() {
   s.synopsis = "render CONFIG [key.path=VALUE ...] [--count N] [--tokens]";
   s.summary = "Print the first examples of data.path as the trainer sees them (chat data).";
   s.details =
-      "For data.format chat or prompt_completion: the first N examples of data.path, in file\n"
+      "For data.format chat, prompt_completion or preference: the first N examples of\n"
+      "data.path, in file\n"
       "order (blank lines skipped), rendered with the model's chat template and tokenized\n"
       "exactly as training does, one JSON object per line on stdout:\n"
       "  {\"text\": the rendered text}\n"
       "with --tokens also \"ids\" and \"loss_mask\" (1: the token is a loss target). An example\n"
       "longer than data.seq_len carries \"truncated\": or \"dropped\": its full token count\n"
       "(data.truncation; a dropped one has empty ids); an example of no tokens (a template\n"
-      "that prints nothing for it) carries \"empty\": true (training skips it).\n\n"
+      "that prints nothing for it) carries \"empty\": true (training skips it).\n"
+      "A preference pair prints {\"chosen\": {...}, \"rejected\": {...}}, each side as above\n"
+      "(prompt + completion; the mask on the completion's tokens).\n\n"
       "options:\n"
       "  --count N   examples to print (default 5; 0: all)\n"
       "  --tokens    also print ids and loss_mask\n"

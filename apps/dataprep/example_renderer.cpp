@@ -164,8 +164,10 @@ void mark_assistant_turn(std::vector<uint8_t>* mask, const State& s, const std::
 }
 
 // The loss mask of a rendered conversation (loss_on assistant or completion).
+// Messages before `first` (a preference pair's prompt) are not marked.
 void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::RenderedChat& rc,
-                    const Value& messages, const Tokens& t, const std::string& where) {
+                    const Value& messages, const Tokens& t, const std::string& where,
+                    size_t first = 0) {
   if (!rc.generation_spans.empty()) {
     for (const auto& g : rc.generation_spans) mark_overlap(mask, t.off, g.first, g.second);
     return;
@@ -176,7 +178,7 @@ void mark_assistant(std::vector<uint8_t>* mask, const State& s, const jinja::Ren
   for (const auto& sp : rc.content_spans) {
     if (sp.message < by_message.size()) by_message[sp.message].push_back(sp);
   }
-  for (size_t m = 0; m < turns.size(); ++m) {
+  for (size_t m = first; m < turns.size(); ++m) {
     const Value& msg = turns[m];
     const Value* role = field(msg, "role");
     const Value* content = field(msg, "content");
@@ -212,8 +214,11 @@ Tokens tokenize(State& s, const std::string& text, text::SpecialTokens special,
   return t;
 }
 
-// A conversation rendered, tokenized and masked (before truncation).
-RenderedExample render_messages(State& s, const Value& messages, const std::string& where) {
+// A conversation rendered, tokenized and masked (before truncation). `prompt_messages` > 0 (a
+// preference pair's side): the first messages are the prompt, and only tokens starting after the
+// prompt's own rendering with the generation prompt, which the text must begin with, count.
+RenderedExample render_messages(State& s, const Value& messages, const std::string& where,
+                                size_t prompt_messages = 0) {
   RenderedExample ex;
   jinja::RenderedChat rc;
   try {
@@ -226,7 +231,30 @@ RenderedExample render_messages(State& s, const Value& messages, const std::stri
   if (s.loss_on == LossOn::all) {
     std::fill(ex.loss_mask.begin(), ex.loss_mask.end(), 1);
   } else {
-    mark_assistant(&ex.loss_mask, s, rc, messages, t, where);
+    mark_assistant(&ex.loss_mask, s, rc, messages, t, where, prompt_messages);
+  }
+  if (prompt_messages > 0) {
+    const std::vector<Value>& all = messages.items();
+    const Value prompt = Value::make_list(std::vector<Value>(
+        all.begin(), all.begin() + static_cast<std::ptrdiff_t>(prompt_messages)));
+    std::string prompt_text;
+    try {
+      prompt_text =
+          jinja::render_chat(*s.tmpl, prompt, jinja::GenerationPrompt::yes, s.special_tokens).text;
+    } catch (const InputError& e) {
+      throw InputError(where + "the prompt with the generation prompt: " + e.what());
+    }
+    if (rc.text.compare(0, prompt_text.size(), prompt_text) != 0) {
+      throw InputError(
+          where + "the chat template (" + s.template_source +
+          ") renders the prompt with its generation prompt as '" +
+          escaped(prompt_text.substr(prompt_text.size() > 60 ? prompt_text.size() - 60 : 0)) +
+          "', which the conversation with the reply does not begin with, so the "
+          "reply's tokens cannot be told from the prompt's");
+    }
+    for (size_t k = 0; k < t.ids.size() && t.off[k].begin < prompt_text.size(); ++k) {
+      ex.loss_mask[k] = 0;
+    }
   }
   ex.text = std::move(rc.text);
   ex.ids = std::move(t.ids);
@@ -313,6 +341,168 @@ std::string string_field(const Value& obj, const char* key, const std::string& w
   return v->str();
 }
 
+// A list of messages checked as chat_messages checks "messages" (`what` names the field).
+Value message_list(const Value& v, const std::string& what, const std::string& where) {
+  jinja::Dict d;
+  d.set("messages", v);
+  try {
+    return chat_messages(Value::make_dict(std::move(d)), where + what + ": ");
+  } catch (const InputError& e) {
+    std::string m = e.what();
+    const std::string tag = "no \"messages\" list";
+    if (m.find(tag) != std::string::npos) {
+      throw InputError(where + "\"" + what + "\" is " + json_kind(v) + ", not a list of messages");
+    }
+    if (m.find("\"messages\" is empty") != std::string::npos) {
+      throw InputError(where + "\"" + what + "\" is an empty list");
+    }
+    throw;
+  }
+}
+
+// A side's reply (messages [from, end) of `conv`): assistant messages only, some content.
+void check_reply(const Value& conv, size_t from, const std::string& side,
+                 const std::string& where) {
+  const std::vector<Value>& m = conv.items();
+  if (from >= m.size()) {
+    throw InputError(where + "the " + side + " completion is empty (no message after the prompt)");
+  }
+  bool any = false;
+  for (size_t i = from; i < m.size(); ++i) {
+    const std::string role = field(m[i], "role")->str();
+    if (role != "assistant") {
+      throw InputError(where + "the " + side + " completion's message " +
+                       std::to_string(i - from + 1) + " is the " + role +
+                       "'s; a completion is the assistant's reply");
+    }
+    if (!field(m[i], "content")->str().empty()) any = true;
+  }
+  if (!any) throw InputError(where + "the " + side + " completion is empty");
+}
+
+// Whether two JSON values are the same (every key, in any order, and value).
+bool same_json(const Value& a, const Value& b) {
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::boolean:
+      return a.as_bool() == b.as_bool();
+    case Value::Kind::integer:
+      return a.as_int() == b.as_int();
+    case Value::Kind::number:
+      return a.as_float() == b.as_float();
+    case Value::Kind::string:
+      return a.str() == b.str();
+    case Value::Kind::list: {
+      if (a.items().size() != b.items().size()) return false;
+      for (size_t i = 0; i < a.items().size(); ++i) {
+        if (!same_json(a.items()[i], b.items()[i])) return false;
+      }
+      return true;
+    }
+    case Value::Kind::dict: {
+      if (a.dict().items.size() != b.dict().items.size()) return false;
+      for (const auto& [k, v] : a.dict().items) {
+        const Value* w = b.find(k);
+        if (!w || !same_json(v, *w)) return false;
+      }
+      return true;
+    }
+    default:
+      return true;  // null
+  }
+}
+bool same_message(const Value& a, const Value& b) {
+  return same_json(a, b);
+}
+
+// A pair's side: prompt + reply.
+RenderedExample render_side(State& s, const Value& prompt, const Value& reply,
+                            const std::string& where) {
+  std::vector<Value> conv = prompt.items();
+  for (const Value& m : reply.items()) conv.push_back(m);
+  return render_messages(s, Value::make_list(std::move(conv)), where, prompt.items().size());
+}
+
+// The two sides of a preference line (before truncation).
+std::pair<RenderedExample, RenderedExample> render_sides(State& s, const Value& obj,
+                                                         const std::string& where) {
+  const Value* chosen = field(obj, "chosen");
+  const Value* rejected = field(obj, "rejected");
+  const Value* prompt = field(obj, "prompt");
+  const std::string form =
+      " (data.format: preference reads {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...} "
+      "per line: strings, or lists of messages)";
+  if (!chosen || !rejected) {
+    throw InputError(where + "no \"" + (chosen ? "rejected" : "chosen") + "\"" + form);
+  }
+  if (chosen->is_string() && rejected->is_string()) {  // strings
+    if (!prompt || !prompt->is_string()) {
+      throw InputError(
+          where +
+          (prompt ? "\"prompt\" is " + json_kind(*prompt) + " while the completions are strings"
+                  : std::string("no \"prompt\" string")) +
+          form);
+    }
+    for (const auto* side : {chosen, rejected}) {
+      if (side->str().empty()) {
+        throw InputError(where + "the " + (side == chosen ? "chosen" : "rejected") +
+                         " completion is empty");
+      }
+    }
+    if (!s.tmpl) {
+      return {render_plain(s, prompt->str(), chosen->str(), where),
+              render_plain(s, prompt->str(), rejected->str(), where)};
+    }
+    const Value p = Value::make_list({message("user", prompt->str())});
+    return {render_side(s, p, Value::make_list({message("assistant", chosen->str())}), where),
+            render_side(s, p, Value::make_list({message("assistant", rejected->str())}), where)};
+  }
+  if (chosen->is_string() != rejected->is_string()) {
+    throw InputError(where + "\"chosen\" is " + json_kind(*chosen) + " and \"rejected\" is " +
+                     json_kind(*rejected) + "; both strings or both lists of messages" + form);
+  }
+  if (!s.tmpl) {
+    throw InputError(where +
+                     "conversations render with the model's chat template, and the tokenizer '" +
+                     s.tokenizer->path() + "' has none: set data.chat_template: FILE");
+  }
+  const Value c = message_list(*chosen, "chosen", where);
+  const Value r = message_list(*rejected, "rejected", where);
+  if (prompt) {  // explicit: the prompt's messages, then each reply
+    if (prompt->is_string()) {
+      throw InputError(where +
+                       "\"prompt\" is a string while the completions are lists of "
+                       "messages; give the prompt as a list of messages" +
+                       form);
+    }
+    const Value p = message_list(*prompt, "prompt", where);
+    check_reply(c, 0, "chosen", where);
+    check_reply(r, 0, "rejected", where);
+    return {render_side(s, p, c, where), render_side(s, p, r, where)};
+  }
+  // implicit: the shared opening messages are the prompt
+  size_t k = 0;
+  while (k < c.items().size() && k < r.items().size() && same_message(c.items()[k], r.items()[k])) {
+    ++k;
+  }
+  if (k == 0) {
+    throw InputError(where +
+                     "the chosen and rejected conversations share no opening message, so their "
+                     "prompts differ (without \"prompt\", the shared opening is the prompt)");
+  }
+  const std::vector<Value>& cm = c.items();
+  const Value p =
+      Value::make_list(std::vector<Value>(cm.begin(), cm.begin() + static_cast<std::ptrdiff_t>(k)));
+  check_reply(c, k, "chosen", where);
+  check_reply(r, k, "rejected", where);
+  const Value creply =
+      Value::make_list(std::vector<Value>(cm.begin() + static_cast<std::ptrdiff_t>(k), cm.end()));
+  const std::vector<Value>& rm = r.items();
+  const Value rreply =
+      Value::make_list(std::vector<Value>(rm.begin() + static_cast<std::ptrdiff_t>(k), rm.end()));
+  return {render_side(s, p, creply, where), render_side(s, p, rreply, where)};
+}
+
 // The example before truncation.
 RenderedExample render_object(State& s, const Value& obj, const std::string& where) {
   if (s.format == ExampleFormat::chat) return render_messages(s, chat_messages(obj, where), where);
@@ -346,6 +536,70 @@ void probe(State& s) {
   render_messages(s, plain, where + "conversation: ");
 }
 
+// Cuts a side to its first n tokens.
+void cut(RenderedExample* side, int64_t n) {
+  if (static_cast<int64_t>(side->ids.size()) <= n) return;
+  side->ids.resize(static_cast<size_t>(n));
+  side->loss_mask.resize(static_cast<size_t>(n));
+}
+
+int64_t loss_count(const RenderedExample& side) {
+  return std::count(side.loss_mask.begin(), side.loss_mask.end(), uint8_t(1));
+}
+
+// A preference line -> its pair (the header's truncation rule).
+RenderedExample render_pair(State& s, const Value& obj, const std::string& where) {
+  auto [c, r] = render_sides(s, obj, where);
+  for (RenderedExample* side : {&c, &r}) {
+    const char* name = side == &c ? "chosen" : "rejected";
+    if (side->ids.empty()) {
+      throw InputError(where + "the " + name + " side renders to no tokens");
+    }
+    side->loss_mask[0] = 0;
+    if (loss_count(*side) == 0) {
+      throw InputError(where + "the " + name +
+                       " side has no completion tokens to score (its reply renders to none)");
+    }
+  }
+  RenderedExample ex;
+  ex.full_tokens = static_cast<int64_t>(c.ids.size() + r.ids.size());
+  ex.full_loss_tokens = loss_count(c) + loss_count(r);
+  if (ex.full_tokens > s.seq_len) {
+    const std::string sizes = std::to_string(c.ids.size()) + " + " + std::to_string(r.ids.size());
+    switch (s.truncation) {
+      case Truncation::error:
+        throw InputError(where + "the pair is " + sizes + " tokens, longer than data.seq_len " +
+                         std::to_string(s.seq_len) +
+                         " (a pair's two sides share a row; data.truncation: error; truncate or "
+                         "drop would keep going)");
+      case Truncation::drop:
+        ex.fate = ExampleFate::dropped;
+        ++s.dropped;
+        return ex;
+      case Truncation::truncate:
+        cut(&c, s.seq_len / 2);
+        cut(&r, s.seq_len / 2);
+        if (c.ids.empty() || r.ids.empty() || loss_count(c) == 0 || loss_count(r) == 0) {
+          ex.fate = ExampleFate::dropped;  // a prompt of half a row or more leaves no reply
+          ++s.dropped;
+          return ex;
+        }
+        ex.fate = ExampleFate::truncated;
+        ++s.truncated;
+        break;
+    }
+  }
+  ex.rejected_begin = static_cast<int64_t>(c.ids.size());
+  ex.text = std::move(c.text);
+  ex.rejected_text = std::move(r.text);
+  ex.ids = std::move(c.ids);
+  ex.ids.insert(ex.ids.end(), r.ids.begin(), r.ids.end());
+  ex.loss_mask = std::move(c.loss_mask);
+  r.loss_mask[0] = kSideStart;
+  ex.loss_mask.insert(ex.loss_mask.end(), r.loss_mask.begin(), r.loss_mask.end());
+  return ex;
+}
+
 }  // namespace
 
 bool blank_line(std::string_view line) {
@@ -359,7 +613,9 @@ ExampleRenderer ExampleRenderer::open(const Config& cfg, const ModelText& t) {
     throw InputError("data.format: " + std::string(data_format_name(d.format)) +
                      " is not examples data (data.format chat or prompt_completion)");
   }
-  s->format = d.format == DataFormat::chat ? ExampleFormat::chat : ExampleFormat::prompt_completion;
+  s->format = d.format == DataFormat::chat         ? ExampleFormat::chat
+              : d.format == DataFormat::preference ? ExampleFormat::preference
+                                                   : ExampleFormat::prompt_completion;
   s->loss_on = d.loss_on;
   s->truncation = d.truncation;
   s->seq_len = d.seq_len;
@@ -398,6 +654,7 @@ RenderedExample ExampleRenderer::render(std::string_view line, const std::string
     throw InputError(std::string(e.what()) + " (one JSON object per line)");
   }
   if (!obj.is_dict()) throw InputError(where + "not a JSON object");
+  if (s_->format == ExampleFormat::preference) return render_pair(*s_, obj, where);
   RenderedExample ex = render_object(*s_, obj, where);
   if (ex.ids.empty()) {
     if (s_->truncation == Truncation::error) {

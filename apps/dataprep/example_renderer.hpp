@@ -1,5 +1,6 @@
-// Examples (data.format chat or prompt_completion): one JSONL line turned into the tokens the
-// trainer sees and the loss mask over them (docs/data.md, "Chat and prompt/completion data").
+// Examples (data.format chat, prompt_completion or preference): one JSONL line turned into the
+// tokens the trainer sees and the loss mask over them (docs/data.md, "Chat and prompt/completion
+// data"; docs/preference.md for pairs).
 //
 // chat: {"messages": [{"role": ..., "content": ...}, ...]} (every key of a message passed to
 // the template; an optional "reasoning_content" a string or null) rendered with the model's chat
@@ -12,6 +13,23 @@
 // The template, in order (transformers' order for the last two: its chat_template.jinja file
 // takes priority over tokenizer_config.json's key): data.chat_template, chat_template.jinja
 // beside the tokenizer.json, tokenizer_config.json's chat_template.
+//
+// preference: {"prompt", "chosen", "rejected"}, a pair of completions of one prompt, rendered as
+// two sides, each prompt + completion as prompt_completion renders it (loss on the completion):
+//   strings      prompt, chosen and rejected strings (a user turn and an assistant turn, as
+//                prompt_completion);
+//   explicit     "prompt" a list of messages, "chosen" and "rejected" lists of assistant messages
+//                (the reply): each side is the conversation prompt + reply;
+//   implicit     no "prompt": "chosen" and "rejected" whole conversations; the prompt is their
+//                shared opening messages, the rest of each must be assistant messages.
+//   With a template, a side's loss tokens are its reply's assistant tokens (as loss_on assistant
+//   marks them) that start after the prompt's text rendered with the generation prompt (TRL's
+//   prompt/completion split); the side's text must begin with that text. A pair longer than
+//   data.seq_len (its two sides share a row) is cut (truncate: each side to its first
+//   data.seq_len / 2 tokens, the prompt kept from the start; a side left without completion
+//   tokens drops the pair), dropped, or refused, as data.truncation says. Errors name FILE:LINE:
+//   a missing or mistyped field, an empty completion, a reply message not the assistant's, an
+//   implicit pair without a shared opening, a prompt that is not a list when the replies are.
 //
 // Loss tokens (loss_mask[p] = 1: the prediction of ids[p] from ids[0..p) counts; loss_mask[0]
 // is always 0):
@@ -43,6 +61,7 @@
 
 #include "apps/dataprep/text_model.hpp"
 #include "core/config.hpp"
+#include "io/example_data.hpp"
 #include "text/tokenizer.hpp"
 
 namespace kktrain {
@@ -56,16 +75,25 @@ enum class ExampleFate { kept, truncated, dropped, empty };
 // rendering, tokenizing and masking a line take about 34 times its size in memory.
 constexpr int64_t kMaxExampleLineBytes = int64_t(16) << 20;
 
+// loss_mask's value at a preference pair's rejected side's first token: a new sequence starts
+// there (the token is never a loss target: its prediction would cross from the chosen side).
+constexpr uint8_t kSideStart = kSideStartMark;
+
 struct RenderedExample {
   std::string text;                // the rendered text (template applied, or prompt+completion)
   std::vector<int32_t> ids;        // its tokens (after truncation), at most data.seq_len
   std::vector<uint8_t> loss_mask;  // 0/1 per id: 1 = this token is a loss target
+  // Preference pairs: ids, loss_mask and text above are the chosen side's followed by the
+  // rejected side's, which starts at ids[rejected_begin] (loss_mask kSideStart there) and whose
+  // text is rejected_text. 0: not a pair.
+  int64_t rejected_begin = 0;
+  std::string rejected_text;
   ExampleFate fate = ExampleFate::kept;  // dropped, empty: ids and loss_mask empty
   int64_t full_tokens = 0;               // the tokens before truncation
   int64_t full_loss_tokens = 0;          // the loss tokens before truncation
 };
 
-enum class ExampleFormat { chat, prompt_completion };
+enum class ExampleFormat { chat, prompt_completion, preference };
 // LossOn and Truncation: data.loss_on and data.truncation (core/config.hpp).
 
 // Whether a line of a data file holds no example (only spaces, tabs, \r or nothing): such lines

@@ -217,6 +217,22 @@ std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world) 
   return model;
 }
 
+namespace {
+
+// The run's starting values: model.init_from's (initializing what the file lacks) or the seeded
+// initialization, then peft.init_from's adapters.
+template <class PeftDir>
+void starting_values(Transformer& model, const Config& cfg, Communicator& comm, PeftDir* peft_dir) {
+  if (cfg.model.init_from) {
+    load_model_file(model, *cfg.model.init_from, comm);  // initializes what the file lacks
+  } else {
+    model.init_weights();
+  }
+  load_peft_init(model, peft_dir, comm);  // then the adapters take its values
+}
+
+}  // namespace
+
 std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, bool initialize) {
   auto model =
       std::make_unique<Transformer>(cfg.model, cfg.precision, Allocation::after_prepare, cfg.peft);
@@ -235,13 +251,13 @@ std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm, 
   const auto peft_dir = open_peft_init(
       *model, cfg, comm, initialize ? ModelValues::initialized : ModelValues::from_checkpoint);
   if (!initialize) return model;  // a checkpoint will provide every value
-  if (cfg.model.init_from) {
-    load_model_file(*model, *cfg.model.init_from, comm);  // initializes what the file lacks
-  } else {
-    model->init_weights();
-  }
-  load_peft_init(*model, peft_dir.get(), comm);  // then the adapters take its values
+  starting_values(*model, cfg, comm, peft_dir.get());
   return model;
+}
+
+void initialize_model(Transformer& model, const Config& cfg, Communicator& comm) {
+  const auto peft_dir = open_peft_init(model, cfg, comm, ModelValues::initialized);
+  starting_values(model, cfg, comm, peft_dir.get());
 }
 
 }  // namespace kktrain

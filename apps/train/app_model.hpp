@@ -20,6 +20,9 @@ namespace kktrain {
 std::unique_ptr<Transformer> build_model(const Config& cfg, Communicator& comm,
                                          bool initialize = true);
 // The same up to the layout of rank `rank` of `world`, without allocating (planning: the audit).
+// The run's starting values (model.init_from's or the seeded ones, then peft.init_from's) into a
+// model build_model made without them (collective).
+void initialize_model(Transformer& model, const Config& cfg, Communicator& comm);
 std::unique_ptr<Transformer> plan_model(const Config& cfg, int rank, int world);
 
 // How train and grads open token files: data.validate_at_load_tokens N checks every id of files up

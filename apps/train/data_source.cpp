@@ -5,6 +5,7 @@
 
 #include "apps/dataprep/example_cache.hpp"
 #include "apps/train/app_model.hpp"
+#include "apps/train/preference_data.hpp"
 #include "core/errors.hpp"
 #include "core/log.hpp"
 #include "io/example_data.hpp"
@@ -16,6 +17,7 @@ namespace kktrain {
 
 void StepDataReport::add_columns(JsonLine& row) const {
   if (loss_tokens >= 0) row.integer("loss_tokens", loss_tokens);
+  if (pairs >= 0) row.integer("pairs", pairs);
 }
 
 namespace {
@@ -39,7 +41,8 @@ class TokenWindows final : public TrainingData {
   // The mean token loss over validation windows [0, val_batches x B), the windows of val_batches
   // micro-batches of B. Ranks take micro-batches round-robin (padded with ignored rows, so every
   // rank runs the same number of forwards) and sum losses and tokens.
-  double validation_loss(Transformer& model, const Config& cfg, Communicator& comm) const override {
+  ValidationReport validation_loss(Transformer& model, const Config& cfg,
+                                   Communicator& comm) const override {
     ForwardOptions fo;
     fo.compute_mtp = false;
     const int64_t B = cfg.data.micro_batch_size, W = comm.size();
@@ -61,7 +64,7 @@ class TokenWindows final : public TrainingData {
       sum += r.loss * static_cast<double>(r.tokens);
       tokens += static_cast<double>(r.tokens);
     }
-    return comm.allreduce_sum_host(sum) / comm.allreduce_sum_host(tokens);
+    return {comm.allreduce_sum_host(sum) / comm.allreduce_sum_host(tokens), {}};
   }
 
  private:
@@ -97,7 +100,8 @@ class Examples final : public TrainingData {
 
   // Validation rows [0, min(val_batches x B, rows)) of the validation split in file order, the
   // ranks taking micro-batches round-robin; each row's padding and prompt tokens are not counted.
-  double validation_loss(Transformer& model, const Config& cfg, Communicator& comm) const override {
+  ValidationReport validation_loss(Transformer& model, const Config& cfg,
+                                   Communicator& comm) const override {
     ForwardOptions fo;
     fo.compute_mtp = false;
     const int64_t B = cfg.data.micro_batch_size, W = comm.size();
@@ -119,13 +123,15 @@ class Examples final : public TrainingData {
       tokens += static_cast<double>(r.tokens);
     }
     const double total = comm.allreduce_sum_host(tokens);
-    return comm.allreduce_sum_host(sum) / std::max(total, 1.0);
+    return {comm.allreduce_sum_host(sum) / std::max(total, 1.0), {}};
   }
 
  private:
   ExampleData data_;
   int64_t max_steps_;
 };
+
+}  // namespace
 
 // The steps of train.epochs epochs of `e` (capped by a train.max_steps the config gives), else
 // train.max_steps; `steps` gets the text the data line says about them.
@@ -154,6 +160,8 @@ int64_t example_steps(const Config& cfg, const ExampleData& e, std::string* step
   return epoch_steps;
 }
 
+namespace {
+
 // Examples: the cache made (or reused) and opened on every rank, their steps settled and said.
 std::unique_ptr<TrainingData> open_examples(const Config& cfg, const ModelText& text,
                                             Communicator& comm) {
@@ -171,6 +179,7 @@ std::unique_ptr<TrainingData> open_examples(const Config& cfg, const ModelText& 
 
 std::unique_ptr<TrainingData> open_training_data(const Config& cfg, const DataConfig& tokens,
                                                  const ModelText& text, Communicator& comm) {
+  if (is_preference(cfg.data)) return open_preference_data(cfg, text, comm);
   if (is_examples(cfg.data)) return open_examples(cfg, text, comm);
   TokenDataset d = collectively(comm, [&] {
     return TokenDataset::load(tokens, cfg.model.vocab_size, token_load_options(cfg.data));

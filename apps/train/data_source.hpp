@@ -10,12 +10,16 @@
 //                  rows of one or several packed examples, the step's loss the mean over its
 //                  global batch's loss tokens, which each row reports.
 //
-// A new kind of data (preference pairs) is a third implementation and a case of
-// open_training_data; the loop does not change. Every rank opens the same source and draws its
+//   preference pairs  data.format preference (apps/train/preference_data.hpp): rows of pairs,
+//                  the step's loss the mean over its global batch's pairs of their objective.
+//
+// A new kind of data is another implementation and a case of open_training_data; the loop does
+// not change. Every rank opens the same source and draws its
 // own rows of each global batch.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,10 +39,21 @@ class Transformer;
 // What a step's metrics row reports of its data (measured on the step's micro-batches).
 struct StepDataReport {
   int64_t loss_tokens = -1;  // examples: the loss tokens of the global batch (-1: not reported)
+  int64_t pairs = -1;        // preference pairs of the global batch (-1: not reported)
 
   // The columns of the report into `row` (none for a report of nothing).
   void add_columns(JsonLine& row) const;
 };
+
+// A validation pass: its loss, and the further columns of its metrics row (name, value).
+struct ValidationReport {
+  double loss = 0.0;
+  std::vector<std::pair<std::string, double>> columns;
+};
+
+// Whether the model holds the run's starting weights when the data is prepared (a resumed run's
+// model waits for its checkpoint's values).
+enum class ModelWeights { starting, not_loaded };
 
 class TrainingData {
  public:
@@ -60,8 +75,17 @@ class TrainingData {
 
   // The validation loss over train.val_batches micro-batches of data.micro_batch_size rows, the
   // ranks taking micro-batches in turn (collective: the same value on every rank).
-  virtual double validation_loss(Transformer& model, const Config& cfg,
-                                 Communicator& comm) const = 0;
+  virtual ValidationReport validation_loss(Transformer& model, const Config& cfg,
+                                           Communicator& comm) const = 0;
+
+  // What the data needs from the starting weights, before the first step (collective; by default
+  // nothing): preference pairs' reference log-probabilities. `weights` says whether `model` holds
+  // them; `load_starting` puts them into it when it does not (the checkpoint's values are loaded
+  // afterwards).
+  virtual void prepare(Transformer&, ModelWeights, const std::function<void()>&, Communicator&) {}
+
+  // What a step's metrics add beside its data report: the preference pairs' means (StepScalars).
+  virtual bool reports_pairs() const { return false; }
 
   // How micro-batch `b`'s training forward weighs its loss, in `fo` (W: the ranks).
   virtual void weigh_loss(const Batch& b, int64_t W, ForwardOptions& fo) const = 0;

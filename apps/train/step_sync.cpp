@@ -12,12 +12,15 @@ StepScalars reduce_step_scalars(const DeviceSums& sums, int64_t micro_steps, dou
   const double m = static_cast<double>(micro_steps);
   std::vector<double> s = {v[StepSlots::kLoss] / m, v[StepSlots::kMtp] / m,
                            v[StepSlots::kGradSquares], aux_sum / m};
+  for (int k = 0; k < kPairMeans; ++k) s.push_back(v[StepSlots::kPairs + k]);
   std::vector<double> none;
   comm.allreduce_host(s, none);
   const double W = static_cast<double>(comm.size());
   // Shares of the global mean add up to it over micro-batches and ranks.
   const double loss_mean = loss == StepLoss::global_shares ? s[0] * m : s[0] / W;
-  return StepScalars{loss_mean, s[1] / W, std::sqrt(s[2]), s[3] / W};
+  StepScalars out{loss_mean, s[1] / W, std::sqrt(s[2]), s[3] / W, {}};
+  out.pairs = PairMeans{s[4], s[5], s[6], s[7], s[8]};  // shares of the global means: summed
+  return out;
 }
 
 StepEnd agree_step_end(const StepEndInputs& in, Communicator& comm) {

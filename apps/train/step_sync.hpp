@@ -21,6 +21,7 @@
 #include "core/device_sums.hpp"
 #include "core/host_sync.hpp"
 #include "io/metrics.hpp"
+#include "model/preference_loss.hpp"
 #include "model/transformer.hpp"
 #include "parallel/communicator.hpp"
 
@@ -30,7 +31,8 @@ namespace kktrain {
 struct StepSlots {
   static constexpr int kLoss = ForwardOptions::kLossSlot, kMtp = ForwardOptions::kMtpSlot;
   static constexpr int kGradSquares = ForwardOptions::kForwardSlots;  // after the forward's own
-  static constexpr int kCount = kGradSquares + 1;
+  static constexpr int kPairs = kGradSquares + 1;  // preference pairs: PairMeans' kPairMeans
+  static constexpr int kCount = kPairs + kPairMeans;
 };
 
 struct StepScalars {
@@ -38,6 +40,7 @@ struct StepScalars {
   double mtp_loss = 0.0;   // the same for the multi-token-prediction loss
   double grad_norm = 0.0;  // the global gradient norm
   double aux_loss = 0.0;   // the mean over micro-batches and ranks of the MoE load-balancing loss
+  PairMeans pairs;         // preference pairs: the means over the global batch's pairs
 };
 
 // How a step's loss slot was filled: each micro-batch added its own mean (windows: the step's

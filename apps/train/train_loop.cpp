@@ -149,6 +149,15 @@ LoggedRow train_row(TrainRun& run, const StepRecord& s) {
   row.integer("step", s.done).num("loss", s.sc.loss).num("grad_norm", s.sc.grad_norm);
   row.num("lr", s.lr);
   s.data.add_columns(row);
+  if (run.data->reports_pairs()) {  // as TRL logs them
+    const PairMeans& p = s.sc.pairs;
+    row.num("rewards_chosen", p.rewards_chosen)
+        .num("rewards_rejected", p.rewards_rejected)
+        .num("reward_margin", p.rewards_chosen - p.rewards_rejected)
+        .num("reward_accuracy", p.reward_accuracy)
+        .num("logps_chosen", p.logps_chosen)
+        .num("logps_rejected", p.logps_rejected);
+  }
   if (run.model->mtp_depth() > 0 && cfg.model.compute_mtp) row.num("mtp_loss", s.sc.mtp_loss);
   // The load-balancing loss (its weighted gradient is in grad_norm; `loss` stays the LM's).
   if (cfg.model.moe.enabled()) row.num("aux_loss", s.sc.aux_loss);
@@ -312,13 +321,15 @@ void maybe_validate(TrainRun& run, const StepRecord& s) {
     return;
   }
   const HostSyncCounts v0 = host_sync_counts();
-  double vl = 0.0;
+  ValidationReport v;
   {
     SyncScope why(SyncCause::validation);
-    vl = run.data->validation_loss(*run.model, cfg, *run.comm);
+    v = run.data->validation_loss(*run.model, cfg, *run.comm);
   }
+  const double vl = v.loss;
   JsonLine row;
   row.integer("step", s.done).num("val_loss", vl);
+  for (const auto& [name, value] : v.columns) row.num(name, value);
   add_host_sync_columns(row, host_sync_counts().since(v0));
   write_row(run, row);
   end_progress_line(run);

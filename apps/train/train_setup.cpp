@@ -121,6 +121,11 @@ void open_run(TrainRun& run, std::unique_ptr<Communicator> comm_in, Config cfg_i
   // Every rank opens the data itself; if one cannot, all stop with that rank's message. Examples
   // with train.epochs settle the steps.
   run.data = open_training_data(cfg, data, run.text, comm);
+  // What the data needs from the starting weights (preference pairs' reference
+  // log-probabilities); a resumed model is given them first, its checkpoint's values after.
+  run.data->prepare(
+      *run.model, run.source ? ModelWeights::not_loaded : ModelWeights::starting,
+      [&] { initialize_model(*run.model, cfg, comm); }, comm);
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, run.data->max_steps());
 }
 
