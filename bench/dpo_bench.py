@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Preference training: a DPO step against an SFT step on the same tokens, in alternating rounds,
-medians; the reference pass's time, the memory a held reference model would add, and what
-sharing each pair's prompt would save.
+"""Preference training: DPO steps against SFT steps on the same tokens, and DPO with each pair's
+prompt held once (data.share_prompt) against each side whole, in alternating rounds, medians;
+the reference pass's time, and the memory a held reference model would add.
 
     bench/dpo_bench.py [--kktrain build/kktrain] [--pairs 400] [--rounds 3] [--threads 2]
 
@@ -9,19 +9,18 @@ The data: --pairs pairs made from inputs/chat_example.jsonl's conversations (see
 is 0 to 3 whole conversations then a user question, the chosen reply the question's own answer,
 the rejected one another conversation's answer, so prompts run 20..500 tokens and replies
 10..100. The SFT run trains on the same sides as chat examples (each pair's prompt + chosen and
-prompt + rejected, two conversations), so both runs see the same tokens. Both through
+prompt + rejected, two conversations), so every run covers the same side tokens. All through
 inputs/chat_tokenizer at seq_len 1024, packed, on the quick start's shape (C 128, L 4, H 4, KV 2,
 F 344, vocab 256, fp32 weights, bf16 compute), full fine-tuning with AdamW, one epoch, global
 batch 16 rows in micro-batches of 8.
 
-Per run: the tokens of an epoch (the cache's, not padding) over its wall time (the median step
-time x the steps: the start's rendering and reference pass left out) and the peak RSS of the
+Per run: the wall time of the epoch (the median step time x the steps: the start's rendering and
+reference pass left out), the side tokens (both sides whole, the SFT cache's count) per second of
+it, the tokens the rows hold (the cache's: a shared prompt counted once) and the peak RSS of the
 steps. DPO's reference pass is timed from its log line. The memory of a run holding a reference
 model is not measured: it is computed as the DPO run's peak plus one more copy of the weights in
-the compute dtype (what a frozen reference needs beside the trained model; its forward reuses
-the trained model's activation buffers), and said so. Prefix sharing (each pair's prompt
-computed once for both sides) is not implemented: the share of the pair tokens that are the
-second copy of a prompt, from `kktrain render --tokens`, bounds what it could save.
+the compute dtype (what a frozen reference needs beside the trained model; its forward reuses the
+trained model's activation buffers), and said so.
 """
 
 import argparse
@@ -68,8 +67,10 @@ def common(args, data, out):
 def run(args, tmp, data, kind, rnd):
     out = os.path.join(tmp, f"{kind}_{rnd}")
     cmd = common(args, data, out)
-    cmd += (["data.format=preference", "train.objective=dpo"] if kind == "dpo"
-            else ["data.format=chat"])
+    cmd += {"dpo_shared": ["data.format=preference", "train.objective=dpo"],
+            "dpo_separate": ["data.format=preference", "train.objective=dpo",
+                             "data.share_prompt=false"],
+            "sft": ["data.format=chat"]}[kind]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
@@ -83,30 +84,10 @@ def run(args, tmp, data, kind, rnd):
                     p.stderr)
     params = re.search(r"training (\d+) parameters", p.stderr)
     return {"tokens": summary["tokens"], "steps": len(rows), "step_ms": step_ms,
-            "tok_s": summary["tokens"] / (step_ms * len(rows) / 1e3),
+            "epoch_s": step_ms * len(rows) / 1e3,
             "peak_rss": max(r["peak_rss_bytes"] for r in rows),
             "ref_s": float(ref.group(1)) if ref else None,
             "params": int(params.group(1)) if params else 0}
-
-
-def prompt_share(args, data, tmp):
-    """The share of pair tokens that are a pair's second copy of its prompt."""
-    cmd = common(args, data, os.path.join(tmp, "render"))
-    cmd[1] = "render"
-    cmd = [c for c in cmd if not c.startswith(("train.", "checkpoint."))]
-    cmd += ["data.format=preference", "train.objective=dpo", "--tokens", "--count", "0"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"kktrain render failed:\n{p.stderr[-3000:]}")
-    prompt = total = 0
-    for line in p.stdout.splitlines():
-        pair = json.loads(line)
-        if "chosen" not in pair:
-            continue
-        mask = pair["chosen"]["loss_mask"]
-        prompt += mask.index(1) if 1 in mask else len(mask)
-        total += len(pair["chosen"]["ids"]) + len(pair["rejected"]["ids"])
-    return prompt / total
 
 
 def main():
@@ -117,33 +98,37 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
+    kinds = ("dpo_shared", "dpo_separate", "sft")
     with tempfile.TemporaryDirectory(prefix="kktrain_dpo_bench_") as tmp:
         pref, sft = os.path.join(tmp, "pairs.jsonl"), os.path.join(tmp, "sides.jsonl")
         make_data(pref, sft, args.pairs, args.seed)
-        res = {"dpo": [], "sft": []}
+        res = {k: [] for k in kinds}
         for rnd in range(args.rounds):
-            for kind in ("dpo", "sft") if rnd % 2 == 0 else ("sft", "dpo"):
-                r = run(args, tmp, pref if kind == "dpo" else sft, kind, rnd)
+            for kind in kinds if rnd % 2 == 0 else kinds[::-1]:
+                r = run(args, tmp, sft if kind == "sft" else pref, kind, rnd)
                 res[kind].append(r)
-                print(f"round {rnd} {kind}: {r['tokens']} tokens, {r['steps']} steps, "
-                      f"{r['step_ms']:.1f} ms/step, {r['tok_s']:.0f} tok/s, peak RSS "
+                print(f"round {rnd} {kind}: {r['tokens']} tokens in rows, {r['steps']} steps of "
+                      f"{r['step_ms']:.1f} ms, epoch {r['epoch_s']:.2f} s, peak RSS "
                       f"{r['peak_rss'] / 2**20:.1f} MiB" +
-                      (f", reference pass {r['ref_s']:.1f} s" if r["ref_s"] is not None else ""))
-        share = prompt_share(args, pref, tmp)
-    med = {k: statistics.median(x["tok_s"] for x in v) for k, v in res.items()}
-    d = res["dpo"][0]
+                      (f", reference pass {r['ref_s']:.2f} s" if r["ref_s"] is not None else ""))
+    side_tokens = res["sft"][0]["tokens"]
+    epoch = {k: statistics.median(x["epoch_s"] for x in v) for k, v in res.items()}
+    print(f"\nmedians over {args.rounds} rounds, {args.threads} threads; {args.pairs} pairs, "
+          f"{side_tokens} side tokens:")
+    for k in kinds:
+        print(f"  {k:13s} epoch {epoch[k]:6.2f} s, {side_tokens / epoch[k]:8.0f} side tok/s, "
+              f"{res[k][0]['tokens']} tokens in rows")
+    print(f"  DPO (separate sides) / SFT on the same tokens: time x{epoch['dpo_separate'] / epoch['sft']:.3f}")
+    print(f"  shared prompts: {100 * (1 - res['dpo_shared'][0]['tokens'] / side_tokens):.1f}% fewer "
+          f"tokens, epoch time x{epoch['dpo_shared'] / epoch['dpo_separate']:.3f} of separate sides")
+    for k in ("dpo_shared", "dpo_separate"):
+        ref_s = statistics.median(x["ref_s"] for x in res[k])
+        print(f"  reference pass ({k}): {ref_s:.2f} s")
+    d = res["dpo_shared"][0]
     held = d["peak_rss"] + d["params"] * 2  # one more copy of the weights, bf16 compute
-    ref_s = statistics.median(x["ref_s"] for x in res["dpo"])
-    epoch_s = statistics.median(x["step_ms"] * x["steps"] / 1e3 for x in res["dpo"])
-    print(f"\nmedians over {args.rounds} rounds, {args.threads} threads:")
-    print(f"  DPO {med['dpo']:.0f} tok/s, SFT on the same sides {med['sft']:.0f} tok/s: "
-          f"DPO / SFT = {med['dpo'] / med['sft']:.3f}")
-    print(f"  reference pass {ref_s:.1f} s (one epoch of DPO steps {epoch_s:.1f} s)")
     print(f"  peak RSS: DPO {d['peak_rss'] / 2**20:.1f} MiB, SFT "
           f"{res['sft'][0]['peak_rss'] / 2**20:.1f} MiB; with a held reference model "
           f"{held / 2**20:.1f} MiB (computed: + {d['params']} parameters x 2 bytes)")
-    print(f"  prefix sharing (not implemented) could skip {100 * share:.1f}% of the pair tokens "
-          f"(each pair's second copy of its prompt)")
 
 
 if __name__ == "__main__":

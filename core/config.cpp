@@ -651,6 +651,7 @@ void read_examples(Section& s, DataConfig* d) {
   }
   d->truncation = get_enum(s, "truncation", Truncation::truncate, truncations());
   d->packing = s.get_bool("packing", false);
+  d->share_prompt = s.get_bool("share_prompt", true);
   d->chat_template = s.get_opt_string("chat_template");
   s.accepts("chat_template", "a Jinja chat template file; null: the tokenizer's");
   if (d->chat_template && d->chat_template->empty()) s.fail("chat_template", "an empty file name");

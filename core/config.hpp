@@ -364,6 +364,10 @@ struct DataConfig {
   LossOn loss_on = LossOn::all;  // the config's auto: resolved by format
   Truncation truncation = Truncation::truncate;
   bool packing = false;
+  // Preference pairs: whether a pair's two sides hold their shared prompt once (the rejected
+  // side then sees the prompt, not the chosen side; apps/dataprep/example_renderer.hpp). Models
+  // with a sliding window or attention soft-capping never share.
+  bool share_prompt = true;
   std::optional<std::string> chat_template;
   std::optional<std::string> val_path;
   int64_t seq_len = 128;

@@ -50,6 +50,9 @@ int64_t data_resident_bytes(const DataConfig& cfg, int world) {
   const int64_t windows = cfg.global_batch_size / std::max(world, 1);
   int64_t bytes = 2 * windows * cfg.seq_len * 4;             // ids and targets of a step, int32
   if (is_examples(cfg)) bytes += windows * cfg.seq_len * 4;  // and the rows' example starts
+  // preference pairs: a micro-batch's shared prompts' gaps and rotary starts (on the device) and
+  // its token weights (fp32), at most a step's rows
+  if (is_preference(cfg)) bytes += windows * cfg.seq_len * (8 + 4 + 4);
   bytes += int64_t(1) << 20;      // the check at load: pieces of 2^18 ids
   bytes += kTokenReadChunkBytes;  // the bytes of one pread (io/token_file.hpp)
   if (cfg.paths.empty()) bytes += kEmbeddedCorpusBytes;

@@ -54,6 +54,9 @@ struct Batch {
   // batch the rows belong to (0: these rows' own).
   std::vector<BatchPair> pairs;
   int64_t step_examples = 0;
+  // Shared prompts (ForwardOptions::row_gaps): (B, T, 2) the keys each token does not see, or
+  // empty when no pair of the rows shares its prompt.
+  std::vector<int32_t> gaps;
 };
 
 class TokenFile;

@@ -88,14 +88,14 @@ void ExampleWriter::add(const std::vector<int32_t>& ids, const std::vector<uint8
   std::vector<uint32_t> words(ids.size());
   uint32_t counted = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const bool target = i > 0 && loss[i] == 1;
-    const bool side = i > 0 && loss[i] == kSideStartMark;
+    const bool target = i > 0 && (loss[i] == 1 || loss[i] == kSharedPromptMark);
+    const bool side = i > 0 && (loss[i] == kSideStartMark || loss[i] == kSharedPromptMark);
     if (ids[i] < 0 || ids[i] > kMaxId) {
       throw InputError("token id " + std::to_string(ids[i]) + " is outside [0, 2^30) (" + prefix_ +
                        ")");
     }
     words[i] = static_cast<uint32_t>(ids[i]) | (target ? kLossBit : 0u) | (side ? kSideBit : 0u);
-    counted += target ? 1 : 0;
+    counted += target && !side ? 1 : 0;
   }
   write_all(files_->tokens, words.data(), words.size() * 4, files_->tokens_tmp);
   std::vector<unsigned char> e;
@@ -200,7 +200,8 @@ void ExampleFile::read(int64_t i, int32_t* ids, uint8_t* loss) const {
   }
   for (int64_t k = 0; k < n; ++k) {
     ids[k] = static_cast<int32_t>(words[k] & ~(kLossBit | kSideBit));
-    loss[k] = (words[k] & kLossBit) != 0 ? 1 : (words[k] & kSideBit) != 0 ? kSideStartMark : 0;
+    const bool target = (words[k] & kLossBit) != 0, side = (words[k] & kSideBit) != 0;
+    loss[k] = target && side ? kSharedPromptMark : target ? 1 : side ? kSideStartMark : 0;
   }
 }
 
@@ -350,15 +351,27 @@ void fill_row(Batch* batch, int64_t b, const ExampleFile& file,
     e_ids.resize(static_cast<std::size_t>(n));
     e_loss.resize(static_cast<std::size_t>(n));
     file.read(ex, e_ids.data(), e_loss.data());
-    int64_t start = p, side = -1;
+    // a pair: its chosen side's own tokens from `own` (after a shared prompt; p without one), its
+    // rejected side from `side`
+    int64_t start = p, side = -1, own = p;
     for (int64_t i = 0; i < n; ++i) {
-      if (e_loss[i] == kSideStartMark) start = side = p + i;
+      if (e_loss[i] == kSharedPromptMark) own = p + i;
+      if (e_loss[i] == kSideStartMark) {
+        side = p + i;
+        if (own == p) start = side;  // no shared prompt: a sequence of its own
+      }
+      if (side >= 0 && own > p) {  // after a shared prompt: it sees the prompt, not the chosen
+        if (batch->gaps.empty()) batch->gaps.assign(static_cast<size_t>(2 * batch->B * T), 0);
+        int32_t* g = batch->gaps.data() + 2 * (b * T + p + i);
+        g[0] = static_cast<int32_t>(own);
+        g[1] = static_cast<int32_t>(side);
+      }
       ids[p + i] = e_ids[i];
       targets[p + i] = i + 1 < n && e_loss[i + 1] == 1 ? e_ids[i + 1] : -1;
       starts[p + i] = static_cast<int32_t>(start);
     }
     if (side >= 0) {
-      batch->pairs.push_back(BatchPair{ex, static_cast<int32_t>(b), static_cast<int32_t>(p),
+      batch->pairs.push_back(BatchPair{ex, static_cast<int32_t>(b), static_cast<int32_t>(own),
                                        static_cast<int32_t>(side), static_cast<int32_t>(p + n)});
     }
     p += n;

@@ -51,6 +51,10 @@ enum class Packing { one_per_row, first_fit };
 // ExampleWriter::add's and ExampleFile::read's loss value at a preference pair's rejected side's
 // first token (stored as bit 30 of its word; the side starts a sequence of its own in a row).
 constexpr uint8_t kSideStartMark = 2;
+// The loss value at a pair's chosen side's first own token when the pair's sides share their
+// prompt (the tokens before it; stored as bits 31 and 30): the rejected side then sees the
+// prompt and not the chosen side.
+constexpr uint8_t kSharedPromptMark = 3;
 constexpr int64_t kOpenRows = 64;
 
 // Writes one split of the cache: add() examples in order, then finish() (durable; until then

@@ -160,6 +160,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
   AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
   ad.window = d.window;
   ad.softcap = d.softcap;
+  ad.gaps = d.gaps;
   TC* o = a.o.p<TC>();
   TC* gu = d.moe.enabled() ? nullptr : a.gu.p<TC>();
   TC* act = d.moe.enabled() ? nullptr : a.a.p<TC>();
@@ -179,7 +180,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
     if (!hd.form.fp32_product) norm = HeadScale{w.q_norm, w.k_norm, rs};
   }
   rope_forward(space, a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), s.qkv, w.rope_cos, w.rope_sin, B, T, H,
-               KV, D, d.starts, norm, d.R);
+               KV, D, d.rope_starts ? d.rope_starts : d.starts, norm, d.R);
   attention_forward(space, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(), a.v.p<TC>(), ad,
                     s.att);  // (N, H*D) token layout
   matmul_forward(space, d.gemm, s.proj, o, w.o, N, H * D, C,
@@ -214,6 +215,7 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   AttentionDims ad{B, T, H, KV, D, scale, d.starts, d.host_starts, d.attention};
   ad.window = d.window;
   ad.softcap = d.softcap;
+  ad.gaps = d.gaps;
   float* dw = s.dw;
   auto trainable = [&](int proj) { return grads.trainable(kProj0 + proj); };
   auto accumulate = [&](int proj, const float* g) { grads.accumulate(kProj0 + proj, g); };
@@ -252,8 +254,8 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   attention_backward(space, s.dq, s.dk, s.dv, s.dheads, o, a.lse.data(), a.q.p<TC>(), a.k.p<TC>(),
                      a.v.p<TC>(), ad, s.att);
   // (N, Q); dq, dk, dv rounded to the compute dtype on load
-  rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D, d.starts,
-                d.R);
+  rope_backward(space, s.dqkv, s.dq, s.dk, s.dv, w.rope_cos, w.rope_sin, B, T, H, KV, D,
+                d.rope_starts ? d.rope_starts : d.starts, d.R);
   if (w.q_norm) {  // dqkv's query and key rows: d(norm output) -> d(projection output)
     const HeadNormDims hd = qk_norm_dims(d);
     head_rmsnorm_backward(space, s.dqkv, dw, dw + hd.q_width, a.qk_pre.p<TC>(), a.qk_rstd.data(),

@@ -78,6 +78,10 @@ struct BlockDims {
   // (AttentionDims::starts, host_starts); null: every row is one sequence.
   const int32_t* starts = nullptr;
   const int32_t* host_starts = nullptr;
+  // Shared prefixes (ForwardOptions::row_gaps): (B, T, 2) gaps (AttentionDims::gaps) and the
+  // (B, T) starts rotary positions count from (null: starts).
+  const int32_t* gaps = nullptr;
+  const int32_t* rope_starts = nullptr;
   AttentionOptions attention{};  // the attention's kernel and tiles (AttentionDims::options)
   GemmOptions gemm{};            // how the block's products run (model.gemm, model.gemm_fp32)
   int64_t N() const { return B * T; }

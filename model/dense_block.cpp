@@ -125,6 +125,11 @@ BlockDims block_dims(const ModelState& s, const LayerParams& p) {
     d.starts = s.buf->starts.data();
     d.host_starts = s.buf->host_starts.data();
   }
+  d.rope_starts = d.starts;
+  if (s.buf->gapped) {
+    d.gaps = s.buf->gaps.data();
+    d.rope_starts = s.buf->rope_starts.data();
+  }
   d.attention = attention_options(s.cfg);
   d.attention.gemm = s.gemm;
   d.gemm = s.gemm;

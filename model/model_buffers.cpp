@@ -162,8 +162,11 @@ void check_row_starts(const int32_t* starts, int64_t B, int64_t T) {
 }  // namespace
 
 void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
-                  const int32_t* row_starts, int64_t B, int64_t T) {
+                  const int32_t* row_starts, int64_t B, int64_t T, const int32_t* row_gaps) {
   if (row_starts != nullptr) check_row_starts(row_starts, B, T);
+  if (row_gaps != nullptr && row_starts == nullptr) {
+    throw InternalError("row gaps without row starts");
+  }
   const int64_t N = B * T, V = s.cfg.vocab_size;
   std::vector<int32_t> hid(ids, ids + N), ht(N, -1);
   if (targets) std::copy(targets, targets + N, ht.begin());
@@ -202,6 +205,33 @@ void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
     b.rotary_positions = longest;
   } else {
     b.host_starts.clear();
+  }
+  b.gapped = row_gaps != nullptr;
+  if (b.gapped) {
+    std::vector<int32_t> rope(static_cast<size_t>(N));
+    int64_t longest = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t t = n % T, st = row_starts[n], g0 = row_gaps[2 * n], g1 = row_gaps[2 * n + 1];
+      if (g1 != g0 && !(st <= g0 && g0 < g1 && g1 <= t)) {
+        throw InputError("the gap [" + std::to_string(g0) + ", " + std::to_string(g1) +
+                         ") of position " + std::to_string(t) + " in row " + std::to_string(n / T) +
+                         " is outside its example's [" + std::to_string(st) + ", " +
+                         std::to_string(t) + "]");
+      }
+      rope[static_cast<size_t>(n)] = static_cast<int32_t>(st + (g1 - g0));
+      longest = std::max<int64_t>(longest, t - rope[static_cast<size_t>(n)] + 1);
+    }
+    b.rotary_positions = longest;
+    if (b.gaps.extent(0) != static_cast<size_t>(2 * N)) {
+      b.gaps = DView<int32_t>("row_gaps", 2 * N);
+      b.rope_starts = DView<int32_t>("rope_starts", N);
+    }
+    using HostIn = Kokkos::View<const int32_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(s.space, b.gaps, HostIn(row_gaps, static_cast<size_t>(2 * N)));
+    const auto host_rope = Kokkos::create_mirror_view(b.rope_starts);
+    for (int64_t n = 0; n < N; ++n) host_rope(n) = rope[static_cast<size_t>(n)];
+    Kokkos::deep_copy(s.space, b.rope_starts, host_rope);
+    s.space.fence();  // the host copies go out of scope
   }
   upload_mtp_batch(s, ht, B, T);
 }

@@ -84,6 +84,11 @@ struct ModelBuffers {
   DView<int32_t> starts;
   std::vector<int32_t> host_starts;
   bool packed = false;
+  // Shared prefixes (ForwardOptions::row_gaps) of the last upload: (N, 2) gaps and (N) the starts
+  // rotary positions count from (start + the gap's length), on the device, allocated when first
+  // given; gapped: whether this batch has them.
+  DView<int32_t> gaps, rope_starts;
+  bool gapped = false;
   // The batch's rotary length, its largest position + 1 (T, or with packed rows the longest
   // example's): longrope uses its long factors beyond original_max_position_embeddings (0: T).
   int64_t rotary_positions = 0;
@@ -100,7 +105,8 @@ std::vector<std::size_t> upload_plan(const ModelState& s, int64_t B, int64_t T);
 // row) -> s.buf, through pinned staging; checks every id against the vocabulary and every start
 // (0 <= start <= t), an InputError naming the position.
 void upload_batch(ModelState& s, const int32_t* ids, const int32_t* targets,
-                  const int32_t* row_starts, int64_t B, int64_t T);
+                  const int32_t* row_starts, int64_t B, int64_t T,
+                  const int32_t* row_gaps = nullptr);
 // Token positions grouped by token id (counting sort): row_start (V + 1), positions (N).
 void token_csr(const std::vector<int32_t>& ids, int64_t V, std::vector<int32_t>* row_start,
                std::vector<int32_t>* positions);

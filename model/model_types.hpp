@@ -51,6 +51,11 @@ struct ForwardOptions {
   // during forward() only (the model keeps its own copy for backward()). Null: every row is one
   // sequence (start 0), as before. Not with an MTP head computing (InternalError).
   const int32_t* row_starts = nullptr;
+  // Shared prefixes, with row_starts (a preference pair whose rejected side follows its chosen
+  // side and sees their prompt once): a (B, T, 2) host array, for each token a range
+  // [begin, end) of positions of its example it does not see (begin == end: none; otherwise
+  // start <= begin < end <= t). Its rotary position is t - start - (end - begin). Null: none.
+  const int32_t* row_gaps = nullptr;
   // > 0: the loss and its gradient are sum(token losses) * grad_scale / loss_tokens (the mean
   // over a global batch's loss tokens, however it is split into micro-batches and ranks); 0: the
   // mean over this micro-batch's counted tokens, as before. The value added to loss_sums /

@@ -72,7 +72,7 @@ void Transformer::zero_grads() {
 ForwardResult Transformer::forward(const int32_t* ids, const int32_t* targets, int64_t B, int64_t T,
                                    const ForwardOptions& opts) {
   ensure_buffers(s_, B, T);
-  upload_batch(s_, ids, targets, opts.row_starts, B, T);
+  upload_batch(s_, ids, targets, opts.row_starts, B, T, opts.row_gaps);
   return s_.round.compute == Rounding::bf16 ? forward_impl<bf16>(targets, opts)
                                             : forward_impl<float>(targets, opts);
 }

@@ -207,6 +207,7 @@ void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
   const int64_t D = d.D, T = d.T, KV = d.KV, window = d.window;
   const float cap = d.softcap;
   const int32_t* starts = d.starts;
+  const int32_t* gaps = d.gaps;
   const bool first = k0 == st.k_first;
   Kokkos::parallel_for(
       "attention_softmax_block", RangePolicy(space, 0, st.nc * nr),
@@ -216,9 +217,13 @@ void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
         const int64_t lo = start_width(row_first_key(starts, b, t, T, window), k0, kw);
         float* srow = scores + row * kw;
         if (cap > 0.0f) softcap_row(srow, lo, valid, cap);
+        int64_t g0, g1;  // a shared prefix's gap: masked (never the row's max), then 0
+        gap_columns(gaps, b, t, T, k0, kw, &g0, &g1);
+        for (int64_t c = g0; c < g1; ++c) srow[c] = -FLT_MAX;
         const float m_old = first ? -FLT_MAX : m[row];
         const float m_new = math::max_f(m_old, lane_max(srow + lo, valid - lo));
         exp_row(srow, lo, valid, kw, m_new);
+        for (int64_t c = g0; c < g1; ++c) srow[c] = 0.0f;
         const float sum = lane_sum(srow, kw);
         if (probs != nullptr) round_row(probs + row * kw, srow, kw, rc);
         m[row] = m_new;
@@ -263,6 +268,7 @@ void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
   const int64_t T = d.T, G = d.H / d.KV, KV = d.KV, window = d.window;
   const float cap = d.softcap;
   const int32_t* starts = d.starts;
+  const int32_t* gaps = d.gaps;
   Kokkos::parallel_for(
       "attention_dscores_block", RangePolicy(space, 0, st.nc * nr),
       KOKKOS_LAMBDA(const int64_t row) {
@@ -284,6 +290,16 @@ void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
           dscores_row_in_place<true>(srow, dprow, lo, valid, kw, row_lse, row_delta, cap);
         } else {
           dscores_row_in_place<false>(srow, dprow, lo, valid, kw, row_lse, row_delta, cap);
+        }
+        int64_t g0, g1;  // a shared prefix's gap: P and dS 0
+        gap_columns(gaps, b, t, T, k0, kw, &g0, &g1);
+        for (int64_t c = g0; c < g1; ++c) {
+          if (probs != nullptr) {
+            store_as(probs + row * kw, c, 0.0f);
+            store_as(dscores + row * kw, c, 0.0f);
+          }
+          srow[c] = 0.0f;
+          dprow[c] = 0.0f;
         }
       });
 }

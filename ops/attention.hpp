@@ -92,6 +92,11 @@ struct AttentionDims {
   // Attention-logit soft-capping: scores s -> softcap * tanh(s / softcap) before the mask and the
   // softmax. <= 0: off.
   float softcap = 0.0f;
+  // Shared prefixes (a preference pair's rejected side after its chosen side, both seeing their
+  // prompt once): gaps (B, T, 2) int32, device memory, for each token a range [begin, end) of
+  // keys it does not see although they lie in [start, t] (begin == end: none). Null: no gaps.
+  // Not with softcap (refused by the caller).
+  const int32_t* gaps = nullptr;
 };
 
 // The first key position query t sees, whose example begins at `start` (0 without packed rows),

@@ -39,6 +39,29 @@ KOKKOS_INLINE_FUNCTION int64_t start_width(int64_t start, int64_t k0, int64_t kw
   return n < 0 ? 0 : (n > kw ? kw : n);
 }
 
+// The keys of the block [k0, k0 + kw) in token t's gap (AttentionDims::gaps), as columns
+// [*g0, *g1) of the block (empty without gaps).
+KOKKOS_INLINE_FUNCTION void gap_columns(const int32_t* gaps, int64_t b, int64_t t, int64_t T,
+                                        int64_t k0, int64_t kw, int64_t* g0, int64_t* g1) {
+  if (gaps == nullptr) {
+    *g0 = *g1 = 0;
+    return;
+  }
+  const int64_t i = 2 * (b * T + t);
+  int64_t a = gaps[i] - k0, e = gaps[i + 1] - k0;
+  a = a < 0 ? 0 : (a > kw ? kw : a);
+  e = e < a ? a : (e > kw ? kw : e);
+  *g0 = a;
+  *g1 = e;
+}
+// Whether key `key` lies in token t's gap.
+KOKKOS_INLINE_FUNCTION bool in_gap(const int32_t* gaps, int64_t b, int64_t t, int64_t T,
+                                   int64_t key) {
+  if (gaps == nullptr) return false;
+  const int64_t i = 2 * (b * T + t);
+  return key >= gaps[i] && key < gaps[i + 1];
+}
+
 // Attention-logit soft-capping (AttentionDims::softcap = cap > 0): a score s becomes
 // cap * tanh(s / cap), in fp32. Its derivative, 1 - tanh(s / cap)^2, multiplies dS in backward.
 KOKKOS_INLINE_FUNCTION float softcap_score(float s, float cap) {

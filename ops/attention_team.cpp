@@ -116,6 +116,7 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
   const int64_t G = H / KV, nq = (T + Br - 1) / Br, window = d.window;
   const float scale = d.scale, cap = d.softcap;
   const int32_t* starts = d.starts;
+  const int32_t* gaps = d.gaps;
   // q (Br, D), K^T (D, Bc), V (Bc, D), scores (Br, Bc), acc (Br, D), m, l, alpha (Br)
   const ScratchPolicy sp =
       scratch_policy(space, d.B * H * nq, 2 * Br * D + 2 * Bc * D + Br * Bc + 3 * Br);
@@ -165,10 +166,14 @@ void team_attention_forward(const ExecSpace& space, TC* out, float* lse, const T
             }
             const float m_old = mrow[r];
             float mx = m_old;
-            for (int64_t c = lo; c < valid; ++c) mx = math::max_f(mx, srow[c]);
+            for (int64_t c = lo; c < valid; ++c) {
+              if (!in_gap(gaps, b, i0 + r, T, k0 + c)) mx = math::max_f(mx, srow[c]);
+            }
             float sum = 0.0f;
             for (int64_t c = 0; c < kw; ++c) {
-              const float p = c >= lo && c < valid ? exp_fast(srow[c] - mx) : 0.0f;
+              const float p = c >= lo && c < valid && !in_gap(gaps, b, i0 + r, T, k0 + c)
+                                  ? exp_fast(srow[c] - mx)
+                                  : 0.0f;
               sum += p;
               srow[c] = rnd(p, rc);  // the P~ V operand, in the compute dtype
             }
@@ -205,6 +210,7 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
   const int64_t G = H / KV, nq = (T + Br - 1) / Br, nk = (T + Bc - 1) / Bc, window = d.window;
   const float scale = d.scale, cap = d.softcap;
   const int32_t* starts = d.starts;
+  const int32_t* gaps = d.gaps;
 
   // dK, dV: q, dO (Br, D), K^T, V^T (D, Bc), P, dS (Br, Bc), dK, dV accumulators (Bc, D),
   // lse, delta (Br).
@@ -254,7 +260,7 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
               const BackwardElement el = backward_element(
                   dot_strided(qs + r * D, kt + c, Bc, D), dot_strided(dos + r * D, vt + c, Bc, D),
                   c >= start_width(row_first_key(starts, bk / KV, i0 + r, T, window), j0, kw) &&
-                      c < causal_width(i0 + r, j0, kw),
+                      c < causal_width(i0 + r, j0, kw) && !in_gap(gaps, bk / KV, i0 + r, T, j0 + c),
                   scale, lse_r[r], delta_r[r], cap, rc);
               ps[r * Bc + c] = rnd(el.p, rc);
               dss[r * Bc + c] = el.ds;
@@ -321,7 +327,7 @@ void team_attention_backward(const ExecSpace& space, float* dq, float* dk, float
                 backward_element(
                     dot_strided(qs + r * D, kt + c, Bc, D), dot_strided(dos + r * D, vt + c, Bc, D),
                     c >= start_width(row_first_key(starts, b, i0 + r, T, window), k0, kw) &&
-                        c < causal_width(i0 + r, k0, kw),
+                        c < causal_width(i0 + r, k0, kw) && !in_gap(gaps, b, i0 + r, T, k0 + c),
                     scale, lse_r[r], delta_r[r], cap, rc)
                     .ds;
           });

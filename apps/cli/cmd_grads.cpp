@@ -46,6 +46,7 @@ void write_grads_file(const std::string& path, const Config& cfg, Transformer& m
   f.write_i32("/batch/input_ids", batch.ids.data(), {batch.B, batch.T});
   f.write_i32("/batch/targets", batch.targets.data(), {batch.B, batch.T});
   if (!batch.starts.empty()) f.write_i32("/batch/starts", batch.starts.data(), {batch.B, batch.T});
+  if (!batch.gaps.empty()) f.write_i32("/batch/gaps", batch.gaps.data(), {batch.B, batch.T, 2});
   f.write_scalar_f64("/loss", r.loss);
   if (model.mtp_depth() > 0) f.write_scalar_f64("/mtp_loss", r.mtp_loss);
   const ModelConfig& m = cfg.model;
@@ -230,6 +231,7 @@ int run_grads(const ParsedArgs& args, AppContext& ctx) {
   // examples: attention within each token's example, rotary positions from its start; the loss is
   // this micro-batch's own mean (loss_tokens 0)
   if (!batch.starts.empty()) fo.row_starts = batch.starts.data();
+  if (!batch.gaps.empty()) fo.row_gaps = batch.gaps.data();
   // preference pairs: the objective's mean over this micro-batch's pairs, the reference sums those
   // of these (the starting) weights
   PairBatch pairs;
@@ -284,7 +286,11 @@ Command grads_command() {
       "rejected at [rejected_begin, end)), ref_chosen, ref_rejected, logps_chosen,\n"
       "logps_rejected (float64 sums over each side's completion tokens; NaN references for\n"
       "reference-free losses), tokens_chosen, tokens_rejected (int64), losses (float64 per\n"
-      "pair), and attributes loss, beta, simpo_gamma, label_smoothing.\n";
+      "pair), and attributes loss, beta, simpo_gamma, label_smoothing. With shared prompts\n"
+      "(data.share_prompt) chosen_begin is the chosen side's first own token (its prompt\n"
+      "before it, from its start in /batch/starts), and /batch/gaps (int32 (B, T, 2)) holds the\n"
+      "keys [begin, end) each token does not see (the rejected side: the chosen side's own\n"
+      "tokens), which its rotary position does not count either.\n";
   s.positionals = {"CONFIG"};
   s.takes_overrides = true;
   s.options = {{"--out", ""}};

@@ -30,14 +30,18 @@ int64_t parse_count(const std::string& v) {
   return n;
 }
 
-// A preference pair's side: text, ids and mask of [b, e).
-Json side_json(const std::string& text, const RenderedExample& ex, size_t b, size_t e,
-               bool tokens) {
+// A preference pair's side: its text, and the ids and mask of the pair's [0, shared) (a shared
+// prompt) then [b, e) (its own tokens; the markers of io/example_data.hpp are prompt tokens, 0).
+Json side_json(const std::string& text, const RenderedExample& ex, size_t shared, size_t b,
+               size_t e, bool tokens) {
   Json j = {{"text", text}};
   if (tokens) {
-    j["ids"] = std::vector<int32_t>(ex.ids.begin() + b, ex.ids.begin() + e);
-    std::vector<uint8_t> mask(ex.loss_mask.begin() + b, ex.loss_mask.begin() + e);
-    if (!mask.empty()) mask[0] = 0;  // the side's first token starts it: never a loss target
+    std::vector<int32_t> ids(ex.ids.begin(), ex.ids.begin() + shared);
+    ids.insert(ids.end(), ex.ids.begin() + b, ex.ids.begin() + e);
+    std::vector<uint8_t> mask(ex.loss_mask.begin(), ex.loss_mask.begin() + shared);
+    mask.insert(mask.end(), ex.loss_mask.begin() + b, ex.loss_mask.begin() + e);
+    for (auto& m : mask) m = m == 1 ? 1 : 0;
+    j["ids"] = ids;
     j["loss_mask"] = mask;
   }
   return j;
@@ -47,8 +51,9 @@ Json side_json(const std::string& text, const RenderedExample& ex, size_t b, siz
 Json example_json(const RenderedExample& ex, bool tokens) {
   if (ex.rejected_begin > 0) {  // a preference pair
     const size_t r = static_cast<size_t>(ex.rejected_begin);
-    Json j = {{"chosen", side_json(ex.text, ex, 0, r, tokens)},
-              {"rejected", side_json(ex.rejected_text, ex, r, ex.ids.size(), tokens)}};
+    const size_t shared = static_cast<size_t>(ex.shared);
+    Json j = {{"chosen", side_json(ex.text, ex, 0, 0, r, tokens)},
+              {"rejected", side_json(ex.rejected_text, ex, shared, r, ex.ids.size(), tokens)}};
     if (ex.fate == ExampleFate::truncated) j["truncated"] = ex.full_tokens;
     return j;
   }

@@ -49,6 +49,7 @@ Json make_manifest(const Config& cfg, const ModelText& t) {
             {"loss_on", loss_on_name(d.loss_on)},
             {"truncation", truncation_name(d.truncation)},
             {"seq_len", d.seq_len},
+            {"share_prompt", shares_prompt(cfg)},
             {"seed", d.seed},
             {"val_fraction", d.val_fraction}};
   if (d.val_path) m["val_path"] = manifest_file_stat(*d.val_path, "data.val_path");

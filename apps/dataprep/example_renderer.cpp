@@ -22,6 +22,7 @@ struct ExampleRenderer::State {
   LossOn loss_on = LossOn::assistant;
   Truncation truncation = Truncation::truncate;
   int64_t seq_len = 0;
+  bool share_prompt = false;
   std::shared_ptr<const text::Tokenizer> tokenizer;
   std::unique_ptr<jinja::Template> tmpl;  // null: no template (prompt_completion only)
   std::string template_source;
@@ -547,7 +548,20 @@ int64_t loss_count(const RenderedExample& side) {
   return std::count(side.loss_mask.begin(), side.loss_mask.end(), uint8_t(1));
 }
 
-// A preference line -> its pair (the header's truncation rule).
+// The tokens two sides may hold once: their common run before the position that predicts
+// either's first completion token.
+int64_t shared_tokens(const RenderedExample& c, const RenderedExample& r) {
+  auto first_loss = [](const RenderedExample& x) {
+    const auto it = std::find(x.loss_mask.begin() + 1, x.loss_mask.end(), uint8_t(1));
+    return static_cast<int64_t>(it - x.loss_mask.begin());
+  };
+  const int64_t limit = std::min(first_loss(c), first_loss(r)) - 1;
+  int64_t k = 0;
+  while (k < limit && c.ids[static_cast<size_t>(k)] == r.ids[static_cast<size_t>(k)]) ++k;
+  return k;
+}
+
+// A preference line -> its pair (the header's truncation and sharing rules).
 RenderedExample render_pair(State& s, const Value& obj, const std::string& where) {
   auto [c, r] = render_sides(s, obj, where);
   for (RenderedExample* side : {&c, &r}) {
@@ -564,7 +578,8 @@ RenderedExample render_pair(State& s, const Value& obj, const std::string& where
   RenderedExample ex;
   ex.full_tokens = static_cast<int64_t>(c.ids.size() + r.ids.size());
   ex.full_loss_tokens = loss_count(c) + loss_count(r);
-  if (ex.full_tokens > s.seq_len) {
+  int64_t shared = s.share_prompt ? shared_tokens(c, r) : 0;
+  if (ex.full_tokens - shared > s.seq_len) {
     const std::string sizes = std::to_string(c.ids.size()) + " + " + std::to_string(r.ids.size());
     switch (s.truncation) {
       case Truncation::error:
@@ -586,21 +601,30 @@ RenderedExample render_pair(State& s, const Value& obj, const std::string& where
         }
         ex.fate = ExampleFate::truncated;
         ++s.truncated;
+        shared = s.share_prompt ? shared_tokens(c, r) : 0;
         break;
     }
   }
+  const auto sh = static_cast<std::ptrdiff_t>(shared);
+  ex.shared = shared;
   ex.rejected_begin = static_cast<int64_t>(c.ids.size());
   ex.text = std::move(c.text);
   ex.rejected_text = std::move(r.text);
   ex.ids = std::move(c.ids);
-  ex.ids.insert(ex.ids.end(), r.ids.begin(), r.ids.end());
+  ex.ids.insert(ex.ids.end(), r.ids.begin() + sh, r.ids.end());
   ex.loss_mask = std::move(c.loss_mask);
-  r.loss_mask[0] = kSideStart;
-  ex.loss_mask.insert(ex.loss_mask.end(), r.loss_mask.begin(), r.loss_mask.end());
+  if (shared > 0) ex.loss_mask[static_cast<size_t>(shared)] = kSharedPromptMark;
+  r.loss_mask[static_cast<size_t>(shared)] = kSideStart;
+  ex.loss_mask.insert(ex.loss_mask.end(), r.loss_mask.begin() + sh, r.loss_mask.end());
   return ex;
 }
 
 }  // namespace
+
+bool shares_prompt(const Config& cfg) {
+  return is_preference(cfg.data) && cfg.data.share_prompt && cfg.model.sliding_window <= 0 &&
+         cfg.model.attn_logit_softcapping <= 0;
+}
 
 bool blank_line(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
@@ -619,6 +643,7 @@ ExampleRenderer ExampleRenderer::open(const Config& cfg, const ModelText& t) {
   s->loss_on = d.loss_on;
   s->truncation = d.truncation;
   s->seq_len = d.seq_len;
+  s->share_prompt = shares_prompt(cfg);
   if (t.vocab != TextVocab::tokenizer) {
     const std::string has = t.vocab == TextVocab::bytes
                                 ? " reads text as bytes (kktrain's byte-level vocabulary, without "

@@ -27,7 +27,11 @@
 //   prompt/completion split); the side's text must begin with that text. A pair longer than
 //   data.seq_len (its two sides share a row) is cut (truncate: each side to its first
 //   data.seq_len / 2 tokens, the prompt kept from the start; a side left without completion
-//   tokens drops the pair), dropped, or refused, as data.truncation says. Errors name FILE:LINE:
+//   tokens drops the pair), dropped, or refused, as data.truncation says.
+//   Shared prompt (data.share_prompt, unless the model has a sliding window or soft-caps its
+//   attention logits): the sides' longest common run of tokens before the position that
+//   predicts either side's first completion token is held once; the pair's length is then
+//   len(chosen) + len(rejected) - shared. Errors name FILE:LINE:
 //   a missing or mistyped field, an empty completion, a reply message not the assistant's, an
 //   implicit pair without a shared opening, a prompt that is not a list when the replies are.
 //
@@ -88,6 +92,11 @@ struct RenderedExample {
   // text is rejected_text. 0: not a pair.
   int64_t rejected_begin = 0;
   std::string rejected_text;
+  // A shared prompt (data.share_prompt): the sides' first `shared` tokens are held once, so ids
+  // are the chosen side, then the rejected side's tokens from its `shared`-th on (loss_mask
+  // kSharedPromptMark at the chosen side's token `shared`); the rejected side is
+  // ids[0, shared) + ids[rejected_begin, end). 0: none.
+  int64_t shared = 0;
   ExampleFate fate = ExampleFate::kept;  // dropped, empty: ids and loss_mask empty
   int64_t full_tokens = 0;               // the tokens before truncation
   int64_t full_loss_tokens = 0;          // the loss tokens before truncation
@@ -99,6 +108,11 @@ enum class ExampleFormat { chat, prompt_completion, preference };
 // Whether a line of a data file holds no example (only spaces, tabs, \r or nothing): such lines
 // are skipped, by `kktrain render` and the training data alike; render() refuses them.
 bool blank_line(std::string_view line);
+
+// Whether cfg's preference pairs hold their shared prompt once (data.share_prompt, and a model
+// without a sliding window or attention soft-capping, whose masks and positions would count the
+// chosen side).
+bool shares_prompt(const Config& cfg);
 
 class ExampleRenderer {
  public:

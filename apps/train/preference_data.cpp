@@ -147,6 +147,7 @@ class PreferencePairs final : public TrainingData {
     fill_pairs(b, reference_ ? &ref_.train : nullptr, &pairs_);
     pairs_.global_pairs = std::max<int64_t>(b.step_examples, 1);
     fo.row_starts = b.starts.data();
+    fo.row_gaps = b.gaps.empty() ? nullptr : b.gaps.data();
     fo.pairs = &pairs_;
     fo.pair_slots = StepSlots::kPairs;
     fo.grad_scale = static_cast<float>(W);
@@ -246,6 +247,7 @@ class PreferencePairs final : public TrainingData {
     ForwardOptions fo;
     fo.compute_mtp = false;
     fo.row_starts = b.starts.data();
+    fo.row_gaps = b.gaps.empty() ? nullptr : b.gaps.data();
     PairBatch pb;
     pb.params = pairs_.params;
     fill_pairs(b, ref, &pb);

@@ -6,9 +6,9 @@ tiny model.
 usage: test_dpo.py KKTRAIN INPUTS_DIR CASE      (tests/cli/dpo.cmake, labels "train" / "mpi")
 
 - parity: `kktrain grads` of a packed micro-batch of pairs, every dpo.loss (sigmoid with label
-  smoothing, ipo, simpo, orpo) in fp32 and sigmoid in bf16, checked by tests/parity/
-  check_preference.py against PyTorch (the reference sums, each pair's sums and loss, every
-  gradient).
+  smoothing, ipo, simpo, orpo) in fp32 and sigmoid in bf16, with shared prompts through both
+  attention kernels (small tiles) and without them, checked by tests/parity/check_preference.py
+  against PyTorch (the reference sums, each pair's sums and loss, every gradient).
 - forms: the explicit (prompt messages), implicit (shared opening) and string forms of one pair
   render the same tokens where they mean the same conversation; each side's mask is its reply's
   tokens and its end of turn; `kktrain render --tokens` prints {"chosen", "rejected"} per pair.
@@ -129,22 +129,28 @@ def case_parity():
     need_h5py()
     check_py = os.path.join(HERE, "..", "parity", "check_preference.py")
     with tempfile.TemporaryDirectory(prefix="kktrain_dpo_") as tmp:
-        cases = [("sigmoid", ["dpo.label_smoothing=0.1"], FP32, "float32"),
-                 ("ipo", ["dpo.beta=0.5"], FP32, "float32"),
+        # small attention tiles: the shared prompts' gaps cross tile and block boundaries
+        team = ["model.attention=team", "model.attention_tiles=16x16"]
+        tiled = ["model.attention=tiled_gemm", "model.attention_tiles=16x16"]
+        cases = [("sigmoid", ["dpo.label_smoothing=0.1", *tiled], FP32, "float32"),
+                 ("ipo", ["dpo.beta=0.5", *team], FP32, "float32"),
                  ("simpo", ["dpo.beta=2.0", "dpo.simpo_gamma=0.3"], FP32, "float32"),
-                 ("orpo", [], FP32, "float32"),
+                 ("orpo", ["data.share_prompt=false"], FP32, "float32"),
                  ("sigmoid", [], PARITY_BF16, "bf16_autocast")]
-        for loss, extra, precision, mode in cases:
-            out = os.path.join(tmp, f"{loss}_{mode}.h5")
+        for i, (loss, extra, precision, mode) in enumerate(cases):
+            out = os.path.join(tmp, f"{i}_{loss}_{mode}.h5")
             args = ["grads", tt.config("default.yaml"),
                     *base(*precision, "data.packing=true", "data.micro_batch_size=2",
                           f"dpo.loss={loss}", *extra), f"train.output_dir={tmp}/run",
                     "--out", out]
             rc, o, err = tt.run(args)
             check(rc == 0, "kktrain grads" + tt.describe(args, rc, o, err))
+            shared = "data.share_prompt=false" not in extra
             with h5py.File(out, "r") as f:
                 check(f["dpo/pairs"].shape[0] >= 3, f"{loss}: the micro-batch holds "
                       f"{f['dpo/pairs'].shape[0]} pairs (packing should give several)")
+                check(("gaps" in f["batch"]) == shared, f"{loss}: /batch/gaps when (and only "
+                      f"when) the pairs share their prompts ({shared})")
             p = subprocess.run([sys.executable, check_py, out, mode], capture_output=True,
                                text=True, timeout=240)
             tail = "\n".join(p.stdout.strip().splitlines()[-12:])
@@ -216,8 +222,8 @@ def case_split_invariance():
                       "data.val_fraction=0", steps=3)
         whole = run(1, tmp, "whole", common + ["data.micro_batch_size=8"])
         rows = whole.train_rows()
-        check(all(r["pairs"] > 8 for r in rows), f"packed rows carry several pairs: "
-              f"{[r['pairs'] for r in rows]}")
+        check(sum(r["pairs"] for r in rows) > 8 * len(rows), f"packed rows carry several "
+              f"pairs: {[r['pairs'] for r in rows]} in steps of 8 rows")
         check(all(k in rows[0] for k in PAIR_COLUMNS), f"reward columns: {rows[0]}")
         for np_, mb in ((1, 2), (2, 2)):
             r = run(np_, tmp, f"np{np_}", common + [f"data.micro_batch_size={mb}"])

@@ -151,9 +151,25 @@ def check_structure(d: tr.Dump, pref: Pref, chk: cg.Checker) -> bool:
             chk.failures.append(f"{what}: overlaps another side")
             ok = False
         used[row, b:e] = True
-        if not np.all(d.starts[row, b:e] == b):
+        # Its own sequence: every token's start is the side's first token, or (a shared prompt,
+        # /batch/gaps) the pair's first token: the chosen side follows the prompt, the rejected
+        # side sees the prompt and not the chosen side ([chosen_begin, rejected_begin) its gap).
+        cb, rb = pref.pairs[p][1], pref.pairs[p][2]
+        st = np.unique(d.starts[row, b:e]).tolist()
+        gap = None if d.gaps is None else d.gaps[row, b:e]
+        shared = gap is not None and len(st) == 1 and st[0] < b
+        if shared:
+            want_gap = (0, 0) if s == 0 else (cb, rb)
+            if not (np.all(gap[:, 0] == want_gap[0]) and np.all(gap[:, 1] == want_gap[1])):
+                chk.failures.append(f"{what}: with a shared prompt [{st[0]}, {cb}) its gaps "
+                                    f"should be {want_gap}")
+                ok = False
+            if s == 1 and not np.all(d.starts[row, cb:rb] == st[0]):
+                chk.failures.append(f"{what}: the chosen side does not share its prompt")
+                ok = False
+        elif not (len(st) == 1 and st[0] == b) or (gap is not None and np.any(gap[:, 1] != gap[:, 0])):
             chk.failures.append(f"{what}: /batch/starts does not make it one sequence "
-                                f"(starts {np.unique(d.starts[row, b:e]).tolist()})")
+                                f"(starts {st})")
             ok = False
         if not np.any(d.targets[row, b:e] >= 0):
             chk.failures.append(f"{what}: no completion token")
@@ -185,9 +201,10 @@ def token_logps(ref: tr.Reference, d: tr.Dump) -> torch.Tensor:
     ids = torch.from_numpy(d.input_ids)
     tgt = torch.from_numpy(d.targets)
     starts = torch.from_numpy(d.starts)
+    gaps = None if d.gaps is None else torch.from_numpy(d.gaps)
     bf16 = ref.mode == "bf16_autocast"
     with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-        h = ref.hidden(ids, starts)
+        h = ref.hidden(ids, starts, gaps)
         logits = ref.head_logits(h, "model.norm.weight")
     logp = F.log_softmax(logits.to(ref.stat), dim=-1)
     tok = logp.gather(-1, tgt.clamp(min=0).unsqueeze(-1)).squeeze(-1)

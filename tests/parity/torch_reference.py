@@ -169,6 +169,9 @@ class Dump:
     aux_loss: Optional[float] = None  # mixture of experts: the load-balancing loss
     choices: List[np.ndarray] = field(default_factory=list)  # per sparse layer (B*T, K) experts
     starts: Optional[np.ndarray] = None  # (B, T) int: each token's example start (packed rows)
+    # (B, T, 2) int: keys [g0, g1) a token does not see (a preference pair's rejected side after
+    # its chosen side, sharing their prompt); rotary positions skip them too
+    gaps: Optional[np.ndarray] = None
 
     # hyperparameters
     @property
@@ -359,11 +362,12 @@ def load_dump(path: str) -> Dump:
             choices = [np.asarray(f[f"moe/choice_layer_{i}"][()]) for i in range(n)]
         starts = (np.asarray(f["batch/starts"][()], dtype=np.int64) if "batch/starts" in f
                    else None)
+        gaps = (np.asarray(f["batch/gaps"][()], dtype=np.int64) if "batch/gaps" in f else None)
         return Dump(attrs=attrs, params=params, storage=storage, aliases=aliases, grads=grads,
                     input_ids=np.asarray(f["batch/input_ids"][()], dtype=np.int64),
                     targets=np.asarray(f["batch/targets"][()], dtype=np.int64),
                     loss=float(f["loss"][()]), mtp_loss=mtp_loss, aux_loss=aux_loss,
-                    choices=choices, starts=starts)
+                    choices=choices, starts=starts, gaps=gaps)
 
 
 # ---- building blocks -------------------------------------------------------------------------
@@ -485,7 +489,8 @@ def rope_tables(T: int, D: int, theta: float, dtype: torch.dtype, scaling: Optio
     return emb.cos().to(dtype), emb.sin().to(dtype)  # HF: computed in fp32, cast to x.dtype
 
 
-def attention_mask(T: int, starts: Optional[torch.Tensor], window: int = 0) -> torch.Tensor:
+def attention_mask(T: int, starts: Optional[torch.Tensor], window: int = 0,
+                   gaps: Optional[torch.Tensor] = None) -> torch.Tensor:
     """True where query t may read key s: causal (s <= t), with a window W > 0 also s > t - W
     (the last W keys, t itself included), and with per-token example starts (B, T) also
     s >= starts[b, t] (block-diagonal). (T, T), or (B, 1, T, T) with starts."""
@@ -497,6 +502,8 @@ def attention_mask(T: int, starts: Optional[torch.Tensor], window: int = 0) -> t
         return causal
     key = torch.arange(T)
     own = key[None, None, :] >= starts[:, :, None]  # (B, T query, T key)
+    if gaps is not None:  # keys [g0, g1) of a query's gap are not seen
+        own = own & ~((key[None, None, :] >= gaps[:, :, 0:1]) & (key[None, None, :] < gaps[:, :, 1:2]))
     return (causal[None] & own)[:, None]
 
 
@@ -605,12 +612,13 @@ class Reference:
         tables = {k: self.rope(k, T, dtype, positions) for k in sorted(set(kinds) - {"0"})}
         return [tables.get(k, (None, None)) for k in kinds]
 
-    def layer_masks(self, T: int, starts: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+    def layer_masks(self, T: int, starts: Optional[torch.Tensor] = None,
+                    gaps: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
         """Each layer's attention mask: the sliding one for the dump's window_layers, else the
-        full causal (block-diagonal with starts) one."""
-        full = attention_mask(T, starts)
+        full causal (block-diagonal with starts, without gaps' keys) one."""
+        full = attention_mask(T, starts, 0, gaps)
         W, which = self.d.sliding_window, self.d.window_layers
-        slide = attention_mask(T, starts, W) if "1" in which else None
+        slide = attention_mask(T, starts, W, gaps) if "1" in which else None
         return [slide if c == "1" else full for c in which]
 
     def qkv(self, n, prefix):
@@ -782,15 +790,19 @@ class Reference:
                                ignore_index=IGNORE, reduction="mean")
 
     # -- model --
-    def hidden(self, ids: torch.Tensor, starts: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def hidden(self, ids: torch.Tensor, starts: Optional[torch.Tensor] = None,
+               gaps: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The last layer's hidden states (before the final norm) for token ids (B, T): input
         embeddings, then every layer with its rotary tables (layer_tables) and mask (layer_masks);
-        `starts` (B, T): packed rows (per-example positions and block-diagonal masks)."""
+        `starts` (B, T): packed rows (per-example positions and block-diagonal masks); `gaps`
+        (B, T, 2): keys each token does not see, which its position does not count either."""
         T = ids.shape[1]
         h = self.embed(ids)
         positions = None if starts is None else torch.arange(T)[None, :] - starts
+        if gaps is not None:
+            positions = positions - (gaps[:, :, 1] - gaps[:, :, 0])
         tables = self.layer_tables(T, h.dtype, positions)
-        masks = self.layer_masks(T, starts)
+        masks = self.layer_masks(T, starts, gaps)
         for i in range(self.d.L):
             h = self.block(h, f"model.layers.{i}.", *tables[i], masks[i])
         return h
