@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/dataprep/cache_manifest.hpp"
+#include "apps/dataprep/cache_protocol.hpp"
 #include "apps/dataprep/example_cache.hpp"
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
@@ -198,46 +199,60 @@ class PreferencePairs final : public TrainingData {
     return out;
   }
 
+  // The reference sums: reused, or computed (collectively) and written, through the cache
+  // protocol (apps/dataprep/cache_protocol.hpp) whose third user they are.
   void prepare(Transformer& model, ModelWeights weights, const std::function<void()>& load_starting,
                Communicator& comm) override {
     if (!reference_) return;
     const std::string dir = dir_ + "/reference";
-    const std::string file = dir + "/logps.bin", manifest = dir + "/manifest.json";
+    const std::string file = dir + "/logps.bin";
     const Json want = collectively(comm, [&] { return reference_manifest(*cfg_, dir_); });
-    const Json have = read_manifest(manifest);
-    const bool same = comm.all_agree(have.is_object() && have == want);
-    if (same) {
+    // Whether rank 0 will reuse them (every rank computes, or none does).
+    const Json have = collectively(
+        comm, [&] { return comm.rank() == 0 ? read_manifest(dir + "/manifest.json") : Json(); });
+    const bool reuse = comm.all_agree(comm.rank() != 0 || (have.is_object() && have == want));
+    double seconds_taken = 0.0;
+    if (!reuse) {
+      if (weights == ModelWeights::not_loaded) load_starting();
+      const double t0 = now_s();
+      ref_.train = reference_pass(model, Split::train, comm);
+      ref_.val = reference_pass(model, Split::val, comm);
+      seconds_taken = now_s() - t0;
+    }
+    CacheSteps c;
+    c.dir = dir;
+    c.describe = [&want] { return want; };
+    c.present = [](const Json& m) { return m.is_object(); };
+    c.matches = [](const Json& have, const Json& want) { return have == want; };
+    c.reused = [dir](const Json&) {
+      return "dpo: the reference log-probabilities computed at an earlier start are reused (" +
+             dir + ")";
+    };
+    c.remade = "dpo: the reference log-probabilities in " + dir +
+               " were computed from another model, data, template or setting "
+               "(reference/manifest.json); they were computed again from the starting weights";
+    c.remove_files = [file] {
+      std::error_code ec;
+      fs::remove(file, ec);
+    };
+    c.build = [this, file](Json w) {
+      write_reference(file, ref_);
+      return w;
+    };
+    c.missing = "dpo: the reference log-probabilities in '" + dir +
+                "' are missing after writing them (is train.output_dir on a file system every "
+                "rank sees?)";
+    derive_cache(c, comm);
+    if (!reuse) {
+      log::info("dpo: reference log-probabilities of " + std::to_string(data_.train_examples()) +
+                " + " + std::to_string(data_.val_examples()) + " pairs computed in " +
+                seconds(seconds_taken) + " on " + std::to_string(comm.size()) + " rank" +
+                (comm.size() == 1 ? "" : "s") + " -> " + dir);
+    }
+    if (reuse) {
       ref_ = collectively(
           comm, [&] { return read_reference(file, data_.train_examples(), data_.val_examples()); });
-      log::info("dpo: the reference log-probabilities computed at an earlier start are reused (" +
-                dir + ")");
-      return;
     }
-    if (have.is_object()) {
-      log::warn("dpo: the reference log-probabilities in " + dir +
-                " were computed from another model, data, template or setting "
-                "(reference/manifest.json); computing them again from the starting weights");
-    }
-    collectively(comm, [&] {
-      if (comm.rank() != 0) return;
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      fs::remove(manifest, ec);
-      fs::remove(file, ec);
-    });
-    if (weights == ModelWeights::not_loaded) load_starting();
-    const double t0 = now_s();
-    ref_.train = reference_pass(model, Split::train, comm);
-    ref_.val = reference_pass(model, Split::val, comm);
-    collectively(comm, [&] {
-      if (comm.rank() != 0) return;
-      write_reference(file, ref_);
-      write_text_atomically(manifest, want.dump(1) + "\n");
-    });
-    log::info("dpo: reference log-probabilities of " + std::to_string(data_.train_examples()) +
-              " + " + std::to_string(data_.val_examples()) + " pairs computed in " +
-              seconds(now_s() - t0) + " on " + std::to_string(comm.size()) + " rank" +
-              (comm.size() == 1 ? "" : "s") + " -> " + dir);
   }
 
  private:

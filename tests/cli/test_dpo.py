@@ -268,7 +268,7 @@ def case_resume():
                 compare_weights(whole, part, f"{np_} rank(s) resumed, reference {how}", tol=0.0)
         # another model in the same output directory: computed again, with a warning
         again = run(1, tmp, "whole1", base("data.packing=true", "model.seed=7", steps=1))
-        check("computing them again" in again.err, "a changed model recomputes the reference "
+        check("computed again from the starting weights" in again.err, "a changed model recomputes the reference "
               "log-probabilities with a warning" + again.where)
 
 
