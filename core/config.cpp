@@ -1080,6 +1080,11 @@ Config load_config_text(const std::string& text, const std::string& name,
     read_train(s, &c.train);
   }
   {
+    Section s = top.sub("logging");
+    c.logging.tensorboard = s.get_bool("tensorboard", true);
+    s.finish();
+  }
+  {
     Section s = top.sub("dpo");
     read_dpo(s, &c.dpo);
     if (c.train.objective != Objective::dpo) c.resolved["dpo"] = YAML::Node(YAML::NodeType::Null);

@@ -442,6 +442,13 @@ struct TrainConfig {
   std::optional<int64_t> memory_available_bytes;
 };
 
+// logging: where the metrics rows go besides metrics.jsonl.
+struct LoggingConfig {
+  // Rank 0 also writes every row's numbers to a TensorBoard event file in
+  // <train.output_dir>/tb/ (io/tensorboard.hpp).
+  bool tensorboard = true;
+};
+
 // checkpoint.resume: the latest checkpoint under the directory if any (auto), none, or one path.
 enum class ResumeFrom { latest, none, path };
 // checkpoint.export_format: hdf5 (export.h5) | safetensors (export/ directory) | peft (LoRA runs:
@@ -473,6 +480,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   DpoConfig dpo;  // train.objective dpo
+  LoggingConfig logging;
   CheckpointConfig checkpoint;
   ResolvedPrecision precision;
   YAML::Node resolved;  // the full config as `kktrain config` prints it

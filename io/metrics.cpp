@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
+#include "io/tensorboard.hpp"
 
 namespace kktrain {
 
@@ -110,6 +111,52 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::write(const JsonLine& line) {
   put(line.text());
+  if (tb_) {
+    int64_t step = -1;
+    const auto values = line.scalars(&step);
+    if (step >= 0 && !values.empty()) tb_->scalars(step, values);
+  }
+}
+
+void MetricsWriter::add_tensorboard(const std::string& dir) {
+  tb_ = std::make_unique<EventFileWriter>(dir);
+}
+
+std::string MetricsWriter::tensorboard_path() const {
+  return tb_ ? tb_->path() : std::string();
+}
+
+std::string tensorboard_tag(const std::string& column) {
+  if (column == "loss") return "loss_metrics/global_avg_loss";
+  if (column == "tokens_per_s") return "throughput(tps)";
+  if (column == "val_loss") return "validation_metrics/loss";
+  if (column.rfind("peak_", 0) == 0) return "memory/" + column;
+  return column;
+}
+
+namespace {
+
+void add_scalars(const Json& obj, const std::string& prefix,
+                 std::vector<std::pair<std::string, float>>* out) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const Json& v = it.value();
+    if (v.is_object()) {
+      add_scalars(v, prefix + it.key() + "/", out);
+    } else if (v.is_number() && it.key() != "step") {
+      out->emplace_back(prefix.empty() ? tensorboard_tag(it.key()) : prefix + it.key(),
+                        v.get<float>());
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, float>> JsonLine::scalars(int64_t* step) const {
+  *step =
+      row_.contains("step") && row_["step"].is_number_integer() ? row_["step"].get<int64_t>() : -1;
+  std::vector<std::pair<std::string, float>> out;
+  add_scalars(row_, "", &out);
+  return out;
 }
 
 void MetricsWriter::put(const std::string& text) {

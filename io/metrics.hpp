@@ -6,11 +6,16 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/json_text.hpp"
 
 namespace kktrain {
+
+class EventFileWriter;
 
 class JsonLine {
  public:
@@ -22,6 +27,10 @@ class JsonLine {
   // A nested object: {"key": {inner's fields}}.
   JsonLine& object(const std::string& key, const JsonLine& inner);
   std::string text() const { return json_text(row_); }
+  // The row's numbers as TensorBoard scalars (tag, value) in column order, a nested object's as
+  // "key/inner", with torchtitan's tags where it has one (tensorboard_tag); booleans, strings and
+  // nulls are not scalars. step: the row's "step" (-1 without one).
+  std::vector<std::pair<std::string, float>> scalars(int64_t* step) const;
 
  private:
   Json row_ = Json::object();
@@ -39,6 +48,11 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   // RuntimeFailure naming the file and the system's reason when the row does not reach it.
   void write(const JsonLine& line);
+  // From now on every row with a step also goes to a new TensorBoard event file in `dir`
+  // (io/tensorboard.hpp) as its scalars (JsonLine::scalars).
+  void add_tensorboard(const std::string& dir);
+  // The event file, or "" without one.
+  std::string tensorboard_path() const;
   const std::string& path() const { return path_; }
   // Where an earlier file was moved, or "" when there was none.
   const std::string& previous() const { return previous_; }
@@ -47,6 +61,12 @@ class MetricsWriter {
   void put(const std::string& text);
   std::string path_, previous_;
   std::FILE* f_ = nullptr;
+  std::unique_ptr<EventFileWriter> tb_;
 };
+
+// The TensorBoard tag of a metrics column: torchtitan's name where it has one
+// (loss -> loss_metrics/global_avg_loss, tokens_per_s -> throughput(tps), val_loss ->
+// validation_metrics/loss, peak_* -> memory/peak_*), else the column's own.
+std::string tensorboard_tag(const std::string& column);
 
 }  // namespace kktrain

@@ -29,7 +29,7 @@ if [ "$want_h5py" = 1 ]; then
   pkgs+=(python3 python3-h5py python3-numpy python3-matplotlib)
 fi
 if [ "$want_tests" = 1 ]; then
-  pkgs+=(python3-torch python3-jinja2)
+  pkgs+=(python3-torch python3-jinja2 python3-crcmod)
   command -v node >/dev/null || pkgs+=(nodejs)
   command -v npm >/dev/null || pkgs+=(npm)
 fi

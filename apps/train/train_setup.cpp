@@ -165,8 +165,15 @@ void open_metrics(TrainRun& run) {
     if (run.rank0) {
       run.metrics =
           std::make_unique<MetricsWriter>(run.metrics_path, run.source ? run.state.step : -1);
+      if (run.cfg.logging.tensorboard) {
+        run.metrics->add_tensorboard(
+            (std::filesystem::path(run.cfg.train.output_dir) / "tb").string());
+      }
     }
   });
+  if (run.metrics && !run.metrics->tensorboard_path().empty()) {
+    log::info("tensorboard: " + run.metrics->tensorboard_path() + " (logging.tensorboard)");
+  }
   if (run.metrics && !run.metrics->previous().empty()) {
     log::info("an earlier " + run.metrics_path + " was kept as " + run.metrics->previous());
   }

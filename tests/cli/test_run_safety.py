@@ -228,17 +228,21 @@ def case_full_disk_export():
 
 
 def case_full_disk_metrics():
-    """metrics.jsonl on a full file system (1 and 2 ranks): exit 1, one line naming it."""
+    """metrics.jsonl (1 and 2 ranks), and the TensorBoard event file beside it (logging.
+    tensorboard), on a full file system: exit 1, one line naming it."""
     with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp, tmpfs(512) as disk:
-        for np_ in (1, 2):
-            out = os.path.join(disk, f"run{np_}")
+        for np_, tb in ((1, False), (2, False), (1, True)):
+            out = os.path.join(disk, f"run{np_}{'_tb' if tb else ''}")
             os.makedirs(out)
             fill(disk)
             rc, o, e, s = run(train_args(out, tt.PATTERN_A, "train.max_steps=4",
                                          f"checkpoint.dir={os.path.join(tmp, str(np_))}",
+                                         f"logging.tensorboard={str(tb).lower()}",
                                          np_=np_), np_)
-            line = one_error(rc, o, e, 1, os.path.join(out, "metrics.jsonl"), ENOSPC, seconds=s)
-            print(f"{np_} rank(s): {line}")
+            name = os.path.join(out, "tb", "events.out.tfevents.") if tb else os.path.join(
+                out, "metrics.jsonl")
+            line = one_error(rc, o, e, 1, name, ENOSPC, seconds=s)
+            print(f"{np_} rank(s){', TensorBoard' if tb else ''}: {line}")
             os.remove(os.path.join(disk, "filler"))
 
 

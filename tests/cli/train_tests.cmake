@@ -146,3 +146,11 @@ foreach(case IN ITEMS rss_3gib llmc lists_two_ranks ids_at_draw_two_ranks hf_two
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})
   set_tests_properties(data.${case} PROPERTIES LABELS data TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
+
+# TensorBoard event files read back by an independent reader (python3-crcmod's CRC-32C, the
+# protobuf fields decoded by hand), every value equal to its metrics.jsonl row's.
+add_test(NAME train.tensorboard_events
+         COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_tensorboard.py
+                 $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs events)
+set_tests_properties(train.tensorboard_events PROPERTIES LABELS train TIMEOUT 120
+                     SKIP_RETURN_CODE 77)
