@@ -117,6 +117,8 @@ class Model:
         torch = self.torch
         if not ids:
             raise ValueError("an empty model input")
+        if max(ids) >= self.V:
+            raise Refused(f"token id {max(ids)} is outside the model's vocabulary of {self.V}")
         t = torch.tensor([list(ids)], dtype=torch.int64)
         with torch.no_grad():
             h = self.ref.hidden(t)
