@@ -9,6 +9,14 @@ inputs/eval_example_tasks.jsonl and three data files written here: inputs/eval_e
 (text, one document), a .jsonl of two documents (one shorter than L), and an llm.c shard of byte
 ids (tokens).
 
+inputs/eval_example_tasks.jsonl (13 hand-written items): contexts ending in a space (with the
+default delimiter and with ""), in a tab, and in a no-break space
+U+00A0 (Python's str.rstrip() strips it: its 2 bytes move onto every continuation); custom
+delimiters ("\nAnswer: ", "\n", ""); choices of 1 to 39 bytes, multi-byte UTF-8 (2- and 4-byte
+characters) so that characters, bytes and tokens differ; two contexts longer than L (left
+truncation); choices sharing a long prefix; gold first, middle and last. On the test's model
+acc, acc_norm and acc_bytes disagree on several items (the last one: acc_norm and acc_bytes).
+
 - parity: each choice's score within SCORE_TOL of the float64 reference computed from the export's
   fp32 parameters; each choice's token count, the items and the truncated items exactly (the
   example holds contexts longer than L); acc / acc_norm / acc_bytes and their stderrs exactly as
@@ -185,9 +193,12 @@ def compare_task(kt, rt, where):
                   f"{key} {kt.get(key)!r} vs the reference's {rt[key]!r}" + where)
     print("metrics: " + ", ".join(f"{k} {kt[k]:.6g} ± {kt[k + '_stderr']:.6g}" for k in METRICS)
           + f"; items {n}, truncated {kt['truncated']}")
-    diff = [i + 1 for i, (s, it) in enumerate(zip(rt["scores"], items))
-            if len(set(er.choice_metrics(s, it["choices"], it["gold"]).values())) > 1]
-    print(f"items where acc / acc_norm / acc_bytes disagree: {diff}")
+    diff = {}
+    for i, (s, it) in enumerate(zip(rt["scores"], items)):
+        m = er.choice_metrics(s, it["choices"], it["gold"])
+        if len(set(m.values())) > 1:
+            diff[i + 1] = tuple(int(m[k]) for k in METRICS)
+    print(f"items where acc / acc_norm / acc_bytes disagree (item: the three): {diff}")
 
 
 def compare_data(kd, rd, where):
