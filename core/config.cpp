@@ -1085,6 +1085,16 @@ Config load_config_text(const std::string& text, const std::string& name,
     s.finish();
   }
   {
+    Section s = top.sub("eval");
+    c.eval.every = s.get_int("every", 0, 0, int64_t(1) << 40);
+    c.eval.data = s.get_string_list("data");
+    c.eval.tasks = s.get_string_list("tasks");
+    s.finish();
+    if (c.eval.every > 0 && c.eval.data.empty() && c.eval.tasks.empty()) {
+      s.fail("every", "eval.every runs eval.data and eval.tasks, and both are empty");
+    }
+  }
+  {
     Section s = top.sub("dpo");
     read_dpo(s, &c.dpo);
     if (c.train.objective != Objective::dpo) c.resolved["dpo"] = YAML::Node(YAML::NodeType::Null);

@@ -449,6 +449,15 @@ struct LoggingConfig {
   bool tensorboard = true;
 };
 
+// eval: evaluation during training (apps/eval/evaluation.hpp), every `every` steps (0: off) and
+// after the last step, on the current weights: the loss and perplexity of each of `data`'s files
+// and the multiple-choice scores of each of `tasks`' files, as `kktrain eval` computes them.
+struct EvalConfig {
+  int64_t every = 0;
+  std::vector<std::string> data;
+  std::vector<std::string> tasks;
+};
+
 // checkpoint.resume: the latest checkpoint under the directory if any (auto), none, or one path.
 enum class ResumeFrom { latest, none, path };
 // checkpoint.export_format: hdf5 (export.h5) | safetensors (export/ directory) | peft (LoRA runs:
@@ -481,6 +490,7 @@ struct Config {
   TrainConfig train;
   DpoConfig dpo;  // train.objective dpo
   LoggingConfig logging;
+  EvalConfig eval;
   CheckpointConfig checkpoint;
   ResolvedPrecision precision;
   YAML::Node resolved;  // the full config as `kktrain config` prints it

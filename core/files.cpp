@@ -177,4 +177,18 @@ void check_output_file(const std::string& opt, const std::string& out,
   ::unlink(probe.c_str());
 }
 
+std::string unwritable_dir(const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::path d = std::filesystem::absolute(dir, ec).lexically_normal();
+  std::filesystem::path p = d;
+  while (p.has_relative_path() && !std::filesystem::exists(p, ec)) p = p.parent_path();
+  const std::string where =
+      p == d ? "'" + dir + "'" : "'" + dir + "' cannot be made: '" + p.string() + "'";
+  if (!std::filesystem::is_directory(p, ec)) return where + " is not a directory";
+  if (::access(p.c_str(), W_OK | X_OK) != 0) {
+    return where + " takes no new entries: " + std::strerror(errno);
+  }
+  return "";
+}
+
 }  // namespace kktrain

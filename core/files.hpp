@@ -90,4 +90,9 @@ bool same_file(const std::string& a, const std::string& b);
 void check_output_file(const std::string& opt, const std::string& out,
                        const std::vector<std::pair<std::string, std::string>>& inputs);
 
+// Why directory `dir` could not be made or written: the nearest part of it that exists is not a
+// directory, or cannot take new entries ("" when it can). Makes nothing. The check before a
+// command makes the directories it writes into (train.output_dir, tokenize --out's).
+std::string unwritable_dir(const std::string& dir);
+
 }  // namespace kktrain

@@ -84,6 +84,10 @@ struct ForwardOptions {
   // slots [pair_slots, pair_slots + kPairMeans). Read during forward() only.
   const PairBatch* pairs = nullptr;
   int pair_slots = -1;
+  // Evaluation (apps/eval/): a (B, T) host array receiving each token's loss, the negative
+  // log-probability of its target (0 where the target is ignored). Null: not copied. Not with
+  // pairs (InternalError).
+  float* token_losses = nullptr;
 };
 
 // How the model is laid out over ranks; see Transformer::prepare().

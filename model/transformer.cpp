@@ -176,11 +176,22 @@ void Transformer::forward_heads(const ForwardOptions& opts, const ForwardPlan& p
     h.dxf = b.dxf.data();
     h.keep = opts.keep_logits ? kept_logits_.data() : nullptr;
     if (plan.loss && opts.pairs != nullptr) {
+      if (opts.token_losses != nullptr) {
+        throw InternalError("ForwardOptions::token_losses with preference pairs");
+      }
       pair_head<TC>(opts, plan, h, r);
     } else {
       head_forward<TC>(s, h, plan.loss ? HeadLoss::mean : HeadLoss::none, scale, plan.pass);
       if (plan.loss) {
         r->loss = mean_loss(s, b.losses.data(), denom, opts, ForwardOptions::kLossSlot);
+      }
+      if (plan.loss && opts.token_losses != nullptr) {
+        Kokkos::deep_copy(s.space,
+                          Kokkos::View<float*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                              opts.token_losses, static_cast<size_t>(N)),
+                          Kokkos::subview(b.losses, std::make_pair<size_t, size_t>(0, N)));
+        s.space.fence();
+        count_host_sync();
       }
     }
   }

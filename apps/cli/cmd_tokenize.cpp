@@ -136,7 +136,7 @@ Command tokenize_command() {
       "output bytes are the same for any --threads.\n\n"
       "options:\n"
       "  --tokenizer PATH    model directory or tokenizer.json (required)\n"
-      "  --out PREFIX        shard name prefix (its directory must exist)\n"
+      "  --out PREFIX        shard name prefix (its missing directories are made)\n"
       "  --jsonl-key K       the key of a .jsonl line's text (default text)\n"
       "  --eos TOKEN         end each document with TOKEN (default: tokenizer_config.json's\n"
       "                      eos_token)\n"

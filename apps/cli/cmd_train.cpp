@@ -35,6 +35,7 @@ int run_train(const ParsedArgs& args, AppContext& ctx) {
     const StepRecord s = train_step(run, step);
     log_step(run, s);
     maybe_validate(run, s);
+    maybe_evaluate(run, s);
     if (maybe_checkpoint(run, s) == LoopControl::stop) break;
   }
   return finish_run(run);

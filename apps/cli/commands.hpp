@@ -36,6 +36,7 @@ Command inspect_command();
 Command generate_command();
 Command tokenize_command();
 Command render_command();
+Command eval_command();
 
 // Loads CONFIG (positional 0) with the overrides, for this process's world size (or
 // `world_size` ranks when positive), resolving `model.dtype: auto` with `model.init_from`

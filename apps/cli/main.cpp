@@ -33,9 +33,9 @@ namespace kktrain {
 namespace {
 
 std::vector<Command> all_commands() {
-  return {train_command(),    config_command(),   audit_command(),
-          grads_command(),    export_command(),   inspect_command(),
-          generate_command(), tokenize_command(), render_command()};
+  return {train_command(),  config_command(),  audit_command(),    grads_command(),
+          export_command(), inspect_command(), generate_command(), tokenize_command(),
+          render_command(), eval_command()};
 }
 
 void print_main_help(const std::vector<Command>& cmds) {

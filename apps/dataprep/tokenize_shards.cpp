@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 
 #include "apps/dataprep/tokenize_inputs.hpp"
@@ -154,7 +155,19 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o,
   const int64_t total_bytes = check_inputs(o.inputs);
   std::vector<std::pair<std::string, std::string>> named;
   for (const auto& in : o.inputs) named.emplace_back("input", in);
-  check_output_file("--out", train_shard_name(o.out, 0), named);
+  // --out's directory is made when missing (with its parents), once the rest has been checked.
+  const std::string first = train_shard_name(o.out, 0);
+  const std::filesystem::path out_dir = std::filesystem::path(first).parent_path();
+  std::error_code ec;
+  const bool make_dir =
+      !out_dir.empty() && !std::filesystem::exists(std::filesystem::symlink_status(out_dir, ec));
+  if (make_dir) {
+    if (const std::string why = unwritable_dir(out_dir.string()); !why.empty()) {
+      throw UsageError("--out: cannot write '" + first + "': " + why);
+    }
+  } else {
+    check_output_file("--out", first, named);
+  }
   const auto old = existing_shards(o.out);
   if (!old.empty()) {
     throw UsageError("--out: '" + old.front() + "' exists (" + std::to_string(old.size()) +
@@ -163,6 +176,14 @@ TokenizeSummary tokenize_to_shards(const TokenizeOptions& o,
   }
   const auto tok = text::Tokenizer::load(tokenizer);
   const int32_t eos = eos_id(*tok, o, tok_path);
+  if (make_dir) {
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) {
+      throw UsageError("--out: cannot make the directory '" + out_dir.string() + "' to write '" +
+                       first + "': " + ec.message());
+    }
+    check_output_file("--out", first, named);
+  }
   const std::string removed = removed_temporaries_text(remove_stale_shard_temporaries(o.out));
   if (!removed.empty()) log::info("--out: " + removed);
   const int cpus = usable_cpus();

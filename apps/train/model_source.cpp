@@ -138,14 +138,17 @@ void check_model_file(const WeightSource& src, const ParamRegistry& reg, const s
   }
 }
 
-ModelConfig model_file_config(const WeightSource& src, const std::string& what) {
-  ModelFileArchitecture arch;
+ModelFileArchitecture source_architecture(const WeightSource& src, const std::string& what) {
   try {
-    arch = is_hf_source(src) ? hf_model_file_architecture(read_hf_config(src.path()))
+    return is_hf_source(src) ? hf_model_file_architecture(read_hf_config(src.path()))
                              : kktrain_file_architecture(src);
   } catch (const InputError& e) {
     throw InputError(what + ": " + e.what());
   }
+}
+
+ModelConfig model_file_config(const WeightSource& src, const std::string& what) {
+  const ModelFileArchitecture arch = source_architecture(src, what);
   // The smallest config that takes the file's architecture: model.init_from names the file
   // (its keys come from it, as for training), nothing else is asked of it.
   YAML::Emitter text;

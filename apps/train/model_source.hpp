@@ -35,6 +35,11 @@ enum class AdapterTensors { refuse, keep };
 void check_model_file(const WeightSource& src, const ParamRegistry& reg, const std::string& what,
                       AdapterTensors adapters = AdapterTensors::refuse);
 
+// The architecture a file records (a Hugging Face directory's config.json, a kktrain file's
+// attributes) as model.* values, for a config whose model.init_from is the file. InputError
+// naming `what`.
+ModelFileArchitecture source_architecture(const WeightSource& src, const std::string& what);
+
 // The model a file records (a Hugging Face directory's config.json, a kktrain file's
 // attributes), read through the config's keys and bounds as model.init_from's architecture is:
 // a value no training config may hold is refused the same way, naming the file.

@@ -204,22 +204,6 @@ std::string checkpoint_root_holding(const fs::path& path, const std::vector<std:
   return "";
 }
 
-// Why directory `dir` could not be made or written: the nearest part of it that exists is not a
-// directory, or cannot take new entries ("" when it can). Makes nothing.
-std::string unwritable_dir(const std::string& dir) {
-  std::error_code ec;
-  const fs::path d = fs::absolute(dir, ec).lexically_normal();
-  fs::path p = d;
-  while (p.has_relative_path() && !fs::exists(p, ec)) p = p.parent_path();
-  const std::string where =
-      p == d ? "'" + dir + "'" : "'" + dir + "' cannot be made: '" + p.string() + "'";
-  if (!fs::is_directory(p, ec)) return where + " is not a directory";
-  if (::access(p.c_str(), W_OK | X_OK) != 0) {
-    return where + " takes no new entries: " + std::strerror(errno);
-  }
-  return "";
-}
-
 // The run's export target: a symbolic link that leads nowhere, or (HDF5) anything but a file.
 void check_export_target(const Config& cfg, const std::string& path) {
   std::error_code ec;

@@ -339,6 +339,29 @@ void maybe_validate(TrainRun& run, const StepRecord& s) {
   log::info(line);
 }
 
+void maybe_evaluate(TrainRun& run, const StepRecord& s) {
+  const int64_t every = run.cfg.eval.every;
+  if (!run.evaluation || s.update != StepUpdate::applied || every <= 0 ||
+      (s.done % every != 0 && s.done != run.data->max_steps())) {
+    return;
+  }
+  const HostSyncCounts v0 = host_sync_counts();
+  EvalFigures f;
+  {
+    SyncScope why(SyncCause::validation);
+    f = run.evaluation->run(*run.model, *run.comm, false);
+  }
+  JsonLine row;
+  row.integer("step", s.done);
+  add_eval_columns(row, f);
+  add_host_sync_columns(row, host_sync_counts().since(v0));
+  write_row(run, row);
+  end_progress_line(run);
+  for (const std::string& line : eval_lines(f)) {
+    log::info("step " + std::to_string(s.done) + " | " + line);
+  }
+}
+
 LoopControl maybe_checkpoint(TrainRun& run, const StepRecord& s) {
   // The periodic checkpoint, and a stop request (a signal on any rank), which saves and ends
   // the loop.

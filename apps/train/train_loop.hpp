@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/eval/evaluation.hpp"
 #include "apps/train/checkpointing.hpp"
 #include "apps/train/data_source.hpp"
 #include "apps/train/signals.hpp"
@@ -85,9 +86,10 @@ struct TrainRun {
   int64_t ran = 0;          // the steps this process runs (0: nothing to train)
   int64_t device_peak = 0;  // device high-water at step ends (-1: host builds)
   std::optional<LostUpdateWatch> lost_watch;
-  std::optional<DeviceSums> step_sums;  // the step's losses and gradient square sum, on device
-  std::vector<Batch> batches;           // this step's micro-batches (drawn the step before)
-  double t_start = 0.0;                 // when the first step started
+  std::optional<DeviceSums> step_sums;   // the step's losses and gradient square sum, on device
+  std::vector<Batch> batches;            // this step's micro-batches (drawn the step before)
+  double t_start = 0.0;                  // when the first step started
+  std::optional<Evaluation> evaluation;  // eval.every's files, read and tokenized once
 
   ParamRegistry& params() { return model->params(); }
 };
@@ -134,6 +136,9 @@ void log_step(TrainRun& run, const StepRecord& s);
 
 // The validation loss on train.val_every steps and the last (collective), its row and line.
 void maybe_validate(TrainRun& run, const StepRecord& s);
+// eval.every's evaluation (apps/eval/evaluation.hpp) on those steps and the last (collective):
+// its row of eval/<name>/<figure> columns and a line per file.
+void maybe_evaluate(TrainRun& run, const StepRecord& s);
 
 // The periodic checkpoint, and one on a stop signal: then LoopControl::stop.
 LoopControl maybe_checkpoint(TrainRun& run, const StepRecord& s);

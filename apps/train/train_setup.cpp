@@ -127,6 +127,14 @@ void open_run(TrainRun& run, std::unique_ptr<Communicator> comm_in, Config cfg_i
       *run.model, run.source ? ModelWeights::not_loaded : ModelWeights::starting,
       [&] { initialize_model(*run.model, cfg, comm); }, comm);
   run.schedule.emplace(cfg.lr_scheduler, cfg.optimizer.lr, run.data->max_steps());
+  if (cfg.eval.every > 0) {
+    run.evaluation.emplace(Evaluation::prepare(cfg.eval.data, cfg.eval.tasks, cfg, run.text, comm,
+                                               Evaluation::Keys{"eval.data", "eval.tasks"}));
+    log::info("eval: " + std::to_string(cfg.eval.data.size() + cfg.eval.tasks.size()) +
+              " file(s) every " + std::to_string(cfg.eval.every) +
+              " steps and after the last, in rows of data.seq_len " +
+              std::to_string(cfg.data.seq_len));
+  }
 }
 
 // Resume (checkpoint.resume): parameters and optimizer state into this rank's shards, and

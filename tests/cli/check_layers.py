@@ -20,8 +20,9 @@ LAYERS = {
     "io": ("core", "parallel"),
     "model": ("core", "ops", "parallel"),
     "apps/dataprep": ("core", "parallel", "io", "text"),
-    "apps/train": ("apps/dataprep", "core", "parallel", "io", "text", "ops", "model", "optim"),
-    "apps/cli": ("apps/train", "apps/dataprep", "core", "parallel", "io", "text", "ops", "model",
+    "apps/eval": ("apps/dataprep", "core", "parallel", "io", "text", "ops", "model"),
+    "apps/train": ("apps/eval", "apps/dataprep", "core", "parallel", "io", "text", "ops", "model", "optim"),
+    "apps/cli": ("apps/train", "apps/eval", "apps/dataprep", "core", "parallel", "io", "text", "ops", "model",
                  "optim"),
 }
 # Generated into the build tree for apps/cli/main.cpp (`kktrain --version`).

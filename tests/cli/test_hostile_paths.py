@@ -48,6 +48,8 @@ PATH_KEYS = {
     "data.path": "read",
     "data.chat_template": "read",
     "data.val_path": "read",
+    "eval.data": "read",
+    "eval.tasks": "read",
     "checkpoint.resume": "read",
     "train.output_dir": "written",
     "checkpoint.dir": "written",
@@ -66,6 +68,7 @@ PATH_ARGS = {
     "export": {"CHECKPOINT", "--out"}, "inspect": {"FILE.h5"},
     "generate": {"MODEL", "--tokenizer", "--chat-template"},
     "tokenize": {"INPUT", "--tokenizer", "--out"},
+    "eval": {"MODEL", "--data", "--task", "--json", "--tokenizer"},
 }
 NOT_PATH_OPTIONS = {
     "config": {"--schema"}, "audit": {"--json", "--world-size"}, "render": {"--count", "--tokens"},
@@ -266,6 +269,11 @@ def case_config_keys():
         os.truncate(os.path.join(big, "config.json"), (64 << 20) + 1)  # sparse: no disk used
         expect_refusal(train_args(f, f"model.init_from={big}"), os.path.join(big, "config.json"),
                        "model.init_from's config.json: over 64 MiB", "larger than 64 MiB")
+        for kind, p, word in f.specials():  # eval.every's files, read as the run starts
+            expect_refusal(train_args(f, "eval.every=1", f"eval.data=[{p}]"), p,
+                           f"eval.data: {kind}", word)
+            expect_refusal(train_args(f, "eval.every=1", f"eval.tasks=[{p}]"), p,
+                           f"eval.tasks: {kind}", word)
         # written paths: a FIFO where a directory is written
         expect_refusal(train_args(f, f"train.output_dir={f.fifo}"), f.fifo,
                        "train.output_dir: a FIFO")
@@ -293,6 +301,12 @@ def case_command_options():
             expect_refusal(["tokenize", "--tokenizer", p, "--ids", "hi"], p,
                            f"tokenize --tokenizer: {kind}", word)
             expect_refusal(["inspect", p], p, f"inspect FILE.h5: {kind}", word)
+            expect_refusal(["eval", p, "--task", f.chat], p, f"eval MODEL: {kind}", word)
+            expect_refusal(["eval", f.export, "--tokenizer", p, "--data", f.chat], p,
+                           f"eval --tokenizer: {kind}", word)
+        for kind, p, word in f.specials():
+            for opt in ("--data", "--task"):
+                expect_refusal(["eval", f.export, opt, p], p, f"eval {opt}: {kind}", word)
         for kind, p, word in f.specials(null=True):
             expect_refusal(["generate", f.export, "--tokenizer", f.tok, "--chat", "hi",
                             "--chat-template", p, "--max-new-tokens", "2"], p,
@@ -306,6 +320,8 @@ def case_command_options():
             expect_refusal(["grads", tt.config(tt.DEFAULT), *tt.TINY, "--out", p], p,
                            f"grads --out: {kind}")
             expect_refusal(["export", f.ckpt_dir, "--out", p], p, f"export --out: {kind}")
+            expect_refusal(["eval", f.export, "--data", f.chat, "--json", p], p,
+                           f"eval --json: {kind}")
         shard = os.path.join(tmp, "p_000000.bin")  # the first shard tokenize --out p writes
         os.mkfifo(shard)
         expect_refusal(["tokenize", "--tokenizer", f.tok, f.chat, "--out",

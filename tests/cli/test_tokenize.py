@@ -17,9 +17,11 @@ of llm.c's format fed with the ids `kktrain tokenize --ids` gives for each docum
 - errors: each is one line, exit 2 (1 for a full disk), and no shard (nor temporary) left: a
   missing input, a directory input, a bad .jsonl line, a line without the key, a line nested
   10^5 deep, a line longer than 64 MiB (refused before it is held whole), invalid UTF-8 in a
-  text file and in a .jsonl file (byte offset), an unknown --eos token, no EOS known, a missing
-  --out directory, shards of an earlier run, a full disk (tmpfs, root only) after shards were
-  completed.
+  text file and in a .jsonl file (byte offset), an unknown --eos token, no EOS known, shards of
+  an earlier run, a full disk (tmpfs, root only) after shards were completed.
+- out_dirs: --out's missing directories (three levels) are made and the shards written there; a
+  missing directory under a file is refused (exit 2) and an error found after the --out check
+  (an unknown --eos token) makes no directory.
 - signals: SIGINT / SIGTERM while shards are being written: the run stops, removes every shard of
   its own (and its temporaries), says so in one line, and exits 130 / 143; a second signal exits
   at once leaving no shard under a final name (temporaries only, which the next run with that
@@ -578,9 +580,6 @@ def case_errors():
         expect_error(tmp, out, 2, ("--eos", "<nope>", "not a token"), *many, "--eos", "<nope>")
         expect_error(tmp, out, 2, (bare, "eos_token", "--eos TOKEN", "--no-eos"),
                      "--tokenizer", bare, *good, "--out", out)
-        nodir = os.path.join(tmp, "no_such_dir", "c")
-        expect_error(tmp, nodir, 2, ("--out", "does not exist"), "--tokenizer", tok, *good,
-                     "--out", nodir)
         with open(out + "_000003.bin", "wb") as f:
             f.write(b"an earlier run")
         rc, _, err = run("tokenize", *many)
@@ -605,6 +604,27 @@ def case_errors():
                          "--out", prefix)
         finally:
             subprocess.run(["umount", disk])
+
+
+def case_out_dirs():
+    with tempfile.TemporaryDirectory(prefix="kktrain_tok_") as tmp:
+        tok_json, eos = byte_level()
+        tok = tokenizer_dir(tmp, "model", tok_json, EOS)
+        inputs = write_inputs(tmp, DOCS[:2], JSONL[:1])
+        docs = [ids_of(tok, t) + [eos] for t in DOCS[:2] + [JSONL[0]["text"]]]
+        out = os.path.join(tmp, "new", "deeper", "deepest", "c")
+        line = tokenize_ok("--tokenizer", tok, *inputs, "--out", out)
+        compare(written(out), expected_shards(docs, 10 ** 8, 0, False), "made directories")
+        print(f"made {os.path.dirname(out)}: {line}")
+        # a missing directory under a file cannot be made
+        under_file = os.path.join(inputs[0], "sub", "c")
+        expect_error(tmp, under_file, 2, ("--out", inputs[0], "is not a directory"),
+                     "--tokenizer", tok, *inputs, "--out", under_file)
+        # an error found once --out was checked: nothing made
+        later = os.path.join(tmp, "never", "made", "c")
+        expect_error(tmp, later, 2, ("--eos", "<nope>", "not a token"), "--tokenizer", tok,
+                     *inputs, "--out", later, "--eos", "<nope>")
+        check(not os.path.exists(os.path.join(tmp, "never")), "an error left 'never/' made")
 
 
 if __name__ == "__main__":

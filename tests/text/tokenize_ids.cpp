@@ -11,10 +11,11 @@
 //   tokenize_ids --offsets TOKENIZER FILE...
 //       as above, each line also holding "offsets": [[begin, end], ...], the bytes of the file
 //       each id came from (Encoder::encode_with_offsets).
-//   tokenize_ids --bench [--offsets] [--threads N] [--repeat R] TOKENIZER FILE...
+//   tokenize_ids --bench [--offsets] [--threads N] [--repeat R] [--cold] TOKENIZER FILE...
 //       encodes (with --offsets: encode_with_offsets) every file R times (default 3) on N threads
-//       (default 1; documents dealt round-robin, one Encoder per thread kept across repeats) and
-//       prints one JSON line
+//       (default 1; documents dealt round-robin, one Encoder per thread kept across repeats; with
+//       --cold new Encoders before each repeat, untimed, so that no repeat finds the pieces an
+//       earlier one cached) and prints one JSON line
 //       {"threads", "bytes", "documents", "ids", "load_s", "seconds": [one per repeat]}: the
 //       encoding alone is timed, from the threads' start to the last one's end.
 #include <chrono>
@@ -43,6 +44,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   bool bench = false;
   bool offsets = false;
+  bool cold = false;
   int threads = 1;
   int repeat = 3;
   std::string tokenizer;
@@ -120,6 +122,10 @@ int bench(const Options& o) {
   std::vector<int64_t> counts(size_t(o.threads), 0);
   nlohmann::json seconds = nlohmann::json::array();
   for (int r = 0; r < o.repeat; ++r) {
+    if (o.cold && r > 0) {
+      encoders.clear();
+      for (int w = 0; w < o.threads; ++w) encoders.emplace_back(tokenizer);
+    }
     const auto start = Clock::now();
     std::vector<std::thread> pool;
     for (int w = 0; w < o.threads; ++w) {
@@ -160,6 +166,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->bench = true;
     } else if (a == "--offsets") {
       o->offsets = true;
+    } else if (a == "--cold") {
+      o->cold = true;
     } else if ((a == "--threads" || a == "--repeat") && i + 1 < argc) {
       (a == "--threads" ? o->threads : o->repeat) = std::atoi(argv[++i]);
     } else if (a.rfind("--", 0) == 0) {
@@ -180,7 +188,8 @@ int main(int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
-                 "usage: tokenize_ids [--offsets] [--bench [--threads N] [--repeat R]] TOKENIZER "
+                 "usage: tokenize_ids [--offsets] [--bench [--threads N] [--repeat R] [--cold]] "
+                 "TOKENIZER "
                  "FILE...\n");
     return 2;
   }
