@@ -17,7 +17,10 @@ special tokens (Hugging Face `tokenizers` in Node, tests/parity/eval_tokenize.js
 folder holding node_modules, e.g. BUILD/npm). The prefix token (the harness's prefix_token_id):
 the tokenizer's BOS when tokenizer_config.json names one, else its EOS; byte-level: id 0 (the
 NUL byte; the harness has no default for a model without BOS/EOS, this is HFLM's
-prefix_token_id=0).
+prefix_token_id=0), so that every byte of a document is predicted once and bits_per_byte divides
+by all of its bytes, as for a model with a BOS. --byte-prefix none gives the other rule (no
+prefix: a document's first byte is context only, not scored nor counted in its bytes; an empty
+context is refused).
 
 Task files (JSONL, one item a line): {"context": str, "choices": [str, ...], "gold": int,
 "target_delimiter": str (optional, default " ")}. As the harness (api/task.py ConfigurableTask
@@ -73,7 +76,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-BYTE_PREFIX = 0  # byte-level models: the prefix token (no BOS / EOS exists)
+BYTE_PREFIX = 0  # byte-level models: the prefix token (no BOS / EOS exists; None: no prefix)
 
 
 class Refused(ValueError):
@@ -132,10 +135,11 @@ class Model:
 class Encoder:
     """encode(strings) -> ids without special tokens; prefix: the harness's prefix_token_id."""
 
-    def __init__(self, tokenizer: Optional[str] = None, npm: Optional[str] = None):
+    def __init__(self, tokenizer: Optional[str] = None, npm: Optional[str] = None,
+                 byte_prefix: Optional[int] = BYTE_PREFIX):
         self.tokenizer, self.npm = tokenizer, npm
         self.cache: Dict[str, List[int]] = {}
-        self.prefix = BYTE_PREFIX
+        self.prefix = byte_prefix
         if tokenizer is not None:
             if npm is None:
                 raise SystemExit("--tokenizer needs --npm DIR (the folder with node_modules)")
@@ -183,6 +187,8 @@ def split_pair(context: str, continuation: str) -> Tuple[str, str]:
 def encode_pair(enc: Encoder, context: str, continuation: str) -> Tuple[List[int], List[int]]:
     """TemplateLM.loglikelihood's (context_enc, continuation_enc) of one request."""
     if context == "":
+        if enc.prefix is None:
+            raise Refused("an empty context needs a prefix token")
         cont = enc.encode(continuation)
         if not cont:
             raise Refused("an empty continuation")
@@ -382,8 +388,11 @@ def eval_data(model: Model, enc: Encoder, path: str, L: int) -> dict:
     enc.prepare(docs)
     nll, n, nbytes = 0.0, 0, 0
     for d in docs:
-        nbytes += len(d.encode("utf-8"))
-        for ctx, cont in rolling_windows(enc.encode(d), enc.prefix, L):
+        ids, prefix, nb = enc.encode(d), enc.prefix, len(d.encode("utf-8"))
+        if prefix is None:  # no prefix token: the first token is context only
+            ids, prefix, nb = ids[1:], (ids[0] if ids else None), max(nb - 1, 0)
+        nbytes += nb
+        for ctx, cont in rolling_windows(ids, prefix, L):
             s, _ = score(model, ctx, cont, L)
             nll -= s
             n += len(cont)
@@ -393,9 +402,10 @@ def eval_data(model: Model, enc: Encoder, path: str, L: int) -> dict:
             "bits_per_byte": nll / nbytes / math.log(2) if nbytes else None}
 
 
-def evaluate(model_path: str, L: int, tasks=(), data=(), tokenizer=None, npm=None) -> dict:
+def evaluate(model_path: str, L: int, tasks=(), data=(), tokenizer=None, npm=None,
+             byte_prefix: Optional[int] = BYTE_PREFIX) -> dict:
     model = Model(model_path)
-    enc = Encoder(tokenizer, npm)
+    enc = Encoder(tokenizer, npm, byte_prefix)
     if tokenizer is None and model.V != 256:
         raise SystemExit(f"{model_path}: vocabulary {model.V}, a byte-level model has 256 "
                          "(give --tokenizer)")
@@ -413,9 +423,12 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--tokenizer")
     ap.add_argument("--npm")
+    ap.add_argument("--byte-prefix", default=str(BYTE_PREFIX),
+                    help="byte-level models: the prefix token id, or none (default 0)")
     a = ap.parse_args()
+    bp = None if a.byte_prefix == "none" else int(a.byte_prefix)
     try:
-        out = evaluate(a.model, a.seq_len, a.task, a.data, a.tokenizer, a.npm)
+        out = evaluate(a.model, a.seq_len, a.task, a.data, a.tokenizer, a.npm, bp)
     except Refused as e:
         print(f"eval_reference.py: {e}", file=sys.stderr)
         return 2
