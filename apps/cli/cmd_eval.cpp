@@ -14,6 +14,7 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
+#include "io/lora_merge.hpp"
 #include "io/model_weights.hpp"
 #include "model/transformer.hpp"
 #include "parallel/agree.hpp"
@@ -85,7 +86,8 @@ int run_eval(const ParsedArgs& args, AppContext& ctx) {
     for (const auto& f : tasks) inputs.emplace_back("task file", f);
     collectively(*comm, [&] { check_output_file("--json", json, inputs); });
   }
-  const std::unique_ptr<WeightSource> src = open_weights(model_path, "eval", *comm);
+  // A LoRA run's checkpoint is evaluated with its adapters merged, as generate and export do.
+  std::unique_ptr<WeightSource> src = with_lora_merged(open_weights(model_path, "eval", *comm));
   const Config cfg =
       collectively(*comm, [&] { return eval_config(*src, args.overrides, comm->size()); });
   const ModelText text = collectively(*comm, [&] {
@@ -97,7 +99,8 @@ int run_eval(const ParsedArgs& args, AppContext& ctx) {
     if (!ctx.threads_warning.empty()) log::warn_about_launch(ctx.threads_warning);
     if (!ctx.threads.empty()) log::info(ctx.threads);
   }
-  std::unique_ptr<Transformer> model = build_model(cfg, *comm);
+  std::unique_ptr<Transformer> model = build_model(cfg, *comm, /*initialize=*/false);
+  load_model_source(*model, std::move(src), *comm);
   const EvalFigures f = ev.run(*model, *comm, true);
   if (comm->rank() != 0) return 0;
   for (const std::string& line : eval_lines(f)) log::info(line);

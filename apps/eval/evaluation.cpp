@@ -62,6 +62,7 @@ TextEncoding text_encoding(const ModelText& t, const std::string& file) {
   }
   if (t.vocab == TextVocab::bytes) {
     e.request.encode = [](const std::string& s) { return byte_tokenize(s); };
+    e.request.prefix = 0;  // the harness with prefix_token_id=0: every byte predicted once
     return e;
   }
   e.tokenizer = load_model_tokenizer(t);
@@ -135,7 +136,7 @@ Evaluation::DataFile token_data(const std::string& path, const ModelText& text, 
 Evaluation::DataFile text_data(const std::string& path, const ModelText& text, int64_t T,
                                Budget* budget) {
   const TextEncoding enc = text_encoding(text, path);
-  if (enc.tokenizer && !enc.request.prefix) {
+  if (!enc.request.prefix) {
     throw InputError("eval: '" + path + "' is text, and the tokenizer has neither a BOS nor an " +
                      "EOS token to predict a document's first token from");
   }
@@ -146,14 +147,12 @@ Evaluation::DataFile text_data(const std::string& path, const ModelText& text, i
   while (reader.next_batch(&batch, int64_t(8) << 20)) {
     for (const InputDocument& doc : batch) {
       ++d.head.documents;
-      std::vector<int32_t> full;
-      if (enc.request.prefix) full.push_back(*enc.request.prefix);
+      std::vector<int32_t> full = {*enc.request.prefix};
       const std::vector<int32_t> ids = enc.request.encode(doc.text);
       full.insert(full.end(), ids.begin(), ids.end());
       if (full.size() < 2) continue;
       budget->add(static_cast<int64_t>(full.size()), path);
-      // Byte-level: the first byte is context only.
-      d.head.bytes += static_cast<int64_t>(doc.text.size()) - (enc.request.prefix ? 0 : 1);
+      d.head.bytes += static_cast<int64_t>(doc.text.size());
       rolling_windows(full, T, &d.segments);
     }
   }
@@ -484,7 +483,8 @@ Json eval_json(const EvalFigures& f) {
                                                             {"acc_bytes", &t.metrics.acc_bytes}};
     for (const auto& [name, v] : m) {
       j[name] = v->value;
-      j[std::string(name) + "_stderr"] = v->stderr_;
+      // The harness's "N/A" for a single item.
+      j[std::string(name) + "_stderr"] = t.items > 1 ? Json(v->stderr_) : Json(nullptr);
     }
     j["scores"] = t.scores;
     j["choice_tokens"] = t.choice_tokens;

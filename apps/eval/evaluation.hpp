@@ -6,9 +6,9 @@
 //              L + 1 tokens, every token after the first predicted once;
 //            text (a text file is one document, a .jsonl of {"text": ...} lines one a line):
 //              each document encoded without special tokens and scored in the harness's rolling
-//              windows of L predictions (the first one after the prefix token: the tokenizer's
-//              BOS, else its EOS; a byte-level model has none, and its documents' first byte is
-//              context only). Also bits per byte: the summed loss / ln 2 / the scored bytes;
+//              windows of L predictions, the first after the prefix token (the tokenizer's BOS,
+//              else its EOS; byte 0 for a byte-level model), so every token is predicted once.
+//              Also bits per byte: the summed loss / ln 2 / the documents' UTF-8 bytes;
 //            chat or prompt_completion JSONL: each example rendered as training renders it, the
 //              loss over its assistant (completion) tokens only;
 //   tasks  multiple choice (apps/eval/multiple_choice.hpp).

@@ -106,8 +106,14 @@ ChoiceRequest choice_request(const RequestEncoding& enc, const std::string& cont
           "an empty context needs a prefix token (the tokenizer's BOS or EOS), and this model "
           "has none");
     }
-    r.context = {*enc.prefix};
+    // The continuation's own first token when it is the prefix token, else the prefix token.
     r.continuation = enc.encode(continuation);
+    if (!r.continuation.empty() && r.continuation[0] == *enc.prefix) {
+      r.context = {r.continuation[0]};
+      r.continuation.erase(r.continuation.begin());
+    } else {
+      r.context = {*enc.prefix};
+    }
     return r;
   }
   // Trailing whitespace of the context moves onto the continuation.

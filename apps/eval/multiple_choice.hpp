@@ -5,8 +5,10 @@
 //     and optionally "target_delimiter" (default " ");
 //   - each choice is the continuation target_delimiter + choice of the context; whitespace at the
 //     end of the context moves onto the front of the continuation; the continuation's tokens are
-//     encode(context + continuation)[len(encode(context)):], encoding without special tokens (an
-//     empty context is the prefix token alone, and the continuation encoded on its own);
+//     encode(context + continuation)[len(encode(context)):], encoding without special tokens
+//     (lm-evaluation-harness's add_bos_token=False, its default up to 0.4.9.1); an empty context
+//     is the prefix token, and the continuation is encoded on its own (when that encoding starts
+//     with the prefix token, that token is the context);
 //   - a choice's score is the sum of its continuation tokens' log-probabilities;
 //   - acc: the highest score is gold's (the first of equal maxima); acc_norm: the same of the
 //     scores divided by each choice's length in characters (Unicode code points), acc_bytes: in
@@ -42,8 +44,8 @@ struct ChoiceItem {
 std::vector<ChoiceItem> read_choice_items(const std::string& path);
 
 // How text becomes token ids for a request: the model's encoding without special tokens, and the
-// prefix token an empty context stands for (the tokenizer's BOS, else its EOS; none for
-// byte-level models, whose empty context is refused).
+// prefix token an empty context stands for (the tokenizer's BOS, else its EOS; byte 0 for a
+// byte-level model).
 struct RequestEncoding {
   std::function<std::vector<int32_t>(const std::string&)> encode;
   std::optional<int32_t> prefix;

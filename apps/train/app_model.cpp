@@ -142,14 +142,20 @@ std::optional<ModelFileArchitecture> model_file_architecture_here(const std::str
 }
 
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm) {
+  load_model_source(model, open_weights(path, "model.init_from", comm), comm);
+}
+
+void load_model_source(Transformer& model, std::unique_ptr<WeightSource> opened,
+                       Communicator& comm) {
   ParamRegistry& reg = model.params();
+  const std::string path = opened->path();
   // Each rank checks the values of the rows it reads (io/finite_weights.hpp): finite, and finite
   // in the dtype its parameter stores them in.
-  const auto src = with_finite_check(open_weights(path, "model.init_from", comm), "model.init_from",
-                                     [&](const std::string& n) {
-                                       const int i = reg.find(n);
-                                       return i < 0 ? DType::float32 : reg.info(i).dtype;
-                                     });
+  const auto src =
+      with_finite_check(std::move(opened), "model.init_from", [&](const std::string& n) {
+        const int i = reg.find(n);
+        return i < 0 ? DType::float32 : reg.info(i).dtype;
+      });
   collectively(comm, [&] { check_model_file(*src, reg, "model.init_from"); });
   const auto vision = src->attributes().i64.find("unread_vision_tensors");
   if (vision != src->attributes().i64.end()) {  // Gemma3ForConditionalGeneration

@@ -8,6 +8,7 @@
 
 #include "core/config.hpp"
 #include "io/data.hpp"
+#include "io/model_weights.hpp"
 #include "model/transformer.hpp"
 
 namespace kktrain {
@@ -52,5 +53,8 @@ std::optional<ModelFileArchitecture> model_file_architecture_here(const std::str
 // tied weight given separately, and missing or mis-shaped parameters; adapters the file lacks
 // take their seeded initialization (Transformer::init_weights).
 void load_model_file(Transformer& model, const std::string& path, Communicator& comm);
+// The same from a source already opened on every rank (kktrain eval: a LoRA checkpoint's
+// adapters merged, io/lora_merge.hpp).
+void load_model_source(Transformer& model, std::unique_ptr<WeightSource> src, Communicator& comm);
 
 }  // namespace kktrain

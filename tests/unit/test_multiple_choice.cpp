@@ -54,6 +54,10 @@ TEST(MultipleChoice, AnEmptyContextIsThePrefixToken) {
   const ChoiceRequest r = choice_request(toy_encoding(), "", " yes");
   EXPECT_EQ(r.context, std::vector<int32_t>{7});
   EXPECT_EQ(r.continuation, bytes(" yes"));
+  // A continuation that starts with the prefix token: that token is the context.
+  const ChoiceRequest p = choice_request(toy_encoding(), "", "\x07yes");
+  EXPECT_EQ(p.context, std::vector<int32_t>{7});
+  EXPECT_EQ(p.continuation, bytes("yes"));
   RequestEncoding none = toy_encoding();
   none.prefix.reset();
   EXPECT_THROW(choice_request(none, "", "x"), InputError);
