@@ -360,6 +360,10 @@ void maybe_evaluate(TrainRun& run, const StepRecord& s) {
   for (const std::string& line : eval_lines(f)) {
     log::info("step " + std::to_string(s.done) + " | " + line);
   }
+  char cost[128];
+  std::snprintf(cost, sizeof(cost), "step %lld | eval: %lld rows in %.2f s",
+                static_cast<long long>(s.done), static_cast<long long>(f.rows), f.seconds);
+  log::info(cost);
 }
 
 LoopControl maybe_checkpoint(TrainRun& run, const StepRecord& s) {

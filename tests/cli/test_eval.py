@@ -26,6 +26,8 @@ acc, acc_norm and acc_bytes disagree on several items (the last one: acc_norm an
   byte predicted once.
 - ranks: the same evaluation under `mpirun -np 2` gives the same figures as one rank (scores
   within RANKS_TOL, metrics and counts exactly; the JSON says "ranks": 2).
+- training: eval.every's rows equal `kktrain eval` of the same step's checkpoint exactly, and a
+  token file's loss equals the run's validation loss on the same tokens (case_training).
 - refusals: a task line that is not JSON, a gold index out of range, empty choices, a missing
   file: exit 2 before any figure, one stderr line naming FILE:LINE (FILE for the missing file),
   no --json written.
@@ -325,6 +327,57 @@ def case_refusals():
             tt.expect_one_error(rc, out, err, missing, where=where)
             check(not os.path.exists(out_json), "a refused eval wrote --json" + where)
             print(f"missing {flag} file: {tt.startup_lines(err)[0]}")
+
+
+def case_training():
+    """eval.every during training: its rows equal `kktrain eval` of that step's checkpoint (same
+    rows, same fp32 arithmetic: exactly), and a token file's loss equals the run's own validation
+    loss on the same tokens (the validation split holds exactly one window of T + 1 tokens, so
+    every validation window is that one: equal within 1e-6 relative, the order in which 64 fp32
+    token losses are summed)."""
+    with tempfile.TemporaryDirectory(prefix="kktrain_eval_") as tmp:
+        T = SEQ_LEN  # the example tasks' longest choice is 39 bytes
+        text = (TOKEN_TEXT * 4).encode("utf-8")[:1000]  # 1000 byte ids; validation: the last 65
+        corpus = os.path.join(tmp, "corpus.txt")  # byte-level: its bytes are the ids
+        with open(corpus, "wb") as f:
+            f.write(text)
+        val = os.path.join(tmp, "val.bin")  # the same ids as a token file (headerless: uint16)
+        with open(val, "wb") as f:
+            f.write(struct.pack(f"<{T + 1}H", *text[-(T + 1):]))
+        out = os.path.join(tmp, "run")
+        r = tt.Run("default.yaml", out, [
+            *tt.TINY_MODEL, "model.num_layers=2", f"data.seq_len={T}", f"data.path={corpus}",
+            "data.val_fraction=0.065", "data.micro_batch_size=2", "data.global_batch_size=2",
+            "checkpoint.resume=none", "train.max_steps=6", "train.val_every=3",
+            "checkpoint.save_every=3", "eval.every=3", f"eval.data=[{val}]",
+            f"eval.tasks=[{task_file()}]", *FP32]).ok()
+        evals = {row["step"]: row for row in r.rows if "eval/val/loss" in row}
+        vals = {row["step"]: row for row in r.rows if "val_loss" in row}
+        check(sorted(evals) == [3, 6] and sorted(vals) == [3, 6],
+              f"eval rows at {sorted(evals)}, validation rows at {sorted(vals)}" + r.where)
+        for step in (3, 6):
+            row = evals[step]
+            rel = abs(row["eval/val/loss"] - vals[step]["val_loss"]) / vals[step]["val_loss"]
+            check(rel < 1e-6, f"step {step}: eval/val/loss {row['eval/val/loss']!r} vs val_loss "
+                  f"{vals[step]['val_loss']!r} (relative {rel:.2e})" + r.where)
+            ckpt = os.path.join(out, "checkpoints", f"step_{step:08d}")
+            out_json = os.path.join(tmp, f"step{step}.json")
+            args = ["eval", ckpt, "--task", task_file(), "--data", val, "--json", out_json,
+                    f"data.seq_len={T}", "data.micro_batch_size=2"]
+            rc, o, err = tt.run(args)
+            check(rc == 0, "kktrain eval of the checkpoint failed" + tt.describe(args, rc, o, err))
+            with open(out_json) as f:
+                res = json.load(f)
+            want = {"eval/val/loss": res["data"][0]["loss"],
+                    "eval/val/perplexity": res["data"][0]["perplexity"]}
+            for m in METRICS:
+                want[f"eval/eval_example_tasks/{m}"] = res["tasks"][0][m]
+            for k, v in want.items():
+                check(row.get(k) == v, f"step {step}: {k} {row.get(k)!r} in the run's row, "
+                      f"{v!r} from kktrain eval of {ckpt}")
+            print(f"step {step}: eval/val/loss {row['eval/val/loss']:.9f} = kktrain eval; "
+                  f"val_loss {vals[step]['val_loss']:.9f} (relative {rel:.1e}); "
+                  f"acc {row['eval/eval_example_tasks/acc']:.4f} = kktrain eval")
 
 
 if __name__ == "__main__":
