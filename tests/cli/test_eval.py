@@ -27,7 +27,8 @@ acc, acc_norm and acc_bytes disagree on several items (the last one: acc_norm an
 - ranks: the same evaluation under `mpirun -np 2` gives the same figures as one rank (scores
   within RANKS_TOL, metrics and counts exactly; the JSON says "ranks": 2).
 - training: eval.every's rows equal `kktrain eval` of the same step's checkpoint exactly, and a
-  token file's loss equals the run's validation loss on the same tokens (case_training).
+  token file's loss equals the run's validation loss on the same tokens; a chat file's loss (the
+  assistant's tokens, packed rows) equals a chat run's validation loss on it (case_training).
 - refusals: a task line that is not JSON, a gold index out of range, empty choices, a missing
   file: exit 2 before any figure, one stderr line naming FILE:LINE (FILE for the missing file),
   no --json written.
@@ -378,6 +379,27 @@ def case_training():
             print(f"step {step}: eval/val/loss {row['eval/val/loss']:.9f} = kktrain eval; "
                   f"val_loss {vals[step]['val_loss']:.9f} (relative {rel:.1e}); "
                   f"acc {row['eval/eval_example_tasks/acc']:.4f} = kktrain eval")
+        # chat data: the loss over the assistant's tokens, as a chat run's validation loss on the
+        # same file (every example once: 40 examples in 5 micro-batches of 8)
+        chat = os.path.join(tt.INPUTS, "chat_example.jsonl")
+        out = os.path.join(tmp, "chat")
+        r = tt.Run("default.yaml", out, [
+            *tt.TINY_MODEL, f"model.tokenizer={os.path.join(tt.INPUTS, 'chat_tokenizer')}",
+            "data.format=chat", f"data.path={chat}", f"data.val_path={chat}", "data.seq_len=128",
+            "data.micro_batch_size=8", "data.global_batch_size=8", "train.val_batches=5",
+            "train.val_every=4", "train.max_steps=4", "checkpoint.resume=none", *FP32]).ok()
+        val = [row for row in r.rows if "val_loss" in row][-1]
+        out_json = os.path.join(tmp, "chat.json")
+        args = ["eval", out, "--data", chat, "--json", out_json, "data.seq_len=128"]
+        rc, o, err = tt.run(args)
+        check(rc == 0, "kktrain eval of the chat run failed" + tt.describe(args, rc, o, err))
+        with open(out_json) as f:
+            d = json.load(f)["data"][0]
+        rel = abs(d["loss"] - val["val_loss"]) / val["val_loss"]
+        check(d["kind"] == "chat" and d["documents"] == 40 and rel < 1e-6,
+              f"chat: {d} vs val_loss {val['val_loss']!r} (relative {rel:.2e})")
+        print(f"chat: loss {d['loss']:.9f} over {d['tokens']} assistant tokens, val_loss "
+              f"{val['val_loss']:.9f} (relative {rel:.1e})")
 
 
 if __name__ == "__main__":
