@@ -20,6 +20,7 @@
 #include "model/transformer.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/round_robin.hpp"
 
 namespace kktrain {
 
@@ -299,18 +300,19 @@ std::vector<SegmentScore> score_segments(Transformer& model, const std::vector<S
   // The segments of each row, in order.
   std::vector<std::vector<int64_t>> of_row(static_cast<std::size_t>(rows));
   for (std::size_t i = 0; i < segments.size(); ++i) of_row[at[i].first].push_back(int64_t(i));
-  const int64_t W = comm.size(), batches = (rows + B - 1) / B, calls = (batches + W - 1) / W;
+  // Micro-batches of B rows dealt round-robin (parallel/round_robin.hpp).
+  const RoundRobinRows rr{rows, B, comm.size(), comm.rank()};
   std::vector<double> sums(2 * segments.size(), 0.0), none;
   std::vector<int32_t> ids(B * T), targets(B * T), starts(B * T);
   std::vector<float> losses(B * T);
-  for (int64_t j = 0; j < calls; ++j) {
-    const int64_t mb = j * W + comm.rank();
+  for (int64_t j = 0; j < rr.calls(); ++j) {
+    const int64_t first = rr.first(j), count = rr.count(j);
     std::fill(ids.begin(), ids.end(), 0);
     std::fill(targets.begin(), targets.end(), -1);
     for (int64_t k = 0; k < B * T; ++k) starts[k] = static_cast<int32_t>(k % T);
-    for (int64_t r = 0; r < B && mb < batches && mb * B + r < rows; ++r) {
+    for (int64_t r = 0; r < count; ++r) {
       int64_t pos = 0;
-      for (int64_t i : of_row[mb * B + r]) {
+      for (int64_t i : of_row[first + r]) {
         const Segment& s = segments[i];
         for (std::size_t t = 0; t < s.ids.size(); ++t) {
           ids[r * T + pos + t] = s.ids[t];
@@ -326,8 +328,8 @@ std::vector<SegmentScore> score_segments(Transformer& model, const std::vector<S
     fo.row_starts = starts.data();
     fo.token_losses = losses.data();
     model.forward(ids.data(), targets.data(), B, T, fo);
-    for (int64_t r = 0; r < B && mb < batches && mb * B + r < rows; ++r) {
-      for (int64_t i : of_row[mb * B + r]) {
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t i : of_row[first + r]) {
         const Segment& s = segments[i];
         const int64_t base = r * T + at[i].second;
         double sum = 0;
@@ -341,7 +343,7 @@ std::vector<SegmentScore> score_segments(Transformer& model, const std::vector<S
         sums[2 * i + 1] = static_cast<double>(n);
       }
     }
-    if (progress) progress(std::min(rows, (j + 1) * W * B), rows);
+    if (progress) progress(rr.done(j), rows);
   }
   comm.allreduce_host(sums, none);
   std::vector<SegmentScore> out(segments.size());

@@ -12,6 +12,7 @@
 #include "model/transformer.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/round_robin.hpp"
 
 namespace kktrain {
 
@@ -45,17 +46,15 @@ class TokenWindows final : public TrainingData {
                                    Communicator& comm) const override {
     ForwardOptions fo;
     fo.compute_mtp = false;
-    const int64_t B = cfg.data.micro_batch_size, W = comm.size();
-    const int64_t windows = cfg.train.val_batches * B;
-    const int64_t calls = (windows + W * B - 1) / (W * B);
+    const int64_t B = cfg.data.micro_batch_size;
+    const RoundRobinRows rr{cfg.train.val_batches * B, B, comm.size(), comm.rank()};
     double sum = 0.0, tokens = 0.0;
     // Every rank draws its windows first (a bad token id on one rank ends every rank).
     const std::vector<Batch> batches = collectively(comm, [&] {
       std::vector<Batch> v;
-      for (int64_t j = 0; j < calls; ++j) {
-        const int64_t first = (j * W + comm.rank()) * B;
-        const int64_t count = std::max<int64_t>(0, std::min<int64_t>(B, windows - first));
-        v.push_back(data_.val_windows(count > 0 ? first : 0, count, B, cfg.data.seq_len));
+      for (int64_t j = 0; j < rr.calls(); ++j) {
+        const int64_t count = rr.count(j);
+        v.push_back(data_.val_windows(count > 0 ? rr.first(j) : 0, count, B, cfg.data.seq_len));
       }
       return v;
     });
@@ -104,16 +103,14 @@ class Examples final : public TrainingData {
                                    Communicator& comm) const override {
     ForwardOptions fo;
     fo.compute_mtp = false;
-    const int64_t B = cfg.data.micro_batch_size, W = comm.size();
-    const int64_t rows = std::min(cfg.train.val_batches * B, data_.val_row_count());
-    const int64_t calls = (rows + W * B - 1) / (W * B);
+    const int64_t B = cfg.data.micro_batch_size;
+    const RoundRobinRows rr{std::min(cfg.train.val_batches * B, data_.val_row_count()), B,
+                            comm.size(), comm.rank()};
     double sum = 0.0, tokens = 0.0;
     const std::vector<Batch> batches = collectively(comm, [&] {
       std::vector<Batch> v;
-      for (int64_t j = 0; j < calls; ++j) {
-        const int64_t first = (j * W + comm.rank()) * B;
-        v.push_back(data_.val_rows(first, std::min(B, rows - first), B));
-      }
+      for (int64_t j = 0; j < rr.calls(); ++j)
+        v.push_back(data_.val_rows(rr.first(j), rr.count(j), B));
       return v;
     });
     for (const Batch& b : batches) {

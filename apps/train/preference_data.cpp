@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "apps/dataprep/cache_manifest.hpp"
@@ -17,6 +16,7 @@
 #include "apps/dataprep/example_cache.hpp"
 #include "core/config_reader.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/log.hpp"
 #include "core/strings.hpp"
 #include "io/durable.hpp"
@@ -25,6 +25,7 @@
 #include "model/transformer.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/round_robin.hpp"
 
 namespace kktrain {
 
@@ -78,24 +79,27 @@ Json reference_manifest(const Config& cfg, const std::string& examples_dir) {
   return m;
 }
 
-std::vector<double> read_split(std::ifstream& in, int64_t n, const std::string& file) {
-  std::vector<double> v(static_cast<size_t>(2 * n));
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 8));
-  if (!in) throw RuntimeFailure("'" + file + "' is shorter than its header says");
-  return v;
-}
-
+// The file written by write_reference for `train` + `val` pairs: read whole through
+// read_regular_file (a FIFO or device in its place is refused, its size is what the header
+// says), each split's sums after the header. RuntimeFailure naming the file otherwise.
 ReferenceLogps read_reference(const std::string& file, int64_t train, int64_t val) {
-  std::ifstream in(file, std::ios::binary);
+  const std::size_t want = 24 + 16 * static_cast<std::size_t>(train + val);
+  std::string bytes;
+  if (auto why = read_regular_file(&bytes, file, want)) {
+    throw RuntimeFailure("'" + file + "' cannot be read: " + *why);
+  }
   uint64_t h[3] = {0, 0, 0};
-  in.read(reinterpret_cast<char*>(h), sizeof(h));
-  if (!in || h[0] != kReferenceMagic || h[1] != uint64_t(train) || h[2] != uint64_t(val)) {
+  if (bytes.size() >= sizeof(h)) std::memcpy(h, bytes.data(), sizeof(h));
+  if (bytes.size() != want || h[0] != kReferenceMagic || h[1] != uint64_t(train) ||
+      h[2] != uint64_t(val)) {
     throw RuntimeFailure("'" + file + "' is not the reference log-probabilities of " +
                          std::to_string(train) + " + " + std::to_string(val) + " pairs");
   }
   ReferenceLogps r;
-  r.train = read_split(in, train, file);
-  r.val = read_split(in, val, file);
+  r.train.resize(static_cast<std::size_t>(2 * train));
+  r.val.resize(static_cast<std::size_t>(2 * val));
+  std::memcpy(r.train.data(), bytes.data() + 24, r.train.size() * 8);
+  std::memcpy(r.val.data(), bytes.data() + 24 + r.train.size() * 8, r.val.size() * 8);
   return r;
 }
 
@@ -164,15 +168,13 @@ class PreferencePairs final : public TrainingData {
   // micro-batches in turn: the mean over their pairs of the loss and of what the step rows report.
   ValidationReport validation_loss(Transformer& model, const Config& cfg,
                                    Communicator& comm) const override {
-    const int64_t B = cfg.data.micro_batch_size, W = comm.size();
-    const int64_t rows = std::min(cfg.train.val_batches * B, data_.val_row_count());
-    const int64_t calls = (rows + W * B - 1) / (W * B);
+    const int64_t B = cfg.data.micro_batch_size;
+    const RoundRobinRows rr{std::min(cfg.train.val_batches * B, data_.val_row_count()), B,
+                            comm.size(), comm.rank()};
     const std::vector<Batch> batches = collectively(comm, [&] {
       std::vector<Batch> v;
-      for (int64_t j = 0; j < calls; ++j) {
-        const int64_t first = (j * W + comm.rank()) * B;
-        v.push_back(data_.val_rows(first, std::min(B, rows - first), B));
-      }
+      for (int64_t j = 0; j < rr.calls(); ++j)
+        v.push_back(data_.val_rows(rr.first(j), rr.count(j), B));
       return v;
     });
     std::vector<double> sums(7, 0.0), none;  // loss, pairs, PairMeans' five
@@ -276,14 +278,13 @@ class PreferencePairs final : public TrainingData {
   std::vector<double> reference_pass(Transformer& model, Split split, Communicator& comm) const {
     const int64_t n = split == Split::train ? data_.train_examples() : data_.val_examples();
     std::vector<double> sums(static_cast<size_t>(2 * n), 0.0), none;
-    const int64_t B = cfg_->data.micro_batch_size, W = comm.size();
-    const int64_t rows = data_.split_row_count(split);
-    const int64_t calls = (rows + W * B - 1) / (W * B);
+    const int64_t B = cfg_->data.micro_batch_size;
+    const RoundRobinRows rr{data_.split_row_count(split), B, comm.size(), comm.rank()};
+    const int64_t rows = rr.rows, calls = rr.calls();
     const bool shown = comm.rank() == 0 && isatty(2);
     for (int64_t j = 0; j < calls; ++j) {
-      const int64_t first = (j * W + comm.rank()) * B;
-      const Batch b = collectively(
-          comm, [&] { return data_.split_rows(split, first, std::min(B, rows - first), B); });
+      const Batch b =
+          collectively(comm, [&] { return data_.split_rows(split, rr.first(j), rr.count(j), B); });
       const std::vector<PairResult> r = run_pairs(model, b, nullptr);
       for (size_t k = 0; k < r.size(); ++k) {
         const int64_t e = b.pairs[k].example;
@@ -293,8 +294,7 @@ class PreferencePairs final : public TrainingData {
       if (shown) {
         std::fprintf(stderr, "\rdpo: reference log-probabilities, %s rows %lld/%lld  ",
                      split == Split::train ? "training" : "validation",
-                     static_cast<long long>(std::min(rows, (j + 1) * W * B)),
-                     static_cast<long long>(rows));
+                     static_cast<long long>(rr.done(j)), static_cast<long long>(rows));
         if (j + 1 == calls) std::fputc('\n', stderr);
       }
     }

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -46,12 +45,10 @@ try:
 except ImportError:  # pragma: no cover
     h5py = None
 
-FP32 = ["model.dtype=float32", "distributed.mp_policy.param_dtype=float32",
-        "distributed.mp_policy.output_dtype=null", "checkpoint.export_dtype=float32"]
-SGD = "optimizer={_target_: torch.optim.SGD, lr: 0.5}"
-# As test_sft.py: splitting the same pairs differently changes only the fp32 order of sums.
-LOSS_TOL = 1e-7
-TOL = 1e-6
+# The fp32 settings, plain SGD and the tolerances of test_sft.py: splitting the same pairs
+# differently changes only the fp32 order of sums.
+from test_sft import FP32, SGD, LOSS_TOL, compare_weights, run  # noqa: E402
+
 PAIR_COLUMNS = ("rewards_chosen", "rewards_rejected", "reward_margin", "reward_accuracy",
                 "logps_chosen", "logps_rejected")
 
@@ -73,34 +70,9 @@ def base(*extra, steps=None, path=None):
     return over
 
 
-def run(np_, tmp, name, over):
-    out = os.path.join(tmp, name)
-    if np_ == 1:
-        return tt.Run("default.yaml", out, over).ok()
-    import test_mpi
-    return test_mpi.MpiRun(np_, "default.yaml", out, over).ok()
-
-
 def need_h5py():
     if h5py is None:
         raise tt.Skip("h5py is not installed")
-
-
-def export_params(run_dir):
-    with h5py.File(os.path.join(run_dir, "export.h5"), "r") as f:
-        return {n: np.asarray(f[f"params/{n}"][()], dtype=np.float64) for n in f["params"]}
-
-
-def compare_weights(a, b, what, tol=TOL):
-    pa, pb = export_params(a.out_dir), export_params(b.out_dir)
-    check(pa.keys() == pb.keys(), what + ": different parameters")
-    worst = 0.0
-    for n in pa:
-        scale = max(np.abs(pa[n]).max(), 1e-30)
-        err = np.abs(pa[n] - pb[n]).max() / scale
-        worst = max(worst, err)
-        check(err <= tol, f"{what}: {n} differs by {err:.3g} of its largest value (tol {tol})")
-    print(f"{what}: weights within {worst:.3g} of each tensor's largest value")
 
 
 def compare_rows(a, b, what, tol=LOSS_TOL):
