@@ -229,7 +229,8 @@ def case_full_disk_export():
 
 def case_full_disk_metrics():
     """metrics.jsonl (1 and 2 ranks), and the TensorBoard event file beside it (logging.
-    tensorboard), on a full file system: exit 1, one line naming it."""
+    tensorboard), on a full file system: exit 1, one line naming it. A DPO run's reference
+    log-probabilities on a disk filling during their write: the same, and nothing of them left."""
     with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp, tmpfs(512) as disk:
         for np_, tb in ((1, False), (2, False), (1, True)):
             out = os.path.join(disk, f"run{np_}{'_tb' if tb else ''}")
@@ -244,6 +245,23 @@ def case_full_disk_metrics():
             line = one_error(rc, o, e, 1, name, ENOSPC, seconds=s)
             print(f"{np_} rank(s){', TensorBoard' if tb else ''}: {line}")
             os.remove(os.path.join(disk, "filler"))
+    # A DPO run's reference log-probabilities (examples/reference/logps.bin, written before the
+    # first step): the disk fills during the write; no file of it is left to be reused, and the
+    # same command on a disk with room computes it again and trains.
+    import test_dpo
+    with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp:
+        out = os.path.join(tmp, "dpo")
+        args = ["train", tt.config(tt.DEFAULT), *test_dpo.base(steps=1),
+                f"train.output_dir={out}"]
+        ref = os.path.join(out, "examples", "reference")
+        rc, o, e, s = run(args, 1, faults(ref, errno=28))
+        line = one_error(rc, o, e, 1, "logps.bin", ENOSPC, seconds=s)
+        left = os.listdir(ref) if os.path.isdir(ref) else []
+        tt.check(left == [], f"the failed reference write left {left}")
+        print(f"DPO reference log-probabilities: {line}")
+        rc, o, e, s = run(args, 1)
+        tt.check(rc == 0 and os.path.exists(os.path.join(ref, "logps.bin")),
+                 f"the rerun: rc {rc}\n{e[-3000:]}")
 
 
 def export_peak_rss(out, dest, dtype):
