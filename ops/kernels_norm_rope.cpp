@@ -214,7 +214,14 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
         const float* w = slot < H ? scale.q : scale.k;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         const int64_t jr = j1 < rhalf ? j1 : rhalf;
-        for (int64_t j = j0; j < jr; ++j) {
+        if (w == nullptr && c != nullptr) {  // the common case, without branches in the loop
+          for (int64_t j = j0; j < jr; ++j) {
+            const float x1 = load_f32(x, j), x2 = load_f32(x, j + rhalf);
+            store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
+            store_as(y, j + rhalf, rnd(x2 * c[j] + x1 * s[j], rc));
+          }
+        }
+        for (int64_t j = w == nullptr && c != nullptr ? jr : j0; j < jr; ++j) {
           float x1 = load_f32(x, j), x2 = load_f32(x, j + rhalf);
           if (w != nullptr) {
             x1 = rnd(x1 * w[j], scale.round);
@@ -273,7 +280,14 @@ void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const floa
         // of the compute-dtype q and k (rounded on load); no tables (or values that pass through
         // unrotated): no rotation.
         const int64_t jr = j1 < rhalf ? j1 : rhalf;
-        for (int64_t j = j0; j < jr; ++j) {
+        if (c != nullptr) {  // the common case, without a branch in the loop
+          for (int64_t j = j0; j < jr; ++j) {
+            const float g1 = rnd(g[j], rc), g2 = rnd(g[j + rhalf], rc);
+            store_as(out, j, rnd(g1 * c[j] + g2 * s[j], rc));
+            store_as(out, j + rhalf, rnd(g2 * c[j] - g1 * s[j], rc));
+          }
+        }
+        for (int64_t j = c != nullptr ? jr : j0; j < jr; ++j) {
           const float g1 = rnd(g[j], rc), g2 = rnd(g[j + rhalf], rc);
           if (c == nullptr) {
             store_as(out, j, rnd(g1, rc));
