@@ -2,7 +2,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kktrain {
@@ -14,6 +16,32 @@ inline bool starts_with(const std::string& s, const std::string& prefix) {
 inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Whether a line holds nothing but spaces, tabs, carriage returns and newlines.
+inline bool blank_line(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+// The lines of `text` that are not blank_line, each with its line number (from 1; a last line
+// without its '\n' counts), viewing into `text`.
+struct NumberedLine {
+  int64_t no;
+  std::string_view text;
+};
+inline std::vector<NumberedLine> nonblank_lines(std::string_view text) {
+  std::vector<NumberedLine> lines;
+  std::size_t pos = 0;
+  int64_t no = 0;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    const std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++no;
+    if (!blank_line(line)) lines.push_back(NumberedLine{no, line});
+  }
+  return lines;
 }
 
 // The items separated by `sep` ("a,b,c").

@@ -4,7 +4,6 @@
 // sharded and the rows shared over the ranks of an mpirun launch.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "apps/cli/commands.hpp"
 #include "apps/dataprep/text_model.hpp"
@@ -14,6 +13,7 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/log.hpp"
+#include "io/durable.hpp"
 #include "io/lora_merge.hpp"
 #include "io/model_weights.hpp"
 #include "model/transformer.hpp"
@@ -119,10 +119,7 @@ int run_eval(const ParsedArgs& args, AppContext& ctx) {
     out["micro_batch_size"] = cfg.data.micro_batch_size;
     const Json figures = eval_json(f);
     for (auto it = figures.begin(); it != figures.end(); ++it) out[it.key()] = it.value();
-    std::ofstream o(json, std::ios::binary | std::ios::trunc);
-    o << json_text(out) << "\n";
-    o.close();
-    if (!o) throw RuntimeFailure("eval: cannot write '" + json + "'");
+    write_text_atomically(json, json_text(out) + "\n");  // whole or not at all
   }
   return 0;
 }

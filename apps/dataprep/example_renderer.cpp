@@ -626,10 +626,6 @@ bool shares_prompt(const Config& cfg) {
          cfg.model.attn_logit_softcapping <= 0;
 }
 
-bool blank_line(std::string_view line) {
-  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
-
 ExampleRenderer ExampleRenderer::open(const Config& cfg, const ModelText& t) {
   auto s = std::make_shared<State>();
   const DataConfig& d = cfg.data;

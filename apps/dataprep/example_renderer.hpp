@@ -65,6 +65,7 @@
 
 #include "apps/dataprep/text_model.hpp"
 #include "core/config.hpp"
+#include "core/strings.hpp"
 #include "io/example_data.hpp"
 #include "text/tokenizer.hpp"
 
@@ -105,9 +106,8 @@ struct RenderedExample {
 enum class ExampleFormat { chat, prompt_completion, preference };
 // LossOn and Truncation: data.loss_on and data.truncation (core/config.hpp).
 
-// Whether a line of a data file holds no example (only spaces, tabs, \r or nothing): such lines
-// are skipped, by `kktrain render` and the training data alike; render() refuses them.
-bool blank_line(std::string_view line);
+// A data file's blank lines (core/strings.hpp blank_line) hold no example: they are skipped, by
+// `kktrain render`, the training data and `kktrain eval` alike; render() refuses them.
 
 // Whether cfg's preference pairs hold their shared prompt once (data.share_prompt, and a model
 // without a sliding window or attention soft-capping, whose masks and positions would count the

@@ -36,14 +36,9 @@ std::string stem_of(const std::string& path) {
   return base.empty() ? std::string("data") : base;
 }
 
-bool eval_ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool token_file_name(const std::string& p) {
   for (const char* e : {".bin", ".u16", ".uint16", ".u32", ".uint32"}) {
-    if (eval_ends_with(p, e)) return true;
+    if (ends_with(p, e)) return true;
   }
   return false;
 }
@@ -161,36 +156,27 @@ Evaluation::DataFile text_data(const std::string& path, const ModelText& text, i
   return d;
 }
 
-// A file's lines (blank ones skipped), read whole (at most kMaxTaskFileBytes).
-std::vector<std::pair<int64_t, std::string>> file_lines(const std::string& path) {
+// A data file read whole (at most kMaxTaskFileBytes), for its lines (core/strings.hpp
+// nonblank_lines).
+std::string whole_file(const std::string& path) {
   std::string all;
   if (auto why = read_regular_file(&all, path, kMaxTaskFileBytes)) {
     throw InputError("eval: '" + path + "' cannot be read: " + *why);
   }
-  std::vector<std::pair<int64_t, std::string>> lines;
-  std::size_t pos = 0;
-  int64_t no = 0;
-  while (pos < all.size()) {
-    std::size_t nl = all.find('\n', pos);
-    if (nl == std::string::npos) nl = all.size();
-    std::string line = all.substr(pos, nl - pos);
-    pos = nl + 1;
-    ++no;
-    if (!blank_line(line)) lines.emplace_back(no, std::move(line));
-  }
-  return lines;
+  return all;
 }
 
-Evaluation::DataFile chat_data(const std::string& path, DataFormat format, const Config& cfg,
-                               const ModelText& text, Budget* budget) {
+Evaluation::DataFile chat_data(const std::string& path, const std::vector<NumberedLine>& lines,
+                               DataFormat format, const Config& cfg, const ModelText& text,
+                               Budget* budget) {
   Config c = cfg;
   c.data.format = format;
   c.data.loss_on = format == DataFormat::chat ? LossOn::assistant : LossOn::completion;
   const ExampleRenderer r = ExampleRenderer::open(c, text);
   Evaluation::DataFile d;
   d.head.kind = EvalDataKind::chat;
-  for (const auto& [no, line] : file_lines(path)) {
-    const RenderedExample e = r.render(line, path, no);
+  for (const NumberedLine& line : lines) {
+    const RenderedExample e = r.render(line.text, path, line.no);
     ++d.head.documents;
     if (e.ids.size() < 2) continue;
     budget->add(static_cast<int64_t>(e.ids.size()), path);
@@ -207,11 +193,10 @@ Evaluation::DataFile chat_data(const std::string& path, DataFormat format, const
 }
 
 // What a .jsonl data file holds, from its first line's fields.
-DataFormat jsonl_kind(const std::string& path) {
-  const auto lines = file_lines(path);
+DataFormat jsonl_kind(const std::string& path, const std::vector<NumberedLine>& lines) {
   if (lines.empty()) throw InputError("eval: '" + path + "' holds no line");
-  const std::string where = path + ":" + std::to_string(lines[0].first);
-  const Json j = parse_json_bounded<Json>(lines[0].second, where);
+  const std::string where = path + ":" + std::to_string(lines[0].no);
+  const Json j = parse_json_bounded<Json>(std::string(lines[0].text), where);
   if (!j.is_object()) throw InputError(where + ": not a JSON object");
   if (j.contains("messages")) return DataFormat::chat;
   if (j.contains("prompt") && j.contains("completion")) return DataFormat::prompt_completion;
@@ -375,10 +360,12 @@ Evaluation Evaluation::prepare(const std::vector<std::string>& data,
       DataFile d;
       if (token_file_name(p)) {
         d = token_data(p, text, e.T_, &budget);
-      } else if (eval_ends_with(p, ".jsonl")) {
-        const DataFormat f = jsonl_kind(p);
+      } else if (ends_with(p, ".jsonl")) {
+        const std::string all = whole_file(p);
+        const std::vector<NumberedLine> lines = nonblank_lines(all);
+        const DataFormat f = jsonl_kind(p, lines);
         d = f == DataFormat::text ? text_data(p, text, e.T_, &budget)
-                                  : chat_data(p, f, cfg, text, &budget);
+                                  : chat_data(p, lines, f, cfg, text, &budget);
       } else {
         d = text_data(p, text, e.T_, &budget);
       }

@@ -7,18 +7,12 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/json_text.hpp"
+#include "core/strings.hpp"
 #include "text/unicode.hpp"
 
 namespace kktrain {
 
 namespace {
-
-bool blank(std::string_view line) {
-  for (char c : line) {
-    if (c != ' ' && c != '\t' && c != '\r') return false;
-  }
-  return true;
-}
 
 // What Python's str.rstrip() strips: White_Space, and U+001C..U+001F (str.isspace's separators).
 bool python_space(char32_t cp) {
@@ -80,17 +74,9 @@ std::vector<ChoiceItem> read_choice_items(const std::string& path) {
     throw InputError("task file '" + path + "' cannot be read: " + *why);
   }
   std::vector<ChoiceItem> items;
-  std::size_t pos = 0;
-  int64_t line_no = 0;
-  while (pos < text.size()) {
-    std::size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    const std::string_view line(text.data() + pos, nl - pos);
-    pos = nl + 1;
-    ++line_no;
-    if (blank(line)) continue;
-    ChoiceItem item = parse_item(line, path + ":" + std::to_string(line_no));
-    item.line = line_no;
+  for (const NumberedLine& line : nonblank_lines(text)) {
+    ChoiceItem item = parse_item(line.text, path + ":" + std::to_string(line.no));
+    item.line = line.no;
     items.push_back(std::move(item));
   }
   if (items.empty()) throw InputError("task file '" + path + "' holds no item");

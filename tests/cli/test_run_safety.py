@@ -200,9 +200,9 @@ def case_mpmd_configs():
 
 
 def case_full_disk_export():
-    """The end-of-run export (rank 0, 1 and 2 ranks) and `kktrain export` on a full disk: exit 1,
-    one line naming the export and the reason; no partial file or temporary left; an earlier
-    export file stays as it was (the export is written atomically)."""
+    """The end-of-run export (rank 0, 1 and 2 ranks), `kktrain export` and `kktrain eval --json`
+    on a full disk: exit 1, one line naming the file and the reason; no partial file or temporary
+    left; an earlier export or report stays as it was (both are written atomically)."""
     with tempfile.TemporaryDirectory(prefix="kktrain_safe_") as tmp:
         for np_ in (1, 2):
             out = os.path.join(tmp, f"run{np_}")
@@ -214,9 +214,10 @@ def case_full_disk_export():
             tt.check(left == [], f"export debris: {left}")
             tt.check(ck.latest(os.path.join(out, "checkpoints")) == "step_00000002", "no ckpt")
         with tmpfs(1024) as disk:
-            dst = os.path.join(disk, "e.h5")
-            with open(dst, "wb") as f:
-                f.write(b"an earlier export\n")
+            dst, report = os.path.join(disk, "e.h5"), os.path.join(disk, "eval.json")
+            for path, text in ((dst, b"an earlier export\n"), (report, b"an earlier report\n")):
+                with open(path, "wb") as f:
+                    f.write(text)
             fill(disk)
             rc, o, e, s = tm.launch([tt.KKTRAIN, "export", os.path.join(tmp, "run1"), "--out",
                                      dst])
@@ -224,7 +225,14 @@ def case_full_disk_export():
             print(f"kktrain export to a full tmpfs: {line}")
             with open(dst, "rb") as f:
                 tt.check(f.read() == b"an earlier export\n", "the earlier export changed")
-            tt.check(sorted(os.listdir(disk)) == ["e.h5", "filler"], f"{os.listdir(disk)}")
+            rc, o, e, s = tm.launch([tt.KKTRAIN, "eval", os.path.join(tmp, "run1"), "--data",
+                                     tt.config("eval_example_text.txt"), "--json", report])
+            line = one_error(rc, o, e, 1, "eval.json", ENOSPC, seconds=s)
+            print(f"kktrain eval --json to a full tmpfs: {line}")
+            with open(report, "rb") as f:
+                tt.check(f.read() == b"an earlier report\n", "the earlier report changed")
+            tt.check(sorted(os.listdir(disk)) == ["e.h5", "eval.json", "filler"],
+                     f"{os.listdir(disk)}")
 
 
 def case_full_disk_metrics():
