@@ -92,6 +92,18 @@ const TC* norm_in(const ExecSpace& space, TBuf& xn, DView<float>& rstd, const fl
                   d.norm);
   return xn.p<TC>();
 }
+// The residual add x = rnd(a + b, stream) into x, then norm_in of x: with a norm, one pass.
+template <class TC>
+const TC* add_norm_in(const ExecSpace& space, TBuf& xn, DView<float>& rstd, float* x,
+                      const float* a, const TC* b, const float* weight, const BlockDims& d) {
+  if (weight == nullptr) {
+    add_forward(space, x, a, b, d.N() * d.C, d.stream);
+    return norm_in<TC>(space, xn, rstd, x, weight, d);
+  }
+  add_rmsnorm_forward(space, xn.p<TC>(), rstd.data(), x, a, b, weight, d.N(), d.C, d.eps, d.stream,
+                      d.norm);
+  return xn.p<TC>();
+}
 template <class TC>
 const TC* norm_in_kept(const TBuf& xn, const float* x, const float* weight) {
   if constexpr (std::is_same_v<TC, float>) {
@@ -133,19 +145,28 @@ const float* norm_out_backward(const ExecSpace& space, const float* dy, const DV
 
 // The backward of norm_in: dres += the input's gradient from s.dxn, the norm output's (through
 // the norm, its weight gradient to `grad_weight`; without a norm, the compute-dtype copy's
-// gradient, rounded to the compute dtype).
+// gradient, rounded to the compute dtype). With `copy` (bf16 compute and a norm), the norm's pass
+// also writes copy = TC(dres), the compute-dtype copy the next product reads; returns whether it
+// did.
 template <class TC>
-void norm_in_backward(const ExecSpace& space, float* dres, const float* x, const float* weight,
+bool norm_in_backward(const ExecSpace& space, float* dres, const float* x, const float* weight,
                       const DView<float>& rstd, const BlockScratch<TC>& s, const BlockDims& d,
-                      BlockGrads& grads, int grad_weight) {
+                      BlockGrads& grads, int grad_weight, TC* copy = nullptr) {
   if (weight == nullptr) {
     round_copy(space, s.dc, s.dxn, d.N() * d.C, rounding_of<TC>());
     add_forward(space, dres, dres, s.dc, d.N() * d.C, d.stream);
-    return;
+    return false;
   }
-  rmsnorm_backward(space, dres, s.dw, s.norm_partial, s.dxn, x, weight, rstd.data(), d.N(), d.C,
-                   d.stream, rounding_of<TC>(), d.norm);
+  if constexpr (std::is_same_v<TC, float>) copy = nullptr;  // fp32 compute reads dres itself
+  if (copy != nullptr) {
+    rmsnorm_backward_copy(space, dres, copy, s.dw, s.norm_partial, s.dxn, x, weight, rstd.data(),
+                          d.N(), d.C, d.stream, rounding_of<TC>(), d.norm);
+  } else {
+    rmsnorm_backward(space, dres, s.dw, s.norm_partial, s.dxn, x, weight, rstd.data(), d.N(), d.C,
+                     d.stream, rounding_of<TC>(), d.norm);
+  }
   grads.accumulate(grad_weight, s.dw);
+  return copy != nullptr;
 }
 
 }  // namespace
@@ -187,9 +208,7 @@ void block_forward(const ExecSpace& space, float* out, const float* inp, BlockAc
                  fill_bias(space, s.proj, w.o_bias, N, C));
   adapter_forward(space, d.gemm, w, s, kO, s.proj, C, 0, o, N, H * D, C);
   norm_out(space, s.proj, a.attn_out, a.rstd3, w.attn_out_norm, d);
-  add_forward(space, a.x1.data(), inp, s.proj, N * C, rs);
-
-  const TC* xn2 = norm_in<TC>(space, a.xn2, a.rstd2, a.x1.data(), w.ln2, d);
+  const TC* xn2 = add_norm_in<TC>(space, a.xn2, a.rstd2, a.x1.data(), inp, s.proj, w.ln2, d);
   if (d.moe.enabled()) {  // the experts' combined output is fp32 until the residual add
     moe_forward(space, s.moe.y, xn2, a.moe, w.moe, s.moe, d.moe);
     add_forward(space, out, a.x1.data(), s.moe.y, N * C, rs);
@@ -232,14 +251,16 @@ void block_backward(const ExecSpace& space, float* dres, const float* inp, const
   } else {
     dense_mlp_backward(space, dmlp, a, xn2, w, s, d, grads);
   }
-  // dxn rounded to the compute dtype on load
-  norm_in_backward(space, dres, a.x1.data(), w.ln2, a.rstd2, s, d, grads, kLn2);
+  // dxn rounded to the compute dtype on load; without an attention output norm, d(x1) is the
+  // o_proj output's gradient, and its compute-dtype copy comes from the same pass
+  const bool copied = norm_in_backward(space, dres, a.x1.data(), w.ln2, a.rstd2, s, d, grads, kLn2,
+                                       w.attn_out_norm ? nullptr : s.dc);
 
   // ---- attention: dres now holds d(x1); the compute-dtype copy of the attention output's
   // gradient is the o_proj output gradient.
   const float* dattn = norm_out_backward(space, dres, a.attn_out, a.rstd3, w.attn_out_norm, s, d,
                                          grads, kAttnOutNorm);
-  const TC* dc = compute_copy(space, s.dc, dattn, N * C);
+  const TC* dc = copied ? s.dc : compute_copy(space, s.dc, dattn, N * C);
   if (w.o_bias.data && grads.trainable(kOBias)) {
     bias_backward(space, dw, dc, N, C);
     grads.accumulate(kOBias, dw);

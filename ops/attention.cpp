@@ -64,34 +64,6 @@ const TC* operand(const TC* rounded, const float* raw) {
   }
 }
 
-// Sum and max of x[0, n) in a fixed order that vectorizes: 16 interleaved partial results,
-// combined pairwise.
-KOKKOS_INLINE_FUNCTION float lane_sum(const float* x, int64_t n) {
-  float acc[16] = {};
-  int64_t c = 0;
-  for (; c + 16 <= n; c += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += x[c + j];
-  }
-  for (int j = 0; c + j < n; ++j) acc[j] += x[c + j];
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  }
-  return acc[0];
-}
-KOKKOS_INLINE_FUNCTION float lane_max(const float* x, int64_t n) {
-  float acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = -FLT_MAX;
-  int64_t c = 0;
-  for (; c + 16 <= n; c += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] = x[c + j] > acc[j] ? x[c + j] : acc[j];
-  }
-  for (int j = 0; c + j < n; ++j) acc[j] = x[c + j] > acc[j] ? x[c + j] : acc[j];
-  for (int w = 8; w >= 1; w /= 2) {
-    for (int j = 0; j < w; ++j) acc[j] = acc[j + w] > acc[j] ? acc[j + w] : acc[j];
-  }
-  return acc[0];
-}
-
 // Row kernels' inner loops, written so that they vectorize on CPUs: no branch in the loop
 // (the causal mask splits a row into [0, valid) and [valid, kw)), restrict-qualified distinct
 // arrays (in-place updates have their own loops).
@@ -109,11 +81,10 @@ KOKKOS_INLINE_FUNCTION void exp_row(float* x, int64_t lo, int64_t valid, int64_t
   for (int64_t c = valid; c < kw; ++c) x[c] = 0.0f;
 }
 
-// out[c] = rnd(in[c], rc) in the compute dtype.
+// out[c] = in[c] rounded to the compute dtype.
 template <class TC>
-KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restrict in, int64_t n,
-                                      Rounding rc) {
-  for (int64_t c = 0; c < n; ++c) store_as(out, c, rnd(in[c], rc));
+KOKKOS_INLINE_FUNCTION void round_row(TC* __restrict out, const float* __restrict in, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) store_rounded(out, c, in[c]);
 }
 
 // The backward's P = exp(S - lse) (0 where masked: c < lo or c >= valid) and
@@ -133,12 +104,12 @@ KOKKOS_INLINE_FUNCTION void dscores_row(TC* __restrict p, TC* __restrict ds,
     if constexpr (kCap) {
       const float t = math::tanh(s[c] / cap);
       const float e = exp_fast(cap * t - lse);
-      store_as(p, c, rnd(e, rc));
-      store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta) * (1.0f - t * t), rc));
+      store_rounded(p, c, e);
+      store_rounded(ds, c, e * (rnd(dp[c], rc) - delta) * (1.0f - t * t));
     } else {
       const float e = exp_fast(s[c] - lse);
-      store_as(p, c, rnd(e, rc));
-      store_as(ds, c, rnd(e * (rnd(dp[c], rc) - delta), rc));
+      store_rounded(p, c, e);
+      store_rounded(ds, c, e * (rnd(dp[c], rc) - delta));
     }
   }
   for (int64_t c = valid; c < kw; ++c) {
@@ -199,7 +170,7 @@ int64_t first_key_block(const AttentionDims& d, int64_t c0, int64_t nc, int64_t 
 // block rescales (still 0). With a softcap the scores a row sees are capped first.
 template <class TC>
 void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const Step& st,
-                   const AttentionDims& d, Rounding rc) {
+                   const AttentionDims& d) {
   float* scores = s.scores;
   TC* probs = s.probs;
   float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
@@ -221,11 +192,12 @@ void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
         gap_columns(gaps, b, t, T, k0, kw, &g0, &g1);
         for (int64_t c = g0; c < g1; ++c) srow[c] = -FLT_MAX;
         const float m_old = first ? -FLT_MAX : m[row];
-        const float m_new = math::max_f(m_old, lane_max(srow + lo, valid - lo));
+        const float m_new =
+            math::max_f(m_old, row_max(valid - lo, [&](const int64_t c) { return srow[lo + c]; }));
         exp_row(srow, lo, valid, kw, m_new);
         for (int64_t c = g0; c < g1; ++c) srow[c] = 0.0f;
-        const float sum = lane_sum(srow, kw);
-        if (probs != nullptr) round_row(probs + row * kw, srow, kw, rc);
+        const float sum = row_sum(kw, [&](const int64_t c) { return srow[c]; });
+        if (probs != nullptr) round_row(probs + row * kw, srow, kw);
         m[row] = m_new;
         if (first) {
           l[row] = sum;
@@ -240,7 +212,7 @@ void softmax_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
 // out (token layout) = rnd(acc / l), lse = m + log(l) for the rows of a tile.
 template <class TC>
 void finalize_tile(const ExecSpace& space, TC* out, float* lse, const AttentionScratch<TC>& s,
-                   const Step& st, const AttentionDims& d, Rounding rc) {
+                   const Step& st, const AttentionDims& d) {
   const float *m = s.row_max, *l = s.row_sum, *acc = s.out_acc;
   const int64_t nr = st.nr, i0 = st.i0, c0 = st.c0, g = st.g;
   const int64_t T = d.T, H = d.H, D = d.D, KV = d.KV, G = d.H / d.KV;
@@ -250,7 +222,7 @@ void finalize_tile(const ExecSpace& space, TC* out, float* lse, const AttentionS
         const int64_t b = bk / KV, h = (bk % KV) * G + g;
         const float inv = 1.0f / l[row];
         TC* o = out + token_index(b, h, t, 0, T, H, D);
-        for (int64_t e = 0; e < D; ++e) store_as(o, e, rnd(acc[row * D + e] * inv, rc));
+        for (int64_t e = 0; e < D; ++e) store_rounded(o, e, acc[row * D + e] * inv);
         lse[(b * H + h) * T + t] = m[row] + math::log(l[row]);
       });
 }
@@ -306,8 +278,7 @@ void dscores_block(const ExecSpace& space, const AttentionScratch<TC>& s, const 
 
 template <class TC>
 void tiled_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, const TC* k,
-                   const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s,
-                   Rounding rc) {
+                   const TC* v, const AttentionDims& d, const AttentionScratch<TC>& s) {
   const AttentionTiles tl = attention_tiles(d, AttentionKernel::tiled_gemm);
   const int64_t T = d.T, D = d.D, G = d.H / d.KV, NG = d.B * d.KV;
   for (int64_t g = 0; g < G; ++g) {
@@ -323,14 +294,14 @@ void tiled_forward(const ExecSpace& space, TC* out, float* lse, const TC* q, con
           // S (nr, kw) = scale q_tile k_block^T, fp32
           gemm_batched(space, d.options.gemm, nc, 'N', 'T', d.scale, qt,
                        gin(k + (c0 * T + k0) * D, kw, D, T * D), 0.0f, gout(s.scores, nr, kw));
-          softmax_block(space, s, st, d, rc);
+          softmax_block(space, s, st, d);
           // acc (nr, D) (+)= rnd(P~) (nr, kw) v_block (kw, D), fp32
           gemm_batched(space, d.options.gemm, nc, 'N', 'N', 1.0f,
                        gin(operand(s.probs, s.scores), nr, kw),
                        gin(v + (c0 * T + k0) * D, kw, D, T * D), k0 == k_first ? 0.0f : 1.0f,
                        gout(s.out_acc, nr, D));
         }
-        finalize_tile(space, out, lse, s, Step{c0, nc, g, i0, nr, 0, 0}, d, rc);
+        finalize_tile(space, out, lse, s, Step{c0, nc, g, i0, nr, 0, 0}, d);
       }
     }
   }
@@ -430,12 +401,7 @@ void attention_delta(const ExecSpace& space, float* delta, const TC* dout, const
         const int64_t t = row % T, h = (row / T) % H, b = row / (T * H);
         const TC* o = out + token_index(b, h, t, 0, T, H, D);
         const TC* go = dout + row * D;
-        float acc[16] = {};
-        for (int64_t e = 0; e < D; ++e) acc[e % 16] += to_f32(go[e]) * to_f32(o[e]);
-        for (int w = 8; w >= 1; w /= 2) {
-          for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-        }
-        delta[row] = acc[0];
+        delta[row] = row_sum(D, [&](const int64_t e) { return load_f32(go, e) * load_f32(o, e); });
       });
 }
 
@@ -446,7 +412,7 @@ void attention_forward(const ExecSpace& space, TC* out, float* lse, const TC* q,
   if (d.options.kernel == AttentionKernel::team) {
     team_attention_forward(space, out, lse, q, k, v, d, rc);
   } else {
-    tiled_forward(space, out, lse, q, k, v, d, s, rc);
+    tiled_forward(space, out, lse, q, k, v, d, s);
   }
 }
 

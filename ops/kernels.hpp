@@ -18,6 +18,7 @@
 // Statistics (norm rstd, softmax, rotary angles, loss) are computed and kept in fp32.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -34,6 +35,49 @@ namespace kktrain {
 KOKKOS_INLINE_FUNCTION float rnd(float x, Rounding r) {
   const uint32_t m = 0u - static_cast<uint32_t>(r);
   return bits_float((bf16_round_bits32(x) & m) | (float_bits(x) & ~m));
+}
+
+// The sum over c in [0, n) of f(c) in a fixed order that vectorizes, for the row reductions of
+// the CPU kernels: kRowSumLanes partial sums (value c into lane c % kRowSumLanes, in order within
+// its lane), then the lanes folded in halves (lane l += lane l + w for w = 8, 4, 2, 1). The order
+// depends on n alone: any thread count, rank or run gives the same bits. (A sum in index order
+// is a chain of dependent adds the compiler may not reorder: RMSNorm's rows ran unvectorized.)
+constexpr int kRowSumLanes = 16;
+template <class F>
+KOKKOS_INLINE_FUNCTION float row_sum(int64_t n, const F& f) {
+  float lane[kRowSumLanes] = {};
+  int64_t c = 0;
+  for (; c + kRowSumLanes <= n; c += kRowSumLanes) {
+    for (int l = 0; l < kRowSumLanes; ++l) lane[l] += f(c + l);
+  }
+  for (int l = 0; c + l < n; ++l) lane[l] += f(c + l);
+  for (int w = kRowSumLanes / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+  }
+  return lane[0];
+}
+
+// The largest f(c) over c in [0, n) (-FLT_MAX for n = 0), in row_sum's lanes and order (a max
+// is the same in any order, but for which of -0 and +0 it keeps: the order fixes that too).
+template <class F>
+KOKKOS_INLINE_FUNCTION float row_max(int64_t n, const F& f) {
+  float lane[kRowSumLanes];
+  for (int l = 0; l < kRowSumLanes; ++l) lane[l] = -FLT_MAX;
+  int64_t c = 0;
+  for (; c + kRowSumLanes <= n; c += kRowSumLanes) {
+    for (int l = 0; l < kRowSumLanes; ++l) {
+      const float x = f(c + l);
+      lane[l] = x > lane[l] ? x : lane[l];
+    }
+  }
+  for (int l = 0; c + l < n; ++l) {
+    const float x = f(c + l);
+    lane[l] = x > lane[l] ? x : lane[l];
+  }
+  for (int w = kRowSumLanes / 2; w > 0; w /= 2) {
+    for (int l = 0; l < w; ++l) lane[l] = lane[l + w] > lane[l] ? lane[l + w] : lane[l];
+  }
+  return lane[0];
 }
 
 // exp(x) in fp32 without a library call, so loops over it vectorize (and every backend computes
@@ -117,13 +161,20 @@ inline NormForm norm_form(NormWeight w) {
   return NormForm{};
 }
 
-// rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32; out (N, C) = TC(rnd(w * rnd(x * rstd, stream),
+// rstd (N) = 1/sqrt(mean(x^2) + eps) in fp32 (CPUs sum the squares in row_sum's order, GPUs in
+// a team reduction's); out (N, C) = TC(rnd(w * rnd(x * rstd, stream),
 // stream)) (or the NormForm's product); out_stream (N, C), if not null, receives the
 // stream-dtype value before the TC store.
 template <class TC>
 void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
                      const float* inp, const float* weight, int64_t N, int64_t C, float eps,
                      Rounding stream, NormForm form = {});
+// The residual add and the next norm in one pass: xres (N, C) = rnd(a + b, stream) (xres may
+// alias a), then rmsnorm_forward of xres into out and rstd (no out_stream).
+template <class TC, class TB>
+void add_rmsnorm_forward(const ExecSpace& space, TC* out, float* rstd, float* xres, const float* a,
+                         const TB* b, const float* weight, int64_t N, int64_t C, float eps,
+                         Rounding stream, NormForm form = {});
 // dinp (N, C) = rnd(dinp + rnd(d(norm)/dx, stream), stream)  -- accumulates into the stream grad
 // dout (N, C) is read as rnd(dout, dout_rounding): a caller's fp32 sum (GEMM + LoRA
 // contributions) gets its one rounding to the compute dtype here, without a separate pass.
@@ -139,6 +190,13 @@ void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float
                       const float* dout, const float* inp, const float* weight, const float* rstd,
                       int64_t N, int64_t C, Rounding stream,
                       Rounding dout_rounding = Rounding::fp32, NormForm form = {});
+// rmsnorm_backward that also writes copy (N, C) = TC(dinp) after the update, in the same pass:
+// the compute-dtype copy of the residual stream's gradient that the next product reads.
+template <class TC>
+void rmsnorm_backward_copy(const ExecSpace& space, float* dinp, TC* copy, float* dweight,
+                           float* partial, const float* dout, const float* inp, const float* weight,
+                           const float* rstd, int64_t N, int64_t C, Rounding stream,
+                           Rounding dout_rounding = Rounding::fp32, NormForm form = {});
 
 // ---- attention inputs: projection biases, per-head norms (ops/kernels_heads.cpp) ---------------
 
@@ -300,7 +358,8 @@ template <class TC>
 void logit_softcap_forward(const ExecSpace& space, TC* logits, int64_t n, LogitSoftcap softcap);
 
 // Fused softmax + cross-entropy over logits (N, V). Rows with target < 0 are ignored.
-// losses (N) = logsumexp(logits) - logits[target] (fp32; 0 for ignored rows).
+// losses (N) = logsumexp(logits) - logits[target] (fp32, exponentials by exp_fast; the row's sum
+// in row_sum's order on CPUs; 0 for ignored rows).
 // With LossPass::forward_backward, logits are overwritten in place with dlogits =
 // TC((softmax - onehot) * scale), the gradient of the mean loss when scale = 1 / count.
 // With a soft-cap on, the logits given are the capped z (logit_softcap_forward's output) and

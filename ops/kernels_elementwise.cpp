@@ -138,7 +138,7 @@ void add_scaled_slice(const ExecSpace& space, TC* y, int64_t ld, int64_t col, co
         TC* row = y + n * ld + col;
         for (int64_t j = j0; j < j1; ++j) {
           const float d = rnd(load_f32(delta, n * out + j) * scale, rc);
-          store_as(row, j, rnd(load_f32(row, j) + d, rc));
+          store_rounded(row, j, load_f32(row, j) + d);
         }
       });
 }
@@ -146,12 +146,11 @@ void add_scaled_slice(const ExecSpace& space, TC* y, int64_t ld, int64_t col, co
 template <class TC>
 void scaled_slice(const ExecSpace& space, TC* out, const TC* in, int64_t ld, int64_t col, int64_t N,
                   int64_t w, float scale) {
-  constexpr Rounding rc = rounding_of<TC>();
   for_rows(
       space, "scaled_slice", N, w,
       KOKKOS_LAMBDA(const int64_t n, const int64_t j0, const int64_t j1) {
         for (int64_t j = j0; j < j1; ++j) {
-          store_as(out, n * w + j, rnd(load_f32(in, n * ld + col + j) * scale, rc));
+          store_rounded(out, n * w + j, load_f32(in, n * ld + col + j) * scale);
         }
       });
 }
@@ -201,7 +200,7 @@ void gated_forward(const ExecSpace& space, TC* a, const TC* gu, int64_t N, int64
           const float gf = load_f32(g, f);
           // the activation's output, a compute-dtype tensor
           const float s = rnd(kGelu ? gelu_tanh_f(gf) : gf * sigmoid_f(gf), rc);
-          store_as(a, n * F + f, rnd(s * load_f32(u, f), rc));
+          store_rounded(a, n * F + f, s * load_f32(u, f));
         }
       });
 }
@@ -225,14 +224,14 @@ void gated_backward(const ExecSpace& space, TC* dgu, const float* da, const TC* 
           if constexpr (kGelu) {
             float grad = 0.0f;
             const float s = rnd(gelu_tanh_and_grad_f(gf, &grad), rc);
-            store_as(du, f, rnd(df * s, rc));
-            store_as(dg, f, rnd(ds * grad, rc));
+            store_rounded(du, f, df * s);
+            store_rounded(dg, f, ds * grad);
           } else {
             const float sg = sigmoid_f(gf);
             const float s = rnd(gf * sg, rc);
-            store_as(du, f, rnd(df * s, rc));
+            store_rounded(du, f, df * s);
             // d silu(g)/dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
-            store_as(dg, f, rnd(ds * sg * (1.0f + gf * (1.0f - sg)), rc));
+            store_rounded(dg, f, ds * sg * (1.0f + gf * (1.0f - sg)));
           }
         }
       });

@@ -41,36 +41,123 @@ KOKKOS_INLINE_FUNCTION float norm_xhat(float x, float r, Rounding stream) {
   }
 }
 
-template <class TC, bool kFp32>
-void rmsnorm_forward_form(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
-                          const float* inp, const float* weight, int64_t N, int64_t C, float eps,
-                          Rounding stream, float off) {
-  constexpr Rounding rc = rounding_of<TC>();
+// The forward's rows: x = inp's row, or with a residual branch b the row of rnd(a + b, stream)
+// written to xres first (the residual add and the norm in one pass over the row); rstd = 1 /
+// sqrt(mean(x^2) + eps); out = TC(norm_y). CPUs: one row per iteration, the sum of squares in
+// lanes (row_sum), every loop vectorized; GPUs: one team per row.
+template <class TC, class TB, bool kFp32>
+void rmsnorm_forward_form(const ExecSpace& space, const char* name, TC* out, float* out_stream,
+                          float* rstd, float* xres, const float* inp, const TB* b,
+                          const float* weight, int64_t N, int64_t C, float eps, Rounding stream,
+                          float off) {
+  if (kHostKernels) {
+    Kokkos::parallel_for(
+        name, RangePolicy(space, 0, N), KOKKOS_LAMBDA(const int64_t n) {
+          const float* x = inp + n * C;
+          if (b != nullptr) {
+            float* xr = xres + n * C;
+            for (int64_t c = 0; c < C; ++c) xr[c] = rnd(x[c] + load_f32(b, n * C + c), stream);
+            x = xr;
+          }
+          const float ss = row_sum(C, [&](const int64_t c) { return x[c] * x[c]; });
+          const float r = 1.0f / math::sqrt(ss / static_cast<float>(C) + eps);
+          rstd[n] = r;
+          if (out_stream != nullptr) {
+            for (int64_t c = 0; c < C; ++c)
+              out_stream[n * C + c] = norm_y<kFp32>(x[c], r, weight[c], off, stream);
+          }
+          for (int64_t c = 0; c < C; ++c)
+            store_rounded(out, n * C + c, norm_y<kFp32>(x[c], r, weight[c], off, stream));
+        });
+    return;
+  }
   Kokkos::parallel_for(
-      "rmsnorm_forward", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
+      name, TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
         const float* x = inp + n * C;
         float ss = 0.0f;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(m, C), [&](const int64_t c, float& acc) { acc += x[c] * x[c]; },
-            ss);
+        if (b != nullptr) {
+          float* xr = xres + n * C;
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(m, C),
+              [&](const int64_t c, float& acc) {
+                const float v = rnd(x[c] + load_f32(b, n * C + c), stream);
+                xr[c] = v;
+                acc += v * v;
+              },
+              ss);
+          m.team_barrier();  // the row's sums, written by the whole team, read below
+          x = xr;
+        } else {
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(m, C),
+              [&](const int64_t c, float& acc) { acc += x[c] * x[c]; }, ss);
+        }
         const float r = 1.0f / math::sqrt(ss / static_cast<float>(C) + eps);
         Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd[n] = r; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
           const float y = norm_y<kFp32>(x[c], r, weight[c], off, stream);
           if (out_stream) out_stream[n * C + c] = y;
-          store_as(out, n * C + c, rnd(y, rc));
+          store_rounded(out, n * C + c, y);
         });
       });
 }
 
-template <bool kFp32>
-void rmsnorm_backward_form(const ExecSpace& space, float* dinp, float* dweight, float* partial,
-                           const float* dout, const float* inp, const float* weight,
+// The weight gradient's second stage: dweight (C) = the sum of the chunk sums, chunks in order.
+void rmsnorm_weight_total(const ExecSpace& space, float* dweight, const float* partial, int64_t P,
+                          int64_t C) {
+  Kokkos::parallel_for(
+      "rmsnorm_backward_weight", RangePolicy(space, 0, C), KOKKOS_LAMBDA(const int64_t c) {
+        float acc = 0.0f;
+        for (int64_t p = 0; p < P; ++p) acc += partial[p * C + c];
+        dweight[c] = acc;
+      });
+}
+
+//   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
+// dinp += rnd(dx, stream) (rounded to the stream dtype); with `copy`, copy = TC(the new dinp).
+// Weight gradient in two stages with a fixed summation order, the same on every backend: the sum
+// over each chunk of kRmsnormRowsPerPartial rows (rows in order), then the sum of the chunk sums
+// (chunks in order).
+// CPUs: one chunk per iteration, its rows in order, each row's input gradient (its dot product in
+// lanes, row_sum) and its weight-gradient terms in one pass over dy and x, every loop vectorized.
+// GPUs: one team per row for the input gradient; then one thread per (chunk, channel), coalesced
+// over channels, for the chunk sums.
+template <class TC, bool kFp32>
+void rmsnorm_backward_form(const ExecSpace& space, float* dinp, TC* copy, float* dweight,
+                           float* partial, const float* dout, const float* inp, const float* weight,
                            const float* rstd, int64_t N, int64_t C, Rounding stream,
                            Rounding dout_rounding, float off) {
-  // Input gradient: one team per row.
-  //   xhat = x * r, dxhat = dy * w,  dx = r * dxhat - r^3 * x * mean(dxhat * x)
+  const int64_t R = kRmsnormRowsPerPartial, P = (N + R - 1) / R;
+  if (kHostKernels) {
+    Kokkos::parallel_for(
+        "rmsnorm_backward", RangePolicy(space, 0, P), KOKKOS_LAMBDA(const int64_t p) {
+          float* acc = partial + p * C;
+          for (int64_t c = 0; c < C; ++c) acc[c] = 0.0f;
+          const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
+          for (int64_t n = p * R; n < end; ++n) {
+            const float r = rstd[n];
+            const float* x = inp + n * C;
+            const float* dy = dout + n * C;
+            float* di = dinp + n * C;
+            const float dot = row_sum(C, [&](const int64_t c) {
+              return norm_dxhat<kFp32>(rnd(dy[c], dout_rounding), weight[c], off, stream) * x[c];
+            });
+            const float k = r * r * r * dot / static_cast<float>(C);
+            for (int64_t c = 0; c < C; ++c) {
+              const float g = rnd(dy[c], dout_rounding);
+              const float dx = r * norm_dxhat<kFp32>(g, weight[c], off, stream) - k * x[c];
+              di[c] = rnd(di[c] + rnd(dx, stream), stream);
+              acc[c] += g * norm_xhat<kFp32>(x[c], r, stream);
+            }
+            if (copy != nullptr) {
+              for (int64_t c = 0; c < C; ++c) store_rounded(copy, n * C + c, di[c]);
+            }
+          }
+        });
+    rmsnorm_weight_total(space, dweight, partial, P, C);
+    return;
+  }
   Kokkos::parallel_for(
       "rmsnorm_backward_input", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -88,48 +175,51 @@ void rmsnorm_backward_form(const ExecSpace& space, float* dinp, float* dweight, 
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int64_t c) {
           const float dx =
               r * norm_dxhat<kFp32>(rnd(dy[c], dout_rounding), weight[c], off, stream) - k * x[c];
-          dinp[n * C + c] = rnd(dinp[n * C + c] + rnd(dx, stream), stream);
+          const float v = rnd(dinp[n * C + c] + rnd(dx, stream), stream);
+          dinp[n * C + c] = v;
+          if (copy != nullptr) store_rounded(copy, n * C + c, v);
         });
       });
-  // Weight gradient in two stages with a fixed summation order, the same on every backend: the
-  // sum over each chunk of kRmsnormRowsPerPartial rows (rows in order), then the sum of the chunk
-  // sums (chunks in order). GPUs: one thread per (chunk, channel), coalesced over channels; CPUs:
-  // one chunk per iteration, its rows streamed in order with a vectorized channel loop.
-  const int64_t R = kRmsnormRowsPerPartial, P = (N + R - 1) / R;
-  if (kHostKernels) {
-    Kokkos::parallel_for(
-        "rmsnorm_backward_weight_partial", RangePolicy(space, 0, P),
-        KOKKOS_LAMBDA(const int64_t p) {
-          float* acc = partial + p * C;
-          for (int64_t c = 0; c < C; ++c) acc[c] = 0.0f;
-          const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
-          for (int64_t n = p * R; n < end; ++n) {
-            const float r = rstd[n];
-            const float* x = inp + n * C;
-            const float* dy = dout + n * C;
-            for (int64_t c = 0; c < C; ++c)
-              acc[c] += rnd(dy[c], dout_rounding) * norm_xhat<kFp32>(x[c], r, stream);
-          }
-        });
-  } else {
-    Kokkos::parallel_for(
-        "rmsnorm_backward_weight_partial", RangePolicy(space, 0, P * C),
-        KOKKOS_LAMBDA(const int64_t i) {
-          const int64_t p = i / C, c = i - p * C;
-          const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
-          float acc = 0.0f;
-          for (int64_t n = p * R; n < end; ++n)
-            acc += rnd(dout[n * C + c], dout_rounding) *
-                   norm_xhat<kFp32>(inp[n * C + c], rstd[n], stream);
-          partial[i] = acc;
-        });
-  }
   Kokkos::parallel_for(
-      "rmsnorm_backward_weight", RangePolicy(space, 0, C), KOKKOS_LAMBDA(const int64_t c) {
+      "rmsnorm_backward_weight_partial", RangePolicy(space, 0, P * C),
+      KOKKOS_LAMBDA(const int64_t i) {
+        const int64_t p = i / C, c = i - p * C;
+        const int64_t end = (p + 1) * R < N ? (p + 1) * R : N;
         float acc = 0.0f;
-        for (int64_t p = 0; p < P; ++p) acc += partial[p * C + c];
-        dweight[c] = acc;
+        for (int64_t n = p * R; n < end; ++n)
+          acc += rnd(dout[n * C + c], dout_rounding) *
+                 norm_xhat<kFp32>(inp[n * C + c], rstd[n], stream);
+        partial[i] = acc;
       });
+  rmsnorm_weight_total(space, dweight, partial, P, C);
+}
+
+template <class TC, class TB>
+void rmsnorm_forward_any(const ExecSpace& space, const char* name, TC* out, float* out_stream,
+                         float* rstd, float* xres, const float* inp, const TB* b,
+                         const float* weight, int64_t N, int64_t C, float eps, Rounding stream,
+                         NormForm form) {
+  if (form.fp32_product) {
+    rmsnorm_forward_form<TC, TB, true>(space, name, out, out_stream, rstd, xres, inp, b, weight, N,
+                                       C, eps, stream, form.offset);
+  } else {
+    rmsnorm_forward_form<TC, TB, false>(space, name, out, out_stream, rstd, xres, inp, b, weight, N,
+                                        C, eps, stream, form.offset);
+  }
+}
+
+template <class TC>
+void rmsnorm_backward_any(const ExecSpace& space, float* dinp, TC* copy, float* dweight,
+                          float* partial, const float* dout, const float* inp, const float* weight,
+                          const float* rstd, int64_t N, int64_t C, Rounding stream,
+                          Rounding dout_rounding, NormForm form) {
+  if (form.fp32_product) {
+    rmsnorm_backward_form<TC, true>(space, dinp, copy, dweight, partial, dout, inp, weight, rstd, N,
+                                    C, stream, dout_rounding, form.offset);
+  } else {
+    rmsnorm_backward_form<TC, false>(space, dinp, copy, dweight, partial, dout, inp, weight, rstd,
+                                     N, C, stream, dout_rounding, form.offset);
+  }
 }
 }  // namespace
 
@@ -137,26 +227,33 @@ template <class TC>
 void rmsnorm_forward(const ExecSpace& space, TC* out, float* out_stream, float* rstd,
                      const float* inp, const float* weight, int64_t N, int64_t C, float eps,
                      Rounding stream, NormForm form) {
-  if (form.fp32_product) {
-    rmsnorm_forward_form<TC, true>(space, out, out_stream, rstd, inp, weight, N, C, eps, stream,
-                                   form.offset);
-  } else {
-    rmsnorm_forward_form<TC, false>(space, out, out_stream, rstd, inp, weight, N, C, eps, stream,
-                                    form.offset);
-  }
+  rmsnorm_forward_any<TC, float>(space, "rmsnorm_forward", out, out_stream, rstd, nullptr, inp,
+                                 nullptr, weight, N, C, eps, stream, form);
+}
+
+template <class TC, class TB>
+void add_rmsnorm_forward(const ExecSpace& space, TC* out, float* rstd, float* xres, const float* a,
+                         const TB* b, const float* weight, int64_t N, int64_t C, float eps,
+                         Rounding stream, NormForm form) {
+  rmsnorm_forward_any<TC, TB>(space, "add_rmsnorm_forward", out, nullptr, rstd, xres, a, b, weight,
+                              N, C, eps, stream, form);
 }
 
 void rmsnorm_backward(const ExecSpace& space, float* dinp, float* dweight, float* partial,
                       const float* dout, const float* inp, const float* weight, const float* rstd,
                       int64_t N, int64_t C, Rounding stream, Rounding dout_rounding,
                       NormForm form) {
-  if (form.fp32_product) {
-    rmsnorm_backward_form<true>(space, dinp, dweight, partial, dout, inp, weight, rstd, N, C,
-                                stream, dout_rounding, form.offset);
-  } else {
-    rmsnorm_backward_form<false>(space, dinp, dweight, partial, dout, inp, weight, rstd, N, C,
-                                 stream, dout_rounding, form.offset);
-  }
+  rmsnorm_backward_any<float>(space, dinp, nullptr, dweight, partial, dout, inp, weight, rstd, N, C,
+                              stream, dout_rounding, form);
+}
+
+template <class TC>
+void rmsnorm_backward_copy(const ExecSpace& space, float* dinp, TC* copy, float* dweight,
+                           float* partial, const float* dout, const float* inp, const float* weight,
+                           const float* rstd, int64_t N, int64_t C, Rounding stream,
+                           Rounding dout_rounding, NormForm form) {
+  rmsnorm_backward_any<TC>(space, dinp, copy, dweight, partial, dout, inp, weight, rstd, N, C,
+                           stream, dout_rounding, form);
 }
 
 void rope_tables(float* cos, float* sin, int64_t T, int64_t D, const std::vector<float>& inv_freq,
@@ -185,7 +282,6 @@ template <class TC>
 void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, const float* cos,
                   const float* sin, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
                   const int32_t* starts, HeadScale scale, int64_t R) {
-  constexpr Rounding rc = rounding_of<TC>();
   const int64_t S = H + 2 * KV;  // head slots per token: H query, KV key, KV value
   const int64_t half = D / 2;
   // Partial rotary: pairs (j, j + rhalf) for j < rhalf rotate; the last D - R values pass.
@@ -217,8 +313,8 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
         if (w == nullptr && c != nullptr) {  // the common case, without branches in the loop
           for (int64_t j = j0; j < jr; ++j) {
             const float x1 = load_f32(x, j), x2 = load_f32(x, j + rhalf);
-            store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
-            store_as(y, j + rhalf, rnd(x2 * c[j] + x1 * s[j], rc));
+            store_rounded(y, j, x1 * c[j] - x2 * s[j]);
+            store_rounded(y, j + rhalf, x2 * c[j] + x1 * s[j]);
           }
         }
         for (int64_t j = w == nullptr && c != nullptr ? jr : j0; j < jr; ++j) {
@@ -228,12 +324,12 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
             x2 = rnd(x2 * w[j + rhalf], scale.round);
           }
           if (c == nullptr) {
-            store_as(y, j, rnd(x1, rc));
-            store_as(y, j + rhalf, rnd(x2, rc));
+            store_rounded(y, j, x1);
+            store_rounded(y, j + rhalf, x2);
             continue;
           }
-          store_as(y, j, rnd(x1 * c[j] - x2 * s[j], rc));
-          store_as(y, j + rhalf, rnd(x2 * c[j] + x1 * s[j], rc));
+          store_rounded(y, j, x1 * c[j] - x2 * s[j]);
+          store_rounded(y, j + rhalf, x2 * c[j] + x1 * s[j]);
         }
         // the values past rotary_dim: scaled, not rotated
         for (int64_t j = j0 > rhalf ? j0 : rhalf; j < j1; ++j) {
@@ -243,8 +339,8 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
             x1 = rnd(x1 * w[e1], scale.round);
             x2 = rnd(x2 * w[e2], scale.round);
           }
-          store_as(y, e1, rnd(x1, rc));
-          store_as(y, e2, rnd(x2, rc));
+          store_rounded(y, e1, x1);
+          store_rounded(y, e2, x2);
         }
       });
 }
@@ -266,8 +362,8 @@ void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const floa
         if (slot >= H + KV) {
           const float* g = dv + ((b * KV + slot - H - KV) * T + t) * D;
           for (int64_t j = j0; j < j1; ++j) {
-            store_as(out, j, rnd(g[j], rc));
-            store_as(out, j + half, rnd(g[j + half], rc));
+            store_rounded(out, j, g[j]);
+            store_rounded(out, j + half, g[j + half]);
           }
           return;
         }
@@ -283,23 +379,23 @@ void rope_backward(const ExecSpace& space, TC* dqkv, const float* dq, const floa
         if (c != nullptr) {  // the common case, without a branch in the loop
           for (int64_t j = j0; j < jr; ++j) {
             const float g1 = rnd(g[j], rc), g2 = rnd(g[j + rhalf], rc);
-            store_as(out, j, rnd(g1 * c[j] + g2 * s[j], rc));
-            store_as(out, j + rhalf, rnd(g2 * c[j] - g1 * s[j], rc));
+            store_rounded(out, j, g1 * c[j] + g2 * s[j]);
+            store_rounded(out, j + rhalf, g2 * c[j] - g1 * s[j]);
           }
         }
         for (int64_t j = c != nullptr ? jr : j0; j < jr; ++j) {
           const float g1 = rnd(g[j], rc), g2 = rnd(g[j + rhalf], rc);
           if (c == nullptr) {
-            store_as(out, j, rnd(g1, rc));
-            store_as(out, j + rhalf, rnd(g2, rc));
+            store_rounded(out, j, g1);
+            store_rounded(out, j + rhalf, g2);
             continue;
           }
-          store_as(out, j, rnd(g1 * c[j] + g2 * s[j], rc));
-          store_as(out, j + rhalf, rnd(g2 * c[j] - g1 * s[j], rc));
+          store_rounded(out, j, g1 * c[j] + g2 * s[j]);
+          store_rounded(out, j + rhalf, g2 * c[j] - g1 * s[j]);
         }
         for (int64_t j = j0 > rhalf ? j0 : rhalf; j < j1; ++j) {
-          store_as(out, j + rhalf, rnd(g[j + rhalf], rc));
-          store_as(out, j + rhalf + pass, rnd(g[j + rhalf + pass], rc));
+          store_rounded(out, j + rhalf, g[j + rhalf]);
+          store_rounded(out, j + rhalf + pass, g[j + rhalf + pass]);
         }
       });
 }
@@ -320,6 +416,12 @@ void tokens_to_heads(const ExecSpace& space, TO* out, const TI* in, int64_t B, i
 #define KKTRAIN_INST_TC(TC)                                                                        \
   template void rmsnorm_forward<TC>(const ExecSpace&, TC*, float*, float*, const float*,           \
                                     const float*, int64_t, int64_t, float, Rounding, NormForm);    \
+  template void add_rmsnorm_forward<TC, TC>(const ExecSpace&, TC*, float*, float*, const float*,   \
+                                            const TC*, const float*, int64_t, int64_t, float,      \
+                                            Rounding, NormForm);                                   \
+  template void rmsnorm_backward_copy<TC>(const ExecSpace&, float*, TC*, float*, float*,           \
+                                          const float*, const float*, const float*, const float*,  \
+                                          int64_t, int64_t, Rounding, Rounding, NormForm);         \
   template void rope_forward<TC>(const ExecSpace&, TC*, TC*, TC*, const TC*, const float*,         \
                                  const float*, int64_t, int64_t, int64_t, int64_t, int64_t,        \
                                  const int32_t*, HeadScale, int64_t);                              \

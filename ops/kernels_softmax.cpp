@@ -37,6 +37,37 @@ void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* l
   // keeps the loop vectorizable (as rnd does).
   const float inv_cap = softcap.on() ? 1.0f / softcap.cap : 0.0f;
   const uint32_t cap_mask = softcap.on() ? ~0u : 0u;
+  if (kHostKernels) {
+    // CPUs: one row per iteration, its max and sum in lanes (row_max, row_sum), every loop
+    // vectorized (exp_fast: a libm exp per logit was most of the loss's time at large V).
+    Kokkos::parallel_for(
+        "cross_entropy", RangePolicy(space, 0, N), KOKKOS_LAMBDA(const int64_t n) {
+          TC* row = logits + n * V;
+          const int32_t target = targets[n];
+          if (target < 0) {  // ignored position: no loss, no gradient
+            losses[n] = 0.0f;
+            if (backward) {
+              for (int64_t v = 0; v < V; ++v) store_as(row, v, 0.0f);
+            }
+            return;
+          }
+          const float mx = row_max(V, [&](const int64_t v) { return load_f32(row, v); });
+          const float sum =
+              row_sum(V, [&](const int64_t v) { return exp_fast(load_f32(row, v) - mx); });
+          losses[n] = mx + math::log(sum) - load_f32(row, target);
+          if (!backward) return;
+          const float inv = 1.0f / sum;
+          const float sn = row_scale != nullptr ? row_scale[n] : scale;
+          for (int64_t v = 0; v < V; ++v) {
+            const float z = load_f32(row, v);
+            const float p = exp_fast(z - mx) * inv;
+            const float dz = rnd((p - (v == target ? 1.0f : 0.0f)) * sn, rc);
+            const float t = bits_float(float_bits(z * inv_cap) & cap_mask);
+            store_rounded(row, v, dz * (1.0f - t * t));
+          }
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "cross_entropy", TeamPolicy(space, N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& m) {
         const int64_t n = m.league_rank();
@@ -58,7 +89,7 @@ void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* l
         float sum = 0.0f;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(m, V),
-            [&](const int64_t v, float& acc) { acc += math::exp(load_f32(row, v) - mx); }, sum);
+            [&](const int64_t v, float& acc) { acc += exp_fast(load_f32(row, v) - mx); }, sum);
         const float lse = mx + math::log(sum);
         const float target_logit = load_f32(row, target);
         m.team_barrier();  // everyone has read row[target] before it is overwritten
@@ -68,11 +99,11 @@ void cross_entropy_forward_backward(const ExecSpace& space, float* losses, TC* l
         const float sn = row_scale != nullptr ? row_scale[n] : scale;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(m, V), [&](const int64_t v) {
           const float z = load_f32(row, v);
-          const float p = math::exp(z - mx) * inv;
+          const float p = exp_fast(z - mx) * inv;
           const float dz = rnd((p - (v == target ? 1.0f : 0.0f)) * sn, rc);
           // tanh(l / cap), from the stored (rounded) z
           const float t = bits_float(float_bits(z * inv_cap) & cap_mask);
-          store_as(row, v, rnd(dz * (1.0f - t * t), rc));
+          store_rounded(row, v, dz * (1.0f - t * t));
         });
       });
 }

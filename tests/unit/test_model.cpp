@@ -359,9 +359,11 @@ TYPED_TEST(ModelCompute, LossChunksGiveTheSameLossGradientsAndLogits) {
       num = std::max(num, std::fabs(double(ga[i][e]) - gb[i][e]));
       den = std::max(den, std::fabs(double(ga[i][e])));
     }
-    // fp32: summation order only (measured <= 1e-7); bf16 compute: a sum that lands on the
-    // other side of a bf16 rounding boundary moves by one bf16 ulp (2^-8 relative).
-    const double tol = compute == DType::float32 ? 1e-6 : std::ldexp(1.0, -7);
+    // fp32: summation order only, the head's weight gradient's order carried back through two
+    // layers (measured up to 1.1e-6 of the tensor's largest value, the first layer's norm weight,
+    // whose sum over the rows cancels; 4e-6 is 32 fp32 ulps); bf16 compute: a sum that lands on
+    // the other side of a bf16 rounding boundary moves by one bf16 ulp (2^-8 relative).
+    const double tol = compute == DType::float32 ? 4e-6 : std::ldexp(1.0, -7);
     EXPECT_LE(num, tol * den) << a.params().info(static_cast<int>(i)).name << " "
                               << dtype_name(compute);
   }

@@ -4,7 +4,9 @@
 //    (1 + w) * x_hat), fp32: output, input and weight gradients;
 //  - head_rmsnorm_forward / head_rmsnorm_backward with the weights applied by the norm
 //    (fp32_product), per head (Gemma 3) and over the whole projection (OLMo 2);
-//  - swiglu_forward / swiglu_backward with the tanh-approximated GELU (GeGLU).
+//  - swiglu_forward / swiglu_backward with the tanh-approximated GELU (GeGLU);
+//  - the fused passes (add_rmsnorm_forward, rmsnorm_backward_copy) bit for bit against the
+//    unfused kernels they replace, typed over the compute dtype; row_sum's documented order.
 // fp32 kernels against float64: within 2e-5 of the largest value (fp32 sums of <= 64 terms).
 #include <gtest/gtest.h>
 
@@ -13,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "dtype_types.hpp"
 #include "ops/kernels.hpp"
 
 namespace kktrain {
@@ -112,6 +115,93 @@ TEST_P(NormForms, RmsnormMatchesItsDefinitionForwardAndBackward) {
   };
   expect_close(host(dx), numeric_grad(loss_x, wide(x)), "dx");
   expect_close(host(dw), numeric_grad(loss_w, wide(w)), "dw");
+}
+
+// row_sum adds value c into lane c % 16, in order within a lane, then folds the lanes in halves:
+// values whose sum depends on the order (1 + 2^-24 rounds to 1; lanes keep the small ones apart).
+TEST(RowSum, AddsInItsDocumentedOrder) {
+  for (const int64_t n : {1, 7, 16, 17, 40, 384, 389}) {
+    std::vector<float> v(n);
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int64_t c = 0; c < n; ++c) v[c] = c % 5 == 0 ? 1.0f : std::ldexp(u(rng), -24);
+    float lane[16] = {};
+    for (int64_t c = 0; c < n; ++c) lane[c % 16] += v[c];
+    for (int w = 8; w > 0; w /= 2) {
+      for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+    }
+    const float got = row_sum(n, [&](int64_t c) { return v[c]; });
+    EXPECT_EQ(float_bits(got), float_bits(lane[0])) << "n " << n;
+  }
+}
+
+// The residual add fused into the next norm's forward, and the compute-dtype copy fused into the
+// norm's backward, give the unfused kernels' bits (every form, both stream roundings; N over
+// two chunks of the weight gradient's rows and C not a multiple of the 16 lanes).
+template <class TC>
+class FusedNorm : public ::testing::Test {};
+TYPED_TEST_SUITE(FusedNorm, testing_util::Dtypes);
+
+template <class T>
+std::vector<float> host_f32(const DView<T>& d) {
+  auto m = Kokkos::create_mirror_view(d);
+  Kokkos::deep_copy(m, d);
+  std::vector<float> h(d.extent(0));
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = to_f32(m(i));
+  return h;
+}
+template <class T>
+DView<T> dev_as(const std::vector<float>& h) {
+  DView<T> d("buf", h.size());
+  auto m = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.size(); ++i) m(i) = from_f32<T>(h[i]);
+  Kokkos::deep_copy(d, m);
+  return d;
+}
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(float_bits(got[i]), float_bits(want[i])) << what << " at " << i;
+  }
+}
+
+TYPED_TEST(FusedNorm, GiveTheUnfusedKernelsBits) {
+  using TC = TypeParam;
+  const int64_t N = 70, C = 100;
+  const float eps = 1e-5f;
+  for (const NormWeight nw : {NormWeight::plain, NormWeight::fp32, NormWeight::one_plus_fp32}) {
+    for (const Rounding stream : {Rounding::fp32, Rounding::bf16}) {
+      const NormForm form = norm_form(nw);
+      const ExecSpace space;
+      const DView<float> a = dev(randn(N * C, 11)), w = dev(randn(C, 12, 0.3f));
+      const DView<TC> b = dev_as<TC>(randn(N * C, 13, 0.5f));
+      // forward: add_forward then rmsnorm_forward, against add_rmsnorm_forward
+      DView<float> x1("x1", N * C), x2("x2", N * C), r1("r1", N), r2("r2", N);
+      DView<TC> y1("y1", N * C), y2("y2", N * C);
+      add_forward(space, x1.data(), a.data(), b.data(), N * C, stream);
+      rmsnorm_forward<TC>(space, y1.data(), nullptr, r1.data(), x1.data(), w.data(), N, C, eps,
+                          stream, form);
+      add_rmsnorm_forward(space, y2.data(), r2.data(), x2.data(), a.data(), b.data(), w.data(), N,
+                          C, eps, stream, form);
+      expect_bits(host(x2), host(x1), "residual");
+      expect_bits(host(r2), host(r1), "rstd");
+      expect_bits(host_f32(y2), host_f32(y1), "norm output");
+      // backward: rmsnorm_backward then round_copy, against rmsnorm_backward_copy
+      const std::vector<float> dres0 = randn(N * C, 14);
+      const DView<float> dy = dev(randn(N * C, 15));
+      DView<float> d1 = dev(dres0), d2 = dev(dres0), dw1("dw1", C), dw2("dw2", C);
+      DView<float> partial("partial", rmsnorm_partial_size(N, C));
+      DView<TC> c1("c1", N * C), c2("c2", N * C);
+      rmsnorm_backward(space, d1.data(), dw1.data(), partial.data(), dy.data(), x1.data(), w.data(),
+                       r1.data(), N, C, stream, rounding_of<TC>(), form);
+      round_copy(space, c1.data(), d1.data(), N * C, rounding_of<TC>());
+      rmsnorm_backward_copy(space, d2.data(), c2.data(), dw2.data(), partial.data(), dy.data(),
+                            x1.data(), w.data(), r1.data(), N, C, stream, rounding_of<TC>(), form);
+      expect_bits(host(d2), host(d1), "input gradient");
+      expect_bits(host(dw2), host(dw1), "weight gradient");
+      expect_bits(host_f32(c2), host_f32(c1), "compute-dtype copy");
+    }
+  }
 }
 
 // The q/k norm with its weights applied by the norm: per head (rows of D) or the whole query and
