@@ -310,14 +310,23 @@ void rope_forward(const ExecSpace& space, TC* q, TC* k, TC* v, const TC* qkv, co
         const float* w = slot < H ? scale.q : scale.k;
         // rotate_half: y = x * cos + [-x2, x1] * sin
         const int64_t jr = j1 < rhalf ? j1 : rhalf;
-        if (w == nullptr && c != nullptr) {  // the common case, without branches in the loop
+        // the common cases (tables; with or without a head scale), without branches in the loop
+        if (w == nullptr && c != nullptr) {
           for (int64_t j = j0; j < jr; ++j) {
             const float x1 = load_f32(x, j), x2 = load_f32(x, j + rhalf);
             store_rounded(y, j, x1 * c[j] - x2 * s[j]);
             store_rounded(y, j + rhalf, x2 * c[j] + x1 * s[j]);
           }
+        } else if (c != nullptr) {
+          const Rounding wr = scale.round;
+          for (int64_t j = j0; j < jr; ++j) {
+            const float x1 = rnd(load_f32(x, j) * w[j], wr);
+            const float x2 = rnd(load_f32(x, j + rhalf) * w[j + rhalf], wr);
+            store_rounded(y, j, x1 * c[j] - x2 * s[j]);
+            store_rounded(y, j + rhalf, x2 * c[j] + x1 * s[j]);
+          }
         }
-        for (int64_t j = w == nullptr && c != nullptr ? jr : j0; j < jr; ++j) {
+        for (int64_t j = c != nullptr ? jr : j0; j < jr; ++j) {
           float x1 = load_f32(x, j), x2 = load_f32(x, j + rhalf);
           if (w != nullptr) {
             x1 = rnd(x1 * w[j], scale.round);
