@@ -413,8 +413,11 @@ TEST(AttentionWindowReference, AnalyticGradientsMatchFiniteDifferences) {
   };
   // Every 7th element of q, k, v (the loss is evaluated in float64; the inputs are perturbed as
   // floats, so the step is the float nearest h above and below).
+  // (an alias: nvcc's front end writes the member pointer's declarator in parentheses, which g++
+  // then warns about)
+  using InputsMember = std::vector<float> Inputs::*;
   struct Tensor {
-    std::vector<float> Inputs::*member;
+    InputsMember member;
     const std::vector<double>* grad;
     const char* name;
   };

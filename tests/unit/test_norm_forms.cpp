@@ -117,6 +117,13 @@ TEST_P(NormForms, RmsnormMatchesItsDefinitionForwardAndBackward) {
   expect_close(host(dw), numeric_grad(loss_w, wide(w)), "dw");
 }
 
+// v[c] as row_sum's f (a functor callable on the host and the device: a host lambda passed to a
+// KOKKOS_INLINE_FUNCTION is an nvcc warning).
+struct Values {
+  const float* v;
+  KOKKOS_INLINE_FUNCTION float operator()(int64_t c) const { return v[c]; }
+};
+
 // row_sum adds value c into lane c % 16, in order within a lane, then folds the lanes in halves:
 // values whose sum depends on the order (1 + 2^-24 rounds to 1; lanes keep the small ones apart).
 TEST(RowSum, AddsInItsDocumentedOrder) {
@@ -130,7 +137,7 @@ TEST(RowSum, AddsInItsDocumentedOrder) {
     for (int w = 8; w > 0; w /= 2) {
       for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
     }
-    const float got = row_sum(n, [&](int64_t c) { return v[c]; });
+    const float got = row_sum(n, Values{v.data()});
     EXPECT_EQ(float_bits(got), float_bits(lane[0])) << "n " << n;
   }
 }
