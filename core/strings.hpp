@@ -18,6 +18,12 @@ inline bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// "64 MiB" for a whole number of MiB, else "N bytes" (limits in error messages).
+inline std::string byte_count(int64_t n) {
+  return n % (int64_t(1) << 20) == 0 ? std::to_string(n >> 20) + " MiB"
+                                     : std::to_string(n) + " bytes";
+}
+
 // Whether a line holds nothing but spaces, tabs, carriage returns and newlines.
 inline bool blank_line(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;

@@ -41,12 +41,6 @@ void check_utf8(const std::string& s, const std::string& where, int64_t base) {
                    "); the input must be UTF-8 text");
 }
 
-// "64 MiB" for whole MiB, else "N bytes".
-std::string byte_count(int64_t n) {
-  return n % (int64_t(1) << 20) == 0 ? std::to_string(n >> 20) + " MiB"
-                                     : std::to_string(n) + " bytes";
-}
-
 }  // namespace
 
 int64_t check_inputs(const std::vector<std::string>& inputs) {

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "apps/dataprep/example_renderer.hpp"
@@ -192,11 +194,54 @@ Evaluation::DataFile chat_data(const std::string& path, const std::vector<Number
   return d;
 }
 
+// The first line of `path` that is not blank_line, and its number: a .jsonl data file's kind is
+// read from it. Read a block at a time, so a text file of any size is classified without being
+// read whole (its documents are read once, by DocumentReader); a line longer than DocumentLimits'
+// bound is refused as DocumentReader refuses it.
+struct FirstLine {
+  int64_t no = 1;
+  std::string text;
+};
+FirstLine first_nonblank_line(const std::string& path) {
+  FileDescriptor fd;
+  if (auto why = open_regular_file(&fd, path)) {
+    throw InputError("eval: '" + path + "' cannot be read: " + *why);
+  }
+  const auto max_line = static_cast<std::size_t>(DocumentLimits{}.max_jsonl_line_bytes);
+  FirstLine line;
+  std::vector<char> block(std::size_t(1) << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), block.data(), block.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw InputError("eval: '" + path + "' cannot be read: " + std::strerror(errno));
+    }
+    if (n == 0) {
+      if (blank_line(line.text)) throw InputError("eval: '" + path + "' holds no line");
+      return line;
+    }
+    std::string_view rest(block.data(), static_cast<std::size_t>(n));
+    while (!rest.empty()) {
+      const std::size_t nl = rest.find('\n');
+      line.text.append(rest.substr(0, nl));
+      if (line.text.size() > max_line) {
+        throw InputError("input '" + path + "':" + std::to_string(line.no) +
+                         ": the line is longer than " + byte_count(static_cast<int64_t>(max_line)) +
+                         ", the limit of a .jsonl document line (split the document)");
+      }
+      if (nl == std::string_view::npos) break;
+      if (!blank_line(line.text)) return line;
+      line.text.clear();
+      ++line.no;
+      rest.remove_prefix(nl + 1);
+    }
+  }
+}
+
 // What a .jsonl data file holds, from its first line's fields.
-DataFormat jsonl_kind(const std::string& path, const std::vector<NumberedLine>& lines) {
-  if (lines.empty()) throw InputError("eval: '" + path + "' holds no line");
-  const std::string where = path + ":" + std::to_string(lines[0].no);
-  const Json j = parse_json_bounded<Json>(std::string(lines[0].text), where);
+DataFormat jsonl_kind(const std::string& path, const FirstLine& first) {
+  const std::string where = path + ":" + std::to_string(first.no);
+  const Json j = parse_json_bounded<Json>(first.text, where);
   if (!j.is_object()) throw InputError(where + ": not a JSON object");
   if (j.contains("messages")) return DataFormat::chat;
   if (j.contains("prompt") && j.contains("completion")) return DataFormat::prompt_completion;
@@ -361,11 +406,13 @@ Evaluation Evaluation::prepare(const std::vector<std::string>& data,
       if (token_file_name(p)) {
         d = token_data(p, text, e.T_, &budget);
       } else if (ends_with(p, ".jsonl")) {
-        const std::string all = whole_file(p);
-        const std::vector<NumberedLine> lines = nonblank_lines(all);
-        const DataFormat f = jsonl_kind(p, lines);
-        d = f == DataFormat::text ? text_data(p, text, e.T_, &budget)
-                                  : chat_data(p, lines, f, cfg, text, &budget);
+        const DataFormat f = jsonl_kind(p, first_nonblank_line(p));
+        if (f == DataFormat::text) {
+          d = text_data(p, text, e.T_, &budget);
+        } else {
+          const std::string all = whole_file(p);
+          d = chat_data(p, nonblank_lines(all), f, cfg, text, &budget);
+        }
       } else {
         d = text_data(p, text, e.T_, &budget);
       }

@@ -31,7 +31,8 @@ acc, acc_norm and acc_bytes disagree on several items (the last one: acc_norm an
   assistant's tokens, packed rows) equals a chat run's validation loss on it (case_training).
 - refusals: a task line that is not JSON, a gold index out of range, empty choices, a missing
   file: exit 2 before any figure, one stderr line naming FILE:LINE (FILE for the missing file),
-  no --json written.
+  no --json written; a 300 MiB text .jsonl (sparse) is classified by its first line, not read
+  whole first: the document reader's refusal of its 300 MiB line, not the 256 MiB file limit.
 
 Tolerances: kktrain computes in fp32; the reference in float64. A plain fp32 PyTorch forward of
 the same model and items (the scores are sums of 2-39 log-probabilities, |score| up to ~160) is
@@ -319,6 +320,16 @@ def case_refusals():
             tt.expect_one_error(rc, out, err, f"{path}:3", *needles, where=where)
             check(not os.path.exists(out_json), f"{name}: a refused eval wrote --json" + where)
             print(f"{name}: {tt.startup_lines(err)[0]}")
+        # A text .jsonl is classified by its first line, not read whole first: a sparse 300 MiB
+        # file (beyond a task file's 256 MiB) whose second line is 300 MiB of NULs gets
+        # the document reader's refusal of that line, not the whole-file limit.
+        big = os.path.join(tmp, "big_text.jsonl")
+        with open(big, "wb") as f:
+            f.write(b"\n" + json.dumps({"text": "a first document"}).encode() + b"\n")
+            f.truncate(300 << 20)
+        rc, out, err, where = kk_eval(run_dir, os.path.join(tmp, "big.json"), [], [big])
+        tt.expect_one_error(rc, out, err, big + "':3:", "longer than 64 MiB", where=where)
+        print(f"300 MiB text .jsonl: {tt.startup_lines(err)[0]}")
         missing = os.path.join(tmp, "no_such_tasks.jsonl")
         out_json = os.path.join(tmp, "missing.json")
         for flag in ("--task", "--data"):
