@@ -352,8 +352,7 @@ class ExprParser {
         const int line = next().line;
         const bool negate = at_name("not");
         if (negate) next();
-        std::string n = expect_name();
-        if (n == "none" || n == "true" || n == "false") n = n;
+        const std::string n = expect_name();
         e = make(EK::test, line, n, {e});
         e->negate = negate;
         const Token& a = peek();
