@@ -7,8 +7,10 @@
 //   bench_model --hidden 384 --layers 6 --heads 6 --kv-heads 6 --ffn 1024 --vocab 256
 //               --seq 256 --batch 8 --compute bfloat16 --storage float32 --warmup 2 --iters 5
 //               [--family llama|qwen3|gemma3|phi3] [--head-dim D] [--window W]
-// --family sets the ModelConfig fields kktrain's Hugging Face reader (io/hf_config.cpp) sets for
-// that architecture (family_config below); --head-dim an explicit head_dim (0: hidden / heads);
+//               [--attention auto|tiled_gemm|team]
+// --attention is kktrain's model.attention (auto: the build's kernel). --family sets the
+// ModelConfig fields kktrain's Hugging Face reader (io/hf_config.cpp) sets for that architecture
+// (family_config below); --head-dim an explicit head_dim (0: hidden / heads);
 // --window the sliding window of the family's sliding layers (-1: the family's default).
 // Prints one JSON object per line: {"kind": "gemm_peak", "dtype": ...} (two) and
 // {"kind": "step", ...}: wall and process CPU seconds per step (CPU time is less disturbed by
@@ -206,7 +208,16 @@ int main(int argc, char** argv) {
       window = std::atoll(v);
     else if (k == "--ckpt")
       m.activation_checkpointing = std::atoi(v) != 0;
-    else {
+    else if (k == "--attention") {
+      const std::string a = v;
+      if (a != "auto" && a != "tiled_gemm" && a != "team") {
+        std::fprintf(stderr, "bench_model: --attention %s: auto, tiled_gemm or team\n", v);
+        return 2;
+      }
+      m.attention.kernel = a == "team"         ? AttentionChoice::team
+                           : a == "tiled_gemm" ? AttentionChoice::tiled_gemm
+                                               : AttentionChoice::automatic;
+    } else {
       std::fprintf(stderr, "bench_model: unknown option %s\n", k.c_str());
       return 2;
     }

@@ -5,8 +5,10 @@ Needs a CUDA (or HIP) build of kktrain (`--build`) and a Python whose torch sees
 running this script, or `--peer-python`). Three parts, each kktrain and its peer alternating over
 `--rounds`, medians reported:
 
-  step       bench_model and torch_llama.py --device cuda on GPU-sized Llama shapes: a training
-             step (forward + backward + torch-style AdamW on fp32 parameters) in bf16 compute.
+  step       bench_model and torch_llama.py --device cuda on GPU-sized Llama shapes (medium,
+             wide, and 1b: Llama-3.2-1B's widths at T 2048): a training step (forward + backward
+             + torch-style AdamW on fp32 parameters) in bf16 compute, kktrain once per
+             --attention choice (model.attention; a row each).
              PyTorch runs autocast bf16, F.scaled_dot_product_attention (causal: its flash
              kernels) and AdamW(foreach) and AdamW(fused). MFU = model FLOP/s (6 x matmul
              parameters x tokens + 6 L T C per token for causal attention, as model_bench.py)
@@ -20,7 +22,8 @@ running this script, or `--peer-python`). Three parts, each kktrain and its peer
   sync       not here: a training run's metrics.jsonl carries host_syncs per step
              (tests/cli/test_host_syncs.py checks it on every build).
 
-    bench/gpu_step_bench.py --build build-cuda [--rounds 3] [--shapes medium,wide]
+    bench/gpu_step_bench.py --build build-cuda [--rounds 3] [--shapes medium,wide,1b]
+                            [--attention auto,tiled_gemm,team]
                             [--peak-tflops 989] [--peak-hbm-gbs 4800] [--optim-params 268435456]
 """
 import argparse
@@ -39,6 +42,10 @@ SHAPES = {
     # about 510M parameters (Llama-like widths), 8192 tokens a step at T 2048
     "wide": dict(hidden=2048, layers=8, heads=16, kv_heads=8, ffn=5632, vocab=32000, seq=2048,
                  batch=4),
+    # Llama-3.2-1B's shape (1.24B parameters with its tied embedding; untied here as the other
+    # shapes, so 1.50B), 8192 tokens a step at T 2048
+    "1b": dict(hidden=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=128256, seq=2048,
+               batch=4),
     "small": dict(hidden=256, layers=2, heads=4, kv_heads=2, ffn=688, vocab=256, seq=256, batch=4),
 }
 
@@ -64,9 +71,10 @@ def matmul_params(s):
 def step_part(a):
     print(f"== training step, bf16 compute, fp32 parameters and AdamW; {a.rounds} rounds, "
           f"{a.iters} timed steps each after {a.warmup} warm-up")
-    print(f"{'shape':<7} {'params':>7} {'kktrain tok/s':>14} {'torch foreach':>14} "
-          f"{'torch fused':>12} {'ratio':>6} {'kk TFLOP/s':>10} {'MFU peak':>8} "
-          f"{'GEMM TFLOP/s':>12} {'MFU GEMM':>8} {'torch MFU':>9}")
+    print(f"{'shape':<7} {'attention':<10} {'params':>7} {'kktrain tok/s':>14} "
+          f"{'torch foreach':>14} {'torch fused':>12} {'ratio':>6} {'kk TFLOP/s':>10} "
+          f"{'MFU peak':>8} {'GEMM TFLOP/s':>12} {'MFU GEMM':>8} {'torch MFU':>9}")
+    kernels = a.attention.split(",")
     for name in a.shapes.split(","):
         s = SHAPES[name]
         args = []
@@ -75,29 +83,35 @@ def step_part(a):
         args += ["--warmup", str(a.warmup), "--iters", str(a.iters), "--compute", "bfloat16"]
         kk_cmd = [os.path.join(a.build, "bench", "bench_model")] + args
         pt_cmd = [a.peer_python, os.path.join(HERE, "torch_llama.py"), "--device", a.device] + args
-        kk, pt_foreach, pt_fused, peaks = [], [], [], []
+        kk = {kernel: [] for kernel in kernels}
+        pt_foreach, pt_fused, peaks = [], [], []
         for _ in range(a.rounds):
-            for rec in run(kk_cmd, a.timeout):
-                if rec["kind"] == "gemm_peak":
-                    if rec["dtype"] == "bfloat16":
-                        peaks.append(rec["gflops"] / 1e3)
-                else:
-                    kk.append(rec["tokens_per_s"])
+            for kernel in kernels:  # one bench_model run per model.attention choice
+                for rec in run(kk_cmd + ["--attention", kernel], a.timeout):
+                    if rec["kind"] == "gemm_peak":
+                        if rec["dtype"] == "bfloat16":
+                            peaks.append(rec["gflops"] / 1e3)
+                    else:
+                        kk[kernel].append(rec["tokens_per_s"])
             rec = run(pt_cmd, a.timeout)[-1]
             pt_foreach.append(rec["tokens_per_s"])
             if a.device == "cuda":  # (AdamW(fused) on CPUs needs a newer PyTorch than Debian's)
                 pt_fused.append(run(pt_cmd + ["--fused", "1"], a.timeout)[-1]["tokens_per_s"])
             else:
                 pt_fused.append(float("nan"))
-        k, tf, tu = statistics.median(kk), statistics.median(pt_foreach), statistics.median(pt_fused)
+        tf, tu = statistics.median(pt_foreach), statistics.median(pt_fused)
         best = tf if tu != tu else max(tf, tu)
         mp = matmul_params(s)
         per_token = model_flops(s, mp) / (s["batch"] * s["seq"])
-        kk_tflops, pt_tflops = k * per_token / 1e12, best * per_token / 1e12
+        pt_tflops = best * per_token / 1e12
         gemm = statistics.median(peaks)
-        print(f"{name:<7} {mp / 1e6:>6.0f}M {k:>14.0f} {tf:>14.0f} {tu:>12.0f} {k / best:>6.2f} "
-              f"{kk_tflops:>10.1f} {kk_tflops / a.peak_tflops:>8.1%} {gemm:>12.1f} "
-              f"{kk_tflops / gemm:>8.1%} {pt_tflops / a.peak_tflops:>9.1%}", flush=True)
+        for kernel in kernels:
+            k = statistics.median(kk[kernel])
+            kk_tflops = k * per_token / 1e12
+            print(f"{name:<7} {kernel:<10} {mp / 1e6:>6.0f}M {k:>14.0f} {tf:>14.0f} {tu:>12.0f} "
+                  f"{k / best:>6.2f} {kk_tflops:>10.1f} {kk_tflops / a.peak_tflops:>8.1%} "
+                  f"{gemm:>12.1f} {kk_tflops / gemm:>8.1%} {pt_tflops / a.peak_tflops:>9.1%}",
+                  flush=True)
     print(f"ratio = kktrain / the faster PyTorch AdamW; MFU peak = model TFLOP/s / "
           f"{a.peak_tflops:.0f}; MFU GEMM = over kktrain's best bf16 GEMM in the same process "
           f"((B*T, C) x (C, 4C)); torch MFU: the faster PyTorch over the same peak")
@@ -144,7 +158,9 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--shapes", default="medium,wide")
+    p.add_argument("--shapes", default="medium,wide,1b")
+    p.add_argument("--attention", default="auto",
+                   help="kktrain's model.attention choices, comma-separated (a row each)")
     p.add_argument("--parts", default="step,optimizer")
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--peak-hbm-gbs", type=float, default=4800.0)
