@@ -13,7 +13,7 @@
 #                                          all (default 540), and writes $OUT/summary.md (also
 #                                          printed last) and $OUT/logs.tar.xz (every log)
 #
-# The bundle (xz, about 45 MiB for a CUDA build: the device tool carries 64 MiB with the tree)
+# The bundle (xz, 47 MiB for a CUDA build of the tree: the device tool carries 64 MiB with it)
 # holds BUILD's programs (kktrain, the test and benchmark programs, the Kokkos Tools libraries),
 # its ctest files, the CMake module ctest's test discovery includes, and the shared libraries the
 # programs link beyond the C/C++ runtime and CUDA's (HDF5, yaml-cpp, PCRE2, utf8proc, Open MPI
@@ -63,8 +63,14 @@ pack() {
   [ -f "$build/CMakeCache.txt" ] || die "$build is not a CMake build directory"
   [ -x "$build/kktrain" ] || die "$build/kktrain is missing: build every target first"
   local backend=host
-  ldd "$build/kktrain" | grep -q libcudart && backend=cuda
+  if ldd "$build/kktrain" | grep libcudart > /dev/null; then backend=cuda; fi
+  # Sources changed since kktrain was linked: the bundle would not test this tree.
+  local stale
+  stale=$(cd "$ROOT" && git ls-files -z '*.cpp' '*.hpp' '*.c' '*.h' '*.in' '*CMakeLists.txt' \
+            '*.cmake' | xargs -0 -I{} find {} -newer "$build/kktrain" | head -3 | tr '\n' ' ')
+  [ -z "$stale" ] || echo "gpu_check: warning: $build is older than these sources: $stale(build every target first)" >&2
   local stage="$GPU/stage"
+  rm -rf "$GPU/unpacked" "$GPU/out"  # (a dry run's, which the device call would carry too)
   rm -rf "$stage" && mkdir -p "$stage/build" "$stage/lib" "$stage/cmake" "$stage/mpi" || exit 2
   # Programs and shared objects the tests and benchmarks run, and the ctest files.
   (cd "$build" && find . \( -path '*/CMakeFiles' -o -path ./npm -o -path ./Testing \) -prune -o -type f \
@@ -101,6 +107,7 @@ pack() {
     echo "commit $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet || echo ' (modified tree)')"
     echo "packed $(date -u +%Y-%m-%dT%H:%MZ) on $(hostname)"
     echo "backend $backend"
+    echo "stale ${stale:-no}"
     echo "build_dir $build"
     echo "source_dir $(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")"
     echo "python $(sed -n 's/^KKTRAIN_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt")"
@@ -162,7 +169,7 @@ stage() {
 result_of() {
   local log="$LOGS/$1.log"
   case $1 in
-    env) grep -E '^(gpu|torch|missing)' "$log" | tr '\n' ';' ;;
+    env) grep -E '^(gpu|torch|missing|bundle)' "$log" | tr '\n' ';' ;;
     attention|profile) grep -E '^\| [^-]' "$log" | tail -n +2 | tr '\n' ' ' | cut -c1-900 ;;
     step) grep -E '^(medium|wide|1b|small|device triad|B: )' "$log" | tr -s ' ' | tr '\n' ';' |
           cut -c1-1200 ;;
@@ -191,6 +198,7 @@ env_stage() {
   done
   (( missing == 0 )) || { echo "missing: libraries not found (above)"; return 1; }
   "$BUILD/kktrain" --version
+  echo "bundle: $(grep -E '^(commit|packed|backend|stale) ' "$GPU/unpacked/manifest.txt" | tr '\n' ';')"
 }
 
 # The attention alone at GPU shapes: each kernel, then PyTorch's SDPA, alternating rounds.
