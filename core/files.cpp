@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/errors.hpp"
+#include "core/strings.hpp"
 
 namespace kktrain {
 
@@ -88,32 +89,45 @@ std::optional<std::string> read_regular_file(std::string* out, const std::string
 }
 
 std::optional<std::string> FileLines::open(const std::string& path) {
-  FileDescriptor fd;
-  if (auto why = open_regular_file(&fd, path)) return why;
-  const int own = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
-  f_ = own < 0 ? nullptr : ::fdopen(own, "rb");
-  if (!f_) {
-    if (own >= 0) ::close(own);
-    return std::string(std::strerror(errno));
-  }
+  if (auto why = open_regular_file(&fd_, path)) return why;
   path_ = path;
+  block_.resize(std::size_t(1) << 16);
   return std::nullopt;
 }
 
-bool FileLines::next(std::string* line) {
-  const ssize_t n = f_ ? ::getline(&buf_, &cap_, f_) : -1;
-  if (n < 0) {
-    if (f_ && std::ferror(f_)) throw RuntimeFailure("cannot read '" + path_ + "'");
-    return false;
+bool FileLines::next(std::string* line, std::size_t max_bytes) {
+  line->clear();
+  if (!fd_.valid()) return false;
+  bool started = false;  // bytes of this line (or its '\n') consumed
+  for (;;) {
+    if (pos_ == len_) {
+      if (at_end_) break;
+      const ssize_t n = ::read(fd_.get(), block_.data(), block_.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw RuntimeFailure("cannot read '" + path_ + "': " + std::strerror(errno));
+      if (n == 0) {
+        at_end_ = true;
+        break;
+      }
+      pos_ = 0;
+      len_ = static_cast<std::size_t>(n);
+    }
+    started = true;
+    const char* begin = block_.data() + pos_;
+    const void* nl = std::memchr(begin, '\n', len_ - pos_);
+    const std::size_t take =
+        nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - begin) : len_ - pos_;
+    if (take > max_bytes - line->size()) {
+      throw InputError("'" + path_ + "':" + std::to_string(line_no_ + 1) +
+                       ": the line is longer than " + byte_count(static_cast<int64_t>(max_bytes)));
+    }
+    line->append(begin, take);
+    pos_ += take + (nl ? 1 : 0);
+    if (nl) break;
   }
-  line->assign(buf_, static_cast<std::size_t>(n));
-  if (!line->empty() && line->back() == '\n') line->pop_back();
+  if (!started) return false;
+  ++line_no_;
   return true;
-}
-
-FileLines::~FileLines() {
-  if (f_) std::fclose(f_);
-  std::free(buf_);
 }
 
 std::optional<std::string> unreadable_regular_file(const std::string& path) {

@@ -51,24 +51,27 @@ std::optional<std::string> open_regular_file(FileDescriptor* out, const std::str
 std::optional<std::string> read_regular_file(std::string* out, const std::string& path,
                                              std::size_t max_bytes = SIZE_MAX);
 
-// The lines of a regular file, opened through open_regular_file, read one at a time (a JSONL
-// file shown or rendered line by line). A line is returned without its '\n'.
+// The lines of a regular file, opened through open_regular_file, read one at a time, a block at
+// a time (a JSONL file shown, rendered or classified line by line). A line is returned without
+// its '\n'; a last line without one counts.
 class FileLines {
  public:
   // nullopt when `path` was opened, else the reason (open_regular_file's).
   std::optional<std::string> open(const std::string& path);
-  // The next line into *line: false at the end. A read error throws RuntimeFailure.
-  bool next(std::string* line);
-  FileLines() = default;
-  ~FileLines();
-  FileLines(const FileLines&) = delete;
-  FileLines& operator=(const FileLines&) = delete;
+  // The next line into *line: false at the end. A read error throws RuntimeFailure; a line longer
+  // than max_bytes throws InputError naming the file and the line's number, once that much of it
+  // is read (memory stays bounded by the limit, whatever the file holds).
+  bool next(std::string* line, std::size_t max_bytes = SIZE_MAX);
+  // The number of the line next() returned last (from 1).
+  int64_t line_number() const { return line_no_; }
 
  private:
   std::string path_;
-  std::FILE* f_ = nullptr;
-  char* buf_ = nullptr;
-  std::size_t cap_ = 0;
+  FileDescriptor fd_;
+  std::vector<char> block_;
+  std::size_t pos_ = 0, len_ = 0;  // the unread bytes of block_
+  int64_t line_no_ = 0;
+  bool at_end_ = false;
 };
 
 // Why `path` cannot be read as a regular file (open_regular_file's reasons), or nullopt when it

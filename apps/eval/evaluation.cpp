@@ -4,11 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 
 #include "apps/dataprep/example_renderer.hpp"
@@ -195,47 +193,23 @@ Evaluation::DataFile chat_data(const std::string& path, const std::vector<Number
 }
 
 // The first line of `path` that is not blank_line, and its number: a .jsonl data file's kind is
-// read from it. Read a block at a time, so a text file of any size is classified without being
-// read whole (its documents are read once, by DocumentReader); a line longer than DocumentLimits'
-// bound is refused as DocumentReader refuses it.
+// read from it, so a text file of any size is classified without being read whole (its documents
+// are read once, by DocumentReader, whose line bound this is).
 struct FirstLine {
   int64_t no = 1;
   std::string text;
 };
 FirstLine first_nonblank_line(const std::string& path) {
-  FileDescriptor fd;
-  if (auto why = open_regular_file(&fd, path)) {
-    throw InputError("eval: '" + path + "' cannot be read: " + *why);
-  }
+  FileLines in;
+  if (auto why = in.open(path)) throw InputError("eval: '" + path + "' cannot be read: " + *why);
   const auto max_line = static_cast<std::size_t>(DocumentLimits{}.max_jsonl_line_bytes);
-  FirstLine line;
-  std::vector<char> block(std::size_t(1) << 16);
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), block.data(), block.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      throw InputError("eval: '" + path + "' cannot be read: " + std::strerror(errno));
-    }
-    if (n == 0) {
-      if (blank_line(line.text)) throw InputError("eval: '" + path + "' holds no line");
-      return line;
-    }
-    std::string_view rest(block.data(), static_cast<std::size_t>(n));
-    while (!rest.empty()) {
-      const std::size_t nl = rest.find('\n');
-      line.text.append(rest.substr(0, nl));
-      if (line.text.size() > max_line) {
-        throw InputError("input '" + path + "':" + std::to_string(line.no) +
-                         ": the line is longer than " + byte_count(static_cast<int64_t>(max_line)) +
-                         ", the limit of a .jsonl document line (split the document)");
-      }
-      if (nl == std::string_view::npos) break;
-      if (!blank_line(line.text)) return line;
-      line.text.clear();
-      ++line.no;
-      rest.remove_prefix(nl + 1);
-    }
+  FirstLine first;
+  while (in.next(&first.text, max_line)) {
+    if (blank_line(first.text)) continue;
+    first.no = in.line_number();
+    return first;
   }
+  throw InputError("eval: '" + path + "' holds no line");
 }
 
 // What a .jsonl data file holds, from its first line's fields.
